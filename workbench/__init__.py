@@ -1,0 +1,16 @@
+"""workbench: a research and teaching workbench for latent feedback in transformers.
+
+The two methods it studies (LRT, FBT) are one pattern — token t reads a memory that position t-1
+produced — split into a *mechanism* (where memory is read and consumed, ``mechanisms.py``) and a
+*schedule* (how a sequence is computed, ``schedules.py``), on one nanochat-style backbone.
+"""
+
+from . import schedules
+from .config import ModelConfig
+from .decode import generate
+from .hooks import HookPoint, hooks
+from .model import GPT, build_model
+
+__version__ = "0.1.0"
+
+__all__ = ["GPT", "HookPoint", "ModelConfig", "build_model", "generate", "hooks", "schedules", "__version__"]

@@ -1,0 +1,148 @@
+"""Configuration dataclasses, validated at construction.
+
+Every field carries a comment saying what it is; every bad value raises a ``ValueError`` that
+names the field and the allowed range, so a typo in a notebook fails loudly at the line that made
+it rather than as a shape error deep inside a forward pass. Configs round-trip through JSON
+exactly (``to_json`` / ``from_json``) because checkpoints store them that way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from typing import Any
+
+MECHANISMS = ("none", "lrt", "fbt")
+LRT_INJECTIONS = ("kv", "residual")
+LRT_PROJECTIONS = ("shared", "per_layer")
+
+
+def _fail(cls: str, name: str, value: Any, allowed: str) -> None:
+    raise ValueError(f"{cls}.{name}={value!r} is invalid: {allowed}")
+
+
+def _check_int(cls: str, name: str, value: Any, lo: int, hi: int | None = None) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        _fail(cls, name, value, f"must be an int in [{lo}, {'inf' if hi is None else hi}]")
+    if value < lo or (hi is not None and value > hi):
+        _fail(cls, name, value, f"must be in [{lo}, {'inf' if hi is None else hi}]")
+
+
+def _check_float(cls: str, name: str, value: Any, lo: float, hi: float | None = None,
+                 lo_open: bool = False) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        _fail(cls, name, value, "must be a number")
+    bad_lo = value <= lo if lo_open else value < lo
+    if bad_lo or (hi is not None and value > hi) or value != value:
+        lo_s = f"({lo}" if lo_open else f"[{lo}"
+        _fail(cls, name, value, f"must be in {lo_s}, {'inf' if hi is None else hi}]")
+
+
+def _check_choice(cls: str, name: str, value: Any, choices: tuple) -> None:
+    if value not in choices:
+        _fail(cls, name, value, f"must be one of {choices}")
+
+
+class _JSONMixin:
+    """Exact JSON round trip for flat dataclasses whose tuples are stored as lists."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]):
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"{cls.__name__}: unknown field(s) {unknown}; known fields are {sorted(known)}")
+        return cls(**data)
+
+    @classmethod
+    def from_json(cls, text: str):
+        return cls.from_dict(json.loads(text))
+
+
+@dataclass
+class ModelConfig(_JSONMixin):
+    """Shape of the GPT backbone and of the latent-feedback mechanism it carries."""
+
+    vocab_size: int = 256  # number of token ids
+    n_layer: int = 4  # number of transformer blocks (L)
+    n_head: int = 4  # number of query heads
+    n_kv_head: int | None = None  # number of key/value heads (GQA); None = n_head
+    n_embd: int = 128  # residual width (D)
+    seq_len: int = 256  # training context length; decoding may run past it (RoPE is computed on the fly)
+    rope_base: float = 10000.0  # rotary embedding base
+    logit_softcap: float = 15.0  # logits = c * tanh(logits / c); 0 disables the cap
+    tie_embeddings: bool = False  # share the input embedding and the readout (FBT requires it)
+    mechanism: str = "none"  # latent feedback: "none" | "lrt" | "fbt"
+    # --- LRT (Latent Recurrent Transformer) ---
+    lrt_source_layer: int = -1  # block whose (normalised) output is the memory; -1 = top, after final norm
+    lrt_inject: tuple[str, ...] = ("kv", "residual")  # where memory enters each block
+    lrt_projection: str = "shared"  # recurrent K/V projection: "shared" across blocks or "per_layer"
+    lrt_gamma_init: float = 0.0  # initial residual-injection scale (0 = start as the baseline; code used 0.1)
+    lrt_gate_channels: int | None = None  # gates read the first C channels of the block input; None = min(32, D)
+    # --- FBT (Full-Bandwidth Transformer) ---
+    fbt_jitter: float = 0.02  # half-width of the uniform noise added to the carried state in training
+
+    def __post_init__(self) -> None:
+        c = "ModelConfig"
+        if isinstance(self.lrt_inject, (list, str)):
+            self.lrt_inject = (self.lrt_inject,) if isinstance(self.lrt_inject, str) else tuple(self.lrt_inject)
+        _check_int(c, "vocab_size", self.vocab_size, 2)
+        _check_int(c, "n_layer", self.n_layer, 1)
+        _check_int(c, "n_head", self.n_head, 1)
+        if self.n_kv_head is not None:
+            _check_int(c, "n_kv_head", self.n_kv_head, 1, self.n_head)
+            if self.n_head % self.n_kv_head:
+                _fail(c, "n_kv_head", self.n_kv_head, f"must divide n_head={self.n_head}")
+        _check_int(c, "n_embd", self.n_embd, 2)
+        if self.n_embd % self.n_head:
+            _fail(c, "n_embd", self.n_embd, f"must be divisible by n_head={self.n_head}")
+        if (self.n_embd // self.n_head) % 2:
+            _fail(c, "n_embd", self.n_embd, f"head size n_embd/n_head={self.n_embd // self.n_head} must be even (RoPE)")
+        _check_int(c, "seq_len", self.seq_len, 1)
+        _check_float(c, "rope_base", self.rope_base, 0.0, lo_open=True)
+        _check_float(c, "logit_softcap", self.logit_softcap, 0.0)
+        if not isinstance(self.tie_embeddings, bool):
+            _fail(c, "tie_embeddings", self.tie_embeddings, "must be a bool")
+        _check_choice(c, "mechanism", self.mechanism, MECHANISMS)
+        _check_int(c, "lrt_source_layer", self.lrt_source_layer, -1, self.n_layer - 1)
+        if not self.lrt_inject or any(i not in LRT_INJECTIONS for i in self.lrt_inject) \
+                or len(set(self.lrt_inject)) != len(self.lrt_inject):
+            _fail(c, "lrt_inject", self.lrt_inject, f"must be a non-empty subset of {LRT_INJECTIONS}")
+        _check_choice(c, "lrt_projection", self.lrt_projection, LRT_PROJECTIONS)
+        _check_float(c, "lrt_gamma_init", self.lrt_gamma_init, -10.0, 10.0)
+        if self.lrt_gate_channels is not None:
+            _check_int(c, "lrt_gate_channels", self.lrt_gate_channels, 1, self.n_embd)
+        _check_float(c, "fbt_jitter", self.fbt_jitter, 0.0, 1.0)
+        if self.mechanism == "fbt" and not self.tie_embeddings:
+            _fail(c, "tie_embeddings", self.tie_embeddings,
+                  "must be True when mechanism='fbt' (plain and fused inputs share the embedding space)")
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_head
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_head if self.n_kv_head is None else self.n_kv_head
+
+    @property
+    def kv_dim(self) -> int:
+        """Width of the key/value space (D_kv = kv_heads * head_dim)."""
+        return self.kv_heads * self.head_dim
+
+    @property
+    def gate_channels(self) -> int:
+        """Channels the LRT gates read (the public code's 32, or the whole width if narrower)."""
+        return min(32, self.n_embd) if self.lrt_gate_channels is None else self.lrt_gate_channels
+
+    def replace(self, **changes: Any) -> ModelConfig:
+        """A validated copy with some fields changed."""
+        return dataclasses.replace(self, **changes)
+

@@ -1,0 +1,93 @@
+"""The engine: autoregressive generation with a KV cache and the three decoding regimes.
+
+Regimes, all on the same weights, all one forward per generated token:
+- ``standard``: no feedback anywhere (the model as an ordinary transformer);
+- ``soft``: plain single-pass prefill of the prompt, then every generated token reads the memory
+  its predecessor produced (latent feedback during generation);
+- ``fused``: the prompt is refined by ``prefill_passes`` fused passes (multi-pass prefill: one
+  plain pass, then ``prefill_passes`` passes reading the previous pass's memory), then as ``soft``.
+
+The model knows nothing of sampling; this module knows nothing of how memory is consumed.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import schedules
+from .model import GPT
+
+REGIMES = ("standard", "soft", "fused")
+
+
+def sample_next(logits: torch.Tensor, temperature: float = 0.0, top_k: int | None = None,
+                generator: torch.Generator | None = None) -> torch.Tensor:
+    """Next token ids (B,) from last-position logits (B, V): greedy at temperature 0."""
+    if temperature == 0.0:
+        return logits.argmax(dim=-1)
+    logits = logits.float() / temperature
+    if top_k is not None:
+        kth = torch.topk(logits, min(top_k, logits.size(-1)), dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator).squeeze(-1)
+
+
+def _validate(model: GPT, prompt: torch.Tensor, max_new_tokens: int, regime: str, prefill_passes: int,
+              temperature: float, top_k: int | None) -> None:
+    if prompt.ndim != 2 or prompt.size(1) < 1:
+        raise ValueError(f"prompt must be a (B, T) tensor of token ids with T >= 1, got shape {tuple(prompt.shape)}")
+    if regime not in REGIMES:
+        raise ValueError(f"regime={regime!r} is invalid: must be one of {REGIMES}")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens={max_new_tokens!r} is invalid: must be an int >= 0")
+    if isinstance(prefill_passes, bool) or not isinstance(prefill_passes, int) or prefill_passes < 1:
+        raise ValueError(f"prefill_passes={prefill_passes!r} is invalid: must be an int >= 1")
+    if not temperature >= 0.0:
+        raise ValueError(f"temperature={temperature!r} is invalid: must be >= 0")
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"top_k={top_k!r} is invalid: must be None or an int >= 1")
+    if int(prompt.min()) < 0 or int(prompt.max()) >= model.config.vocab_size:
+        raise ValueError(f"prompt holds token ids outside [0, {model.config.vocab_size - 1}] (vocab_size)")
+
+
+@torch.no_grad()
+def generate(model: GPT, prompt: torch.Tensor, max_new_tokens: int, regime: str = "standard",
+             prefill_passes: int = 1, temperature: float = 0.0, top_k: int | None = None,
+             eos: int | None = None, generator: torch.Generator | None = None,
+             return_logits: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Continue ``prompt`` (B, T) by up to ``max_new_tokens``: returns (B, T + new) like Hugging Face.
+
+    Sequences that emit ``eos`` are padded with ``eos`` afterwards; generation stops early once all
+    have. With ``return_logits`` also returns the logits that chose each new token (B, new, V).
+    """
+    _validate(model, prompt, max_new_tokens, regime, prefill_passes, temperature, top_k)
+    B, P = prompt.shape
+    cache = model.new_kv_cache(B, P + max_new_tokens)
+    if regime == "fused":
+        out = schedules.multipass(model, prompt, passes=prefill_passes + 1, cache=cache)
+        logits = out.logits[:, -1]
+    else:
+        step = model.step(prompt, kv=cache)
+        cache.state, logits = step.memory[:, -1], step.logits[:, -1]
+    feedback = regime != "standard"
+    tokens, chosen_by = [prompt], []
+    done = torch.zeros(B, dtype=torch.bool, device=prompt.device)
+    for i in range(max_new_tokens):
+        nxt = sample_next(logits, temperature, top_k, generator)
+        if eos is not None:
+            nxt = torch.where(done, torch.full_like(nxt, eos), nxt)
+            done |= nxt == eos
+        tokens.append(nxt[:, None])
+        chosen_by.append(logits)
+        if i == max_new_tokens - 1 or bool(done.all()):
+            break
+        memory = cache.state[:, None] if feedback else None
+        mask = torch.ones(B, 1, dtype=torch.bool, device=prompt.device) if feedback else None
+        step = model.step(nxt[:, None], memory=memory, memory_mask=mask,
+                          positions=torch.tensor([P + i], device=prompt.device), kv=cache)
+        cache.state, logits = step.memory[:, -1], step.logits[:, -1]
+    out_tokens = torch.cat(tokens, dim=1)
+    if return_logits:
+        empty = torch.empty(B, 0, model.config.vocab_size, device=prompt.device)
+        return out_tokens, torch.stack(chosen_by, dim=1) if chosen_by else empty
+    return out_tokens

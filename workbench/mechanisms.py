@@ -1,0 +1,173 @@
+"""Latent-feedback mechanisms: where the memory is read and how it is consumed.
+
+Both papers are one pattern: token t reads a memory vector ``m_{t-1}`` that position t-1
+produced. A mechanism decides three things, and the backbone calls it at three named points:
+
+- **read** (``source_layer``): which depth becomes the memory. The memory is always the RMS-normed
+  state at that depth, so its scale is O(1) whatever the depth (for the top this is exactly the
+  final norm the readout uses);
+- **input** (``fuse_input``): how the memory enters the input vector (FBT's GLU fusion);
+- **block** (``inject_residual``, ``inject_kv``): how it enters each block's residual stream and
+  attention keys/values (LRT).
+
+How a whole sequence is computed when every position needs its predecessor's memory is not the
+mechanism's business: that is a *schedule* (``schedules.py``). A mechanism sees a ``Feedback``: the
+memory each query position reads, and a mask of the positions that read any memory at all.
+
+Mechanisms:
+- ``NoFeedback`` ("none"): the baseline; every point is the identity.
+- ``LRT`` ("lrt"): gated recurrent K/V projection (shared or per layer) and residual injection
+  ``alpha_l * x + gamma_l * m`` (LRT paper and its public code).
+- ``FBT`` ("fbt"): ``u_t = RMSNorm((W_U m) * sigmoid(W_G RMSNorm(e_t)))`` (FBT paper): the state on
+  the value path, the token only gates it, with uniform jitter on the carried state in training.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import ModelConfig
+
+
+def norm(x: torch.Tensor) -> torch.Tensor:
+    """RMSNorm without learnable parameters."""
+    return F.rms_norm(x, (x.size(-1),))
+
+
+@dataclass
+class Feedback:
+    """What the positions of one forward read: ``memory[:, i]`` is ``m_{t_i - 1}``.
+
+    ``memory`` None means no position reads memory (a plain pass). ``mask`` (B, T) bool marks the
+    positions that read it; the others are *plain* (position 0, a prompt, a plain prefix).
+    """
+
+    memory: torch.Tensor | None = None
+    mask: torch.Tensor | None = None
+
+    def masked_memory(self) -> torch.Tensor | None:
+        """Memory with plain positions zeroed (what an additive injection should see)."""
+        if self.memory is None:
+            return None
+        if self.mask is None:
+            return self.memory
+        return self.memory * self.mask.unsqueeze(-1).to(self.memory.dtype)
+
+
+def uniform_init_(weight: torch.Tensor) -> None:
+    """nanochat's matrix init: uniform with the variance of N(0, 1/fan_in)."""
+    bound = math.sqrt(3.0) / math.sqrt(weight.size(1))
+    with torch.no_grad():
+        weight.uniform_(-bound, bound)
+
+
+class NoFeedback(nn.Module):
+    """The baseline: reads the top state (so schedules can report it) and consumes nothing."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.source_layer = -1
+
+    def init_weights(self) -> None:
+        pass
+
+    def fuse_input(self, embedded: torch.Tensor, feedback: Feedback) -> torch.Tensor:
+        return embedded
+
+    def inject_residual(self, layer: int, x: torch.Tensor, feedback: Feedback) -> torch.Tensor:
+        return x
+
+    def inject_kv(self, layer: int, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                  feedback: Feedback) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        return k, v, None
+
+
+class LRT(NoFeedback):
+    """Latent Recurrent Transformer memory: gated K/V projection plus residual injection."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__(config)
+        self.config = config
+        self.source_layer = config.lrt_source_layer
+        self.kv_heads, self.head_dim = config.kv_heads, config.head_dim
+        self.gate_channels = config.gate_channels
+        if "kv" in config.lrt_inject:
+            n_proj = 1 if config.lrt_projection == "shared" else config.n_layer
+            self.rec_k = nn.ModuleList(nn.Linear(config.n_embd, config.kv_dim, bias=False) for _ in range(n_proj))
+            self.rec_v = nn.ModuleList(nn.Linear(config.n_embd, config.kv_dim, bias=False) for _ in range(n_proj))
+            # per layer: gate_local and gate_feedback for every kv head, from the first C channels
+            self.gates = nn.ModuleList(nn.Linear(self.gate_channels, 2 * self.kv_heads, bias=False)
+                                       for _ in range(config.n_layer))
+        if "residual" in config.lrt_inject:
+            self.alpha = nn.Parameter(torch.ones(config.n_layer))
+            self.gamma = nn.Parameter(torch.full((config.n_layer,), float(config.lrt_gamma_init)))
+
+    def init_weights(self) -> None:
+        """Zero projections and gates (gates = 2*sigmoid(0) = 1): with gamma=0 the model starts as the baseline."""
+        with torch.no_grad():
+            if "kv" in self.config.lrt_inject:
+                for lin in [*self.rec_k, *self.rec_v, *self.gates]:
+                    lin.weight.zero_()
+            if "residual" in self.config.lrt_inject:
+                self.alpha.fill_(1.0)
+                self.gamma.fill_(self.config.lrt_gamma_init)
+
+    def inject_residual(self, layer: int, x: torch.Tensor, feedback: Feedback) -> torch.Tensor:
+        if "residual" not in self.config.lrt_inject:
+            return x
+        m = feedback.masked_memory()
+        x = self.alpha[layer] * x
+        return x if m is None else x + self.gamma[layer] * m
+
+    def inject_kv(self, layer: int, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                  feedback: Feedback) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        if "kv" not in self.config.lrt_inject:
+            return k, v, None
+        B, T = x.shape[:2]
+        gates = 2.0 * torch.sigmoid(self.gates[layer](x[..., : self.gate_channels]))
+        gates = gates.view(B, T, 2, self.kv_heads, 1)
+        g_local, g_feedback = gates[:, :, 0], gates[:, :, 1]
+        k, v = g_local * k, g_local * v
+        m = feedback.masked_memory()
+        if m is not None:  # zero memory contributes nothing, so a plain pass skips the projection
+            proj = 0 if len(self.rec_k) == 1 else layer
+            k = k + g_feedback * self.rec_k[proj](m).view(B, T, self.kv_heads, self.head_dim)
+            v = v + g_feedback * self.rec_v[proj](m).view(B, T, self.kv_heads, self.head_dim)
+        return k, v, gates
+
+
+class FBT(NoFeedback):
+    """Full-Bandwidth Transformer latent feedback: GLU fusion of the top state with the token."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__(config)
+        self.jitter = config.fbt_jitter
+        self.W_U = nn.Linear(config.n_embd, config.n_embd, bias=False)  # value path: the carried state
+        self.W_G = nn.Linear(config.n_embd, config.n_embd, bias=False)  # gate path: the token
+
+    def init_weights(self) -> None:
+        uniform_init_(self.W_U.weight)
+        uniform_init_(self.W_G.weight)
+
+    def fuse_input(self, embedded: torch.Tensor, feedback: Feedback) -> torch.Tensor:
+        if feedback.memory is None:
+            return embedded
+        m = feedback.memory
+        if self.training and self.jitter > 0:
+            m = m + torch.empty_like(m).uniform_(-self.jitter, self.jitter)
+        fused = norm(self.W_U(m) * torch.sigmoid(self.W_G(embedded)))
+        if feedback.mask is None:
+            return fused
+        return torch.where(feedback.mask.unsqueeze(-1), fused, embedded)
+
+
+MECHANISM_CLASSES: dict[str, type[NoFeedback]] = {"none": NoFeedback, "lrt": LRT, "fbt": FBT}
+
+
+def build_mechanism(config: ModelConfig) -> NoFeedback:
+    return MECHANISM_CLASSES[config.mechanism](config)

@@ -1,0 +1,281 @@
+"""The GPT backbone every mechanism and schedule shares (nanochat-style).
+
+Notable features:
+- rotary position embeddings computed from *absolute positions* on every call, so a full pass, a
+  KV-cache step and an interleaved refinement of a strided subset all see identical angles;
+- QK-norm; RMSNorm without learnable parameters; ReLU² MLP; no biases anywhere;
+- untied input embedding and readout by default (``tie_embeddings`` shares them; FBT needs it);
+- optional logit soft-cap ``c * tanh(logits / c)``;
+- ``F.scaled_dot_product_attention`` with GQA, against either the current tokens (causal) or a
+  key/value store (``kv_cache.KVCache`` / ``KVBuffer``) under a position-aware mask;
+- three mechanism points — *read* the memory, fuse it into the *input*, inject it in each *block* —
+  that are identities for ``mechanism="none"`` (see ``mechanisms.py``);
+- TransformerLens-style ``HookPoint``s: ``hook_embed``, ``hook_input`` (depth 0, after fusion),
+  ``blocks.{l}.hook_resid_pre/mid/post``, ``blocks.{l}.attn.hook_q/k/v/pattern/gate``,
+  ``hook_memory``, ``hook_final``.
+
+``model(idx)`` is one plain pass with no feedback; ``model.step(...)`` is the general forward the
+schedules and the decoder build on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import ModelConfig
+from .hooks import HookPoint, name_hook_points
+from .kv_cache import KVCache, Mask
+from .mechanisms import Feedback, NoFeedback, build_mechanism, norm, uniform_init_
+
+# The LRT paper's d20 baseline (arXiv 2605.26797): its reported size, which includes value
+# embeddings our lean backbone does not carry. Used only to restate the paper's overhead ratio.
+PAPER_D20_BASELINE_PARAMS = 1.3e9
+
+
+def rotary(positions: torch.Tensor, head_dim: int, base: float,
+           dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of shape (T, head_dim/2) for absolute positions."""
+    work = torch.float64 if dtype == torch.float64 else torch.float32
+    inv_freq = base ** (-torch.arange(0, head_dim, 2, device=positions.device, dtype=work) / head_dim)
+    angles = positions.to(work)[:, None] * inv_freq[None, :]
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate pairs (x1, x2) of the two halves of the head dimension; x is (B, T, H, hd)."""
+    d = x.size(-1) // 2
+    x1, x2 = x[..., :d], x[..., d:]
+    cos, sin = cos[None, :, None, :], sin[None, :, None, :]
+    return torch.cat([x1 * cos + x2 * sin, x2 * cos - x1 * sin], dim=-1)
+
+
+@dataclass
+class Context:
+    """Everything one forward shares across blocks."""
+
+    positions: torch.Tensor  # (T,) absolute positions of the tokens being computed
+    cos: torch.Tensor
+    sin: torch.Tensor
+    feedback: Feedback
+    mechanism: NoFeedback
+    kv: KVCache | object | None  # a store with ``update(layer, k, v, positions)``, or None
+
+
+@dataclass
+class StepOutput:
+    """Result of one forward over some positions."""
+
+    logits: torch.Tensor  # (B, T, V)
+    memory: torch.Tensor  # (B, T, D) the memory each position produced (normed state at the source depth)
+    top: torch.Tensor  # (B, T, D) top state before the final norm
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, config: ModelConfig, layer: int) -> None:
+        super().__init__()
+        self.layer = layer
+        self.n_head, self.kv_heads, self.head_dim = config.n_head, config.kv_heads, config.head_dim
+        self.c_q = nn.Linear(config.n_embd, config.n_head * config.head_dim, bias=False)
+        self.c_k = nn.Linear(config.n_embd, config.kv_dim, bias=False)
+        self.c_v = nn.Linear(config.n_embd, config.kv_dim, bias=False)
+        self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=False)
+        self.hook_q, self.hook_k, self.hook_v = HookPoint(), HookPoint(), HookPoint()
+        self.hook_gate = HookPoint()  # LRT gates (B, T, 2, kv_heads, 1): local, feedback
+        self.hook_pattern = HookPoint()  # (B, H, Tq, Tk); computed only when a hook asks for it
+
+    def forward(self, x: torch.Tensor, ctx: Context) -> torch.Tensor:
+        B, T, _ = x.shape
+        q = self.c_q(x).view(B, T, self.n_head, self.head_dim)
+        k = self.c_k(x).view(B, T, self.kv_heads, self.head_dim)
+        v = self.c_v(x).view(B, T, self.kv_heads, self.head_dim)
+        k, v, gates = ctx.mechanism.inject_kv(self.layer, x, k, v, ctx.feedback)
+        if gates is not None:
+            self.hook_gate(gates)
+        q = apply_rotary(norm(q), ctx.cos, ctx.sin)
+        k = apply_rotary(norm(k), ctx.cos, ctx.sin)
+        q, k, v = (self.hook_q(q.transpose(1, 2)), self.hook_k(k.transpose(1, 2)), self.hook_v(v.transpose(1, 2)))
+        mask: Mask = "causal"
+        if ctx.kv is not None:
+            k, v, mask = ctx.kv.update(self.layer, k, v, ctx.positions)
+        y = self._attend(q, k, v, mask)
+        return self.c_proj(y.transpose(1, 2).reshape(B, T, -1))
+
+    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Mask) -> torch.Tensor:
+        gqa = self.kv_heads != self.n_head
+        if isinstance(mask, str):
+            mask = torch.ones(q.size(2), k.size(2), dtype=torch.bool, device=q.device).tril()
+            if not self.hook_pattern.active:
+                return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+        if not self.hook_pattern.active:
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
+        if gqa:
+            k = k.repeat_interleave(self.n_head // self.kv_heads, dim=1)
+            v = v.repeat_interleave(self.n_head // self.kv_heads, dim=1)
+        scores = q @ k.transpose(-1, -2) / self.head_dim ** 0.5
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        pattern = self.hook_pattern(scores.softmax(dim=-1))
+        return pattern @ v
+
+
+class MLP(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=False)
+        self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.c_proj(F.relu(self.c_fc(x)).square())
+
+
+class Block(nn.Module):
+    def __init__(self, config: ModelConfig, layer: int) -> None:
+        super().__init__()
+        self.layer = layer
+        self.attn = CausalSelfAttention(config, layer)
+        self.mlp = MLP(config)
+        self.hook_resid_pre, self.hook_resid_mid, self.hook_resid_post = HookPoint(), HookPoint(), HookPoint()
+
+    def forward(self, x: torch.Tensor, ctx: Context) -> torch.Tensor:
+        x = self.hook_resid_pre(ctx.mechanism.inject_residual(self.layer, x, ctx.feedback))
+        x = self.hook_resid_mid(x + self.attn(norm(x), ctx))
+        return self.hook_resid_post(x + self.mlp(norm(x)))
+
+
+class GPT(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.wte = nn.Embedding(config.vocab_size, config.n_embd)
+        self.blocks = nn.ModuleList(Block(config, layer) for layer in range(config.n_layer))
+        self.mechanism = build_mechanism(config)
+        self.lm_head = None if config.tie_embeddings else nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        self.hook_embed, self.hook_input = HookPoint(), HookPoint()
+        self.hook_memory, self.hook_final = HookPoint(), HookPoint()
+        name_hook_points(self)
+
+    # ------------------------------------------------------------------ init
+    def init_weights(self) -> None:
+        """Every init choice in one place (works after ``to_empty`` from the meta device).
+
+        Embedding N(0, 1) (N(0, 1/D) when tied, so tied logits start O(1)); readout N(0, 0.001);
+        attention and MLP input matrices uniform with variance 1/D; both output projections zero,
+        so every block starts as the identity; the mechanism's own init (LRT: zero projections and
+        gates of 1, gamma as configured; FBT: uniform fusion matrices).
+        """
+        D = self.config.n_embd
+        with torch.no_grad():
+            self.wte.weight.normal_(0.0, D ** -0.5 if self.config.tie_embeddings else 1.0)
+            if self.lm_head is not None:
+                self.lm_head.weight.normal_(0.0, 0.001)
+            for block in self.blocks:
+                for lin in (block.attn.c_q, block.attn.c_k, block.attn.c_v, block.mlp.c_fc):
+                    uniform_init_(lin.weight)
+                block.attn.c_proj.weight.zero_()
+                block.mlp.c_proj.weight.zero_()
+        self.mechanism.init_weights()
+
+    # ------------------------------------------------------------------ forward
+    @property
+    def readout_weight(self) -> torch.Tensor:
+        return self.wte.weight if self.lm_head is None else self.lm_head.weight
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        """One plain pass with no feedback: logits (B, T, V)."""
+        return self.step(idx).logits
+
+    def step(self, idx: torch.Tensor, *, memory: torch.Tensor | None = None,
+             memory_mask: torch.Tensor | None = None, positions: torch.Tensor | None = None,
+             kv: KVCache | object | None = None) -> StepOutput:
+        """The general forward over tokens ``idx`` (B, T) at absolute ``positions`` (default 0..T-1).
+
+        ``memory`` (B, T, D): the memory each position reads (already shifted: ``m_{t-1}``);
+        ``memory_mask`` (B, T) bool: positions that read it (others are plain). ``kv``: a key/value
+        store to write this chunk's keys/values into and attend against (None = causal self-attention
+        over ``idx`` alone).
+        """
+        B, T = idx.shape
+        if positions is None:
+            positions = torch.arange(T, device=idx.device)
+        elif positions.numel() != T:
+            raise ValueError(f"positions has {positions.numel()} entries, expected T={T}")
+        dtype = self.wte.weight.dtype
+        cos, sin = rotary(positions, self.config.head_dim, self.config.rope_base, dtype)
+        ctx = Context(positions, cos, sin, Feedback(memory, memory_mask), self.mechanism, kv)
+        x = self.hook_embed(norm(self.wte(idx)))
+        x = self.hook_input(self.mechanism.fuse_input(x, ctx.feedback))
+        memory_out = None
+        source = self.mechanism.source_layer
+        for block in self.blocks:
+            x = block(x, ctx)
+            if block.layer == source:
+                memory_out = norm(x)
+        if kv is not None:
+            kv.advance(T)
+        final = self.hook_final(norm(x))
+        memory_out = self.hook_memory(final if memory_out is None else memory_out)
+        logits = F.linear(final, self.readout_weight)
+        cap = self.config.logit_softcap
+        if cap > 0:
+            logits = cap * torch.tanh(logits / cap)
+        return StepOutput(logits=logits, memory=memory_out, top=x)
+
+    def new_kv_cache(self, batch: int, max_len: int) -> KVCache:
+        """An empty KV cache sized for ``max_len`` positions, on the model's device and dtype."""
+        w = self.wte.weight
+        c = self.config
+        return KVCache(c.n_layer, batch, c.kv_heads, max_len, c.head_dim, device=w.device, dtype=w.dtype)
+
+    # ------------------------------------------------------------------ accounting
+    def num_params_by_group(self) -> dict[str, int]:
+        """Parameter counts: embedding, blocks, mechanism, readout (0 when tied), total."""
+        counts = {
+            "embedding": self.wte.weight.numel(),
+            "blocks": sum(p.numel() for p in self.blocks.parameters()),
+            "mechanism": sum(p.numel() for p in self.mechanism.parameters()),
+            "readout": 0 if self.lm_head is None else self.lm_head.weight.numel(),
+        }
+        counts["total"] = sum(counts.values())
+        return counts
+
+    def num_params(self) -> int:
+        return self.num_params_by_group()["total"]
+
+    def flops_per_token(self, seq_len: int | None = None) -> float:
+        """Training FLOPs (forward + backward) per token of one full pass, nanochat's estimate.
+
+        ``6 * N`` for every matrix the token goes through (the embedding lookup is free, the readout
+        is a matrix), plus ``12 * L * D * T`` for attention scores and values over ``T`` keys.
+        """
+        c = self.config
+        T = c.seq_len if seq_len is None else seq_len
+        groups = self.num_params_by_group()
+        matmul = groups["blocks"] + groups["mechanism"] + (self.wte.weight.numel() if self.lm_head is None
+                                                          else groups["readout"])
+        return 6.0 * matmul + 12.0 * c.n_layer * c.n_embd * T
+
+    def parameter_groups(self) -> dict[str, list[nn.Parameter]]:
+        """Parameters by optimiser role: hidden ``matrices`` (Muon), ``embedding``, ``readout``, ``scalars``."""
+        groups: dict[str, list[nn.Parameter]] = {"matrices": [], "embedding": [self.wte.weight],
+                                                 "readout": [], "scalars": []}
+        if self.lm_head is not None:
+            groups["readout"].append(self.lm_head.weight)
+        for p in [*self.blocks.parameters(), *self.mechanism.parameters()]:
+            groups["matrices" if p.ndim == 2 else "scalars"].append(p)
+        return groups
+
+
+def build_model(config: ModelConfig, device: torch.device | str | None = None,
+                dtype: torch.dtype | None = None) -> GPT:
+    """Build on the meta device (no memory touched), materialise on ``device``, then init."""
+    with torch.device("meta"):
+        model = GPT(config)
+    model.to_empty(device=device or "cpu")
+    model.init_weights()
+    if dtype is not None:
+        model.to(dtype=dtype)
+    return model

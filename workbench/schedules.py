@@ -1,0 +1,222 @@
+"""Schedules: how a whole sequence is computed when every position reads its predecessor's memory.
+
+Every mechanism runs under every schedule (for ``mechanism="none"`` the memory is simply unused):
+
+- ``single``: one plain pass, no feedback (memory is absent everywhere).
+- ``sequential``: exact. Token by token through the KV cache, the memory carried from one step to
+  the next — the ground truth and the decoding path.
+- ``multipass(passes=K)``: Jacobi. Pass 1 is plain; pass k reads pass k-1's memory shifted right by
+  one. A causal system, so pass k is exact for the first k positions and ``K = T`` is exact (FBT's
+  training objective).
+- ``interleaved(subsets=S)``: Gauss–Seidel over strided subsets (LRT's training). An init pass
+  fills a buffer of every layer's K/V and of the memory; subset s (``t % S == s``) is recomputed
+  against the buffer with the latest shifted memory, and its K/V and memory are written back
+  without detach. ``S = T`` is exact.
+- ``blockwise(block=B)``: contiguous blocks in order through the KV cache; only the first position
+  of a block reads memory (from the previous block's last position). The coarse control of the LRT
+  paper; ``B = 1`` is ``sequential`` and ``B = T`` is ``single``.
+
+Each returns a ``ScheduleOutput`` whose ``loss(targets)`` is that schedule's training objective
+(multi-pass: ``NTP_1 + lambda * mean_{k>=2} NTP_k``; interleaved: the mean over the 1 + S passes).
+``schedule_flops`` counts the work each one really does, for comparisons at matched compute.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from .kv_cache import KVBuffer, KVCache
+from .model import GPT, StepOutput
+
+SCHEDULES = ("single", "sequential", "multipass", "interleaved", "blockwise")
+
+
+@dataclass
+class ScheduleOutput:
+    """A schedule's result: the final estimate plus every pass it made."""
+
+    logits: torch.Tensor  # (B, T, V) final estimate at every position
+    pass_logits: list[torch.Tensor]  # one per pass or refinement, over ``pass_positions[i]``
+    memory: torch.Tensor  # (B, T, D) the memory each position produced (final estimate)
+    pass_positions: list[torch.Tensor | None] = field(default_factory=list)  # None = every position
+    loss_weights: list[float] = field(default_factory=list)  # how pass losses combine into the objective
+    schedule: str = ""
+
+    def pass_losses(self, targets: torch.Tensor, ignore_index: int = -1) -> list[torch.Tensor]:
+        """Next-token cross-entropy of each pass over the positions it computed."""
+        losses = []
+        for logits, pos in zip(self.pass_logits, self.pass_positions):
+            tgt = targets if pos is None else targets[:, pos]
+            losses.append(F.cross_entropy(logits.flatten(0, 1).float(), tgt.flatten(), ignore_index=ignore_index))
+        return losses
+
+    def loss(self, targets: torch.Tensor, ignore_index: int = -1) -> torch.Tensor:
+        """The schedule's training objective (weighted sum of its pass losses)."""
+        losses = self.pass_losses(targets, ignore_index)
+        return sum(w * loss for w, loss in zip(self.loss_weights, losses))
+
+
+def _check_range(name: str, value: int, lo: int, hi: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise ValueError(f"{name}={value!r} is invalid: must be an int in [{lo}, {hi}]")
+
+
+def shift_right(memory: torch.Tensor) -> torch.Tensor:
+    """``m_{t-1}`` aligned with position t; position 0 reads zeros."""
+    return F.pad(memory[:, :-1], (0, 0, 1, 0))
+
+
+def feedback_mask(batch: int, seq_len: int, plain_prefix: int | torch.Tensor = 0,
+                  device: torch.device | str | None = None) -> torch.Tensor:
+    """(B, T) bool: positions that read memory. Position 0 never does; nor do the first ``plain_prefix``.
+
+    ``plain_prefix`` is an int or a (B,) tensor (FBT's prefix mix-in draws one per sequence).
+    """
+    t = torch.arange(seq_len, device=device)
+    prefix = torch.as_tensor(plain_prefix, device=device).clamp(min=1)
+    if prefix.ndim == 0:
+        prefix = prefix.expand(batch)
+    return t[None, :] >= prefix[:, None]
+
+
+def single(model: GPT, idx: torch.Tensor) -> ScheduleOutput:
+    """One plain pass: no position reads memory."""
+    out = model.step(idx)
+    return ScheduleOutput(out.logits, [out.logits], out.memory, [None], [1.0], "single")
+
+
+def _chunked(model: GPT, idx: torch.Tensor, chunk: int, plain_prefix: int | torch.Tensor,
+             name: str, cache: KVCache | None = None) -> ScheduleOutput:
+    """Process contiguous chunks in order through a KV cache, carrying the memory between chunks."""
+    B, T = idx.shape
+    cache = cache if cache is not None else model.new_kv_cache(B, T)
+    reads = feedback_mask(B, T, plain_prefix, idx.device)
+    logits, memory = [], []
+    for start in range(0, T, chunk):
+        stop = min(start + chunk, T)
+        mem_in = mask = None
+        if cache.state is not None:  # only the chunk's first position has its predecessor's memory
+            mem_in = F.pad(cache.state[:, None], (0, 0, 0, stop - start - 1))
+            mask = torch.zeros(B, stop - start, dtype=torch.bool, device=idx.device)
+            mask[:, 0] = reads[:, start]
+        out = model.step(idx[:, start:stop], memory=mem_in, memory_mask=mask,
+                         positions=torch.arange(start, stop, device=idx.device), kv=cache)
+        cache.state = out.memory[:, -1]
+        logits.append(out.logits)
+        memory.append(out.memory)
+    logits_all = torch.cat(logits, dim=1)
+    return ScheduleOutput(logits_all, [logits_all], torch.cat(memory, dim=1), [None], [1.0], name)
+
+
+def sequential(model: GPT, idx: torch.Tensor, plain_prefix: int | torch.Tensor = 0,
+               cache: KVCache | None = None) -> ScheduleOutput:
+    """Exact recurrence: one forward per token through the KV cache, the memory carried along.
+
+    ``plain_prefix``: the first positions read no memory (a prompt prefilled plainly).
+    """
+    return _chunked(model, idx, 1, plain_prefix, "sequential", cache)
+
+
+def blockwise(model: GPT, idx: torch.Tensor, block: int, plain_prefix: int | torch.Tensor = 0) -> ScheduleOutput:
+    """Contiguous blocks in order; memory crosses block boundaries only."""
+    _check_range("block", block, 1, idx.size(1))
+    return _chunked(model, idx, block, plain_prefix, "blockwise")
+
+
+def iterate_passes(model: GPT, idx: torch.Tensor, plain_prefix: int | torch.Tensor = 0,
+                   passes: int | None = None) -> Iterator[StepOutput]:
+    """Jacobi passes, yielded one at a time (``passes=None``: endlessly), so analysis can stream them."""
+    B, T = idx.shape
+    reads = feedback_mask(B, T, plain_prefix, idx.device)
+    memory = None
+    k = 0
+    while passes is None or k < passes:
+        out = model.step(idx, memory=None if memory is None else shift_right(memory), memory_mask=reads)
+        memory = out.memory
+        k += 1
+        yield out
+
+
+def multipass(model: GPT, idx: torch.Tensor, passes: int, plain_prefix: int | torch.Tensor = 0,
+              aux_weight: float = 1.0, cache: KVCache | None = None) -> ScheduleOutput:
+    """Jacobi iteration: pass 1 plain, pass k reads pass k-1's memory shifted by one position.
+
+    Objective ``NTP_1 + aux_weight * mean_{k>=2} NTP_k`` (FBT), no detach between passes. With
+    ``cache``, the last pass also writes its keys/values and final memory into it (fused prefill).
+    """
+    _check_range("passes", passes, 1, 1_000_000)
+    B, T = idx.shape
+    outs = list(iterate_passes(model, idx, plain_prefix, passes - 1))
+    reads = feedback_mask(B, T, plain_prefix, idx.device)
+    memory_in = None if not outs else shift_right(outs[-1].memory)
+    last = model.step(idx, memory=memory_in, memory_mask=reads, kv=cache)
+    if cache is not None:
+        cache.state = last.memory[:, -1]
+    outs.append(last)
+    weights = [1.0] + ([aux_weight / (passes - 1)] * (passes - 1) if passes > 1 else [])
+    return ScheduleOutput(last.logits, [o.logits for o in outs], last.memory, [None] * passes, weights,
+                          "multipass")
+
+
+def interleaved(model: GPT, idx: torch.Tensor, subsets: int, plain_prefix: int | torch.Tensor = 0) -> ScheduleOutput:
+    """Init pass, then S strided subsets refined in order against a shared K/V/memory buffer."""
+    B, T = idx.shape
+    _check_range("subsets", subsets, 1, T)
+    reads = feedback_mask(B, T, plain_prefix, idx.device)
+    buffer = KVBuffer(model.config.n_layer)
+    init = model.step(idx, kv=buffer)
+    memory, logits = init.memory, init.logits
+    pass_logits, pass_positions = [init.logits], [None]
+    for s in range(subsets):
+        pos = torch.arange(s, T, subsets, device=idx.device)
+        out = model.step(idx[:, pos], memory=shift_right(memory)[:, pos], memory_mask=reads[:, pos],
+                         positions=pos, kv=buffer)
+        memory = memory.index_copy(1, pos, out.memory)
+        logits = logits.index_copy(1, pos, out.logits)
+        pass_logits.append(out.logits)
+        pass_positions.append(pos)
+    weights = [1.0 / (subsets + 1)] * (subsets + 1)
+    return ScheduleOutput(logits, pass_logits, memory, pass_positions, weights, "interleaved")
+
+
+def run(model: GPT, idx: torch.Tensor, schedule: str = "single", *, passes: int = 2, subsets: int = 2,
+        block: int = 32, plain_prefix: int | torch.Tensor = 0, aux_weight: float = 1.0) -> ScheduleOutput:
+    """Run a schedule by name, with its own parameter taken from the keyword arguments."""
+    if schedule == "single":
+        return single(model, idx)
+    if schedule == "sequential":
+        return sequential(model, idx, plain_prefix)
+    if schedule == "multipass":
+        return multipass(model, idx, passes, plain_prefix, aux_weight)
+    if schedule == "interleaved":
+        return interleaved(model, idx, subsets, plain_prefix)
+    if schedule == "blockwise":
+        return blockwise(model, idx, min(block, idx.size(1)), plain_prefix)
+    raise ValueError(f"schedule={schedule!r} is invalid: must be one of {SCHEDULES}")
+
+
+def pass_equivalents(schedule: str, passes: int = 2, subsets: int = 2) -> float:
+    """How many full passes of work a schedule does per sequence.
+
+    Every position goes through the whole stack once per pass: ``multipass`` does K passes;
+    ``interleaved`` an init pass plus one refinement of every position (each subset attends to the
+    full-length buffer, so attention work is a full pass too): 2, whatever S; ``sequential`` and
+    ``blockwise`` compute each position once.
+    """
+    if schedule == "multipass":
+        return float(passes)
+    if schedule == "interleaved":
+        return 2.0
+    if schedule in SCHEDULES:
+        return 1.0
+    raise ValueError(f"schedule={schedule!r} is invalid: must be one of {SCHEDULES}")
+
+
+def schedule_flops(model: GPT, schedule: str, batch: int, seq_len: int, passes: int = 2,
+                   subsets: int = 2) -> float:
+    """Training FLOPs (forward + backward) of one batch under a schedule."""
+    return pass_equivalents(schedule, passes, subsets) * model.flops_per_token(seq_len) * batch * seq_len
