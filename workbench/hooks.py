@@ -26,6 +26,12 @@ class HookPoint(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x
 
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        # Skip nn.Module's call machinery when nothing listens: decoding calls dozens per token.
+        if self._forward_hooks or self._forward_pre_hooks:
+            return super().__call__(x)
+        return x
+
     @property
     def active(self) -> bool:
         """True when a hook is attached: lets costly optional activations be computed only on request."""

@@ -38,19 +38,23 @@ PAPER_D20_BASELINE_PARAMS = 1.3e9
 
 def rotary(positions: torch.Tensor, head_dim: int, base: float,
            dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin of shape (T, head_dim/2) for absolute positions."""
+    """Tables for ``apply_rotary`` at absolute positions: ``cos`` (T, hd) and ``sin`` (T, hd) with the
+    sign of the rotation folded into its first half."""
     work = torch.float64 if dtype == torch.float64 else torch.float32
     inv_freq = base ** (-torch.arange(0, head_dim, 2, device=positions.device, dtype=work) / head_dim)
     angles = positions.to(work)[:, None] * inv_freq[None, :]
-    return angles.cos().to(dtype), angles.sin().to(dtype)
+    cos, sin = angles.cos(), angles.sin()
+    return torch.cat([cos, cos], dim=-1).to(dtype), torch.cat([sin, -sin], dim=-1).to(dtype)
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate pairs (x1, x2) of the two halves of the head dimension; x is (B, T, H, hd)."""
+    """Rotate the pairs (x1, x2) formed by the two halves of the head dimension; x is (B, T, H, hd).
+
+    ``(x1, x2) -> (x1 cos + x2 sin, x2 cos - x1 sin)``, written as ``x * cos + swap(x) * sin``.
+    """
     d = x.size(-1) // 2
-    x1, x2 = x[..., :d], x[..., d:]
-    cos, sin = cos[None, :, None, :], sin[None, :, None, :]
-    return torch.cat([x1 * cos + x2 * sin, x2 * cos - x1 * sin], dim=-1)
+    swapped = torch.cat([x[..., d:], x[..., :d]], dim=-1)
+    return x * cos[None, :, None, :] + swapped * sin[None, :, None, :]
 
 
 @dataclass
@@ -267,6 +271,21 @@ class GPT(nn.Module):
         for p in [*self.blocks.parameters(), *self.mechanism.parameters()]:
             groups["matrices" if p.ndim == 2 else "scalars"].append(p)
         return groups
+
+
+D20_SHAPE = dict(vocab_size=65536, n_layer=20, n_head=10, n_embd=1280, seq_len=2048)  # nanochat d20
+
+
+def mechanism_overhead(config: ModelConfig) -> dict[str, float]:
+    """Parameters a mechanism adds over the same backbone without it, counted on the meta device.
+
+    ``baseline_params`` keeps the embedding tying of ``config`` (FBT's baseline is the tied model).
+    """
+    base = build_model(config.replace(mechanism="none"), device="meta").num_params()
+    total = build_model(config, device="meta").num_params()
+    extra = total - base
+    return {"baseline_params": base, "params": total, "extra_params": extra, "extra_fraction": extra / base,
+            "extra_fraction_of_paper_d20": extra / PAPER_D20_BASELINE_PARAMS}
 
 
 def build_model(config: ModelConfig, device: torch.device | str | None = None,

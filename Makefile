@@ -1,0 +1,42 @@
+# The README's commands. Every target creates .venv on first use, so a fresh clone needs only
+# Python 3.10+ and make. torch is pinned to the CPU wheel this kind of machine carries; a GPU user
+# installs a CUDA build first (see README), and `make` then leaves it alone.
+PYTHON ?= python3
+VENV ?= .venv
+TORCH_SPEC ?= torch==2.13.0
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+PORT ?= 8888
+NBVAL := --nbval-lax --sanitize-with tests/nbval_sanitize.cfg
+
+.PHONY: install lab lab-headless test test-fast notebooks-test bench report screens clean
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip show torch >/dev/null 2>&1 || $(PY) -m pip install -q "$(TORCH_SPEC)"
+	$(PY) -m pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+## JupyterLab on notebooks/ (NO_BROWSER=1 for a server without a browser)
+lab: install
+	$(VENV)/bin/jupyter lab --notebook-dir=notebooks $(if $(NO_BROWSER),--no-browser --ip=127.0.0.1 --port=$(PORT),)
+
+lab-headless:
+	$(MAKE) lab NO_BROWSER=1
+
+## ruff, the unit/invariant/end-to-end tests, then the notebooks under nbval
+test: install
+	$(VENV)/bin/ruff check workbench tests
+	$(PY) -m pytest tests $(if $(wildcard notebooks/*.ipynb),notebooks $(NBVAL),)
+
+test-fast: install
+	$(PY) -m pytest tests -m "not slow"
+
+bench: install
+	$(PY) -m workbench bench
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache reports

@@ -1,0 +1,111 @@
+"""Backbone: KV-cache decoding equals a full forward; hooks, dtypes, meta init, accounting."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import perturbed_model, small_config
+
+import workbench as wb
+from workbench.hooks import hook_points
+
+
+@pytest.mark.parametrize("n_layer,n_head,n_kv_head,n_embd", [(1, 1, None, 8), (3, 4, None, 32), (2, 4, 2, 32)])
+@pytest.mark.parametrize("batch,length,prefill", [(1, 1, 1), (2, 9, 3), (3, 16, 1), (2, 12, 12)])
+def test_kv_cache_decoding_matches_full_forward(n_layer, n_head, n_kv_head, n_embd, batch, length, prefill):
+    cfg = small_config(n_layer=n_layer, n_head=n_head, n_kv_head=n_kv_head, n_embd=n_embd)
+    model = perturbed_model(cfg, seed=length)
+    idx = torch.randint(0, cfg.vocab_size, (batch, length))
+    full = model(idx)
+    cache = model.new_kv_cache(batch, length)
+    chunks = [model.step(idx[:, :prefill], kv=cache).logits]
+    for t in range(prefill, length):
+        chunks.append(model.step(idx[:, t:t + 1], positions=torch.tensor([t]), kv=cache).logits)
+    torch.testing.assert_close(torch.cat(chunks, dim=1), full, rtol=0, atol=1e-12)
+
+
+def test_kv_cache_refuses_overflow():
+    model = perturbed_model(small_config())
+    cache = model.new_kv_cache(1, 4)
+    model.step(torch.zeros(1, 4, dtype=torch.long), kv=cache)
+    with pytest.raises(ValueError, match="max_len=4"):
+        model.step(torch.zeros(1, 1, dtype=torch.long), positions=torch.tensor([4]), kv=cache)
+
+
+def test_positions_shift_rotary_consistently():
+    """Scores depend on relative position only: the same tokens at positions +5 give the same logits."""
+    model = perturbed_model(small_config())
+    idx = torch.randint(0, 23, (2, 7))
+    shifted = model.step(idx, positions=torch.arange(5, 12)).logits
+    torch.testing.assert_close(shifted, model(idx), rtol=0, atol=1e-10)
+
+
+def test_hook_names_are_stable_and_cover_every_depth():
+    model = wb.build_model(small_config("lrt"))
+    names = set(hook_points(model))
+    for expected in ["hook_embed", "hook_input", "hook_memory", "hook_final", "blocks.0.hook_resid_pre",
+                     "blocks.2.hook_resid_post", "blocks.1.attn.hook_pattern", "blocks.1.attn.hook_gate"]:
+        assert expected in names
+    assert all(model.get_submodule(n).name == n for n in names)
+
+
+def test_pattern_hook_matches_sdpa_and_can_intervene():
+    model = perturbed_model(small_config())
+    idx = torch.randint(0, 23, (2, 6))
+    seen = {}
+    with wb.hooks(model, {"blocks.1.attn.hook_pattern": lambda t, hook: seen.setdefault(hook.name, t)}):
+        logits = model(idx)
+    pattern = seen["blocks.1.attn.hook_pattern"]
+    assert pattern.shape == (2, 4, 6, 6)
+    torch.testing.assert_close(pattern.sum(-1), torch.ones(2, 4, 6, dtype=torch.float64))
+    assert torch.all(pattern.triu(1) == 0)
+    torch.testing.assert_close(logits, model(idx), rtol=0, atol=1e-12)
+    with wb.hooks(model, {"blocks.0.hook_resid_post": lambda t, hook: torch.zeros_like(t)}):
+        assert not torch.allclose(model(idx), logits)
+    with pytest.raises(ValueError, match="not a hook point"):
+        with wb.hooks(model, {"blocks.9.nope": lambda t, hook: None}):
+            pass
+
+
+def test_init_starts_blocks_as_identity_and_builds_on_meta():
+    cfg = small_config()
+    meta = wb.build_model(cfg, device="meta")
+    assert all(p.is_meta for p in meta.parameters())
+    model = wb.build_model(cfg)
+    idx = torch.randint(0, 23, (1, 5))
+    with torch.no_grad():
+        x = F.rms_norm(model.wte(idx), (cfg.n_embd,))
+        expected = F.linear(F.rms_norm(x, (cfg.n_embd,)), model.lm_head.weight)
+        expected = cfg.logit_softcap * torch.tanh(expected / cfg.logit_softcap)
+    torch.testing.assert_close(model(idx), expected)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_dtypes_run(dtype):
+    model = wb.build_model(small_config("fbt"), dtype=dtype)
+    out = wb.schedules.multipass(model, torch.randint(0, 23, (2, 5)), passes=2)
+    assert out.logits.dtype == dtype and torch.isfinite(out.logits.float()).all()
+
+
+def test_tied_embeddings_share_one_matrix():
+    untied, tied = wb.build_model(small_config()), wb.build_model(small_config(tie_embeddings=True))
+    assert untied.num_params() - tied.num_params() == 23 * 32
+    assert tied.num_params_by_group()["readout"] == 0
+
+
+def test_flops_per_token_counts_matrices_and_attention():
+    cfg = small_config()
+    model = wb.build_model(cfg)
+    groups = model.num_params_by_group()
+    expected = 6 * (groups["blocks"] + groups["readout"]) + 12 * cfg.n_layer * cfg.n_embd * cfg.seq_len
+    assert model.flops_per_token() == expected
+    assert model.flops_per_token(2 * cfg.seq_len) > expected
+
+
+def test_parameter_groups_partition_the_parameters():
+    model = wb.build_model(small_config("lrt"))
+    groups = model.parameter_groups()
+    listed = [id(p) for ps in groups.values() for p in ps]
+    assert sorted(listed) == sorted(id(p) for p in model.parameters())
+    assert all(p.ndim == 2 for p in groups["matrices"]) and all(p.ndim == 1 for p in groups["scalars"])

@@ -1,0 +1,212 @@
+"""The exact invariants that tie mechanisms and schedules together (float64, perturbed models)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import perturbed_model, small_config, variant_config
+
+import workbench as wb
+
+S = wb.schedules
+ATOL = 1e-11
+
+
+def _idx(cfg, batch=2, length=9, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, cfg.vocab_size, (batch, length), generator=g)
+
+
+def test_single_equals_sequential_for_baseline():
+    cfg = small_config()
+    model, idx = perturbed_model(cfg), _idx(cfg)
+    torch.testing.assert_close(S.sequential(model, idx).logits, S.single(model, idx).logits, rtol=0, atol=ATOL)
+
+
+def test_multipass_T_equals_sequential(variant):
+    cfg = variant_config(variant)
+    model, idx = perturbed_model(cfg), _idx(cfg)
+    ref = S.sequential(model, idx)
+    out = S.multipass(model, idx, passes=idx.size(1))
+    torch.testing.assert_close(out.logits, ref.logits, rtol=0, atol=ATOL)
+    torch.testing.assert_close(out.memory, ref.memory, rtol=0, atol=ATOL)
+
+
+def test_multipass_is_exact_on_the_first_k_positions_only():
+    """Jacobi on a causal system: pass k is exact for positions < k, and not yet beyond."""
+    cfg = variant_config("fbt")
+    model, idx = perturbed_model(cfg), _idx(cfg)
+    ref = S.sequential(model, idx).logits
+    for k in (1, 3, 5):
+        out = S.multipass(model, idx, passes=k).logits
+        torch.testing.assert_close(out[:, :k], ref[:, :k], rtol=0, atol=ATOL)
+        assert (out[:, k:] - ref[:, k:]).abs().max() > 1e-6
+
+
+def test_interleaved_T_equals_sequential(variant):
+    cfg = variant_config(variant)
+    model, idx = perturbed_model(cfg), _idx(cfg)
+    ref = S.sequential(model, idx)
+    out = S.interleaved(model, idx, subsets=idx.size(1))
+    torch.testing.assert_close(out.logits, ref.logits, rtol=0, atol=ATOL)
+    torch.testing.assert_close(out.memory, ref.memory, rtol=0, atol=ATOL)
+    assert len(out.pass_logits) == idx.size(1) + 1
+
+
+def test_interleaved_without_write_back_would_not_be_exact():
+    """Guard the test above: fewer subsets than positions is only an approximation."""
+    cfg = variant_config("lrt_shared_top")
+    model, idx = perturbed_model(cfg), _idx(cfg)
+    ref = S.sequential(model, idx).logits
+    assert (S.interleaved(model, idx, subsets=2).logits - ref).abs().max() > 1e-6
+
+
+def test_blockwise_limits(variant):
+    cfg = variant_config(variant)
+    model, idx = perturbed_model(cfg), _idx(cfg)
+    torch.testing.assert_close(S.blockwise(model, idx, block=1).logits, S.sequential(model, idx).logits,
+                               rtol=0, atol=ATOL)
+    torch.testing.assert_close(S.blockwise(model, idx, block=idx.size(1)).logits, S.single(model, idx).logits,
+                               rtol=0, atol=ATOL)
+
+
+def test_plain_prefix_reads_no_memory(variant):
+    cfg = variant_config(variant)
+    model, idx = perturbed_model(cfg), _idx(cfg)
+    out = S.sequential(model, idx, plain_prefix=4)
+    torch.testing.assert_close(out.logits[:, :4], S.single(model, idx).logits[:, :4], rtol=0, atol=ATOL)
+    prefix = torch.tensor([2, 6])
+    mp = S.multipass(model, idx, passes=idx.size(1), plain_prefix=prefix)
+    for b in range(2):
+        ref = S.sequential(model, idx[b:b + 1], plain_prefix=int(prefix[b])).logits
+        torch.testing.assert_close(mp.logits[b:b + 1], ref, rtol=0, atol=ATOL)
+
+
+@pytest.mark.parametrize("name", ["lrt_shared_top", "lrt_per_layer_mid", "lrt_kv_only", "lrt_residual_only_gqa"])
+def test_lrt_at_init_is_the_baseline(name):
+    cfg = variant_config(name)
+    lrt = wb.build_model(cfg, dtype=torch.float64)
+    base = wb.build_model(cfg.replace(mechanism="none"), dtype=torch.float64)
+    base.load_state_dict({k: v for k, v in lrt.state_dict().items() if not k.startswith("mechanism.")})
+    with torch.no_grad():  # move the backbone off its init so blocks are not identities
+        for n, p in base.named_parameters():
+            p.add_(torch.randn_like(p) * 0.3)
+            lrt.get_parameter(n).copy_(p)
+    idx = _idx(cfg)
+    ref = base(idx)
+    for sched in ("sequential", "multipass", "interleaved"):
+        torch.testing.assert_close(S.run(lrt, idx, sched, passes=3, subsets=3).logits, ref, rtol=0, atol=ATOL)
+
+
+def test_lrt_shared_overhead_at_d20_shape():
+    d20 = dict(vocab_size=65536, n_layer=20, n_head=10, n_embd=1280, seq_len=2048)
+    base = wb.build_model(wb.ModelConfig(**d20), device="meta").num_params()
+    lrt = wb.build_model(wb.ModelConfig(**d20, mechanism="lrt"), device="meta")
+    extra = lrt.num_params() - base
+    pair = 2 * 1280 * 1280
+    gates_and_scalars = 20 * (32 * 2 * 10) + 2 * 20
+    assert extra == pair + gates_and_scalars
+    assert 3.2e6 < extra < 3.4e6
+    assert 0.005 < extra / base < 0.007  # about 0.6 % of the lean backbone
+    assert 0.002 < extra / wb.model.PAPER_D20_BASELINE_PARAMS < 0.003  # about 0.25 % of the paper's
+
+
+def test_lrt_per_layer_has_one_pair_per_block():
+    cfg = small_config("lrt", lrt_projection="per_layer")
+    shared = wb.build_model(cfg.replace(lrt_projection="shared")).num_params()
+    assert wb.build_model(cfg).num_params() - shared == (cfg.n_layer - 1) * 2 * cfg.n_embd * cfg.kv_dim
+
+
+def test_fbt_adds_exactly_two_fusion_matrices():
+    cfg = small_config("fbt")
+    tied_base = wb.build_model(cfg.replace(mechanism="none")).num_params()
+    assert wb.build_model(cfg).num_params() - tied_base == 2 * cfg.n_embd * cfg.n_embd
+
+
+def test_generation_reproduces_sequential_logits(variant):
+    cfg = variant_config(variant)
+    model, idx = perturbed_model(cfg), _idx(cfg)
+    tokens, logits = wb.generate(model, idx[:, :4], max_new_tokens=6, regime="soft", return_logits=True)
+    ref = S.sequential(model, tokens, plain_prefix=4).logits
+    torch.testing.assert_close(logits, ref[:, 3:-1], rtol=0, atol=ATOL)
+    tokens, logits = wb.generate(model, idx[:, :4], max_new_tokens=6, regime="standard", return_logits=True)
+    torch.testing.assert_close(logits, model(tokens)[:, 3:-1], rtol=0, atol=ATOL)
+
+
+def test_fused_prefill_with_enough_passes_is_sequential(variant):
+    cfg = variant_config(variant)
+    model, idx = perturbed_model(cfg), _idx(cfg)
+    P = 5
+    tokens, logits = wb.generate(model, idx[:, :P], max_new_tokens=4, regime="fused", prefill_passes=P - 1,
+                                 return_logits=True)
+    ref = S.sequential(model, tokens).logits
+    torch.testing.assert_close(logits, ref[:, P - 1:-1], rtol=0, atol=ATOL)
+
+
+def test_generation_stops_at_eos_and_pads():
+    cfg = small_config()
+    model = perturbed_model(cfg)
+    prompt = _idx(cfg, batch=3, length=3)
+    free = wb.generate(model, prompt, 8)
+    eos = int(free[0, 4])
+    out = wb.generate(model, prompt, 8, eos=eos)
+    row = out[0, 3:]
+    first = int((row == eos).nonzero()[0])
+    assert torch.all(row[first:] == eos)
+    sampled = wb.generate(model, prompt, 5, temperature=1.0, top_k=3, generator=torch.Generator().manual_seed(0))
+    again = wb.generate(model, prompt, 5, temperature=1.0, top_k=3, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(sampled, again) and sampled.shape == (3, 8)
+
+
+@pytest.mark.parametrize("kwargs,field", [
+    (dict(regime="hard"), "regime"), (dict(max_new_tokens=-1), "max_new_tokens"),
+    (dict(prefill_passes=0), "prefill_passes"), (dict(temperature=-1.0), "temperature")])
+def test_generate_validates(kwargs, field):
+    model = wb.build_model(small_config())
+    args = dict(max_new_tokens=2) | kwargs
+    with pytest.raises(ValueError, match=field):
+        wb.generate(model, torch.zeros(1, 2, dtype=torch.long), **args)
+
+
+@pytest.mark.parametrize("call,field", [(lambda m, i: S.interleaved(m, i, subsets=0), "subsets"),
+                                        (lambda m, i: S.interleaved(m, i, subsets=99), "subsets"),
+                                        (lambda m, i: S.multipass(m, i, passes=0), "passes"),
+                                        (lambda m, i: S.blockwise(m, i, block=0), "block"),
+                                        (lambda m, i: S.run(m, i, "jacobi"), "schedule")])
+def test_schedule_parameters_are_validated(call, field):
+    model = wb.build_model(small_config())
+    with pytest.raises(ValueError, match=field):
+        call(model, torch.zeros(1, 8, dtype=torch.long))
+
+
+@pytest.mark.parametrize("schedule", ["sequential", "multipass", "interleaved", "blockwise"])
+def test_every_schedule_trains(schedule):
+    """Gradients reach the mechanism through every schedule (no in-place autograd errors)."""
+    for mech in ("lrt", "fbt"):
+        cfg = small_config(mech, lrt_gamma_init=0.1)
+        model = wb.build_model(cfg).train()
+        idx = _idx(cfg)
+        out = S.run(model, idx, schedule, passes=3, subsets=3, block=3)
+        out.loss(torch.roll(idx, -1, 1)).backward()
+        grads = [p.grad for p in model.mechanism.parameters()]
+        assert all(g is not None and torch.isfinite(g).all() for g in grads)
+        assert any(g.abs().sum() > 0 for g in grads)
+
+
+def test_objective_weights():
+    cfg = small_config("fbt")
+    model, idx = perturbed_model(cfg), _idx(cfg)
+    targets = torch.roll(idx, -1, 1)
+    mp = S.multipass(model, idx, passes=3, aux_weight=0.5)
+    l1, l2, l3 = mp.pass_losses(targets)
+    torch.testing.assert_close(mp.loss(targets), l1 + 0.5 * (l2 + l3) / 2)
+    il = S.interleaved(model, idx, subsets=2)
+    torch.testing.assert_close(il.loss(targets), sum(il.pass_losses(targets)) / 3)
+
+
+def test_schedule_flops_count_passes():
+    model = wb.build_model(small_config())
+    one = S.schedule_flops(model, "single", 4, 16)
+    assert S.schedule_flops(model, "multipass", 4, 16, passes=3) == 3 * one
+    assert S.schedule_flops(model, "interleaved", 4, 16, subsets=4) == 2 * one
+    assert S.schedule_flops(model, "sequential", 4, 16) == one
