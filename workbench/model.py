@@ -12,7 +12,7 @@ Notable features:
   that are identities for ``mechanism="none"`` (see ``mechanisms.py``);
 - TransformerLens-style ``HookPoint``s: ``hook_embed``, ``hook_input`` (depth 0, after fusion),
   ``blocks.{l}.hook_resid_pre/mid/post``, ``blocks.{l}.attn.hook_q/k/v/pattern/gate``,
-  ``hook_memory``, ``hook_final``.
+  ``hook_memory``, ``hook_final``, and ``hook_positions`` (the positions each forward computes).
 
 ``model(idx)`` is one plain pass with no feedback; ``model.step(...)`` is the general forward the
 schedules and the decoder build on.
@@ -160,6 +160,7 @@ class GPT(nn.Module):
         self.lm_head = None if config.tie_embeddings else nn.Linear(config.n_embd, config.vocab_size, bias=False)
         self.hook_embed, self.hook_input = HookPoint(), HookPoint()
         self.hook_memory, self.hook_final = HookPoint(), HookPoint()
+        self.hook_positions = HookPoint()  # the absolute positions of each forward: lets caches assemble passes
         name_hook_points(self)
 
     # ------------------------------------------------------------------ init
@@ -207,6 +208,7 @@ class GPT(nn.Module):
             positions = torch.arange(T, device=idx.device)
         elif positions.numel() != T:
             raise ValueError(f"positions has {positions.numel()} entries, expected T={T}")
+        positions = self.hook_positions(positions)
         dtype = self.wte.weight.dtype
         cos, sin = rotary(positions, self.config.head_dim, self.config.rope_base, dtype)
         ctx = Context(positions, cos, sin, Feedback(memory, memory_mask), self.mechanism, kv)
