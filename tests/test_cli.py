@@ -45,3 +45,11 @@ def test_bench_quick_json():
     names = [r["benchmark"] for r in rows]
     assert "decode 4x128 KV cache" in names and "train step 4x128 LRT interleaved S=2" in names
     assert all(r["ms"] > 0 for r in rows)
+
+
+def test_tasks_lists_every_task_with_an_example():
+    rows = json.loads(run_cli("tasks", "--json").stdout)
+    import workbench.tasks as tasks
+
+    assert [r["name"] for r in rows] == tasks.names()
+    assert all(r["example"] for r in rows)

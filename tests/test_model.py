@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import perturbed_model, small_config
 
 import workbench as wb
+from conftest import perturbed_model, small_config
 from workbench.hooks import hook_points
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import perturbed_model, small_config, variant_config
 
 import workbench as wb
+from conftest import perturbed_model, small_config, variant_config
 
 S = wb.schedules
 ATOL = 1e-11

@@ -5,7 +5,8 @@ produced — split into a *mechanism* (where memory is read and consumed, ``mech
 *schedule* (how a sequence is computed, ``schedules.py``), on one nanochat-style backbone.
 """
 
-from . import schedules
+from . import analysis, schedules, tasks
+from .checkpoint import load_checkpoint, save_checkpoint
 from .config import ModelConfig
 from .decode import generate
 from .hooks import HookPoint, hooks
@@ -13,4 +14,5 @@ from .model import GPT, build_model
 
 __version__ = "0.1.0"
 
-__all__ = ["GPT", "HookPoint", "ModelConfig", "build_model", "generate", "hooks", "schedules", "__version__"]
+__all__ = ["GPT", "HookPoint", "ModelConfig", "analysis", "build_model", "generate", "hooks", "load_checkpoint",
+           "save_checkpoint", "schedules", "tasks", "__version__"]

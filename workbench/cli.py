@@ -70,6 +70,20 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_tasks(args: argparse.Namespace) -> int:
+    from .tasks import describe
+
+    table = describe()
+    if args.json:
+        print(table.to_json(orient="records", indent=2))
+        return 0
+    for row in table.to_dict(orient="records"):
+        print(f"== {row['name']}  (vocab {row['vocab_size']}, up to {row['seq_len']} tokens, params {row['params']})")
+        print(row["example"].rstrip("\n"))
+        print()
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m workbench", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"workbench {__version__}")
@@ -80,6 +94,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--d20", action="store_true", help="also print mechanism overheads at the nanochat d20 shape")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=_cmd_info)
+
+    p = sub.add_parser("tasks", help="list the tasks with one decoded example each")
+    p.add_argument("--json", action="store_true", help="print JSON records")
+    p.set_defaults(func=_cmd_tasks)
 
     p = sub.add_parser("bench", help="benchmarks as ratios measured in one run")
     p.add_argument("--quick", action="store_true", help="tiny sizes and one repeat (a smoke test, not a measurement)")

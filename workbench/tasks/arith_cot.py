@@ -1,0 +1,132 @@
+"""Multi-step arithmetic with chain-of-thought traces of mixed verbosity, for trace-length studies.
+
+A question chains additions and subtractions (values stay in [0, max_value], so left-to-right
+order and school precedence agree). The trace rewrites the expression after each operation; the
+answer follows the marker ``####``::
+
+    Q: 23+45-17+8          <- prompt
+    > 68-17+8              <- "full": every step written
+    > 51+8
+    #### 59
+
+Training traces mix three verbosities: every step written, some steps skipped (each kept with
+probability 1/2), answer only. Every trace is correct, so how much to write before the marker is
+the model's free choice, and the number of tokens it spends there (``trace_length``) measures how
+much it reasons out loud rather than in its hidden state.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import torch
+
+from .base import Batch, Task, check_choice, check_int, check_n, collate, make_rng, next_token_targets
+from .tokenizers import CharTokenizer
+
+ANSWER_MARKER = "####"
+VERBOSITIES = ("mixed", "full", "skip", "answer")
+LOSS_ON = ("completion", "answer", "all")
+_ANSWER = re.compile(re.escape(ANSWER_MARKER) + r" *(-?\d+)")
+
+
+def extract_answer(text: str) -> int | None:
+    """The integer after the first answer marker in ``text``, or None when there is none."""
+    match = _ANSWER.search(text)
+    return None if match is None else int(match.group(1))
+
+
+class ArithCoT(Task):
+    """``steps`` chained +/- operations on integers in [0, max_value]; loss on the completion by default."""
+
+    name = "arith_cot"
+
+    def __init__(self, steps: int = 3, max_value: int = 99, verbosity: str = "mixed",
+                 loss_on: str = "completion") -> None:
+        check_int(self.name, "steps", steps, 1, 32)
+        check_int(self.name, "max_value", max_value, 1, 10**6)
+        check_choice(self.name, "verbosity", verbosity, VERBOSITIES)
+        check_choice(self.name, "loss_on", loss_on, LOSS_ON)
+        self.steps, self.max_value = int(steps), int(max_value)
+        self.verbosity, self.loss_on = verbosity, loss_on
+        self.tokenizer = CharTokenizer()
+        self.params = {"steps": self.steps, "max_value": self.max_value, "verbosity": verbosity,
+                       "loss_on": loss_on}
+        # Longest text: every number at full width and every step written.
+        d = len(str(self.max_value))
+        expr = [(k + 1) * d + k for k in range(self.steps + 1)]  # an expression with k operations
+        lines = sum(len("> \n") + expr[k] for k in range(1, self.steps))
+        self.seq_len = len("Q: \n") + expr[self.steps] + lines + len(f"{ANSWER_MARKER} \n") + d
+
+    def _problem(self, rng: np.random.Generator) -> tuple[list[int], list[str]]:
+        """Operands and operators such that every partial result stays in [0, max_value]."""
+        value = int(rng.integers(0, self.max_value + 1))
+        operands, ops = [value], []
+        for _ in range(self.steps):
+            op = "+" if rng.random() < 0.5 else "-"
+            if (op == "+" and value == self.max_value) or (op == "-" and value == 0):
+                op = "-" if op == "+" else "+"
+            room = self.max_value - value if op == "+" else value
+            operand = int(rng.integers(1, room + 1))
+            value += operand if op == "+" else -operand
+            operands.append(operand)
+            ops.append(op)
+        return operands, ops
+
+    def _kept_steps(self, rng: np.random.Generator) -> list[bool]:
+        """Which of the ``steps - 1`` intermediate lines this trace writes."""
+        verbosity = self.verbosity
+        if verbosity == "mixed":
+            verbosity = VERBOSITIES[1 + int(rng.integers(3))]
+        if verbosity == "skip":
+            return [bool(b) for b in rng.integers(0, 2, size=self.steps - 1)]
+        return [verbosity == "full"] * (self.steps - 1)
+
+    def _example(self, rng: np.random.Generator) -> tuple[str, str, int]:
+        operands, ops = self._problem(rng)
+        values = [operands[0]]
+        for op, x in zip(ops, operands[1:]):
+            values.append(values[-1] + x if op == "+" else values[-1] - x)
+
+        def expression(k: int) -> str:  # the expression after the first k operations are done
+            return str(values[k]) + "".join(f"{op}{x}" for op, x in zip(ops[k:], operands[k + 1:]))
+
+        prompt = f"Q: {expression(0)}\n"
+        trace = "".join(f"> {expression(k)}\n" for k, keep in zip(range(1, self.steps), self._kept_steps(rng))
+                        if keep)
+        return prompt, f"{prompt}{trace}{ANSWER_MARKER} {values[-1]}\n", values[-1]
+
+    def sample(self, n: int, seed: int, split: str = "train") -> Batch:
+        """``labels`` are the integer answers, ``label_positions`` the last marker character."""
+        check_n(n)
+        rng = make_rng(seed, split)
+        prompts, texts, answers = zip(*(self._example(rng) for _ in range(n)))
+        ids = [self.tokenizer.encode_array(t) for t in texts]
+        marks = [t.index(ANSWER_MARKER) + len(ANSWER_MARKER) - 1 for t in texts]
+        if self.loss_on == "completion":
+            start = [len(p) - 1 for p in prompts]
+        elif self.loss_on == "answer":
+            start = marks
+        else:
+            start = [0] * n
+        return collate(
+            ids, [next_token_targets(x, s) for x, s in zip(ids, start)], self.tokenizer.pad_id,
+            texts=list(texts), groups=np.arange(n), prompts=list(prompts),
+            labels=torch.tensor(answers, dtype=torch.long),
+            label_positions=torch.tensor(marks, dtype=torch.long),
+        )
+
+    def extract_answer(self, text: str) -> int | None:
+        return extract_answer(text)
+
+    def trace_length(self, continuation: str) -> int | None:
+        """Tokens (= characters) a generated continuation spends before the answer marker; None if it
+        never answers."""
+        at = continuation.find(ANSWER_MARKER)
+        return None if at < 0 else at
+
+    def check_answer(self, text: str, answer: int | torch.Tensor) -> bool:
+        """Exact check: the first answer after a marker in ``text`` equals ``answer`` (batch.labels[i])."""
+        got = extract_answer(text)
+        return got is not None and got == int(answer)

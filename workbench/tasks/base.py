@@ -1,0 +1,127 @@
+"""The ``Batch`` every task returns, the ``Task`` base class and the checks its parameters share.
+
+A task is a pure function from ``(n, seed, split)`` to a ``Batch``: it draws from its own
+``numpy.random.Generator`` seeded with ``(seed, split)`` and never touches global RNG state, so a
+batch can be rebuilt anywhere (another process, another rank, after a restart) from its seed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+SPLITS = ("train", "val")
+
+
+@dataclass
+class Batch:
+    """A padded batch. ``targets[:, t]`` is what position ``t`` should predict; -1 means no loss."""
+
+    tokens: torch.Tensor  # (n, T) long, right-padded with the tokenizer's pad_id
+    targets: torch.Tensor  # (n, T) long, -1 where no loss applies (padding included)
+    lengths: torch.Tensor  # (n,) long, unpadded lengths
+    groups: torch.Tensor  # (n,) long, group ids for grouped cross-validation
+    texts: list[str]  # decoded, unpadded strings
+    labels: torch.Tensor | None = None  # (n,) long: class index (probe tasks) or integer answer (arith_cot)
+    label_names: list[str] | None = None  # class names for the label indices
+    label_positions: torch.Tensor | None = None  # (n,) long: where the label is read (the final colon)
+    state: torch.Tensor | None = None  # (n, T) long per-position latent state, -1 where undefined
+    prompts: list[str] | None = None  # arith_cot: the question a model is asked to continue
+
+    def __len__(self) -> int:
+        return self.tokens.shape[0]
+
+    @property
+    def mask(self) -> torch.Tensor:
+        """(n, T) bool: positions that carry a loss."""
+        return self.targets >= 0
+
+    def to(self, device: torch.device | str) -> Batch:
+        """A copy with every tensor on ``device``."""
+        moved = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        for key, value in moved.items():
+            if isinstance(value, torch.Tensor):
+                moved[key] = value.to(device)
+        return Batch(**moved)
+
+
+def fail(task: str, name: str, value: Any, allowed: str) -> None:
+    raise ValueError(f"{task}: {name}={value!r} is invalid: {allowed}")
+
+
+def check_choice(task: str, name: str, value: Any, choices: tuple) -> None:
+    if isinstance(value, bool) or value not in choices:
+        fail(task, name, value, f"must be one of {choices}")
+
+
+def check_int(task: str, name: str, value: Any, lo: int, hi: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not lo <= value <= hi:
+        fail(task, name, value, f"must be an int in [{lo}, {hi}]")
+
+
+def make_rng(seed: int, split: str) -> np.random.Generator:
+    """The generator behind one batch: a pure function of (seed, split)."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed={seed!r} is invalid: must be a non-negative int")
+    if split not in SPLITS:
+        raise ValueError(f"split={split!r} is invalid: must be one of {SPLITS}")
+    return np.random.default_rng([int(seed), SPLITS.index(split)])
+
+
+def check_n(n: Any) -> None:
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"n={n!r} is invalid: must be a positive int")
+
+
+def next_token_targets(ids: np.ndarray, start: int) -> np.ndarray:
+    """Next-token targets with loss only from position ``start`` on (the last position has none)."""
+    targets = np.full(len(ids), -1, dtype=np.int64)
+    targets[start:-1] = ids[start + 1:]
+    return targets
+
+
+def pad_stack(rows: Sequence[np.ndarray], fill: int) -> torch.Tensor:
+    """Right-pad 1-D int arrays to the longest one and stack them into a (n, T) long tensor."""
+    out = np.full((len(rows), max(len(r) for r in rows)), fill, dtype=np.int64)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = row
+    return torch.from_numpy(out)
+
+
+def collate(ids: Sequence[np.ndarray], targets: Sequence[np.ndarray], pad_id: int, texts: list[str],
+            groups: Sequence[int], state: Sequence[np.ndarray] | None = None, **fields: Any) -> Batch:
+    """Pad per-example arrays into a ``Batch``; ``fields`` are the optional label fields, as given."""
+    return Batch(
+        tokens=pad_stack(ids, pad_id),
+        targets=pad_stack(targets, -1),
+        lengths=torch.tensor([len(r) for r in ids], dtype=torch.long),
+        groups=torch.as_tensor(np.asarray(groups, dtype=np.int64)),
+        texts=texts,
+        state=None if state is None else pad_stack(state, -1),
+        **fields,
+    )
+
+
+class Task:
+    """Base class. Subclasses set ``name``, ``tokenizer``, ``params``, ``seq_len`` and ``sample``."""
+
+    name: str
+    params: dict[str, Any]  # JSON-serialisable; get(name, **params) rebuilds the task
+    seq_len: int  # the longest sequence sample() can return
+    tokenizer: Any
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.vocab_size
+
+    def sample(self, n: int, seed: int, split: str = "train") -> Batch:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.params.items())
+        return f"{type(self).__name__}({args})"

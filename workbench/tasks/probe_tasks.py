@@ -1,0 +1,200 @@
+"""The three probing tasks of the FBT paper (appendix F), in the paper's text format.
+
+Each example ends at a final colon whose label is fixed by what came before, followed by the label
+itself so a model can be trained on it, e.g. (completion tracking, 2 scratch updates)::
+
+    required = 4
+    completed = 9
+    scratch += 0
+    scratch ^= 1
+    Status: more
+
+Label-free scratch updates (0, 8, 32, 128 or 256 lines of ``scratch += d``, ``scratch -= d`` or
+``scratch ^= d``) put distance between the label-bearing detail and the colon. Examples come in
+groups that share everything but the label-bearing detail (same scratch lines, same digits, same
+schedule) and hold every label equally often, so grouped cross-validation tests a probe on
+contexts it never saw and labels are balanced by construction.
+
+Every text has the same length for given parameters, so ``seq_len`` is exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from itertools import combinations
+
+import numpy as np
+import torch
+
+from .base import Batch, Task, check_choice, check_n, collate, make_rng, next_token_targets
+from .tokenizers import CharTokenizer
+
+SCRATCH_UPDATES = (0, 8, 32, 128, 256)
+LOSS_ON = ("answer", "all")
+SCRATCH_OPS = ("+=", "-=", "^=")
+SCRATCH_LINE = len("scratch += 0\n")
+
+
+def scratch_lines(rng: np.random.Generator, count: int) -> str:
+    """``count`` label-free scratch updates, one per line."""
+    ops = rng.integers(0, len(SCRATCH_OPS), size=count)
+    values = rng.integers(0, 10, size=count)
+    return "".join(f"scratch {SCRATCH_OPS[o]} {v}\n" for o, v in zip(ops, values))
+
+
+@dataclass
+class _Example:
+    text: str
+    label: int  # index into the task's label_names
+    state: np.ndarray  # (len(text),) per-character latent state, -1 where undefined
+
+
+class ProbeTask(Task):
+    """Shared machinery: groups of examples, the final colon, answer-only or full targets."""
+
+    label_names: list[str]
+
+    def __init__(self, scratch_updates: int = 8, loss_on: str = "answer") -> None:
+        check_choice(self.name, "scratch_updates", scratch_updates, SCRATCH_UPDATES)
+        check_choice(self.name, "loss_on", loss_on, LOSS_ON)
+        self.scratch_updates = scratch_updates
+        self.loss_on = loss_on
+        self.tokenizer = CharTokenizer()
+        self.params = {"scratch_updates": scratch_updates, "loss_on": loss_on}
+
+    def _groups(self, rng: np.random.Generator) -> Iterator[list[_Example]]:
+        """Endless groups of examples that differ only in the label-bearing detail."""
+        raise NotImplementedError
+
+    def sample(self, n: int, seed: int, split: str = "train") -> Batch:
+        """``n`` examples, whole groups in order (the last one cut if ``n`` says so), members shuffled."""
+        check_n(n)
+        rng = make_rng(seed, split)
+        examples: list[_Example] = []
+        groups: list[int] = []
+        for gid, group in enumerate(self._groups(rng)):
+            examples.extend(group[i] for i in rng.permutation(len(group)))
+            groups.extend([gid] * len(group))
+            if len(examples) >= n:
+                break
+        examples, groups = examples[:n], groups[:n]
+        ids = [self.tokenizer.encode_array(ex.text) for ex in examples]
+        colons = [ex.text.rindex(":") for ex in examples]
+        start = colons if self.loss_on == "answer" else [0] * n
+        return collate(
+            ids, [next_token_targets(x, s) for x, s in zip(ids, start)], self.tokenizer.pad_id,
+            texts=[ex.text for ex in examples], groups=groups, state=[ex.state for ex in examples],
+            labels=torch.tensor([ex.label for ex in examples], dtype=torch.long),
+            label_names=list(self.label_names),
+            label_positions=torch.tensor(colons, dtype=torch.long),
+        )
+
+
+def _state_from(length: int, position: int, value: int) -> np.ndarray:
+    state = np.full(length, -1, dtype=np.int64)
+    state[position:] = value
+    return state
+
+
+class CompletionTracking(ProbeTask):
+    """``required = a``, ``completed = b``: done iff a == b. A group is one unordered digit pair {a, b}
+    (a != b) with one scratch context, in all four assignments (a,a), (a,b), (b,a), (b,b); the 45 pairs
+    are dealt in shuffled rounds, so digits are balanced across fields and labels. The per-position
+    state is the label from the ``completed`` digit on."""
+
+    name = "completion_tracking"
+    label_names = ["more", "done"]
+    pairs = list(combinations(range(10), 2))
+
+    @property
+    def seq_len(self) -> int:
+        return len("required = 0\ncompleted = 0\nStatus: done\n") + SCRATCH_LINE * self.scratch_updates
+
+    def _example(self, required: int, completed: int, scratch: str) -> _Example:
+        head = f"required = {required}\ncompleted = "
+        label = int(required == completed)
+        text = f"{head}{completed}\n{scratch}Status: {self.label_names[label]}\n"
+        return _Example(text, label, _state_from(len(text), len(head), label))
+
+    def _groups(self, rng: np.random.Generator) -> Iterator[list[_Example]]:
+        while True:
+            for k in rng.permutation(len(self.pairs)):
+                a, b = self.pairs[k]
+                scratch = scratch_lines(rng, self.scratch_updates)
+                yield [self._example(x, y, scratch) for x, y in ((a, a), (a, b), (b, a), (b, b))]
+
+
+class DelayedMemory(ProbeTask):
+    """``state = b``, scratch operations, ``# final state: b``: remember one bit across the scratch.
+    A group is one scratch context with both bits. The per-position state is the bit once written."""
+
+    name = "delayed_memory"
+    label_names = ["0", "1"]
+
+    @property
+    def seq_len(self) -> int:
+        return len("state = 0\n# final state: 0\n") + SCRATCH_LINE * self.scratch_updates
+
+    def _groups(self, rng: np.random.Generator) -> Iterator[list[_Example]]:
+        while True:
+            scratch = scratch_lines(rng, self.scratch_updates)
+            group = []
+            for bit in (0, 1):
+                text = f"state = {bit}\n{scratch}# final state: {bit}\n"
+                group.append(_Example(text, bit, _state_from(len(text), len("state = "), bit)))
+            yield group
+
+
+class MultiRegister(ProbeTask):
+    """Binary registers r0..r(m-1) written ``writes`` times each in a shuffled order, scratch updates,
+    ``query = rj``, ``Value:`` -> rj's latest value. A group is one update schedule (order, values,
+    scratch, query) in both versions of rj's latest write. The per-position state is the register
+    file as an int (bit i = ri), defined once every register has been written."""
+
+    name = "multi_register"
+    label_names = ["0", "1"]
+    REGISTERS = (1, 2, 4, 8)
+    WRITES = (2, 4, 8)
+    WRITE_LINE = len("r0 = 1\n")
+
+    def __init__(self, registers: int = 2, writes: int = 2, scratch_updates: int = 8,
+                 loss_on: str = "answer") -> None:
+        check_choice(self.name, "registers", registers, self.REGISTERS)
+        check_choice(self.name, "writes", writes, self.WRITES)
+        super().__init__(scratch_updates=scratch_updates, loss_on=loss_on)
+        self.registers = registers
+        self.writes = writes
+        self.params = {"registers": registers, "writes": writes, **self.params}
+
+    @property
+    def seq_len(self) -> int:
+        return (self.WRITE_LINE * self.registers * self.writes + SCRATCH_LINE * self.scratch_updates
+                + len("query = r0\nValue: 0\n"))
+
+    def _example(self, schedule: np.ndarray, values: np.ndarray, scratch: str, query: int) -> _Example:
+        lines = "".join(f"r{r} = {v}\n" for r, v in zip(schedule, values))
+        label = int(values[schedule == query][-1])
+        text = f"{lines}{scratch}query = r{query}\nValue: {label}\n"
+        state = np.full(len(text), -1, dtype=np.int64)
+        registers, written = 0, 0
+        for i, (r, v) in enumerate(zip(schedule, values)):
+            registers = (registers & ~(1 << int(r))) | (int(v) << int(r))
+            written |= 1 << int(r)
+            if written == (1 << self.registers) - 1:
+                state[i * self.WRITE_LINE + len("r0 = "):] = registers
+        return _Example(text, label, state)
+
+    def _groups(self, rng: np.random.Generator) -> Iterator[list[_Example]]:
+        while True:
+            schedule = rng.permutation(np.repeat(np.arange(self.registers), self.writes))
+            values = rng.integers(0, 2, size=len(schedule))
+            query = int(rng.integers(self.registers))
+            latest = int(np.flatnonzero(schedule == query)[-1])
+            scratch = scratch_lines(rng, self.scratch_updates)
+            group = []
+            for bit in (0, 1):
+                values = values.copy()
+                values[latest] = bit
+                group.append(self._example(schedule, values, scratch, query))
+            yield group

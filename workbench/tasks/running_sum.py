@@ -1,0 +1,44 @@
+"""Running sum mod p: the simplest task whose latent state changes at every token.
+
+The input is a string of symbols ``x_1 x_2 ...`` with values in [0, p) (digits, then lowercase
+letters for p > 10); position t must output ``s_t = (x_1 + ... + x_t) mod p`` written with the
+same symbols. ``s_t`` is both the per-position state and the target, so probes and the loss read
+the same quantity. It is a transduction task: targets are the sums, not the next input token.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .base import Batch, Task, check_int, check_n, collate, make_rng
+from .tokenizers import CharTokenizer
+
+SYMBOLS = "0123456789abcdefghijklmnopqrstuvwxyz"
+
+
+class RunningSum(Task):
+    """Symbols in [0, p), target = running sum mod p at every position; lengths in [min_length, length]."""
+
+    name = "running_sum"
+
+    def __init__(self, p: int = 10, length: int = 32, min_length: int | None = None) -> None:
+        check_int(self.name, "p", p, 2, len(SYMBOLS))
+        check_int(self.name, "length", length, 1, 65536)
+        min_length = length if min_length is None else min_length
+        check_int(self.name, "min_length", min_length, 1, length)
+        self.p, self.length, self.min_length = int(p), int(length), int(min_length)
+        self.tokenizer = CharTokenizer()
+        self.params = {"p": self.p, "length": self.length, "min_length": self.min_length}
+        self.seq_len = self.length
+        self._symbol_ids = self.tokenizer.encode_array(SYMBOLS[: self.p])
+
+    def sample(self, n: int, seed: int, split: str = "train") -> Batch:
+        check_n(n)
+        rng = make_rng(seed, split)
+        lengths = rng.integers(self.min_length, self.length + 1, size=n)
+        values = [rng.integers(0, self.p, size=int(k)) for k in lengths]
+        sums = [np.cumsum(v) % self.p for v in values]
+        return collate(
+            [self._symbol_ids[v] for v in values], [self._symbol_ids[s] for s in sums], self.tokenizer.pad_id,
+            texts=["".join(SYMBOLS[i] for i in v) for v in values], groups=np.arange(n), state=sums,
+        )

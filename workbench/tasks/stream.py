@@ -1,0 +1,50 @@
+"""An endless, resumable, rank-sharded stream of training batches from any task.
+
+Batch ``i`` on rank ``r`` is ``task.sample(batch_size, seed=step_seed(seed, i, r))``: a pure
+function of ``(seed, i, r)``. Resuming at step ``i`` therefore needs only ``i`` (no RNG state to
+save), and ranks of a DistributedDataParallel run see different data without coordinating.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+
+from .base import SPLITS, Batch, Task, check_n
+
+
+def step_seed(seed: int, step: int, rank: int) -> int:
+    """A 63-bit seed for one (seed, step, rank), well mixed so neighbouring steps are unrelated."""
+    state = np.random.SeedSequence([seed, step, rank]).generate_state(2, dtype=np.uint32)
+    return (int(state[0]) << 31) ^ int(state[1])
+
+
+class TrainStream:
+    """Iterate to get batches ``start_step, start_step + 1, ...`` forever; ``step`` is the next one."""
+
+    def __init__(self, task: Task, batch_size: int, seed: int = 0, rank: int = 0, world_size: int = 1,
+                 start_step: int = 0, split: str = "train") -> None:
+        check_n(batch_size)
+        for name, value in (("seed", seed), ("start_step", start_step)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"TrainStream: {name}={value!r} is invalid: must be a non-negative int")
+        if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+            raise ValueError(f"TrainStream: world_size={world_size!r} is invalid: must be a positive int")
+        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
+            allowed = f"must be an int in [0, {world_size - 1}]"
+            raise ValueError(f"TrainStream: rank={rank!r} is invalid: {allowed}")
+        if split not in SPLITS:
+            raise ValueError(f"TrainStream: split={split!r} is invalid: must be one of {SPLITS}")
+        self.task, self.batch_size, self.seed = task, batch_size, seed
+        self.rank, self.world_size, self.step, self.split = rank, world_size, start_step, split
+
+    def batch(self, step: int) -> Batch:
+        """The batch of ``step`` on this rank, independent of what was drawn before."""
+        return self.task.sample(self.batch_size, seed=step_seed(self.seed, step, self.rank), split=self.split)
+
+    def __iter__(self) -> Iterator[Batch]:
+        while True:
+            batch = self.batch(self.step)
+            self.step += 1
+            yield batch

@@ -1,0 +1,95 @@
+"""Tokenizers with a fixed vocabulary per task family.
+
+The vocabulary never depends on a task's parameters, so a checkpoint trained on
+``delayed_memory(scratch_updates=8)`` still reads ``scratch_updates=256`` or ``multi_register``.
+
+- ``CharTokenizer`` ("ascii" family): one token per printable ASCII character plus newline, and a
+  pad token at id 0. Every synthetic task (probe tasks, running sum, arithmetic) writes its text in
+  it, so one token is one character and character offsets are token positions.
+- ``ByteTokenizer`` ("bytes" family): ids 0..255 are the raw bytes, then ``<pad>`` and ``<bos>``.
+  Every non-special token is exactly one byte, which is what makes bits per byte exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+TokenIds = Sequence[int] | np.ndarray | torch.Tensor
+
+
+def _as_array(ids: TokenIds) -> np.ndarray:
+    if isinstance(ids, torch.Tensor):
+        ids = ids.detach().cpu().numpy()
+    arr = np.asarray(ids, dtype=np.int64)
+    if arr.ndim != 1:
+        raise ValueError(f"decode expects one sequence of ids (1-D), got shape {tuple(arr.shape)}")
+    return arr
+
+
+class CharTokenizer:
+    """Character-level tokenizer over printable ASCII and newline; id 0 is padding."""
+
+    name = "ascii"
+    pad_id = 0
+    alphabet = "\n" + "".join(chr(c) for c in range(32, 127))
+
+    def __init__(self) -> None:
+        self.vocab_size = len(self.alphabet) + 1
+        self._table = np.full(128, -1, dtype=np.int64)  # ASCII code -> token id
+        for i, ch in enumerate(self.alphabet):
+            self._table[ord(ch)] = i + 1
+        self._chars = np.array([""] + list(self.alphabet), dtype=object)
+
+    def encode_array(self, text: str) -> np.ndarray:
+        """Encode to an int64 array (the fast path the tasks use)."""
+        try:
+            codes = np.frombuffer(text.encode("ascii"), dtype=np.uint8)
+        except UnicodeEncodeError as e:
+            raise ValueError(f"character {text[e.start]!r} is not in the {self.name} vocabulary") from None
+        ids = self._table[codes]
+        if (ids < 0).any():
+            bad = text[int(np.argmax(ids < 0))]
+            raise ValueError(f"character {bad!r} is not in the {self.name} vocabulary")
+        return ids
+
+    def encode(self, text: str) -> list[int]:
+        return self.encode_array(text).tolist()
+
+    def decode(self, ids: TokenIds) -> str:
+        """Decode ids to text; padding decodes to nothing."""
+        arr = _as_array(ids)
+        if arr.size and (arr.min() < 0 or arr.max() >= self.vocab_size):
+            raise ValueError(f"token ids must be in [0, {self.vocab_size - 1}], got {arr.min()}..{arr.max()}")
+        return "".join(self._chars[arr])
+
+
+class ByteTokenizer:
+    """Byte-level tokenizer: ids 0..255 are bytes, 256 is ``<pad>``, 257 is ``<bos>`` (document start)."""
+
+    name = "bytes"
+    pad_id = 256
+    bos_id = 257
+    vocab_size = 258
+
+    def __init__(self) -> None:
+        # Bytes each token stands for: 1 for a byte, 0 for the specials (bits-per-byte denominators).
+        self.token_bytes = torch.ones(self.vocab_size, dtype=torch.long)
+        self.token_bytes[self.pad_id] = 0
+        self.token_bytes[self.bos_id] = 0
+
+    def encode_bytes(self, data: bytes) -> np.ndarray:
+        return np.frombuffer(data, dtype=np.uint8).astype(np.int64)
+
+    def encode(self, text: str) -> list[int]:
+        """UTF-8 encode; specials are never produced from text."""
+        return list(text.encode("utf-8"))
+
+    def decode(self, ids: TokenIds) -> str:
+        """Decode to text; specials are dropped and broken UTF-8 (a window's cut edges) is replaced."""
+        arr = _as_array(ids)
+        if arr.size and (arr.min() < 0 or arr.max() >= self.vocab_size):
+            raise ValueError(f"token ids must be in [0, {self.vocab_size - 1}], got {arr.min()}..{arr.max()}")
+        return arr[arr < 256].astype(np.uint8).tobytes().decode("utf-8", errors="replace")
