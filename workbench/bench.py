@@ -25,26 +25,35 @@ from .model import GPT, build_model
 @dataclass
 class Row:
     name: str
-    seconds: float
+    fn: Callable[[], object]  # the work timed
     reference: str | None = None  # name of the row this one is divided by
     target: float | None = None  # the ratio asked for (this row / reference <= target)
     unit: str = "step"
+    per: int = 1  # the timing is divided by this (tokens per call for decode rows)
+    rounds: int | None = None  # fewer rounds for a long row (None = all)
 
 
-def time_call(fn: Callable[[], object], repeat: int, warmup: int = 1) -> float:
-    """Median wall time of ``fn`` in seconds."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+def measure(rows: list[Row], rounds: int) -> dict[str, float]:
+    """Median seconds per unit of every row, timed round-robin.
+
+    One round times every row once, so a change in the machine's load during the run hits a row
+    and its reference alike instead of biasing whichever was timed last.
+    """
+    for row in rows:  # warm-up: allocator, lazily built tables, first-call dispatch
+        row.fn()
+    times: dict[str, list[float]] = {row.name: [] for row in rows}
+    for r in range(rounds):
+        for row in rows:
+            if row.rounds is not None and r >= row.rounds:
+                continue
+            start = time.perf_counter()
+            row.fn()
+            times[row.name].append((time.perf_counter() - start) / row.per)
+    return {name: statistics.median(ts) for name, ts in times.items()}
 
 
 def _model(mechanism: str, n_layer: int, n_embd: int, vocab: int, seq_len: int, **kw) -> GPT:
-    cfg = ModelConfig(vocab_size=vocab, n_layer=n_layer, n_head=max(1, n_embd // 64), n_embd=n_embd,
+    cfg = ModelConfig(vocab_size=vocab, n_layer=n_layer, n_head=max(1, n_embd // 32), n_embd=n_embd,
                       seq_len=seq_len, mechanism=mechanism, tie_embeddings=mechanism == "fbt", **kw)
     torch.manual_seed(0)
     return build_model(cfg)
@@ -79,65 +88,64 @@ def recompute_decode_fn(model: GPT, prompt: torch.Tensor, new_tokens: int) -> Ca
 
 
 def run_benchmarks(quick: bool = False, threads: int = 2) -> pd.DataFrame:
-    """Every row; ``quick`` shrinks repeats and lengths so the suite can smoke-test it."""
+    """Every row; ``quick`` shrinks sizes and rounds so the test suite can smoke-test it."""
     torch.set_num_threads(threads)
-    rep = 1 if quick else 5
+    rounds = 1 if quick else 7
     batch, T, vocab = (2, 16, 64) if quick else (16, 128, 256)
     new = 8 if quick else 128
     fused_passes = 10 if quick else 1000
-    rows: list[Row] = []
+    base = "train step 4x128 baseline"
 
-    small = _model("none", 4, 128, vocab, T)
-    rows.append(Row("train step 4x128 baseline", time_call(train_step_fn(small, batch, T), rep)))
-    wide = _model("none", 6, 256, vocab, T)
-    rows.append(Row("train step 6x256 baseline", time_call(train_step_fn(wide, batch, T), rep),
-                    "train step 4x128 baseline"))
+    small, wide = _model("none", 4, 128, vocab, T), _model("none", 6, 256, vocab, T)
     lrt = _model("lrt", 4, 128, vocab, T, lrt_gamma_init=0.1)
-    for s, target in ((2, 2.2), (4, None)):
-        rows.append(Row(f"train step 4x128 LRT interleaved S={s}",
-                        time_call(train_step_fn(lrt, batch, T, "interleaved", subsets=s), rep),
-                        "train step 4x128 baseline", target))
     fbt = _model("fbt", 4, 128, vocab, T)
-    for k, target in ((2, 2.1), (3, 3.1)):
-        rows.append(Row(f"train step 4x128 FBT {k}-pass",
-                        time_call(train_step_fn(fbt, batch, T, "multipass", passes=k), rep),
-                        "train step 4x128 baseline", target))
+    train_rows = [
+        Row(base, train_step_fn(small, batch, T)),
+        Row("train step 6x256 baseline", train_step_fn(wide, batch, T), base),
+        Row("train step 4x128 LRT interleaved S=2", train_step_fn(lrt, batch, T, "interleaved", subsets=2), base, 2.2),
+        Row("train step 4x128 LRT interleaved S=4", train_step_fn(lrt, batch, T, "interleaved", subsets=4), base),
+        Row("train step 4x128 FBT 2-pass", train_step_fn(fbt, batch, T, "multipass", passes=2), base, 2.1),
+        Row("train step 4x128 FBT 3-pass", train_step_fn(fbt, batch, T, "multipass", passes=3), base, 3.1),
+    ]
+    times = measure(train_rows, rounds)
 
     for m in (small, lrt, fbt):
         m.eval()
     prompt = torch.randint(0, vocab, (1, 1))
-
-    def decode(model: GPT, regime: str) -> float:
-        return time_call(lambda: generate(model, prompt, new, regime=regime), rep) / new
-
-    rows.append(Row("decode 4x128 recompute prefix", time_call(recompute_decode_fn(small, prompt, new), rep) / new,
-                    unit="token"))
-    rows.append(Row("decode 4x128 KV cache", decode(small, "standard"), "decode 4x128 recompute prefix",
-                    1 / 3, unit="token"))
-    rows.append(Row("decode 4x128 LRT soft", decode(lrt, "soft"), "decode 4x128 KV cache", 1.05, unit="token"))
-    rows.append(Row("decode 4x128 FBT standard", decode(fbt, "standard"), None, unit="token"))
-    rows.append(Row("decode 4x128 FBT soft", decode(fbt, "soft"), "decode 4x128 FBT standard", 1.02, unit="token"))
-
     idx = torch.randint(0, vocab, (batch, T))
-    with torch.no_grad():
-        rows.append(Row("forward 4x128 FBT one pass", time_call(lambda: fbt(idx), rep)))
-        passes = time_call(lambda: _drain(schedules.iterate_passes(fbt, idx, passes=fused_passes)), 1, warmup=0)
-    rows.append(Row(f"fused prefill per pass ({fused_passes} passes)", passes / fused_passes,
-                    "forward 4x128 FBT one pass", 1.1))
-    return _table(rows)
+
+    def decode(model: GPT, regime: str) -> Callable[[], object]:
+        return lambda: generate(model, prompt, new, regime=regime)
+
+    def forward() -> None:
+        with torch.no_grad():
+            fbt(idx)
+
+    def fused_prefill() -> None:
+        with torch.no_grad():
+            for _ in schedules.iterate_passes(fbt, idx, passes=fused_passes):
+                pass
+
+    inference_rows = [
+        Row("decode 4x128 recompute prefix", recompute_decode_fn(small, prompt, new), unit="token", per=new),
+        Row("decode 4x128 KV cache", decode(small, "standard"), "decode 4x128 recompute prefix", 1 / 3,
+            unit="token", per=new),
+        Row("decode 4x128 LRT soft", decode(lrt, "soft"), "decode 4x128 KV cache", 1.05, unit="token", per=new),
+        Row("decode 4x128 FBT standard", decode(fbt, "standard"), unit="token", per=new),
+        Row("decode 4x128 FBT soft", decode(fbt, "soft"), "decode 4x128 FBT standard", 1.02, unit="token", per=new),
+        Row("forward 4x128 FBT one pass", forward),
+        Row(f"fused prefill per pass ({fused_passes} passes)", fused_prefill, "forward 4x128 FBT one pass", 1.1,
+            unit="pass", per=fused_passes, rounds=1),
+    ]
+    times |= measure(inference_rows, rounds)
+    return _table(train_rows + inference_rows, times)
 
 
-def _drain(iterator) -> None:
-    for _ in iterator:
-        pass
-
-
-def _table(rows: list[Row]) -> pd.DataFrame:
-    by_name = {r.name: r for r in rows}
+def _table(rows: list[Row], times: dict[str, float]) -> pd.DataFrame:
     records = []
     for r in rows:
-        ratio = r.seconds / by_name[r.reference].seconds if r.reference else None
-        records.append({"benchmark": r.name, "ms": 1000 * r.seconds, "per": r.unit, "reference": r.reference or "",
+        ratio = times[r.name] / times[r.reference] if r.reference else None
+        records.append({"benchmark": r.name, "ms": 1000 * times[r.name], "per": r.unit, "reference": r.reference or "",
                         "ratio": ratio, "target": r.target,
                         "ok": None if r.target is None or ratio is None else bool(ratio <= r.target)})
     return pd.DataFrame.from_records(records)

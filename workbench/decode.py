@@ -81,9 +81,8 @@ def generate(model: GPT, prompt: torch.Tensor, max_new_tokens: int, regime: str 
         chosen_by.append(logits)
         if i == max_new_tokens - 1 or bool(done.all()):
             break
-        memory = cache.state[:, None] if feedback else None
-        mask = torch.ones(B, 1, dtype=torch.bool, device=prompt.device) if feedback else None
-        step = model.step(nxt[:, None], memory=memory, memory_mask=mask,
+        memory = cache.state[:, None] if feedback else None  # every generated token reads it: no mask
+        step = model.step(nxt[:, None], memory=memory,
                           positions=torch.tensor([P + i], device=prompt.device), kv=cache)
         cache.state, logits = step.memory[:, -1], step.logits[:, -1]
     out_tokens = torch.cat(tokens, dim=1)

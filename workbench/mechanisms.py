@@ -25,7 +25,7 @@ Mechanisms:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -44,19 +44,22 @@ class Feedback:
     """What the positions of one forward read: ``memory[:, i]`` is ``m_{t_i - 1}``.
 
     ``memory`` None means no position reads memory (a plain pass). ``mask`` (B, T) bool marks the
-    positions that read it; the others are *plain* (position 0, a prompt, a plain prefix).
+    positions that read it; the others are *plain* (position 0, a prompt, a plain prefix); None
+    means every position reads it. ``memo`` holds per-forward work a mechanism shares across
+    blocks (LRT's shared projection is computed once, not once per block).
     """
 
     memory: torch.Tensor | None = None
     mask: torch.Tensor | None = None
+    memo: dict = field(default_factory=dict)
 
     def masked_memory(self) -> torch.Tensor | None:
         """Memory with plain positions zeroed (what an additive injection should see)."""
-        if self.memory is None:
-            return None
-        if self.mask is None:
+        if self.memory is None or self.mask is None:
             return self.memory
-        return self.memory * self.mask.unsqueeze(-1).to(self.memory.dtype)
+        if "masked" not in self.memo:
+            self.memo["masked"] = self.memory * self.mask.unsqueeze(-1).to(self.memory.dtype)
+        return self.memo["masked"]
 
 
 def uniform_init_(weight: torch.Tensor) -> None:
@@ -135,10 +138,19 @@ class LRT(NoFeedback):
         k, v = g_local * k, g_local * v
         m = feedback.masked_memory()
         if m is not None:  # zero memory contributes nothing, so a plain pass skips the projection
-            proj = 0 if len(self.rec_k) == 1 else layer
-            k = k + g_feedback * self.rec_k[proj](m).view(B, T, self.kv_heads, self.head_dim)
-            v = v + g_feedback * self.rec_v[proj](m).view(B, T, self.kv_heads, self.head_dim)
+            k_rec, v_rec = self._project(layer, m, feedback.memo)
+            k = k + g_feedback * k_rec
+            v = v + g_feedback * v_rec
         return k, v, gates
+
+    def _project(self, layer: int, m: torch.Tensor, memo: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """Recurrent keys/values (B, T, kv_heads, head_dim); a shared projection is computed once per forward."""
+        proj = 0 if len(self.rec_k) == 1 else layer
+        key = ("rec_kv", proj)
+        if key not in memo:
+            shape = (*m.shape[:2], self.kv_heads, self.head_dim)
+            memo[key] = (self.rec_k[proj](m).view(shape), self.rec_v[proj](m).view(shape))
+        return memo[key]
 
 
 class FBT(NoFeedback):
