@@ -14,5 +14,15 @@ from .model import GPT, build_model
 
 __version__ = "0.1.0"
 
+_LAZY = ("plots", "widgets", "hf")  # heavy imports (matplotlib, ipywidgets, transformers) on first use
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'workbench' has no attribute {name!r}")
+
 __all__ = ["GPT", "HookPoint", "ModelConfig", "analysis", "build_model", "generate", "hooks", "load_checkpoint",
            "save_checkpoint", "schedules", "tasks", "__version__"]

@@ -12,15 +12,23 @@ import torch
 import torch.nn.functional as F
 
 
-def token_losses(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """(B, T) cross-entropy in nats at every position; 0 where the target is -1. Computed in float32, or
-    float64 for float64 logits (the exactness tests)."""
+def _flat_logits(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """(N, V) logits in float32, or float64 for float64 logits (the exactness tests); bf16 never."""
     if logits.shape[:-1] != targets.shape:
         raise ValueError(f"logits {tuple(logits.shape)} do not match targets {tuple(targets.shape)}")
     flat = logits.reshape(-1, logits.shape[-1])
-    losses = F.cross_entropy(flat if flat.dtype == torch.float64 else flat.float(), targets.reshape(-1),
-                             ignore_index=-1, reduction="none")
+    return flat if flat.dtype == torch.float64 else flat.float()
+
+
+def token_losses(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """(B, T) cross-entropy in nats at every position; 0 where the target is -1."""
+    losses = F.cross_entropy(_flat_logits(logits, targets), targets.reshape(-1), ignore_index=-1, reduction="none")
     return losses.view(targets.shape)
+
+
+def mean_token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy over the targets that are not -1: the differentiable training loss."""
+    return F.cross_entropy(_flat_logits(logits, targets), targets.reshape(-1), ignore_index=-1)
 
 
 def bits_per_byte(logits: torch.Tensor, targets: torch.Tensor,

@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from .kv_cache import KVBuffer, KVCache
+from .metrics import mean_token_loss
 from .model import GPT, StepOutput
 
 SCHEDULES = ("single", "sequential", "multipass", "interleaved", "blockwise")
@@ -46,17 +47,14 @@ class ScheduleOutput:
     loss_weights: list[float] = field(default_factory=list)  # how pass losses combine into the objective
     schedule: str = ""
 
-    def pass_losses(self, targets: torch.Tensor, ignore_index: int = -1) -> list[torch.Tensor]:
-        """Next-token cross-entropy of each pass over the positions it computed."""
-        losses = []
-        for logits, pos in zip(self.pass_logits, self.pass_positions):
-            tgt = targets if pos is None else targets[:, pos]
-            losses.append(F.cross_entropy(logits.flatten(0, 1).float(), tgt.flatten(), ignore_index=ignore_index))
-        return losses
+    def pass_losses(self, targets: torch.Tensor) -> list[torch.Tensor]:
+        """Next-token cross-entropy of each pass over the positions it computed (targets -1 ignored)."""
+        return [mean_token_loss(logits, targets if pos is None else targets[:, pos])
+                for logits, pos in zip(self.pass_logits, self.pass_positions)]
 
-    def loss(self, targets: torch.Tensor, ignore_index: int = -1) -> torch.Tensor:
+    def loss(self, targets: torch.Tensor) -> torch.Tensor:
         """The schedule's training objective (weighted sum of its pass losses)."""
-        losses = self.pass_losses(targets, ignore_index)
+        losses = self.pass_losses(targets)
         return sum(w * loss for w, loss in zip(self.loss_weights, losses))
 
 
@@ -77,7 +75,10 @@ def feedback_mask(batch: int, seq_len: int, plain_prefix: int | torch.Tensor = 0
     ``plain_prefix`` is an int or a (B,) tensor (FBT's prefix mix-in draws one per sequence).
     """
     t = torch.arange(seq_len, device=device)
-    prefix = torch.as_tensor(plain_prefix, device=device).clamp(min=1)
+    prefix = torch.as_tensor(plain_prefix, device=device)
+    if prefix.is_floating_point() or prefix.ndim > 1 or bool((prefix < 0).any()):
+        raise ValueError(f"plain_prefix={plain_prefix!r} is invalid: must be an int >= 0 or a (B,) tensor of them")
+    prefix = prefix.clamp(min=1)
     if prefix.ndim == 0:
         prefix = prefix.expand(batch)
     return t[None, :] >= prefix[:, None]
@@ -93,6 +94,8 @@ def _chunked(model: GPT, idx: torch.Tensor, chunk: int, plain_prefix: int | torc
              name: str, cache: KVCache | None = None) -> ScheduleOutput:
     """Process contiguous chunks in order through a KV cache, carrying the memory between chunks."""
     B, T = idx.shape
+    if cache is not None and cache.pos != 0:
+        raise ValueError(f"cache must be empty (it holds {cache.pos} positions): idx starts at position 0")
     cache = cache if cache is not None else model.new_kv_cache(B, T)
     reads = feedback_mask(B, T, plain_prefix, idx.device)
     logits, memory = [], []
@@ -116,7 +119,8 @@ def sequential(model: GPT, idx: torch.Tensor, plain_prefix: int | torch.Tensor =
                cache: KVCache | None = None) -> ScheduleOutput:
     """Exact recurrence: one forward per token through the KV cache, the memory carried along.
 
-    ``plain_prefix``: the first positions read no memory (a prompt prefilled plainly).
+    ``plain_prefix``: the first positions read no memory (a prompt prefilled plainly). ``cache``: an
+    empty cache to fill (it then holds the keys/values and the state the next token would read).
     """
     return _chunked(model, idx, 1, plain_prefix, "sequential", cache)
 

@@ -4,5 +4,7 @@ Every function returns plain data (tensors, pandas DataFrames); ``workbench.plot
 """
 
 from .cache import ActivationCache, run_with_cache
+from .contraction import jacobian_norm, jacobian_power_iteration, memory_trajectory, pass_dynamics, sensitivity
 
-__all__ = ["ActivationCache", "run_with_cache"]
+__all__ = ["ActivationCache", "jacobian_norm", "jacobian_power_iteration", "memory_trajectory", "pass_dynamics",
+           "run_with_cache", "sensitivity"]

@@ -1,0 +1,218 @@
+"""Contraction analysis: the pass map reaches the exact fixed point on schedule, streams in constant
+memory, and sensitivity and Jacobian norms agree with independent autograd and schedule paths."""
+
+from __future__ import annotations
+
+import math
+import weakref
+
+import pytest
+import torch
+
+import workbench as wb
+from conftest import perturbed_model, small_config, variant_config
+from workbench.analysis import run_with_cache
+from workbench.analysis.contraction import (
+    jacobian_norm,
+    jacobian_power_iteration,
+    memory_trajectory,
+    pass_dynamics,
+    sensitivity,
+)
+
+T = 8
+
+
+@pytest.fixture(scope="module")
+def models() -> dict[str, wb.GPT]:
+    models = {name: perturbed_model(small_config(name)) for name in ("none", "lrt", "fbt")}
+    models["lrt_mid"] = perturbed_model(variant_config("lrt_per_layer_mid"))  # memory from block 1 of 3
+    return models
+
+
+def _idx(B: int = 2, seed: int = 1) -> torch.Tensor:
+    return torch.randint(0, 23, (B, T), generator=torch.Generator().manual_seed(seed))
+
+
+# ---------------------------------------------------------------------------------------------- pass_dynamics
+@pytest.mark.parametrize("mechanism", ["lrt", "lrt_mid", "fbt"])
+def test_fixed_point_is_reached_at_pass_T_and_not_before(models, mechanism):
+    df = pass_dynamics(models[mechanism], _idx(), passes=T + 3)
+    assert list(df["pass"]) == list(range(1, T + 4))
+    assert math.isnan(df["delta"].iloc[0]) and math.isnan(df["contraction_rate"].iloc[0])
+    dist = df.set_index("pass")["fixed_point_distance"]
+    assert (dist.loc[T:] < 1e-10).all()
+    assert dist.loc[T - 1] > 1e-6
+    assert (df["delta"].iloc[1:T] > 0).all()  # the residual is real until the fixed point
+    assert df["loss"].isna().all()  # no targets given
+
+
+def test_a_plain_prefix_reaches_the_fixed_point_sooner(models, capsys):
+    """Positions < p read nothing, so the last position is exact after T - p + 1 passes."""
+    p = 3
+    df = pass_dynamics(models["fbt"], _idx(), passes=T, plain_prefix=p, progress=True)
+    dist = df.set_index("pass")["fixed_point_distance"]
+    assert (dist.loc[T - p + 1:] < 1e-10).all() and dist.loc[T - p] > 1e-6
+    assert "passes" in capsys.readouterr().err  # the progress bar
+
+
+def test_baseline_is_converged_after_one_pass(models):
+    df = pass_dynamics(models["none"], _idx(), passes=4)
+    assert (df["fixed_point_distance"] < 1e-10).all()
+    assert (df["delta"].iloc[1:] == 0).all()
+
+
+def test_losses_match_the_multipass_schedule(models):
+    idx = _idx()
+    targets = torch.roll(idx, -1, dims=1)
+    targets[:, -1] = -1
+    df = pass_dynamics(models["fbt"], idx, passes=3, targets=targets)
+    with torch.no_grad():
+        expected = wb.schedules.multipass(models["fbt"], idx, passes=3).pass_losses(targets)
+    assert df["loss"].tolist() == pytest.approx([float(x) for x in expected], rel=1e-12)
+
+
+def test_given_reference_is_used_as_the_fixed_point(models):
+    model, idx = models["lrt"], _idx()
+    exact = wb.schedules.sequential(model, idx).memory
+    own = pass_dynamics(model, idx, passes=3)
+    given = pass_dynamics(model, idx, passes=3, reference=exact)
+    assert given["fixed_point_distance"].tolist() == pytest.approx(own["fixed_point_distance"].tolist(), abs=1e-14)
+    moved = pass_dynamics(model, idx, passes=T, reference=exact * 2)
+    assert moved["fixed_point_distance"].iloc[-1] == pytest.approx(0.5, rel=1e-9)
+
+
+def test_memory_stays_constant_over_hundreds_of_passes(models):
+    """Every pass's memory tensor is freed once the next pass has used it: at most a couple are alive."""
+    model, idx = models["fbt"], _idx()
+    reference = wb.schedules.sequential(model, idx).memory
+    seen: list[weakref.ref] = []
+    alive_counts: list[int] = []
+
+    def track(tensor, hook):
+        alive_counts.append(sum(ref() is not None for ref in seen))
+        seen.append(weakref.ref(tensor))
+
+    with wb.hooks(model, [("hook_memory", track)]):
+        df = pass_dynamics(model, idx, passes=300, reference=reference)
+    assert len(df) == 300 and len(seen) == 300
+    assert max(alive_counts) <= 3
+    assert df["fixed_point_distance"].iloc[-1] < 1e-10
+
+
+def test_pass_dynamics_restores_training_mode(models):
+    model = models["fbt"]
+    model.train()
+    try:
+        df = pass_dynamics(model, _idx(), passes=T)  # eval inside: no jitter, so exact at pass T
+        assert model.training
+        assert df["fixed_point_distance"].iloc[-1] < 1e-10
+    finally:
+        model.eval()
+
+
+@pytest.mark.parametrize("kwargs,field", [(dict(passes=0), "passes"), (dict(passes=True), "passes"),
+                                           (dict(targets=torch.zeros(2, 3, dtype=torch.long)), "targets"),
+                                           (dict(reference=torch.zeros(2, T, 5)), "reference"),
+                                           (dict(plain_prefix=-1), "plain_prefix")])
+def test_pass_dynamics_rejects_bad_input(models, kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        pass_dynamics(models["fbt"], _idx(), **kwargs)
+
+
+def test_bad_tokens_are_rejected(models):
+    with pytest.raises(ValueError, match="idx"):
+        pass_dynamics(models["fbt"], torch.full((1, 4), 99), passes=1)
+    with pytest.raises(ValueError, match="idx"):
+        sensitivity(models["fbt"], torch.zeros(4, dtype=torch.long), 0)
+
+
+# ---------------------------------------------------------------------------------------------- sensitivity
+def test_sensitivity_table_shape_and_finiteness(models):
+    df = sensitivity(models["fbt"], _idx(), t0=2)
+    assert list(df.columns) == ["distance", "position", "effect", "logit_effect"]
+    assert df["distance"].tolist() == list(range(1, T - 2)) and df["position"].tolist() == list(range(3, T))
+    assert df[["effect", "logit_effect"]].map(math.isfinite).all().all()
+    assert (df["effect"] > 0).all()
+    assert len(sensitivity(models["lrt"], _idx(), t0=0, max_distance=3)) == 3
+
+
+def test_without_a_mechanism_the_effect_is_exactly_zero(models):
+    df = sensitivity(models["none"], _idx(), t0=1)
+    assert (df["effect"] == 0).all() and (df["logit_effect"] == 0).all()
+
+
+@pytest.mark.parametrize("mechanism", ["lrt", "fbt"])
+def test_one_step_sensitivity_is_bounded_by_the_jacobian_norm(models, mechanism):
+    """Distance 1 is ||J u|| for a unit u (to first order in eps), so it cannot exceed the spectral norm."""
+    model, idx = models[mechanism], _idx(B=1)
+    effect = sensitivity(model, idx, t0=3, max_distance=1, eps=1e-7)["effect"].iloc[0]
+    assert 0 < effect <= jacobian_norm(model, idx, t=4) * (1 + 1e-4)
+
+
+@pytest.mark.parametrize("kwargs,field", [(dict(t0=T - 1), "t0"), (dict(t0=-1), "t0"),
+                                           (dict(t0=2, max_distance=T), "max_distance"),
+                                           (dict(t0=2, max_distance=0), "max_distance"),
+                                           (dict(t0=2, eps=0.0), "eps")])
+def test_sensitivity_rejects_bad_input(models, kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        sensitivity(models["fbt"], _idx(), **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------- jacobian
+def _exact_jacobian_norm(model: wb.GPT, idx: torch.Tensor, t: int) -> float:
+    """Spectral norm of d m_t / d m_{t-1} from a full causal forward (no KV cache) fed the exact memories."""
+    B = idx.size(0)
+    exact = wb.schedules.sequential(model, idx).memory
+    memory_in = wb.schedules.shift_right(exact[:, : t + 1])
+    reads = wb.schedules.feedback_mask(B, t + 1)
+
+    def one_step(m: torch.Tensor) -> torch.Tensor:
+        mem = torch.cat([memory_in[:, :t], m[:, None]], dim=1)
+        return model.step(idx[:, : t + 1], memory=mem, memory_mask=reads).memory[:, t]
+
+    J = torch.autograd.functional.jacobian(one_step, memory_in[:, t])  # (B, D, B, D): block-diagonal
+    D = J.size(-1)
+    return float(torch.linalg.matrix_norm(J.reshape(B * D, B * D), ord=2))
+
+
+@pytest.mark.parametrize("mechanism", ["lrt", "lrt_mid", "fbt"])
+def test_power_iteration_matches_the_exact_jacobian_norm(models, mechanism):
+    model, idx, t = models[mechanism], _idx(B=2), 5
+    result = jacobian_power_iteration(model, idx, t, iters=60)
+    assert result["norm"] == pytest.approx(_exact_jacobian_norm(model, idx, t), rel=1e-8)
+    assert result["per_example"].shape == (2,) and len(result["estimates"]) == 60
+    for b in range(2):  # each example's estimate is its own block's norm
+        single = _exact_jacobian_norm(model, idx[b:b + 1], t)
+        assert float(result["per_example"][b]) == pytest.approx(single, rel=1e-6)
+
+
+def test_jacobian_without_a_mechanism_is_zero(models):
+    assert jacobian_norm(models["none"], _idx(), t=3, iters=3) == 0.0
+
+
+@pytest.mark.parametrize("kwargs,field", [(dict(t=0), "t"), (dict(t=T), "t"), (dict(t=2, iters=0), "iters")])
+def test_jacobian_rejects_bad_input(models, kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        jacobian_norm(models["fbt"], _idx(), **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------- trajectory
+def test_memory_trajectory_indexes_the_sequential_run(models):
+    model, idx = models["lrt_mid"], _idx()
+    df = memory_trajectory(model, idx, top_k=3)
+    assert len(df) == 2 * T
+    assert list(df.columns) == ["example", "position", "token", "reads", "state_norm", "cosine_prev",
+                                "top_tokens", "top_probs"]
+    first = df[df["position"] == 0]
+    assert first["cosine_prev"].isna().all() and not first["reads"].any()
+    rest = df[df["position"] > 0]
+    assert rest["reads"].all() and rest["cosine_prev"].between(-1, 1).all()
+    logits = wb.schedules.sequential(model, idx).logits
+    assert df["top_tokens"].map(lambda x: x[0]).tolist() == logits.argmax(-1).reshape(-1).tolist()
+    assert df["token"].tolist() == idx.reshape(-1).tolist()
+    state = run_with_cache(model, idx, "sequential", names_filter="blocks.1.hook_resid_post")[1]
+    assert df["state_norm"].tolist() == pytest.approx(
+        torch.linalg.vector_norm(state["blocks.1.hook_resid_post"], dim=-1).reshape(-1).tolist())
+    with pytest.raises(ValueError, match="top_k"):
+        memory_trajectory(model, idx, top_k=0)

@@ -1,0 +1,186 @@
+"""Figures: each draws what it is given (panels, lines, bar heights), registers nothing with pyplot and saves."""
+
+from __future__ import annotations
+
+import io
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from conftest import perturbed_model, small_config  # noqa: E402
+from workbench import plots  # noqa: E402
+from workbench.analysis.contraction import memory_trajectory, pass_dynamics, sensitivity  # noqa: E402
+
+CONDITIONS = ["standard", "recurrent k=1", "sequential"]
+
+
+def probes_frame(tasks=("memory", "completion"), models=("trained", "random init"), layers=4) -> pd.DataFrame:
+    rows = []
+    for t, task in enumerate(tasks):
+        for m, model in enumerate(models):
+            for c, condition in enumerate(CONDITIONS):
+                for layer in range(layers + 1):
+                    acc = 0.5 + 0.1 * c + 0.01 * layer + 0.001 * m + 0.0001 * t
+                    rows.append(dict(condition=condition, layer=layer, accuracy=acc, accuracy_std=0.02,
+                                     control_accuracy=0.55, selectivity=acc - 0.55, majority=0.5, model=model,
+                                     task=task))
+    return pd.DataFrame(rows)
+
+
+def traces_frame() -> pd.DataFrame:
+    rows = []
+    for regime, lengths, correct in [("fused", [5, 7, 9], [True, True, True]),
+                                     ("standard", [10, 12, 20, 30], [True, False, True, False]),
+                                     ("soft", [8, 9], [True, False])]:
+        rows += [dict(regime=regime, length=n, correct=ok, example=i)
+                 for i, (n, ok) in enumerate(zip(lengths, correct))]
+    return pd.DataFrame(rows)
+
+
+@pytest.fixture(scope="module")
+def runs() -> dict[str, dict[str, pd.DataFrame]]:
+    idx = torch.randint(0, 23, (2, 6), generator=torch.Generator().manual_seed(0))
+    out: dict[str, dict[str, pd.DataFrame]] = {"dynamics": {}, "sensitivity": {}}
+    for mechanism in ("none", "lrt", "fbt"):
+        model = perturbed_model(small_config(mechanism))
+        out["dynamics"][mechanism] = pass_dynamics(model, idx, passes=9, targets=idx)
+        out["sensitivity"][mechanism] = sensitivity(model, idx, t0=1)
+    out["trajectory"] = {"fbt": memory_trajectory(perturbed_model(small_config("fbt")), idx, top_k=4)}
+    return out
+
+
+def _saves(fig: Figure) -> None:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=40)
+    assert buffer.getvalue()[:4] == b"\x89PNG"
+
+
+def test_figures_are_not_registered_with_pyplot():
+    before = plt.get_fignums()
+    fig = plots.probe_heatmap(probes_frame())
+    assert plt.get_fignums() == before and isinstance(fig, Figure)
+    _saves(fig)
+
+
+def test_probe_heatmap_has_a_panel_per_task_and_model_and_depth_zero_at_the_bottom():
+    df = probes_frame()
+    fig = plots.probe_heatmap(df)
+    assert len(fig.axes) == 4 + 1  # four panels and one shared colour bar
+    ax = fig.axes[0]
+    assert ax.get_title() == "memory / trained"
+    assert [t.get_text() for t in ax.get_xticklabels()] == CONDITIONS
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["4", "3", "2", "1", "0"]
+    cells = ax.collections[0].get_array().reshape(5, 3)
+    expected = df[(df.task == "memory") & (df.model == "trained") & (df.layer == 0)]["accuracy"].to_numpy()
+    np.testing.assert_allclose(cells[-1], expected)  # bottom row = depth 0
+    single = plots.probe_heatmap(probes_frame(tasks=("memory",), models=("trained",)))
+    assert len(single.axes) == 2
+
+
+def test_layer0_comparison_bars_are_the_depth_zero_accuracies():
+    df = probes_frame()
+    fig = plots.layer0_comparison(df)
+    assert len(fig.axes) == 2
+    ax = fig.axes[1]
+    heights = [p.get_height() for p in ax.patches]
+    assert len(heights) == len(CONDITIONS) * 2
+    at0 = df[(df.task == "completion") & (df.layer == 0)]
+    expected = [at0[(at0.model == m) & (at0.condition == c)]["accuracy"].item()
+                for m in ("trained", "random init") for c in CONDITIONS]
+    assert heights == pytest.approx(expected)
+    majority = [line for line in ax.lines if line.get_linestyle() == "--"]
+    assert len(majority) == 1 and majority[0].get_ydata()[0] == 0.5
+    at2 = plots.layer0_comparison(df, depth=2).axes[0].patches[0].get_height()
+    assert at2 == pytest.approx(df[(df.task == "memory") & (df.layer == 2)]["accuracy"].iloc[0])
+    with pytest.raises(ValueError, match="depth"):
+        plots.layer0_comparison(df, depth=9)
+
+
+def test_probe_profile_draws_accuracy_and_control_per_condition():
+    df = probes_frame(tasks=("memory",), models=("trained",))
+    fig = plots.probe_profile(df, highlight_depth=2)
+    (ax,) = fig.axes
+    assert len(ax.lines) == 2 * len(CONDITIONS) + 2  # accuracy and control each, majority, highlight
+    np.testing.assert_allclose(ax.lines[0].get_ydata(), df[df.condition == "standard"]["accuracy"])
+    with pytest.raises(ValueError, match="accuracy"):
+        plots.probe_profile(df.drop(columns="accuracy"))
+
+
+def test_contraction_curves_one_line_per_run_on_log_axes(runs):
+    fig = plots.contraction_curves(runs["dynamics"])
+    assert len(fig.axes) == 3  # the runs carry a loss
+    for ax in fig.axes:
+        assert len(ax.lines) == 3
+    assert fig.axes[0].get_yscale() == "log" and fig.axes[1].get_yscale() == "log"
+    none_delta = fig.axes[0].lines[0].get_ydata()
+    assert np.isnan(none_delta).all()  # baseline residual is exactly 0 after pass 1: no line on a log axis
+    fbt_distance = fig.axes[1].lines[2].get_ydata()
+    assert np.isfinite(fbt_distance[:5]).all()
+    cut = plots.contraction_curves(runs["dynamics"]["fbt"].drop(columns="loss"), max_pass=4)
+    assert len(cut.axes) == 2 and list(cut.axes[0].lines[0].get_xdata()) == [1, 2, 3, 4]
+    with pytest.raises(ValueError, match="no runs"):
+        plots.contraction_curves({})
+
+
+def test_sensitivity_decay_marks_the_perturbation_size_and_unused_memory(runs):
+    fig = plots.sensitivity_decay(runs["sensitivity"])
+    (ax,) = fig.axes
+    assert len(ax.lines) == 3 + 1 and ax.get_yscale() == "log"
+    labels = ax.get_legend_handles_labels()[1]
+    assert "memory unused" in labels[0] and "memory unused" not in labels[2]
+    np.testing.assert_allclose(ax.lines[2].get_ydata(), runs["sensitivity"]["fbt"]["effect"])
+
+
+def test_trace_lengths_orders_regimes_and_reports_accuracy():
+    fig = plots.trace_lengths(traces_frame())
+    ax_len, ax_acc = fig.axes
+    for ax in (ax_len, ax_acc):
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["standard", "soft", "fused"]
+    assert [p.get_height() for p in ax_acc.patches] == pytest.approx([0.5, 0.5, 1.0])
+    texts = [t.get_text() for t in ax_len.texts]
+    assert texts == ["median 16", "median 8.5", "median 7"]
+    with pytest.raises(ValueError, match="correct"):
+        plots.trace_lengths(traces_frame().drop(columns="correct"))
+
+
+def _history(offset: float = 0.0) -> pd.DataFrame:
+    steps = np.arange(10)
+    return pd.DataFrame(dict(step=steps, flops=steps * 1e9, tokens=steps * 100, loss=3.0 - 0.1 * steps + offset,
+                             loss_pass1=3.1 - 0.1 * steps, loss_pass2=2.9 - 0.1 * steps,
+                             val_loss=[2.5 if s % 5 == 0 else np.nan for s in steps]))
+
+
+def test_loss_curves_single_run_and_matched_compute_comparison():
+    (ax,) = plots.loss_curves(_history()).axes
+    assert len(ax.lines) == 4  # objective, two passes, held-out
+    np.testing.assert_allclose(ax.lines[-1].get_xdata(), [0, 5])
+    (ax,) = plots.loss_curves({"baseline": _history(), "fbt": _history(0.5)}, x="flops").axes
+    assert len(ax.lines) == 4  # train and held-out per run
+    np.testing.assert_allclose(ax.lines[0].get_xdata(), np.arange(10) * 1e9)
+    assert ax.get_xlabel() == "training FLOPs"
+    with pytest.raises(ValueError, match="x="):
+        plots.loss_curves(_history(), x="seconds")
+    with pytest.raises(ValueError, match="loss"):
+        plots.loss_curves(_history().drop(columns="loss"))
+
+
+def test_token_steps_marks_the_position_and_shows_its_top_tokens(runs):
+    trajectory = runs["trajectory"]["fbt"]
+    fig = plots.token_steps(trajectory, position=3, example=1, decode=lambda i: chr(97 + i))
+    ax_cos, ax_top = fig.axes
+    assert ax_cos.lines[1].get_xdata()[0] == 3
+    row = trajectory[(trajectory.example == 1) & (trajectory.position == 3)].iloc[0]
+    assert [p.get_width() for p in ax_top.patches] == pytest.approx(row["top_probs"][::-1])
+    assert ax_top.get_yticklabels()[-1].get_text() == repr(chr(97 + row["top_tokens"][0]))
+    with pytest.raises(ValueError, match="position"):
+        plots.token_steps(trajectory, position=99)
+    with pytest.raises(ValueError, match="example"):
+        plots.token_steps(trajectory, position=0, example=5)

@@ -1,0 +1,307 @@
+"""Fixed-point dynamics of the feedback map: does iterating it converge, and what does it remember?
+
+FBT's training (and any fused prefill) runs the *pass map* H^(k) = F(shift(H^(k-1))) — Jacobi on a
+causal system whose fixed point H* is the exact sequential recurrence. The paper's stability claim
+is that, trained with a small share of 3-pass batches, this map contracts toward its fixed point
+even when iterated hundreds of passes past its training depth. This module measures that claim
+and two related properties of the recurrence itself:
+
+- ``pass_dynamics``: per pass, the residual ``||H^k - H^(k-1)|| / ||H^k||``, the distance to the
+  exact fixed point, the empirical contraction rate and the loss — streamed, so 1,000 passes cost
+  the memory of one;
+- ``sensitivity``: perturb the memory one position carries forward and follow its effect along
+  the exact sequential recurrence (does the feedback forget, or amplify?);
+- ``jacobian_norm``: the spectral norm of the one-step map ``m_{t-1} -> m_t`` by power iteration
+  on autograd Jacobian-vector products (a local contraction certificate when below 1);
+- ``memory_trajectory``: what each token reads and produces under the exact recurrence (norms,
+  cosine of consecutive memories, top next tokens), the table ``widgets.token_stepper`` steps.
+
+H is always the *memory* (``StepOutput.memory``: the normed state at the mechanism's source depth,
+the top for FBT): the thing fed back, hence the state of the iteration. Every function runs the
+model in eval mode (FBT's training jitter would blur a fixed point) and restores its mode after.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from tqdm.auto import tqdm
+
+from .. import schedules
+from ..kv_cache import KVCache, Mask
+from ..metrics import mean_token_loss
+from ..model import GPT
+from .cache import run_with_cache
+
+PASS_COLUMNS = ["pass", "delta", "fixed_point_distance", "contraction_rate", "loss"]
+SENSITIVITY_COLUMNS = ["distance", "position", "effect", "logit_effect"]
+
+
+# ---------------------------------------------------------------------------------------------- checks
+def _check_int(name: str, value: object, lo: int, hi: int | None = None) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < lo or (hi is not None and value > hi):
+        allowed = f"[{lo}, {'inf' if hi is None else hi}]"
+        raise ValueError(f"{name}={value!r} is invalid: must be an int in {allowed}")
+
+
+def _check_tokens(model: GPT, idx: torch.Tensor) -> None:
+    if not isinstance(idx, torch.Tensor) or idx.ndim != 2 or idx.size(1) < 1 or idx.is_floating_point():
+        shape = tuple(idx.shape) if isinstance(idx, torch.Tensor) else type(idx).__name__
+        raise ValueError(f"idx must be a (B, T) tensor of token ids with T >= 1, got {shape}")
+    vocab = model.config.vocab_size
+    if int(idx.min()) < 0 or int(idx.max()) >= vocab:
+        raise ValueError(f"idx holds token ids outside [0, {vocab - 1}] (vocab_size={vocab})")
+
+
+@contextmanager
+def _eval_mode(model: GPT) -> Iterator[None]:
+    """Eval mode for the duration (no FBT jitter), then back to whatever mode the caller had."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
+
+
+def _check_prefix(plain_prefix: int | torch.Tensor, T: int) -> None:
+    if not isinstance(plain_prefix, torch.Tensor):
+        _check_int("plain_prefix", plain_prefix, 0, T)
+
+
+def _norm(x: torch.Tensor) -> float:
+    """Frobenius norm accumulated in float64, so residuals near float32's resolution stay visible."""
+    return float(torch.linalg.vector_norm(x.double()))
+
+
+# ---------------------------------------------------------------------------------------------- passes
+@torch.no_grad()
+def pass_dynamics(model: GPT, idx: torch.Tensor, passes: int = 1000, targets: torch.Tensor | None = None,
+                  plain_prefix: int | torch.Tensor = 0, reference: torch.Tensor | None = None,
+                  progress: bool = False) -> pd.DataFrame:
+    """Iterate the Jacobi pass map ``passes`` times and report how it approaches its fixed point.
+
+    One row per pass k (1-based): ``delta`` = ``||H^k - H^(k-1)|| / ||H^k||`` (NaN at pass 1);
+    ``fixed_point_distance`` = ``||H^k - H*|| / ||H*||`` to the exact sequential memory H*;
+    ``contraction_rate`` = ``delta_k / delta_(k-1)`` (NaN where undefined, e.g. once the residual
+    is exactly 0); ``loss`` = mean next-token cross-entropy against ``targets`` (B, T), -1 = ignored
+    (NaN without targets). Norms run over every position of the batch.
+
+    A causal Jacobi iteration is exact after T passes, so ``fixed_point_distance`` reaches 0 at
+    pass T at the latest; what happens *after* that (in floating point) and *before* it (how fast
+    the early positions settle) is the contraction story. Passes are streamed from
+    ``schedules.iterate_passes`` and only the previous one is kept: memory does not grow with
+    ``passes``. ``reference``: H* (B, T, D_mem) when the caller already has it (e.g. to compare
+    several runs on one batch); otherwise computed once with ``schedules.sequential``.
+    ``progress``: a tqdm bar over passes.
+    """
+    _check_tokens(model, idx)
+    _check_int("passes", passes, 1)
+    _check_prefix(plain_prefix, idx.size(1))
+    if targets is not None and tuple(targets.shape) != tuple(idx.shape):
+        raise ValueError(f"targets must have the shape of idx {tuple(idx.shape)}, got {tuple(targets.shape)}")
+    with _eval_mode(model):
+        exact = reference if reference is not None else schedules.sequential(model, idx, plain_prefix).memory
+        expected = (*idx.shape, model.config.n_embd)
+        if tuple(exact.shape) != expected:
+            raise ValueError(f"reference must be the sequential memory of idx, shape {expected}, "
+                             f"got {tuple(exact.shape)}")
+        exact_norm = _norm(exact)
+        rows = []
+        previous: torch.Tensor | None = None
+        previous_delta = math.nan
+        stream = schedules.iterate_passes(model, idx, plain_prefix, passes)
+        for k, out in enumerate(tqdm(stream, total=passes, desc="passes", disable=not progress), start=1):
+            memory = out.memory
+            delta = math.nan if previous is None else _norm(memory - previous) / _norm(memory)
+            rate = delta / previous_delta if previous_delta > 0 else math.nan
+            loss = math.nan
+            if targets is not None:
+                loss = float(mean_token_loss(out.logits, targets))
+            rows.append({"pass": k, "delta": delta, "fixed_point_distance": _norm(memory - exact) / exact_norm,
+                         "contraction_rate": rate, "loss": loss})
+            previous, previous_delta = memory, delta
+    return pd.DataFrame(rows, columns=PASS_COLUMNS)
+
+
+# ---------------------------------------------------------------------------------------------- sensitivity
+def _step_on(model: GPT, idx: torch.Tensor, cache: KVCache, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Continue the exact recurrence in ``cache`` over positions ``start..stop-1``, one token at a time.
+
+    Every position here reads the carried state (callers start after position 0 with no plain
+    prefix). Returns the memory (B, n, D) and logits (B, n, V) of those positions.
+    """
+    memories, logits = [], []
+    for t in range(start, stop):
+        out = model.step(idx[:, t:t + 1], memory=cache.state[:, None],
+                         positions=torch.tensor([t], device=idx.device), kv=cache)
+        cache.state = out.memory[:, -1]
+        memories.append(out.memory)
+        logits.append(out.logits)
+    return torch.cat(memories, dim=1), torch.cat(logits, dim=1)
+
+
+def _unit_directions(shape: tuple[int, int], seed: int, like: torch.Tensor) -> torch.Tensor:
+    """One random unit vector per example, reproducible from ``seed`` whatever the device."""
+    direction = torch.randn(shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    direction = direction / torch.linalg.vector_norm(direction, dim=-1, keepdim=True)
+    return direction.to(device=like.device, dtype=like.dtype)
+
+
+@torch.no_grad()
+def sensitivity(model: GPT, idx: torch.Tensor, t0: int, max_distance: int | None = None, eps: float = 1e-3,
+                seed: int = 0) -> pd.DataFrame:
+    """How a nudge to the memory position ``t0`` carries forward spreads along the exact recurrence.
+
+    Runs the sequential recurrence to ``t0``, then continues twice from the same KV cache: clean,
+    and with ``eps * u`` added to the state ``m_t0`` that position ``t0 + 1`` reads (``u`` a random
+    unit vector per example). One row per ``distance`` d = 1..``max_distance`` (default: to the end
+    of ``idx``): ``position`` = t0 + d, ``effect`` = ``||Δm_{t0+d}|| / eps`` and ``logit_effect`` =
+    ``||Δlogits_{t0+d}|| / eps``, both root-mean-square over the batch (the injected perturbation
+    itself has effect 1). An effect that decays with d means the feedback forgets; growth means
+    the recurrence amplifies small errors. Without a mechanism (``none``) the memory is never read,
+    so the effect is exactly 0. Use a float64 model for ``eps`` far below 1e-3.
+    """
+    _check_tokens(model, idx)
+    B, T = idx.shape
+    if T < 2:
+        raise ValueError(f"idx must hold at least 2 positions to follow a perturbation, got T={T}")
+    _check_int("t0", t0, 0, T - 2)
+    max_distance = T - 1 - t0 if max_distance is None else max_distance
+    _check_int("max_distance", max_distance, 1, T - 1 - t0)
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0 or math.isinf(eps):
+        raise ValueError(f"eps={eps!r} is invalid: must be a finite number > 0")
+    stop = t0 + 1 + max_distance
+    with _eval_mode(model):
+        clean = model.new_kv_cache(B, stop)
+        schedules.sequential(model, idx[:, :t0 + 1], cache=clean)
+        nudged = copy.deepcopy(clean)
+        nudged.state = nudged.state + eps * _unit_directions(tuple(nudged.state.shape), seed, nudged.state)
+        memory, logits = _step_on(model, idx, clean, t0 + 1, stop)
+        memory_p, logits_p = _step_on(model, idx, nudged, t0 + 1, stop)
+    scale = eps * math.sqrt(B)
+
+    def effect(a: torch.Tensor, b: torch.Tensor) -> list[float]:
+        return (torch.linalg.vector_norm((b - a).double(), dim=(0, 2)) / scale).tolist()
+
+    distance = list(range(1, max_distance + 1))
+    return pd.DataFrame({"distance": distance, "position": [t0 + d for d in distance],
+                         "effect": effect(memory, memory_p), "logit_effect": effect(logits, logits_p)},
+                        columns=SENSITIVITY_COLUMNS)
+
+
+# ---------------------------------------------------------------------------------------------- jacobian
+class _FrozenPrefix:
+    """A key/value store holding positions 0..t-1 fixed: each query at t attends to them and itself.
+
+    Pure (nothing is written), so the one-step map can be called again and again under autograd
+    transforms without the KV cache's write cursor or in-place writes getting in the way.
+    """
+
+    def __init__(self, cache: KVCache, t: int) -> None:
+        self.k = [k[:, :, :t] for k in cache.k]
+        self.v = [v[:, :, :t] for v in cache.v]
+
+    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor,
+               positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, Mask]:
+        return torch.cat([self.k[layer], k], dim=2), torch.cat([self.v[layer], v], dim=2), None
+
+    def advance(self, n: int) -> None:
+        """Nothing to advance: the prefix never changes."""
+
+
+@torch.no_grad()
+def jacobian_power_iteration(model: GPT, idx: torch.Tensor, t: int, iters: int = 50,
+                             seed: int = 0) -> dict[str, object]:
+    """Power iteration for the spectral norm of the one-step feedback map ``m_{t-1} -> m_t``.
+
+    Everything but the memory position ``t`` reads is held at the exact sequential values (the
+    keys/values of positions < t, the token at t). Each iteration takes one Jacobian-vector
+    product ``u = J v`` and one vector-Jacobian product ``J^T u`` (both by reverse-mode autograd)
+    and renormalises, so ``||J v||`` climbs to the largest singular value. Examples are
+    independent, so their Jacobians are the blocks of a block-diagonal map, iterated side by side.
+
+    Returns ``norm`` (float: the spectral norm of the whole batch's map, the largest example's),
+    ``per_example`` (B,) and ``estimates`` (the batch norm after each iteration, to judge
+    convergence). A norm below 1 means this step contracts perturbations of the memory locally.
+    """
+    _check_tokens(model, idx)
+    B, T = idx.shape
+    _check_int("t", t, 1, T - 1)
+    _check_int("iters", iters, 1)
+    with _eval_mode(model):
+        cache = model.new_kv_cache(B, t)
+        schedules.sequential(model, idx[:, :t], cache=cache)
+        prefix, point = _FrozenPrefix(cache, t), cache.state
+        token, position = idx[:, t:t + 1], torch.tensor([t], device=idx.device)
+
+        def one_step(memory: torch.Tensor) -> torch.Tensor:
+            return model.step(token, memory=memory[:, None], positions=position, kv=prefix).memory[:, 0]
+
+        # The fused attention kernels have no second derivative; the math kernel is plain matmuls
+        # and softmax, which autograd differentiates twice.
+        with sdpa_kernel(SDPBackend.MATH):
+            _, pullback = torch.func.vjp(one_step, point)  # w -> J^T w
+            # J^T w is linear in w, so the pullback of the pullback (taken anywhere) is v -> J v:
+            # reverse over reverse, built once, with no forward-mode rules needed.
+            _, pushforward = torch.func.vjp(pullback, torch.zeros_like(point))
+            v = _unit_directions((B, point.size(-1)), seed, point)
+            estimates: list[float] = []
+            for _ in range(iters):
+                (u,) = pushforward((v,))
+                sigma = torch.linalg.vector_norm(u, dim=-1)
+                estimates.append(float(sigma.max()))
+                (w,) = pullback(u)
+                v = w / torch.linalg.vector_norm(w, dim=-1, keepdim=True).clamp_min(torch.finfo(w.dtype).tiny)
+    return {"norm": estimates[-1], "per_example": sigma.detach().cpu(), "estimates": estimates}
+
+
+def jacobian_norm(model: GPT, idx: torch.Tensor, t: int, iters: int = 50, seed: int = 0) -> float:
+    """Spectral norm of the one-step feedback map ``m_{t-1} -> m_t`` at position ``t`` (power iteration).
+
+    Below 1: a small error in the memory position t reads shrinks at t (local contraction).
+    See ``jacobian_power_iteration`` for the iterates and per-example values.
+    """
+    return float(jacobian_power_iteration(model, idx, t, iters, seed)["norm"])
+
+
+# ---------------------------------------------------------------------------------------------- trajectory
+def memory_trajectory(model: GPT, idx: torch.Tensor, top_k: int = 5,
+                      plain_prefix: int | torch.Tensor = 0) -> pd.DataFrame:
+    """What every token reads and produces under the exact sequential recurrence, one row per position.
+
+    Columns: ``example``, ``position``, ``token``, ``reads`` (whether it reads ``m_{t-1}`` at all:
+    not position 0 nor a plain prefix), ``state_norm`` (``||h_t||`` at the source depth *before*
+    the RMSNorm that makes it the memory: the memory itself always has norm sqrt(D), so this is
+    where its scale shows), ``cosine_prev`` (cosine of ``m_{t-1}`` and ``m_t``, NaN at position 0:
+    how far one step turns the carried state), ``top_tokens`` / ``top_probs`` (the ``top_k``
+    next-token predictions). One sequential run, indexed afterwards: cheap to step through.
+    """
+    _check_tokens(model, idx)
+    _check_int("top_k", top_k, 1, model.config.vocab_size)
+    B, T = idx.shape
+    _check_prefix(plain_prefix, T)
+    source = model.mechanism.source_layer % model.config.n_layer
+    state_name = f"blocks.{source}.hook_resid_post"
+    with _eval_mode(model):
+        out, cache = run_with_cache(model, idx, "sequential", plain_prefix=plain_prefix, names_filter=state_name)
+    memory = out.memory.double()
+    cosine = F.cosine_similarity(memory[:, 1:], memory[:, :-1], dim=-1)
+    cosine = torch.cat([torch.full((B, 1), math.nan, dtype=cosine.dtype, device=cosine.device), cosine], dim=1)
+    top = out.logits.double().softmax(dim=-1).topk(top_k, dim=-1)
+    columns = {
+        "example": torch.arange(B)[:, None].expand(B, T), "position": torch.arange(T)[None, :].expand(B, T),
+        "token": idx, "reads": schedules.feedback_mask(B, T, plain_prefix, idx.device),
+        "state_norm": torch.linalg.vector_norm(cache[state_name].double(), dim=-1), "cosine_prev": cosine,
+    }
+    frame = pd.DataFrame({name: value.reshape(-1).cpu().numpy() for name, value in columns.items()})
+    frame["top_tokens"] = top.indices.reshape(B * T, top_k).cpu().tolist()
+    frame["top_probs"] = top.values.reshape(B * T, top_k).cpu().tolist()
+    return frame

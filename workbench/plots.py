@@ -1,0 +1,323 @@
+"""Figures the notebooks, the widgets and the CLI share: each draws what an analysis function returned.
+
+Every function takes the DataFrame (or a dict of named DataFrames, to compare runs) that
+``workbench.analysis`` or ``workbench.train`` produced and returns a ``matplotlib.figure.Figure``.
+Figures are built without ``pyplot``: nothing is registered globally, so nothing needs closing,
+no figure is shown twice in a notebook (a returned Figure displays once, as the cell's value), and
+``fig.savefig(...)`` works on any backend. Styling is seaborn's ``whitegrid``.
+
+- ``probe_heatmap``: probe accuracy by depth x condition (one panel per task and model);
+- ``probe_profile``: accuracy against depth for each condition, with control and majority lines;
+- ``layer0_comparison``: the headline bar chart: accuracy at depth 0 per condition;
+- ``contraction_curves``: residual and distance to the fixed point against pass (log scale);
+- ``sensitivity_decay``: effect of a memory perturbation against distance (log scale);
+- ``trace_lengths``: reasoning-trace length distribution and accuracy per decoding regime;
+- ``loss_curves``: training (and held-out) loss against step or FLOPs, for one run or several;
+- ``token_steps``: one position of a ``memory_trajectory``: how the state turns, what it predicts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import seaborn as sns
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from .decode import REGIMES
+
+Runs = pd.DataFrame | Mapping[str, pd.DataFrame]
+
+STYLE = "whitegrid"
+PANEL = (4.8, 3.6)  # inches per panel
+
+
+def _figure(ncols: int, nrows: int = 1, panel: tuple[float, float] = PANEL) -> tuple[Figure, list[Axes]]:
+    """A pyplot-free figure with seaborn's style and a flat list of its axes."""
+    with sns.axes_style(STYLE):
+        fig = Figure(figsize=(panel[0] * ncols, panel[1] * nrows), layout="constrained")
+        axes = fig.subplots(nrows, ncols, squeeze=False)
+    return fig, list(axes.flat)
+
+
+def _require(df: pd.DataFrame, columns: Sequence[str], what: str) -> None:
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise ValueError(f"{what} needs columns {list(columns)}; missing {missing} (has {list(df.columns)})")
+    if df.empty:
+        raise ValueError(f"{what} got an empty DataFrame")
+
+
+def _runs(results: Runs, what: str) -> dict[str, pd.DataFrame]:
+    """One DataFrame or a dict of them as {name: frame}; a lone frame is named ''."""
+    runs = {"": results} if isinstance(results, pd.DataFrame) else dict(results)
+    if not runs:
+        raise ValueError(f"{what} got no runs")
+    return runs
+
+
+def _positive(values: pd.Series) -> np.ndarray:
+    """Values for a log axis: zeros (an exact fixed point, an unused memory) become gaps, not -inf."""
+    arr = values.to_numpy(dtype=float)
+    return np.where(arr > 0, arr, np.nan)
+
+
+def _facets(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """Split probe results into panels by task and model (whichever of the two columns exist)."""
+    keys = [c for c in ("task", "model") if c in df.columns and df[c].nunique() > 1]
+    if not keys:
+        return [(" / ".join(str(df[c].iloc[0]) for c in ("task", "model") if c in df.columns), df)]
+    return [(" / ".join(map(str, key if isinstance(key, tuple) else (key,))), group)
+            for key, group in df.groupby(keys, sort=False)]
+
+
+def _in_order(values: pd.Series) -> list:
+    """Unique values in order of first appearance: the caller's order of conditions is meaningful."""
+    return list(dict.fromkeys(values))
+
+
+# ---------------------------------------------------------------------------------------------- probes
+def probe_heatmap(df: pd.DataFrame, value: str = "accuracy") -> Figure:
+    """Probe ``value`` by depth (rows, 0 = input at the bottom) x condition (columns), one panel per task/model.
+
+    Where recurrence puts global state within reach of shallow layers shows as the bottom rows
+    lighting up under the recurrent conditions only. One colour scale (0..1) for every panel.
+    """
+    _require(df, ["condition", "layer", value], "probe_heatmap")
+    facets = _facets(df)
+    fig, axes = _figure(len(facets), panel=(1.2 + 1.1 * df["condition"].nunique(), 3.8))
+    for ax, (title, group) in zip(axes, facets):
+        table = group.pivot_table(index="layer", columns="condition", values=value, aggfunc="mean", sort=False)
+        table = table.sort_index(ascending=False)[_in_order(group["condition"])]
+        sns.heatmap(table, ax=ax, vmin=0.0, vmax=1.0, cmap="viridis", annot=True, fmt=".2f", cbar=False,
+                    annot_kws={"fontsize": 8})
+        ax.set(title=title, xlabel="condition", ylabel="depth (0 = input)")
+        ax.tick_params(axis="x", labelrotation=30)
+    fig.colorbar(axes[0].collections[0], ax=axes, label=value, shrink=0.9)
+    return fig
+
+
+def probe_profile(df: pd.DataFrame, highlight_depth: int | None = None) -> Figure:
+    """Accuracy against depth for each condition (and model, task), with its control task and the majority rate.
+
+    The band is +- ``accuracy_std`` across folds; the dashed line of the same colour is the control
+    task (a probe that memorises rather than reads state scores well there too: selectivity is the
+    gap); the grey dotted line is the majority-class rate. ``highlight_depth`` marks one depth.
+    """
+    _require(df, ["condition", "layer", "accuracy"], "probe_profile")
+    fig, (ax,) = _figure(1, panel=(6.0, 4.0))
+    group_keys = ["condition"] + [c for c in ("model", "task") if c in df.columns and df[c].nunique() > 1]
+    groups = df.groupby(group_keys, sort=False)
+    for color, (key, group) in zip(sns.color_palette("deep", n_colors=groups.ngroups), groups):
+        group = group.sort_values("layer")
+        label = " / ".join(map(str, key if isinstance(key, tuple) else (key,)))
+        ax.plot(group["layer"], group["accuracy"], "o-", color=color, label=label)
+        if "accuracy_std" in group:
+            ax.fill_between(group["layer"], group["accuracy"] - group["accuracy_std"],
+                            group["accuracy"] + group["accuracy_std"], color=color, alpha=0.2, lw=0)
+        if "control_accuracy" in group:
+            ax.plot(group["layer"], group["control_accuracy"], "--", color=color, lw=1)
+    if "majority" in df:
+        ax.axhline(float(df["majority"].mean()), color="grey", ls=":", lw=1.5, label="majority")
+    if highlight_depth is not None:
+        ax.axvline(highlight_depth, color="black", lw=1, alpha=0.5)
+    ax.set(xlabel="depth (0 = input)", ylabel="probe accuracy", ylim=(0.0, 1.02),
+           xticks=sorted(df["layer"].unique()))
+    ax.legend(fontsize=8)
+    return fig
+
+
+def layer0_comparison(df: pd.DataFrame, depth: int = 0) -> Figure:
+    """Probe accuracy at one depth (default 0, the input) per condition: the probing headline.
+
+    Bars are grouped by condition, coloured by model; error bars are ``accuracy_std``; a black tick
+    on each bar is its control-task accuracy; the dashed line is the majority-class rate. One panel
+    per task. Standard prefill near the dashed line and recurrent conditions far above it is the
+    FBT paper's finding: feedback exposes global state to the very first layer.
+    """
+    _require(df, ["condition", "layer", "accuracy"], "layer0_comparison")
+    at = df[df["layer"] == depth]
+    if at.empty:
+        raise ValueError(f"depth={depth!r} is invalid: the probes cover depths {sorted(df['layer'].unique())}")
+    tasks = _in_order(at["task"]) if "task" in at else [None]
+    fig, axes = _figure(len(tasks), panel=(1.5 + 1.0 * at["condition"].nunique(), 3.8))
+    models = _in_order(at["model"]) if "model" in at else [None]
+    palette = sns.color_palette("deep", n_colors=len(models))
+    width = 0.8 / len(models)
+    for ax, task in zip(axes, tasks):
+        sub = at if task is None else at[at["task"] == task]
+        conditions = _in_order(sub["condition"])
+        for m, (model, color) in enumerate(zip(models, palette)):
+            rows = sub if model is None else sub[sub["model"] == model]
+            rows = rows.groupby("condition", sort=False).mean(numeric_only=True).reindex(conditions)
+            x = np.arange(len(conditions)) - 0.4 + width * (m + 0.5)
+            err = rows["accuracy_std"] if "accuracy_std" in rows else None
+            ax.bar(x, rows["accuracy"], width=width * 0.9, yerr=err, color=color, capsize=3,
+                   label=None if model is None else str(model))
+            if "control_accuracy" in rows:
+                ax.scatter(x, rows["control_accuracy"], marker="_", s=400 * width, color="black", zorder=3,
+                           label="control task" if m == 0 else None)
+        if "majority" in sub:
+            ax.axhline(float(sub["majority"].mean()), color="grey", ls="--", lw=1.5, label="majority")
+        ax.set_xticks(np.arange(len(conditions)), [str(c) for c in conditions], rotation=20)
+        ax.set(ylim=(0.0, 1.05), ylabel=f"probe accuracy at depth {depth}", title="" if task is None else str(task))
+    axes[0].legend(fontsize=8, loc="lower right")
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------- contraction
+def contraction_curves(results: Runs, max_pass: int | None = None) -> Figure:
+    """Residual ``delta`` and ``fixed_point_distance`` against pass (log y), one line per run.
+
+    Takes ``pass_dynamics`` output, or a dict of them by name (mechanism, training mix, ...). A
+    third panel shows the loss when any run has one. Exact zeros (the fixed point reached in
+    floating point) end a line rather than plunging to -inf. ``max_pass`` cuts every run there.
+    """
+    runs = _runs(results, "contraction_curves")
+    for frame in runs.values():
+        _require(frame, ["pass", "delta", "fixed_point_distance"], "contraction_curves")
+    has_loss = any("loss" in f and f["loss"].notna().any() for f in runs.values())
+    panels = [("delta", "residual ||H^k - H^(k-1)|| / ||H^k||"),
+              ("fixed_point_distance", "distance to fixed point ||H^k - H*|| / ||H*||")]
+    fig, axes = _figure(3 if has_loss else 2)
+    palette = sns.color_palette("deep", n_colors=len(runs))
+    for (name, frame), color in zip(runs.items(), palette):
+        if max_pass is not None:
+            frame = frame[frame["pass"] <= max_pass]
+        for ax, (column, _) in zip(axes, panels):
+            ax.plot(frame["pass"], _positive(frame[column]), color=color, label=name or None)
+        if has_loss and "loss" in frame:
+            axes[2].plot(frame["pass"], frame["loss"], color=color, label=name or None)
+    for ax, (_, ylabel) in zip(axes, panels):
+        ax.set(xlabel="pass", ylabel=ylabel, yscale="log")
+    if has_loss:
+        axes[2].set(xlabel="pass", ylabel="loss (nats / token)")
+    if len(runs) > 1 or next(iter(runs)):
+        axes[0].legend(fontsize=8)
+    return fig
+
+
+def sensitivity_decay(results: Runs) -> Figure:
+    """Effect of a perturbation of the carried memory against distance (log y), one line per run.
+
+    Takes ``sensitivity`` output or a dict of them. The dotted line at 1 is the size of the
+    injected perturbation: below it the recurrence forgets, above it it amplifies. A run whose
+    effect is exactly zero (no mechanism: the memory is never read) has no line, and says so.
+    """
+    runs = _runs(results, "sensitivity_decay")
+    fig, (ax,) = _figure(1, panel=(6.0, 4.0))
+    palette = sns.color_palette("deep", n_colors=len(runs))
+    for (name, frame), color in zip(runs.items(), palette):
+        _require(frame, ["distance", "effect"], "sensitivity_decay")
+        unused = bool((frame["effect"] == 0).all())
+        label = (name or "effect") + (" (exactly 0: memory unused)" if unused else "")
+        ax.plot(frame["distance"], _positive(frame["effect"]), "o-", ms=3, color=color, label=label)
+    ax.axhline(1.0, color="grey", ls=":", lw=1.5, label="injected perturbation")
+    ax.set(xlabel="distance d (tokens after the perturbed position)", ylabel="effect ||Δm_{t0+d}|| / eps",
+           yscale="log")
+    ax.legend(fontsize=8)
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------- traces
+def trace_lengths(df: pd.DataFrame) -> Figure:
+    """Reasoning-trace length per decoding regime (box and points; median written above) and accuracy.
+
+    The FBT paper's claim to check: under latent feedback (soft, fused) base models write shorter
+    traces at equal or better accuracy. Points are coloured by correctness, so a regime that is
+    short only because it gives up shows as a cloud of wrong answers.
+    """
+    _require(df, ["regime", "length", "correct"], "trace_lengths")
+    order = [r for r in REGIMES if r in set(df["regime"])] + [r for r in _in_order(df["regime"]) if r not in REGIMES]
+    fig, (ax_len, ax_acc) = _figure(2)
+    palette = dict(zip(order, sns.color_palette("deep", n_colors=len(order))))
+    boxes = ax_len.boxplot([df.loc[df["regime"] == r, "length"] for r in order], positions=range(len(order)),
+                           widths=0.6, showfliers=False, patch_artist=True, medianprops={"color": "black"})
+    for box, regime in zip(boxes["boxes"], order):
+        box.set(facecolor=palette[regime], alpha=0.5)
+    sns.stripplot(data=df, x="regime", y="length", order=order, hue="correct", hue_order=[False, True],
+                  palette={False: "tab:red", True: "black"}, ax=ax_len, size=3, alpha=0.6, jitter=0.2)
+    medians = df.groupby("regime")["length"].median()
+    top = float(df["length"].max())
+    for i, regime in enumerate(order):
+        ax_len.text(i, top * 1.04, f"median {medians[regime]:g}", ha="center", fontsize=8)
+    ax_len.set_xticks(range(len(order)), order)
+    ax_len.set(xlabel="regime", ylabel="trace length (tokens before the answer)", ylim=(0, top * 1.12 + 1))
+    ax_len.legend(title="correct", fontsize=8)
+    accuracy = df.groupby("regime")["correct"].agg(["mean", "size"]).reindex(order)
+    ax_acc.bar(order, accuracy["mean"], color=[palette[r] for r in order])
+    for i, (acc, n) in enumerate(zip(accuracy["mean"], accuracy["size"])):
+        ax_acc.text(i, acc + 0.02, f"{acc:.0%} of {n}", ha="center", fontsize=8)
+    ax_acc.set(xlabel="regime", ylabel="accuracy", ylim=(0.0, 1.1))
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------- training
+LOSS_AXES = {"step": "optimiser step", "flops": "training FLOPs", "tokens": "training tokens"}
+
+
+def loss_curves(history: Runs, x: str = "step", title: str = "") -> Figure:
+    """Training loss against ``x`` ("step", "flops" or "tokens"), with held-out loss where recorded.
+
+    One run (``train``'s ``history``): the objective, each pass's loss when there are several, and
+    ``val_loss`` as points. Several runs (a dict by name): one colour per run, training loss solid
+    and held-out dashed — with ``x="flops"`` that is the comparison at matched compute that a
+    multi-pass or interleaved schedule (2x, Kx the work per step) has to win.
+    """
+    if x not in LOSS_AXES:
+        raise ValueError(f"x={x!r} is invalid: must be one of {tuple(LOSS_AXES)}")
+    runs = _runs(history, "loss_curves")
+    for frame in runs.values():
+        _require(frame, [x, "loss"], "loss_curves")
+    fig, (ax,) = _figure(1, panel=(6.5, 4.2))
+    if len(runs) == 1:
+        (frame,) = runs.values()
+        ax.plot(frame[x], frame["loss"], color="black", label="train objective")
+        pass_cols = [c for c in frame.columns if c.startswith("loss_pass")]
+        if len(pass_cols) > 1:
+            for col, color in zip(pass_cols, sns.color_palette("deep", n_colors=len(pass_cols))):
+                ax.plot(frame[x], frame[col], lw=1, alpha=0.7, color=color, label=f"pass {col[len('loss_pass'):]}")
+        if "val_loss" in frame and frame["val_loss"].notna().any():
+            val = frame.dropna(subset=["val_loss"])
+            ax.plot(val[x], val["val_loss"], "o-", ms=4, color="tab:red", label="held-out")
+    else:
+        for (name, frame), color in zip(runs.items(), sns.color_palette("deep", n_colors=len(runs))):
+            ax.plot(frame[x], frame["loss"], color=color, label=f"{name} train")
+            if "val_loss" in frame and frame["val_loss"].notna().any():
+                val = frame.dropna(subset=["val_loss"])
+                ax.plot(val[x], val["val_loss"], "o--", ms=4, color=color, label=f"{name} held-out")
+    ax.set(xlabel=LOSS_AXES[x], ylabel="loss (nats / token)", title=title)
+    if x != "step":
+        ax.ticklabel_format(axis="x", style="sci", scilimits=(0, 0))
+    ax.legend(fontsize=8)
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------- token stepper
+def token_steps(trajectory: pd.DataFrame, position: int, example: int = 0,
+                decode: Callable[[int], str] | None = None) -> Figure:
+    """One position of a ``memory_trajectory``: how far each step turns the memory, and what ``position`` predicts.
+
+    Left: cosine of consecutive memories ``cos(m_{t-1}, m_t)`` along the sequence, the selected
+    position marked (near 1: the token barely changes the carried state). Right: the position's
+    top next-token probabilities, labelled with ``decode(token_id)`` when given.
+    """
+    _require(trajectory, ["example", "position", "token", "cosine_prev", "top_tokens", "top_probs"], "token_steps")
+    rows = trajectory[trajectory["example"] == example].sort_values("position")
+    if rows.empty:
+        raise ValueError(f"example={example!r} is invalid: the trajectory holds examples "
+                         f"{sorted(trajectory['example'].unique())}")
+    if position not in set(rows["position"]):
+        raise ValueError(f"position={position!r} is invalid: must be in [0, {int(rows['position'].max())}]")
+    row = rows[rows["position"] == position].iloc[0]
+    fig, (ax_cos, ax_top) = _figure(2)
+    ax_cos.plot(rows["position"], rows["cosine_prev"], "o-", ms=3, color="tab:blue")
+    ax_cos.axvline(position, color="black", lw=1, alpha=0.5)
+    ax_cos.set(xlabel="position t", ylabel="cos(m_{t-1}, m_t)", ylim=(-1.05, 1.05))
+    show = (lambda tok: repr(decode(int(tok)))) if decode else (lambda tok: str(int(tok)))
+    ax_top.barh([show(t) for t in row["top_tokens"]][::-1], list(row["top_probs"])[::-1],
+                color=sns.color_palette("deep")[0])
+    ax_top.set(xlabel="probability", xlim=(0.0, 1.0), title=f"next token after {show(row['token'])} (t={position})")
+    return fig

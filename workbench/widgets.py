@@ -1,0 +1,194 @@
+"""ipywidgets front-ends over the analysis functions: sliders and menus that redraw a figure and a summary.
+
+Each front-end is an ``Explorer``: a ``VBox`` of controls, an HTML summary and the figure as a PNG
+``Image``. The work is done by a plain *render* function of the controls' values, which returns
+``(figure, summary_html)`` from ``workbench.plots`` and the analysis tables; the explorer calls it
+once when built and again whenever a control's ``.value`` is set. Nothing needs a browser or a
+kernel: tests (and scripts) set ``explorer.controls[name].value`` and read ``explorer.summary``,
+``explorer.figure`` and ``explorer.image``. The figure travels as PNG bytes in an ``Image`` rather
+than through an ``Output`` capture, so it shows the same in Jupyter, VS Code and Voilà.
+
+- ``contraction_explorer(results)``: run menu and pass slider over ``pass_dynamics`` tables;
+- ``probe_explorer(compute, tasks, conditions)``: task, condition and depth over probe results,
+  computed on demand by ``compute(task, condition)`` and kept;
+- ``token_stepper(model, idx)``: a position slider over one exact sequential run: what each token
+  reads, how far it turns the memory, what it predicts.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import ipywidgets as widgets
+import pandas as pd
+import torch
+from matplotlib.figure import Figure
+
+from . import plots
+from .analysis.contraction import memory_trajectory
+from .model import GPT
+
+Render = Callable[..., tuple[Figure, str]]
+
+
+class Explorer(widgets.VBox):
+    """Controls on top, an HTML summary, then the figure; any control change redraws both.
+
+    ``controls`` maps the render function's keyword names to widgets; ``refresh()`` redraws from
+    their current values (what a change of ``.value`` triggers). A render may adjust other
+    controls (e.g. a range); the changes it causes do not re-enter it.
+    """
+
+    def __init__(self, controls: Mapping[str, widgets.ValueWidget], render: Render, dpi: int = 80) -> None:
+        self.controls = dict(controls)
+        self.render = render
+        self.dpi = dpi
+        self.summary = widgets.HTML()
+        self.image = widgets.Image(format="png")
+        self.figure: Figure | None = None
+        self._refreshing = False
+        super().__init__([widgets.HBox(list(self.controls.values())), self.summary, self.image])
+        for control in self.controls.values():
+            control.observe(self._on_change, names="value")
+        self.refresh()
+
+    def _on_change(self, change: dict[str, Any]) -> None:
+        if not self._refreshing:
+            self.refresh()
+
+    def refresh(self) -> None:
+        """Call the render function with the controls' values and show what it returns."""
+        self._refreshing = True
+        try:
+            figure, summary = self.render(**{name: c.value for name, c in self.controls.items()})
+        finally:
+            self._refreshing = False
+        buffer = io.BytesIO()
+        figure.savefig(buffer, format="png", dpi=self.dpi)
+        self.figure, self.summary.value, self.image.value = figure, summary, buffer.getvalue()
+
+
+def _fmt(value: float) -> str:
+    """Numbers as a summary shows them: NaN as an em dash, tiny residuals in scientific notation."""
+    if pd.isna(value):
+        return "—"
+    return f"{value:.3g}" if 1e-3 <= abs(value) < 1e4 or value == 0 else f"{value:.2e}"
+
+
+# ---------------------------------------------------------------------------------------------- contraction
+def contraction_explorer(results: Mapping[str, pd.DataFrame]) -> Explorer:
+    """Step through ``pass_dynamics`` results: pick a run, slide to a pass, read that pass's numbers.
+
+    ``results``: name -> ``pass_dynamics`` table (e.g. one per mechanism or training mix). The
+    figure shows the chosen run's curves up to the selected pass; the summary gives its residual,
+    distance to the fixed point, contraction rate and loss at that pass.
+    """
+    if not results:
+        raise ValueError("results is empty: give at least one name -> pass_dynamics table")
+    for name, frame in results.items():
+        if "pass" not in frame or frame.empty:
+            raise ValueError(f"results[{name!r}] is not a pass_dynamics table (needs rows and a 'pass' column)")
+    last = max(int(frame["pass"].max()) for frame in results.values())
+    controls = {
+        "run": widgets.Dropdown(options=list(results), description="run"),
+        "pass_": widgets.IntSlider(value=last, min=1, max=last, description="pass", continuous_update=False),
+    }
+
+    def render(run: str, pass_: int) -> tuple[Figure, str]:
+        frame = results[run]
+        shown = min(pass_, int(frame["pass"].max()))
+        row = frame[frame["pass"] == shown].iloc[0]
+        note = f" (the run ends at pass {shown})" if shown < pass_ else ""
+        numbers = ", ".join(f"{label} {_fmt(row[col])}" for col, label in
+                            (("delta", "residual"), ("fixed_point_distance", "distance to fixed point"),
+                             ("contraction_rate", "rate"), ("loss", "loss")) if col in row)
+        summary = f"<b>{html.escape(run)}</b>, pass {shown}{note}: {numbers}"
+        return plots.contraction_curves({run: frame}, max_pass=shown), summary
+
+    return Explorer(controls, render)
+
+
+# ---------------------------------------------------------------------------------------------- probes
+def probe_explorer(compute: Callable[[str, str], pd.DataFrame], tasks: Sequence[str],
+                   conditions: Sequence[str]) -> Explorer:
+    """Probe accuracy by depth for a chosen task and condition, with the numbers at a chosen depth.
+
+    ``compute(task, condition)`` returns a probe table (columns ``layer``, ``accuracy`` and, where
+    available, ``accuracy_std``, ``control_accuracy``, ``selectivity``, ``majority``, ``model``);
+    it is called once per (task, condition) on demand — probing is slow — and the result kept.
+    The depth slider spans the depths the table covers.
+    """
+    if not tasks or not conditions:
+        raise ValueError(f"tasks={list(tasks)!r} and conditions={list(conditions)!r} must both be non-empty")
+    computed: dict[tuple[str, str], pd.DataFrame] = {}
+    depth = widgets.IntSlider(value=0, min=0, max=1, description="depth", continuous_update=False)
+    controls = {
+        "task": widgets.Dropdown(options=list(tasks), description="task"),
+        "condition": widgets.Dropdown(options=list(conditions), description="condition"),
+        "depth": depth,
+    }
+
+    def render(task: str, condition: str, depth: int) -> tuple[Figure, str]:
+        if (task, condition) not in computed:
+            computed[task, condition] = compute(task, condition)
+        frame = computed[task, condition]
+        if frame.empty or "layer" not in frame or "accuracy" not in frame:
+            raise ValueError(f"compute({task!r}, {condition!r}) must return probe rows with 'layer' and 'accuracy'")
+        deepest = int(frame["layer"].max())
+        if controls["depth"].max != deepest:
+            controls["depth"].max = deepest  # clamps the value; the explorer does not re-enter
+        depth = min(depth, deepest)
+        lines = []
+        for _, row in frame[frame["layer"] == depth].iterrows():
+            who = f"{html.escape(str(row['model']))}: " if "model" in row else ""
+            extra = ", ".join(f"{col.replace('_', ' ')} {_fmt(row[col])}"
+                              for col in ("control_accuracy", "selectivity", "majority") if col in row)
+            std = f" ± {_fmt(row['accuracy_std'])}" if "accuracy_std" in row else ""
+            lines.append(f"{who}accuracy {_fmt(row['accuracy'])}{std}; {extra}")
+        summary = (f"<b>{html.escape(task)}</b>, {html.escape(condition)}, depth {depth}<br>"
+                   + "<br>".join(lines))
+        return plots.probe_profile(frame, highlight_depth=depth), summary
+
+    return Explorer(controls, render)
+
+
+# ---------------------------------------------------------------------------------------------- tokens
+def token_stepper(model: GPT, idx: torch.Tensor, decode: Callable[[int], str] | None = None,
+                  top_k: int = 5) -> Explorer:
+    """Step token by token through the exact sequential run of ``idx`` (B, T).
+
+    At position t the summary says which memory the token reads (``m_{t-1}``, and the norm of the
+    state it came from), the state it produces, the cosine of the two memories, and its top
+    ``top_k`` next tokens (``decode(token_id)`` names them when given). The sequence is run once
+    (``analysis.memory_trajectory``); the slider only indexes into it. With B > 1 an ``example``
+    slider picks the sequence.
+    """
+    trajectory = memory_trajectory(model, idx, top_k=top_k)
+    B, T = idx.shape
+    controls: dict[str, widgets.ValueWidget] = {
+        "position": widgets.IntSlider(value=0, min=0, max=T - 1, description="position", continuous_update=False)}
+    if B > 1:
+        controls["example"] = widgets.IntSlider(value=0, min=0, max=B - 1, description="example",
+                                                continuous_update=False)
+    rows = trajectory.set_index(["example", "position"])
+
+    def name(token: int) -> str:
+        return html.escape(repr(decode(int(token)))) if decode else str(int(token))
+
+    def render(position: int, example: int = 0) -> tuple[Figure, str]:
+        row = rows.loc[(example, position)]
+        if row["reads"]:
+            previous = rows.loc[(example, position - 1)]
+            reads = (f"reads m<sub>{position - 1}</sub> (state norm {_fmt(previous['state_norm'])}); "
+                     f"cos(m<sub>{position - 1}</sub>, m<sub>{position}</sub>) = {_fmt(row['cosine_prev'])}")
+        else:
+            reads = "reads no memory (plain position)"
+        top = ", ".join(f"{name(tok)} {p:.2f}" for tok, p in zip(row["top_tokens"], row["top_probs"]))
+        summary = (f"<b>t = {position}</b>, token {name(row['token'])}: {reads}; produces m<sub>{position}</sub> "
+                   f"(state norm {_fmt(row['state_norm'])})<br>next: {top}")
+        return plots.token_steps(trajectory, position, example, decode), summary
+
+    return Explorer(controls, render)
