@@ -20,6 +20,8 @@ schedules and the decoder build on.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -285,6 +287,17 @@ class GPT(nn.Module):
         for p in [*self.blocks.parameters(), *self.mechanism.parameters()]:
             groups["matrices" if p.ndim == 2 else "scalars"].append(p)
         return groups
+
+
+@contextmanager
+def eval_mode(model: nn.Module) -> Iterator[None]:
+    """Eval mode for the duration (analysis must not see FBT's training jitter), then the caller's mode."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
 
 
 D20_SHAPE = dict(vocab_size=65536, n_layer=20, n_head=10, n_embd=1280, seq_len=2048)  # nanochat d20

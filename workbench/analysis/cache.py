@@ -121,10 +121,13 @@ class _Recorder:
                 shape = list(t.shape)
                 del shape[dim]
                 store[name] = torch.full(shape, float("nan"), dtype=t.dtype, device=t.device)
-            for b in range(self.batch):
-                hit = (pos == self.keep[b]).nonzero()
-                if len(hit):
-                    store[name][b] = t[b].select(dim - 1, int(hit[0]))
+            slot = torch.full((self.seq_len,), -1, dtype=torch.long)
+            slot[pos] = torch.arange(len(pos))
+            where = slot[self.keep]  # (B,) index of each example's position in this forward, -1 if absent
+            found = (where >= 0).nonzero().squeeze(1)
+            if len(found):
+                rows, cols = found.to(t.device), where[found].to(t.device)
+                store[name][rows] = t.movedim(dim, 1)[rows, cols]
             return
         targets = torch.arange(self.seq_len) if self.keep is None else self.keep
         lookup = torch.full((self.seq_len,), -1, dtype=torch.long)

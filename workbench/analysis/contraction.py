@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import pandas as pd
 import torch
@@ -37,7 +35,7 @@ from tqdm.auto import tqdm
 from .. import schedules
 from ..kv_cache import KVCache, Mask
 from ..metrics import mean_token_loss
-from ..model import GPT
+from ..model import GPT, eval_mode
 from .cache import run_with_cache
 
 PASS_COLUMNS = ["pass", "delta", "fixed_point_distance", "contraction_rate", "loss"]
@@ -58,17 +56,6 @@ def _check_tokens(model: GPT, idx: torch.Tensor) -> None:
     vocab = model.config.vocab_size
     if int(idx.min()) < 0 or int(idx.max()) >= vocab:
         raise ValueError(f"idx holds token ids outside [0, {vocab - 1}] (vocab_size={vocab})")
-
-
-@contextmanager
-def _eval_mode(model: GPT) -> Iterator[None]:
-    """Eval mode for the duration (no FBT jitter), then back to whatever mode the caller had."""
-    was_training = model.training
-    model.eval()
-    try:
-        yield
-    finally:
-        model.train(was_training)
 
 
 def _check_prefix(plain_prefix: int | torch.Tensor, T: int) -> None:
@@ -107,7 +94,7 @@ def pass_dynamics(model: GPT, idx: torch.Tensor, passes: int = 1000, targets: to
     _check_prefix(plain_prefix, idx.size(1))
     if targets is not None and tuple(targets.shape) != tuple(idx.shape):
         raise ValueError(f"targets must have the shape of idx {tuple(idx.shape)}, got {tuple(targets.shape)}")
-    with _eval_mode(model):
+    with eval_mode(model):
         exact = reference if reference is not None else schedules.sequential(model, idx, plain_prefix).memory
         expected = (*idx.shape, model.config.n_embd)
         if tuple(exact.shape) != expected:
@@ -179,7 +166,7 @@ def sensitivity(model: GPT, idx: torch.Tensor, t0: int, max_distance: int | None
     if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0 or math.isinf(eps):
         raise ValueError(f"eps={eps!r} is invalid: must be a finite number > 0")
     stop = t0 + 1 + max_distance
-    with _eval_mode(model):
+    with eval_mode(model):
         clean = model.new_kv_cache(B, stop)
         schedules.sequential(model, idx[:, :t0 + 1], cache=clean)
         nudged = copy.deepcopy(clean)
@@ -236,7 +223,7 @@ def jacobian_power_iteration(model: GPT, idx: torch.Tensor, t: int, iters: int =
     B, T = idx.shape
     _check_int("t", t, 1, T - 1)
     _check_int("iters", iters, 1)
-    with _eval_mode(model):
+    with eval_mode(model):
         cache = model.new_kv_cache(B, t)
         schedules.sequential(model, idx[:, :t], cache=cache)
         prefix, point = _FrozenPrefix(cache, t), cache.state
@@ -290,7 +277,7 @@ def memory_trajectory(model: GPT, idx: torch.Tensor, top_k: int = 5,
     _check_prefix(plain_prefix, T)
     source = model.mechanism.source_layer % model.config.n_layer
     state_name = f"blocks.{source}.hook_resid_post"
-    with _eval_mode(model):
+    with eval_mode(model):
         out, cache = run_with_cache(model, idx, "sequential", plain_prefix=plain_prefix, names_filter=state_name)
     memory = out.memory.double()
     cosine = F.cosine_similarity(memory[:, 1:], memory[:, :-1], dim=-1)

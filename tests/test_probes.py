@@ -1,0 +1,203 @@
+"""Probes: the fit recovers planted signal and reports chance on noise, folds respect groups, the
+prefill conditions are the exact recurrences they claim, and the sweep returns every row."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import workbench as wb
+from conftest import perturbed_model, small_config
+from workbench import tasks
+from workbench.analysis.cache import run_with_cache
+from workbench.analysis.probes import (
+    DEFAULT_CONDITIONS,
+    condition_features,
+    control_labels,
+    control_position,
+    fit_probe,
+    fold_assignment,
+    parse_condition,
+    probe_features,
+    probe_layers,
+    random_init_model,
+    residual_names,
+)
+
+VOCAB = tasks.CharTokenizer().vocab_size
+
+
+def _synthetic(n_groups: int = 200, per_group: int = 4, d: int = 8, seed: int = 0):
+    """Features with a planted linear label, groups of examples, and a per-group token the features ignore."""
+    rng = np.random.default_rng(seed)
+    n = n_groups * per_group
+    x = rng.standard_normal((n, d))
+    labels = (x[:, 0] + 0.5 * x[:, 1] > 0).astype(np.int64)
+    groups = np.repeat(np.arange(n_groups), per_group)
+    token = np.repeat(rng.integers(0, 10, n_groups), per_group)  # label-irrelevant, invisible to the features
+    control = (np.arange(10) % 2)[rng.permutation(10)][token]
+    return x, labels, groups, control
+
+
+def test_planted_signal_is_recovered_and_selective():
+    x, labels, groups, control = _synthetic()
+    result = fit_probe(x, labels, groups, control_labels=control, folds=4)
+    assert result["accuracy"] > 0.95
+    assert abs(result["majority"] - 0.5) < 0.1
+    assert abs(result["control_accuracy"] - 0.5) < 0.12
+    assert result["selectivity"] == pytest.approx(result["accuracy"] - result["control_accuracy"])
+    assert result["selectivity"] > 0.35
+    assert len(result["fold_scores"]) == 4 and result["accuracy_std"] >= 0
+
+
+def test_noise_reads_as_chance():
+    x, _, groups, control = _synthetic(seed=1)
+    labels = np.random.default_rng(2).integers(0, 2, len(x))
+    result = fit_probe(x, labels, groups, control_labels=control)
+    assert abs(result["accuracy"] - 0.5) < 0.1
+    assert abs(result["selectivity"]) < 0.15
+
+
+def test_control_readable_by_the_features_kills_selectivity():
+    x, labels, groups, control = _synthetic()
+    x = np.concatenate([x, np.eye(2)[control] * 3.0], axis=1)  # the representation now encodes the control too
+    result = fit_probe(x, labels, groups, control_labels=control)
+    assert result["control_accuracy"] > 0.95 and result["selectivity"] < 0.1
+
+
+def test_regression_probe_scores_r2():
+    x, _, groups, _ = _synthetic()
+    y = x @ np.linspace(1.0, -1.0, x.shape[1]) + 0.1 * np.random.default_rng(3).standard_normal(len(x))
+    result = fit_probe(x, y, groups, kind="regression", alpha=1e-3)
+    assert result["r2"] > 0.95 and result["mean_baseline"] < 0.05 and np.isnan(result["control_r2"])
+
+
+def test_folds_never_split_a_group():
+    groups = np.random.default_rng(0).integers(0, 37, 500)
+    fold = fold_assignment(groups, folds=4)
+    assert set(fold.tolist()) == {0, 1, 2, 3}
+    for g in np.unique(groups):
+        assert len(set(fold[groups == g].tolist())) == 1
+    with pytest.raises(ValueError, match="folds"):
+        fold_assignment(groups, folds=38)
+    with pytest.raises(ValueError, match="folds"):
+        fold_assignment(groups, folds=1)
+
+
+def test_bad_input_is_refused():
+    with pytest.raises(ValueError, match="suffixK"):
+        parse_condition("suffix0")
+    with pytest.raises(ValueError, match="multipassK"):
+        parse_condition("recurrent")
+    assert parse_condition("suffix12") == ("suffix", 12) and parse_condition("sequential") == ("sequential", 0)
+    x, labels, groups, _ = _synthetic()
+    with pytest.raises(ValueError, match="kind"):
+        fit_probe(x, labels, groups, kind="ordinal")
+    with pytest.raises(ValueError, match="C="):
+        fit_probe(x, labels, groups, C=0.0)
+
+
+# ---------------------------------------------------------------------------------------------- features
+@pytest.fixture(scope="module")
+def arith_batch():
+    """Variable label positions and right padding: the case the conditions must get right."""
+    batch = tasks.get("arith_cot", steps=2, max_value=20).sample(6, seed=0)
+    assert len(batch.label_positions.unique()) > 1 and len(batch.lengths.unique()) > 1
+    return batch
+
+
+@pytest.mark.parametrize("mechanism,overrides", [("fbt", {}), ("lrt", dict(lrt_source_layer=1))])
+def test_conditions_are_the_exact_recurrences(arith_batch, mechanism, overrides):
+    model = perturbed_model(small_config(mechanism, vocab_size=VOCAB, seq_len=64, **overrides))
+    conditions = ("standard", "suffix1", "suffix2", "suffix4", "sequential", "multipass3")
+    feats = condition_features(model, arith_batch, conditions, batch_size=4)
+    P = arith_batch.label_positions
+    names = residual_names(model.config.n_layer)
+
+    def reference(schedule: str, **kw) -> torch.Tensor:
+        _, cache = run_with_cache(model, arith_batch.tokens, schedule, names_filter=names, example_positions=P, **kw)
+        return cache.accumulated_resid()
+
+    tight = dict(rtol=0, atol=1e-9)
+    torch.testing.assert_close(feats["standard"], reference("single"), **tight)
+    torch.testing.assert_close(feats["sequential"], reference("sequential"), **tight)
+    torch.testing.assert_close(feats["multipass3"], reference("multipass", passes=3), **tight)
+    for k in (1, 2, 4):  # k fused tokens after a plain prefix: sequential and k + 1 Jacobi passes agree
+        torch.testing.assert_close(feats[f"suffix{k}"], reference("sequential", plain_prefix=P - k + 1), **tight)
+        torch.testing.assert_close(feats[f"suffix{k}"], reference("multipass", passes=k + 1, plain_prefix=P - k + 1),
+                                   **tight)
+    assert (feats["suffix1"] - feats["standard"]).abs().max() > 1e-3  # the recurrence did change something
+    torch.testing.assert_close(probe_features(model, arith_batch, "suffix2"), feats["suffix2"], rtol=0, atol=0)
+
+
+def test_features_do_not_depend_on_padding_or_chunking(arith_batch):
+    model = perturbed_model(small_config("fbt", vocab_size=VOCAB, seq_len=64))
+    one = condition_features(model, arith_batch, ("standard", "suffix2"), batch_size=1)
+    padded = wb.tasks.Batch(**{**vars(arith_batch), "tokens": torch.nn.functional.pad(arith_batch.tokens, (0, 5))})
+    many = condition_features(model, padded, ("standard", "suffix2"), batch_size=64)
+    for c in one:
+        torch.testing.assert_close(one[c], many[c], rtol=0, atol=1e-12)
+
+
+# ---------------------------------------------------------------------------------------------- control
+def test_control_position_is_label_irrelevant():
+    batch = tasks.get("completion_tracking", scratch_updates=8).sample(40, seed=0)
+    pos = control_position(batch)
+    assert pos is not None and pos < int(batch.label_positions.min())
+    tokens = batch.tokens[:, pos]
+    for g in batch.groups.unique():
+        assert len(tokens[batch.groups == g].unique()) == 1
+    assert len(tokens.unique()) > 1
+    control = control_labels(batch, pos, seed=0)
+    assert set(control.tolist()) <= {0, 1} and len(set(control.tolist())) == 2
+    assert np.array_equal(control, control_labels(batch, pos, seed=0))
+    assert control_position(tasks.get("delayed_memory", scratch_updates=0).sample(8, seed=0)) is None
+
+
+def test_random_init_model_is_random_seeded_and_leaves_global_rng():
+    model = perturbed_model(small_config("lrt"))
+    state = torch.get_rng_state()
+    a, b = random_init_model(model, seed=3), random_init_model(model, seed=3)
+    assert torch.equal(torch.get_rng_state(), state)
+    assert a.config == model.config and next(a.parameters()).dtype == torch.float64
+    for (name, pa), pb in zip(a.named_parameters(), b.parameters()):
+        assert torch.equal(pa, pb), name
+    assert a.blocks[0].mlp.c_proj.weight.abs().max() > 0  # blocks are not the identity
+    assert a.mechanism.rec_k[0].weight.abs().max() > 0  # and the feedback path is open
+    model.random_init = lambda seed: ("its own twin", seed)  # a model that knows its random twin (hf.FeedbackLM)
+    assert random_init_model(model, seed=5) == ("its own twin", 5)
+
+
+# ---------------------------------------------------------------------------------------------- sweep
+def test_probe_layers_end_to_end():
+    task = tasks.get("delayed_memory", scratch_updates=8)
+    model = wb.build_model(wb.ModelConfig(vocab_size=VOCAB, n_layer=2, n_head=2, n_embd=16, seq_len=160,
+                                          mechanism="fbt", tie_embeddings=True)).eval()
+    df = probe_layers(model, task, n=48, seed=0, folds=4)
+    assert list(df.columns) == ["model", "task", "condition", "layer", "n", "accuracy", "accuracy_std",
+                                "control_accuracy", "selectivity", "majority"]
+    expected = {(m, c, layer) for m in ("trained", "random init") for c in DEFAULT_CONDITIONS for layer in range(3)}
+    assert set(zip(df["model"], df["condition"], df["layer"])) == expected and len(df) == len(expected)
+    assert (df["task"] == "delayed_memory").all() and (df["n"] == 48).all()
+    for col in ("accuracy", "control_accuracy", "majority"):
+        assert df[col].between(0, 1).all()
+    np.testing.assert_allclose(df["selectivity"], df["accuracy"] - df["control_accuracy"])
+    # standard prefill, depth 0: the colon's own embedding, the same for every example -> the majority class
+    row = df[(df["model"] == "trained") & (df["condition"] == "standard") & (df["layer"] == 0)].iloc[0]
+    assert row["accuracy"] == pytest.approx(row["majority"])
+
+
+def test_probe_layers_regression_on_a_batch_without_baselines(arith_batch):
+    model = perturbed_model(small_config("fbt", vocab_size=VOCAB, seq_len=64))
+    batch = tasks.get("arith_cot", steps=2, max_value=20).sample(24, seed=1)
+    df = probe_layers(model, batch, ("standard", "multipass2"), kind="regression", control=False,
+                      random_baseline=False, folds=3, n=20)
+    assert list(df.columns) == ["model", "task", "condition", "layer", "n", "r2", "r2_std", "control_r2",
+                                "selectivity", "mean_baseline"]
+    assert len(df) == 2 * 4 and (df["n"] == 20).all() and (df["model"] == "trained").all()
+    assert df["control_r2"].isna().all() and df["r2"].notna().all()
+    with pytest.raises(ValueError, match="conditions"):
+        probe_layers(model, batch, ("standard", "suffix"), random_baseline=False)
+    with pytest.raises(ValueError, match="control"):
+        probe_layers(model, batch, ("standard",), control=999, random_baseline=False)

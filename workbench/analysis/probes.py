@@ -1,0 +1,456 @@
+"""Linear probes at every residual depth: what a task's latent label looks like to a linear reader.
+
+The FBT paper's appendix F asks one question of its probing tasks: at the final colon, whose label
+is fixed by what came before, at which depth can a linear classifier read that label — and does
+recurrent prefill bring it down to the shallow layers? This module answers it for any model, any
+task with ``labels`` and ``label_positions``, under several **prefill conditions**:
+
+- ``standard``: one plain pass (no position reads memory);
+- ``suffixK``: a k-step recurrent suffix — only the last k tokens up to the label read memory
+  (positions ``label_pos - k + 1 .. label_pos``), everything before is plain. This is the exact
+  recurrence with ``plain_prefix = label_pos - k + 1`` (the paper's "k + 1 forwards");
+- ``sequential``: the full recurrence (every position after the first reads its predecessor);
+- ``multipassK``: K Jacobi passes (``schedules.multipass``), pass 1 plain.
+
+Depth 0 is the input vector after fusion (``hook_input``), depth l the output of block l.
+
+Method (appendix F, with the control of Hewitt & Liang 2019): an L2-regularised logistic regression
+on standardised features, scored by ``folds``-fold **grouped** cross-validation on the task's groups
+(a group shares everything but the label-bearing detail, so a probe is always tested on contexts it
+never saw). Three baselines keep the numbers honest: the majority class; a *control task* — labels
+redrawn by a fixed random function of a label-irrelevant token, so ``selectivity = accuracy -
+control_accuracy`` discounts what a probe reads merely because the representation encodes
+everything; and the same probe on a randomly initialised model of the same architecture.
+``kind="regression"`` swaps in ridge regression scored by R² for numeric state.
+
+Cost is dominated by forwards, so the conditions share them: the plain pass that gives
+``standard`` also fills a KV cache, and every recurrent suffix (and ``sequential``, the longest
+suffix) rewinds that cache to its first fused position and steps only the fused tokens. That is the
+exact recurrence (tests check it against ``schedules.sequential`` and ``schedules.multipass`` with a
+per-example ``plain_prefix``), at the cost of one plain pass plus k single-token steps.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.linear_model import LogisticRegression, Ridge
+from sklearn.model_selection import GroupKFold
+from sklearn.preprocessing import StandardScaler
+from threadpoolctl import threadpool_limits
+
+from .. import schedules
+from ..hooks import hooks
+from ..kv_cache import KVCache
+from ..mechanisms import uniform_init_
+from ..model import GPT, build_model, eval_mode
+from ..tasks.base import Batch, Task
+
+DEFAULT_CONDITIONS = ("standard", "suffix1", "suffix2", "suffix4", "sequential")
+DEFAULT_N = 1600  # examples drawn from a task: 400 held out per fold; accuracy near chance has a ~1-point std error
+CONDITION_FORMS = ("standard", "sequential", "suffixK (K >= 1 fused tokens, e.g. suffix1)",
+                   "multipassK (K >= 1 Jacobi passes, e.g. multipass3)")
+KINDS = ("classification", "regression")
+_CONDITION = re.compile(r"(standard|sequential)|(suffix|multipass)([1-9]\d*)")
+
+# DataFrame columns per kind: score, its spread over folds, control score, trivial baseline.
+_METRICS = {
+    "classification": ("accuracy", "accuracy_std", "control_accuracy", "majority"),
+    "regression": ("r2", "r2_std", "control_r2", "mean_baseline"),
+}
+
+
+# ------------------------------------------------------------------------------------------ checks
+def _fail(name: str, value: object, allowed: str) -> None:
+    raise ValueError(f"{name}={value!r} is invalid: {allowed}")
+
+
+def _check_int(name: str, value: object, lo: int, hi: int | None = None) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo or (
+            hi is not None and value > hi):
+        _fail(name, value, f"must be an int in [{lo}, {'inf' if hi is None else hi}]")
+
+
+def _check_kind(kind: str) -> None:
+    if kind not in KINDS:
+        _fail("kind", kind, f"must be one of {KINDS}")
+
+
+def parse_condition(condition: str) -> tuple[str, int]:
+    """``"suffix2"`` -> ``("suffix", 2)``; ``"standard"`` -> ``("standard", 0)``.
+
+    Raises a ValueError listing the allowed forms, so a typo in a sweep fails before any forward.
+    """
+    match = _CONDITION.fullmatch(condition) if isinstance(condition, str) else None
+    if match is None:
+        _fail("conditions", condition, f"each condition must be one of the forms {', '.join(CONDITION_FORMS)}")
+    if match.group(1):
+        return match.group(1), 0
+    return match.group(2), int(match.group(3))
+
+
+def _check_batch(batch: Batch) -> None:
+    if not isinstance(batch, Batch):
+        raise ValueError(f"task_or_batch must be a workbench Task or Batch, got {type(batch).__name__}")
+    if batch.label_positions is None:
+        raise ValueError("task_or_batch has no label_positions: probes read the label at its position, "
+                         "so use a task that defines one (e.g. a probe task or arith_cot)")
+    if bool((batch.label_positions >= batch.lengths).any()) or bool((batch.label_positions < 0).any()):
+        raise ValueError("task_or_batch has label_positions outside the examples' real tokens")
+
+
+# ------------------------------------------------------------------------------------------ features
+def residual_names(n_layer: int) -> list[str]:
+    """Hook names of depths 0..L: the fused input, then every block's output."""
+    return ["hook_input"] + [f"blocks.{layer}.hook_resid_post" for layer in range(n_layer)]
+
+
+def _rewind(cache: KVCache, position: int) -> None:
+    """Forget every position from ``position`` on: the next step writes there and attends to the
+    stored prefix only (the entries beyond are overwritten before anything can read them)."""
+    cache.pos = position
+
+
+def _recurrent_suffix(model: GPT, idx: torch.Tensor, cache: KVCache, plain_memory: torch.Tensor, start: int) -> None:
+    """Recompute positions ``start..T-1`` one at a time, each reading its predecessor's memory,
+    against a cache whose positions before ``start`` hold the plain pass (= the exact recurrence
+    with ``plain_prefix = start``: the first fused token reads the plain memory of ``start - 1``)."""
+    _rewind(cache, start)
+    state = plain_memory[:, start - 1]
+    for t in range(start, idx.size(1)):
+        out = model.step(idx[:, t:t + 1], memory=state[:, None], positions=torch.tensor([t], device=idx.device),
+                         kv=cache)
+        state = out.memory[:, -1]
+
+
+def _group_features(model: GPT, idx: torch.Tensor, parsed: dict[str, tuple[str, int]]) -> dict[str, torch.Tensor]:
+    """Features (L + 1, B, D) at the last position of ``idx`` (every row's label position) per condition."""
+    names = residual_names(model.config.n_layer)
+    last: dict[str, torch.Tensor] = {}
+
+    def keep_last(tensor: torch.Tensor, *, hook) -> None:  # every forward ends at the label position
+        last[hook.name] = tensor[:, -1]
+
+    def snapshot() -> torch.Tensor:
+        return torch.stack([last[name] for name in names]).cpu()
+
+    B, T = idx.shape
+    # First fused position of each recurrent condition (position 0 never reads memory).
+    starts = {c: 1 if kind == "sequential" else max(T - k, 1)
+              for c, (kind, k) in parsed.items() if kind in ("suffix", "sequential")}
+    result: dict[str, torch.Tensor] = {}
+    with hooks(model, [(name, keep_last) for name in names]):
+        cache = model.new_kv_cache(B, T) if starts else None
+        plain = model.step(idx, kv=cache)
+        standard = snapshot()
+        # Latest start first: each rewind then only overwrites cache entries that the later, longer
+        # suffixes recompute before reading them.
+        for condition in sorted(starts, key=starts.get, reverse=True):
+            if starts[condition] >= T:  # the label is at position 0: nothing before it to recur over
+                result[condition] = standard
+                continue
+            _recurrent_suffix(model, idx, cache, plain.memory, starts[condition])
+            result[condition] = snapshot()
+        for condition, (kind, k) in parsed.items():
+            if kind == "multipass":
+                schedules.multipass(model, idx, passes=k)
+                result[condition] = snapshot()
+            elif kind == "standard":
+                result[condition] = standard
+    return result
+
+
+@torch.no_grad()
+def condition_features(model: GPT, batch: Batch, conditions: Sequence[str] = DEFAULT_CONDITIONS, *,
+                       batch_size: int = 1024) -> dict[str, torch.Tensor]:
+    """Residual features at every example's label position, per condition: ``{condition: (L + 1, n, D)}``.
+
+    Conditions share their forwards (one plain pass per chunk serves ``standard`` and seeds every
+    recurrent suffix). Examples are grouped by label position and each group is cut to its label
+    position: the model is causal, so right padding and the label token never matter, and every
+    forward of a group ends exactly where the probe reads. ``batch_size`` bounds memory, not results.
+    """
+    _check_batch(batch)
+    _check_int("batch_size", batch_size, 1)
+    parsed = {c: parse_condition(c) for c in conditions}
+    if not parsed:
+        _fail("conditions", conditions, "must name at least one condition")
+    weight = model.readout_weight
+    L, D, n = model.config.n_layer, model.config.n_embd, len(batch)
+    dtype = torch.float64 if weight.dtype == torch.float64 else torch.float32  # numpy has no bfloat16
+    out = {c: torch.empty(L + 1, n, D, dtype=dtype) for c in parsed}
+    positions = batch.label_positions.cpu()
+    with eval_mode(model):
+        for pos in positions.unique().tolist():
+            rows = (positions == pos).nonzero().squeeze(1)
+            for chunk in rows.split(batch_size):
+                idx = batch.tokens[chunk, : pos + 1].to(weight.device)
+                for condition, feats in _group_features(model, idx, parsed).items():
+                    out[condition][:, chunk] = feats.to(dtype)
+    return out
+
+
+def probe_features(model: GPT, batch: Batch, condition: str = "standard", *, batch_size: int = 1024) -> torch.Tensor:
+    """Residual features (L + 1, n, D) at every example's label position under one prefill condition.
+
+    Depth 0 is the input vector after fusion, depth l the output of block l; see the module docstring
+    for the conditions. For several conditions at once, ``condition_features`` shares the forwards.
+    """
+    return condition_features(model, batch, (condition,), batch_size=batch_size)[condition]
+
+
+# ------------------------------------------------------------------------------------------ probes
+def fold_assignment(groups: np.ndarray | torch.Tensor | Sequence[int], folds: int = 4) -> np.ndarray:
+    """Fold index (n,) of every example under ``GroupKFold``: a group never straddles two folds, so a
+    probe is never tested on a context (scratch lines, digits) it was trained on."""
+    groups = np.asarray(groups)
+    n_groups = len(np.unique(groups))
+    if n_groups < 2:
+        raise ValueError(f"groups holds {n_groups} distinct group(s): grouped cross-validation needs at least 2")
+    _check_int("folds", folds, 2, n_groups)
+    fold = np.empty(len(groups), dtype=np.int64)
+    for i, (_, test) in enumerate(GroupKFold(n_splits=folds).split(np.zeros(len(groups)), groups=groups)):
+        fold[test] = i
+    return fold
+
+
+def _fit_score(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_test: np.ndarray, kind: str,
+               C: float, alpha: float, max_iter: int) -> float:
+    """Held-out accuracy (classification) or R² (regression) of one probe on pre-scaled features."""
+    if kind == "regression":
+        return float(Ridge(alpha=alpha).fit(x_train, y_train).score(x_test, y_test))
+    if len(np.unique(y_train)) < 2:  # one class to learn: the best probe predicts it
+        return float(np.mean(y_test == y_train[0]))
+    with warnings.catch_warnings():
+        # An L2-regularised fit stopped at max_iter is still a valid regularised probe; a sweep of
+        # hundreds of fits would otherwise bury the output in warnings. tol=1e-3: held-out accuracy
+        # stops moving long before sklearn's default 1e-4 is met, at half the L-BFGS steps.
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        probe = LogisticRegression(C=C, tol=1e-3, max_iter=max_iter).fit(x_train, y_train)
+    return float(probe.score(x_test, y_test))
+
+
+def _baseline(y_train: np.ndarray, y_test: np.ndarray, kind: str) -> float:
+    """The trivial probe: the training majority class (accuracy), or the training mean (R²)."""
+    if kind == "regression":
+        residual = np.sum((y_test - y_train.mean()) ** 2)
+        total = np.sum((y_test - y_test.mean()) ** 2)
+        return float(1.0 - residual / total) if total > 0 else float("nan")
+    values, counts = np.unique(y_train, return_counts=True)
+    return float(np.mean(y_test == values[np.argmax(counts)]))
+
+
+def fit_probe(features: np.ndarray | torch.Tensor, labels: np.ndarray | torch.Tensor,
+              groups: np.ndarray | torch.Tensor, *, kind: str = "classification",
+              control_labels: np.ndarray | torch.Tensor | None = None, folds: int = 4, C: float = 0.1,
+              alpha: float = 1.0, max_iter: int = 500) -> dict[str, float | int | list[float]]:
+    """Grouped cross-validated linear probe of ``labels`` (n,) from ``features`` (n, D).
+
+    Each fold standardises with its training rows only (no test statistics leak into the probe) and
+    fits the probe — and the control probe on ``control_labels``, on the same scaled features. Returns
+    the mean and the spread (sample std over folds) of the held-out score, the per-fold scores, the
+    trivial baseline, and the control score and selectivity (NaN without ``control_labels``); keys as
+    in ``probe_layers`` (``accuracy``... for classification, ``r2``... for regression). ``C`` is the
+    inverse L2 strength of the logistic probe — 0.1 by default, strong enough that a probe as wide as
+    the model cannot memorise ~1,000 training examples (Hewitt & Liang: selective probes are
+    regularised ones) and converges in a few dozen L-BFGS steps; ``alpha`` is the ridge strength.
+    """
+    _check_kind(kind)
+    x = np.asarray(features, dtype=np.float64)
+    y = np.asarray(labels)
+    if x.ndim != 2 or y.shape != (len(x),):
+        raise ValueError(f"features must be (n, D) and labels (n,), got {x.shape} and {y.shape}")
+    if kind == "regression":
+        y = y.astype(np.float64)
+    control = None if control_labels is None else np.asarray(control_labels)
+    if control is not None and control.shape != y.shape:
+        raise ValueError(f"control_labels must have shape {y.shape}, got {control.shape}")
+    if not C > 0:
+        _fail("C", C, "must be > 0")
+    if not alpha > 0:
+        _fail("alpha", alpha, "must be > 0")
+    _check_int("max_iter", max_iter, 1)
+    fold = fold_assignment(groups, folds)
+    scores, control_scores, baselines = [], [], []
+    # One BLAS thread: on (n x D) ~ 1,200 x 128 problems, threads cost more in synchronisation than
+    # they save, and on a busy machine they stall every L-BFGS step (measured: 35x slower on 2 shared cores).
+    with threadpool_limits(limits=1, user_api="blas"):
+        for f in range(folds):
+            train, test = fold != f, fold == f
+            scaler = StandardScaler().fit(x[train])
+            x_train, x_test = scaler.transform(x[train]), scaler.transform(x[test])
+            scores.append(_fit_score(x_train, y[train], x_test, y[test], kind, C, alpha, max_iter))
+            baselines.append(_baseline(y[train], y[test], kind))
+            if control is not None:
+                control_scores.append(_fit_score(x_train, control[train], x_test, control[test], kind, C, alpha,
+                                                 max_iter))
+    score_name, std_name, control_name, baseline_name = _METRICS[kind]
+    score = float(np.mean(scores))
+    control_score = float(np.mean(control_scores)) if control_scores else float("nan")
+    return {score_name: score, std_name: float(np.std(scores, ddof=1)), control_name: control_score,
+            "selectivity": score - control_score, baseline_name: float(np.mean(baselines)),
+            "fold_scores": scores, "n": len(y), "folds": folds}
+
+
+# ------------------------------------------------------------------------------------------ control task
+def control_position(batch: Batch) -> int | None:
+    """A label-irrelevant position for the control task, or None when the batch has none.
+
+    Candidates lie before every label position (so the token is visible at the colon) and hold the
+    same token across each group — groups differ only in the label-bearing detail and hold every
+    label, so such a token is independent of the label — while varying across groups. Among them,
+    the one with the most distinct tokens (the richest control), the latest on ties (closest to the
+    colon, the hardest to dismiss as forgotten). With one example per group (``arith_cot``) every
+    position qualifies, and the token's independence from the label rests on the task alone.
+    """
+    _check_batch(batch)
+    tokens = batch.tokens[:, : int(batch.label_positions.min())].cpu().numpy()
+    _, first, inverse = np.unique(batch.groups.cpu().numpy(), return_index=True, return_inverse=True)
+    constant = (tokens == tokens[first[inverse]]).all(axis=0)
+    distinct = np.array([len(np.unique(column)) for column in tokens.T], dtype=np.int64)
+    candidates = np.flatnonzero(constant & (distinct >= 2))
+    if len(candidates) == 0:
+        return None
+    best = distinct[candidates].max()
+    return int(candidates[distinct[candidates] == best][-1])
+
+
+def control_labels(batch: Batch, position: int, labels: np.ndarray | torch.Tensor | None = None, *,
+                   kind: str = "classification", seed: int = 0) -> np.ndarray:
+    """Hewitt & Liang's control task: labels (n,) drawn by a fixed random function of the token at
+    ``position``. A probe that scores as well on these as on the real labels reads the representation's
+    general richness, not the task's latent state.
+
+    Classification: token values, in a random order, each go to the class furthest below its share
+    of the real labels, so the control has the real classes in about the real proportions (otherwise
+    a lopsided control would move the majority rate and bias the selectivity). Regression: each token
+    value gets a label drawn from the real ones. ``labels`` defaults to ``batch.labels``.
+    """
+    _check_kind(kind)
+    _check_int("position", position, 0, batch.tokens.size(1) - 1)
+    real = np.asarray(batch.labels if labels is None else labels)
+    tokens = batch.tokens[:, position].cpu().numpy()
+    values, counts = np.unique(tokens, return_counts=True)
+    rng = np.random.default_rng(seed)
+    if kind == "regression":
+        assigned = rng.choice(real, size=len(values))
+    else:
+        classes, class_counts = np.unique(real, return_counts=True)
+        order = rng.permutation(len(classes))  # random tie-breaking between equally short classes
+        classes, deficit = classes[order], class_counts[order].astype(np.float64)
+        assigned = np.empty(len(values), dtype=classes.dtype)
+        for v in rng.permutation(len(values)):
+            c = int(np.argmax(deficit))
+            assigned[v] = classes[c]
+            deficit[c] -= counts[v]
+    return assigned[np.searchsorted(values, tokens)]
+
+
+# ------------------------------------------------------------------------------------------ the sweep
+def random_init_model(model: GPT, seed: int = 0) -> GPT:
+    """A randomly initialised model of ``model``'s config, on its device and dtype, in eval mode.
+
+    ``build_model``'s init zeroes every block's output projections (blocks start as the identity) and
+    LRT's recurrent projections, which would make every depth equal to depth 0 and cut the feedback
+    path — not a random network. So every matrix of the blocks and the mechanism is redrawn with the
+    backbone's matrix init (uniform, variance 1 / fan_in); embeddings and scalars keep their init.
+    Seeded without touching the global RNG. A model that knows its own random twin (``random_init(seed)``,
+    e.g. ``hf.FeedbackLM``: the HF model's own init) provides it instead.
+    """
+    own = getattr(model, "random_init", None)
+    if callable(own):
+        return own(seed)
+    weight = model.readout_weight
+    devices = [weight.device] if weight.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        twin = build_model(model.config, device=weight.device, dtype=weight.dtype)
+        for p in [*twin.blocks.parameters(), *twin.mechanism.parameters()]:
+            if p.ndim == 2:
+                uniform_init_(p)
+    return twin.eval()
+
+
+def probe_layers(model: GPT, task_or_batch: Task | Batch, conditions: Sequence[str] = DEFAULT_CONDITIONS, *,
+                 n: int | None = None, seed: int = 0, split: str = "val", kind: str = "classification",
+                 labels: np.ndarray | torch.Tensor | None = None, control: bool | int = True,
+                 random_baseline: bool = True, folds: int = 4, C: float = 0.1, alpha: float = 1.0,
+                 max_iter: int = 500, batch_size: int = 1024) -> pd.DataFrame:
+    """Probe a task's label at every depth under every prefill condition: one tidy row per
+    (model, condition, layer).
+
+    ``task_or_batch``: a task (``n`` examples, default ``DEFAULT_N``, are drawn with ``seed`` from ``split`` —
+    "val" by default, examples a trained model never saw) or a ready batch (its first ``n``, default
+    all). ``labels`` overrides ``batch.labels`` (e.g. a numeric state for ``kind="regression"``).
+    ``control``: True picks a label-irrelevant token with ``control_position`` (NaN control columns if
+    the batch has none), an int names that position, False skips the control. ``random_baseline``
+    adds the same probes on ``random_init_model(model, seed)``, rows with ``model = "random init"``.
+
+    Columns: ``model``, ``task``, ``condition``, ``layer`` (0 = input after fusion, 1..L = block
+    outputs), ``n``, then for classification ``accuracy``, ``accuracy_std`` (over folds),
+    ``control_accuracy``, ``selectivity`` (accuracy - control_accuracy), ``majority``; for regression
+    ``r2``, ``r2_std``, ``control_r2``, ``selectivity``, ``mean_baseline``.
+    """
+    _check_kind(kind)
+    if not conditions:
+        _fail("conditions", conditions, "must name at least one condition")
+    for c in conditions:
+        parse_condition(c)
+    if isinstance(task_or_batch, Task):
+        batch = task_or_batch.sample(DEFAULT_N if n is None else n, seed=seed, split=split)
+        task_name = task_or_batch.name
+    else:
+        _check_batch(task_or_batch)
+        if n is not None:
+            _check_int("n", n, 1, len(task_or_batch))
+        batch, task_name = _head(task_or_batch, n), "batch"
+    target = batch.labels if labels is None else labels
+    if target is None:
+        raise ValueError("task_or_batch has no labels: pass labels=(n,) values to probe")
+    target = np.asarray(target.cpu() if isinstance(target, torch.Tensor) else target)
+    if target.shape != (len(batch),):
+        raise ValueError(f"labels must have shape ({len(batch)},), got {target.shape}")
+    control_target = _control_target(batch, control, target, kind, seed)
+    groups = batch.groups.cpu().numpy()
+    fold_assignment(groups, folds)  # fail on bad folds before any forward
+    models = [("trained", model)] + ([("random init", random_init_model(model, seed))] if random_baseline else [])
+    rows = []
+    for model_name, m in models:
+        feats = condition_features(m, batch, conditions, batch_size=batch_size)
+        for condition in conditions:
+            for layer, x in enumerate(feats[condition]):
+                result = fit_probe(x.numpy(), target, groups, kind=kind, control_labels=control_target, folds=folds,
+                                   C=C, alpha=alpha, max_iter=max_iter)
+                rows.append({"model": model_name, "task": task_name, "condition": condition, "layer": layer,
+                             "n": len(batch), **{k: result[k] for k in (*_METRICS[kind], "selectivity")}})
+    score_name, std_name, control_name, baseline_name = _METRICS[kind]
+    columns = ["model", "task", "condition", "layer", "n", score_name, std_name, control_name, "selectivity",
+               baseline_name]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def _head(batch: Batch, n: int | None) -> Batch:
+    """The first ``n`` examples of a batch (all of it for None)."""
+    if n is None or n == len(batch):
+        return batch
+    fields = {}
+    for name, value in vars(batch).items():
+        fields[name] = value[:n] if isinstance(value, (torch.Tensor, list)) and name != "label_names" else value
+    return Batch(**fields)
+
+
+def _control_target(batch: Batch, control: bool | int, labels: np.ndarray, kind: str, seed: int) -> np.ndarray | None:
+    """Control labels for ``probe_layers``' ``control`` argument (None: no control)."""
+    if control is False:
+        return None
+    if control is True:
+        position = control_position(batch)
+        return None if position is None else control_labels(batch, position, labels, kind=kind, seed=seed)
+    _check_int("control", control, 0, int(batch.label_positions.min()) - 1)
+    return control_labels(batch, int(control), labels, kind=kind, seed=seed)
