@@ -11,6 +11,8 @@ from .config import ModelConfig
 from .decode import generate
 from .hooks import HookPoint, hooks
 from .model import GPT, build_model
+from .train import LiveLossPlot, TrainResult, train
+from .train_config import TrainConfig
 
 __version__ = "0.1.0"
 
@@ -24,5 +26,6 @@ def __getattr__(name: str):
         return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'workbench' has no attribute {name!r}")
 
-__all__ = ["GPT", "HookPoint", "ModelConfig", "analysis", "build_model", "generate", "hooks", "load_checkpoint",
-           "save_checkpoint", "schedules", "tasks", "__version__"]
+__all__ = ["GPT", "HookPoint", "LiveLossPlot", "ModelConfig", "TrainConfig", "TrainResult", "analysis",
+           "build_model", "generate", "hooks", "load_checkpoint", "save_checkpoint", "schedules", "tasks", "train",
+           "__version__"]

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import pandas as pd
 
 from . import __version__
+from .train import add_cli as add_train_cli
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
@@ -84,6 +85,27 @@ def _cmd_tasks(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_reproduce(args: argparse.Namespace) -> int:
+    import torch
+
+    from . import experiments
+
+    if args.list:
+        with pd.option_context("display.width", 200, "display.max_colwidth", 90):
+            print(experiments.list_recipes().to_string(index=False))
+        return 0
+    if args.name is None:
+        raise SystemExit("reproduce: give a recipe NAME or 'all' (see --list)")
+    torch.set_num_threads(args.threads)
+    names = list(experiments.RECIPES) if args.name == "all" else [args.name]
+    for name in names:
+        outcome = experiments.reproduce(name, root=args.out, scale=args.scale, force=args.force, scratch=args.scratch)
+        print(f"{name}: {outcome.verdict} -- {outcome.number}")
+    if args.name == "all" or args.results:
+        experiments.write_results_md(args.out, args.results or "RESULTS.md")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m workbench", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"workbench {__version__}")
@@ -95,9 +117,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=_cmd_info)
 
+    add_train_cli(sub)
+
     p = sub.add_parser("tasks", help="list the tasks with one decoded example each")
     p.add_argument("--json", action="store_true", help="print JSON records")
     p.set_defaults(func=_cmd_tasks)
+
+    p = sub.add_parser("reproduce", help="run a paper-claim recipe (or all) and write checkpoints + results")
+    p.add_argument("name", nargs="?", help="recipe name, or 'all'")
+    p.add_argument("--list", action="store_true", help="list the recipes and exit")
+    p.add_argument("--scale", type=float, default=1.0, help="multiply steps and evaluation sizes (GPU: > 1)")
+    p.add_argument("--force", action="store_true", help="retrain even when a run is up to date")
+    p.add_argument("--out", default="checkpoints", help="where models and results go (default checkpoints/)")
+    p.add_argument("--scratch", default="runs", help="trainer run directories (resumable; default runs/)")
+    p.add_argument("--results", default=None, help="write RESULTS.md here (default: only for 'all')")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch threads (default 1: these models are small; run two recipes side by side instead)")
+    p.set_defaults(func=_cmd_reproduce)
 
     p = sub.add_parser("bench", help="benchmarks as ratios measured in one run")
     p.add_argument("--quick", action="store_true", help="tiny sizes and one repeat (a smoke test, not a measurement)")

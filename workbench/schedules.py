@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from .kv_cache import KVBuffer, KVCache
-from .metrics import mean_token_loss
+from .metrics import token_losses
 from .model import GPT, StepOutput
 
 SCHEDULES = ("single", "sequential", "multipass", "interleaved", "blockwise")
@@ -47,10 +47,20 @@ class ScheduleOutput:
     loss_weights: list[float] = field(default_factory=list)  # how pass losses combine into the objective
     schedule: str = ""
 
-    def pass_losses(self, targets: torch.Tensor) -> list[torch.Tensor]:
-        """Next-token cross-entropy of each pass over the positions it computed (targets -1 ignored)."""
-        return [mean_token_loss(logits, targets if pos is None else targets[:, pos])
-                for logits, pos in zip(self.pass_logits, self.pass_positions)]
+    def pass_losses(self, targets: torch.Tensor, reduction: str = "mean") -> list[torch.Tensor]:
+        """Next-token cross-entropy of each pass over the positions it computed (targets -1 ignored).
+
+        ``reduction="sum"`` gives summed nats (the trainer divides by a global target count so that
+        every split of a batch computes the same objective); a pass with no targets gives 0, not NaN.
+        """
+        if reduction not in ("mean", "sum"):
+            raise ValueError(f"reduction={reduction!r} is invalid: must be 'mean' or 'sum'")
+        losses = []
+        for logits, pos in zip(self.pass_logits, self.pass_positions):
+            tgt = targets if pos is None else targets[:, pos]
+            total = token_losses(logits, tgt).sum()
+            losses.append(total if reduction == "sum" else total / (tgt >= 0).sum().clamp(min=1))
+        return losses
 
     def loss(self, targets: torch.Tensor) -> torch.Tensor:
         """The schedule's training objective (weighted sum of its pass losses)."""

@@ -1,0 +1,185 @@
+"""TrainConfig: everything that determines a training run, validated, with an exact JSON round trip.
+
+A run directory stores it as ``train_config.json``; ``--resume`` refuses to continue a run under a
+different config (outside ``RUNTIME_FIELDS``), because the loss history would silently stop being
+the history of one experiment.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from .config import ModelConfig, _check_choice, _check_float, _check_int, _fail, _JSONMixin
+from .schedules import SCHEDULES
+
+OPTIMIZERS = ("muon", "adamw")
+LR_SCHEDULES = ("wsd", "cosine", "constant")
+DEVICES = ("auto", "cpu", "cuda")
+# Fields that may change between an interrupted run and its resumption: they do not change the
+# trajectory (where it runs, whether a bar is drawn, when a budget stops it).
+RUNTIME_FIELDS = ("resume", "device", "progress", "budget_flops")
+# Set from the task, never by the user.
+TASK_MODEL_FIELDS = ("vocab_size", "seq_len")
+
+
+@dataclass
+class TrainConfig(_JSONMixin):
+    """One training run: task, model, schedule, optimiser, evaluation, checkpoints, budget."""
+
+    # --- data ---
+    task: str = "running_sum"  # a name from workbench.tasks.names()
+    task_params: dict[str, Any] = field(default_factory=dict)  # keyword arguments of tasks.get
+    # --- model: ModelConfig fields except vocab_size and seq_len, which the task sets ---
+    model: dict[str, Any] = field(default_factory=dict)
+    # --- schedule ---
+    schedule: str = "single"  # one of schedules.SCHEDULES
+    passes: int = 2  # multipass: passes per batch (also the eval depth when pass_mix is set)
+    subsets: int = 2  # interleaved: strided subsets
+    block: int = 32  # blockwise: block length
+    pass_mix: dict[int, float] | None = None  # multipass {passes: prob}, e.g. FBT {1: .75, 2: .22, 3: .03}
+    feedback_start: float = 0.0  # fraction of the steps trained single-pass before the schedule (progressive)
+    prefix_mixin: float = 0.0  # fraction of sequences given a random plain prefix in passes after the first
+    aux_weight: float = 1.0  # multipass: lambda in NTP_1 + lambda * mean_{k>=2} NTP_k
+    # --- optimisation ---
+    steps: int = 200  # optimiser steps
+    batch_size: int = 32  # sequences per optimiser step, over all processes and micro-batches
+    grad_accum: int = 1  # micro-batches per process per step (memory knob: the maths does not change)
+    optimizer: str = "muon"  # "muon": Muon for hidden matrices + AdamW for the rest; "adamw": AdamW for all
+    lr: float = 3e-3  # AdamW learning rate (embedding, readout, scalars; everything when optimizer="adamw")
+    matrix_lr: float = 0.02  # Muon learning rate for the hidden matrices
+    weight_decay: float = 0.0  # decoupled weight decay of the hidden matrices
+    lr_schedule: str = "wsd"  # "wsd" (warmup-stable-decay), "cosine" or "constant", after the warmup
+    warmup_steps: int = 0  # linear warmup length
+    decay_frac: float = 0.2  # wsd: fraction of the steps spent decaying linearly at the end
+    min_lr_frac: float = 0.0  # wsd / cosine: final learning rate as a fraction of the peak
+    grad_clip: float = 1.0  # max global gradient norm; 0 disables clipping (the norm is still logged)
+    seed: int = 0  # initialisation, data, pass mix, prefixes and jitter all derive from it
+    # --- evaluation, logging, checkpoints ---
+    eval_every: int = 0  # evaluate on held-out batches every N steps; 0 = only at the end
+    eval_size: int = 256  # held-out sequences (split="val", seed=eval_seed)
+    eval_seed: int = 0
+    log_every: int = 10  # one history row every N steps (and at every evaluation and the last step)
+    checkpoint_every: int = 0  # checkpoint every N steps; 0 = only at the end
+    budget_flops: float | None = None  # stop before the step that would exceed this many training FLOPs
+    out_dir: str | None = None  # run directory; None = nothing written
+    # --- runtime ---
+    resume: bool = False  # continue from out_dir/checkpoint if there is one
+    device: str = "auto"  # "auto" (CUDA when present), "cpu", "cuda" or "cuda:N"
+    progress: bool = True  # draw a tqdm progress bar
+    poison_step: int = 0  # testing hook: the loss of this step (1-based) is made NaN; 0 = never
+
+    def __post_init__(self) -> None:
+        c = "TrainConfig"
+        if not isinstance(self.task, str) or not self.task:
+            _fail(c, "task", self.task, "must be a task name (workbench.tasks.names())")
+        if not isinstance(self.task_params, dict) or not all(isinstance(k, str) for k in self.task_params):
+            _fail(c, "task_params", self.task_params, "must be a dict with string keys")
+        self._check_model(c)
+        _check_choice(c, "schedule", self.schedule, SCHEDULES)
+        _check_int(c, "passes", self.passes, 1, 10_000)
+        _check_int(c, "subsets", self.subsets, 1, 1_000_000)
+        _check_int(c, "block", self.block, 1, 1_000_000)
+        self._check_pass_mix(c)
+        _check_float(c, "feedback_start", self.feedback_start, 0.0, 1.0)
+        if self.feedback_start == 1.0:
+            _fail(c, "feedback_start", self.feedback_start, "must be in [0, 1)")
+        _check_float(c, "prefix_mixin", self.prefix_mixin, 0.0, 1.0)
+        _check_float(c, "aux_weight", self.aux_weight, 0.0, 1e6)
+        _check_int(c, "steps", self.steps, 1)
+        _check_int(c, "batch_size", self.batch_size, 1)
+        _check_int(c, "grad_accum", self.grad_accum, 1, self.batch_size)
+        if self.batch_size % self.grad_accum:
+            _fail(c, "grad_accum", self.grad_accum, f"must divide batch_size={self.batch_size}")
+        _check_choice(c, "optimizer", self.optimizer, OPTIMIZERS)
+        _check_float(c, "lr", self.lr, 0.0, 10.0, lo_open=True)
+        _check_float(c, "matrix_lr", self.matrix_lr, 0.0, 10.0, lo_open=True)
+        _check_float(c, "weight_decay", self.weight_decay, 0.0, 10.0)
+        _check_choice(c, "lr_schedule", self.lr_schedule, LR_SCHEDULES)
+        _check_int(c, "warmup_steps", self.warmup_steps, 0, self.steps)
+        _check_float(c, "decay_frac", self.decay_frac, 0.0, 1.0)
+        _check_float(c, "min_lr_frac", self.min_lr_frac, 0.0, 1.0)
+        _check_float(c, "grad_clip", self.grad_clip, 0.0)
+        _check_int(c, "seed", self.seed, 0)
+        _check_int(c, "eval_every", self.eval_every, 0)
+        _check_int(c, "eval_size", self.eval_size, 1)
+        _check_int(c, "eval_seed", self.eval_seed, 0)
+        _check_int(c, "log_every", self.log_every, 1)
+        _check_int(c, "checkpoint_every", self.checkpoint_every, 0)
+        if self.budget_flops is not None:
+            _check_float(c, "budget_flops", self.budget_flops, 0.0, lo_open=True)
+        if self.out_dir is not None and (not isinstance(self.out_dir, str) or not self.out_dir):
+            _fail(c, "out_dir", self.out_dir, "must be a non-empty path string or None")
+        for name in ("resume", "progress"):
+            if not isinstance(getattr(self, name), bool):
+                _fail(c, name, getattr(self, name), "must be a bool")
+        if self.resume and self.out_dir is None:
+            _fail(c, "resume", self.resume, "needs out_dir (the run directory to resume from)")
+        if not isinstance(self.device, str) or not (self.device in DEVICES
+                                                    or self.device.startswith("cuda:")):
+            _fail(c, "device", self.device, f"must be one of {DEVICES} or 'cuda:N'")
+        _check_int(c, "poison_step", self.poison_step, 0, self.steps)
+
+    def _check_model(self, c: str) -> None:
+        """Validate through ModelConfig now (placeholder vocabulary) and store the values it normalised."""
+        if not isinstance(self.model, dict):
+            _fail(c, "model", self.model, "must be a dict of ModelConfig fields")
+        given = sorted(set(self.model) & set(TASK_MODEL_FIELDS))
+        if given:
+            _fail(c, "model", self.model, f"must not set {given}: the task sets them")
+        known = {f.name for f in dataclasses.fields(ModelConfig)}
+        unknown = sorted(set(self.model) - known)
+        if unknown:
+            _fail(c, "model", self.model, f"unknown ModelConfig field(s) {unknown}")
+        model = dict(self.model)  # never mutate the caller's dict
+        if model.get("mechanism") == "fbt" and "tie_embeddings" not in model:
+            model["tie_embeddings"] = True  # FBT feeds top states back as inputs: one shared space
+        try:
+            probe = ModelConfig(vocab_size=2, seq_len=1, **model)
+        except ValueError as e:
+            raise ValueError(f"{c}.model: {e}") from None
+        self.model = {k: getattr(probe, k) for k in model}
+
+    def _check_pass_mix(self, c: str) -> None:
+        """Keys become ints (JSON stores them as strings), sorted, so the round trip is exact."""
+        if self.pass_mix is None:
+            return
+        if self.schedule != "multipass":
+            _fail(c, "pass_mix", self.pass_mix, f"needs schedule='multipass', not {self.schedule!r}")
+        if not isinstance(self.pass_mix, dict) or not self.pass_mix:
+            _fail(c, "pass_mix", self.pass_mix, "must be a non-empty dict {passes: probability}")
+        mix = {}
+        for key, prob in self.pass_mix.items():
+            try:
+                k = int(key)
+            except (TypeError, ValueError):
+                k = 0
+            if k < 1 or k > 10_000 or str(k) != str(key).strip():
+                _fail(c, "pass_mix", self.pass_mix, f"key {key!r} must be a pass count in [1, 10000]")
+            _check_float(c, "pass_mix", prob, 0.0, 1.0, lo_open=True)
+            mix[k] = float(prob)
+        if abs(sum(mix.values()) - 1.0) > 1e-6:
+            _fail(c, "pass_mix", self.pass_mix, f"probabilities must sum to 1, not {sum(mix.values())}")
+        self.pass_mix = dict(sorted(mix.items()))
+
+    def model_config(self, vocab_size: int, seq_len: int) -> ModelConfig:
+        """The ModelConfig of this run, given the task's vocabulary and sequence length."""
+        return ModelConfig(vocab_size=vocab_size, seq_len=seq_len, **self.model)
+
+    @property
+    def max_passes(self) -> int:
+        """The most passes (pass-loss columns) any step of this run can make."""
+        if self.schedule == "multipass":
+            return max(self.pass_mix) if self.pass_mix else self.passes
+        if self.schedule == "interleaved":
+            return 1 + self.subsets
+        return 1
+
+    def replace(self, **changes: Any) -> TrainConfig:
+        """A validated copy with some fields changed."""
+        return dataclasses.replace(self, **changes)
+
+    def trajectory_dict(self) -> dict[str, Any]:
+        """The fields that determine the loss history (everything but ``RUNTIME_FIELDS``)."""
+        return {k: v for k, v in self.to_dict().items() if k not in RUNTIME_FIELDS}
