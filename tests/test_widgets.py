@@ -15,6 +15,7 @@ import torch  # noqa: E402
 from conftest import perturbed_model, small_config  # noqa: E402
 from workbench import widgets  # noqa: E402
 from workbench.analysis.contraction import memory_trajectory, pass_dynamics  # noqa: E402
+from workbench.widgets import core  # noqa: E402,F401
 
 T = 6
 
@@ -43,8 +44,8 @@ def test_contraction_explorer_follows_the_pass_slider_and_run_menu(dynamics):
     explorer.controls["pass_"].value = 3
     row = dynamics["fbt"].iloc[2]
     assert "pass 3:" in explorer.summary.value
-    assert f"distance to fixed point {widgets._fmt(row['fixed_point_distance'])}" in explorer.summary.value
-    assert f"loss {widgets._fmt(row['loss'])}" in explorer.summary.value
+    assert f"distance to fixed point {widgets.core._fmt(row['fixed_point_distance'])}" in explorer.summary.value
+    assert f"loss {widgets.core._fmt(row['loss'])}" in explorer.summary.value
     assert list(explorer.figure.axes[1].lines[0].get_xdata()) == [1, 2, 3]
     assert explorer.image.value != first_image
     explorer.controls["run"].value = "lrt"
@@ -100,11 +101,11 @@ def test_token_stepper_shows_what_each_position_reads_and_predicts(fbt_model, id
     row = trajectory[(trajectory.example == 0) & (trajectory.position == 4)].iloc[0]
     summary = explorer.summary.value
     assert "<b>t = 4</b>" in summary and "reads m<sub>3</sub>" in summary
-    assert f"= {widgets._fmt(row['cosine_prev'])}" in summary
+    assert f"= {widgets.core._fmt(row['cosine_prev'])}" in summary
     assert f"&#x27;{chr(97 + row['top_tokens'][0])}&#x27; {row['top_probs'][0]:.2f}" in summary
     assert explorer.figure.axes[0].lines[1].get_xdata()[0] == 4
     explorer.controls["example"].value = 1
     other = trajectory[(trajectory.example == 1) & (trajectory.position == 4)].iloc[0]
-    assert f"= {widgets._fmt(other['cosine_prev'])}" in explorer.summary.value
+    assert f"= {widgets.core._fmt(other['cosine_prev'])}" in explorer.summary.value
     single = widgets.token_stepper(fbt_model, idx[:1])
     assert list(single.controls) == ["position"]

@@ -27,9 +27,9 @@ import pandas as pd
 import torch
 from matplotlib.figure import Figure
 
-from . import plots
-from .analysis.contraction import memory_trajectory
-from .model import GPT
+from .. import plots
+from ..analysis.contraction import memory_trajectory
+from ..model import GPT
 
 Render = Callable[..., tuple[Figure, str]]
 
