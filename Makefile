@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 PORT ?= 8888
 NBVAL := --nbval-lax --sanitize-with tests/nbval_sanitize.cfg
 
-.PHONY: install lab lab-headless test test-fast notebooks-test bench report screens clean
+.PHONY: install lab lab-headless test test-fast bench report reproduce clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -37,6 +37,16 @@ test-fast: install
 
 bench: install
 	$(PY) -m workbench bench
+
+## every notebook executed headless into HTML under reports/
+report: install
+	@mkdir -p reports
+	$(VENV)/bin/jupyter nbconvert --to html --execute --ExecutePreprocessor.timeout=600 \
+		--ExecutePreprocessor.store_widget_state=False --output-dir reports notebooks/*.ipynb
+
+## retrain every recipe whose checkpoints are stale, then rewrite RESULTS.md
+reproduce: install
+	$(PY) -m workbench reproduce all
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache reports

@@ -321,3 +321,26 @@ def token_steps(trajectory: pd.DataFrame, position: int, example: int = 0,
                 color=sns.color_palette("deep")[0])
     ax_top.set(xlabel="probability", xlim=(0.0, 1.0), title=f"next token after {show(row['token'])} (t={position})")
     return fig
+
+
+# ---------------------------------------------------------------------------------------------- experiments
+def comparison_bars(table: pd.DataFrame, title: str = "") -> Figure:
+    """One bar per arm of an experiment (mean over seeds, error bar = seed std), a panel per task/metric.
+
+    Takes the table ``workbench.experiments`` writes (``arm``, ``metric``, ``value``, ``seed_std``,
+    optionally ``task``); a row's paired interval against the reference arm is in its CSV.
+    """
+    _require(table, ["arm", "metric", "value"], "comparison_bars")
+    keys = [c for c in ("task", "metric") if c in table.columns]
+    panels = [(" / ".join(map(str, k if isinstance(k, tuple) else (k,))), g)
+              for k, g in table.groupby(keys, sort=False)]
+    fig, axes = _figure(len(panels), panel=(1.2 + 0.9 * table["arm"].nunique(), 3.6))
+    for ax, (name, group) in zip(axes, panels):
+        colors = sns.color_palette("deep", n_colors=len(group))
+        err = group["seed_std"] if "seed_std" in group else None
+        ax.bar(np.arange(len(group)), group["value"], yerr=err, color=colors, capsize=3)
+        ax.set_xticks(np.arange(len(group)), [str(a) for a in group["arm"]], rotation=20)
+        ax.set(title=name, ylabel=str(group["metric"].iloc[0]))
+    if title:
+        fig.suptitle(title)
+    return fig
