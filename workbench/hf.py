@@ -80,7 +80,7 @@ from .checkpoint import atomic_directory, read_json, read_safetensors, write_jso
 from .hooks import HookPoint, name_hook_points
 from .kv_cache import KVBuffer, position_mask
 from .mechanisms import Feedback, norm, uniform_init_
-from .model import StepOutput
+from .model import StepOutput, resolve_positions
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -387,11 +387,7 @@ class FeedbackLM(nn.Module):
         single token (e.g. a frozen prefix), or None (causal self-attention over ``idx`` alone).
         """
         B, T = idx.shape
-        if positions is None:
-            positions = torch.arange(T, device=idx.device)
-        elif positions.numel() != T:
-            raise ValueError(f"positions has {positions.numel()} entries, expected T={T}")
-        positions = self.hook_positions(positions)
+        positions = self.hook_positions(resolve_positions(idx, positions))
         if memory is not None and self.training and self.config.jitter > 0:
             memory = memory + torch.empty_like(memory).uniform_(-self.config.jitter, self.config.jitter)
         feedback = Feedback(memory, memory_mask)

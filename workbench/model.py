@@ -59,6 +59,16 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     return x * cos[None, :, None, :] + swapped * sin[None, :, None, :]
 
 
+def resolve_positions(idx: torch.Tensor, positions: torch.Tensor | None) -> torch.Tensor:
+    """Absolute positions of the tokens ``idx`` (B, T): ``positions`` checked, or 0..T-1 by default."""
+    T = idx.size(1)
+    if positions is None:
+        return torch.arange(T, device=idx.device)
+    if positions.numel() != T:
+        raise ValueError(f"positions has {positions.numel()} entries, expected T={T}")
+    return positions
+
+
 @dataclass
 class Context:
     """Everything one forward shares across blocks."""
@@ -207,11 +217,7 @@ class GPT(nn.Module):
         over ``idx`` alone).
         """
         B, T = idx.shape
-        if positions is None:
-            positions = torch.arange(T, device=idx.device)
-        elif positions.numel() != T:
-            raise ValueError(f"positions has {positions.numel()} entries, expected T={T}")
-        positions = self.hook_positions(positions)
+        positions = self.hook_positions(resolve_positions(idx, positions))
         cos, sin = self._rotary_rows(positions)
         ctx = Context(positions, cos, sin, Feedback(memory, memory_mask), self.mechanism, kv)
         x = self.hook_embed(norm(self.wte(idx)))
