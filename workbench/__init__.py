@@ -16,7 +16,8 @@ from .train_config import TrainConfig
 
 __version__ = "0.1.0"
 
-_LAZY = ("plots", "widgets", "hf")  # heavy imports (matplotlib, ipywidgets, transformers) on first use
+# Imported on first use: matplotlib, ipywidgets and transformers are heavy, and most scripts need none.
+_LAZY = ("plots", "widgets", "hf", "experiments", "evaluation", "bench")
 
 
 def __getattr__(name: str):

@@ -78,7 +78,7 @@ def train_step_fn(model: GPT, batch: int, seq_len: int, schedule: str = "single"
 def recompute_decode_fn(model: GPT, prompt: torch.Tensor, new_tokens: int) -> Callable[[], None]:
     """Greedy decoding without a cache: a full forward over the whole prefix for every token."""
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def run() -> None:
         idx = prompt
         for _ in range(new_tokens):
@@ -111,10 +111,10 @@ def run_benchmarks(quick: bool = False, threads: int = 2) -> pd.DataFrame:
 
     for m in (small, lrt, fbt):
         m.eval()
-    prompt = torch.randint(0, vocab, (1, 1))
+    one, many = torch.randint(0, vocab, (1, 1)), torch.randint(0, vocab, (batch, 1))
     idx = torch.randint(0, vocab, (batch, T))
 
-    def decode(model: GPT, regime: str) -> Callable[[], object]:
+    def decode(model: GPT, regime: str, prompt: torch.Tensor) -> Callable[[], object]:
         return lambda: generate(model, prompt, new, regime=regime)
 
     def forward() -> None:
@@ -126,13 +126,19 @@ def run_benchmarks(quick: bool = False, threads: int = 2) -> pd.DataFrame:
             for _ in schedules.iterate_passes(fbt, idx, passes=fused_passes):
                 pass
 
+    # Decoding a batch of B sequences (one token each step); batch 1 shows the per-step overhead alone.
+    dec = f"decode 4x128 batch {batch}"
     inference_rows = [
-        Row("decode 4x128 recompute prefix", recompute_decode_fn(small, prompt, new), unit="token", per=new),
-        Row("decode 4x128 KV cache", decode(small, "standard"), "decode 4x128 recompute prefix", 1 / 3,
+        Row("decode 4x128 batch 1 recompute prefix", recompute_decode_fn(small, one, new), unit="token", per=new),
+        Row("decode 4x128 batch 1 KV cache", decode(small, "standard", one), "decode 4x128 batch 1 recompute prefix",
             unit="token", per=new),
-        Row("decode 4x128 LRT soft", decode(lrt, "soft"), "decode 4x128 KV cache", 1.05, unit="token", per=new),
-        Row("decode 4x128 FBT standard", decode(fbt, "standard"), unit="token", per=new),
-        Row("decode 4x128 FBT soft", decode(fbt, "soft"), "decode 4x128 FBT standard", 1.02, unit="token", per=new),
+        Row(f"{dec} recompute prefix", recompute_decode_fn(small, many, new), unit="token", per=new),
+        Row(f"{dec} KV cache", decode(small, "standard", many), f"{dec} recompute prefix", 1 / 3, "token", new),
+        Row(f"{dec} LRT soft", decode(lrt, "soft", many), f"{dec} KV cache", 1.05, "token", new),
+        Row(f"{dec} FBT standard", decode(fbt, "standard", many), unit="token", per=new),
+        Row(f"{dec} FBT soft", decode(fbt, "soft", many), f"{dec} FBT standard", 1.02, "token", new),
+        Row("decode 4x128 batch 1 LRT soft", decode(lrt, "soft", one), "decode 4x128 batch 1 KV cache",
+            unit="token", per=new),
         Row("forward 4x128 FBT one pass", forward),
         Row(f"fused prefill per pass ({fused_passes} passes)", fused_prefill, "forward 4x128 FBT one pass", 1.1,
             unit="pass", per=fused_passes, rounds=1),
