@@ -78,7 +78,7 @@ def train_step_fn(model: GPT, batch: int, seq_len: int, schedule: str = "single"
 def recompute_decode_fn(model: GPT, prompt: torch.Tensor, new_tokens: int) -> Callable[[], None]:
     """Greedy decoding without a cache: a full forward over the whole prefix for every token."""
 
-    @torch.inference_mode()
+    @torch.no_grad()
     def run() -> None:
         idx = prompt
         for _ in range(new_tokens):

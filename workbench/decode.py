@@ -50,7 +50,7 @@ def _validate(model: GPT, prompt: torch.Tensor, max_new_tokens: int, regime: str
         raise ValueError(f"prompt holds token ids outside [0, {model.config.vocab_size - 1}] (vocab_size)")
 
 
-@torch.inference_mode()
+@torch.no_grad()
 def generate(model: GPT, prompt: torch.Tensor, max_new_tokens: int, regime: str = "standard",
              prefill_passes: int = 1, temperature: float = 0.0, top_k: int | None = None,
              eos: int | None = None, generator: torch.Generator | None = None,
