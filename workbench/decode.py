@@ -16,6 +16,7 @@ import torch
 
 from . import schedules
 from .model import GPT
+from .validation import check_int, check_tokens
 
 REGIMES = ("standard", "soft", "fused")
 
@@ -34,20 +35,15 @@ def sample_next(logits: torch.Tensor, temperature: float = 0.0, top_k: int | Non
 
 def _validate(model: GPT, prompt: torch.Tensor, max_new_tokens: int, regime: str, prefill_passes: int,
               temperature: float, top_k: int | None) -> None:
-    if prompt.ndim != 2 or prompt.size(1) < 1:
-        raise ValueError(f"prompt must be a (B, T) tensor of token ids with T >= 1, got shape {tuple(prompt.shape)}")
+    check_tokens(model.config.vocab_size, prompt, "prompt")
     if regime not in REGIMES:
         raise ValueError(f"regime={regime!r} is invalid: must be one of {REGIMES}")
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens={max_new_tokens!r} is invalid: must be an int >= 0")
-    if isinstance(prefill_passes, bool) or not isinstance(prefill_passes, int) or prefill_passes < 1:
-        raise ValueError(f"prefill_passes={prefill_passes!r} is invalid: must be an int >= 1")
+    check_int("max_new_tokens", max_new_tokens, 0)
+    check_int("prefill_passes", prefill_passes, 1)
     if not temperature >= 0.0:
         raise ValueError(f"temperature={temperature!r} is invalid: must be >= 0")
-    if top_k is not None and top_k < 1:
-        raise ValueError(f"top_k={top_k!r} is invalid: must be None or an int >= 1")
-    if int(prompt.min()) < 0 or int(prompt.max()) >= model.config.vocab_size:
-        raise ValueError(f"prompt holds token ids outside [0, {model.config.vocab_size - 1}] (vocab_size)")
+    if top_k is not None:
+        check_int("top_k", top_k, 1)
 
 
 @torch.no_grad()

@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from .kv_cache import KVBuffer, KVCache
 from .metrics import token_losses
 from .model import GPT, StepOutput
+from .validation import check_int
 
 SCHEDULES = ("single", "sequential", "multipass", "interleaved", "blockwise")
 
@@ -66,11 +67,6 @@ class ScheduleOutput:
         """The schedule's training objective (weighted sum of its pass losses)."""
         losses = self.pass_losses(targets)
         return sum(w * loss for w, loss in zip(self.loss_weights, losses))
-
-
-def _check_range(name: str, value: int, lo: int, hi: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise ValueError(f"{name}={value!r} is invalid: must be an int in [{lo}, {hi}]")
 
 
 def shift_right(memory: torch.Tensor) -> torch.Tensor:
@@ -137,7 +133,7 @@ def sequential(model: GPT, idx: torch.Tensor, plain_prefix: int | torch.Tensor =
 
 def blockwise(model: GPT, idx: torch.Tensor, block: int, plain_prefix: int | torch.Tensor = 0) -> ScheduleOutput:
     """Contiguous blocks in order; memory crosses block boundaries only."""
-    _check_range("block", block, 1, idx.size(1))
+    check_int("block", block, 1, idx.size(1))
     return _chunked(model, idx, block, plain_prefix, "blockwise")
 
 
@@ -162,7 +158,7 @@ def multipass(model: GPT, idx: torch.Tensor, passes: int, plain_prefix: int | to
     Objective ``NTP_1 + aux_weight * mean_{k>=2} NTP_k`` (FBT), no detach between passes. With
     ``cache``, the last pass also writes its keys/values and final memory into it (fused prefill).
     """
-    _check_range("passes", passes, 1, 1_000_000)
+    check_int("passes", passes, 1, 1_000_000)
     B, T = idx.shape
     outs = list(iterate_passes(model, idx, plain_prefix, passes - 1))
     reads = feedback_mask(B, T, plain_prefix, idx.device)
@@ -179,7 +175,7 @@ def multipass(model: GPT, idx: torch.Tensor, passes: int, plain_prefix: int | to
 def interleaved(model: GPT, idx: torch.Tensor, subsets: int, plain_prefix: int | torch.Tensor = 0) -> ScheduleOutput:
     """Init pass, then S strided subsets refined in order against a shared K/V/memory buffer."""
     B, T = idx.shape
-    _check_range("subsets", subsets, 1, T)
+    check_int("subsets", subsets, 1, T)
     reads = feedback_mask(B, T, plain_prefix, idx.device)
     buffer = KVBuffer(model.config.n_layer)
     init = model.step(idx, kv=buffer)

@@ -36,6 +36,7 @@ from .. import schedules
 from ..kv_cache import KVCache, Mask
 from ..metrics import mean_token_loss
 from ..model import GPT, eval_mode
+from ..validation import check_int, check_tokens
 from .cache import run_with_cache
 
 PASS_COLUMNS = ["pass", "delta", "fixed_point_distance", "contraction_rate", "loss"]
@@ -43,24 +44,9 @@ SENSITIVITY_COLUMNS = ["distance", "position", "effect", "logit_effect"]
 
 
 # ---------------------------------------------------------------------------------------------- checks
-def _check_int(name: str, value: object, lo: int, hi: int | None = None) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < lo or (hi is not None and value > hi):
-        allowed = f"[{lo}, {'inf' if hi is None else hi}]"
-        raise ValueError(f"{name}={value!r} is invalid: must be an int in {allowed}")
-
-
-def _check_tokens(model: GPT, idx: torch.Tensor) -> None:
-    if not isinstance(idx, torch.Tensor) or idx.ndim != 2 or idx.size(1) < 1 or idx.is_floating_point():
-        shape = tuple(idx.shape) if isinstance(idx, torch.Tensor) else type(idx).__name__
-        raise ValueError(f"idx must be a (B, T) tensor of token ids with T >= 1, got {shape}")
-    vocab = model.config.vocab_size
-    if int(idx.min()) < 0 or int(idx.max()) >= vocab:
-        raise ValueError(f"idx holds token ids outside [0, {vocab - 1}] (vocab_size={vocab})")
-
-
-def _check_prefix(plain_prefix: int | torch.Tensor, T: int) -> None:
+def check_prefix(plain_prefix: int | torch.Tensor, T: int) -> None:
     if not isinstance(plain_prefix, torch.Tensor):
-        _check_int("plain_prefix", plain_prefix, 0, T)
+        check_int("plain_prefix", plain_prefix, 0, T)
 
 
 def _norm(x: torch.Tensor) -> float:
@@ -89,9 +75,9 @@ def pass_dynamics(model: GPT, idx: torch.Tensor, passes: int = 1000, targets: to
     several runs on one batch); otherwise computed once with ``schedules.sequential``.
     ``progress``: a tqdm bar over passes.
     """
-    _check_tokens(model, idx)
-    _check_int("passes", passes, 1)
-    _check_prefix(plain_prefix, idx.size(1))
+    check_tokens(model.config.vocab_size, idx)
+    check_int("passes", passes, 1)
+    check_prefix(plain_prefix, idx.size(1))
     if targets is not None and tuple(targets.shape) != tuple(idx.shape):
         raise ValueError(f"targets must have the shape of idx {tuple(idx.shape)}, got {tuple(targets.shape)}")
     with eval_mode(model):
@@ -119,7 +105,7 @@ def pass_dynamics(model: GPT, idx: torch.Tensor, passes: int = 1000, targets: to
 
 
 # ---------------------------------------------------------------------------------------------- sensitivity
-def _step_on(model: GPT, idx: torch.Tensor, cache: KVCache, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
+def step_on(model: GPT, idx: torch.Tensor, cache: KVCache, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Continue the exact recurrence in ``cache`` over positions ``start..stop-1``, one token at a time.
 
     Every position here reads the carried state (callers start after position 0 with no plain
@@ -156,13 +142,13 @@ def sensitivity(model: GPT, idx: torch.Tensor, t0: int, max_distance: int | None
     the recurrence amplifies small errors. Without a mechanism (``none``) the memory is never read,
     so the effect is exactly 0. Use a float64 model for ``eps`` far below 1e-3.
     """
-    _check_tokens(model, idx)
+    check_tokens(model.config.vocab_size, idx)
     B, T = idx.shape
     if T < 2:
         raise ValueError(f"idx must hold at least 2 positions to follow a perturbation, got T={T}")
-    _check_int("t0", t0, 0, T - 2)
+    check_int("t0", t0, 0, T - 2)
     max_distance = T - 1 - t0 if max_distance is None else max_distance
-    _check_int("max_distance", max_distance, 1, T - 1 - t0)
+    check_int("max_distance", max_distance, 1, T - 1 - t0)
     if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0 or math.isinf(eps):
         raise ValueError(f"eps={eps!r} is invalid: must be a finite number > 0")
     stop = t0 + 1 + max_distance
@@ -171,8 +157,8 @@ def sensitivity(model: GPT, idx: torch.Tensor, t0: int, max_distance: int | None
         schedules.sequential(model, idx[:, :t0 + 1], cache=clean)
         nudged = copy.deepcopy(clean)
         nudged.state = nudged.state + eps * _unit_directions(tuple(nudged.state.shape), seed, nudged.state)
-        memory, logits = _step_on(model, idx, clean, t0 + 1, stop)
-        memory_p, logits_p = _step_on(model, idx, nudged, t0 + 1, stop)
+        memory, logits = step_on(model, idx, clean, t0 + 1, stop)
+        memory_p, logits_p = step_on(model, idx, nudged, t0 + 1, stop)
     scale = eps * math.sqrt(B)
 
     def effect(a: torch.Tensor, b: torch.Tensor) -> list[float]:
@@ -219,10 +205,10 @@ def jacobian_power_iteration(model: GPT, idx: torch.Tensor, t: int, iters: int =
     ``per_example`` (B,) and ``estimates`` (the batch norm after each iteration, to judge
     convergence). A norm below 1 means this step contracts perturbations of the memory locally.
     """
-    _check_tokens(model, idx)
+    check_tokens(model.config.vocab_size, idx)
     B, T = idx.shape
-    _check_int("t", t, 1, T - 1)
-    _check_int("iters", iters, 1)
+    check_int("t", t, 1, T - 1)
+    check_int("iters", iters, 1)
     with eval_mode(model):
         cache = model.new_kv_cache(B, t)
         schedules.sequential(model, idx[:, :t], cache=cache)
@@ -271,10 +257,10 @@ def memory_trajectory(model: GPT, idx: torch.Tensor, top_k: int = 5,
     how far one step turns the carried state), ``top_tokens`` / ``top_probs`` (the ``top_k``
     next-token predictions). One sequential run, indexed afterwards: cheap to step through.
     """
-    _check_tokens(model, idx)
-    _check_int("top_k", top_k, 1, model.config.vocab_size)
+    check_tokens(model.config.vocab_size, idx)
+    check_int("top_k", top_k, 1, model.config.vocab_size)
     B, T = idx.shape
-    _check_prefix(plain_prefix, T)
+    check_prefix(plain_prefix, T)
     source = model.mechanism.source_layer % model.config.n_layer
     state_name = f"blocks.{source}.hook_resid_post"
     with eval_mode(model):

@@ -51,6 +51,7 @@ from ..kv_cache import KVCache
 from ..mechanisms import uniform_init_
 from ..model import GPT, build_model, eval_mode
 from ..tasks.base import Batch, Task
+from ..validation import check_int
 
 DEFAULT_CONDITIONS = ("standard", "suffix1", "suffix2", "suffix4", "sequential")
 DEFAULT_N = 1600  # examples drawn from a task: 400 held out per fold; accuracy near chance has a ~1-point std error
@@ -69,12 +70,6 @@ _METRICS = {
 # ------------------------------------------------------------------------------------------ checks
 def _fail(name: str, value: object, allowed: str) -> None:
     raise ValueError(f"{name}={value!r} is invalid: {allowed}")
-
-
-def _check_int(name: str, value: object, lo: int, hi: int | None = None) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo or (
-            hi is not None and value > hi):
-        _fail(name, value, f"must be an int in [{lo}, {'inf' if hi is None else hi}]")
 
 
 def _check_kind(kind: str) -> None:
@@ -177,7 +172,7 @@ def condition_features(model: GPT, batch: Batch, conditions: Sequence[str] = DEF
     forward of a group ends exactly where the probe reads. ``batch_size`` bounds memory, not results.
     """
     _check_batch(batch)
-    _check_int("batch_size", batch_size, 1)
+    check_int("batch_size", batch_size, 1)
     parsed = {c: parse_condition(c) for c in conditions}
     if not parsed:
         _fail("conditions", conditions, "must name at least one condition")
@@ -213,7 +208,7 @@ def fold_assignment(groups: np.ndarray | torch.Tensor | Sequence[int], folds: in
     n_groups = len(np.unique(groups))
     if n_groups < 2:
         raise ValueError(f"groups holds {n_groups} distinct group(s): grouped cross-validation needs at least 2")
-    _check_int("folds", folds, 2, n_groups)
+    check_int("folds", folds, 2, n_groups)
     fold = np.empty(len(groups), dtype=np.int64)
     for i, (_, test) in enumerate(GroupKFold(n_splits=folds).split(np.zeros(len(groups)), groups=groups)):
         fold[test] = i
@@ -275,7 +270,7 @@ def fit_probe(features: np.ndarray | torch.Tensor, labels: np.ndarray | torch.Te
         _fail("C", C, "must be > 0")
     if not alpha > 0:
         _fail("alpha", alpha, "must be > 0")
-    _check_int("max_iter", max_iter, 1)
+    check_int("max_iter", max_iter, 1)
     fold = fold_assignment(groups, folds)
     scores, control_scores, baselines = [], [], []
     # One BLAS thread: on (n x D) ~ 1,200 x 128 problems, threads cost more in synchronisation than
@@ -333,7 +328,7 @@ def control_labels(batch: Batch, position: int, labels: np.ndarray | torch.Tenso
     value gets a label drawn from the real ones. ``labels`` defaults to ``batch.labels``.
     """
     _check_kind(kind)
-    _check_int("position", position, 0, batch.tokens.size(1) - 1)
+    check_int("position", position, 0, batch.tokens.size(1) - 1)
     real = np.asarray(batch.labels if labels is None else labels)
     tokens = batch.tokens[:, position].cpu().numpy()
     values, counts = np.unique(tokens, return_counts=True)
@@ -408,7 +403,7 @@ def probe_layers(model: GPT, task_or_batch: Task | Batch, conditions: Sequence[s
     else:
         _check_batch(task_or_batch)
         if n is not None:
-            _check_int("n", n, 1, len(task_or_batch))
+            check_int("n", n, 1, len(task_or_batch))
         batch, task_name = _head(task_or_batch, n), "batch"
     target = batch.labels if labels is None else labels
     if target is None:
@@ -452,5 +447,5 @@ def _control_target(batch: Batch, control: bool | int, labels: np.ndarray, kind:
     if control is True:
         position = control_position(batch)
         return None if position is None else control_labels(batch, position, labels, kind=kind, seed=seed)
-    _check_int("control", control, 0, int(batch.label_positions.min()) - 1)
+    check_int("control", control, 0, int(batch.label_positions.min()) - 1)
     return control_labels(batch, int(control), labels, kind=kind, seed=seed)
