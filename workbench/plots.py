@@ -344,3 +344,245 @@ def comparison_bars(table: pd.DataFrame, title: str = "") -> Figure:
     if title:
         fig.suptitle(title)
     return fig
+
+
+# ---- notebooks 04-06
+def jacobi_settling(frame: pd.DataFrame, exact_below: float = 1e-9) -> Figure:
+    """``analysis.fusion.jacobi_errors`` as a pass x position map: the staircase of exact positions.
+
+    Colour is ``log10`` of each position's distance to the sequential memory; cells below
+    ``exact_below`` (exact up to rounding) are drawn white and outlined, so the diagonal edge —
+    pass k is exact at positions t < k — shows whatever the model.
+    """
+    _require(frame, ["pass", "position", "error"], "jacobi_settling")
+    table = frame.pivot_table(index="pass", columns="position", values="error", aggfunc="max").sort_index()
+    values = table.to_numpy(dtype=float)
+    exact = values < exact_below
+    logs = np.log10(np.where(exact, np.nan, values))
+    width = float(np.clip(2.5 + 0.12 * table.shape[1], 5.0, 9.0))
+    fig, (ax,) = _figure(1, panel=(width, float(np.clip(2.0 + 0.12 * table.shape[0], 3.6, 6.0))))
+    extent = (table.columns.min() - 0.5, table.columns.max() + 0.5, table.index.max() + 0.5, table.index.min() - 0.5)
+    image = ax.imshow(logs, aspect="auto", cmap="magma", extent=extent, interpolation="nearest")
+    ax.contour(table.columns, table.index, exact.astype(float), levels=[0.5], colors="tab:blue", linewidths=1.5)
+    ax.grid(False)
+    ax.set(xlabel="position t", ylabel="pass k", title=f"pass k is exact at positions t < k (white: < {exact_below:g})")
+    fig.colorbar(image, ax=ax, label="log10 ||H^k_t - H*_t|| / ||H*_t||")
+    return fig
+
+
+def pass_losses(histories: Runs) -> Figure:
+    """Each pass's training loss (``loss_pass1``, ``loss_pass2``, ...) against step, one panel per run.
+
+    Steps that ran fewer passes have no value for the later ones, so each pass is drawn as points:
+    the density of the pass-3 points is the share of 3-pass batches, and where the pass-2 points
+    start is where the progressive schedule switched latent feedback on.
+    """
+    runs = _runs(histories, "pass_losses")
+    for frame in runs.values():
+        _require(frame, ["step", "loss_pass1"], "pass_losses")
+    fig, axes = _figure(len(runs))
+    columns = sorted({c for f in runs.values() for c in f.columns if c.startswith("loss_pass")},
+                     key=lambda c: int(c[len("loss_pass"):]))
+    palette = dict(zip(columns, sns.color_palette("deep", n_colors=len(columns))))
+    for ax, (name, frame) in zip(axes, runs.items()):
+        for column in columns:
+            if column in frame and frame[column].notna().any():
+                rows = frame.dropna(subset=[column])
+                ax.plot(rows["step"], rows[column], "o", ms=3, alpha=0.7, color=palette[column],
+                        label=f"pass {column[len('loss_pass'):]} ({len(rows)} logged steps)")
+        ax.set(xlabel="optimiser step", ylabel="training loss (nats / token)", title=name)
+        ax.legend(fontsize=8)
+    return fig
+
+
+def regime_losses(frame: pd.DataFrame) -> Figure:
+    """Next-token loss of a continuation per position, one line per decoding regime (``regime_losses``).
+
+    The legend gives each regime's mean over the scored positions, so a regime that helps only a
+    few positions is told from one that helps throughout.
+    """
+    _require(frame, ["regime", "position", "loss"], "regime_losses")
+    fig, (ax,) = _figure(1, panel=(7.0, 3.6))
+    regimes = _in_order(frame["regime"])
+    order = [r for r in REGIMES if r in regimes] + [r for r in regimes if r not in REGIMES]
+    palette = dict(zip(REGIMES, sns.color_palette("deep", n_colors=len(REGIMES))))
+    for regime in order:
+        rows = frame[frame["regime"] == regime].sort_values("position")
+        ax.plot(rows["position"], rows["loss"], "o-", ms=3, color=palette.get(regime),
+                label=f"{regime} (mean {rows['loss'].mean():.3f})")
+    ax.set(xlabel="position (predicting the next token)", ylabel="loss (nats)")
+    ax.legend(fontsize=8)
+    return fig
+
+
+# ---- notebooks 07-09
+def trace_example(df: pd.DataFrame, example: int, regime: str | None = None) -> Figure:
+    """One example's trace length under every decoding regime, beside each regime's median.
+
+    Takes ``trace_lengths`` output (one run). A bar per regime, green when that trace's answer is
+    right and red when not (hatched when no answer line was written); the black tick is the
+    regime's median over all examples, so one question is read against the typical trace.
+    ``regime`` outlines the chosen bar.
+    """
+    from matplotlib.patches import Patch
+
+    _require(df, ["regime", "example", "length", "correct"], "trace_example")
+    if "run" in df and df["run"].nunique() > 1:
+        raise ValueError(f"df holds the traces of runs {_in_order(df['run'])}: select one run first")
+    rows = df[df["example"] == example]
+    if rows.empty:
+        raise ValueError(f"example={example!r} is invalid: the traces hold examples "
+                         f"{int(df['example'].min())}..{int(df['example'].max())}")
+    order = [r for r in REGIMES if r in set(df["regime"])] + [r for r in _in_order(df["regime"]) if r not in REGIMES]
+    if regime is not None and regime not in order:
+        raise ValueError(f"regime={regime!r} is invalid: the traces hold {order}")
+    rows = rows.set_index("regime").reindex(order)
+    medians = df.groupby("regime")["length"].median().reindex(order)
+    fig, (ax,) = _figure(1, panel=(5.5, 3.4))
+    x = np.arange(len(order))
+    colors = ["tab:green" if ok else "tab:red" for ok in rows["correct"].fillna(False)]
+    bars = ax.bar(x, rows["length"], color=colors, alpha=0.8, width=0.6)
+    answered = rows["answered"] if "answered" in rows else pd.Series(True, index=rows.index)
+    for bar, name, done in zip(bars, order, answered):
+        bar.set_hatch("" if done else "//")
+        if name == regime:
+            bar.set(edgecolor="black", linewidth=2.5)
+    median = ax.scatter(x, medians, marker="_", s=900, color="black", zorder=3)
+    ax.set_xticks(x, order)
+    top = float(max(df["length"].max(), 1))
+    ax.set(xlabel="regime", ylabel="trace length (tokens before the answer)", ylim=(0, top * 1.35),
+           title=f"example {example}")
+    keys = [Patch(color="tab:green", alpha=0.8), Patch(color="tab:red", alpha=0.8),
+            Patch(facecolor="white", edgecolor="grey", hatch="//"), median]
+    ax.legend(keys, ["right answer", "wrong answer", "no answer line", "median over examples"], fontsize=8,
+              loc="upper center", ncols=2)
+    return fig
+
+
+def experiment_figure(tables: Mapping[str, pd.DataFrame], title: str = "") -> Figure:
+    """A recipe's figure from the tables it wrote (``analysis.results.recipe_tables``), by their content.
+
+    ``pass_dynamics`` (one table, a ``run`` column): ``contraction_curves`` per run; ``traces``:
+    ``trace_lengths``; a probe table (``condition``, ``layer``): ``layer0_comparison``; an arms
+    table (``arm``, ``metric``, ``value``): ``comparison_bars``.
+    """
+    if "pass_dynamics" in tables:
+        return contraction_curves(dict(tuple(tables["pass_dynamics"].groupby("run", sort=False))))
+    if "traces" in tables:
+        return trace_lengths(tables["traces"])
+    if "results" not in tables:
+        raise ValueError(f"tables holds {sorted(tables)}: expected 'results' (and maybe 'pass_dynamics' or 'traces')")
+    results = tables["results"]
+    if {"condition", "layer"} <= set(results.columns):
+        return layer0_comparison(results)
+    return comparison_bars(results, title=title)
+
+
+# ---- notebooks 00-03
+_KNOBS = {"interleaved": "S", "multipass": "K", "blockwise": "B"}  # each approximate schedule's knob
+
+
+def schedule_distance(sweeps: pd.DataFrame, positions: Mapping[str, pd.DataFrame] | None = None,
+                      selected: Mapping[str, int] | None = None) -> Figure:
+    """Distance of each approximate schedule to the exact logits as its knob grows, and where it is wrong.
+
+    Left: ``schedule_sweep`` rows (one line per schedule: distance against K, S or B, log y; an
+    exact zero ends the line) with ``selected`` values ({schedule: value}) ringed. Right, when
+    ``positions`` ({label: ``position_distance`` table}) is given: the distance per position, which
+    shows multipass's exact prefix and blockwise's block edges.
+    """
+    _require(sweeps, ["schedule", "value", "distance"], "schedule_distance")
+    fig, axes = _figure(2 if positions else 1)
+    schedules = _in_order(sweeps["schedule"])
+    palette = dict(zip(schedules, sns.color_palette("deep", n_colors=len(schedules))))
+    ax = axes[0]
+    for schedule in schedules:
+        rows = sweeps[sweeps["schedule"] == schedule].sort_values("value")
+        ax.plot(rows["value"].astype(float), _positive(rows["distance"]), "o-", ms=3, color=palette[schedule],
+                label=f"{schedule} ({_KNOBS.get(schedule, 'value')})")
+        if selected and schedule in selected:
+            chosen = rows[rows["value"] == selected[schedule]]
+            ax.plot(chosen["value"].astype(float), _positive(chosen["distance"]), "o", ms=11, mfc="none",
+                    mec="black", mew=1.5)
+    ax.set(xlabel="K passes / S subsets / B block length", ylabel="||L - L*|| / ||L*||  (L* = sequential)",
+           yscale="log", title="distance to the exact recurrence")
+    ax.legend(fontsize=8)
+    if positions:
+        ax = axes[1]
+        for label, frame in positions.items():
+            _require(frame, ["position", "distance"], "schedule_distance positions")
+            color = palette.get(label.split("(")[0])
+            ax.plot(frame["position"], _positive(frame["distance"]), "o-", ms=3, color=color, label=label)
+        ax.set(xlabel="position t", ylabel="distance at position t", yscale="log", title="where it is wrong")
+        ax.legend(fontsize=8)
+    return fig
+
+
+def kv_cache_step(pattern: np.ndarray, keys: np.ndarray, position: int, labels: Sequence[str] | None = None) -> Figure:
+    """One decoding step seen from the cache: the attention pattern so far and the keys the cache holds.
+
+    ``pattern`` (T, T): attention weights of one head (row t = query t); rows after ``position``
+    are not computed yet and are blanked, the current row is outlined. ``keys`` (T, head_dim): the
+    cached keys of that head; slots after ``position`` are still empty. ``labels`` name positions.
+    """
+    pattern, keys = np.asarray(pattern, dtype=float), np.asarray(keys, dtype=float)
+    T = pattern.shape[0]
+    if pattern.shape != (T, T) or keys.ndim != 2 or keys.shape[0] != T:
+        raise ValueError(f"pattern must be (T, T) and keys (T, head_dim); got {pattern.shape} and {keys.shape}")
+    if not 0 <= position < T:
+        raise ValueError(f"position={position!r} is invalid: must be in [0, {T - 1}]")
+    shown = pattern.copy()
+    shown[position + 1:] = np.nan
+    shown[np.triu_indices(T, 1)] = np.nan  # the causal mask: never computed
+    cached = keys.copy()
+    cached[position + 1:] = np.nan
+    fig, (ax_att, ax_k) = _figure(2, panel=(4.6, 4.2))
+    ax_att.imshow(shown, cmap="viridis", vmin=0.0, vmax=1.0, interpolation="nearest")
+    ax_att.axhspan(position - 0.5, position + 0.5, fill=False, ec="tab:red", lw=2)
+    ax_att.set(xlabel="key position (in the cache)", ylabel="query position", title=f"attention, step t={position}")
+    bound = float(np.nanmax(np.abs(keys))) or 1.0
+    ax_k.imshow(cached, cmap="RdBu_r", vmin=-bound, vmax=bound, aspect="auto", interpolation="nearest")
+    ax_k.axhline(position + 0.5, color="tab:red", lw=1.5)
+    ax_k.set(xlabel="key channel", ylabel="cache slot (position)", title=f"cached keys: {position + 1} of {T} slots")
+    ticks = np.arange(T)
+    for ax in (ax_att, ax_k):
+        ax.set_yticks(ticks, [str(s) for s in labels] if labels is not None else ticks, fontsize=7)
+        ax.grid(False)
+    ax_att.set_xticks(ticks[:: max(1, T // 16)], ticks[:: max(1, T // 16)], fontsize=7)
+    return fig
+
+
+def lrt_mechanism(stats: pd.DataFrame, gates: pd.DataFrame | None = None, title: str = "") -> Figure:
+    """What an LRT model learned, layer by layer (``lrt_layer_stats``, optionally ``lrt_gates``).
+
+    Left: the residual injection ``alpha_l x + gamma_l m`` (init 1 and the configured gamma). Middle:
+    mean local and feedback gates (init 1, dotted). The source layer is shaded. Right, when
+    ``gates`` is given: the feedback gate per layer and position (position 0 reads no memory).
+    """
+    _require(stats, ["layer", "alpha", "gamma", "gate_local", "gate_feedback", "source"], "lrt_mechanism")
+    show_map = gates is not None and not gates.empty
+    fig, axes = _figure(3 if show_map else 2, panel=(4.0, 3.4))
+    layers = stats["layer"].to_numpy()
+    for ax, columns, ylabel in ((axes[0], ("alpha", "gamma"), "residual scale"),
+                                (axes[1], ("gate_local", "gate_feedback"), "mean gate (2 sigmoid)")):
+        colors = sns.color_palette("deep", n_colors=2)
+        for i, (column, color) in enumerate(zip(columns, colors)):
+            ax.bar(layers - 0.2 + 0.4 * i, stats[column].fillna(0.0), width=0.38, color=color,
+                   label=column if stats[column].notna().any() else f"{column} (not used)")
+        for layer in layers[stats["source"].to_numpy(dtype=bool)]:
+            ax.axvspan(layer - 0.5, layer + 0.5, color="grey", alpha=0.15, lw=0)
+        ax.set_xticks(layers, [f"{int(l)}{' (source)' if s else ''}" for l, s in zip(layers, stats["source"])],
+                      fontsize=8)
+        ax.set(xlabel="block", ylabel=ylabel)
+        ax.legend(fontsize=8, ncol=2, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
+    axes[1].axhline(1.0, color="black", ls=":", lw=1)
+    if show_map:
+        table = gates.pivot_table(index="layer", columns="position", values="gate_feedback", sort=True)
+        image = axes[2].imshow(table.to_numpy(), aspect="auto", cmap="magma", interpolation="nearest")
+        axes[2].grid(False)
+        axes[2].set_yticks(np.arange(len(table)), table.index)
+        axes[2].set(xlabel="position t", ylabel="block", title="feedback gate")
+        fig.colorbar(image, ax=axes[2])
+    if title:
+        fig.suptitle(title)
+    return fig

@@ -1,0 +1,158 @@
+"""Front-ends of notebooks 00-03: schedules against the exact recurrence, the KV cache, the LRT mechanism.
+
+- ``schedule_explorer(model, idx)``: K, S and B sliders; how far multipass(K), interleaved(S) and
+  blockwise(B) are from the exact sequential logits, where they are wrong, and what each costs;
+- ``kv_cache_explorer(model, idx)``: a position slider over one exact decode: the attention row of
+  that step and the keys the cache holds so far, per layer and head;
+- ``lrt_run_explorer(models, idx, metrics)``: pick a trained LRT run; its residual scales and gates
+  per layer and its recorded exact-decoding metric.
+
+Each is a ``core.Explorer``: the render functions only call ``analysis.schedule_agreement`` /
+``analysis.run_with_cache`` and ``plots``; tests drive them by setting a control's ``.value``.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable, Mapping
+
+import ipywidgets as widgets
+import pandas as pd
+import torch
+from matplotlib.figure import Figure
+
+from .. import plots, schedules
+from ..analysis.cache import run_with_cache
+from ..analysis.schedule_agreement import (
+    PARAMETERS,
+    exact_logits,
+    lrt_gates,
+    lrt_layer_stats,
+    position_distance,
+    schedule_sweep,
+)
+from ..model import GPT
+from .core import Explorer, _fmt
+
+
+def _slider(name: str, value: int, maximum: int) -> widgets.IntSlider:
+    return widgets.IntSlider(value=min(value, maximum), min=1, max=maximum, description=name,
+                             continuous_update=False)
+
+
+# ---------------------------------------------------------------------------------------------- schedules
+def schedule_explorer(model: GPT, idx: torch.Tensor, targets: torch.Tensor | None = None) -> Explorer:
+    """How close each training schedule gets to the exact recurrence, and at what cost.
+
+    Sweeps multipass(K), interleaved(S) and blockwise(B) over every value 1..T once (``schedule_sweep``
+    against the sequential logits of ``idx``); the sliders pick one setting of each. The figure
+    shows the three sweeps with the chosen settings ringed, and their per-position distance; the
+    summary gives each chosen setting's distance, argmax agreement (and loss with ``targets``),
+    forwards, positions computed and training FLOPs relative to one plain pass.
+    """
+    reference = exact_logits(model, idx)
+    T = idx.size(1)
+    sweeps = pd.concat([schedule_sweep(model, idx, s, targets=targets, reference=reference) for s in PARAMETERS],
+                       ignore_index=True)
+    single_flops = schedules.schedule_flops(model, "single", *idx.shape)
+    controls = {"passes": _slider("K passes", 2, T), "subsets": _slider("S subsets", 2, T),
+                "block": _slider("B block", 4, T)}
+
+    def render(passes: int, subsets: int, block: int) -> tuple[Figure, str]:
+        chosen = {"multipass": passes, "interleaved": subsets, "blockwise": block}
+        rows, positions = [], {}
+        for schedule, value in chosen.items():
+            row = sweeps[(sweeps["schedule"] == schedule) & (sweeps["value"] == value)].iloc[0]
+            rows.append(row)
+            positions[row["label"]] = position_distance(model, idx, {"schedule": schedule,
+                                                                     PARAMETERS[schedule]: value}, reference)
+        loss_head = "<th>loss</th>" if targets is not None else ""
+        body = "".join(
+            f"<tr><td><b>{html.escape(r['label'])}</b></td><td>{_fmt(r['distance'])}</td>"
+            f"<td>{r['agreement']:.1%}</td>" + (f"<td>{_fmt(r['loss'])}</td>" if targets is not None else "")
+            + f"<td>{r['forwards']}</td><td>{r['token_forwards']}</td>"
+            f"<td>{r['train_flops'] / single_flops:.3g}x</td></tr>" for r in rows)
+        summary = (f"<table><tr><th>setting</th><th>distance to exact</th><th>argmax agrees</th>{loss_head}"
+                   f"<th>forwards</th><th>positions computed</th><th>training FLOPs vs 1 pass</th></tr>{body}"
+                   f"</table>exact sequential: {T} forwards of one position each (T = {T})")
+        return plots.schedule_distance(sweeps, positions, chosen), summary
+
+    return Explorer(controls, render)
+
+
+# ---------------------------------------------------------------------------------------------- KV cache
+def kv_cache_explorer(model: GPT, idx: torch.Tensor, decode: Callable[[int], str] | None = None) -> Explorer:
+    """Step through one exact decode of ``idx[0]`` and watch the KV cache fill.
+
+    At step t the token attends to the t+1 keys/values the cache holds (its own included); the
+    figure shows that attention row under the rows already computed, and the cached keys of the
+    chosen layer and head; the summary says what the cache holds and which positions the token
+    reads most. The run is made once (``run_with_cache`` under ``sequential``); sliders index it.
+    """
+    if idx.ndim != 2:
+        raise ValueError(f"idx must be a (B, T) tensor of token ids, got shape {tuple(idx.shape)}")
+    tokens = idx[:1]
+    T = tokens.size(1)
+    c = model.config
+    _, cache = run_with_cache(model, tokens, "sequential",
+                              names_filter=lambda n: n.endswith("attn.hook_pattern") or n.endswith("attn.hook_k"))
+    names = [decode(int(t)) if decode else str(int(t)) for t in tokens[0]]
+    bytes_per_position = 2 * c.n_layer * c.kv_dim * model.wte.weight.element_size()  # K and V, every layer
+    controls = {"position": widgets.IntSlider(value=0, min=0, max=T - 1, description="step t",
+                                              continuous_update=False),
+                "layer": widgets.IntSlider(value=0, min=0, max=c.n_layer - 1, description="layer",
+                                           continuous_update=False),
+                "head": widgets.IntSlider(value=0, min=0, max=c.n_head - 1, description="head",
+                                          continuous_update=False)}
+
+    def render(position: int, layer: int, head: int) -> tuple[Figure, str]:
+        pattern = cache[f"blocks.{layer}.attn.hook_pattern"][0, head].double().cpu().numpy()
+        keys = cache[f"blocks.{layer}.attn.hook_k"][0, head // (c.n_head // c.kv_heads)].double().cpu().numpy()
+        row = pattern[position, : position + 1]
+        top = row.argsort()[::-1][:3]
+        reads = ", ".join(f"t={int(j)} {html.escape(repr(names[j]))} ({row[j]:.2f})" for j in top)
+        summary = (f"<b>step t = {position}</b>, token {html.escape(repr(names[position]))}: the cache holds "
+                   f"{position + 1} of {T} positions ({(position + 1) * bytes_per_position:,} bytes of keys and "
+                   f"values over {c.n_layer} layers); this step computes 1 new position.<br>"
+                   f"layer {layer}, head {head} attends most to {reads}")
+        return plots.kv_cache_step(pattern, keys, position, [f"{i} {n!r}" for i, n in enumerate(names)]), summary
+
+    return Explorer(controls, render)
+
+
+# ---------------------------------------------------------------------------------------------- LRT runs
+def lrt_run_explorer(models: Mapping[str, GPT], idx: torch.Tensor,
+                     metrics: Mapping[str, Mapping] | None = None, metric: str = "accuracy") -> Explorer:
+    """Pick a trained LRT run: its source layer, residual scales and gates per layer, and its recorded metric.
+
+    ``models``: run name -> LRT model; ``metrics``: run name -> its ``metrics.json`` (the
+    ``eval`` entry holds ``metric``, measured under ``eval_schedule``). Gates are measured on
+    ``idx`` under the exact recurrence, once per run on first view.
+    """
+    if not models:
+        raise ValueError("models is empty: give at least one run name -> LRT model")
+    computed: dict[str, tuple[pd.DataFrame, pd.DataFrame]] = {}
+    controls = {"run": widgets.Dropdown(options=list(models), description="run")}
+
+    def render(run: str) -> tuple[Figure, str]:
+        model = models[run]
+        if run not in computed:
+            computed[run] = (lrt_layer_stats(model, idx), lrt_gates(model, idx))
+        stats, gates = computed[run]
+        c = model.config
+        source = int(stats.loc[stats["source"], "layer"].iloc[0])
+        where = "the top block (after the final norm)" if c.lrt_source_layer == -1 else f"block {source}"
+        recorded = ""
+        if metrics is not None and run in metrics:
+            m = metrics[run]
+            schedule = m.get("eval_schedule", {}).get("schedule", "?")
+            recorded = (f"<br>recorded {html.escape(metric)} ({html.escape(schedule)} decoding): "
+                        f"<b>{_fmt(m['eval'][metric])}</b>")
+        summary = (f"<b>{html.escape(run)}</b>: memory read from {where} of {c.n_layer}; inject "
+                   f"{' + '.join(c.lrt_inject)}, {c.lrt_projection} projection; mean gamma "
+                   f"{_fmt(stats['gamma'].mean())}, mean feedback gate {_fmt(stats['gate_feedback'].mean())}"
+                   f"{recorded}")
+        return plots.lrt_mechanism(stats, gates, title=run), summary
+
+    return Explorer(controls, render)
+

@@ -1,0 +1,110 @@
+"""Front-ends of the results notebooks (07-09): reading reasoning traces, and every recipe's outcome.
+
+- ``trace_explorer(traces, prompts, answers)``: a regime menu and an example slider over
+  ``analysis.trace_lengths`` output: the generated trace, its length, whether it is right, and the
+  example's length under every regime against the regimes' medians (``plots.trace_example``);
+- ``recipe_explorer(summaries, tables)``: a recipe menu over ``experiments``' results: the claim,
+  our number and the verdict from ``summary.json``, the results table and the recipe's figure
+  (``plots.experiment_figure``).
+
+The wrapped Hugging Face model of notebook 09 needs no front-end of its own: its ``pass_dynamics``
+table goes to ``core.contraction_explorer`` like any other.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import ipywidgets as widgets
+import pandas as pd
+from matplotlib.figure import Figure
+
+from .. import plots
+from ..analysis.traces import TRACE_COLUMNS
+from ..decode import REGIMES
+from .core import Explorer, _fmt
+
+SUMMARY_FIELDS = ("claim", "setting", "number", "verdict")
+
+
+def _missing(frame: pd.DataFrame, columns: Sequence[str]) -> list[str]:
+    return [c for c in columns if c not in frame.columns]
+
+
+# ---------------------------------------------------------------------------------------------- traces
+def trace_explorer(traces: pd.DataFrame, prompts: Sequence[str] | None = None,
+                   answers: Sequence[int] | None = None) -> Explorer:
+    """Read generated reasoning traces one at a time: pick a decoding regime and an example.
+
+    ``traces``: ``analysis.trace_lengths`` output (a ``run`` column with several runs adds a run
+    menu). ``prompts`` and ``answers``: the questions and right answers by example index (the
+    batch ``trace_lengths`` drew: ``task.sample(n, seed, split)``'s ``prompts`` and ``labels``),
+    shown beside the trace when given. The summary gives the trace text, its length (tokens before
+    the answer marker), whether an answer line was written and whether it is right.
+    """
+    missing = _missing(traces, TRACE_COLUMNS)
+    if missing or traces.empty:
+        raise ValueError(f"traces lacks the column(s) {missing} or has no rows: pass trace_lengths' output")
+    examples = sorted(int(e) for e in traces["example"].unique())
+    for name, given in (("prompts", prompts), ("answers", answers)):
+        if given is not None and len(given) <= examples[-1]:
+            raise ValueError(f"{name} has {len(given)} entries: the traces go up to example {examples[-1]}")
+    present = list(dict.fromkeys(traces["regime"]))
+    regimes = [r for r in REGIMES if r in present] + [r for r in present if r not in REGIMES]
+    controls: dict[str, widgets.ValueWidget] = {
+        "regime": widgets.Dropdown(options=regimes, description="regime"),
+        "example": widgets.IntSlider(value=examples[0], min=examples[0], max=examples[-1], description="example",
+                                     continuous_update=False),
+    }
+    runs = list(dict.fromkeys(traces["run"])) if "run" in traces else []
+    if len(runs) > 1:
+        controls["run"] = widgets.Dropdown(options=runs, description="run")
+
+    def render(regime: str, example: int, run: str | None = None) -> tuple[Figure, str]:
+        frame = traces if run is None else traces[traces["run"] == run]
+        rows = frame[(frame["regime"] == regime) & (frame["example"] == example)]
+        head = f"<b>{html.escape(regime)}</b>, example {example}" + (f" ({html.escape(run)})" if run else "")
+        if rows.empty:
+            return plots.trace_example(frame, examples[0], regime), f"{head}: no trace recorded"
+        row = rows.iloc[0]
+        verdict = ("right" if row["correct"] else "wrong") if row["answered"] else "no answer line written"
+        question = "" if prompts is None else html.escape(str(prompts[example]))
+        expected = "" if answers is None else f"; expected answer {int(answers[example])}"
+        summary = (f"{head}: length {int(row['length'])} tokens before the answer marker; {verdict}{expected}"
+                   f"<pre>{question}{html.escape(str(row['text']))}</pre>")
+        return plots.trace_example(frame, example, regime), summary
+
+    return Explorer(controls, render)
+
+
+# ---------------------------------------------------------------------------------------------- recipes
+def recipe_explorer(summaries: Mapping[str, Mapping[str, Any]], tables: Mapping[str, Mapping[str, pd.DataFrame]],
+                    max_rows: int = 12) -> Explorer:
+    """One recipe at a time: its claim, setting, our number and verdict, its results table and figure.
+
+    ``summaries``: recipe -> ``summary.json`` contents (``experiments.ensure``); ``tables``: recipe
+    -> the tables it wrote (``analysis.results.recipe_tables``). The table shows at most
+    ``max_rows`` rows (the full one is the recipe's ``results.csv``).
+    """
+    if not summaries:
+        raise ValueError("summaries is empty: give recipe name -> summary.json contents")
+    absent = [name for name in summaries if name not in tables]
+    if absent:
+        raise ValueError(f"tables has no entry for {absent}: give recipe name -> recipe_tables(name) for each")
+    for name, summary in summaries.items():
+        missing = [f for f in SUMMARY_FIELDS if f not in summary]
+        if missing:
+            raise ValueError(f"summaries[{name!r}] lacks {missing}: pass what experiments.ensure returns")
+    controls = {"recipe": widgets.Dropdown(options=list(summaries), description="recipe")}
+
+    def render(recipe: str) -> tuple[Figure, str]:
+        s = summaries[recipe]
+        table = tables[recipe]["results"].to_html(index=False, max_rows=max_rows, float_format=_fmt, border=0)
+        summary = (f"<b>{html.escape(recipe)}</b>: verdict <b>{html.escape(str(s['verdict']))}</b><br>"
+                   f"claim: {html.escape(str(s['claim']))}<br>setting: {html.escape(str(s['setting']))}<br>"
+                   f"our number: {html.escape(str(s['number']))}{table}")
+        return plots.experiment_figure(tables[recipe], title=recipe), summary
+
+    return Explorer(controls, render)
