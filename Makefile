@@ -35,6 +35,10 @@ test: install
 test-fast: install
 	$(PY) -m pytest tests -m "not slow"
 
+## screenshots of every notebook in JupyterLab after using its widgets (headless Chromium): reports/screens/
+screens: install
+	$(PY) tools/screens.py
+
 bench: install
 	$(PY) -m workbench bench
 

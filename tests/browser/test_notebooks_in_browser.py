@@ -1,0 +1,70 @@
+"""Every notebook as a user meets it: in JupyterLab, in Chromium, run with Run All, its widgets used.
+
+nbval runs the cells in a kernel; this runs them in the browser, where the widgets must render and
+respond. For each ``notebooks/*.ipynb``: no cell shows an error, every cell runs, every widget
+renders, and moving each widget's slider or menu with the keyboard changes what it shows (its
+label, summary or figure); a screenshot of the notebook after that is saved under
+``reports/screens/``. Two generated notebooks first check the checker: one whose widgets respond
+must pass, one with an error and a widget that responds to nothing must fail for those reasons.
+
+Bounded: one server and one browser for the module, notebooks in sequence, at most
+WORKBENCH_BROWSER_NOTEBOOK_SECONDS (180) per notebook and WORKBENCH_BROWSER_BUDGET_SECONDS (600)
+for everything; notebooks left when the budget is spent are skipped, saying so.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from . import driver
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+NOTEBOOKS = sorted(driver.NOTEBOOKS.glob("*.ipynb"))
+
+
+def _deadline(budget: driver.Deadline) -> driver.Deadline:
+    left = budget.left()
+    if left < 20:
+        pytest.skip(f"the browser tests' budget of {budget.seconds:.0f} s is spent "
+                    "(WORKBENCH_BROWSER_BUDGET_SECONDS)")
+    return driver.Deadline(min(driver.NOTEBOOK_SECONDS, left))
+
+
+def test_the_check_passes_widgets_that_respond(lab, chromium, browser_budget, tmp_path):
+    report = driver.check_notebook(chromium.browser, lab, "selftest/widgets.ipynb", tmp_path,
+                                   _deadline(browser_budget))
+    print(report.summary())
+    assert report.ok, report.summary()
+    assert report.executed == report.code_cells == 4
+    moved = {w.control.split(" ")[0]: w for w in report.widgets}
+    assert set(moved) == {"slider", "menu"} and len(report.widgets) == 3, report.summary()
+    assert all(w.changed for w in report.widgets), report.summary()
+    assert "n = 3" in report.widgets[0].after  # the label followed the slider through the kernel
+    assert (tmp_path / "widgets.png").is_file() and (tmp_path / "widgets-cell03.png").is_file()
+
+
+def test_the_check_fails_errors_and_widgets_that_do_not_respond(lab, chromium, browser_budget, tmp_path):
+    report = driver.check_notebook(chromium.browser, lab, "selftest/broken.ipynb", tmp_path,
+                                   _deadline(browser_budget), change_seconds=8)
+    print(report.summary())
+    problems = "\n".join(report.problems)
+    assert "ZeroDivisionError" in problems, problems
+    assert "cells [3] did not run" in problems, problems
+    assert "did not change what the widget shows" in problems, problems
+    assert len(report.problems) == 3, problems
+    assert (tmp_path / "broken.png").is_file()
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS or [pytest.param(None, marks=pytest.mark.skip(
+    reason="no notebooks/*.ipynb yet"))], ids=lambda nb: nb.stem if nb else "none")
+def test_notebook_in_jupyterlab(notebook, lab, chromium, browser_budget, screens_index):
+    deadline = _deadline(browser_budget)
+    report = driver.check_notebook(chromium.browser, lab, f"{notebook.parent.name}/{notebook.name}",
+                                   driver.SCREENS, deadline)
+    screens_index.append(report)
+    print(report.summary())
+    if report.timed_out and deadline.seconds < driver.NOTEBOOK_SECONDS and not report.failed_before_timeout:
+        pytest.skip(f"the browser tests' budget ran out during this notebook ({deadline.seconds:.0f} s were "
+                    f"left of {browser_budget.seconds:.0f}):\n{report.summary()}")
+    assert report.ok, report.summary()
