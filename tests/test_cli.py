@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from conftest import perturbed_model, small_config
@@ -19,7 +21,7 @@ def run_cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
 
 def test_help_lists_commands():
     out = run_cli("--help").stdout
-    for command in ("info", "bench"):
+    for command in ("info", "tasks", "train", "reproduce", "probe", "contraction", "traces", "bench"):
         assert command in out
 
 
@@ -43,7 +45,7 @@ def test_info_on_a_broken_checkpoint_fails_clearly(tmp_path):
 def test_bench_quick_json():
     rows = json.loads(run_cli("bench", "--quick", "--json", "--threads", "1").stdout)
     names = [r["benchmark"] for r in rows]
-    assert "decode 4x128 KV cache" in names and "train step 4x128 LRT interleaved S=2" in names
+    assert "decode 4x128 batch 1 KV cache" in names and "train step 4x128 LRT interleaved S=2" in names
     assert all(r["ms"] > 0 for r in rows)
 
 
@@ -53,3 +55,29 @@ def test_tasks_lists_every_task_with_an_example():
 
     assert [r["name"] for r in rows] == tasks.names()
     assert all(r["example"] for r in rows)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command,run,args,stem", [
+    ("probe", "layer0_probes/delayed_memory_fbt", ["--n", "48", "--conditions", "standard", "suffix1",
+                                                   "--no-random-baseline"], "probes"),
+    ("contraction", "fbt_pass_mixes/mix_75_22_3", ["--n", "2", "--passes", "70"], "pass_dynamics"),
+    ("traces", "reasoning_traces/arith_fbt_s0", ["--n", "4", "--max-new-tokens", "24"], "traces"),
+])
+def test_analysis_commands_write_csv_and_png(tmp_path, command, run, args, stem):
+    checkpoint = Path(__file__).resolve().parents[1] / "checkpoints" / run
+    if not checkpoint.is_dir():
+        pytest.skip(f"{run} is not shipped")
+    run_cli(command, str(checkpoint), *args, "--out", str(tmp_path))
+    table = pd.read_csv(tmp_path / f"{stem}.csv")
+    assert len(table) > 0 and (tmp_path / f"{stem}.png").stat().st_size > 1000
+    if command == "contraction":  # exact after T = 64 passes
+        assert table.loc[table["pass"] > 64, "delta"].eq(0).all() and table["delta"].iloc[1] > 0
+    if command == "probe":
+        assert set(table["condition"]) == {"standard", "suffix1"}
+
+
+def test_analysis_command_without_a_recorded_task_asks_for_one(tmp_path):
+    save_checkpoint(perturbed_model(small_config()), tmp_path / "ck")
+    result = run_cli("probe", str(tmp_path / "ck"), "--out", str(tmp_path), check=False)
+    assert result.returncode == 2 and "--task" in result.stderr

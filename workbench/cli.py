@@ -15,6 +15,7 @@ import pandas as pd
 
 from . import __version__
 from .train import add_cli as add_train_cli
+from .train import parse_key_values
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
@@ -106,6 +107,92 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
     return 0
 
 
+def _checkpoint_task(path: str, name: str | None, params: list[str] | None):
+    """The task a checkpoint was trained on (recorded by the trainer or a recipe), unless named."""
+    from . import tasks
+    from .checkpoint import load_config, load_metrics
+
+    given = parse_key_values(params, "--task-param")
+    if name is not None:
+        return tasks.get(name, **given)
+    _, header = load_config(path)
+    recorded = header.get("train_config") or load_metrics(path).get("train_config") or {}
+    task = header.get("task") or recorded.get("task")
+    if task is None:
+        raise ValueError(f"{path} records no task: pass --task NAME")
+    return tasks.get(task, **{**(header.get("task_params") or recorded.get("task_params") or {}), **given})
+
+
+def _write(table: pd.DataFrame, figure, out: str, stem: str) -> None:
+    from pathlib import Path
+
+    Path(out).mkdir(parents=True, exist_ok=True)
+    table.to_csv(Path(out) / f"{stem}.csv", index=False)
+    figure.savefig(Path(out) / f"{stem}.png", dpi=110, bbox_inches="tight")
+    print(f"wrote {Path(out) / stem}.csv and .png")
+
+
+def _cmd_probe(args: argparse.Namespace) -> int:
+    import torch
+
+    from .analysis import probe_layers
+    from .checkpoint import load_checkpoint
+    from .plots import layer0_comparison
+
+    torch.set_num_threads(args.threads)
+    task = _checkpoint_task(args.checkpoint, args.task, args.task_param)
+    table = probe_layers(load_checkpoint(args.checkpoint), task, conditions=args.conditions, n=args.n,
+                         seed=args.seed, random_baseline=not args.no_random_baseline)
+    print(table[table["layer"] == 0].to_string(index=False))
+    _write(table, layer0_comparison(table), args.out, "probes")
+    return 0
+
+
+def _cmd_contraction(args: argparse.Namespace) -> int:
+    import torch
+
+    from .analysis import pass_dynamics
+    from .checkpoint import load_checkpoint
+    from .plots import contraction_curves
+
+    torch.set_num_threads(args.threads)
+    batch = _checkpoint_task(args.checkpoint, args.task, args.task_param).sample(args.n, args.seed, "val")
+    table = pass_dynamics(load_checkpoint(args.checkpoint), batch.tokens, passes=args.passes,
+                          targets=batch.targets, progress=True)
+    print(table.iloc[[0, 1, min(len(table) - 1, batch.tokens.size(1)), len(table) - 1]].to_string(index=False))
+    _write(table, contraction_curves(table), args.out, "pass_dynamics")
+    return 0
+
+
+def _cmd_traces(args: argparse.Namespace) -> int:
+    import torch
+
+    from .analysis import summarize_traces, trace_lengths
+    from .checkpoint import load_checkpoint
+    from .plots import trace_lengths as plot_traces
+
+    torch.set_num_threads(args.threads)
+    task = _checkpoint_task(args.checkpoint, args.task, args.task_param)
+    table = trace_lengths(load_checkpoint(args.checkpoint), task, regimes=args.regimes, n=args.n, seed=args.seed,
+                          max_new_tokens=args.max_new_tokens, prefill_passes=args.prefill_passes)
+    print(summarize_traces(table).to_string(index=False))
+    _write(table, plot_traces(table), args.out, "traces")
+    return 0
+
+
+def _analysis_parser(sub, name: str, help_text: str, func, n: int) -> argparse.ArgumentParser:
+    p = sub.add_parser(name, help=help_text)
+    p.add_argument("checkpoint", help="checkpoint directory (its recorded task is used unless --task is given)")
+    p.add_argument("--task", default=None, help="task name (default: the one the checkpoint was trained on)")
+    p.add_argument("--task-param", action="append", metavar="KEY=VALUE", help="task parameter (repeatable)")
+    p.add_argument("--n", type=int, default=n, help=f"held-out examples (default {n})")
+    p.add_argument("--seed", type=int, default=0, help="seed of the held-out examples")
+    p.add_argument("--out", default=".", help="directory for the CSV and PNG (default: here)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    p.set_defaults(func=func)
+    return p
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m workbench", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"workbench {__version__}")
@@ -122,6 +209,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("tasks", help="list the tasks with one decoded example each")
     p.add_argument("--json", action="store_true", help="print JSON records")
     p.set_defaults(func=_cmd_tasks)
+
+    p = _analysis_parser(sub, "probe", "linear probes at every depth under prefill conditions", _cmd_probe, 400)
+    p.add_argument("--conditions", nargs="+", default=["standard", "suffix1", "suffix2", "suffix4", "sequential"],
+                   help="prefill conditions: standard, suffixK, sequential, multipassK")
+    p.add_argument("--no-random-baseline", action="store_true", help="skip the randomly initialised twin")
+    p = _analysis_parser(sub, "contraction", "iterate the fused pass map: residual, fixed-point distance, loss",
+                         _cmd_contraction, 8)
+    p.add_argument("--passes", type=int, default=1000, help="passes (default 1000)")
+    p = _analysis_parser(sub, "traces", "reasoning-trace lengths and accuracy per decoding regime", _cmd_traces, 64)
+    p.add_argument("--regimes", nargs="+", default=["standard", "soft", "fused"], help="decoding regimes")
+    p.add_argument("--max-new-tokens", type=int, default=48, help="tokens generated per question")
+    p.add_argument("--prefill-passes", type=int, default=2, help="fused prefill passes (regime fused)")
 
     p = sub.add_parser("reproduce", help="run a paper-claim recipe (or all) and write checkpoints + results")
     p.add_argument("name", nargs="?", help="recipe name, or 'all'")

@@ -508,7 +508,7 @@ def _train(cfg: TrainConfig, procs: _Processes, callback: Callback | None) -> Tr
 
 
 # ---------------------------------------------------------------------------------------------- CLI
-def _key_values(pairs: list[str] | None, flag: str) -> dict[str, Any]:
+def parse_key_values(pairs: list[str] | None, flag: str) -> dict[str, Any]:
     """``key=value`` strings to a dict; values are read as JSON when they parse (numbers, bools, lists)."""
     parsed: dict[str, Any] = {}
     for pair in pairs or []:
@@ -593,13 +593,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
     """The TrainConfig the flags describe (unset flags keep TrainConfig's defaults)."""
     given = {name: getattr(args, name) for _, name, _, _ in _FLAGS if getattr(args, name) is not None}
-    model = _key_values(args.model_param, "--model-param")
+    model = parse_key_values(args.model_param, "--model-param")
     model.update({name: getattr(args, f"model_{name}") for _, name, _ in _MODEL_FLAGS
                   if getattr(args, f"model_{name}") is not None})
     for name in ("progress", "poison_step"):
         if getattr(args, name) is not None:
             given[name] = getattr(args, name)
-    return TrainConfig(**given, model=model, task_params=_key_values(args.task_param, "--task-param"),
+    return TrainConfig(**given, model=model, task_params=parse_key_values(args.task_param, "--task-param"),
                        resume=args.resume)
 
 
