@@ -7,7 +7,7 @@ TORCH_SPEC ?= torch==2.13.0
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PORT ?= 8888
-NBVAL := --nbval-lax --sanitize-with tests/nbval_sanitize.cfg
+NBVAL := --nbval-lax --nbval-sanitize-with tests/nbval_sanitize.cfg
 
 .PHONY: install lab lab-headless test test-fast bench report reproduce clean
 
