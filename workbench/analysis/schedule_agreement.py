@@ -35,6 +35,7 @@ from .. import schedules
 from ..hooks import hooks as attach_hooks
 from ..metrics import mean_token_loss
 from ..model import GPT, eval_mode
+from ..validation import check_tokens
 from .cache import run_with_cache
 
 # The knob of each approximate schedule, and the letter the papers and notebooks give it.
@@ -69,15 +70,6 @@ def count_work(model: GPT) -> Iterator[WorkCount]:
         yield count
 
 
-def _check_idx(model: GPT, idx: torch.Tensor) -> None:
-    if not isinstance(idx, torch.Tensor) or idx.ndim != 2 or idx.size(1) < 1 or idx.is_floating_point():
-        shape = tuple(idx.shape) if isinstance(idx, torch.Tensor) else type(idx).__name__
-        raise ValueError(f"idx must be a (B, T) tensor of token ids with T >= 1, got {shape}")
-    vocab = model.config.vocab_size
-    if int(idx.min()) < 0 or int(idx.max()) >= vocab:
-        raise ValueError(f"idx holds token ids outside [0, {vocab - 1}] (vocab_size={vocab})")
-
-
 def _setting(setting: Mapping[str, Any] | str) -> tuple[str, str, int | None]:
     """(schedule, parameter name or '', value or None) of one setting, validated."""
     spec = {"schedule": setting} if isinstance(setting, str) else dict(setting)
@@ -106,7 +98,7 @@ def _distances(logits: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
 
 def exact_logits(model: GPT, idx: torch.Tensor) -> torch.Tensor:
     """The reference every distance is measured against: the exact sequential recurrence."""
-    _check_idx(model, idx)
+    check_tokens(model.config.vocab_size, idx)
     with torch.no_grad(), eval_mode(model):
         return schedules.sequential(model, idx).logits
 
@@ -124,7 +116,7 @@ def compare_schedules(model: GPT, idx: torch.Tensor, settings: Sequence[Mapping[
     while it ran), ``pass_equivalents`` and ``train_flops`` (the trainer's accounting for this
     batch shape). ``reference``: exact logits already computed (else computed here).
     """
-    _check_idx(model, idx)
+    check_tokens(model.config.vocab_size, idx)
     if not settings:
         raise ValueError("settings is empty: give at least one schedule setting")
     if targets is not None and targets.shape != idx.shape:
@@ -186,7 +178,7 @@ def position_distance(model: GPT, idx: torch.Tensor, setting: Mapping[str, Any] 
     Shows *where* an approximation is wrong: multipass(K) is exact on positions 0..K-1, blockwise
     is wrong inside blocks, interleaved(S) is exact only on the positions of its first cycle.
     """
-    _check_idx(model, idx)
+    check_tokens(model.config.vocab_size, idx)
     schedule, parameter, value = _setting(setting)
     reference = exact_logits(model, idx) if reference is None else reference
     with eval_mode(model):
@@ -242,7 +234,7 @@ def lrt_gates(model: GPT, idx: torch.Tensor) -> pd.DataFrame:
     KV injection (``lrt_inject=("residual",)``).
     """
     _check_lrt(model)
-    _check_idx(model, idx)
+    check_tokens(model.config.vocab_size, idx)
     if "kv" not in model.config.lrt_inject:
         return pd.DataFrame(columns=["layer", "position", "gate_local", "gate_feedback"])
     _, cache = run_with_cache(model, idx, "sequential", names_filter=lambda name: name.endswith("hook_gate"))
