@@ -94,6 +94,7 @@ def run_benchmarks(quick: bool = False, threads: int = 2) -> pd.DataFrame:
     batch, T, vocab = (2, 16, 64) if quick else (16, 128, 256)
     new = 8 if quick else 128
     fused_passes = 10 if quick else 1000
+    probe_n = 48 if quick else 1600
     base = "train step 4x128 baseline"
 
     small, wide = _model("none", 4, 128, vocab, T), _model("none", 6, 256, vocab, T)
@@ -144,7 +145,21 @@ def run_benchmarks(quick: bool = False, threads: int = 2) -> pd.DataFrame:
             unit="pass", per=fused_passes, rounds=1),
     ]
     times |= measure(inference_rows, rounds)
-    return _table(train_rows + inference_rows, times)
+    probe_rows = [Row(f"probe sweep {probe_n} examples x 4 conditions (4x128, completion_tracking)",
+                      _probe_sweep_fn(probe_n), unit="sweep", rounds=1)]
+    times |= measure(probe_rows, 1)
+    return _table(train_rows + inference_rows + probe_rows, times)
+
+
+def _probe_sweep_fn(n: int) -> Callable[[], object]:
+    """The analysis issue's target (under 30 s for 1,600 examples): every depth x 4 prefill conditions."""
+    from .analysis import probe_layers
+    from .tasks import get
+
+    task = get("completion_tracking")
+    model = _model("fbt", 4, 128, task.vocab_size, task.seq_len).eval()
+    return lambda: probe_layers(model, task, ("standard", "suffix1", "suffix2", "suffix4"), n=n,
+                                random_baseline=False)
 
 
 def _table(rows: list[Row], times: dict[str, float]) -> pd.DataFrame:
