@@ -69,6 +69,7 @@ class KVBuffer:
     def __init__(self, n_layer: int) -> None:
         self.k: list[torch.Tensor | None] = [None] * n_layer
         self.v: list[torch.Tensor | None] = [None] * n_layer
+        self._mask: tuple[torch.Tensor, torch.Tensor] | None = None  # (positions, mask) of the current refinement
 
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor,
                positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, Mask]:
@@ -77,8 +78,10 @@ class KVBuffer:
             return k, v, "causal"
         self.k[layer] = self.k[layer].index_copy(2, positions, k)
         self.v[layer] = self.v[layer].index_copy(2, positions, v)
-        k_positions = torch.arange(self.k[layer].size(2), device=positions.device)
-        return self.k[layer], self.v[layer], position_mask(positions, k_positions)
+        if self._mask is None or self._mask[0] is not positions:  # every layer of one refinement shares it
+            k_positions = torch.arange(self.k[layer].size(2), device=positions.device)
+            self._mask = (positions, position_mask(positions, k_positions))
+        return self.k[layer], self.v[layer], self._mask[1]
 
     def advance(self, n: int) -> None:
         """Nothing to do: the buffer is indexed by absolute position, not by a write cursor."""

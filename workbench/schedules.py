@@ -179,16 +179,18 @@ def interleaved(model: GPT, idx: torch.Tensor, subsets: int, plain_prefix: int |
     reads = feedback_mask(B, T, plain_prefix, idx.device)
     buffer = KVBuffer(model.config.n_layer)
     init = model.step(idx, kv=buffer)
-    memory, logits = init.memory, init.logits
+    memory = init.memory
     pass_logits, pass_positions = [init.logits], [None]
     for s in range(subsets):
         pos = torch.arange(s, T, subsets, device=idx.device)
         out = model.step(idx[:, pos], memory=shift_right(memory)[:, pos], memory_mask=reads[:, pos],
                          positions=pos, kv=buffer)
         memory = memory.index_copy(1, pos, out.memory)
-        logits = logits.index_copy(1, pos, out.logits)
         pass_logits.append(out.logits)
         pass_positions.append(pos)
+    # each position's final estimate is its own subset's refinement: one gather, not S full copies
+    order = torch.cat(pass_positions[1:]).argsort()
+    logits = torch.cat(pass_logits[1:], dim=1)[:, order]
     weights = [1.0 / (subsets + 1)] * (subsets + 1)
     return ScheduleOutput(logits, pass_logits, memory, pass_positions, weights, "interleaved")
 
