@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+os.environ.setdefault("MPLBACKEND", "Agg")  # headless figures in every test, before matplotlib loads
+
 import pytest
 import torch
 

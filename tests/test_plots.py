@@ -4,20 +4,16 @@ from __future__ import annotations
 
 import io
 
-import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")
-
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-
-from conftest import perturbed_model, small_config  # noqa: E402
-from workbench import plots  # noqa: E402
-from workbench.analysis.contraction import memory_trajectory, pass_dynamics, sensitivity  # noqa: E402
+from conftest import perturbed_model, small_config
+from workbench import plots
+from workbench.analysis.contraction import memory_trajectory, pass_dynamics, sensitivity
 
 CONDITIONS = ["standard", "recurrent k=1", "sequential"]
 

@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-import matplotlib
+import ipywidgets
+import numpy as np
+import pandas as pd
+import pytest
+import torch
 
-matplotlib.use("Agg")
-
-import ipywidgets  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
-
-from conftest import perturbed_model, small_config  # noqa: E402
-from workbench import widgets  # noqa: E402
-from workbench.analysis.contraction import memory_trajectory, pass_dynamics  # noqa: E402
-from workbench.widgets import core  # noqa: E402,F401
+from conftest import perturbed_model, small_config
+from workbench import widgets
+from workbench.analysis.contraction import memory_trajectory, pass_dynamics
+from workbench.widgets import core  # noqa: F401
 
 T = 6
 

@@ -4,21 +4,17 @@ from __future__ import annotations
 
 import math
 
-import matplotlib
+import ipywidgets
+import numpy as np
+import pandas as pd
+import pytest
+import torch
 
-matplotlib.use("Agg")
-
-import ipywidgets  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
-
-import workbench as wb  # noqa: E402
-from conftest import perturbed_model, small_config  # noqa: E402
-from workbench import plots, schedules, widgets  # noqa: E402
-from workbench.analysis import fusion  # noqa: E402
-from workbench.mechanisms import norm  # noqa: E402
+import workbench as wb
+from conftest import perturbed_model, small_config
+from workbench import plots, schedules, widgets
+from workbench.analysis import fusion
+from workbench.mechanisms import norm
 
 T = 7
 

@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-import matplotlib
+import math
 
-matplotlib.use("Agg")
+import numpy as np
+import pandas as pd
+import pytest
+import torch
 
-import math  # noqa: E402
-
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
-
-import workbench as wb  # noqa: E402
-from conftest import perturbed_model, small_config  # noqa: E402
-from workbench import plots, widgets  # noqa: E402
-from workbench.analysis import schedule_agreement as sa  # noqa: E402
+import workbench as wb
+from conftest import perturbed_model, small_config
+from workbench import plots, widgets
+from workbench.analysis import schedule_agreement as sa
 
 T = 8
 

@@ -8,17 +8,13 @@ from __future__ import annotations
 
 import json
 
-import matplotlib
+import pandas as pd
+import pytest
 
-matplotlib.use("Agg")
-
-import pandas as pd  # noqa: E402
-import pytest  # noqa: E402
-
-from workbench import experiments, plots, schedules, tasks, widgets  # noqa: E402
-from workbench.analysis import results  # noqa: E402
-from workbench.model import build_model  # noqa: E402
-from workbench.train_config import TrainConfig  # noqa: E402
+from workbench import experiments, plots, schedules, tasks, widgets
+from workbench.analysis import results
+from workbench.model import build_model
+from workbench.train_config import TrainConfig
 
 TASK = {"p": 5, "length": 8}
 SUMMARY = {"claim": "LRT beats the baseline.", "setting": "tiny", "number": "LRT - baseline: +0.01", "verdict":
