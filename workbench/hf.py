@@ -435,7 +435,7 @@ class FeedbackLM(nn.Module):
             raise NotImplementedError(f"a workbench key/value store (interleaved schedule) needs attn_implementation "
                                       f"'eager' or 'sdpa' (a custom position-aware mask); this model uses {impl!r}")
         if isinstance(store, KVBuffer):
-            n_keys = positions.numel() if store.k[0] is None else store.k[0].size(2)
+            n_keys = positions.numel() if store.refining is None else store.seq_len
             allowed = position_mask(positions, torch.arange(n_keys, device=positions.device))
         elif positions.numel() == 1:
             allowed = torch.ones(1, 1, dtype=torch.bool, device=positions.device)

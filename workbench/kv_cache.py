@@ -6,9 +6,10 @@ Two stores share one tiny interface, ``update(layer, k, v, positions) -> (k_all,
   time); inference writes into preallocated tensors, and under autograd it concatenates instead,
   so the exact ``sequential`` schedule can be trained through the very same code path. Next to the
   keys and values it carries the recurrent ``state``: the memory the next token will read.
-- ``KVBuffer``: the interleaved-training buffer. It holds K/V for every position; a refinement
-  writes the K/V of an arbitrary subset of positions back out of place (no detach, so gradients
-  flow through earlier refinements) and attends to the whole buffer under a position-aware mask.
+- ``KVBuffer``: the interleaved-training buffer. It holds K/V for every position in S strided
+  groups (group s = positions s, s+S, ...); refining group s replaces that group outright (no
+  detach, so gradients flow through earlier refinements, and no copy of the whole buffer) and
+  attends to every position, re-interleaved into position order, under a position-aware mask.
 
 ``mask`` is what ``F.scaled_dot_product_attention`` needs: ``"causal"`` when queries and keys are
 the same positions, ``None`` when every key is visible, else a boolean (Tq, Tk) tensor.
@@ -17,6 +18,7 @@ the same positions, ``None`` when every key is visible, else a boolean (Tq, Tk) 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 Mask = torch.Tensor | str | None
 
@@ -63,25 +65,58 @@ class KVCache:
         self.pos += n
 
 
-class KVBuffer:
-    """K/V of every position of a sequence, refined in place of subsets (interleaved training)."""
+def interleave(groups: list[torch.Tensor], dim: int, length: int) -> torch.Tensor:
+    """Inverse of strided splitting: ``groups[s]`` holds positions s, s+S, ... along ``dim``; returns
+    the ``length`` positions in order (one stack; shorter trailing groups are padded, then cut off)."""
+    longest = groups[0].size(dim)
+    padded = []
+    for g in groups:
+        if g.size(dim) < longest:
+            pad = [0, 0] * (g.ndim - 1 - dim) + [0, longest - g.size(dim)]
+            g = F.pad(g, pad)
+        padded.append(g)
+    return torch.stack(padded, dim=dim + 1).flatten(dim, dim + 1).narrow(dim, 0, length)
 
-    def __init__(self, n_layer: int) -> None:
-        self.k: list[torch.Tensor | None] = [None] * n_layer
-        self.v: list[torch.Tensor | None] = [None] * n_layer
-        self._mask: tuple[torch.Tensor, torch.Tensor] | None = None  # (positions, mask) of the current refinement
+
+class KVBuffer:
+    """K/V of every position of a sequence, refined one strided group at a time (interleaved training).
+
+    The init pass (``refining is None``) stores every position; ``refine(s)`` then selects group s,
+    whose next ``update`` replaces that group's keys/values in place of the stale ones. Storing the
+    groups separately is what makes a refinement cheap: the old design copied the whole buffer per
+    layer and refinement (``index_copy``) forwards and backwards.
+    """
+
+    def __init__(self, n_layer: int, subsets: int) -> None:
+        self.subsets = subsets
+        self.seq_len: int | None = None  # set by the init pass
+        self.k: list[list[torch.Tensor] | None] = [None] * n_layer  # per layer: S groups (B, H, T_s, hd)
+        self.v: list[list[torch.Tensor] | None] = [None] * n_layer
+        self.refining: int | None = None  # the group the next forward computes (None: the init pass)
+        self._mask: torch.Tensor | None = None  # (T_s, T) mask of the current group, shared by every layer
+
+    def refine(self, group: int) -> torch.Tensor:
+        """Select group ``group`` for the next forward; returns its absolute positions."""
+        if self.seq_len is None:
+            raise ValueError("refine() needs the init pass first: run one forward over every position")
+        if not 0 <= group < self.subsets:
+            raise ValueError(f"group={group} is invalid: must be in [0, {self.subsets})")
+        self.refining, self._mask = group, None
+        return torch.arange(group, self.seq_len, self.subsets, device=self.k[0][0].device)
 
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor,
                positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, Mask]:
-        if self.k[layer] is None:  # the init pass fills the buffer with every position
-            self.k[layer], self.v[layer] = k, v
+        S = self.subsets
+        if self.refining is None:  # the init pass: every position, split into strided views (no copy)
+            self.seq_len = k.size(2)
+            self.k[layer] = [k[:, :, s::S] for s in range(S)]
+            self.v[layer] = [v[:, :, s::S] for s in range(S)]
             return k, v, "causal"
-        self.k[layer] = self.k[layer].index_copy(2, positions, k)
-        self.v[layer] = self.v[layer].index_copy(2, positions, v)
-        if self._mask is None or self._mask[0] is not positions:  # every layer of one refinement shares it
-            k_positions = torch.arange(self.k[layer].size(2), device=positions.device)
-            self._mask = (positions, position_mask(positions, k_positions))
-        return self.k[layer], self.v[layer], self._mask[1]
+        self.k[layer][self.refining], self.v[layer][self.refining] = k, v
+        if self._mask is None:
+            self._mask = position_mask(positions, torch.arange(self.seq_len, device=positions.device))
+        return (interleave(self.k[layer], 2, self.seq_len), interleave(self.v[layer], 2, self.seq_len),
+                self._mask)
 
     def advance(self, n: int) -> None:
-        """Nothing to do: the buffer is indexed by absolute position, not by a write cursor."""
+        """Nothing to do: the buffer is indexed by group and position, not by a write cursor."""

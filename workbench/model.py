@@ -1,8 +1,9 @@
 """The GPT backbone every mechanism and schedule shares (nanochat-style).
 
 Notable features:
-- rotary position embeddings looked up by *absolute position* in one table (grown on demand), so a
-  full pass, a KV-cache step and an interleaved refinement of a strided subset see identical angles;
+- rotary position embeddings computed from each token's *absolute position* (elementwise, so a full
+  pass, a KV-cache step and an interleaved refinement of a strided subset see identical angles, and
+  nothing depends on a tensor's value: the step traces whole under ``torch.compile``);
 - QK-norm; RMSNorm without learnable parameters; ReLU² MLP; no biases anywhere;
 - untied input embedding and readout by default (``tie_embeddings`` shares them; FBT needs it);
 - optional logit soft-cap ``c * tanh(logits / c)``;
@@ -174,7 +175,6 @@ class GPT(nn.Module):
         self.hook_memory, self.hook_final = HookPoint(), HookPoint()
         self.hook_positions = HookPoint()  # the absolute positions of each forward: lets caches assemble passes
         name_hook_points(self)
-        self._rope: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}  # (device, dtype) -> cos, sin tables
 
     # ------------------------------------------------------------------ init
     def init_weights(self) -> None:
@@ -218,7 +218,7 @@ class GPT(nn.Module):
         """
         B, T = idx.shape
         positions = self.hook_positions(resolve_positions(idx, positions))
-        cos, sin = self._rotary_rows(positions)
+        cos, sin = rotary(positions, self.config.head_dim, self.config.rope_base, self.wte.weight.dtype)
         ctx = Context(positions, cos, sin, Feedback(memory, memory_mask), self.mechanism, kv)
         x = self.hook_embed(norm(self.wte(idx)))
         x = self.hook_input(self.mechanism.fuse_input(x, ctx.feedback))
@@ -237,18 +237,6 @@ class GPT(nn.Module):
         if cap > 0:
             logits = cap * torch.tanh(logits / cap)
         return StepOutput(logits=logits, memory=memory_out, top=x)
-
-    def _rotary_rows(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos/sin rows for ``positions``, from a table computed once per device and dtype."""
-        key = (positions.device, self.wte.weight.dtype)
-        table = self._rope.get(key)
-        need = int(positions.max()) + 1
-        if table is None or table[0].size(0) < need:
-            size = max(need, self.config.seq_len, 0 if table is None else 2 * table[0].size(0))
-            table = rotary(torch.arange(size, device=positions.device), self.config.head_dim,
-                           self.config.rope_base, key[1])
-            self._rope[key] = table
-        return table[0][positions], table[1][positions]
 
     def new_kv_cache(self, batch: int, max_len: int) -> KVCache:
         """An empty KV cache sized for ``max_len`` positions, on the model's device and dtype."""

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from .kv_cache import KVBuffer, KVCache
+from .kv_cache import KVBuffer, KVCache, interleave
 from .metrics import token_losses
 from .model import GPT, StepOutput
 from .validation import check_int
@@ -173,26 +173,29 @@ def multipass(model: GPT, idx: torch.Tensor, passes: int, plain_prefix: int | to
 
 
 def interleaved(model: GPT, idx: torch.Tensor, subsets: int, plain_prefix: int | torch.Tensor = 0) -> ScheduleOutput:
-    """Init pass, then S strided subsets refined in order against a shared K/V/memory buffer."""
+    """Init pass, then S strided subsets refined in order against a shared K/V/memory buffer.
+
+    Subset s holds positions s, s+S, ...; the memory it reads comes from subset s-1's latest estimate
+    (positions one earlier), and for s = 0 from subset S-1's, shifted by one (position 0 reads zeros).
+    """
     B, T = idx.shape
     check_int("subsets", subsets, 1, T)
     reads = feedback_mask(B, T, plain_prefix, idx.device)
-    buffer = KVBuffer(model.config.n_layer)
+    buffer = KVBuffer(model.config.n_layer, subsets)
     init = model.step(idx, kv=buffer)
-    memory = init.memory
+    memory = [init.memory[:, s::subsets] for s in range(subsets)]  # the latest estimate, by subset
     pass_logits, pass_positions = [init.logits], [None]
     for s in range(subsets):
-        pos = torch.arange(s, T, subsets, device=idx.device)
-        out = model.step(idx[:, pos], memory=shift_right(memory)[:, pos], memory_mask=reads[:, pos],
+        pos = buffer.refine(s)
+        previous = memory[s - 1] if s > 0 else F.pad(memory[-1], (0, 0, 1, 0))
+        out = model.step(idx[:, s::subsets], memory=previous[:, : pos.numel()], memory_mask=reads[:, s::subsets],
                          positions=pos, kv=buffer)
-        memory = memory.index_copy(1, pos, out.memory)
+        memory[s] = out.memory
         pass_logits.append(out.logits)
         pass_positions.append(pos)
-    # each position's final estimate is its own subset's refinement: one gather, not S full copies
-    order = torch.cat(pass_positions[1:]).argsort()
-    logits = torch.cat(pass_logits[1:], dim=1)[:, order]
     weights = [1.0 / (subsets + 1)] * (subsets + 1)
-    return ScheduleOutput(logits, pass_logits, memory, pass_positions, weights, "interleaved")
+    return ScheduleOutput(interleave(pass_logits[1:], 1, T), pass_logits, interleave(memory, 1, T),
+                          pass_positions, weights, "interleaved")
 
 
 def run(model: GPT, idx: torch.Tensor, schedule: str = "single", *, passes: int = 2, subsets: int = 2,
