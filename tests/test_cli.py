@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +17,7 @@ from workbench.checkpoint import save_checkpoint
 
 def run_cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "workbench", *args], capture_output=True, text=True,
-                          check=check, timeout=600, env={"OMP_NUM_THREADS": "1", "PATH": ""})
+                          check=check, timeout=600, env={"OMP_NUM_THREADS": "1", "PATH": os.environ.get("PATH", "")})
 
 
 def test_help_lists_commands():
@@ -46,7 +47,7 @@ def test_bench_quick_json():
     rows = json.loads(run_cli("bench", "--quick", "--json", "--threads", "1").stdout)
     names = [r["benchmark"] for r in rows]
     assert "decode 4x128 batch 1 KV cache" in names and "train step 4x128 LRT interleaved S=2" in names
-    assert all(r["ms"] > 0 for r in rows)
+    assert any(n.endswith("LRT soft compiled") for n in names) and all(r["ms"] > 0 for r in rows)
 
 
 def test_tasks_lists_every_task_with_an_example():

@@ -115,8 +115,8 @@ def run_benchmarks(quick: bool = False, threads: int = 2) -> pd.DataFrame:
     one, many = torch.randint(0, vocab, (1, 1)), torch.randint(0, vocab, (batch, 1))
     idx = torch.randint(0, vocab, (batch, T))
 
-    def decode(model: GPT, regime: str, prompt: torch.Tensor) -> Callable[[], object]:
-        return lambda: generate(model, prompt, new, regime=regime)
+    def decode(model: GPT, regime: str, prompt: torch.Tensor, compile: bool = False) -> Callable[[], object]:
+        return lambda: generate(model, prompt, new, regime=regime, compile=compile)
 
     def forward() -> None:
         with torch.no_grad():
@@ -140,6 +140,14 @@ def run_benchmarks(quick: bool = False, threads: int = 2) -> pd.DataFrame:
         Row(f"{dec} FBT soft", decode(fbt, "soft", many), f"{dec} FBT standard", 1.02, "token", new),
         Row("decode 4x128 batch 1 LRT soft", decode(lrt, "soft", one), "decode 4x128 batch 1 KV cache",
             unit="token", per=new),
+        # the same decoding with each token's step compiled (fixed-shape cache; the warm-up compiles)
+        Row(f"{dec} KV cache compiled", decode(small, "standard", many, True), f"{dec} KV cache", unit="token",
+            per=new),
+        Row(f"{dec} LRT soft compiled", decode(lrt, "soft", many, True), f"{dec} KV cache compiled", 1.05, "token",
+            new),
+        Row(f"{dec} FBT standard compiled", decode(fbt, "standard", many, True), unit="token", per=new),
+        Row(f"{dec} FBT soft compiled", decode(fbt, "soft", many, True), f"{dec} FBT standard compiled", 1.02,
+            "token", new),
         Row("forward 4x128 FBT one pass", forward),
         Row(f"fused prefill per pass ({fused_passes} passes)", fused_prefill, "forward 4x128 FBT one pass", 1.1,
             unit="pass", per=fused_passes, rounds=1),

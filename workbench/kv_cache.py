@@ -1,11 +1,16 @@
 """Key/value stores that attention reads and writes, indexed by absolute position.
 
-Two stores share one tiny interface, ``update(layer, k, v, positions) -> (k_all, v_all, mask)``:
+Three stores share one tiny interface, ``update(layer, k, v, positions) -> (k_all, v_all, mask)``
+and ``advance(n)``:
 
 - ``KVCache``: the decoding cache. Positions arrive in order (a prefill chunk, then one token at a
   time); inference writes into preallocated tensors, and under autograd it concatenates instead,
   so the exact ``sequential`` schedule can be trained through the very same code path. Next to the
   keys and values it carries the recurrent ``state``: the memory the next token will read.
+- ``StaticKVCache``: the decoding cache for a compiled decode step. Its shapes never change: a
+  step writes at the positions it is given and attends to every slot under a position mask, so no
+  Python integer (a write cursor, a length) enters the step and ``torch.compile`` traces one graph
+  for every token.
 - ``KVBuffer``: the interleaved-training buffer. It holds K/V for every position in S strided
   groups (group s = positions s, s+S, ...); refining group s replaces that group outright (no
   detach, so gradients flow through earlier refinements, and no copy of the whole buffer) and
@@ -63,6 +68,35 @@ class KVCache:
     def advance(self, n: int) -> None:
         """Mark ``n`` more positions as stored (called once per forward, after every layer)."""
         self.pos += n
+
+
+class StaticKVCache:
+    """Fixed-shape K/V of ``max_len`` slots plus the carried ``state``, addressed only by position.
+
+    Slots not yet written hold zeros and are masked out (a query sees keys at its position or
+    earlier), so attending to all of them gives the same result as ``KVCache``'s growing slice. The
+    caller keeps the cursor: the positions it passes are where the step writes. Inference only.
+    """
+
+    def __init__(self, n_layer: int, batch: int, kv_heads: int, max_len: int, head_dim: int,
+                 device: torch.device | str | None = None, dtype: torch.dtype = torch.float32) -> None:
+        shape = (batch, kv_heads, max_len, head_dim)
+        self.max_len = max_len
+        self.k = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n_layer)]
+        self.v = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n_layer)]
+        self.key_positions = torch.arange(max_len, device=device)
+        self.state: torch.Tensor | None = None  # (B, D_mem) memory produced by the last stored position
+
+    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor,
+               positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, Mask]:
+        if torch.is_grad_enabled() and (k.requires_grad or v.requires_grad):
+            raise ValueError("StaticKVCache is for inference (it writes in place); use KVCache under autograd")
+        self.k[layer].index_copy_(2, positions, k)
+        self.v[layer].index_copy_(2, positions, v)
+        return self.k[layer], self.v[layer], position_mask(positions, self.key_positions)
+
+    def advance(self, n: int) -> None:
+        """Nothing to do: positions, not a cursor, say where each step writes."""
 
 
 def interleave(groups: list[torch.Tensor], dim: int, length: int) -> torch.Tensor:

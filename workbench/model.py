@@ -31,7 +31,7 @@ from torch import nn
 
 from .config import ModelConfig
 from .hooks import HookPoint, name_hook_points
-from .kv_cache import KVCache, Mask
+from .kv_cache import KVCache, Mask, StaticKVCache
 from .mechanisms import Feedback, NoFeedback, build_mechanism, norm, uniform_init_
 
 # The LRT paper's d20 baseline (arXiv 2605.26797): its reported size, which includes value
@@ -238,11 +238,15 @@ class GPT(nn.Module):
             logits = cap * torch.tanh(logits / cap)
         return StepOutput(logits=logits, memory=memory_out, top=x)
 
-    def new_kv_cache(self, batch: int, max_len: int) -> KVCache:
-        """An empty KV cache sized for ``max_len`` positions, on the model's device and dtype."""
+    def new_kv_cache(self, batch: int, max_len: int, static: bool = False) -> KVCache | StaticKVCache:
+        """An empty KV cache sized for ``max_len`` positions, on the model's device and dtype.
+
+        ``static=True``: a fixed-shape cache for a compiled decode step (see ``kv_cache.py``).
+        """
         w = self.wte.weight
         c = self.config
-        return KVCache(c.n_layer, batch, c.kv_heads, max_len, c.head_dim, device=w.device, dtype=w.dtype)
+        cls = StaticKVCache if static else KVCache
+        return cls(c.n_layer, batch, c.kv_heads, max_len, c.head_dim, device=w.device, dtype=w.dtype)
 
     # ------------------------------------------------------------------ accounting
     def num_params_by_group(self) -> dict[str, int]:
