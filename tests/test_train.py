@@ -51,6 +51,7 @@ FBT_RECIPE = dict(model=dict(TINY_MODEL, mechanism="fbt"), schedule="multipass",
     ("prefix_mixin", 2.0), ("budget_flops", 0.0), ("device", "tpu"), ("log_every", 0), ("seed", -1),
     ("pass_mix", {1: 0.5, 2: 0.4}), ("pass_mix", {0: 1.0}), ("resume", True), ("poison_step", 13),
     ("model", {"n_layr": 2}), ("model", {"vocab_size": 10}), ("model", {"n_embd": 30}), ("task", ""),
+    ("compile", "yes"),
 ])
 def test_bad_values_name_their_field(field, value):
     # pass_mix is only valid with multipass; give it that so the error is about the mix itself
@@ -288,10 +289,21 @@ def test_cli_flags_build_the_config():
                               "--mechanism", "fbt", "--n-layer", "2", "--n-embd", "32", "--n-head", "2",
                               "--model-param", "fbt_jitter=0.01", "--schedule", "multipass",
                               "--pass-mix", "1:0.75,2:0.22,3:0.03", "--steps", "50", "--budget-flops", "1e12",
-                              "--out", "runs/x", "--resume", "--no-progress", "--lr", "0.001"])
+                              "--out", "runs/x", "--resume", "--no-progress", "--lr", "0.001", "--compile"])
     cfg = config_from_args(args)
     assert cfg == TrainConfig(task="running_sum", task_params={"length": 16, "p": 5}, schedule="multipass",
                               model=dict(TINY_MODEL, mechanism="fbt", fbt_jitter=0.01, tie_embeddings=True),
                               pass_mix={1: 0.75, 2: 0.22, 3: 0.03}, steps=50, budget_flops=1e12,
-                              out_dir="runs/x", resume=True, progress=False, lr=0.001)
+                              out_dir="runs/x", resume=True, progress=False, lr=0.001, compile=True)
     assert config_from_args(parser.parse_args([])) == TrainConfig()
+
+
+@pytest.mark.slow
+def test_compiled_training_follows_the_eager_run():
+    """torch.compile changes float rounding, not the maths: the same losses to ~1e-5 (LRT, interleaved)."""
+    cfg = tiny(model=dict(TINY_MODEL, mechanism="lrt", lrt_gamma_init=0.1), schedule="interleaved", steps=4,
+               optimizer="adamw")
+    eager = train(cfg).history
+    compiled = train(cfg.replace(compile=True)).history
+    for column in ("loss", "loss_pass1", "loss_pass3", "val_loss"):
+        np.testing.assert_allclose(compiled[column].to_numpy(), eager[column].to_numpy(), rtol=1e-4, equal_nan=True)

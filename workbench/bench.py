@@ -3,7 +3,10 @@
 Absolute milliseconds depend on the machine and on its neighbours; a ratio of two timings taken
 seconds apart in the same process mostly does not. Each row times one thing (median of several
 repeats after a warm-up) and divides it by its reference row; ``target`` is the ratio an issue asked
-for, and ``ok`` says whether this run met it. Nothing here asserts: tests never time anything.
+for, and ``ok`` says whether this run met it. ``floor`` is the ratio the arithmetic alone allows
+(estimated FLOPs of the row over its reference's): a target below the floor cannot be met at that
+model size by any implementation, and the gap above it is overhead. Nothing here asserts: tests
+never time anything.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ class Row:
     unit: str = "step"
     per: int = 1  # the timing is divided by this (tokens per call for decode rows)
     rounds: int | None = None  # fewer rounds for a long row (None = all)
+    flops: float | None = None  # estimated FLOPs per unit, for the ``floor`` column
 
 
 def measure(rows: list[Row], rounds: int) -> dict[str, float]:
@@ -59,17 +63,18 @@ def _model(mechanism: str, n_layer: int, n_embd: int, vocab: int, seq_len: int, 
     return build_model(cfg)
 
 
-def train_step_fn(model: GPT, batch: int, seq_len: int, schedule: str = "single",
+def train_step_fn(model: GPT, batch: int, seq_len: int, schedule: str = "single", compile: bool = False,
                   **schedule_kw) -> Callable[[], None]:
-    """One forward + backward + AdamW step under a schedule, on random tokens."""
+    """One forward + backward + AdamW step under a schedule, on random tokens (``compile``: as the trainer's)."""
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     idx = torch.randint(0, model.config.vocab_size, (batch, seq_len))
     targets = torch.randint(0, model.config.vocab_size, (batch, seq_len))
+    run = torch.compile(schedules.run) if compile else schedules.run
 
     def step() -> None:
         opt.zero_grad(set_to_none=True)
-        schedules.run(model, idx, schedule, **schedule_kw).loss(targets).backward()
+        run(model, idx, schedule, **schedule_kw).loss(targets).backward()
         opt.step()
 
     return step
@@ -87,6 +92,17 @@ def recompute_decode_fn(model: GPT, prompt: torch.Tensor, new_tokens: int) -> Ca
     return run
 
 
+def decode_flops(model: GPT, feedback: bool, context: float) -> float:
+    """Forward FLOPs of one generated token: two per weight it multiplies, plus attention over ``context`` keys.
+
+    The mechanism's weights count only when the token reads memory (``feedback``).
+    """
+    groups = model.num_params_by_group()
+    weights = groups["blocks"] + (groups["mechanism"] if feedback else 0) + model.readout_weight.numel()
+    c = model.config
+    return 2.0 * weights + 4.0 * c.n_layer * c.n_embd * context
+
+
 def run_benchmarks(quick: bool = False, threads: int = 2) -> pd.DataFrame:
     """Every row; ``quick`` shrinks sizes and rounds so the test suite can smoke-test it."""
     torch.set_num_threads(threads)
@@ -100,23 +116,38 @@ def run_benchmarks(quick: bool = False, threads: int = 2) -> pd.DataFrame:
     small, wide = _model("none", 4, 128, vocab, T), _model("none", 6, 256, vocab, T)
     lrt = _model("lrt", 4, 128, vocab, T, lrt_gamma_init=0.1)
     fbt = _model("fbt", 4, 128, vocab, T)
+
+    def train(name: str, model: GPT, reference: str | None = None, target: float | None = None,
+              schedule: str = "single", compile: bool = False, **kw) -> Row:
+        flops = schedules.schedule_flops(model, schedule, batch, T, **kw)
+        return Row(name, train_step_fn(model, batch, T, schedule, compile, **kw), reference, target, flops=flops)
+
     train_rows = [
-        Row(base, train_step_fn(small, batch, T)),
-        Row("train step 6x256 baseline", train_step_fn(wide, batch, T), base),
-        Row("train step 4x128 LRT interleaved S=2", train_step_fn(lrt, batch, T, "interleaved", subsets=2), base, 2.2),
-        Row("train step 4x128 LRT interleaved S=4", train_step_fn(lrt, batch, T, "interleaved", subsets=4), base),
-        Row("train step 4x128 FBT 2-pass", train_step_fn(fbt, batch, T, "multipass", passes=2), base, 2.1),
-        Row("train step 4x128 FBT 3-pass", train_step_fn(fbt, batch, T, "multipass", passes=3), base, 3.1),
+        train(base, small),
+        train("train step 6x256 baseline", wide, base),
+        train("train step 4x128 LRT interleaved S=2", lrt, base, 2.2, "interleaved", subsets=2),
+        train("train step 4x128 LRT interleaved S=4", lrt, base, None, "interleaved", subsets=4),
+        train("train step 4x128 FBT 2-pass", fbt, base, 2.1, "multipass", passes=2),
+        train("train step 4x128 FBT 3-pass", fbt, base, 3.1, "multipass", passes=3),
     ]
+    if not quick:  # the same steps as TrainConfig(compile=True) runs them (the warm-up compiles, ~1 min each)
+        train_rows += [
+            train(f"{base} compiled", small, base, compile=True),
+            train("train step 4x128 LRT interleaved S=2 compiled", lrt, f"{base} compiled", 2.2, "interleaved", True,
+                  subsets=2),
+            train("train step 4x128 LRT interleaved S=4 compiled", lrt, f"{base} compiled", None, "interleaved",
+                  True, subsets=4),
+        ]
     times = measure(train_rows, rounds)
 
-    for m in (small, lrt, fbt):
-        m.eval()
     one, many = torch.randint(0, vocab, (1, 1)), torch.randint(0, vocab, (batch, 1))
     idx = torch.randint(0, vocab, (batch, T))
 
-    def decode(model: GPT, regime: str, prompt: torch.Tensor, compile: bool = False) -> Callable[[], object]:
-        return lambda: generate(model, prompt, new, regime=regime, compile=compile)
+    def decode(name: str, model: GPT, regime: str, prompt: torch.Tensor, reference: str | None = None,
+               target: float | None = None, compile: bool = False) -> Row:
+        flops = decode_flops(model, regime != "standard", (prompt.size(1) + new) / 2)
+        return Row(name, lambda: generate(model, prompt, new, regime=regime, compile=compile), reference, target,
+                   "token", new, flops=flops)
 
     def forward() -> None:
         with torch.no_grad():
@@ -128,26 +159,34 @@ def run_benchmarks(quick: bool = False, threads: int = 2) -> pd.DataFrame:
                 pass
 
     # Decoding a batch of B sequences (one token each step); batch 1 shows the per-step overhead alone.
-    dec = f"decode 4x128 batch {batch}"
+    # Each mechanism is timed eager and compiled (each token's step under torch.compile; the warm-up
+    # compiles), at 4x128 and at 12x256, where the mechanism's share of the arithmetic is a third.
     inference_rows = [
         Row("decode 4x128 batch 1 recompute prefix", recompute_decode_fn(small, one, new), unit="token", per=new),
-        Row("decode 4x128 batch 1 KV cache", decode(small, "standard", one), "decode 4x128 batch 1 recompute prefix",
-            unit="token", per=new),
-        Row(f"{dec} recompute prefix", recompute_decode_fn(small, many, new), unit="token", per=new),
-        Row(f"{dec} KV cache", decode(small, "standard", many), f"{dec} recompute prefix", 1 / 3, "token", new),
-        Row(f"{dec} LRT soft", decode(lrt, "soft", many), f"{dec} KV cache", 1.05, "token", new),
-        Row(f"{dec} FBT standard", decode(fbt, "standard", many), unit="token", per=new),
-        Row(f"{dec} FBT soft", decode(fbt, "soft", many), f"{dec} FBT standard", 1.02, "token", new),
-        Row("decode 4x128 batch 1 LRT soft", decode(lrt, "soft", one), "decode 4x128 batch 1 KV cache",
-            unit="token", per=new),
-        # the same decoding with each token's step compiled (fixed-shape cache; the warm-up compiles)
-        Row(f"{dec} KV cache compiled", decode(small, "standard", many, True), f"{dec} KV cache", unit="token",
+        decode("decode 4x128 batch 1 KV cache", small, "standard", one, "decode 4x128 batch 1 recompute prefix"),
+        decode("decode 4x128 batch 1 LRT soft", lrt, "soft", one, "decode 4x128 batch 1 KV cache"),
+        Row(f"decode 4x128 batch {batch} recompute prefix", recompute_decode_fn(small, many, new), unit="token",
             per=new),
-        Row(f"{dec} LRT soft compiled", decode(lrt, "soft", many, True), f"{dec} KV cache compiled", 1.05, "token",
-            new),
-        Row(f"{dec} FBT standard compiled", decode(fbt, "standard", many, True), unit="token", per=new),
-        Row(f"{dec} FBT soft compiled", decode(fbt, "soft", many, True), f"{dec} FBT standard compiled", 1.02,
-            "token", new),
+    ]
+    models = {"4x128": (small, lrt, fbt)}
+    if not quick:
+        models["12x256"] = (_model("none", 12, 256, vocab, T), _model("lrt", 12, 256, vocab, T, lrt_gamma_init=0.1),
+                            _model("fbt", 12, 256, vocab, T))
+    for shape, (plain_model, lrt_model, fbt_model) in models.items():
+        for m in (plain_model, lrt_model, fbt_model):
+            m.eval()
+        for compile in (False,) if quick else (False, True):  # quick: no compiling (the tests cover it)
+            dec = f"decode {shape} batch {batch}" + (" compiled" if compile else "")
+            against_recompute = (shape, compile) == ("4x128", False)  # the cache's own target: <= 1/3
+            inference_rows += [
+                decode(f"{dec} KV cache", plain_model, "standard", many,
+                       f"decode 4x128 batch {batch} recompute prefix" if against_recompute else None,
+                       1 / 3 if against_recompute else None, compile),
+                decode(f"{dec} LRT soft", lrt_model, "soft", many, f"{dec} KV cache", 1.05, compile),
+                decode(f"{dec} FBT standard", fbt_model, "standard", many, compile=compile),
+                decode(f"{dec} FBT soft", fbt_model, "soft", many, f"{dec} FBT standard", 1.02, compile),
+            ]
+    inference_rows += [
         Row("forward 4x128 FBT one pass", forward),
         Row(f"fused prefill per pass ({fused_passes} passes)", fused_prefill, "forward 4x128 FBT one pass", 1.1,
             unit="pass", per=fused_passes, rounds=1),
@@ -171,10 +210,13 @@ def _probe_sweep_fn(n: int) -> Callable[[], object]:
 
 
 def _table(rows: list[Row], times: dict[str, float]) -> pd.DataFrame:
+    by_name = {r.name: r for r in rows}
     records = []
     for r in rows:
-        ratio = times[r.name] / times[r.reference] if r.reference else None
+        ref = by_name.get(r.reference) if r.reference else None
+        ratio = times[r.name] / times[ref.name] if ref else None
+        floor = r.flops / ref.flops if ref and r.flops and ref.flops else None
         records.append({"benchmark": r.name, "ms": 1000 * times[r.name], "per": r.unit, "reference": r.reference or "",
-                        "ratio": ratio, "target": r.target,
+                        "ratio": ratio, "floor": floor, "target": r.target,
                         "ok": None if r.target is None or ratio is None else bool(ratio <= r.target)})
     return pd.DataFrame.from_records(records)

@@ -124,23 +124,23 @@ class LRT(NoFeedback):
         if "residual" not in self.config.lrt_inject:
             return x
         m = feedback.masked_memory()
-        x = self.alpha[layer] * x
-        return x if m is None else x + self.gamma[layer] * m
+        x = x * self.alpha[layer]
+        return x if m is None else torch.addcmul(x, self.gamma[layer], m)
 
     def inject_kv(self, layer: int, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                   feedback: Feedback) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         if "kv" not in self.config.lrt_inject:
             return k, v, None
         B, T = x.shape[:2]
-        gates = 2.0 * torch.sigmoid(self.gates[layer](x[..., : self.gate_channels]))
-        gates = gates.view(B, T, 2, self.kv_heads, 1)
-        g_local, g_feedback = gates[:, :, 0], gates[:, :, 1]
+        logits = F.linear(x[..., : self.gate_channels], self.gates[layer].weight)
+        gates = (2.0 * torch.sigmoid(logits)).view(B, T, 2, self.kv_heads, 1)
+        g_local, g_feedback = gates.unbind(2)
         k, v = g_local * k, g_local * v
         m = feedback.masked_memory()
         if m is not None:  # zero memory contributes nothing, so a plain pass skips the projection
             k_rec, v_rec = self._project(layer, m, feedback.memo)
-            k = k + g_feedback * k_rec
-            v = v + g_feedback * v_rec
+            k = torch.addcmul(k, g_feedback, k_rec)
+            v = torch.addcmul(v, g_feedback, v_rec)
         return k, v, gates
 
     def _project(self, layer: int, m: torch.Tensor, memo: dict) -> tuple[torch.Tensor, torch.Tensor]:
@@ -149,7 +149,8 @@ class LRT(NoFeedback):
         key = ("rec_kv", proj)
         if key not in memo:
             shape = (*m.shape[:2], self.kv_heads, self.head_dim)
-            memo[key] = (self.rec_k[proj](m).view(shape), self.rec_v[proj](m).view(shape))
+            k_rec, v_rec = F.linear(m, self.rec_k[proj].weight), F.linear(m, self.rec_v[proj].weight)
+            memo[key] = (k_rec.view(shape), v_rec.view(shape))
         return memo[key]
 
 

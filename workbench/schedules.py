@@ -82,7 +82,8 @@ def feedback_mask(batch: int, seq_len: int, plain_prefix: int | torch.Tensor = 0
     """
     t = torch.arange(seq_len, device=device)
     prefix = torch.as_tensor(plain_prefix, device=device)
-    if prefix.is_floating_point() or prefix.ndim > 1 or bool((prefix < 0).any()):
+    negative = not torch.compiler.is_compiling() and bool((prefix < 0).any())  # a value check: eager only
+    if prefix.is_floating_point() or prefix.ndim > 1 or negative:
         raise ValueError(f"plain_prefix={plain_prefix!r} is invalid: must be an int >= 0 or a (B,) tensor of them")
     prefix = prefix.clamp(min=1)
     if prefix.ndim == 0:

@@ -264,6 +264,8 @@ class _Run:
         self.val_tokens = _pad(val.tokens, self.T, self.pad_id)
         self.val_targets = _pad(val.targets, self.T, -1)
         self.step, self.tokens, self.flops, self.seconds = 0, 0, 0.0, 0.0
+        # compiled: one graph per (schedule, pass count, train/eval mode), each traced on first use
+        self.schedule_fn = torch.compile(schedules.run) if cfg.compile else schedules.run
 
     # ------------------------------------------------------------------ what a step does
     def plan(self, step: int) -> StepPlan:
@@ -320,8 +322,8 @@ class _Run:
     def run_schedule(self, schedule: str, passes: int, tokens: torch.Tensor,
                      prefix: torch.Tensor | int = 0) -> schedules.ScheduleOutput:
         cfg = self.cfg
-        return schedules.run(self.model, tokens, schedule, passes=passes, subsets=cfg.subsets,
-                             block=cfg.block, plain_prefix=prefix, aux_weight=cfg.aux_weight)
+        return self.schedule_fn(self.model, tokens, schedule, passes=passes, subsets=cfg.subsets,
+                                block=cfg.block, plain_prefix=prefix, aux_weight=cfg.aux_weight)
 
     def train_step(self, step: int, plan: StepPlan) -> dict[str, Any]:
         """One optimiser step; returns its history values. Raises NonFiniteLossError before updating."""
@@ -587,6 +589,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
     parser.add_argument("--no-progress", dest="progress", action="store_false", default=None,
                         help="no progress bar")
+    parser.add_argument("--compile", dest="compile", action="store_true", default=None,
+                        help="run the schedules under torch.compile (faster steps after a compile on first use)")
     parser.add_argument("--poison-step", dest="poison_step", type=int, default=None, help=argparse.SUPPRESS)
 
 
@@ -596,7 +600,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     model = parse_key_values(args.model_param, "--model-param")
     model.update({name: getattr(args, f"model_{name}") for _, name, _ in _MODEL_FLAGS
                   if getattr(args, f"model_{name}") is not None})
-    for name in ("progress", "poison_step"):
+    for name in ("progress", "compile", "poison_step"):
         if getattr(args, name) is not None:
             given[name] = getattr(args, name)
     return TrainConfig(**given, model=model, task_params=parse_key_values(args.task_param, "--task-param"),

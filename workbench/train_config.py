@@ -19,7 +19,7 @@ LR_SCHEDULES = ("wsd", "cosine", "constant")
 DEVICES = ("auto", "cpu", "cuda")
 # Fields that may change between an interrupted run and its resumption: they do not change the
 # trajectory (where it runs, whether a bar is drawn, when a budget stops it).
-RUNTIME_FIELDS = ("resume", "device", "progress", "budget_flops")
+RUNTIME_FIELDS = ("resume", "device", "progress", "budget_flops", "compile")
 # Set from the task, never by the user.
 TASK_MODEL_FIELDS = ("vocab_size", "seq_len")
 
@@ -68,6 +68,7 @@ class TrainConfig(_JSONMixin):
     resume: bool = False  # continue from out_dir/checkpoint if there is one
     device: str = "auto"  # "auto" (CUDA when present), "cpu", "cuda" or "cuda:N"
     progress: bool = True  # draw a tqdm progress bar
+    compile: bool = False  # run each schedule under torch.compile (same maths; float rounding differs slightly)
     poison_step: int = 0  # testing hook: the loss of this step (1-based) is made NaN; 0 = never
 
     def __post_init__(self) -> None:
@@ -111,7 +112,7 @@ class TrainConfig(_JSONMixin):
             _check_float(c, "budget_flops", self.budget_flops, 0.0, lo_open=True)
         if self.out_dir is not None and (not isinstance(self.out_dir, str) or not self.out_dir):
             _fail(c, "out_dir", self.out_dir, "must be a non-empty path string or None")
-        for name in ("resume", "progress"):
+        for name in ("resume", "progress", "compile"):
             if not isinstance(getattr(self, name), bool):
                 _fail(c, name, getattr(self, name), "must be a bool")
         if self.resume and self.out_dir is None:
