@@ -137,6 +137,8 @@ def run_benchmarks(quick: bool = False, threads: int = 2) -> pd.DataFrame:
                   subsets=2),
             train("train step 4x128 LRT interleaved S=4 compiled", lrt, f"{base} compiled", None, "interleaved",
                   True, subsets=4),
+            train("train step 4x128 FBT 2-pass compiled", fbt, f"{base} compiled", 2.1, "multipass", True, passes=2),
+            train("train step 4x128 FBT 3-pass compiled", fbt, f"{base} compiled", 3.1, "multipass", True, passes=3),
         ]
     times = measure(train_rows, rounds)
 
