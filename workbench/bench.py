@@ -2,16 +2,15 @@
 
 Absolute milliseconds depend on the machine and on its neighbours; a ratio of two timings taken
 seconds apart in the same process mostly does not. Each row times one thing (several rounds after
-a warm-up) and is divided by its reference row round by round (the median of those ratios);
-``target`` is the ratio an issue asked for, and ``ok`` says whether this run met it. ``floor`` is
-the ratio the arithmetic alone allows (estimated FLOPs of the row over its reference's): a target
-below the floor cannot be met at that model size by any implementation, and the gap above it is
-overhead. Nothing here asserts: tests never time anything.
+a warm-up, keeping the fastest: a busy neighbour only ever adds time) and is divided by its
+reference row; ``target`` is the ratio an issue asked for, and ``ok`` says whether this run met
+it. ``floor`` is the ratio the arithmetic alone allows (estimated FLOPs of the row over its
+reference's): a target below the floor cannot be met at that model size by any implementation,
+and the gap above it is overhead. Nothing here asserts: tests never time anything.
 """
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -41,8 +40,7 @@ def measure(rows: list[Row], rounds: int) -> dict[str, list[float]]:
     """Seconds per unit of every row in every round, timed round-robin.
 
     One round times every row once, so a change in the machine's load during the run hits a row
-    and its reference alike instead of biasing whichever was timed last; ``ratios`` then pairs
-    them round by round.
+    and its reference alike instead of biasing whichever was timed last.
     """
     for row in rows:  # warm-up: allocator, first-call dispatch, compiling
         row.fn()
@@ -55,11 +53,6 @@ def measure(rows: list[Row], rounds: int) -> dict[str, list[float]]:
             row.fn()
             times[row.name].append((time.perf_counter() - start) / row.per)
     return times
-
-
-def paired_ratio(times: list[float], reference: list[float]) -> float:
-    """Median over rounds of a row's time over its reference's in the same round."""
-    return statistics.median(t / ref for t, ref in zip(times, reference))
 
 
 def _model(mechanism: str, n_layer: int, n_embd: int, vocab: int, seq_len: int, **kw) -> GPT:
@@ -223,9 +216,9 @@ def _table(rows: list[Row], times: dict[str, list[float]]) -> pd.DataFrame:
     records = []
     for r in rows:
         ref = by_name.get(r.reference) if r.reference else None
-        ratio = paired_ratio(times[r.name], times[ref.name]) if ref else None
+        ratio = min(times[r.name]) / min(times[ref.name]) if ref else None
         floor = r.flops / ref.flops if ref and r.flops and ref.flops else None
-        records.append({"benchmark": r.name, "ms": 1000 * statistics.median(times[r.name]), "per": r.unit,
+        records.append({"benchmark": r.name, "ms": 1000 * min(times[r.name]), "per": r.unit,
                         "reference": r.reference or "", "ratio": ratio, "floor": floor, "target": r.target,
                         "ok": None if r.target is None or ratio is None else bool(ratio <= r.target)})
     return pd.DataFrame.from_records(records)
