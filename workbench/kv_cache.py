@@ -33,8 +33,8 @@ def position_mask(q_positions: torch.Tensor, k_positions: torch.Tensor) -> torch
     return k_positions[None, :] <= q_positions[:, None]
 
 
-class KVCache:
-    """Per-layer K/V of the positions processed so far, plus the carried recurrent state."""
+class _Preallocated:
+    """Per-layer K/V tensors of ``max_len`` slots, and the carried recurrent state."""
 
     def __init__(self, n_layer: int, batch: int, kv_heads: int, max_len: int, head_dim: int,
                  device: torch.device | str | None = None, dtype: torch.dtype = torch.float32) -> None:
@@ -42,8 +42,13 @@ class KVCache:
         self.max_len = max_len
         self.k = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n_layer)]
         self.v = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n_layer)]
-        self.pos = 0  # number of positions already stored
         self.state: torch.Tensor | None = None  # (B, D_mem) memory produced by the last stored position
+
+
+class KVCache(_Preallocated):
+    """Per-layer K/V of the positions processed so far, plus the carried recurrent state."""
+
+    pos: int = 0  # number of positions already stored (``advance`` counts them per instance)
 
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor,
                positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, Mask]:
@@ -70,7 +75,7 @@ class KVCache:
         self.pos += n
 
 
-class StaticKVCache:
+class StaticKVCache(_Preallocated):
     """Fixed-shape K/V of ``max_len`` slots plus the carried ``state``, addressed only by position.
 
     Slots not yet written hold zeros and are masked out (a query sees keys at its position or
@@ -78,22 +83,14 @@ class StaticKVCache:
     caller keeps the cursor: the positions it passes are where the step writes. Inference only.
     """
 
-    def __init__(self, n_layer: int, batch: int, kv_heads: int, max_len: int, head_dim: int,
-                 device: torch.device | str | None = None, dtype: torch.dtype = torch.float32) -> None:
-        shape = (batch, kv_heads, max_len, head_dim)
-        self.max_len = max_len
-        self.k = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n_layer)]
-        self.v = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n_layer)]
-        self.key_positions = torch.arange(max_len, device=device)
-        self.state: torch.Tensor | None = None  # (B, D_mem) memory produced by the last stored position
-
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor,
                positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, Mask]:
         if torch.is_grad_enabled() and (k.requires_grad or v.requires_grad):
             raise ValueError("StaticKVCache is for inference (it writes in place); use KVCache under autograd")
         self.k[layer].index_copy_(2, positions, k)
         self.v[layer].index_copy_(2, positions, v)
-        return self.k[layer], self.v[layer], position_mask(positions, self.key_positions)
+        slots = torch.arange(self.max_len, device=positions.device)
+        return self.k[layer], self.v[layer], position_mask(positions, slots)
 
     def advance(self, n: int) -> None:
         """Nothing to do: positions, not a cursor, say where each step writes."""
