@@ -125,7 +125,7 @@ class LRT(NoFeedback):
             return x
         m = feedback.masked_memory()
         x = x * self.alpha[layer]
-        return x if m is None else torch.addcmul(x, self.gamma[layer], m)
+        return x if m is None else x + self.gamma[layer] * m
 
     def inject_kv(self, layer: int, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                   feedback: Feedback) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
@@ -139,8 +139,8 @@ class LRT(NoFeedback):
         m = feedback.masked_memory()
         if m is not None:  # zero memory contributes nothing, so a plain pass skips the projection
             k_rec, v_rec = self._project(layer, m, feedback.memo)
-            k = torch.addcmul(k, g_feedback, k_rec)
-            v = torch.addcmul(v, g_feedback, v_rec)
+            k = k + g_feedback * k_rec
+            v = v + g_feedback * v_rec
         return k, v, gates
 
     def _project(self, layer: int, m: torch.Tensor, memo: dict) -> tuple[torch.Tensor, torch.Tensor]:
