@@ -114,8 +114,8 @@ class KVBuffer:
 
     The init pass (``refining is None``) stores every position; ``refine(s)`` then selects group s,
     whose next ``update`` replaces that group's keys/values in place of the stale ones. Storing the
-    groups separately is what makes a refinement cheap: the old design copied the whole buffer per
-    layer and refinement (``index_copy``) forwards and backwards.
+    groups separately is what makes a refinement cheap: writing a subset back into one
+    whole-sequence tensor would copy all of it per layer and refinement, forwards and backwards.
     """
 
     def __init__(self, n_layer: int, subsets: int) -> None:
