@@ -8,7 +8,9 @@ how. Everything is skipped, with the reason, where Chromium, Playwright or Jupyt
 
 from __future__ import annotations
 
+import contextlib
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -34,31 +36,31 @@ def lab_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+@contextlib.contextmanager
+def running(process: driver.JupyterLab | driver.Chromium, name: str) -> Iterator:
+    """Start ``process``; on the way out (even from a failed start) stop it and warn about what had to be killed."""
+    try:
+        process.start()
+        yield process
+    finally:
+        killed = process.stop()
+        if killed:
+            warnings.warn(f"{name} left processes that had to be killed: {killed}", stacklevel=1)
+
+
 @pytest.fixture(scope="module")
 def lab(lab_root: Path, browser_budget: driver.Deadline):
     """The server, for the module; a SIGTERM to pytest meanwhile still runs this teardown."""
     server = driver.JupyterLab(lab_root, log=driver.SCREENS / "jupyterlab.log",
                                startup_seconds=min(120.0, max(browser_budget.left(), 1.0)))
-    with driver.terminate_as_interrupt():
-        try:
-            server.start()
-            yield server
-        finally:
-            killed = server.stop()
-            if killed:
-                warnings.warn(f"JupyterLab left processes that had to be killed: {killed}", stacklevel=1)
+    with driver.terminate_as_interrupt(), running(server, "JupyterLab"):
+        yield server
 
 
 @pytest.fixture(scope="module")
 def chromium(lab: driver.JupyterLab):
-    browser = driver.Chromium()
-    try:
-        browser.start()
+    with running(driver.Chromium(), "Chromium") as browser:
         yield browser
-    finally:
-        killed = browser.stop()
-        if killed:
-            warnings.warn(f"Chromium left processes that had to be killed: {killed}", stacklevel=1)
 
 
 @pytest.fixture(scope="module")
