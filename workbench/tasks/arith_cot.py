@@ -8,11 +8,17 @@ answer follows the marker ``####``::
     > 68-17+8              <- "full": every step written
     > 51+8
     #### 59
+    $                      <- only with eos=True: the end-of-sequence marker
 
 Training traces mix three verbosities: every step written, some steps skipped (each kept with
 probability 1/2), answer only. Every trace is correct, so how much to write before the marker is
 the model's free choice, and the number of tokens it spends there (``trace_length``) measures how
 much it reasons out loud rather than in its hidden state.
+
+``eos=True`` ends every text with ``EOS_MARKER`` after the answer line, so a trained model says when
+it is done and decoding (``generate(..., eos=task.eos_id)``) stops there instead of running on to
+``max_new_tokens``. It is a printable character of the fixed vocabulary (no token id changes) and
+off by default, so the data of existing checkpoints is unchanged.
 """
 
 from __future__ import annotations
@@ -22,10 +28,11 @@ import re
 import numpy as np
 import torch
 
-from .base import Batch, Task, check_choice, check_int, check_n, collate, make_rng, next_token_targets
+from .base import Batch, Task, check_choice, check_int, check_n, collate, fail, make_rng, next_token_targets
 from .tokenizers import CharTokenizer
 
 ANSWER_MARKER = "####"
+EOS_MARKER = "$"  # never written otherwise by this task
 VERBOSITIES = ("mixed", "full", "skip", "answer")
 LOSS_ON = ("completion", "answer", "all")
 _ANSWER = re.compile(re.escape(ANSWER_MARKER) + r" *(-?\d+)")
@@ -43,21 +50,27 @@ class ArithCoT(Task):
     name = "arith_cot"
 
     def __init__(self, steps: int = 3, max_value: int = 99, verbosity: str = "mixed",
-                 loss_on: str = "completion") -> None:
+                 loss_on: str = "completion", eos: bool = False) -> None:
         check_int(self.name, "steps", steps, 1, 32)
         check_int(self.name, "max_value", max_value, 1, 10**6)
         check_choice(self.name, "verbosity", verbosity, VERBOSITIES)
         check_choice(self.name, "loss_on", loss_on, LOSS_ON)
+        if not isinstance(eos, bool):
+            fail(self.name, "eos", eos, "must be a bool")
         self.steps, self.max_value = int(steps), int(max_value)
-        self.verbosity, self.loss_on = verbosity, loss_on
+        self.verbosity, self.loss_on, self.eos = verbosity, loss_on, eos
         self.tokenizer = CharTokenizer()
+        self.eos_id = self.tokenizer.encode(EOS_MARKER)[0] if eos else None
         self.params = {"steps": self.steps, "max_value": self.max_value, "verbosity": verbosity,
                        "loss_on": loss_on}
+        if eos:  # absent when off, so the params (and run configs) of existing checkpoints stay as they were
+            self.params["eos"] = True
         # Longest text: every number at full width and every step written.
         d = len(str(self.max_value))
         expr = [(k + 1) * d + k for k in range(self.steps + 1)]  # an expression with k operations
         lines = sum(len("> \n") + expr[k] for k in range(1, self.steps))
-        self.seq_len = len("Q: \n") + expr[self.steps] + lines + len(f"{ANSWER_MARKER} \n") + d
+        self.seq_len = (len("Q: \n") + expr[self.steps] + lines + len(f"{ANSWER_MARKER} \n") + d
+                        + len(EOS_MARKER) * eos)
 
     def _problem(self, rng: np.random.Generator) -> tuple[list[int], list[str]]:
         """Operands and operators such that every partial result stays in [0, max_value]."""
@@ -95,7 +108,8 @@ class ArithCoT(Task):
         prompt = f"Q: {expression(0)}\n"
         trace = "".join(f"> {expression(k)}\n" for k, keep in zip(range(1, self.steps), self._kept_steps(rng))
                         if keep)
-        return prompt, f"{prompt}{trace}{ANSWER_MARKER} {values[-1]}\n", values[-1]
+        end = EOS_MARKER if self.eos else ""
+        return prompt, f"{prompt}{trace}{ANSWER_MARKER} {values[-1]}\n{end}", values[-1]
 
     def sample(self, n: int, seed: int, split: str = "train") -> Batch:
         """``labels`` are the integer answers, ``label_positions`` the last marker character."""
