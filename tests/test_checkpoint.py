@@ -1,4 +1,5 @@
-"""Checkpoints: exact round trip, atomic writes, and refusal of pickles and truncated files."""
+"""Checkpoints: exact round trip, atomic writes, the old layout, and refusal of pickles, truncated or edited
+files, non-finite or integer weights, and of paths that are not checkpoints."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ import pickle
 
 import pytest
 import torch
+from safetensors.torch import save_file
 
 import workbench as wb
 from conftest import perturbed_model, small_config
-from workbench.checkpoint import CheckpointError, load_checkpoint, load_metrics, save_checkpoint
+from workbench import checkpoint
+from workbench.checkpoint import CheckpointError, load_checkpoint, load_metrics, read_safetensors, save_checkpoint
 
 
 @pytest.mark.parametrize("mechanism", ["none", "lrt", "fbt"])
@@ -68,13 +71,21 @@ def test_truncated_file_is_refused(tmp_path):
         load_checkpoint(tmp_path / "ck")
 
 
+def _legacy(path):
+    """The layout written before manifests (every shipped checkpoint): config, weights, metrics only."""
+    (path / "manifest.json").unlink()
+    return path
+
+
 def test_missing_and_foreign_checkpoints(tmp_path):
     with pytest.raises(CheckpointError, match="no checkpoint"):
         load_checkpoint(tmp_path / "nothing")
     save_checkpoint(perturbed_model(small_config()), tmp_path / "ck")
     (tmp_path / "ck" / "config.json").write_text(json.dumps({"architectures": ["GPT2LMHeadModel"]}))
-    with pytest.raises(CheckpointError, match="not a workbench checkpoint"):
+    with pytest.raises(CheckpointError, match="config.json is 38 bytes, its manifest says"):
         load_checkpoint(tmp_path / "ck")
+    with pytest.raises(CheckpointError, match="not a workbench checkpoint"):
+        load_checkpoint(_legacy(tmp_path / "ck"))
 
 
 def test_weights_that_do_not_match_the_config_are_refused(tmp_path):
@@ -83,4 +94,100 @@ def test_weights_that_do_not_match_the_config_are_refused(tmp_path):
     header["model"]["n_embd"] = 64
     (tmp_path / "ck" / "config.json").write_text(json.dumps(header))
     with pytest.raises(CheckpointError, match="wrong shape"):
+        load_checkpoint(tmp_path / "ck", verify=False)
+
+
+def test_a_config_edited_to_other_values_of_the_same_shapes_is_refused(tmp_path):
+    model = perturbed_model(small_config())
+    save_checkpoint(model, tmp_path / "ck")
+    header = json.loads((tmp_path / "ck" / "config.json").read_text())
+    header["model"]["logit_softcap"] = 3.0
+    text = json.dumps(header, indent=2, sort_keys=True)
+    (tmp_path / "ck" / "config.json").write_text(text + " " * (len((tmp_path / "ck" / "config.json").read_text())
+                                                                 - len(text)))
+    with pytest.raises(CheckpointError, match="does not match its sha256 in manifest.json"):
         load_checkpoint(tmp_path / "ck")
+    assert load_checkpoint(tmp_path / "ck", verify=False).config.logit_softcap == 3.0  # the explicit opt-out
+    assert load_checkpoint(_legacy(tmp_path / "ck")).config.logit_softcap == 3.0  # old layout: as before
+
+
+def test_the_old_layout_loads_unchanged(tmp_path):
+    model = perturbed_model(small_config("lrt"))
+    save_checkpoint(model, tmp_path / "ck", metrics={"v": 1})
+    again = load_checkpoint(_legacy(tmp_path / "ck"))
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), again.state_dict().values()))
+    assert load_metrics(tmp_path / "ck") == {"v": 1}
+    save_checkpoint(model, tmp_path / "ck", metrics={"v": 2})  # an old checkpoint is replaced by a new one
+    assert load_metrics(tmp_path / "ck") == {"v": 2} and (tmp_path / "ck" / "manifest.json").is_file()
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_non_finite_weights_are_refused_unless_allowed(tmp_path, value):
+    model = perturbed_model(small_config())
+    with torch.no_grad():
+        model.blocks[1].mlp.c_fc.weight[0, 0] = value
+    save_checkpoint(model, tmp_path / "ck")
+    with pytest.raises(CheckpointError, match=r"non-finite weights .*blocks.1.mlp.c_fc.weight.*allow_nonfinite"):
+        load_checkpoint(tmp_path / "ck")
+    assert not torch.isfinite(load_checkpoint(tmp_path / "ck", allow_nonfinite=True).blocks[1].mlp.c_fc.weight).all()
+
+
+def test_integer_weights_are_refused(tmp_path):
+    save_checkpoint(perturbed_model(small_config()), tmp_path / "ck")
+    path = tmp_path / "ck" / "model.safetensors"
+    state = read_safetensors(path)
+    state["wte.weight"] = state["wte.weight"].to(torch.int32)
+    save_file(state, str(path))
+    with pytest.raises(CheckpointError, match=r"floating point, got \['wte.weight \(torch.int32\)'\]"):
+        load_checkpoint(_legacy(tmp_path / "ck"))
+
+
+@pytest.mark.parametrize("what", ["run_directory", "unrelated_file", "regular_file", "symlink"])
+def test_saving_never_destroys_what_is_not_a_checkpoint(tmp_path, what):
+    target = tmp_path / "target"
+    if what == "run_directory":
+        target.mkdir()
+        for name in ("history.csv", "train_config.json"):
+            (target / name).write_text("precious")
+        (target / "checkpoint").mkdir()
+    elif what == "unrelated_file":
+        target.mkdir()
+        (target / "notes.txt").write_text("precious")
+    elif what == "regular_file":
+        target.write_text("precious")
+    else:
+        (tmp_path / "elsewhere").mkdir()
+        target.symlink_to(tmp_path / "elsewhere")
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    with pytest.raises(CheckpointError, match=f"refusing to replace {target}: it is"):
+        save_checkpoint(perturbed_model(small_config()), target)
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before
+
+
+def test_saving_into_an_empty_directory_is_fine(tmp_path):
+    (tmp_path / "ck").mkdir()
+    save_checkpoint(perturbed_model(small_config()), tmp_path / "ck")
+    assert load_checkpoint(tmp_path / "ck").config == small_config()
+
+
+@pytest.mark.parametrize("name", ["../x.json", "/tmp/x.json", "sub/x.json", ".hidden.json", "config.json",
+                                  "manifest.json", "state.pt", ""])
+def test_extra_file_names_stay_inside_the_checkpoint(tmp_path, name):
+    with pytest.raises(ValueError, match="extra_files name .* is invalid: must be a plain file name"):
+        save_checkpoint(perturbed_model(small_config()), tmp_path / "ck", extra_files={name: {}})
+    assert os.listdir(tmp_path) == []
+
+
+def test_an_interrupted_two_rename_save_is_recovered(tmp_path, monkeypatch):
+    """Where the atomic exchange is unavailable, a kill between the renames leaves the old version aside:
+    loads find it there, and the next save puts it back and cleans up."""
+    model = perturbed_model(small_config())
+    save_checkpoint(model, tmp_path / "ck", metrics={"v": 1})
+    os.rename(tmp_path / "ck", tmp_path / ".ck.old-dead")  # the first rename of a killed save
+    (tmp_path / ".ck.tmp-dead").mkdir()  # its half-written temporary
+    assert load_metrics(tmp_path / "ck") == {"v": 1}
+    assert load_checkpoint(tmp_path / "ck").config == model.config
+    monkeypatch.setattr(checkpoint, "_exchange", lambda a, b: False)
+    save_checkpoint(model, tmp_path / "ck", metrics={"v": 2})
+    assert load_metrics(tmp_path / "ck") == {"v": 2}
+    assert sorted(os.listdir(tmp_path)) == ["ck"]

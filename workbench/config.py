@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,12 +32,13 @@ def _check_int(cls: str, name: str, value: Any, lo: int, hi: int | None = None) 
 
 def _check_float(cls: str, name: str, value: Any, lo: float, hi: float | None = None,
                  lo_open: bool = False) -> None:
+    """A finite number in the range: inf is refused too (a softcap of inf turns every logit into NaN)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         _fail(cls, name, value, "must be a number")
     bad_lo = value <= lo if lo_open else value < lo
-    if bad_lo or (hi is not None and value > hi) or value != value:
+    if bad_lo or (hi is not None and value > hi) or not math.isfinite(value):
         lo_s = f"({lo}" if lo_open else f"[{lo}"
-        _fail(cls, name, value, f"must be in {lo_s}, {'inf' if hi is None else hi}]")
+        _fail(cls, name, value, f"must be a finite number in {lo_s}, {'inf)' if hi is None else f'{hi}]'}")
 
 
 def _check_choice(cls: str, name: str, value: Any, choices: tuple) -> None:

@@ -1,13 +1,16 @@
-"""Argument checks shared by the schedules, the decoder and the analysis functions.
+"""Argument checks shared by the model, the schedules, the decoder and the analysis functions.
 
 Every failure is a ``ValueError`` that names the parameter and the allowed range, so bad input
-fails at the call that made it rather than as a shape error deep inside a forward pass.
+fails at the call that made it rather than as a shape error (or ``IndexError: index out of range in
+self``) deep inside a forward pass.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import torch
+
+TOKEN_DTYPES = (torch.int64, torch.int32)  # what an embedding lookup accepts
 
 
 def check_int(name: str, value: object, lo: int, hi: int | None = None) -> None:
@@ -18,9 +21,20 @@ def check_int(name: str, value: object, lo: int, hi: int | None = None) -> None:
 
 
 def check_tokens(vocab_size: int, idx: object, name: str = "idx") -> None:
-    """``idx`` must be a (B, T) integer tensor with T >= 1 and ids in ``[0, vocab_size)``."""
-    if not isinstance(idx, torch.Tensor) or idx.ndim != 2 or idx.size(1) < 1 or idx.is_floating_point():
-        shape = tuple(idx.shape) if isinstance(idx, torch.Tensor) else type(idx).__name__
-        raise ValueError(f"{name} must be a (B, T) tensor of token ids with T >= 1, got {shape}")
-    if int(idx.min()) < 0 or int(idx.max()) >= vocab_size:
-        raise ValueError(f"{name} holds token ids outside [0, {vocab_size - 1}] (vocab_size={vocab_size})")
+    """``idx`` must be a non-empty (B, T) int64/int32 tensor of ids in ``[0, vocab_size)``.
+
+    Called at every forward, so it must cost nothing measurable: type, rank and emptiness are free;
+    the values are read only on the CPU. On an accelerator reading them would wait for the device
+    (and its embedding lookup asserts out-of-range ids itself); under ``torch.compile`` it would
+    break the graph; a ``meta`` tensor has no values.
+    """
+    allowed = f"[0, {vocab_size - 1}]"
+    if not isinstance(idx, torch.Tensor) or idx.ndim != 2 or idx.numel() == 0 or idx.dtype not in TOKEN_DTYPES:
+        got = f"shape {tuple(idx.shape)}, dtype {idx.dtype}" if isinstance(idx, torch.Tensor) else type(idx).__name__
+        raise ValueError(f"{name} must be a non-empty (B, T) int64 or int32 tensor of token ids in {allowed}, "
+                         f"got {got}")
+    if idx.device.type == "cpu" and not torch.compiler.is_compiling():
+        lo, hi = (int(v) for v in torch.aminmax(idx))
+        if lo < 0 or hi >= vocab_size:
+            raise ValueError(f"{name} holds token ids in [{lo}, {hi}], outside the allowed range {allowed} "
+                             f"(vocab_size={vocab_size})")
