@@ -43,8 +43,10 @@ def sample_next(logits: torch.Tensor, temperature: float = 0.0, top_k: int | Non
 
 
 def _validate(model: GPT, prompt: torch.Tensor, max_new_tokens: int, regime: str, prefill_passes: int,
-              temperature: float, top_k: int | None) -> None:
+              temperature: float, top_k: int | None, eos: int | None) -> None:
     check_tokens(model.config.vocab_size, prompt, "prompt")
+    if eos is not None:
+        check_int("eos", eos, 0, model.config.vocab_size - 1)
     if regime not in REGIMES:
         raise ValueError(f"regime={regime!r} is invalid: must be one of {REGIMES}")
     check_int("max_new_tokens", max_new_tokens, 0)
@@ -79,7 +81,7 @@ def generate(model: GPT, prompt: torch.Tensor, max_new_tokens: int, regime: str 
     have. With ``return_logits`` also returns the logits that chose each new token (B, new, V).
     ``compile``: compile the per-token step (see the module docstring); the prefill stays eager.
     """
-    _validate(model, prompt, max_new_tokens, regime, prefill_passes, temperature, top_k)
+    _validate(model, prompt, max_new_tokens, regime, prefill_passes, temperature, top_k, eos)
     B, P = prompt.shape
     if compile and not isinstance(model, GPT):
         raise ValueError(f"compile=True needs a workbench GPT (its fixed-shape cache), got {type(model).__name__}")

@@ -33,6 +33,7 @@ from .config import ModelConfig
 from .hooks import HookPoint, name_hook_points
 from .kv_cache import KVCache, Mask, StaticKVCache
 from .mechanisms import Feedback, NoFeedback, build_mechanism, norm, uniform_init_
+from .validation import check_tokens
 
 # The LRT paper's d20 baseline (arXiv 2605.26797): its reported size, which includes value
 # embeddings our lean backbone does not carry. Used only to restate the paper's overhead ratio.
@@ -216,6 +217,7 @@ class GPT(nn.Module):
         store to write this chunk's keys/values into and attend against (None = causal self-attention
         over ``idx`` alone).
         """
+        check_tokens(self.config.vocab_size, idx)
         B, T = idx.shape
         positions = self.hook_positions(resolve_positions(idx, positions))
         cos, sin = rotary(positions, self.config.head_dim, self.config.rope_base, self.wte.weight.dtype)

@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from .kv_cache import KVBuffer, KVCache, interleave
 from .metrics import token_losses
 from .model import GPT, StepOutput
-from .validation import check_int
+from .validation import check_int, check_tokens
 
 SCHEDULES = ("single", "sequential", "multipass", "interleaved", "blockwise")
 
@@ -100,6 +100,7 @@ def single(model: GPT, idx: torch.Tensor) -> ScheduleOutput:
 def _chunked(model: GPT, idx: torch.Tensor, chunk: int, plain_prefix: int | torch.Tensor,
              name: str, cache: KVCache | None = None) -> ScheduleOutput:
     """Process contiguous chunks in order through a KV cache, carrying the memory between chunks."""
+    check_tokens(model.config.vocab_size, idx)
     B, T = idx.shape
     if cache is not None and cache.pos != 0:
         raise ValueError(f"cache must be empty (it holds {cache.pos} positions): idx starts at position 0")
@@ -134,6 +135,7 @@ def sequential(model: GPT, idx: torch.Tensor, plain_prefix: int | torch.Tensor =
 
 def blockwise(model: GPT, idx: torch.Tensor, block: int, plain_prefix: int | torch.Tensor = 0) -> ScheduleOutput:
     """Contiguous blocks in order; memory crosses block boundaries only."""
+    check_tokens(model.config.vocab_size, idx)
     check_int("block", block, 1, idx.size(1))
     return _chunked(model, idx, block, plain_prefix, "blockwise")
 
@@ -141,6 +143,7 @@ def blockwise(model: GPT, idx: torch.Tensor, block: int, plain_prefix: int | tor
 def iterate_passes(model: GPT, idx: torch.Tensor, plain_prefix: int | torch.Tensor = 0,
                    passes: int | None = None) -> Iterator[StepOutput]:
     """Jacobi passes, yielded one at a time (``passes=None``: endlessly), so analysis can stream them."""
+    check_tokens(model.config.vocab_size, idx)
     B, T = idx.shape
     reads = feedback_mask(B, T, plain_prefix, idx.device)
     memory = None
@@ -159,6 +162,7 @@ def multipass(model: GPT, idx: torch.Tensor, passes: int, plain_prefix: int | to
     Objective ``NTP_1 + aux_weight * mean_{k>=2} NTP_k`` (FBT), no detach between passes. With
     ``cache``, the last pass also writes its keys/values and final memory into it (fused prefill).
     """
+    check_tokens(model.config.vocab_size, idx)
     check_int("passes", passes, 1, 1_000_000)
     B, T = idx.shape
     outs = list(iterate_passes(model, idx, plain_prefix, passes - 1))
@@ -179,6 +183,7 @@ def interleaved(model: GPT, idx: torch.Tensor, subsets: int, plain_prefix: int |
     Subset s holds positions s, s+S, ...; the memory it reads comes from subset s-1's latest estimate
     (positions one earlier), and for s = 0 from subset S-1's, shifted by one (position 0 reads zeros).
     """
+    check_tokens(model.config.vocab_size, idx)
     B, T = idx.shape
     check_int("subsets", subsets, 1, T)
     reads = feedback_mask(B, T, plain_prefix, idx.device)
@@ -202,6 +207,7 @@ def interleaved(model: GPT, idx: torch.Tensor, subsets: int, plain_prefix: int |
 def run(model: GPT, idx: torch.Tensor, schedule: str = "single", *, passes: int = 2, subsets: int = 2,
         block: int = 32, plain_prefix: int | torch.Tensor = 0, aux_weight: float = 1.0) -> ScheduleOutput:
     """Run a schedule by name, with its own parameter taken from the keyword arguments."""
+    check_tokens(model.config.vocab_size, idx)
     if schedule == "single":
         return single(model, idx)
     if schedule == "sequential":
