@@ -18,18 +18,29 @@ from .train import add_cli as add_train_cli
 from .train import parse_key_values
 
 
+def _positive_int(text: str) -> int:
+    """argparse type for counts such as ``--threads``: an int >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is invalid: must be an int >= 1")
+    return value
+
+
 def _cmd_info(args: argparse.Namespace) -> int:
-    from .checkpoint import load_config, load_metrics
+    from .checkpoint import load_checkpoint, load_config, load_metrics
     from .config import ModelConfig
-    from .model import D20_SHAPE, build_model, mechanism_overhead
+    from .model import D20_SHAPE, mechanism_overhead
 
     if args.checkpoint is None and not args.d20:
         raise SystemExit("info: give a CHECKPOINT directory, or --d20 for the nanochat d20 overhead table")
     report: dict = {}
     has_mechanism = False
     if args.checkpoint is not None:
-        config, header = load_config(args.checkpoint)
-        model = build_model(config, device="meta")
+        model = load_checkpoint(args.checkpoint)  # every file checked: info must not vouch for a broken one
+        config, header = model.config, load_config(args.checkpoint)[1]
         report["checkpoint"] = str(args.checkpoint)
         report["package_version"] = header.get("package_version")
         report["config"] = config.to_dict()
@@ -92,8 +103,10 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
     from . import experiments
 
     if args.list:
-        with pd.option_context("display.width", 200, "display.max_colwidth", 90):
-            print(experiments.list_recipes().to_string(index=False))
+        for r in experiments.list_recipes().itertuples():
+            print(f"== {r.recipe} ({r.kind}, {r.runs} runs)\n  claim: {r.claim}\n  setting: {r.setting}\n"
+                  f"  chance: {r.chance}\n  gates: " + "".join(f"\n    - {g}" for g in r.gates.split("; ") if g)
+                  + f"\n  rule: {r.rule}\n")
         return 0
     if args.name is None:
         raise SystemExit("reproduce: give a recipe NAME or 'all' (see --list)")
@@ -103,7 +116,7 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
         outcome = experiments.reproduce(name, root=args.out, scale=args.scale, force=args.force, scratch=args.scratch)
         print(f"{name}: {outcome.verdict} -- {outcome.number}")
     if args.name == "all" or args.results:
-        experiments.write_results_md(args.out, args.results or "RESULTS.md")
+        experiments.write_results_md(args.out, args.results)
     return 0
 
 
@@ -188,7 +201,7 @@ def _analysis_parser(sub, name: str, help_text: str, func, n: int) -> argparse.A
     p.add_argument("--n", type=int, default=n, help=f"held-out examples (default {n})")
     p.add_argument("--seed", type=int, default=0, help="seed of the held-out examples")
     p.add_argument("--out", default=".", help="directory for the CSV and PNG (default: here)")
-    p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    p.add_argument("--threads", type=_positive_int, default=1, help="torch threads (default 1)")
     p.set_defaults(func=func)
     return p
 
@@ -227,16 +240,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--list", action="store_true", help="list the recipes and exit")
     p.add_argument("--scale", type=float, default=1.0, help="multiply steps and evaluation sizes (GPU: > 1)")
     p.add_argument("--force", action="store_true", help="retrain even when a run is up to date")
-    p.add_argument("--out", default="checkpoints", help="where models and results go (default checkpoints/)")
-    p.add_argument("--scratch", default="runs", help="trainer run directories (resumable; default runs/)")
-    p.add_argument("--results", default=None, help="write RESULTS.md here (default: only for 'all')")
-    p.add_argument("--threads", type=int, default=1,
+    p.add_argument("--out", default=None, help="where models and results go (default: the checkpoint root, "
+                   "$WORKBENCH_CHECKPOINTS or the repository's checkpoints/, where load_run and notebooks read)")
+    p.add_argument("--scratch", default=None, help="trainer run directories (resumable; default runs/ beside --out)")
+    p.add_argument("--results", default=None, help="write RESULTS.md here (default: beside --out, only for 'all')")
+    p.add_argument("--threads", type=_positive_int, default=1,
                    help="torch threads (default 1: these models are small; run two recipes side by side instead)")
     p.set_defaults(func=_cmd_reproduce)
 
     p = sub.add_parser("bench", help="benchmarks as ratios measured in one run")
     p.add_argument("--quick", action="store_true", help="tiny sizes and one repeat (a smoke test, not a measurement)")
-    p.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
+    p.add_argument("--threads", type=_positive_int, default=2, help="torch threads (default 2)")
     p.add_argument("--json", action="store_true", help="print JSON records instead of a table")
     p.set_defaults(func=_cmd_bench)
     return parser

@@ -32,6 +32,13 @@ class RunningSum(Task):
         self.seq_len = self.length
         self._symbol_ids = self.tokenizer.encode_array(SYMBOLS[: self.p])
 
+    def chance_accuracy(self) -> float:
+        """Per-target accuracy of the best predictor without state: it sees the current symbol, so the
+        first sum (the symbol itself) is free and every later one is a 1-in-p guess. Averaged over
+        the sampled lengths: the floor every running_sum accuracy must be read against."""
+        lengths = np.arange(self.min_length, self.length + 1)
+        return float(np.sum(1 + (lengths - 1) / self.p) / np.sum(lengths))
+
     def sample(self, n: int, seed: int, split: str = "train") -> Batch:
         check_n(n)
         rng = make_rng(seed, split)

@@ -163,6 +163,15 @@ class TextTask(Task):
         p = {k: v for k, v in self.params.items() if k != "seq_len"}
         return load_corpus(**p)[split]
 
+    def unigram_loss(self, split: str = "val") -> float:
+        """Nats per byte of ``split`` under the training split's byte frequencies (add-one smoothed),
+        over the bytes that are targets:
+        the loss a model that ignores all context reaches, the line a text model must clear."""
+        counts = np.bincount(self.corpus("train")[0], minlength=self.vocab_size).astype(np.float64) + 1.0
+        held = np.bincount(self.corpus(split)[0], minlength=self.vocab_size).astype(np.float64)
+        held[BOS] = 0.0  # document starts are never a target
+        return float(-(held * np.log(counts / counts.sum())).sum() / held.sum())
+
     def _batch(self, tokens: np.ndarray, doc_starts: np.ndarray, starts: np.ndarray,
                ends: np.ndarray) -> Batch:
         rows = [tokens[s:e].astype(np.int64) for s, e in zip(starts, ends)]

@@ -1,0 +1,35 @@
+"""Experiments: each claim of the two papers as a recipe in code, gated, reproduced at small scale.
+
+- ``core``: what a recipe is (claim, runs, competence gates, decision rule) and how gates apply;
+- ``common``: model shapes, configs at matched compute, comparisons with seed-aware intervals;
+- ``recipes``: one module per recipe (``RECIPES``);
+- ``runner``: train what is stale, analyse, gate, write ``summary.json`` (``reproduce``, ``ensure``);
+- ``results_page``: RESULTS.md from the summaries;
+- ``store``: the one checkpoint root and the loaders notebooks use.
+
+``python -m workbench reproduce NAME|all [--list] [--scale S] [--force] [--out DIR]``.
+"""
+
+from .common import (
+                     EXACT,
+                     FBT_MIX,
+                     FBT_MODEL,
+                     LRT_MODEL,
+                     RUNNING_SUM,
+                     SMALL_MODEL,
+                     budget_runs,
+                     compare,
+                     config,
+                     matched_steps,
+)
+from .core import EVAL_SEED, Context, Gate, GateResult, Outcome, Recipe, RunSpec, apply_gates
+from .recipes import RECIPES
+from .results_page import write_results_md
+from .runner import ensure, evaluate_run, list_recipes, reference_metrics, reproduce, smoke_scale, train_run
+from .store import EVAL_FILE, FULL_ENV, ROOT_ENV, checkpoints_root, load_results, load_run, run_history, run_metrics
+
+__all__ = ["EVAL_FILE", "EVAL_SEED", "EXACT", "FBT_MIX", "FBT_MODEL", "FULL_ENV", "LRT_MODEL", "RECIPES",
+           "ROOT_ENV", "RUNNING_SUM", "SMALL_MODEL", "Context", "Gate", "GateResult", "Outcome", "Recipe", "RunSpec",
+           "apply_gates", "budget_runs", "checkpoints_root", "compare", "config", "ensure", "evaluate_run",
+           "list_recipes", "load_results", "load_run", "matched_steps", "reference_metrics", "reproduce",
+           "run_history", "run_metrics", "smoke_scale", "train_run", "write_results_md"]

@@ -1,0 +1,135 @@
+"""Shared pieces of the recipes: model shapes, run configs at matched compute, arm comparisons.
+
+Runs compared "at matched compute" get their step counts from the trainer's own FLOP accounting
+(``schedules.schedule_flops``): an interleaved run (2 passes of work per step) gets half the steps
+of a single-pass baseline, a 3-pass run a third. Comparisons between arms use
+``evaluation.hierarchical_difference``: seeds, then examples, so an interval carries seed variance.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .. import schedules, tasks
+from ..evaluation import hierarchical_difference
+from ..model import build_model
+from ..train import TrainConfig
+from .core import Context, RunSpec
+
+SMALL_MODEL = {"n_layer": 2, "n_head": 2, "n_embd": 64}
+LRT_MODEL = {**SMALL_MODEL, "mechanism": "lrt", "lrt_gamma_init": 0.1}
+FBT_MODEL = {**SMALL_MODEL, "mechanism": "fbt"}
+FBT_MIX = {1: 0.75, 2: 0.22, 3: 0.03}
+RUNNING_SUM = {"p": 5, "length": 32}
+EXACT = {"schedule": "sequential"}
+LEARNED_MARGIN = 0.10  # an arm "learned" a running_sum when its accuracy is this far above the chance floor
+
+
+def steps(base: int, scale: float) -> int:
+    return max(2, int(round(base * scale)))
+
+
+def matched_steps(cfg: TrainConfig, budget_flops: float) -> int:
+    """Optimiser steps of ``cfg`` that spend ``budget_flops`` under the trainer's own accounting."""
+    task = tasks.get(cfg.task, **cfg.task_params)
+    model = build_model(cfg.model_config(task.vocab_size, task.seq_len), device="meta")
+    per_step = schedules.schedule_flops(model, cfg.schedule, cfg.batch_size, task.seq_len, cfg.passes, cfg.subsets)
+    return max(2, int(budget_flops // per_step))
+
+
+def config(task: str, model: dict, n_steps: int, seed: int, task_params: dict | None = None, **kw) -> TrainConfig:
+    """The recipes' common training config: batch 32, no progress bar, a small held-out evaluation."""
+    return TrainConfig(task=task, task_params=task_params or {}, model=dict(model), steps=n_steps, seed=seed,
+                       batch_size=32, progress=False, log_every=10, eval_size=64, **kw)
+
+
+def budget_runs(prefix: str, specs: list[tuple[str, TrainConfig, dict]], base_steps: int, scale: float
+                ) -> list[RunSpec]:
+    """Runs given the same training FLOPs as ``base_steps`` single-pass steps of the first config."""
+    first = specs[0][1].replace(schedule="single", pass_mix=None, steps=steps(base_steps, scale))
+    task = tasks.get(first.task, **first.task_params)
+    model = build_model(first.model_config(task.vocab_size, task.seq_len), device="meta")
+    budget = schedules.schedule_flops(model, "single", first.batch_size, task.seq_len) * first.steps
+    return [RunSpec(f"{prefix}{name}", cfg.replace(steps=matched_steps(cfg, budget)), ev)
+            for name, cfg, ev in specs]
+
+
+def per_seed(ctx: Context, names: list[str], column: str) -> list[np.ndarray]:
+    """One per-example array per seed of an arm (every seed is evaluated on the same fixed batch)."""
+    return [ctx.per_example[n][column].to_numpy(dtype=np.float64) for n in names]
+
+
+def arm_mean(ctx: Context, names: list[str], column: str) -> float:
+    return float(np.mean([ctx.per_example[n][column].mean() for n in names]))
+
+
+def compare(ctx: Context, arms: dict[str, list[str]], reference: str, column: str, lower_is_better: bool
+            ) -> tuple[pd.DataFrame, dict[str, dict[str, float]]]:
+    """Per arm: mean and seed spread of ``column``, and the hierarchical interval of (arm - reference)."""
+    rows, intervals = [], {}
+    ref = per_seed(ctx, arms[reference], column)
+    for arm, names in arms.items():
+        seed_means = [float(a.mean()) for a in per_seed(ctx, names, column)]
+        row = {"arm": arm, "metric": column, "value": float(np.mean(seed_means)),
+               "seed_std": float(np.std(seed_means)), "seeds": len(names)}
+        if arm != reference:
+            interval = hierarchical_difference(ref, per_seed(ctx, names, column), seed=len(rows))
+            intervals[arm] = interval
+            row.update({f"diff_vs_{reference}": interval["mean"], "ci_low": interval["low"],
+                        "ci_high": interval["high"]})
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    table["better_if"] = "lower" if lower_is_better else "higher"
+    return table, intervals
+
+
+def arms_by_prefix(ctx: Context, template: str, arms: tuple[str, ...]) -> dict[str, list[str]]:
+    """``{arm: [run names]}`` for runs named ``template.format(arm=arm)`` + a seed suffix."""
+    return {arm: [n for n in ctx.runs if n.startswith(template.format(arm=arm))] for arm in arms}
+
+
+def bar_figure(table: pd.DataFrame, title: str, floors: dict[str, tuple[float, str]] | None = None):
+    """``plots.comparison_bars`` with each panel's floor drawn: ``floors`` maps a metric name to
+    (value, label), e.g. the chance accuracy of a running_sum or the unigram loss of a text."""
+    from ..plots import comparison_bars
+
+    figure = comparison_bars(table, title=title)
+    for ax in figure.axes:
+        if floors and ax.get_ylabel() in floors:
+            value, label = floors[ax.get_ylabel()]
+            ax.axhline(value, color="grey", ls=":", lw=1.5, label=f"{label} {value:.3f}")
+            ax.legend(loc="best", fontsize=8)
+    return figure
+
+
+def describe(arm: str, interval: dict[str, float], unit: str) -> str:
+    seeds = f", {interval['seeds']} seeds" if "seeds" in interval else ""
+    return f"{arm}: {interval['mean']:+.4f} {unit} [{interval['low']:+.4f}, {interval['high']:+.4f}{seeds}]"
+
+
+def combine(verdicts: list[str]) -> str:
+    return verdicts[0] if len(set(verdicts)) == 1 else "mixed: " + ", ".join(verdicts)
+
+
+def running_sum_chance(params: dict) -> float:
+    return tasks.get("running_sum", **params).chance_accuracy()
+
+
+def learned_gates_values(ctx: Context, arms: dict[str, list[str]], floor: float, column: str = "accuracy"
+                         ) -> dict[str, float]:
+    """Each arm's margin over the chance floor (its worst seed): the value of its "learned" gate."""
+    return {f"{arm} learned": min(float(ctx.per_example[n][column].mean()) for n in names) - floor
+            for arm, names in arms.items()}
+
+
+def last_quarter_improvement(history: pd.DataFrame, column: str = "loss") -> float:
+    """How much ``column`` fell over the last quarter of training, relative to its final value: near 0
+    when the curve has flattened, so a comparison is not made in the first descent."""
+    values = history[column].dropna().to_numpy()
+    if len(values) < 8:
+        return float("nan")
+    quarter = max(2, len(values) // 4)
+    start = float(np.mean(values[-quarter - 2: -quarter + 1]))
+    end = float(np.mean(values[-3:]))
+    return (start - end) / end

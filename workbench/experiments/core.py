@@ -1,0 +1,138 @@
+"""What a recipe is: the claim, its runs, its competence gates and decision rule, stated before training.
+
+A recipe names the claim it tests, the arms it trains (``RunSpec``), the **gates** its models must
+pass before any verdict is drawn (held-out accuracy, loss below a baseline, feedback that helps),
+and the **decision rule** that turns an interval into a verdict. Both are data on the ``Recipe``,
+written before anything runs, so ``reproduce --list`` and RESULTS.md can show them next to the
+result. The analysis measures each gate; a failed gate replaces the verdict with
+``not tested: <gate> = <value> (needs <op> <threshold>)``: an instrument on a model that did not
+learn its task says nothing about the claim.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from .. import tasks
+from ..model import GPT
+from ..train import TrainConfig
+
+EVAL_SEED = 1234  # the fixed held-out batch every recorded metric is measured on
+_OPS: dict[str, Callable[[float, float], bool]] = {">=": operator.ge, "<=": operator.le, ">": operator.gt,
+                                                   "<": operator.lt}
+KINDS = ("paper", "sanity", "exploratory")  # a paper claim; a check that the machinery works; ours, no claim
+
+
+@dataclass(frozen=True)
+class Gate:
+    """A competence precondition: ``quantity op threshold``, measured after training, before the verdict."""
+
+    name: str  # short id, e.g. "completion_tracking_fbt answer accuracy"
+    quantity: str  # what is measured, in words (schedule, split, sample)
+    op: str  # ">=", "<=", ">" or "<"
+    threshold: float
+
+    def __post_init__(self) -> None:
+        if self.op not in _OPS:
+            raise ValueError(f"Gate {self.name!r}: op={self.op!r} is invalid: must be one of {sorted(_OPS)}")
+        if not math.isfinite(self.threshold):
+            raise ValueError(f"Gate {self.name!r}: threshold={self.threshold!r} is invalid: must be finite")
+
+    def check(self, value: float) -> GateResult:
+        return GateResult(self, float(value))
+
+    def describe(self) -> str:
+        return f"{self.name} {self.op} {self.threshold:g} ({self.quantity})"
+
+
+@dataclass(frozen=True)
+class GateResult:
+    gate: Gate
+    value: float
+
+    @property
+    def passed(self) -> bool:
+        """A NaN (nothing measured) never passes."""
+        return math.isfinite(self.value) and _OPS[self.gate.op](self.value, self.gate.threshold)
+
+    def describe(self) -> str:
+        return f"{self.gate.name} = {self.value:.4g} (needs {self.gate.op} {self.gate.threshold:g})"
+
+
+@dataclass
+class RunSpec:
+    """One trained model of a recipe and the fixed evaluation its recorded metric comes from."""
+
+    name: str  # directory under checkpoints/RECIPE/
+    train: TrainConfig
+    eval_schedule: dict[str, Any] = field(default_factory=lambda: {"schedule": "single"})
+    eval_size: int = 256
+
+    def eval_batch(self) -> tasks.Batch:
+        return tasks.get(self.train.task, **self.train.task_params).sample(self.eval_size, EVAL_SEED, "val")
+
+
+@dataclass
+class Context:
+    """What a recipe's analysis gets: its runs, their models and per-example evaluations."""
+
+    recipe: Recipe
+    runs: dict[str, RunSpec]
+    models: dict[str, GPT]
+    per_example: dict[str, pd.DataFrame]
+    out: Any  # Path of checkpoints/RECIPE
+    scale: float
+
+
+@dataclass
+class Outcome:
+    """A recipe's result: a table, a figure, our number in words, the rule's verdict, the measured gates."""
+
+    table: pd.DataFrame
+    figure: Any  # matplotlib Figure
+    number: str  # our number with its interval, in words
+    verdict: str  # what the decision rule says, before the gates are applied
+    gate_values: dict[str, float] = field(default_factory=dict)  # Gate.name -> measured value
+    chance: str = ""  # the chance floor / unigram line, as measured, in words
+    extra: dict[str, Any] = field(default_factory=dict)  # anything else summary.json should keep
+
+
+@dataclass
+class Recipe:
+    name: str
+    claim: str  # the paper's claim, quoting its number
+    setting: str  # our setting, in one sentence
+    build: Callable[[float], list[RunSpec]]
+    analyze: Callable[[Context], Outcome]
+    gates: tuple[Gate, ...] = ()  # preconditions, stated before training
+    rule: str = ""  # the decision rule: which interval means which verdict
+    chance: str = ""  # the chance floor / baseline every number is read against, in words
+    caveat: str = ""  # what the reader must know to read our number (no numbers here: those are computed)
+    kind: str = "paper"  # one of KINDS
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"Recipe {self.name!r}: kind={self.kind!r} is invalid: must be one of {KINDS}")
+        names = [g.name for g in self.gates]
+        if len(set(names)) != len(names):
+            raise ValueError(f"Recipe {self.name!r}: gate names must be unique, got {names}")
+        if self.kind == "paper" and not (self.gates and self.rule):
+            raise ValueError(f"Recipe {self.name!r}: a paper claim needs gates and a decision rule")
+
+
+def apply_gates(recipe: Recipe, measured: Mapping[str, float], verdict: str) -> tuple[list[GateResult], str]:
+    """Each declared gate checked against its measured value; the verdict, or ``not tested: ...``."""
+    missing = [g.name for g in recipe.gates if g.name not in measured]
+    if missing:
+        raise ValueError(f"recipe {recipe.name!r}: the analysis measured no value for gates {missing}")
+    results = [g.check(measured[g.name]) for g in recipe.gates]
+    failed = [r for r in results if not r.passed]
+    if failed:
+        return results, "not tested: " + "; ".join(r.describe() for r in failed)
+    return results, verdict

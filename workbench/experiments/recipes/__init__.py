@@ -1,0 +1,19 @@
+"""The recipes, one module each; ``RECIPES`` in the order RESULTS.md shows them."""
+
+from __future__ import annotations
+
+from ..core import Recipe
+from . import (
+               crosses,
+               fbt_pass_mixes,
+               injection_ablation,
+               layer0_probes,
+               lrt_vs_baseline,
+               reasoning_traces,
+               schedules,
+               source_layer,
+)
+
+RECIPES: dict[str, Recipe] = {m.RECIPE.name: m.RECIPE for m in (
+    lrt_vs_baseline, schedules, source_layer, injection_ablation, fbt_pass_mixes, layer0_probes, reasoning_traces,
+    crosses)}

@@ -1,0 +1,58 @@
+"""RESULTS.md, written from every recipe's summary.json: each claim with its gates, interval, seeds, verdict."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from ..evaluation import MIN_SEEDS
+from .recipes import RECIPES
+from .store import checkpoints_root
+
+
+def _cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def write_results_md(root: str | Path | None = None, path: str | Path | None = None) -> str:
+    """One summary row and one section per recipe, numbers as computed; returns the text written."""
+    root = checkpoints_root() if root is None else Path(root)
+    path = root.parent / "RESULTS.md" if path is None else Path(path)
+    rel = Path(os.path.relpath(root.resolve(), path.resolve().parent)).as_posix()
+    head = ["# Results", "",
+            "Written by `python -m workbench reproduce all` from each recipe's `checkpoints/RECIPE/summary.json`; "
+            "every number is computed by `workbench/experiments/`. Each recipe states, before it trains, its "
+            "**gates** (competence preconditions its models must pass) and its **decision rule**; a recipe whose "
+            "gate fails reports `not tested` and no other verdict. Intervals are 95 % hierarchical bootstrap "
+            f"intervals (seeds, then held-out examples); a difference between arms needs >= {MIN_SEEDS} seeds per "
+            "arm.", "",
+            "| recipe | kind | verdict | gates passed | seeds | training minutes |",
+            "| --- | --- | --- | --- | --- | --- |"]
+    sections, total = [], 0.0
+    for name, recipe in RECIPES.items():
+        summary_path = root / name / "summary.json"
+        if not summary_path.is_file():
+            head.append(f"| {name} | {recipe.kind} | not run yet | | | |")
+            continue
+        s = json.loads(summary_path.read_text())
+        gates = s.get("gates", [])
+        minutes = float(s.get("train_minutes", 0.0))
+        total += minutes
+        head.append(f"| [{name}](#{name.replace('_', '-')}) | {recipe.kind} | **{_cell(s['verdict'])}** | "
+                    f"{sum(g['passed'] for g in gates)} / {len(gates)} | {len(s.get('seeds', []))} | {minutes:.1f} |")
+        sections += [f"## {name}", "", f"- **Claim**: {recipe.claim}", f"- **Setting**: {s['setting']} "
+                     f"(scale {s['scale']})", f"- **Chance floor**: {s.get('chance', recipe.chance)}",
+                     f"- **Decision rule**: {recipe.rule}", "", "| gate | measured | needs | quantity | passed |",
+                     "| --- | --- | --- | --- | --- |"]
+        sections += [f"| {_cell(g['name'])} | {g['value']:.4g} | {g['op']} {g['threshold']:g} | {_cell(g['quantity'])} "
+                     f"| {'pass' if g['passed'] else '**fail**'} |" for g in gates]
+        sections += ["", f"- **Our number**: {s['number']}", f"- **Seeds**: {s.get('seeds', [])}",
+                     f"- **Verdict**: **{s['verdict']}**", f"- **Training minutes**: {minutes:.1f}"]
+        if recipe.caveat:
+            sections.append(f"- **Reading it**: {recipe.caveat}")
+        sections += ["", f"![{name}]({rel}/{name}/results.png)", ""]
+    text = "\n".join(head + ["", f"Training time of all runs as recorded in their metrics (2 CPU cores, shared): "
+                             f"{total:.1f} minutes; evaluation and analysis come on top.", ""] + sections)
+    path.write_text(text if text.endswith("\n") else text + "\n")
+    return text

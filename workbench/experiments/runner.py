@@ -1,0 +1,158 @@
+"""Running a recipe: train what is stale, evaluate, analyse, apply the gates, write summary.json.
+
+Each run's recorded metric is measured twice: in float32 (what the model is used in) and in
+float64 (``eval_float64``). The float64 number is the one tests re-check: an evaluation under the
+exact recurrence, run far past the depth a model was trained at, amplifies float32 rounding
+differences between CPUs (a different BLAS kernel, another thread count) into visible changes of
+the loss, while in float64 the same amplification stays far below any tolerance we use.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from tqdm.auto import tqdm
+
+from .. import __version__, tasks
+from ..checkpoint import load_checkpoint, load_metrics, save_checkpoint, write_json_atomic
+from ..evaluation import per_example_metrics, summarize
+from ..model import GPT
+from ..train import TrainConfig, train
+from .core import EVAL_SEED, Context, Outcome, RunSpec, apply_gates
+from .recipes import RECIPES
+from .store import EVAL_FILE, FULL_ENV, checkpoints_root, scratch_root
+
+
+def _up_to_date(path: Path, spec: RunSpec) -> bool:
+    if not (path / "metrics.json").is_file():
+        return False
+    stored = load_metrics(path)
+    return (stored.get("train_config") == spec.train.trajectory_dict() and stored.get("eval_schedule") ==
+            spec.eval_schedule and stored.get("package_version") == __version__
+            and stored.get("eval_size") == spec.eval_size)
+
+
+def evaluate_run(model: GPT, spec: RunSpec) -> pd.DataFrame:
+    """The recorded evaluation of a run: per-example metrics on its fixed held-out batch."""
+    return per_example_metrics(model, spec.eval_batch(), **spec.eval_schedule)
+
+
+def reference_metrics(model: GPT, spec: RunSpec) -> dict[str, float]:
+    """The recorded evaluation recomputed in float64 on a copy: the well-conditioned number tests pin."""
+    double = copy.deepcopy(model).to("cpu").double()
+    task = tasks.get(spec.train.task, **spec.train.task_params)
+    return summarize(evaluate_run(double, spec), getattr(task, "bytes_per_token", 1.0))
+
+
+def spec_of(path: Path) -> RunSpec:
+    """The ``RunSpec`` a saved run was trained and evaluated under, from its metrics.json."""
+    m = load_metrics(path)
+    return RunSpec(m["run"], TrainConfig.from_dict(m["train_config"]), m["eval_schedule"], m["eval_size"])
+
+
+def record_reference(path: Path) -> dict[str, float]:
+    """Add (or refresh) ``eval_float64`` in a saved run's metrics.json, e.g. for runs saved before it existed."""
+    metrics = load_metrics(path)
+    metrics["eval_float64"] = reference_metrics(load_checkpoint(path), spec_of(path))
+    write_json_atomic(Path(path) / "metrics.json", metrics)
+    return metrics["eval_float64"]
+
+
+def train_run(spec: RunSpec, path: Path, scratch: Path, force: bool = False) -> tuple[GPT, pd.DataFrame]:
+    """Train (or reuse, when up to date) one run; save its slim checkpoint, metrics, history and evaluation."""
+    if not force and _up_to_date(path, spec) and (path / EVAL_FILE).is_file():
+        return load_checkpoint(path), pd.read_csv(path / EVAL_FILE)
+    run_dir = scratch / path.parent.name / path.name
+    if force and run_dir.exists():
+        shutil.rmtree(run_dir)
+    cfg = spec.train.replace(out_dir=str(run_dir), resume=(run_dir / "checkpoint").is_dir())
+    result = train(cfg)
+    per_example = evaluate_run(result.model, spec)
+    task = tasks.get(spec.train.task, **spec.train.task_params)
+    metrics = {"eval": summarize(per_example, getattr(task, "bytes_per_token", 1.0)),
+               "eval_float64": reference_metrics(result.model, spec),
+               "eval_schedule": spec.eval_schedule, "eval_size": spec.eval_size, "eval_seed": EVAL_SEED,
+               "train": result.metrics, "train_config": spec.train.trajectory_dict(), "package_version": __version__,
+               "recipe": path.parent.name, "run": spec.name, "seed": spec.train.seed}
+    save_checkpoint(result.model, path, metrics=metrics,
+                    extra={"recipe": path.parent.name, "run": spec.name, "seed": spec.train.seed})
+    shutil.copyfile(run_dir / "history.csv", path / "history.csv")
+    per_example.to_csv(path / EVAL_FILE, index=False)
+    return result.model, per_example
+
+
+def _check_name(name: str) -> None:
+    if name not in RECIPES:
+        raise ValueError(f"recipe {name!r} is unknown: choose from {sorted(RECIPES)}")
+
+
+def reproduce(name: str, root: str | Path | None = None, scale: float = 1.0, force: bool = False,
+              scratch: str | Path | None = None) -> Outcome:
+    """Run one recipe: train what is stale, analyse, apply its gates, write results.csv/.png, summary.json.
+
+    ``root`` defaults to ``checkpoints_root()`` (where ``load_run`` and the notebooks read); ``scratch``
+    to ``runs/`` beside it.
+    """
+    _check_name(name)
+    if not (isinstance(scale, (int, float)) and scale > 0):
+        raise ValueError(f"scale={scale!r} is invalid: must be > 0")
+    recipe = RECIPES[name]
+    root = checkpoints_root() if root is None else Path(root)
+    scratch = scratch_root(root) if scratch is None else Path(scratch)
+    out = root / name
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    runs = {spec.name: spec for spec in recipe.build(scale)}
+    models, per_example = {}, {}
+    for n, spec in tqdm(runs.items(), desc=name, leave=False):
+        models[n], per_example[n] = train_run(spec, out / n, scratch, force)
+    outcome = recipe.analyze(Context(recipe, runs, models, per_example, out, scale))
+    gates, outcome.verdict = apply_gates(recipe, outcome.gate_values, outcome.verdict)
+    outcome.table.to_csv(out / "results.csv", index=False)
+    outcome.figure.savefig(out / "results.png", dpi=110, bbox_inches="tight")
+    train_seconds = sum(load_metrics(out / n)["train"]["seconds"] for n in runs)
+    write_json_atomic(out / "summary.json", {
+        "recipe": name, "kind": recipe.kind, "claim": recipe.claim, "setting": recipe.setting, "rule": recipe.rule,
+        "chance": outcome.chance or recipe.chance, "number": outcome.number, "verdict": outcome.verdict,
+        "gates": [{"name": g.gate.name, "quantity": g.gate.quantity, "op": g.gate.op, "threshold": g.gate.threshold,
+                   "value": g.value, "passed": g.passed} for g in gates],
+        "seeds": sorted({spec.train.seed for spec in runs.values()}), "scale": scale,
+        "train_minutes": train_seconds / 60, "seconds": time.perf_counter() - started, "runs": sorted(runs),
+        **outcome.extra})
+    return outcome
+
+
+def ensure(recipe: str, scale: float | None = None) -> dict[str, Any]:
+    """Make a recipe's results available and return its summary.
+
+    With ``WORKBENCH_FULL=1`` the recipe is (re)trained at ``scale`` (default 1); otherwise its
+    checkpoints are loaded as they are, and a missing recipe is an error that says how to make it.
+    """
+    _check_name(recipe)
+    root = checkpoints_root()
+    if os.environ.get(FULL_ENV) == "1":
+        reproduce(recipe, root=root, scale=1.0 if scale is None else scale)
+    path = root / recipe / "summary.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"no results for recipe {recipe!r} under {root}: run "
+                                f"'python -m workbench reproduce {recipe}' (or set {FULL_ENV}=1)")
+    return json.loads(path.read_text())
+
+
+def smoke_scale() -> float:
+    """The scale the test suite runs every recipe at: a few steps each, small evaluations."""
+    return 0.01
+
+
+def list_recipes() -> pd.DataFrame:
+    """Each recipe's claim, gates and decision rule, as stated before anything runs."""
+    return pd.DataFrame([{"recipe": r.name, "kind": r.kind, "claim": r.claim, "setting": r.setting,
+                          "gates": "; ".join(g.describe() for g in r.gates), "rule": r.rule, "chance": r.chance,
+                          "runs": len(r.build(1.0))} for r in RECIPES.values()])
