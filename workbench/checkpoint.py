@@ -314,19 +314,27 @@ def _same_directory(fd: int, where: Path) -> bool:
         return False
 
 
-def read_checkpoint_files(path: str | os.PathLike, names: tuple[str, ...], verify: bool = True) -> dict[str, bytes]:
-    """The bytes of ``names`` from one version of the checkpoint ``path`` (never a mix of two).
+def read_checkpoint(path: str | os.PathLike, names: tuple[str, ...], verify: bool = True) -> dict[str, Any]:
+    """The files ``names`` from one version of the checkpoint ``path`` (never a mix of two), parsed:
+    ``.json`` as JSON, ``.safetensors`` as a tensor dict."""
+    path = Path(path)
+    files = _read_files(path, names, verify)
+    return {name: _parse_tensors(data, path / name) if name.endswith(".safetensors") else _parse_json(data, path / name)
+            for name, data in files.items()}
+
+
+def _read_files(path: Path, names: tuple[str, ...], verify: bool) -> dict[str, bytes]:
+    """The bytes of ``names`` from one version of the checkpoint ``path``.
 
     A file a concurrent writer deleted under us means a newer version is in place: read that one.
     A file missing from a version that stays put is a ``CheckpointError`` naming it.
     """
-    path = Path(path)
     for _ in range(_READ_ATTEMPTS):
         where = find_checkpoint(path)
         if where is None:
             if path.is_dir():
                 raise CheckpointError(f"{path} is not a checkpoint (no {CONFIG} + {WEIGHTS} or {MANIFEST})")
-            raise CheckpointError(f"no checkpoint directory at {path}")
+            raise CheckpointError(f"no checkpoint directory at {path} (missing file {path / names[0]})")
         try:
             fd = os.open(where, os.O_RDONLY | os.O_DIRECTORY)
         except OSError:
@@ -399,9 +407,8 @@ def _header_config(header: Any, path: Path) -> ModelConfig:
 
 def load_config(path: str | os.PathLike, verify: bool = True) -> tuple[ModelConfig, dict[str, Any]]:
     """The model config and the rest of config.json (recipe, seed, versions)."""
-    path = Path(path)
-    header = _parse_json(read_checkpoint_files(path, (CONFIG,), verify)[CONFIG], path / CONFIG)
-    return _header_config(header, path), header
+    header = read_checkpoint(path, (CONFIG,), verify)[CONFIG]
+    return _header_config(header, Path(path)), header
 
 
 def check_weights(state: dict[str, torch.Tensor], config: ModelConfig, where: Path,
@@ -433,9 +440,8 @@ def load_checkpoint(path: str | os.PathLike, device: torch.device | str | None =
     would otherwise load silently as a different model).
     """
     path = Path(path)
-    files = read_checkpoint_files(path, (CONFIG, WEIGHTS), verify)
-    config = _header_config(_parse_json(files[CONFIG], path / CONFIG), path)
-    state = _parse_tensors(files[WEIGHTS], path / WEIGHTS)
+    files = read_checkpoint(path, (CONFIG, WEIGHTS), verify)
+    config, state = _header_config(files[CONFIG], path), files[WEIGHTS]
     check_weights(state, config, path / WEIGHTS, allow_nonfinite)
     dtype = next(iter(state.values())).dtype
     model = build_model(config, device=device, dtype=dtype)
@@ -445,5 +451,4 @@ def load_checkpoint(path: str | os.PathLike, device: torch.device | str | None =
 
 def load_metrics(path: str | os.PathLike) -> dict[str, Any]:
     """metrics.json of the checkpoint ``path``."""
-    path = Path(path)
-    return _parse_json(read_checkpoint_files(path, (METRICS,))[METRICS], path / METRICS)
+    return read_checkpoint(path, (METRICS,))[METRICS]

@@ -24,7 +24,10 @@ therefore all-reduced by hand (one flattened ``all_reduce``) after the micro-bat
 clipping: the same result, with no wrapper in the way of the schedules.
 
 The run directory holds ``train_config.json``, ``history.csv`` (one row per logged step),
-``loss.png`` and ``checkpoint/`` (replaced atomically; only rank 0 writes anything).
+``loss.png`` and ``checkpoint/`` (replaced atomically; only rank 0 writes anything). It belongs to
+one trainer at a time: rank 0 holds an OS lock on ``.trainer.lock`` (which names it) for the whole
+run, so a second trainer on the same directory fails at once instead of interleaving its history
+with the first's.
 """
 
 from __future__ import annotations
@@ -32,9 +35,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
+import fcntl
 import json
 import math
 import os
+import socket
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -50,7 +55,16 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from . import schedules, tasks
-from .checkpoint import read_json, read_safetensors, save_checkpoint, write_json_atomic
+from .checkpoint import (
+    WEIGHTS,
+    CheckpointError,
+    check_weights,
+    find_checkpoint,
+    read_checkpoint,
+    read_json,
+    save_checkpoint,
+    write_json_atomic,
+)
 from .model import GPT, build_model
 from .optim import build_optimizers, load_optimizer_state, lr_factor, optimizer_state, set_lr
 from .train_config import TrainConfig
@@ -64,6 +78,8 @@ CHECKPOINT_DIR = "checkpoint"
 HISTORY_FILE = "history.csv"
 FIGURE_FILE = "loss.png"
 CONFIG_FILE = "train_config.json"
+STATE_FILE = "train_state.json"
+LOCK_FILE = ".trainer.lock"
 EVAL_COLUMNS = ("val_loss", "val_bpb", "val_accuracy")
 
 Callback = Callable[[dict[str, Any]], None]
@@ -184,7 +200,10 @@ class _History:
                 lines = list(csv.reader(f))
             if lines and lines[0] != columns:
                 raise ValueError(f"{path} has columns {lines[0]}, this config writes {columns}")
-            kept = [r for r in lines[1:] if len(r) == len(columns) and int(r[0]) <= keep_until]
+            rows = [r for r in lines[1:] if len(r) == len(columns)]  # a row cut by a kill is dropped
+            if not all(r[0].isdigit() for r in rows):
+                raise ValueError(f"{path} has rows whose step is not a step number: not this trainer's history")
+            kept = [r for r in rows if int(r[0]) <= keep_until]
         tmp = path.with_name(f".{path.name}.tmp")
         with tmp.open("w", newline="") as f:
             csv.writer(f).writerows([columns, *kept])
@@ -399,17 +418,48 @@ class _Run:
                         extra={"task": self.cfg.task, "task_params": self.task.params,
                                "train_config": self.cfg.to_dict()},
                         extra_files={"optimizer.safetensors": tensors, "optimizer.json": meta,
-                                     "train_state.json": self.counters()})
+                                     STATE_FILE: self.counters()})
 
     def restore(self, path: Path) -> None:
-        """Weights, optimiser state and counters from a checkpoint this config wrote."""
-        weights = read_safetensors(path / "model.safetensors")
-        self.model.load_state_dict({k: v.to(self.device) for k, v in weights.items()})
-        load_optimizer_state(self.optimizers, read_safetensors(path / "optimizer.safetensors"),
-                             read_json(path / "optimizer.json"))
-        state = read_json(path / "train_state.json")
+        """Weights, optimiser state and counters from one version of a checkpoint this config wrote,
+        all checked before anything is used (a bad state file must not cut the history short)."""
+        files = read_checkpoint(path, (WEIGHTS, "optimizer.safetensors", "optimizer.json", STATE_FILE))
+        state = files[STATE_FILE]
+        check_counters(state, path / STATE_FILE, self.cfg.steps)
+        check_weights(files[WEIGHTS], self.model.config, path / WEIGHTS)
+        self.model.load_state_dict({k: v.to(self.device) for k, v in files[WEIGHTS].items()})
+        load_optimizer_state(self.optimizers, files["optimizer.safetensors"], files["optimizer.json"])
         self.step, self.tokens, self.flops, self.seconds = (state["step"], state["tokens"], state["flops"],
                                                             state["seconds"])
+
+
+def check_counters(state: Any, where: Path, steps: int) -> None:
+    """``train_state.json``: step in [1, steps], tokens an int >= 0, flops and seconds numbers >= 0."""
+    def number(key: str, kinds: tuple[type, ...]) -> bool:
+        v = state.get(key)
+        return isinstance(v, kinds) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+
+    if not (isinstance(state, dict) and number("step", (int,)) and 1 <= state["step"] <= steps
+            and number("tokens", (int,)) and number("flops", (int, float)) and number("seconds", (int, float))):
+        raise CheckpointError(f"{where} is invalid: needs step (an int in [1, {steps}]), tokens (an int >= 0), "
+                              f"flops and seconds (numbers >= 0); got {str(state)[:200]}")
+
+
+def _logged_rows(path: Path) -> bool:
+    """Whether ``history.csv`` holds any row past its header."""
+    if not path.is_file():
+        return False
+    with path.open() as f:
+        return len(f.readlines()[:2]) > 1
+
+
+def _stored_config(out: Path) -> dict[str, Any]:
+    """The trajectory of the run stored in ``out``, any problem a ``ValueError`` naming the file."""
+    data = read_json(out / CONFIG_FILE)
+    try:
+        return TrainConfig.from_dict(data).trajectory_dict()
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(f"{out / CONFIG_FILE} is not a valid train config: {e}") from None
 
 
 def _prepare_run_dir(cfg: TrainConfig, main: bool) -> tuple[Path | None, bool]:
@@ -417,21 +467,63 @@ def _prepare_run_dir(cfg: TrainConfig, main: bool) -> tuple[Path | None, bool]:
     if cfg.out_dir is None:
         return None, False
     out = Path(cfg.out_dir)
-    has_checkpoint = (out / CHECKPOINT_DIR).is_dir()
+    has_checkpoint = find_checkpoint(out / CHECKPOINT_DIR) is not None
     if has_checkpoint and not cfg.resume:
         raise ValueError(f"{out} already holds a run (checkpoint/): pass resume=True (--resume) to "
                          f"continue it, or choose another out_dir")
-    stored = out / CONFIG_FILE
+    if cfg.resume and not has_checkpoint and _logged_rows(out / HISTORY_FILE):
+        raise ValueError(f"cannot resume {out}: {HISTORY_FILE} holds a run but there is no usable checkpoint at "
+                         f"{out / CHECKPOINT_DIR}; rerun without --resume to start over (replacing its history), "
+                         f"or choose another out_dir")
     if cfg.resume and has_checkpoint:
-        previous = TrainConfig.from_json(stored.read_text()).trajectory_dict()
-        diff = sorted(k for k, v in cfg.trajectory_dict().items() if previous[k] != v)
+        previous, current = _stored_config(out), cfg.trajectory_dict()
+        diff = sorted(k for k, v in current.items() if k != "out_dir" and previous.get(k) != v)
+        if Path(str(previous.get("out_dir"))).resolve() != out.resolve():
+            diff.append("out_dir")
         if diff:
             raise ValueError(f"cannot resume {out}: the config differs in {diff} (stored: "
-                             f"{[previous[k] for k in diff]}); rerun the original command with --resume")
+                             f"{[previous.get(k) for k in diff]}); rerun the original command with --resume")
     elif main:
         out.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(stored, cfg.to_dict())
+        write_json_atomic(out / CONFIG_FILE, cfg.to_dict())
     return out, cfg.resume and has_checkpoint
+
+
+@contextlib.contextmanager
+def hold_run_dir(out_dir: str | None) -> Iterator[None]:
+    """Hold the run directory's lock for the block (``None``: nothing to hold, e.g. ranks > 0).
+
+    ``flock`` is released by the kernel however the holder ends (kill -9 included), so a stale
+    lock file never blocks anyone; its text only names the holder for the error message.
+    """
+    if out_dir is None:
+        yield
+        return
+    out = Path(out_dir)
+    if os.path.lexists(out) and not out.is_dir():
+        raise ValueError(f"TrainConfig.out_dir={out_dir!r} is invalid: {out} exists and is not a directory")
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / LOCK_FILE
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 300, 0).decode(errors="replace").strip() or "a process that has not named itself"
+            os.close(fd)
+            raise ValueError(f"{out} is in use by another trainer ({holder}); wait for it to finish or choose "
+                             f"another out_dir") from None
+        if os.path.exists(path) and os.path.samestat(os.fstat(fd), os.stat(path)):
+            break
+        os.close(fd)  # the previous holder removed the file between our open and our lock: take the new one
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%d %H:%M:%S')}"
+              .encode(), 0)
+    try:
+        yield
+    finally:
+        os.unlink(path)
+        os.close(fd)
 
 
 def train(cfg: TrainConfig, callback: Callback | None = None) -> TrainResult:
@@ -443,7 +535,8 @@ def train(cfg: TrainConfig, callback: Callback | None = None) -> TrainResult:
     """
     procs = _Processes.start(cfg.device)
     try:
-        with torch.random.fork_rng(devices=[procs.device] if procs.device.type == "cuda" else []):
+        with hold_run_dir(cfg.out_dir if procs.main else None), \
+                torch.random.fork_rng(devices=[procs.device] if procs.device.type == "cuda" else []):
             return _train(cfg, procs, callback)
     finally:
         procs.close()
@@ -518,9 +611,12 @@ def parse_key_values(pairs: list[str] | None, flag: str) -> dict[str, Any]:
         if not sep or not key:
             raise ValueError(f"{flag} {pair!r} is invalid: must be key=value")
         try:
-            parsed[key] = json.loads(text)
+            value = json.loads(text)
         except json.JSONDecodeError:
-            parsed[key] = text
+            value = text
+        if key in parsed and parsed[key] != value:
+            raise ValueError(f"{flag} {key} is given twice with different values ({parsed[key]!r} and {value!r})")
+        parsed[key] = value
     return parsed
 
 
@@ -598,8 +694,12 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     """The TrainConfig the flags describe (unset flags keep TrainConfig's defaults)."""
     given = {name: getattr(args, name) for _, name, _, _ in _FLAGS if getattr(args, name) is not None}
     model = parse_key_values(args.model_param, "--model-param")
-    model.update({name: getattr(args, f"model_{name}") for _, name, _ in _MODEL_FLAGS
-                  if getattr(args, f"model_{name}") is not None})
+    for flag, name, _ in _MODEL_FLAGS:
+        value = getattr(args, f"model_{name}")
+        if value is not None and name in model and model[name] != value:
+            raise ValueError(f"{flag} {value!r} contradicts --model-param {name}={model[name]!r}: give one of them")
+        if value is not None:
+            model[name] = value
     for name in ("progress", "compile", "poison_step"):
         if getattr(args, name) is not None:
             given[name] = getattr(args, name)
