@@ -34,7 +34,8 @@ def _up_to_date(path: Path, spec: RunSpec) -> bool:
     if not (path / "metrics.json").is_file():
         return False
     stored = load_metrics(path)
-    return (stored.get("train_config") == spec.train.trajectory_dict() and stored.get("eval_schedule") ==
+    as_json = json.loads(json.dumps(spec.train.trajectory_dict()))  # tuples in the spec are lists once stored
+    return (stored.get("train_config") == as_json and stored.get("eval_schedule") ==
             spec.eval_schedule and stored.get("package_version") == __version__
             and stored.get("eval_size") == spec.eval_size)
 
