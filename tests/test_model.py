@@ -109,3 +109,17 @@ def test_parameter_groups_partition_the_parameters():
     listed = [id(p) for ps in groups.values() for p in ps]
     assert sorted(listed) == sorted(id(p) for p in model.parameters())
     assert all(p.ndim == 2 for p in groups["matrices"]) and all(p.ndim == 1 for p in groups["scalars"])
+
+
+def test_hooks_is_the_module_and_still_attaches():
+    import types
+
+    import workbench.hooks as hooks_module
+
+    assert isinstance(wb.hooks, types.ModuleType) and wb.hooks is hooks_module
+    model = wb.build_model(wb.ModelConfig(vocab_size=11, n_layer=1, n_head=1, n_embd=8, seq_len=4))
+    idx = torch.randint(0, 11, (1, 4))
+    with wb.with_hooks(model, {"hook_final": lambda t, hook: 2 * t}):
+        doubled = model(idx)
+    with wb.hooks(model, {"hook_final": lambda t, hook: 2 * t}):  # the name the context manager had first
+        assert torch.equal(model(idx), doubled)

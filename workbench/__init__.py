@@ -5,11 +5,11 @@ produced — split into a *mechanism* (where memory is read and consumed, ``mech
 *schedule* (how a sequence is computed, ``schedules.py``), on one nanochat-style backbone.
 """
 
-from . import analysis, schedules, tasks
+from . import analysis, hooks, schedules, tasks
 from .checkpoint import load_checkpoint, save_checkpoint
 from .config import ModelConfig
 from .decode import generate
-from .hooks import HookPoint, hooks
+from .hooks import HookPoint, with_hooks
 from .model import GPT, build_model
 from .train import LiveLossPlot, TrainResult, train
 from .train_config import TrainConfig
@@ -29,4 +29,4 @@ def __getattr__(name: str):
 
 __all__ = ["GPT", "HookPoint", "LiveLossPlot", "ModelConfig", "TrainConfig", "TrainResult", "analysis",
            "build_model", "generate", "hooks", "load_checkpoint", "save_checkpoint", "schedules", "tasks", "train",
-           "__version__"]
+           "with_hooks", "__version__"]

@@ -7,6 +7,8 @@ returning a tensor replaces the activation (an intervention), returning None onl
 
 from __future__ import annotations
 
+import sys
+import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -54,7 +56,7 @@ def hook_points(model: nn.Module) -> dict[str, HookPoint]:
 
 
 @contextmanager
-def hooks(model: nn.Module, fwd_hooks: dict[str, HookFn] | list[tuple[str, HookFn]]) -> Iterator[None]:
+def with_hooks(model: nn.Module, fwd_hooks: dict[str, HookFn] | list[tuple[str, HookFn]]) -> Iterator[None]:
     """Attach hooks by name for the duration of a ``with`` block; always removed afterwards."""
     points = hook_points(model)
     items = fwd_hooks.items() if isinstance(fwd_hooks, dict) else fwd_hooks
@@ -69,3 +71,15 @@ def hooks(model: nn.Module, fwd_hooks: dict[str, HookFn] | list[tuple[str, HookF
     finally:
         for h in handles:
             h.remove()
+
+
+class _CallableModule(types.ModuleType):
+    """``wb.hooks`` is this module (``import workbench.hooks`` gives the module, as one expects); calling it,
+    ``wb.hooks(model, {...})``, still means ``with_hooks``: the context manager had that name first."""
+
+    def __call__(self, model: nn.Module, fwd_hooks: dict[str, HookFn] | list[tuple[str, HookFn]]):
+        return with_hooks(model, fwd_hooks)
+
+
+hooks = with_hooks  # the old name, kept working
+sys.modules[__name__].__class__ = _CallableModule
