@@ -1,5 +1,6 @@
 """Trace lengths: sane rows from a tiny model, batching by prompt length changes nothing, the answer
-line is read exactly, and the bootstrap intervals hold their statistic."""
+line is read exactly, the training mix is read like a decoded trace, and the bootstrap intervals
+hold their statistic (the paired hierarchical one on cases with a known answer)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,17 @@ import torch
 import workbench as wb
 from conftest import perturbed_model, small_config
 from workbench import tasks
-from workbench.analysis.traces import TRACE_COLUMNS, _read_trace, summarize_traces, trace_lengths
+from workbench.analysis.traces import (
+    TRACE_COLUMNS,
+    TRAINING,
+    _read_trace,
+    compare_regimes,
+    line_distribution,
+    paired_hierarchical_difference,
+    summarize_traces,
+    trace_lengths,
+    training_traces,
+)
 
 VOCAB = tasks.CharTokenizer().vocab_size
 
@@ -57,12 +68,13 @@ def test_answer_line_is_read_exactly(task):
     def read(text: str, answer: int = 8) -> dict:
         return _read_trace(task, task.tokenizer.encode(text), answer)
 
-    assert read("> 5+3\n#### 8\nQ: 1+1") == {"length": 6, "answered": True, "correct": True, "text": "> 5+3\n#### 8\n"}
-    assert read("#### 7\n") == {"length": 0, "answered": True, "correct": False, "text": "#### 7\n"}
+    assert read("> 5+3\n#### 8\nQ: 1+1") == {"length": 6, "lines": 1, "answered": True, "correct": True,
+                                              "text": "> 5+3\n#### 8\n"}
+    assert read("#### 7\n") == {"length": 0, "lines": 0, "answered": True, "correct": False, "text": "#### 7\n"}
     cut = read("> 5+3\n#### 8")  # the budget ran out inside the answer: it might have gone on to 80
     assert cut["length"] == 6 and not cut["answered"] and not cut["correct"]
     none = read("> 5+3\n> 8\n")
-    assert none["length"] == len("> 5+3\n> 8\n") and not none["answered"]
+    assert none["length"] == len("> 5+3\n> 8\n") and none["lines"] == 2 and not none["answered"]
 
 
 def test_bad_input_is_refused(model, task):
@@ -94,3 +106,94 @@ def test_summary_intervals_contain_their_statistic():
         summarize_traces(df, n_boot=0)
     with pytest.raises(ValueError, match="correct"):
         summarize_traces(df.drop(columns="correct"))
+
+
+def test_decoding_stops_at_the_task_end_marker(model):
+    """With eos the rows stop where the model ends (padded with the marker); the trace is read as before."""
+    task = tasks.get("arith_cot", steps=2, max_value=20, eos=True)
+    df = trace_lengths(model, task, ("standard",), n=4, seed=0, max_new_tokens=8)
+    assert df["length"].between(0, 8).all() and list(df.columns) == TRACE_COLUMNS
+
+
+def test_training_traces_follow_the_verbosity_mix():
+    """Full / skipped / answer-only a third each: 0, 1, 2 lines with shares 5/12, 1/6, 5/12 for 3 steps."""
+    task = tasks.get("arith_cot", steps=3, max_value=19, eos=True)
+    train = training_traces(task, n=3000, seed=0)
+    assert list(train.columns) == TRACE_COLUMNS and (train["regime"] == TRAINING).all()
+    assert train["correct"].all() and train["answered"].all()
+    shares = line_distribution(train).query("outcome == 'all'").set_index("lines")["share"]
+    np.testing.assert_allclose(shares.to_numpy(), [5 / 12, 1 / 6, 5 / 12], atol=0.03)
+    assert (train.loc[train["lines"] == 0, "length"] == 0).all()  # answer-only: the marker comes first
+
+
+def test_line_distribution_shares_sum_to_one_per_outcome():
+    df = pd.DataFrame({"regime": ["a"] * 5 + ["b"] * 3, "lines": [0, 0, 2, 2, 2, 1, 1, 0],
+                       "correct": [True, False, True, True, False, True, True, True]})
+    table = line_distribution(df)
+    assert np.allclose(table.groupby(["regime", "outcome"])["share"].sum(), 1.0)
+    a = table[(table["regime"] == "a") & (table["outcome"] == "wrong")].set_index("lines")["count"]
+    assert a.to_dict() == {0: 1, 2: 1}
+    assert set(table[table["regime"] == "b"]["outcome"]) == {"all", "correct"}  # no wrong trace, no row
+    with pytest.raises(ValueError, match="lines"):
+        line_distribution(df.drop(columns="lines"))
+
+
+def test_paired_hierarchical_difference_known_answers():
+    rng = np.random.default_rng(0)
+    ref = [rng.integers(0, 20, 40).astype(float) for _ in range(3)]
+    # a constant shift of every example in every seed: the interval is the shift, for either statistic
+    for statistic in ("mean", "median"):
+        shifted = paired_hierarchical_difference(ref, [r + 3 for r in ref], statistic, n_boot=300)
+        assert shifted == {"mean": 3.0, "low": 3.0, "high": 3.0, "seeds": 3}
+    # the seeds differ by a constant per seed (0, 2, 4) and examples not at all: the interval is the
+    # bootstrap of three seed means, whose 2.5 % and 97.5 % quantiles are 0 and 4 (each has mass 1/27)
+    constant = [np.full(40, 5.0)] * 3
+    seeds = paired_hierarchical_difference(constant, [c + d for c, d in zip(constant, (0, 2, 4))], n_boot=4000)
+    assert seeds["mean"] == 2.0 and seeds["low"] == 0.0 and seeds["high"] == 4.0
+    # the median is the median: half the examples 0 -> 10, the rest stay, per seed median moves accordingly
+    base = np.arange(10.0)
+    moved = paired_hierarchical_difference([base], [np.where(base < 3, 20.0, base)], "median", n_boot=50)
+    assert moved["mean"] == np.median(np.where(base < 3, 20.0, base)) - np.median(base)
+    with pytest.raises(ValueError, match="statistic"):
+        paired_hierarchical_difference(ref, ref, "mode")
+    with pytest.raises(ValueError, match="one non-empty 1-D array per seed"):
+        paired_hierarchical_difference(ref, ref[:2])
+
+
+def test_compare_regimes_pairs_runs_and_examples():
+    rows = []
+    for run, extra in (("s0", 0), ("s1", 2)):
+        for regime, shift in (("standard", 0), ("soft", -4)):
+            for i in range(30):
+                rows.append({"run": run, "regime": regime, "example": i, "length": 10 + i % 3 + shift + extra,
+                             "correct": i % 2 == 0})
+    table = compare_regimes(pd.DataFrame(rows), n_boot=200).set_index(["regime", "quantity"])
+    assert table.loc[("soft", "median_length"), ["diff", "low", "high"]].tolist() == [-4.0, -4.0, -4.0]
+    assert table.loc[("soft", "accuracy"), ["diff", "low", "high"]].tolist() == [0.0, 0.0, 0.0]
+    assert table.loc[("standard", "median_length"), "value"] == 12.0  # medians 11 and 13, averaged
+    assert np.isnan(table.loc[("standard", "accuracy"), "diff"]) and (table["seeds"] == 2).all()
+    with pytest.raises(ValueError, match="reference"):
+        compare_regimes(pd.DataFrame(rows), reference="fused")
+
+
+def test_summary_by_run_and_regime():
+    df = pd.DataFrame({"run": ["a", "a", "b", "b"], "regime": ["soft"] * 4, "length": [1, 3, 5, 7],
+                       "answered": True, "correct": [True, False, True, True]})
+    summary = summarize_traces(df, n_boot=20, by=("run", "regime"))
+    assert list(summary.columns[:3]) == ["run", "regime", "n"]
+    assert summary["median_length"].tolist() == [2.0, 6.0] and summary["accuracy"].tolist() == [0.5, 1.0]
+
+
+def test_trace_figure_draws_lines_beside_the_training_mix():
+    """The third panel: per regime and lines written, correct (solid) stacked under wrong (light)."""
+    from workbench import plots
+
+    df = pd.DataFrame({"regime": ["standard"] * 4 + [TRAINING] * 2, "length": [0, 6, 6, 12, 0, 12],
+                       "lines": [0, 1, 1, 2, 0, 2], "correct": [True, True, False, True, True, True]})
+    fig = plots.trace_lengths(df, line_distribution(df))
+    _, ax_acc, ax_lines = fig.axes
+    assert [t.get_text() for t in ax_acc.get_xticklabels()] == ["standard"]  # the mix has no accuracy bar
+    heights = [p.get_height() for p in ax_lines.patches]
+    # standard: correct 1/4, 1/4, 1/4 then wrong 0, 1/4, 0; training mix: correct 1/2, 0, 1/2, wrong 0, 0, 0
+    assert heights == pytest.approx([0.25, 0.25, 0.25, 0, 0.25, 0, 0.5, 0, 0.5, 0, 0, 0])
+    assert [t.get_text() for t in ax_lines.get_xticklabels()] == ["0", "1", "2"]

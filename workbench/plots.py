@@ -222,16 +222,23 @@ def sensitivity_decay(results: Runs) -> Figure:
 
 
 # ---------------------------------------------------------------------------------------------- traces
-def trace_lengths(df: pd.DataFrame) -> Figure:
+def trace_lengths(df: pd.DataFrame, lines: pd.DataFrame | None = None) -> Figure:
     """Reasoning-trace length per decoding regime (box and points; median written above) and accuracy.
 
     The FBT paper's claim to check: under latent feedback (soft, fused) base models write shorter
     traces at equal or better accuracy. Points are coloured by correctness, so a regime that is
-    short only because it gives up shows as a cloud of wrong answers.
+    short only because it gives up shows as a cloud of wrong answers. Rows of the training mix
+    (``analysis.traces.training_traces``) draw as one more box and have no accuracy bar (they are
+    correct by construction). ``lines`` (``analysis.line_distribution``) adds a panel: the share of
+    traces by intermediate lines written, correct solid and wrong light, per regime beside the
+    training mix, so a regime that is shorter than the mix it learned from shows at a glance.
     """
+    from .analysis.traces import TRAINING
+
     _require(df, ["regime", "length", "correct"], "trace_lengths")
     order = [r for r in REGIMES if r in set(df["regime"])] + [r for r in _in_order(df["regime"]) if r not in REGIMES]
-    fig, (ax_len, ax_acc) = _figure(2)
+    fig, axes = _figure(2 if lines is None else 3)
+    ax_len, ax_acc = axes[:2]
     palette = dict(zip(order, sns.color_palette("deep", n_colors=len(order))))
     boxes = ax_len.boxplot([df.loc[df["regime"] == r, "length"] for r in order], positions=range(len(order)),
                            widths=0.6, showfliers=False, patch_artist=True, medianprops={"color": "black"})
@@ -246,12 +253,35 @@ def trace_lengths(df: pd.DataFrame) -> Figure:
     ax_len.set_xticks(range(len(order)), order)
     ax_len.set(xlabel="regime", ylabel="trace length (tokens before the answer)", ylim=(0, top * 1.12 + 1))
     ax_len.legend(title="correct", fontsize=8)
-    accuracy = df.groupby("regime")["correct"].agg(["mean", "size"]).reindex(order)
-    ax_acc.bar(order, accuracy["mean"], color=[palette[r] for r in order])
+    decoded = [r for r in order if r != TRAINING]
+    accuracy = df.groupby("regime")["correct"].agg(["mean", "size"]).reindex(decoded)
+    ax_acc.bar(decoded, accuracy["mean"], color=[palette[r] for r in decoded])
     for i, (acc, n) in enumerate(zip(accuracy["mean"], accuracy["size"])):
         ax_acc.text(i, acc + 0.02, f"{acc:.0%} of {n}", ha="center", fontsize=8)
     ax_acc.set(xlabel="regime", ylabel="accuracy", ylim=(0.0, 1.1))
+    if lines is not None:
+        _trace_lines(axes[2], lines, palette)
     return fig
+
+
+def _trace_lines(ax: Axes, lines: pd.DataFrame, palette: Mapping[str, object]) -> None:
+    """Share of traces by lines written per regime, stacked correct (solid) over wrong (light)."""
+    _require(lines, ["regime", "outcome", "lines", "count"], "trace_lengths(lines=...)")
+    regimes = [r for r in palette if r in set(lines["regime"])]
+    counts = lines[lines["outcome"].isin(["correct", "wrong"])].pivot_table(
+        index=["regime", "lines"], columns="outcome", values="count", aggfunc="sum", fill_value=0)
+    counts = counts.reindex(columns=["correct", "wrong"], fill_value=0)
+    values = sorted(int(k) for k in lines["lines"].unique())
+    width = 0.8 / max(len(regimes), 1)
+    for j, regime in enumerate(regimes):
+        part = counts.loc[regime].reindex(values, fill_value=0) / counts.loc[regime].to_numpy().sum()
+        x = np.arange(len(values)) - 0.4 + width * (j + 0.5)
+        ax.bar(x, part["correct"], width, color=palette[regime], label=regime)
+        ax.bar(x, part["wrong"], width, bottom=part["correct"], color=palette[regime], alpha=0.3)
+    ax.set_xticks(range(len(values)), [str(v) for v in values])
+    ax.set(xlabel="intermediate lines written before the answer", ylabel="share of traces (light: wrong)",
+           ylim=(0.0, 1.05))
+    ax.legend(fontsize=8)
 
 
 # ---------------------------------------------------------------------------------------------- training

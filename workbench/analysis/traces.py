@@ -24,7 +24,8 @@ from ..decode import REGIMES, generate
 from ..model import GPT, eval_mode
 from ..tasks import ANSWER_MARKER, Task
 
-TRACE_COLUMNS = ["regime", "example", "length", "answered", "correct", "text"]
+TRACE_COLUMNS = ["regime", "example", "length", "lines", "answered", "correct", "text"]
+TRAINING = "training mix"  # the regime label of the task's own training traces (``training_traces``)
 SUMMARY_COLUMNS = ["regime", "n", "median_length", "median_length_lo", "median_length_hi", "accuracy",
                    "accuracy_lo", "accuracy_hi", "answered"]
 
@@ -45,7 +46,9 @@ def _find(seq: list[int], sub: list[int], start: int = 0) -> int | None:
 def _read_trace(task: Task, generated: list[int], answer: int) -> dict[str, object]:
     """Length, answered, correct and text of one continuation (token ids after the prompt).
 
-    ``length`` counts tokens before the answer marker (all of them when there is none). The answer
+    ``length`` counts tokens before the answer marker (all of them when there is none); ``lines``
+    counts the newlines among them (intermediate lines written: 0 for an answer-only trace, so
+    lengths read against the training mix of verbosities whatever the numbers' widths). The answer
     counts only once its line is complete (a newline after the marker): a number cut off by
     ``max_new_tokens`` could otherwise pass for a shorter, right one. ``text`` stops after that line;
     what a model writes once it has answered is not part of the trace.
@@ -56,7 +59,8 @@ def _read_trace(task: Task, generated: list[int], answer: int) -> dict[str, obje
     end = None if at is None else _find(generated, newline, at + len(marker))
     answered = end is not None
     text = task.tokenizer.decode(generated if end is None else generated[: end + len(newline)])
-    return {"length": len(generated) if at is None else at, "answered": answered,
+    before = generated if at is None else generated[:at]
+    return {"length": len(before), "lines": before.count(newline[0]), "answered": answered,
             "correct": answered and bool(task.check_answer(text, answer)), "text": text}
 
 
@@ -71,7 +75,8 @@ def trace_lengths(model: GPT, task: Task, regimes: Sequence[str] = REGIMES, *, n
     of fused prefill passes; sampling at ``temperature > 0`` is seeded with ``seed``.
 
     Columns: ``regime``, ``example`` (index in the batch), ``length`` (tokens before the answer
-    marker, or every generated token when there is none), ``answered`` (a complete answer line was
+    marker, or every generated token when there is none), ``lines`` (intermediate lines among
+    them), ``answered`` (a complete answer line was
     written), ``correct`` (the task's exact check), ``text`` (the continuation up to its answer line).
     """
     unknown = [r for r in regimes if r not in REGIMES]
@@ -86,6 +91,7 @@ def trace_lengths(model: GPT, task: Task, regimes: Sequence[str] = REGIMES, *, n
     if batch.prompts is None:
         raise ValueError(f"task={task!r} gives no prompts to continue (batch.prompts is None)")
     device = model.readout_weight.device
+    eos = getattr(task, "eos_id", None)  # a task that marks its end lets decoding stop there
     prompts = [task.tokenizer.encode(p) for p in batch.prompts]
     by_length: dict[int, list[int]] = {}
     for i, ids in enumerate(prompts):
@@ -100,22 +106,143 @@ def trace_lengths(model: GPT, task: Task, regimes: Sequence[str] = REGIMES, *, n
             for length, examples in by_length.items():
                 prompt = torch.tensor([prompts[i] for i in examples], dtype=torch.long, device=device)
                 out = generate(model, prompt, max_new_tokens, regime=regime, prefill_passes=prefill_passes,
-                               temperature=temperature, top_k=top_k, generator=generator)
+                               temperature=temperature, top_k=top_k, eos=eos, generator=generator)
                 for i, generated in zip(examples, out[:, length:].tolist()):
                     traces[i] = _read_trace(task, generated, int(batch.labels[i]))
             rows.extend({"regime": regime, "example": i, **traces[i]} for i in sorted(traces))
     return pd.DataFrame(rows, columns=TRACE_COLUMNS)
 
 
-def summarize_traces(df: pd.DataFrame, n_boot: int = 1000, seed: int = 0, level: float = 0.95) -> pd.DataFrame:
-    """Per regime: median trace length and accuracy with percentile-bootstrap confidence intervals.
+def training_traces(task: Task, n: int = 2000, seed: int = 0) -> pd.DataFrame:
+    """The task's own training traces, read like generated ones: the verbosity mix a model learned from.
+
+    One row per example of ``task.sample(n, seed, "train")`` with ``trace_lengths``' columns and
+    ``regime = TRAINING``; every training trace is answered and correct (the check holds it). Why:
+    a regime's trace lengths mean little on their own; beside the mix the model was trained on they
+    show whether decoding copies that mix, collapses onto one verbosity, or writes less than any.
+    """
+    _check_int("n", n, 1)
+    batch = task.sample(n, seed=seed, split="train")
+    if batch.prompts is None:
+        raise ValueError(f"task={task!r} gives no prompts (batch.prompts is None): it has no traces to read")
+    rows = []
+    for i, (prompt, text) in enumerate(zip(batch.prompts, batch.texts)):
+        row = _read_trace(task, task.tokenizer.encode(text[len(prompt):]), int(batch.labels[i]))
+        if not row["correct"]:
+            raise AssertionError(f"training trace {i} of {task!r} is not correct: {text!r}")
+        rows.append({"regime": TRAINING, "example": i, **row})
+    return pd.DataFrame(rows, columns=TRACE_COLUMNS)
+
+
+def line_distribution(df: pd.DataFrame, by: Sequence[str] = ("regime",)) -> pd.DataFrame:
+    """Share of traces by intermediate lines written, per group and outcome (correct / wrong / all).
+
+    ``df``: ``trace_lengths`` and/or ``training_traces`` rows (concatenated). Columns: ``by``,
+    ``outcome``, ``lines``, ``count``, ``share`` (of the group's traces with that outcome). Lines,
+    not tokens, are what the training mix fixes (full / skipped / answer-only), so this is the
+    table that says whether a regime's traces are shorter than the mix it learned from.
+    """
+    by = list(by)
+    missing = sorted({*by, "lines", "correct"} - set(df.columns))
+    if missing:
+        raise ValueError(f"df lacks the column(s) {missing}: pass trace_lengths' or training_traces' output")
+    frames = []
+    for outcome, part in (("all", df), ("correct", df[df["correct"]]), ("wrong", df[~df["correct"]])):
+        counts = part.groupby([*by, "lines"], sort=False).size().rename("count").reset_index()
+        counts["outcome"] = outcome
+        frames.append(counts)
+    table = pd.concat(frames, ignore_index=True)
+    table["share"] = table["count"] / table.groupby([*by, "outcome"])["count"].transform("sum")
+    return table[[*by, "outcome", "lines", "count", "share"]].sort_values([*by, "outcome", "lines"],
+                                                                          kind="stable", ignore_index=True)
+
+
+STATISTICS = {"mean": np.mean, "median": np.median}
+
+
+def paired_hierarchical_difference(reference: Sequence[np.ndarray], arm: Sequence[np.ndarray],
+                                   statistic: str = "mean", n_boot: int = 2000, seed: int = 0,
+                                   level: float = 0.95) -> dict[str, float]:
+    """``statistic(arm) - statistic(reference)`` per seed, averaged over seeds, with a hierarchical interval.
+
+    ``reference[s]`` and ``arm[s]`` are one seed's per-example values under two conditions of the
+    *same* model (two decoding regimes on the same weights), on the same examples for every seed.
+    Each replicate resamples the seeds (one draw shared by both conditions: they are paired by
+    seed as well as by example), then the examples (one draw shared by every seed and condition).
+    Why not ``evaluation.hierarchical_difference``: that one compares unrelated runs (seeds resampled
+    per arm) and means only; a median trace length needs the median, and regimes share their seeds.
+    Returns ``mean`` (the point estimate), ``low``, ``high`` and ``seeds``.
+    """
+    if statistic not in STATISTICS:
+        raise ValueError(f"statistic={statistic!r} is invalid: must be one of {tuple(STATISTICS)}")
+    _check_int("n_boot", n_boot, 1)
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level={level!r} is invalid: must be in (0, 1)")
+    ref = [np.asarray(a, dtype=np.float64) for a in reference]
+    other = [np.asarray(a, dtype=np.float64) for a in arm]
+    shapes = {a.shape for a in ref + other}
+    shape = next(iter(shapes)) if len(shapes) == 1 else ()
+    if not ref or len(ref) != len(other) or len(shape) != 1 or shape[0] == 0:
+        raise ValueError(f"reference and arm must hold one non-empty 1-D array per seed, the same number of "
+                         f"seeds and examples each; got shapes {[a.shape for a in ref]} and {[a.shape for a in other]}")
+    stat = STATISTICS[statistic]
+    ref_arr, arm_arr = np.stack(ref), np.stack(other)  # (seeds, examples)
+    seeds, n = ref_arr.shape
+    rng = np.random.default_rng(seed)
+    pick_seeds = rng.integers(0, seeds, size=(n_boot, seeds, 1))
+    pick_examples = rng.integers(0, n, size=(n_boot, 1, n))
+    boot = (stat(arm_arr[pick_seeds, pick_examples], axis=2) - stat(ref_arr[pick_seeds, pick_examples], axis=2)).mean(1)
+    tail = (1.0 - level) / 2.0
+    estimate = float(np.mean(stat(arm_arr, axis=1) - stat(ref_arr, axis=1)))
+    return {"mean": estimate, "low": float(np.quantile(boot, tail)), "high": float(np.quantile(boot, 1.0 - tail)),
+            "seeds": seeds}
+
+
+def compare_regimes(df: pd.DataFrame, reference: str = "standard", n_boot: int = 2000, seed: int = 0,
+                    level: float = 0.95) -> pd.DataFrame:
+    """Each regime against ``reference`` on the same runs: median trace length and accuracy differences.
+
+    ``df``: ``trace_lengths`` rows of one or more runs (a ``run`` column; the runs are the seeds),
+    the same examples under every regime. Columns: ``regime``, ``quantity`` (``median_length`` in
+    tokens, ``accuracy``), ``value`` (the regime's statistic averaged over seeds), ``diff``
+    (regime - reference), ``low``, ``high`` (``paired_hierarchical_difference``), ``seeds``.
+    """
+    missing = sorted({"regime", "example", "length", "correct"} - set(df.columns))
+    if missing:
+        raise ValueError(f"df lacks the column(s) {missing}: pass trace_lengths' output")
+    frame = df if "run" in df.columns else df.assign(run="run")
+    if reference not in set(frame["regime"]):
+        raise ValueError(f"reference={reference!r} is invalid: the traces hold {list(dict.fromkeys(frame['regime']))}")
+    runs = list(dict.fromkeys(frame["run"]))
+    rows = []
+    for quantity, column, statistic in (("median_length", "length", "median"), ("accuracy", "correct", "mean")):
+        def per_seed(regime: str, column: str = column) -> list[np.ndarray]:
+            part = frame[frame["regime"] == regime]
+            return [part[part["run"] == r].sort_values("example")[column].to_numpy(dtype=np.float64) for r in runs]
+
+        ref = per_seed(reference)
+        for regime in dict.fromkeys(frame["regime"]):
+            values = per_seed(regime)
+            row = {"regime": regime, "quantity": quantity,
+                   "value": float(np.mean([STATISTICS[statistic](v) for v in values]))}
+            if regime != reference:
+                interval = paired_hierarchical_difference(ref, values, statistic, n_boot, seed, level)
+                row.update(diff=interval["mean"], low=interval["low"], high=interval["high"])
+            rows.append({**row, "seeds": len(runs)})
+    return pd.DataFrame(rows, columns=["regime", "quantity", "value", "diff", "low", "high", "seeds"])
+
+
+def summarize_traces(df: pd.DataFrame, n_boot: int = 1000, seed: int = 0, level: float = 0.95,
+                     by: Sequence[str] = ("regime",)) -> pd.DataFrame:
+    """Per regime (or per ``by`` group): median trace length and accuracy with percentile-bootstrap intervals.
 
     Examples are resampled with replacement ``n_boot`` times (one resample serves both statistics);
     ``_lo``/``_hi`` are the ``(1 - level) / 2`` and ``(1 + level) / 2`` quantiles of the resampled
     statistic. Unanswered examples count with their full generated length (the median is robust to
     that censoring while fewer than half are unanswered; ``answered`` reports the share).
     """
-    missing = sorted({"regime", "length", "correct", "answered"} - set(df.columns))
+    by = list(by)
+    missing = sorted({*by, "length", "correct", "answered"} - set(df.columns))
     if missing:
         raise ValueError(f"df lacks the column(s) {missing}: pass trace_lengths' output")
     _check_int("n_boot", n_boot, 1)
@@ -124,14 +251,14 @@ def summarize_traces(df: pd.DataFrame, n_boot: int = 1000, seed: int = 0, level:
     rng = np.random.default_rng(seed)
     q = [(1.0 - level) / 2.0, (1.0 + level) / 2.0]
     rows = []
-    for regime, group in df.groupby("regime", sort=False):
+    for key, group in df.groupby(by, sort=False):
         lengths = group["length"].to_numpy(dtype=np.float64)
         correct = group["correct"].to_numpy(dtype=np.float64)
         resample = rng.integers(0, len(group), size=(n_boot, len(group)))
         med_lo, med_hi = np.quantile(np.median(lengths[resample], axis=1), q)
         acc_lo, acc_hi = np.quantile(correct[resample].mean(axis=1), q)
-        rows.append({"regime": regime, "n": len(group), "median_length": float(np.median(lengths)),
+        rows.append({**dict(zip(by, key)), "n": len(group), "median_length": float(np.median(lengths)),
                      "median_length_lo": float(med_lo), "median_length_hi": float(med_hi),
                      "accuracy": float(correct.mean()), "accuracy_lo": float(acc_lo), "accuracy_hi": float(acc_hi),
                      "answered": float(group["answered"].mean())})
-    return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
+    return pd.DataFrame(rows, columns=[*by, *SUMMARY_COLUMNS[1:]])
