@@ -1,0 +1,224 @@
+"""Diagrams of the ideas, drawn by the package (matplotlib, no image files), for the notebooks and docs.
+
+``plots.py`` draws what an analysis measured; these draw what the code *does*, from the same rules
+the schedules and the decoder follow, so a notebook can show the dependency structure before it
+measures it. Each function returns a pyplot-free ``Figure`` (nothing registered globally) and
+checks its arguments (a ``ValueError`` names the parameter and its allowed range). Arrows that
+carry memory are ``FancyArrowPatch``es with ``gid="memory"``, so a test can count them.
+
+- ``recurrence``: the one idea, token t reads ``m_{t-1}``, for FBT (top state into the input) or LRT
+  (a source layer's state into every block);
+- ``interleaved_sweep``: LRT's training, an init pass then S strided subsets refined in order, each
+  reading memory its predecessor subset wrote back in this sweep (or the init pass, for subset 0);
+- ``jacobi_passes``: FBT's training, pass k reads pass k-1's memory shifted by one: the exact staircase;
+- ``fbt_fusion``: the GLU that fuses ``m_{t-1}`` with the token embedding;
+- ``decoding_regimes``: STANDARD / SOFT / FUSED on the same weights.
+"""
+
+from __future__ import annotations
+
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle
+
+from .config import MECHANISMS
+from .decode import REGIMES
+from .plots import _figure
+from .validation import check_int
+
+PLAIN, READS, EXACT, ACCENT = "#d9d9d9", "#9ecae1", "#74c476", "#d62728"
+SUBSET_COLOURS = ("#9ecae1", "#fdae6b", "#a1d99b", "#bcbddc", "#fdd0a2", "#c7e9c0", "#dadaeb", "#fcbba1")
+
+
+def _memory_arrow(ax: Axes, start: tuple[float, float], end: tuple[float, float], rad: float = 0.0,
+                  colour: str = ACCENT) -> None:
+    """One arrow that carries memory (``gid="memory"``: tests count them)."""
+    ax.add_patch(FancyArrowPatch(start, end, arrowstyle="-|>", mutation_scale=10, lw=1.2, color=colour,
+                                 connectionstyle=f"arc3,rad={rad}", shrinkA=4, shrinkB=4, gid="memory", zorder=3))
+
+
+def _cell(ax: Axes, x: float, y: float, colour: str, text: str = "", size: float = 0.8) -> None:
+    ax.add_patch(Rectangle((x - size / 2, y - size / 2), size, size, facecolor=colour, edgecolor="black", lw=0.6))
+    if text:
+        ax.text(x, y, text, ha="center", va="center", fontsize=8)
+
+
+def _bare(ax: Axes) -> None:
+    ax.grid(False)
+    ax.set_xticks([])
+    ax.set_yticks([])
+    for spine in ax.spines.values():
+        spine.set_visible(False)
+
+
+# ---------------------------------------------------------------------------------------------- the one idea
+def recurrence(positions: int = 4, layers: int = 3, mechanism: str = "fbt", source_layer: int = -1) -> Figure:
+    """Token t reads ``m_{t-1}``: columns are positions, rows depths (0 = the input, ``layers`` = the top).
+
+    ``fbt``: the top state of position t-1 is fused into the input of position t (one arrow per
+    position). ``lrt``: the state after block ``source_layer`` (-1 = the top) of position t-1 enters
+    every block of position t (one arrow per block). ``none``: no arrow; only the token crosses.
+    """
+    check_int("positions", positions, 2, 12)
+    check_int("layers", layers, 1, 8)
+    if mechanism not in MECHANISMS:
+        raise ValueError(f"mechanism={mechanism!r} is invalid: must be one of {MECHANISMS}")
+    check_int("source_layer", source_layer, -1, layers - 1)
+    fig, (ax,) = _figure(1, panel=(1.5 + 1.3 * positions, 1.4 + 0.7 * layers))
+    source = layers if source_layer == -1 else source_layer + 1  # depth of the state read as memory
+    for t in range(positions):
+        for depth in range(layers + 1):
+            colour = EXACT if (mechanism != "none" and depth == source) else (PLAIN if depth == 0 else "white")
+            _cell(ax, t, depth, colour, "x" if depth == 0 else f"{depth}", size=0.5)
+            if depth:
+                ax.annotate("", (t, depth - 0.25), (t, depth - 0.75),
+                            arrowprops=dict(arrowstyle="-|>", color="black", lw=0.8))
+        ax.text(t, -0.7, f"token {t}", ha="center", va="top", fontsize=9)
+        if t == 0 or mechanism == "none":
+            continue
+        targets = [0] if mechanism == "fbt" else list(range(1, layers + 1))
+        for depth in targets:
+            _memory_arrow(ax, (t - 1 + 0.25, source), (t - 0.25, depth), rad=-0.15)
+        ax.text(t - 0.5, source + 0.45, f"$m_{{{t - 1}}}$", ha="center", fontsize=9, color=ACCENT)
+    what = {"fbt": "top state fused into the input (FBT)", "none": "baseline: only the sampled token crosses",
+            "lrt": f"{'top' if source_layer == -1 else f'block {source_layer}'} state into every block (LRT)"}
+    ax.set(xlim=(-0.7, positions - 0.3), ylim=(-1.2, layers + 0.9),
+           title=f"token t reads $m_{{t-1}}$: {what[mechanism]}")
+    _bare(ax)
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------- schedules
+def interleaved_reads(seq_len: int, subsets: int) -> dict[int, int]:
+    """For every position t > 0: the pass whose memory of t-1 it reads in an interleaved sweep.
+
+    Pass 0 is the init pass; subset s (positions ``t % S == s``) is refined at pass s + 1. Its
+    predecessor t-1 sits in subset s-1, already refined in this sweep (pass s) and written back,
+    except for subset 0, whose predecessors in subset S-1 still hold the init pass's estimate.
+    This is ``schedules.interleaved``'s rule; position 0 reads nothing.
+    """
+    check_int("seq_len", seq_len, 2)
+    check_int("subsets", subsets, 1, seq_len)
+    return {t: (t % subsets) for t in range(1, seq_len)}
+
+
+def interleaved_sweep(seq_len: int = 8, subsets: int = 2) -> Figure:
+    """Subsets x positions: the init pass, then each strided subset refined in order with write-back.
+
+    A coloured cell is a position computed in that pass; the number in it is the pass whose memory
+    of its predecessor it reads, and the arrow comes from there. Subset 0 reads the init pass;
+    every later subset reads what the subset before it wrote back in this same sweep.
+    """
+    check_int("seq_len", seq_len, 2, 24)
+    check_int("subsets", subsets, 1, min(seq_len, len(SUBSET_COLOURS)))
+    reads = interleaved_reads(seq_len, subsets)
+    fig, (ax,) = _figure(1, panel=(1.6 + 0.55 * seq_len, 1.2 + 0.6 * (subsets + 1)))
+    for t in range(seq_len):
+        _cell(ax, t, 0, PLAIN, "")
+        s = t % subsets
+        row = s + 1
+        _cell(ax, t, row, SUBSET_COLOURS[s], "" if t == 0 else str(reads[t]))
+        if t:
+            _memory_arrow(ax, (t - 1, reads[t]), (t, row), rad=0.2)
+    labels = ["init pass (no memory)"] + [f"subset {s}: t % {subsets} = {s}" for s in range(subsets)]
+    ax.set_yticks(range(subsets + 1), labels)
+    ax.set_xticks(range(seq_len))
+    ax.set(xlim=(-0.6, seq_len - 0.4), ylim=(subsets + 0.6, -0.6), xlabel="position t",
+           title=f"interleaved(S={subsets}): a cell reads $m_{{t-1}}$ from pass #")
+    ax.grid(False)
+    return fig
+
+
+def jacobi_passes(seq_len: int = 6, passes: int | None = None) -> Figure:
+    """Passes x positions: pass k reads pass k-1's memory shifted by one; green cells are exact.
+
+    The system is causal, so position t of pass k depends only on positions < t of pass k-1: pass
+    1 is exact at position 0, and each pass carries one more exact memory one step on (the
+    staircase, ``t < k``). The red arrows follow it: the memory that makes position k-1 exact at
+    pass k. ``passes`` defaults to ``seq_len`` (exact everywhere).
+    """
+    check_int("seq_len", seq_len, 2, 24)
+    passes = seq_len if passes is None else passes
+    check_int("passes", passes, 1, 24)
+    fig, (ax,) = _figure(1, panel=(1.4 + 0.55 * seq_len, 1.0 + 0.55 * passes))
+    for k in range(1, passes + 1):
+        for t in range(seq_len):
+            _cell(ax, t, k, EXACT if t < k else PLAIN)
+        if 1 < k <= seq_len:
+            _memory_arrow(ax, (k - 2, k - 1), (k - 1, k), rad=0.2)
+    ax.set_yticks(range(1, passes + 1), [f"pass {k}" + (" (plain)" if k == 1 else "") for k in range(1, passes + 1)])
+    ax.set_xticks(range(seq_len))
+    ax.set(xlim=(-0.6, seq_len - 0.4), ylim=(passes + 0.6, 0.4), xlabel="position t",
+           title="Jacobi passes: exact (green) at t < k")
+    ax.grid(False)
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------- FBT
+def fbt_fusion() -> Figure:
+    """The GLU fusion: the carried state on the value path, the token only gating it channel by channel."""
+    fig, (ax,) = _figure(1, panel=(9.0, 3.2))
+    boxes = {  # key: (x, y, width, label)
+        "e": (0.0, 2.0, 2.2, "token embedding $e_t$"), "norm_e": (2.6, 2.0, 1.4, "RMSNorm"),
+        "W_G": (4.4, 2.0, 1.2, "$W_G$"), "sigma": (6.2, 2.0, 1.4, r"$\sigma$ (gate)"),
+        "m": (0.0, 0.0, 2.2, "memory $m_{t-1}$"), "W_U": (4.4, 0.0, 1.2, "$W_U$"),
+        "mul": (8.0, 1.0, 0.8, r"$\odot$"), "norm_u": (9.6, 1.0, 1.4, "RMSNorm"),
+        "u": (11.4, 1.0, 1.4, "$u_t$ → block 0"),
+    }
+    for key, (x, y, width, label) in boxes.items():
+        colour = EXACT if key == "m" else (PLAIN if key == "e" else "white")
+        ax.add_patch(FancyBboxPatch((x - width / 2, y - 0.3), width, 0.6, boxstyle="round,pad=0.05", facecolor=colour,
+                                    edgecolor="black", lw=0.8))
+        ax.text(x, y, label, ha="center", va="center", fontsize=9)
+
+    def edges(a: str, b: str) -> tuple[tuple[float, float], tuple[float, float]]:
+        (xa, ya, wa, _), (xb, yb, wb, _) = boxes[a], boxes[b]
+        return (xa + wa / 2 + 0.05, ya), (xb - wb / 2 - 0.05, yb)
+
+    for a, b in [("e", "norm_e"), ("norm_e", "W_G"), ("W_G", "sigma"), ("sigma", "mul"), ("mul", "norm_u"),
+                 ("norm_u", "u")]:
+        start, end = edges(a, b)
+        ax.annotate("", end, start, arrowprops=dict(arrowstyle="-|>", color="black", lw=1.0, shrinkA=0, shrinkB=0))
+    for a, b in [("m", "W_U"), ("W_U", "mul")]:
+        _memory_arrow(ax, *edges(a, b))
+    ax.text(4.4, 2.55, "gate path: the token", ha="center", fontsize=9)
+    ax.text(4.4, -0.6, "value path: the state = RMSNorm($h^L_{t-1}$)", ha="center", fontsize=9, color=ACCENT)
+    ax.set(xlim=(-1.3, 12.3), ylim=(-0.9, 2.9),
+           title=r"FBT fusion: $u_t$ = RMSNorm($(W_U\, m_{t-1}) \odot \sigma(W_G\,$RMSNorm$(e_t))$)")
+    _bare(ax)
+    return fig
+
+
+def decoding_regimes(prompt_len: int = 4, new_tokens: int = 3, prefill_passes: int = 2) -> Figure:
+    """STANDARD / SOFT / FUSED on the same weights, one panel each (``decode.generate``'s three regimes).
+
+    Grey cells are the prompt, blue the generated tokens; red arrows carry memory. STANDARD reads
+    none. SOFT prefills the prompt in one plain pass, then each generated token reads its
+    predecessor's memory. FUSED refines the prompt by ``prefill_passes`` Jacobi passes after the
+    plain one (each reading the pass below it, shifted by one), then generates as SOFT.
+    """
+    check_int("prompt_len", prompt_len, 2, 12)
+    check_int("new_tokens", new_tokens, 1, 12)
+    check_int("prefill_passes", prefill_passes, 1, 6)
+    T = prompt_len + new_tokens
+    fig, axes = _figure(len(REGIMES), panel=(0.9 + 0.5 * T, 1.6 + 0.5 * (prefill_passes + 1)))
+    for ax, regime in zip(axes, REGIMES):
+        prompt_rows = prefill_passes + 1 if regime == "fused" else 1
+        top = prompt_rows - 1  # the prompt pass the generated tokens continue from
+        for k in range(prompt_rows):
+            for t in range(prompt_len):
+                _cell(ax, t, k, PLAIN if k == 0 else READS)
+                if k and t:
+                    _memory_arrow(ax, (t - 1, k - 1), (t, k), rad=0.2)
+        for t in range(prompt_len, T):
+            _cell(ax, t, top, "#6baed6")
+            if regime != "standard":
+                _memory_arrow(ax, (t - 1, top), (t, top), rad=-0.6)
+        ax.axvline(prompt_len - 0.5, color="black", lw=0.6, ls=":")
+        ax.set_xticks(range(T))
+        ax.set_yticks(range(prompt_rows), [f"pass {k + 1}" for k in range(prompt_rows)])
+        ax.set(xlim=(-0.6, T - 0.4), ylim=(prompt_rows - 0.3, -0.9), xlabel="position (prompt | generated)",
+               title=regime.upper())
+        ax.grid(False)
+    fig.suptitle("decoding regimes on the same weights: red arrows carry memory")
+    return fig
