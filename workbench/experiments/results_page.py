@@ -39,7 +39,8 @@ def write_results_md(root: str | Path | None = None, path: str | Path | None = N
         gates = s.get("gates", [])
         minutes = float(s.get("train_minutes", 0.0))
         total += minutes
-        head.append(f"| [{name}](#{name.replace('_', '-')}) | {recipe.kind} | **{_cell(s['verdict'])}** | "
+        short = "not tested (failed gates below)" if s["verdict"].startswith("not tested") else s["verdict"]
+        head.append(f"| [{name}](#{name.replace('_', '-')}) | {recipe.kind} | **{_cell(short)}** | "
                     f"{sum(g['passed'] for g in gates)} / {len(gates)} | {len(s.get('seeds', []))} | {minutes:.1f} |")
         sections += [f"## {name}", "", f"- **Claim**: {recipe.claim}", f"- **Setting**: {s['setting']} "
                      f"(scale {s['scale']})", f"- **Chance floor**: {s.get('chance', recipe.chance)}",
