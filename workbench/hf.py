@@ -169,10 +169,20 @@ class HFKVCache:
         """Values stored per layer, (B, kv_heads, pos, head_dim)."""
         return [layer.values for layer in self.cache.layers]
 
+    def advance(self, n: int) -> None:
+        """Count ``n`` more positions as stored (HF's cache itself grew as its layers wrote them)."""
+        self.pos += n
+
+    def rewind(self, position: int) -> None:
+        """Forget positions ``position`` and later; ``prepare`` crops HF's cache before the next step."""
+        if not 0 <= position <= self.pos:
+            raise ValueError(f"position={position!r} is invalid: must be in [0, {self.pos}] (the positions stored)")
+        self.pos = position
+
     def prepare(self, positions: torch.Tensor) -> None:
         """Ready the cache for a step at ``positions``, which must continue it (``pos, pos + 1, ...``
         within ``max_len``). Entries at or beyond ``pos`` are dropped first, so a caller that rewinds
-        ``pos`` (as ``analysis.probes`` does with ``KVCache``) recomputes from there exactly."""
+        ``pos`` (``rewind``, as ``analysis.probes`` does) recomputes from there exactly."""
         n = positions.numel()
         if self.pos + n > self.max_len:
             raise ValueError(f"HFKVCache is full: max_len={self.max_len}, asked to store up to {self.pos + n}")
@@ -415,9 +425,7 @@ class FeedbackLM(nn.Module):
             self._feedback = self._top = self._final = None
         depth = self.config.source_depth
         memory_out = final if depth == self.config.n_layer else norm(out.hidden_states[depth])
-        if isinstance(kv, HFKVCache):
-            kv.pos += T
-        elif kv is not None:
+        if kv is not None:
             kv.advance(T)
         return StepOutput(logits=out.logits, memory=self.hook_memory(memory_out), top=top)
 

@@ -1,7 +1,9 @@
 """Key/value stores that attention reads and writes, indexed by absolute position.
 
-Three stores share one tiny interface, ``update(layer, k, v, positions) -> (k_all, v_all, mask)``
-and ``advance(n)``:
+Every store satisfies ``KVStore`` (``update(layer, k, v, positions) -> (k_all, v_all, mask)`` and
+``advance(n)``), the one interface attention, the schedules and the Hugging Face wrapper rely on;
+the decoding caches also satisfy ``DecodeCache`` (a cursor ``pos`` with ``rewind``, and the carried
+``state``), which is what ``generate`` and the probes' recurrent suffixes rely on:
 
 - ``KVCache``: the decoding cache. Positions arrive in order (a prefill chunk, then one token at a
   time); inference writes into preallocated tensors, and under autograd it concatenates instead,
@@ -22,10 +24,41 @@ the same positions, ``None`` when every key is visible, else a boolean (Tq, Tk) 
 
 from __future__ import annotations
 
+from typing import Protocol, runtime_checkable
+
 import torch
 import torch.nn.functional as F
 
 Mask = torch.Tensor | str | None
+
+
+@runtime_checkable
+class KVStore(Protocol):
+    """What attention needs from a key/value store: write a chunk at its positions, read what to attend to."""
+
+    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor,
+               positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, Mask]:
+        """Store this chunk's keys/values; return every key/value to attend to and the mask for them."""
+        ...
+
+    def advance(self, n: int) -> None:
+        """Called once per forward, after every layer wrote its ``n`` positions."""
+        ...
+
+
+@runtime_checkable
+class DecodeCache(Protocol):
+    """A store decoding steps through in order: ``pos`` positions stored, and the memory the next reads."""
+
+    pos: int
+    state: torch.Tensor | None
+
+    def advance(self, n: int) -> None:
+        ...
+
+    def rewind(self, position: int) -> None:
+        """Forget every position from ``position`` on: the next step recomputes from there exactly."""
+        ...
 
 
 def position_mask(q_positions: torch.Tensor, k_positions: torch.Tensor) -> torch.Tensor:
@@ -73,6 +106,12 @@ class KVCache(_Preallocated):
     def advance(self, n: int) -> None:
         """Mark ``n`` more positions as stored (called once per forward, after every layer)."""
         self.pos += n
+
+    def rewind(self, position: int) -> None:
+        """Forget positions ``position`` and later (their slots are overwritten by the next step)."""
+        if not 0 <= position <= self.pos:
+            raise ValueError(f"position={position!r} is invalid: must be in [0, {self.pos}] (the positions stored)")
+        self.pos = position
 
 
 class StaticKVCache(_Preallocated):

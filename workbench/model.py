@@ -13,7 +13,9 @@ Notable features:
   that are identities for ``mechanism="none"`` (see ``mechanisms.py``);
 - TransformerLens-style ``HookPoint``s: ``hook_embed``, ``hook_input`` (depth 0, after fusion),
   ``blocks.{l}.hook_resid_pre/mid/post``, ``blocks.{l}.attn.hook_q/k/v/pattern/gate``,
-  ``hook_memory``, ``hook_final``, and ``hook_positions`` (the positions each forward computes).
+  ``hook_memory`` (the memory each position produces), ``hook_memory_in`` (the memory each position
+  reads, ``m_{t-1}``, before any mechanism consumes it: the site of causal interventions on the
+  feedback channel), ``hook_final``, and ``hook_positions`` (the positions each forward computes).
 
 ``model(idx)`` is one plain pass with no feedback; ``model.step(...)`` is the general forward the
 schedules and the decoder build on.
@@ -24,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 import torch.nn.functional as F
@@ -31,7 +34,7 @@ from torch import nn
 
 from .config import ModelConfig
 from .hooks import HookPoint, name_hook_points
-from .kv_cache import KVCache, Mask, StaticKVCache
+from .kv_cache import KVCache, KVStore, Mask, StaticKVCache
 from .mechanisms import Feedback, NoFeedback, build_mechanism, norm, uniform_init_
 from .validation import check_tokens
 
@@ -80,7 +83,7 @@ class Context:
     sin: torch.Tensor
     feedback: Feedback
     mechanism: NoFeedback
-    kv: KVCache | object | None  # a store with ``update(layer, k, v, positions)``, or None
+    kv: KVStore | None  # where this forward's keys/values go and come from; None = causal over the chunk
 
 
 @dataclass
@@ -90,6 +93,32 @@ class StepOutput:
     logits: torch.Tensor  # (B, T, V)
     memory: torch.Tensor  # (B, T, D) the memory each position produced (normed state at the source depth)
     top: torch.Tensor  # (B, T, D) top state before the final norm
+
+
+@runtime_checkable
+class FeedbackModel(Protocol):
+    """What the schedules, decoding, training and analysis rely on: ``GPT`` and ``hf.FeedbackLM`` both are one.
+
+    ``step`` is the one general forward (tokens at positions, the memory each reads, a key/value
+    store); everything else is accounting the trainer and the benchmarks read.
+    """
+
+    config: Any  # n_layer, n_embd, vocab_size, mechanism, source_depth, ...
+
+    def step(self, idx: torch.Tensor, *, memory: torch.Tensor | None = None,
+             memory_mask: torch.Tensor | None = None, positions: torch.Tensor | None = None,
+             kv: KVStore | None = None) -> StepOutput: ...
+
+    def new_kv_cache(self, batch: int, max_len: int) -> KVStore: ...
+
+    @property
+    def readout_weight(self) -> torch.Tensor: ...
+
+    def flops_per_token(self, seq_len: int | None = None) -> float: ...
+
+    def num_params(self) -> int: ...
+
+    def parameter_groups(self) -> dict[str, list[nn.Parameter]]: ...
 
 
 class CausalSelfAttention(nn.Module):
@@ -174,6 +203,7 @@ class GPT(nn.Module):
         self.lm_head = None if config.tie_embeddings else nn.Linear(config.n_embd, config.vocab_size, bias=False)
         self.hook_embed, self.hook_input = HookPoint(), HookPoint()
         self.hook_memory, self.hook_final = HookPoint(), HookPoint()
+        self.hook_memory_in = HookPoint()  # the memory read (B, T, D), only in forwards that read one
         self.hook_positions = HookPoint()  # the absolute positions of each forward: lets caches assemble passes
         name_hook_points(self)
 
@@ -209,7 +239,7 @@ class GPT(nn.Module):
 
     def step(self, idx: torch.Tensor, *, memory: torch.Tensor | None = None,
              memory_mask: torch.Tensor | None = None, positions: torch.Tensor | None = None,
-             kv: KVCache | object | None = None) -> StepOutput:
+             kv: KVStore | None = None) -> StepOutput:
         """The general forward over tokens ``idx`` (B, T) at absolute ``positions`` (default 0..T-1).
 
         ``memory`` (B, T, D): the memory each position reads (already shifted: ``m_{t-1}``);
@@ -220,6 +250,8 @@ class GPT(nn.Module):
         check_tokens(self.config.vocab_size, idx)
         B, T = idx.shape
         positions = self.hook_positions(resolve_positions(idx, positions))
+        if memory is not None:
+            memory = self.hook_memory_in(memory)
         cos, sin = rotary(positions, self.config.head_dim, self.config.rope_base, self.wte.weight.dtype)
         ctx = Context(positions, cos, sin, Feedback(memory, memory_mask), self.mechanism, kv)
         x = self.hook_embed(norm(self.wte(idx)))
