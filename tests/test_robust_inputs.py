@@ -1,0 +1,177 @@
+"""Every bad input gets an error that names it: a table of bad inputs, where they enter, and the message.
+
+Model inputs at every public entry point (the forward, the schedules, generate, the analysis), the
+configs, the decoder's eos, the CLI's flags, and ``info`` on checkpoints it cannot load.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import pytest
+import torch
+
+import workbench as wb
+from conftest import perturbed_model, small_config
+from workbench import analysis, schedules
+from workbench.checkpoint import save_checkpoint
+from workbench.cli import main
+from workbench.validation import check_tokens
+
+MODEL = perturbed_model(small_config("lrt"))  # vocab_size 23: ids in [0, 22]
+GOOD = torch.tensor([[1, 2, 3, 4]])
+
+ENTRY_POINTS = {
+    "forward": lambda idx: MODEL(idx),
+    "step": lambda idx: MODEL.step(idx),
+    **{f"run[{s}]": (lambda s: lambda idx: schedules.run(MODEL, idx, s))(s) for s in schedules.SCHEDULES},
+    "single": lambda idx: schedules.single(MODEL, idx),
+    "sequential": lambda idx: schedules.sequential(MODEL, idx),
+    "multipass": lambda idx: schedules.multipass(MODEL, idx, 2),
+    "interleaved": lambda idx: schedules.interleaved(MODEL, idx, 2),
+    "blockwise": lambda idx: schedules.blockwise(MODEL, idx, 2),
+    "iterate_passes": lambda idx: next(schedules.iterate_passes(MODEL, idx)),
+    "pass_dynamics": lambda idx: analysis.pass_dynamics(MODEL, idx, passes=2),
+    "memory_trajectory": lambda idx: analysis.memory_trajectory(MODEL, idx),
+}
+SHAPE = r"must be a non-empty \(B, T\) int64 or int32 tensor of token ids in \[0, 22\], got "
+BAD_IDS = {
+    "past_vocab": (torch.tensor([[1, 23]]), r"holds token ids in \[1, 23\], outside the allowed range \[0, 22\]"),
+    "negative": (torch.tensor([[-1, 2]]), r"holds token ids in \[-1, 2\], outside the allowed range \[0, 22\]"),
+    "float": (torch.ones(1, 3), SHAPE + r"shape \(1, 3\), dtype torch.float32"),
+    "bool": (torch.ones(1, 3, dtype=torch.bool), SHAPE + r"shape \(1, 3\), dtype torch.bool"),
+    "empty_T": (torch.zeros(1, 0, dtype=torch.long), SHAPE + r"shape \(1, 0\)"),
+    "empty_B": (torch.zeros(0, 3, dtype=torch.long), SHAPE + r"shape \(0, 3\)"),
+    "rank_1": (torch.tensor([1, 2]), SHAPE + r"shape \(2,\)"),
+    "rank_3": (torch.ones(1, 2, 2, dtype=torch.long), SHAPE + r"shape \(1, 2, 2\)"),
+    "list": ([[1, 2]], SHAPE + "list"),
+}
+
+
+@pytest.mark.parametrize("bad", sorted(BAD_IDS))
+@pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))
+def test_bad_token_ids_are_named_at_every_entry_point(entry, bad):
+    idx, message = BAD_IDS[bad]
+    with pytest.raises(ValueError, match="idx " + message):
+        ENTRY_POINTS[entry](idx)
+
+
+@pytest.mark.parametrize("bad", sorted(BAD_IDS))
+def test_bad_prompts_are_named_by_generate(bad):
+    idx, message = BAD_IDS[bad]
+    with pytest.raises(ValueError, match="prompt " + message):
+        wb.generate(MODEL, idx, 2)
+
+
+def test_good_ids_pass_in_both_integer_dtypes_and_meta_tensors_are_not_read():
+    assert torch.equal(MODEL(GOOD), MODEL(GOOD.to(torch.int32)))
+    check_tokens(23, torch.empty(2, 3, dtype=torch.long, device="meta"))  # no values to read: shape only
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_the_check_never_waits_for_the_device():
+    model = wb.build_model(small_config(), device="cuda")
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        model(GOOD.cuda())
+        schedules.run(model, GOOD.cuda(), "multipass")
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
+CONFIGS = [
+    (lambda: wb.ModelConfig(logit_softcap=float("inf")), r"ModelConfig.logit_softcap=inf is invalid: must be a finite"),
+    (lambda: wb.ModelConfig(logit_softcap=float("nan")), r"ModelConfig.logit_softcap=nan is invalid"),
+    (lambda: wb.ModelConfig(logit_softcap=-1.0), r"ModelConfig.logit_softcap=-1.0 is invalid: .* \[0.0, inf\)"),
+    (lambda: wb.ModelConfig(rope_base=float("inf")), r"ModelConfig.rope_base=inf is invalid"),
+    (lambda: wb.TrainConfig(lr=float("inf")), r"TrainConfig.lr=inf is invalid"),
+    (lambda: wb.TrainConfig(budget_flops=float("inf")), r"TrainConfig.budget_flops=inf is invalid"),
+    (lambda: wb.generate(MODEL, GOOD, 2, eos=23), r"eos=23 is invalid: must be an int in \[0, 22\]"),
+    (lambda: wb.generate(MODEL, GOOD, 2, eos=-1), r"eos=-1 is invalid: must be an int in \[0, 22\]"),
+    (lambda: wb.generate(MODEL, GOOD, 2, eos=1.5), r"eos=1.5 is invalid: must be an int in \[0, 22\]"),
+]
+
+
+@pytest.mark.parametrize("make,message", CONFIGS, ids=[m for _, m in CONFIGS])
+def test_bad_settings_are_named(make, message):
+    with pytest.raises(ValueError, match=message):
+        make()
+
+
+TRAIN = ["train", "--task", "running_sum", "--steps", "1", "--no-progress"]
+CLI = {
+    "n_layer_flag_vs_param": (TRAIN + ["--n-layer", "2", "--model-param", "n_layer=3"],
+                              "--n-layer 2 contradicts --model-param n_layer=3"),
+    "mechanism_flag_vs_param": (TRAIN + ["--mechanism", "lrt", "--model-param", "mechanism=fbt"],
+                                "--mechanism 'lrt' contradicts --model-param mechanism='fbt'"),
+    "param_twice": (TRAIN + ["--model-param", "n_layer=2", "--model-param", "n_layer=3"],
+                    "--model-param n_layer is given twice with different values (2 and 3)"),
+    "task_param_twice": (TRAIN + ["--task-param", "p=3", "--task-param", "p=5"],
+                         "--task-param p is given twice"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CLI))
+def test_contradictory_cli_flags_are_refused(case, capsys, tmp_path):
+    argv, message = CLI[case]
+    assert main([*argv, "--out", str(tmp_path / "run")]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("command", ["probe", "contraction", "traces", "reproduce", "bench"])
+@pytest.mark.parametrize("threads", ["0", "-2", "two"])
+def test_thread_counts_must_be_positive(command, threads, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main([command, *(["ck"] if command in ("probe", "contraction", "traces") else []), "--threads", threads])
+    assert exit_.value.code == 2
+    assert f"argument --threads: '{threads}' is invalid: must be an int >= 1" in capsys.readouterr().err
+
+
+def _truncate(ck):
+    data = (ck / "model.safetensors").read_bytes()
+    (ck / "model.safetensors").write_bytes(data[:-100])
+
+
+def _mismatch(ck):
+    header = json.loads((ck / "config.json").read_text())
+    header["model"]["n_embd"] = 64
+    (ck / "config.json").write_text(json.dumps(header))
+    (ck / "manifest.json").unlink()
+
+
+def _pickle(ck):
+    (ck / "model.safetensors").write_bytes(pickle.dumps({"wte.weight": [1.0]}))
+    (ck / "manifest.json").unlink()
+
+
+def _tamper(ck):
+    header = json.loads((ck / "config.json").read_text())
+    header["model"]["rope_base"] = 500.0
+    (ck / "config.json").write_text(json.dumps(header))
+
+
+INFO = {"truncated": (_truncate, "truncated"), "mismatched": (_mismatch, "wrong shape"),
+        "pickled": (_pickle, "is not a valid safetensors file"), "edited_config": (_tamper, "manifest"),
+        "not_there": (lambda ck: None, "no checkpoint directory")}
+
+
+@pytest.mark.parametrize("case", sorted(INFO))
+def test_info_exits_non_zero_on_a_checkpoint_it_cannot_load(case, tmp_path, capsys):
+    ck = tmp_path / "ck"
+    if case != "not_there":
+        save_checkpoint(perturbed_model(small_config()), ck)
+    damage, message = INFO[case]
+    damage(ck)
+    assert main(["info", str(ck)]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_info_refuses_non_finite_weights(tmp_path, capsys):
+    model = perturbed_model(small_config())
+    with torch.no_grad():
+        model.wte.weight[0, 0] = float("nan")
+    save_checkpoint(model, tmp_path / "ck")
+    assert main(["info", str(tmp_path / "ck")]) == 2
+    assert "non-finite weights (NaN/inf) in ['wte.weight']" in capsys.readouterr().err
