@@ -12,7 +12,8 @@ than through an ``Output`` capture, so it shows the same in Jupyter, VS Code and
 - ``probe_explorer(compute, tasks, conditions)``: task, condition and depth over probe results,
   computed on demand by ``compute(task, condition)`` and kept;
 - ``token_stepper(model, idx)``: a position slider over one exact sequential run: what each token
-  reads, how far it turns the memory, what it predicts.
+  reads, how far it turns the memory, what it predicts;
+- ``with_static_twin(explorer)``: shows an explorer with its default figure as a plain output under it.
 """
 
 from __future__ import annotations
@@ -69,6 +70,18 @@ class Explorer(widgets.VBox):
         buffer = io.BytesIO()
         figure.savefig(buffer, format="png", dpi=self.dpi)
         self.figure, self.summary.value, self.image.value = figure, summary, buffer.getvalue()
+
+
+def with_static_twin(explorer: Explorer) -> None:
+    """Display ``explorer``, then its current summary and figure as ordinary outputs: its static twin.
+
+    A code host (GitHub, nbviewer) strips widget state and shows a widget as a line of text; the
+    twin under it is plain HTML and PNG, so the notebook still reads there, at the explorer's
+    default setting. In a live kernel the twin stays as it was drawn while the widget moves.
+    """
+    from IPython.display import HTML, Image, display
+
+    display(explorer, HTML(explorer.summary.value), Image(data=explorer.image.value))
 
 
 def _fmt(value: float) -> str:
