@@ -6,6 +6,7 @@ configs, the decoder's eos, the CLI's flags, and ``info`` on checkpoints it cann
 
 from __future__ import annotations
 
+import functools
 import json
 import pickle
 
@@ -25,7 +26,7 @@ GOOD = torch.tensor([[1, 2, 3, 4]])
 ENTRY_POINTS = {
     "forward": lambda idx: MODEL(idx),
     "step": lambda idx: MODEL.step(idx),
-    **{f"run[{s}]": (lambda s: lambda idx: schedules.run(MODEL, idx, s))(s) for s in schedules.SCHEDULES},
+    **{f"run[{s}]": functools.partial(lambda s, idx: schedules.run(MODEL, idx, s), s) for s in schedules.SCHEDULES},
     "single": lambda idx: schedules.single(MODEL, idx),
     "sequential": lambda idx: schedules.sequential(MODEL, idx),
     "multipass": lambda idx: schedules.multipass(MODEL, idx, 2),
