@@ -8,6 +8,7 @@ import torch
 import workbench as wb
 from conftest import perturbed_model, small_config
 from workbench.analysis import run_with_cache
+from workbench.analysis.cache import ActivationCache
 
 
 @pytest.fixture(scope="module")
@@ -38,8 +39,8 @@ def test_exact_schedules_cache_the_same_states(fbt_model):
         torch.testing.assert_close(mp[name], seq[name], rtol=0, atol=1e-11)
         torch.testing.assert_close(il[name], seq[name], rtol=0, atol=1e-11)
     # depth 0 of the first pass is the plain embedding; later passes differ after position 0
-    torch.testing.assert_close(mp["hook_input", 0], mp["hook_embed", 0])
-    assert (mp["hook_input", 1][:, 1:] - mp["hook_embed", 1][:, 1:]).abs().max() > 1e-3
+    torch.testing.assert_close(mp.pass_(0)["hook_input"], mp.pass_(0)["hook_embed"])
+    assert (mp.pass_(1)["hook_input"][:, 1:] - mp.pass_(1)["hook_embed"][:, 1:]).abs().max() > 1e-3
 
 
 def test_patterns_only_on_request_and_padded_for_sequential(fbt_model):
@@ -86,3 +87,48 @@ def test_cache_leaves_no_hooks_behind(fbt_model):
     run_with_cache(fbt_model, _idx(), "multipass", passes=2)
     assert not any(m._forward_hooks for m in fbt_model.modules())
     assert isinstance(wb.schedules.single(fbt_model, _idx()).logits, torch.Tensor)
+
+
+def _hand_built(n_layer: int = 3, passes: int = 2) -> tuple[ActivationCache, dict]:
+    """A cache whose every entry is a distinct constant: pass p, hook h -> 100 * p + h."""
+    names = ["hook_embed", "hook_input"] + [f"blocks.{l}.{h}" for l in range(n_layer)
+                                            for h in ("hook_resid_pre", "hook_resid_mid", "hook_resid_post")]
+    value = {(p, n): float(100 * p + i) for p in range(passes) for i, n in enumerate(names)}
+    cache = ActivationCache([{n: torch.full((2, 4, 5), value[p, n]) for n in names} for p in range(passes)],
+                            None, "multipass", n_layer)
+    return cache, value
+
+
+def test_cache_reads_as_transformerlens_reads_its_cache():
+    cache, value = _hand_built()
+    last = 1
+    assert cache["blocks.1.hook_resid_post"][0, 0, 0] == value[last, "blocks.1.hook_resid_post"]
+    # the second index is a layer, never a pass
+    assert torch.equal(cache["resid_post", 2], cache["blocks.2.hook_resid_post"])
+    assert torch.equal(cache["embed"], cache["hook_embed"]) and "resid_pre" not in cache and "embed" in cache
+    with pytest.raises(KeyError, match=r"pass_\(k\)"):
+        cache["blocks.0.hook_resid_post", 0]
+    # passes have their own accessors
+    assert cache.pass_(0)["resid_post", 1][0, 0, 0] == value[0, "blocks.1.hook_resid_post"]
+    assert torch.equal(cache.pass_(-1)["hook_input"], cache["hook_input"]) and cache.pass_(0).n_passes == 1
+    assert cache.stack_passes("hook_input")[:, 0, 0, 0].tolist() == [
+        value[0, "hook_input"], value[1, "hook_input"]]
+    with pytest.raises(IndexError, match="2 passes"):
+        cache.pass_(2)
+    # stack_activation: one block activation over layers (TransformerLens' signature)
+    stacked = cache.stack_activation("resid_post")
+    assert stacked.shape == (3, 2, 4, 5)
+    assert stacked[:, 0, 0, 0].tolist() == [value[last, f"blocks.{l}.hook_resid_post"] for l in range(3)]
+    assert cache.stack_activation("resid_pre", layer=2).shape[0] == 2
+    with pytest.raises(ValueError, match="layer=4"):
+        cache.stack_activation("resid_pre", layer=4)
+    # accumulated_resid: what each block reads, then the final stream
+    resid, labels = cache.accumulated_resid(return_labels=True)
+    assert labels == ["0_pre", "1_pre", "2_pre", "final_post"]
+    expected = ["hook_input", "blocks.0.hook_resid_post", "blocks.1.hook_resid_post", "blocks.2.hook_resid_post"]
+    assert resid[:, 0, 0, 0].tolist() == [value[last, n] for n in expected]
+    upto, labels = cache.accumulated_resid(layer=1, incl_mid=True, return_labels=True)
+    assert labels == ["0_pre", "0_mid", "1_pre"]
+    assert upto[:, 0, 0, 0].tolist() == [value[last, n] for n in ("hook_input", "blocks.0.hook_resid_mid",
+                                                                    "blocks.0.hook_resid_post")]
+    assert dict(cache.items()).keys() == set(cache) and len(cache) == len(value) // 2

@@ -138,9 +138,9 @@ def test_run_with_cache_reads_every_depth_and_pass(hf_dirs, family):
     # pass 1 is plain: its depths are the HF model's own hidden states
     ref = model.hf(input_ids=idx, output_hidden_states=True).hidden_states
     for layer in range(L - 1):
-        torch.testing.assert_close(cache[f"blocks.{layer}.hook_resid_post", 0], ref[layer + 1], rtol=0, atol=ATOL)
+        torch.testing.assert_close(cache.pass_(0)[f"blocks.{layer}.hook_resid_post"], ref[layer + 1], rtol=0, atol=ATOL)
     embed_pos = model.hf.transformer.wpe.weight[: idx.size(1)] if family == "gpt2" else 0.0  # added inside GPT-2
-    torch.testing.assert_close(cache["hook_input", 0] + embed_pos, ref[0], rtol=0, atol=ATOL)
+    torch.testing.assert_close(cache.pass_(0)["hook_input"] + embed_pos, ref[0], rtol=0, atol=ATOL)
     _, seq = run_with_cache(model, idx, schedule="sequential", names_filter="hook_memory")
     torch.testing.assert_close(seq["hook_memory"], S.sequential(model, idx).memory, rtol=0, atol=ATOL)
 
@@ -168,12 +168,13 @@ def test_contraction_analysis_runs_on_the_wrapper(hf_dirs):
 
 
 def test_a_rewound_cache_recomputes_exactly(hf_dirs):
-    """Setting ``cache.pos`` back forgets the later positions, as with ``KVCache`` (probes rely on it)."""
+    """``rewind`` forgets the later positions, as with ``KVCache`` (probes rely on it)."""
     model, idx = load(hf_dirs, "llama"), tokens()
     ref = S.sequential(model, idx)
     cache = model.new_kv_cache(2, idx.size(1))
     plain = model.step(idx, kv=cache)
-    cache.pos, state = 2, plain.memory[:, 1]
+    cache.rewind(2)
+    state = plain.memory[:, 1]
     for t in range(2, idx.size(1)):
         out = model.step(idx[:, t:t + 1], memory=state[:, None], positions=torch.tensor([t]), kv=cache)
         state = out.memory[:, -1]

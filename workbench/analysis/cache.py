@@ -6,10 +6,12 @@
 ``blocks.{l}.attn.hook_pattern`` only on request, since it forces an explicit attention).
 
 Schedules call the model several times. The cache groups those forwards into **passes** with one
-rule: forwards accumulate into the current pass until one recomputes a position the pass already
-has. So ``multipass(K)`` gives K passes; ``sequential`` and ``blockwise`` give one pass assembled
-from their chunks; ``interleaved(S)`` gives two — the init pass and the refined one assembled from
-its S subsets.
+rule: forwards accumulate into the current pass until it holds all T positions (every schedule
+computes each position once per pass, so the next forward would recompute one). So
+``multipass(K)`` gives K passes; ``sequential`` and ``blockwise`` give one pass assembled from their
+chunks; ``interleaved(S)`` gives two — the init pass and the refined one assembled from its S
+subsets. The rule counts positions, never reads them, and activations are filed on the device they
+are on: recording waits for no device and runs on ``meta`` tensors too.
 
 Filtering keeps memory small: ``names_filter`` (a name, a list, or a predicate) and either
 ``positions`` (the same positions for every example) or ``example_positions`` (one position per
@@ -53,8 +55,32 @@ def _select_names(model: GPT, names_filter: NamesFilter) -> list[str]:
     return selected
 
 
+# TransformerLens' short names (``utils.get_act_name``): cache["resid_post", 3] is blocks.3.hook_resid_post.
+_BLOCK_NAMES = {"resid_pre": "hook_resid_pre", "resid_mid": "hook_resid_mid", "resid_post": "hook_resid_post",
+                "q": "attn.hook_q", "k": "attn.hook_k", "v": "attn.hook_v", "pattern": "attn.hook_pattern",
+                "gate": "attn.hook_gate"}
+_MODEL_NAMES = {"embed": "hook_embed", "input": "hook_input", "memory": "hook_memory", "memory_in": "hook_memory_in",
+                "final": "hook_final"}
+
+
+def act_name(name: str, layer: int | None = None) -> str:
+    """The full hook name for a TransformerLens-style short name and layer (full names pass through)."""
+    if layer is None:
+        return _MODEL_NAMES.get(name, name)
+    if name not in _BLOCK_NAMES:
+        raise KeyError(f"cache[{name!r}, {layer}]: the second index is a layer, as in TransformerLens, and needs "
+                       f"a short block name ({sorted(_BLOCK_NAMES)}); for passes use cache.pass_(k)[name]")
+    return f"blocks.{layer}.{_BLOCK_NAMES[name]}"
+
+
 class ActivationCache:
-    """Activations by hook name and pass. ``cache[name]`` is the last pass; ``cache[name, k]`` pass k."""
+    """Activations by hook name, for every pass of a schedule, read as TransformerLens reads its cache.
+
+    ``cache[name]`` is the activation of the last pass (the state the schedule ends in);
+    ``cache["resid_post", 3]`` is ``blocks.3.hook_resid_post`` (the second index is a layer, as in
+    TransformerLens, never a pass). Passes have their own accessors: ``cache.pass_(k)`` is a cache of
+    pass k alone, ``cache.stack_passes(name)`` stacks one hook over passes.
+    """
 
     def __init__(self, passes: list[dict[str, torch.Tensor]], positions: torch.Tensor | None,
                  schedule: str, n_layer: int) -> None:
@@ -67,48 +93,100 @@ class ActivationCache:
     def n_passes(self) -> int:
         return len(self.passes)
 
+    def pass_(self, k: int) -> ActivationCache:
+        """The activations of pass ``k`` (negative counts from the end) as a one-pass cache."""
+        if not -self.n_passes <= k < self.n_passes:
+            raise IndexError(f"pass {k} is invalid: this cache holds {self.n_passes} passes")
+        return ActivationCache([self.passes[k]], self.positions, self.schedule, self.n_layer)
+
     def keys(self) -> list[str]:
         return list(self.passes[-1]) if self.passes else []
 
+    def values(self) -> list[torch.Tensor]:
+        return [self[n] for n in self.keys()]
+
+    def items(self) -> list[tuple[str, torch.Tensor]]:
+        return [(n, self[n]) for n in self.keys()]
+
+    def __iter__(self):
+        return iter(self.keys())
+
+    def __len__(self) -> int:
+        return len(self.keys())
+
     def __contains__(self, name: str) -> bool:
-        return name in self.passes[-1]
+        return act_name(name) in self.passes[-1]
 
     def __getitem__(self, key: str | tuple[str, int]) -> torch.Tensor:
-        name, k = (key, -1) if isinstance(key, str) else key
-        if name not in self.passes[k]:
+        name = act_name(key) if isinstance(key, str) else act_name(*key)
+        if name not in self.passes[-1]:
             raise KeyError(f"{name!r} is not in this cache (recorded: {self.keys()[:6]}...)")
-        return self.passes[k][name]
+        return self.passes[-1][name]
 
     def stack_passes(self, name: str) -> torch.Tensor:
         """(n_passes, ...) for one hook."""
+        name = act_name(name)
         return torch.stack([p[name] for p in self.passes])
 
-    def accumulated_resid(self, pass_index: int = -1) -> torch.Tensor:
-        """Residual stream at every depth: (L + 1, B, ..., D), depth 0 = the input after fusion."""
-        names = ["hook_input"] + [f"blocks.{l}.hook_resid_post" for l in range(self.n_layer)]
-        return torch.stack([self[n, pass_index] for n in names])
+    def stack_activation(self, activation_name: str, layer: int = -1) -> torch.Tensor:
+        """(layers, ...): one block activation (a short name, e.g. ``"resid_post"``) of every layer below
+        ``layer`` (-1: all), as TransformerLens' ``stack_activation``."""
+        stop = self.n_layer if layer == -1 else layer
+        if not 0 < stop <= self.n_layer:
+            raise ValueError(f"layer={layer!r} is invalid: must be -1 or in [1, {self.n_layer}]")
+        return torch.stack([self[activation_name, l] for l in range(stop)])
 
-    stack_activation = accumulated_resid  # TransformerLens spelling for the residual stack
+    def accumulated_resid(self, layer: int | None = None, incl_mid: bool = False, return_labels: bool = False
+                          ) -> torch.Tensor | tuple[torch.Tensor, list[str]]:
+        """(components, ...): the residual stream at every depth up to ``layer``, as TransformerLens'
+        ``accumulated_resid``: depth l < L is what block l reads (``l_pre``: ``hook_input`` for l = 0,
+        after any fusion), depth L the final stream (``final_post``); ``incl_mid`` adds each block's
+        ``resid_mid``. ``layer`` None (or L) covers all L + 1 depths."""
+        stop = self.n_layer if layer is None or layer == -1 else layer
+        if not 0 <= stop <= self.n_layer:
+            raise ValueError(f"layer={layer!r} is invalid: must be None, -1 or in [0, {self.n_layer}]")
+        names, labels = [], []
+        for depth in range(stop + 1):
+            if depth == self.n_layer:
+                names.append(f"blocks.{depth - 1}.hook_resid_post")
+                labels.append("final_post")
+                break
+            names.append("hook_input" if depth == 0 else f"blocks.{depth - 1}.hook_resid_post")
+            labels.append(f"{depth}_pre")
+            if incl_mid and depth < stop:
+                names.append(f"blocks.{depth}.hook_resid_mid")
+                labels.append(f"{depth}_mid")
+        stacked = torch.stack([self[n] for n in names])
+        return (stacked, labels) if return_labels else stacked
 
 
 class _Recorder:
-    """Collects hook outputs forward by forward and assembles them into passes."""
+    """Collects hook outputs forward by forward and assembles them into passes.
 
-    def __init__(self, names: list[str], batch: int, seq_len: int, keep: torch.Tensor | None,
-                 per_example: bool) -> None:
-        self.names, self.batch, self.seq_len = names, batch, seq_len
-        self.keep, self.per_example = keep, per_example
+    Positions are mapped to their slots on the device the forward ran on, without reading them.
+    Kept positions (``keep``, or all) fill slots 0..K-1; a forward's other positions go to one spare
+    slot K, cut off by ``finish``. Per example (one kept position each), an example whose position
+    this forward does not compute keeps its previous entry.
+    """
+
+    def __init__(self, seq_len: int, keep: torch.Tensor | None, per_example: bool, device: torch.device) -> None:
+        self.seq_len, self.per_example = seq_len, per_example
+        self.keep = None if keep is None else keep.to(device)
+        targets = torch.arange(seq_len) if keep is None or per_example else keep
+        self.kept = len(targets)
+        slot_of = torch.full((seq_len,), self.kept, dtype=torch.long)  # position -> slot (built on the host)
+        slot_of[targets] = torch.arange(self.kept)
+        self.slot_of = slot_of.to(device)
         self.passes: list[dict[str, torch.Tensor]] = []
-        self.seen = torch.zeros(seq_len, dtype=torch.bool)
+        self.filled = seq_len  # positions the current pass holds (full: the next forward opens a pass)
         self.step_positions: torch.Tensor | None = None
 
     def on_positions(self, positions: torch.Tensor, hook) -> None:
-        pos = positions.detach().cpu()
-        if not self.passes or bool(self.seen[pos].any()):
+        if self.filled + positions.numel() > self.seq_len:
             self.passes.append({})
-            self.seen.zero_()
-        self.seen[pos] = True
-        self.step_positions = pos
+            self.filled = 0
+        self.filled += positions.numel()
+        self.step_positions = positions.detach()
 
     def on_activation(self, tensor: torch.Tensor, hook) -> None:
         name, dim, pos = hook.name, position_dim(hook.name), self.step_positions
@@ -121,25 +199,25 @@ class _Recorder:
                 shape = list(t.shape)
                 del shape[dim]
                 store[name] = torch.full(shape, float("nan"), dtype=t.dtype, device=t.device)
-            slot = torch.full((self.seq_len,), -1, dtype=torch.long)
-            slot[pos] = torch.arange(len(pos))
-            where = slot[self.keep]  # (B,) index of each example's position in this forward, -1 if absent
-            found = (where >= 0).nonzero().squeeze(1)
-            if len(found):
-                rows, cols = found.to(t.device), where[found].to(t.device)
-                store[name][rows] = t.movedim(dim, 1)[rows, cols]
+            index = torch.full((self.seq_len,), -1, dtype=torch.long, device=pos.device)
+            index[pos] = torch.arange(pos.numel(), device=pos.device)
+            where = index[self.keep]  # (B,) each example's position in this forward, -1 if absent
+            picked = t.movedim(dim, 1)[torch.arange(t.size(0), device=t.device), where.clamp(min=0)]
+            found = (where >= 0).view(-1, *[1] * (picked.ndim - 1))
+            store[name] = torch.where(found, picked, store[name])
             return
-        targets = torch.arange(self.seq_len) if self.keep is None else self.keep
-        lookup = torch.full((self.seq_len,), -1, dtype=torch.long)
-        lookup[targets] = torch.arange(len(targets))
-        slots = lookup[pos]
-        kept = slots >= 0
         if name not in store:
             shape = list(t.shape)
-            shape[dim] = len(targets)
+            shape[dim] = self.kept + 1
             store[name] = torch.full(shape, float("nan"), dtype=t.dtype, device=t.device)
-        index = kept.nonzero().squeeze(1).to(t.device)
-        store[name].index_copy_(dim, slots[kept].to(t.device), t.index_select(dim, index))
+        store[name].index_copy_(dim, self.slot_of[pos], t)
+
+    def finish(self) -> list[dict[str, torch.Tensor]]:
+        """The passes, without the spare slot."""
+        if self.per_example:
+            return self.passes
+        return [{name: t.narrow(position_dim(name), 0, self.kept).contiguous() for name, t in p.items()}
+                for p in self.passes]
 
 
 @torch.no_grad()
@@ -166,9 +244,9 @@ def run_with_cache(model: GPT, idx: torch.Tensor, schedule: str = "single", *, p
         if keep.shape != (B,) or int(keep.min()) < 0 or int(keep.max()) >= T:
             raise ValueError(f"example_positions must have shape ({B},) with indices in [0, {T - 1}]")
     names = _select_names(model, names_filter)
-    recorder = _Recorder(names, B, T, keep, per_example)
+    recorder = _Recorder(T, keep, per_example, idx.device)
     fwd_hooks = [("hook_positions", recorder.on_positions)] + [(n, recorder.on_activation) for n in names]
     with attach_hooks(model, fwd_hooks):
         out = schedules.run(model, idx, schedule, passes=passes, subsets=subsets, block=block,
                             plain_prefix=plain_prefix)
-    return out, ActivationCache(recorder.passes, keep, schedule, model.config.n_layer)
+    return out, ActivationCache(recorder.finish(), keep, schedule, model.config.n_layer)
