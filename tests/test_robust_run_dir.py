@@ -89,9 +89,13 @@ def test_resume_refuses_history_without_a_usable_checkpoint(run):
     ({"tokens": 0}, False, r"train_state.json is invalid: needs step"),
     ({"step": 99, "tokens": 0, "flops": 0.0, "seconds": 0.0}, False, r"an int in \[1, 3\]"),
     ({"step": -5, "tokens": 0, "flops": 0.0, "seconds": 0.0}, True, r"train_state.json .* manifest"),
+    (None, True, r"missing file .*train_state.json"),
 ])
 def test_a_bad_state_file_is_named_and_never_truncates_history(run, state, manifest, message):
-    (run / "checkpoint" / "train_state.json").write_text(json.dumps(state))
+    if state is None:
+        (run / "checkpoint" / "train_state.json").unlink()
+    else:
+        (run / "checkpoint" / "train_state.json").write_text(json.dumps(state))
     if not manifest:
         (run / "checkpoint" / "manifest.json").unlink()
     history = (run / "history.csv").read_bytes()
