@@ -17,7 +17,9 @@ memory each query position reads, and a mask of the positions that read any memo
 Mechanisms:
 - ``NoFeedback`` ("none"): the baseline; every point is the identity.
 - ``LRT`` ("lrt"): gated recurrent K/V projection (shared or per layer) and residual injection
-  ``alpha_l * x + gamma_l * m`` (LRT paper and its public code).
+  ``alpha_l * x + gamma_l * m`` (LRT paper and its public code). Each layer's injections read the
+  memory through their own hook point, ``mechanism.hook_read.{l}``, so an intervention can reach
+  one injection point and leave the others alone.
 - ``FBT`` ("fbt"): ``u_t = RMSNorm((W_U m) * sigmoid(W_G RMSNorm(e_t)))`` (FBT paper): the state on
   the value path, the token only gates it, with uniform jitter on the carried state in training.
 """
@@ -32,6 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import ModelConfig
+from .hooks import HookPoint
 
 
 def norm(x: torch.Tensor) -> torch.Tensor:
@@ -109,13 +112,22 @@ class LRT(NoFeedback):
         if "residual" in config.lrt_inject:
             self.alpha = nn.Parameter(torch.ones(config.n_layer))
             self.gamma = nn.Parameter(torch.full((config.n_layer,), float(config.lrt_gamma_init)))
+        self.hook_read = nn.ModuleList(HookPoint() for _ in range(config.n_layer))  # (B, T, D) per layer
 
     def init_weights(self) -> None:
-        """Zero projections and gates (gates = 2*sigmoid(0) = 1): with gamma=0 the model starts as the baseline."""
+        """Zero gates (gates = 2*sigmoid(0) = 1) and, by default, zero projections: with gamma=0 the model
+        starts as the baseline. ``lrt_kv_init="uniform"`` starts the projections as the reference code
+        does (nanochat's matrix init, the scale of the block's own K/V), so the memory reaches keys and
+        values from the first step instead of waiting for the projections to grow from zero."""
         with torch.no_grad():
             if "kv" in self.config.lrt_inject:
-                for lin in [*self.rec_k, *self.rec_v, *self.gates]:
+                for lin in self.gates:
                     lin.weight.zero_()
+                for lin in [*self.rec_k, *self.rec_v]:
+                    if self.config.lrt_kv_init == "uniform":
+                        uniform_init_(lin.weight)
+                    else:
+                        lin.weight.zero_()
             if "residual" in self.config.lrt_inject:
                 self.alpha.fill_(1.0)
                 self.gamma.fill_(self.config.lrt_gamma_init)
@@ -123,7 +135,7 @@ class LRT(NoFeedback):
     def inject_residual(self, layer: int, x: torch.Tensor, feedback: Feedback) -> torch.Tensor:
         if "residual" not in self.config.lrt_inject:
             return x
-        m = feedback.masked_memory()
+        m = self._read(layer, feedback)
         x = x * self.alpha[layer]
         return x if m is None else x + self.gamma[layer] * m
 
@@ -136,17 +148,32 @@ class LRT(NoFeedback):
         gates = (2.0 * torch.sigmoid(logits)).view(B, T, 2, self.kv_heads, 1)
         g_local, g_feedback = gates.unbind(2)
         k, v = g_local * k, g_local * v
-        m = feedback.masked_memory()
+        m = self._read(layer, feedback)
         if m is not None:  # zero memory contributes nothing, so a plain pass skips the projection
             k_rec, v_rec = self._project(layer, m, feedback.memo)
             k = k + g_feedback * k_rec
             v = v + g_feedback * v_rec
         return k, v, gates
 
+    def _read(self, layer: int, feedback: Feedback) -> torch.Tensor | None:
+        """The memory layer ``layer`` injects (plain positions zeroed), through its hook point when a hook
+        listens; memoised so the residual and K/V injections of one layer see one (possibly edited) read.
+        An edit cannot make a plain position read memory: the mask applies again after the hook."""
+        m = feedback.masked_memory()
+        hook = self.hook_read[layer]
+        if m is None or not hook.active:
+            return m
+        key = ("read", layer)
+        if key not in feedback.memo:
+            edited = hook(m)
+            feedback.memo[key] = edited if feedback.mask is None else edited * feedback.mask.unsqueeze(-1).to(m.dtype)
+        return feedback.memo[key]
+
     def _project(self, layer: int, m: torch.Tensor, memo: dict) -> tuple[torch.Tensor, torch.Tensor]:
-        """Recurrent keys/values (B, T, kv_heads, head_dim); a shared projection is computed once per forward."""
+        """Recurrent keys/values (B, T, kv_heads, head_dim); a shared projection is computed once per forward
+        (once per layer for a layer whose read a hook may have edited)."""
         proj = 0 if len(self.rec_k) == 1 else layer
-        key = ("rec_kv", proj)
+        key = ("rec_kv", proj, layer if self.hook_read[layer].active else None)
         if key not in memo:
             shape = (*m.shape[:2], self.kv_heads, self.head_dim)
             k_rec, v_rec = F.linear(m, self.rec_k[proj].weight), F.linear(m, self.rec_v[proj].weight)

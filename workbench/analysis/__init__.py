@@ -1,10 +1,11 @@
-"""Measurements: activation caches, probes, fixed-point contraction, reasoning-trace lengths.
+"""Measurements: activation caches, probes, interventions on the memory, contraction, reasoning traces.
 
 Every function returns plain data (tensors, pandas DataFrames); ``workbench.plots`` draws them.
 """
 
 from .cache import ActivationCache, run_with_cache
 from .contraction import jacobian_norm, jacobian_power_iteration, memory_trajectory, pass_dynamics, sensitivity
+from .interventions import Intervention, feedback_hooks, intervention_effects
 from .probes import (
     DEFAULT_CONDITIONS,
     condition_features,
@@ -17,7 +18,8 @@ from .probes import (
 )
 from .traces import summarize_traces, trace_lengths
 
-__all__ = ["DEFAULT_CONDITIONS", "ActivationCache", "condition_features", "fit_probe", "fold_assignment",
+__all__ = ["DEFAULT_CONDITIONS", "ActivationCache", "Intervention", "condition_features", "feedback_hooks", "fit_probe",
+           "fold_assignment", "intervention_effects",
            "jacobian_norm", "jacobian_power_iteration", "memory_trajectory", "parse_condition", "pass_dynamics",
            "probe_features", "probe_layers", "random_init_model", "run_with_cache", "sensitivity",
            "summarize_traces", "trace_lengths"]

@@ -1,0 +1,521 @@
+"""Causal interventions on the feedback channel: patch, zero or mean-ablate the memory a position reads.
+
+A probe shows that a label is *decodable* from the memory, not that the model *uses* it (the FBT
+paper's own warning, arXiv 2608.08888, appendix F). An intervention tells the two apart: replace
+the memory ``m_{t-1}`` that position t reads and watch the answer. This module does that under any
+schedule (``single``, ``sequential``, ``multipass``, ``interleaved``, ``blockwise``) and any
+teacher-forced decoding regime (``standard``, ``soft``, ``fused``), at three kinds of **site**:
+
+- ``"memory"``: ``hook_memory_in``, the memory a position reads before any mechanism consumes it
+  (FBT's fusion, every LRT injection);
+- ``"input"``: ``hook_input``, the fused input at depth 0 (FBT: the GLU fusion's output), edited
+  only in forwards and at positions that read memory;
+- ``"inject{l}"``: ``mechanism.hook_read.{l}``, the memory LRT's layer l injects (residual and K/V),
+  leaving the other layers' reads alone.
+
+Three **interventions** (``Intervention``): ``patch`` — the value another run had at the same site,
+forward and position (activation patching; ``rows`` picks a row of this batch, e.g. a group mate,
+``source`` runs other tokens); ``zero``; ``mean`` — the mean over the batch's rows that read memory
+there. A schedule calls the model several times (a multi-pass run reads memory once per pass after
+the first), so a site is recorded forward by forward and replayed forward by forward: patching a
+run with its own record reproduces it bit for bit, under every schedule.
+
+- ``feedback_hooks(model, {site: fn})``: a context manager for ad-hoc edits ``fn(tensor, *, hook)``
+  in the style of ``wb.hooks`` and TransformerLens' ``run_with_hooks``; ``hook`` is a
+  ``FeedbackHook`` saying which forward and which absolute positions the tensor holds;
+- ``intervention_effects``: one call, a tidy DataFrame of the answer's logit difference and flip
+  rate per position and intervention;
+- ``label_swap``: the decodability-vs-use experiment on a probe task's batch (swap the memory read
+  at the label position with a group mate's of the other label, against a same-label control);
+- ``ablation_by_distance``: the loss change at t when the memory read d positions back is ablated.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from .. import schedules
+from ..decode import REGIMES
+from ..hooks import hooks as attach_hooks
+from ..metrics import token_losses
+from ..model import GPT, eval_mode
+from ..tasks.base import Batch
+from ..validation import check_int, check_tokens
+from .contraction import step_on
+
+KINDS = ("patch", "zero", "mean")
+SITE_FORMS = ("memory", "input (FBT)", "inject{l} (LRT, 0 <= l < n_layer)")
+_INJECT = re.compile(r"inject(\d+)")
+EditFn = Callable[..., "torch.Tensor | None"]
+
+
+# ------------------------------------------------------------------------------------------ sites
+def site_hook_name(model: GPT, site: str) -> str:
+    """The hook point a site edits; a ValueError names the sites this model has."""
+    mechanism = model.config.mechanism
+    allowed = [s for s in SITE_FORMS if not (s.startswith("input") and mechanism != "fbt")
+               and not (s.startswith("inject") and mechanism != "lrt")]
+    if site == "memory":
+        return "hook_memory_in"
+    if site == "input" and mechanism == "fbt":
+        return "hook_input"
+    match = _INJECT.fullmatch(site) if isinstance(site, str) else None
+    if match and mechanism == "lrt" and int(match.group(1)) < model.config.n_layer:
+        return f"mechanism.hook_read.{int(match.group(1))}"
+    raise ValueError(f"site={site!r} is invalid for a {mechanism!r} model: must be one of {allowed}")
+
+
+def sites(model: GPT) -> list[str]:
+    """Every site of a model: ``memory``, then ``input`` (FBT) or ``inject0..`` (LRT)."""
+    extra = {"fbt": ["input"], "lrt": [f"inject{layer}" for layer in range(model.config.n_layer)]}
+    return ["memory", *extra.get(model.config.mechanism, [])]
+
+
+@dataclass(frozen=True)
+class FeedbackHook:
+    """What an edit function receives as ``hook``: where in the run its tensor sits."""
+
+    site: str
+    name: str  # the hook point's name
+    forward: int  # index of this forward among the run's forwards that read memory (0-based)
+    positions: torch.Tensor  # (Tc,) absolute positions of the tensor's position dimension
+
+
+class _Tracker:
+    """Follows the forwards of a run: their positions, and whether each reads memory (and which one it is)."""
+
+    def __init__(self) -> None:
+        self.positions = torch.empty(0, dtype=torch.long)
+        self.forward = -1
+        self.reading = False
+
+    def on_positions(self, positions: torch.Tensor, hook) -> None:
+        self.positions, self.reading = positions.detach().cpu(), False
+
+    def on_memory(self, memory: torch.Tensor, hook) -> None:
+        self.reading = True
+        self.forward += 1
+
+
+@contextmanager
+def feedback_hooks(model: GPT, fwd_hooks: Mapping[str, EditFn] | Sequence[tuple[str, EditFn]]) -> Iterator[None]:
+    """Attach edits ``fn(tensor, *, hook)`` to feedback sites for a ``with`` block (removed afterwards).
+
+    ``fwd_hooks`` maps a site (``"memory"``, ``"input"``, ``"inject{l}"``) to a function that gets the
+    tensor (B, Tc, D) of one forward and a ``FeedbackHook``; returning a tensor replaces it, None only
+    observes. Functions are called only in forwards that read memory, so an edit never reaches a
+    plain pass. Works around anything that calls the model: ``schedules.run``, ``generate``, caches.
+    """
+    tracker = _Tracker()
+    items = list(fwd_hooks.items() if isinstance(fwd_hooks, Mapping) else fwd_hooks)
+    named = [(site, site_hook_name(model, site), fn) for site, fn in items]
+
+    def wrap(site: str, name: str, fn: EditFn) -> Callable:
+        def call(tensor: torch.Tensor, hook) -> torch.Tensor | None:
+            if not tracker.reading:
+                return None
+            return fn(tensor, hook=FeedbackHook(site, name, tracker.forward, tracker.positions))
+        return call
+
+    wired = [("hook_positions", tracker.on_positions), ("hook_memory_in", tracker.on_memory)]
+    with attach_hooks(model, wired + [(name, wrap(site, name, fn)) for site, name, fn in named]):
+        yield
+
+
+# ------------------------------------------------------------------------------------------ runs
+def _check_run(schedule: str, regime: str | None, prompt_len: int | None, T: int) -> None:
+    if schedule not in schedules.SCHEDULES:
+        raise ValueError(f"schedule={schedule!r} is invalid: must be one of {schedules.SCHEDULES}")
+    if regime is None:
+        return
+    if regime not in REGIMES:
+        raise ValueError(f"regime={regime!r} is invalid: must be None (a schedule) or one of {REGIMES}")
+    if prompt_len is None:
+        raise ValueError("prompt_len is required with a regime: the prompt's length, in [1, T]")
+    check_int("prompt_len", prompt_len, 1, T)
+
+
+def run_logits(model: GPT, idx: torch.Tensor, *, schedule: str = "sequential", regime: str | None = None,
+               prompt_len: int | None = None, prefill_passes: int = 1, passes: int = 2, subsets: int = 2,
+               block: int = 32, plain_prefix: int | torch.Tensor = 0) -> torch.Tensor:
+    """Logits (B, T, V) of ``idx`` under a schedule, or teacher-forced under a decoding ``regime``.
+
+    A regime computes what ``generate(idx[:, :prompt_len], regime=...)`` computes on the continuation
+    ``idx[:, prompt_len:]``: the prompt in one plain pass (``standard``, ``soft``) or ``1 +
+    prefill_passes`` Jacobi passes (``fused``) through a KV cache, then every continuation token reads
+    its predecessor's memory (``soft``, ``fused``). ``soft`` with ``prompt_len = p`` is the exact
+    recurrence with ``plain_prefix = p`` at the cost of one prefill and ``T - p`` steps.
+    """
+    check_tokens(model.config.vocab_size, idx)
+    B, T = idx.shape
+    _check_run(schedule, regime, prompt_len, T)
+    with eval_mode(model), torch.no_grad():
+        if regime is None:
+            return schedules.run(model, idx, schedule, passes=passes, subsets=subsets, block=block,
+                                 plain_prefix=plain_prefix).logits
+        if regime == "standard":
+            return model(idx)
+        check_int("prefill_passes", prefill_passes, 1)
+        cache = model.new_kv_cache(B, T)
+        prefill = schedules.multipass(model, idx[:, :prompt_len], passes=1 + (prefill_passes if regime == "fused"
+                                                                               else 0), cache=cache)
+        if prompt_len == T:
+            return prefill.logits
+        return torch.cat([prefill.logits, step_on(model, idx, cache, prompt_len, T)[1]], dim=1)
+
+
+def reads_memory(idx: torch.Tensor, *, schedule: str = "sequential", regime: str | None = None,
+                 prompt_len: int | None = None, block: int = 32, plain_prefix: int | torch.Tensor = 0,
+                 **_: Any) -> torch.Tensor:
+    """(B, T) bool: the (example, position) pairs that read memory in the final result of a run.
+
+    Position 0 never does; nor a plain prefix; ``single`` and ``standard`` read none; ``blockwise``
+    only the first position of each block; ``soft`` the continuation; ``fused`` every position after
+    the first (the prompt in its later passes).
+    """
+    B, T = idx.shape
+    _check_run(schedule, regime, prompt_len, T)
+    t = torch.arange(T, device=idx.device)
+    if regime is not None:
+        start = {"standard": T, "soft": prompt_len, "fused": 1}[regime]
+        return (t >= max(start, 1)).expand(B, T).clone()
+    if schedule == "single":
+        return torch.zeros(B, T, dtype=torch.bool, device=idx.device)
+    reads = schedules.feedback_mask(B, T, plain_prefix, idx.device)
+    if schedule == "blockwise":
+        reads &= (t % min(block, T) == 0)[None, :]
+    return reads
+
+
+# ------------------------------------------------------------------------------------------ records
+@dataclass
+class SiteRecord:
+    """A site's values in one run, forward by forward: what ``patch`` replays and ``mean`` averages."""
+
+    site: str
+    positions: list[torch.Tensor] = field(default_factory=list)  # per forward: (Tc,) absolute positions
+    values: list[torch.Tensor] = field(default_factory=list)  # per forward: (B, Tc, D)
+    reads: torch.Tensor | None = None  # (B, T) bool: rows x positions that read memory
+    logits: torch.Tensor | None = None  # (B, T, V) the run's logits
+
+    def means(self, forward: int) -> torch.Tensor:
+        """(Tc, D) mean over the rows that read memory at each position of a forward (0 where none do)."""
+        reads = self.reads[:, self.positions[forward].to(self.reads.device)].to(self.values[forward])
+        total = (self.values[forward] * reads[..., None]).sum(0)
+        return total / reads.sum(0).clamp(min=1)[:, None]
+
+
+def record_site(model: GPT, idx: torch.Tensor, site: str = "memory", **run: Any) -> SiteRecord:
+    """Run ``idx`` (``run``: ``run_logits``' keywords) and keep ``site``'s value in every forward that reads memory."""
+    record = SiteRecord(site, reads=reads_memory(idx, **run))
+
+    def keep(tensor: torch.Tensor, *, hook: FeedbackHook) -> None:
+        record.positions.append(hook.positions)
+        record.values.append(tensor.detach().clone())
+
+    with feedback_hooks(model, {site: keep}):
+        record.logits = run_logits(model, idx, **run)
+    return record
+
+
+@dataclass(frozen=True)
+class Intervention:
+    """One edit of a site: ``kind`` ``patch`` (needs ``rows``, ``source`` or both), ``zero`` or ``mean``.
+
+    ``patch``: each row i takes the recorded value of row ``rows[i]`` (default i) of the run on
+    ``source`` tokens (default: this batch) — a group mate, a shuffled batch, another prompt.
+    """
+
+    kind: str
+    rows: torch.Tensor | None = None  # (B,) long
+    source: torch.Tensor | None = None  # (B', T) tokens of the source run
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"kind={self.kind!r} is invalid: must be one of {KINDS}")
+        if self.kind == "patch" and self.rows is None and self.source is None:
+            raise ValueError("a patch needs rows (rows of this batch to copy from) or source tokens (another run)")
+        if self.kind != "patch" and (self.rows is not None or self.source is not None):
+            raise ValueError(f"rows and source belong to kind='patch', not kind={self.kind!r}")
+
+
+def edit_function(intervention: Intervention, where: torch.Tensor, record: SiteRecord) -> EditFn:
+    """The ``fn(tensor, *, hook)`` that applies an intervention at ``where`` (B, T) bool, replaying ``record``
+    (the source run for a patch, the clean run for a mean) forward by forward."""
+    kind = intervention.kind
+    rows = intervention.rows
+
+    def edit(tensor: torch.Tensor, *, hook: FeedbackHook) -> torch.Tensor | None:
+        mask = where[:, hook.positions.to(where.device)]
+        if not bool(mask.any()):
+            return None
+        if kind == "zero":
+            replacement = torch.zeros_like(tensor)
+        else:
+            if hook.forward >= len(record.values) or not torch.equal(record.positions[hook.forward], hook.positions):
+                raise ValueError(f"the {kind} record does not match this run at forward {hook.forward}: "
+                                 "record the same schedule on tokens of the same length")
+            if kind == "mean":
+                replacement = record.means(hook.forward)[None].expand_as(tensor)
+            else:
+                source = record.values[hook.forward]
+                replacement = source if rows is None else source[rows.to(source.device)]
+        return torch.where(mask[..., None].to(tensor.device), replacement.to(tensor), tensor)
+
+    return edit
+
+
+def _where(B: int, T: int, positions: torch.Tensor | int, reads: torch.Tensor) -> torch.Tensor:
+    """(B, T) bool: one position per row (``positions`` int or (B,)) that also reads memory."""
+    chosen = torch.zeros(B, T, dtype=torch.bool, device=reads.device)
+    chosen[torch.arange(B), torch.as_tensor(positions, device=reads.device).expand(B)] = True
+    return chosen & reads
+
+
+def intervene(model: GPT, idx: torch.Tensor, intervention: Intervention, positions: int | torch.Tensor,
+              site: str = "memory", clean: SiteRecord | None = None, **run: Any) -> torch.Tensor:
+    """Logits (B, T, V) of ``idx`` with ``site`` edited at ``positions`` (int, or one per row (B,)).
+
+    ``clean``: this run's own record (``record_site``), reused for ``mean`` and row patches when given.
+    Positions that read no memory are left alone, whatever the site.
+    """
+    B, T = idx.shape
+    positions = torch.as_tensor(positions)
+    if positions.ndim > 1 or (positions.ndim == 1 and len(positions) != B) or bool(
+            (positions < 0).any() | (positions >= T).any()):
+        raise ValueError(f"positions={positions.tolist()!r} is invalid: must be an int or ({B},) ints in [0, {T - 1}]")
+    if intervention.rows is not None and (intervention.rows.shape != (B,)):
+        raise ValueError(f"rows must have shape ({B},), got {tuple(intervention.rows.shape)}")
+    clean = clean if clean is not None else record_site(model, idx, site, **run)
+    record = record_site(model, intervention.source, site, **run) if intervention.source is not None else clean
+    if intervention.source is not None and intervention.source.shape[1] != T:
+        raise ValueError(f"source must have T={T} positions like idx, got {intervention.source.shape[1]}")
+    where = _where(B, T, positions, clean.reads)
+    with feedback_hooks(model, {site: edit_function(intervention, where, record)}):
+        return run_logits(model, idx, **run)
+
+
+# ------------------------------------------------------------------------------------------ effects
+def _answer_numbers(logits: torch.Tensor, answers: torch.Tensor, foils: torch.Tensor | None
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """Per row: logit(answer) - logit(foil) (or - the best other token), and the prediction (the answer
+    or the foil when a foil is given, else the argmax over the vocabulary)."""
+    logits = logits.double()
+    rows = torch.arange(len(answers))
+    correct = logits[rows, answers]
+    if foils is not None:
+        other = logits[rows, foils]
+        prediction = torch.where(correct >= other, answers, foils)
+    else:
+        other = logits.scatter(1, answers[:, None], float("-inf")).max(1).values
+        prediction = logits.argmax(1)
+    return (correct - other).cpu().numpy(), prediction.cpu().numpy()
+
+
+def intervention_effects(model: GPT, idx: torch.Tensor, positions: int | Sequence[int], answers: torch.Tensor,
+                         interventions: Mapping[str, Intervention] | Sequence[str] = ("zero", "mean"), *,
+                         foils: torch.Tensor | None = None, answer_positions: int | torch.Tensor | None = None,
+                         site: str = "memory", per_example: bool = False, **run: Any) -> pd.DataFrame:
+    """How each intervention at each position moves the answer: one call, a tidy DataFrame.
+
+    ``positions``: where to intervene (each on its own run); ``answers`` (B,): the answer token read
+    at ``answer_positions`` (int or (B,); default the intervened position itself, whose prediction
+    reads the edited memory first); ``foils`` (B,): the wrong answer to compare with (default: the
+    best other token). ``interventions``: names -> ``Intervention``, or kind names (``"zero"``,
+    ``"mean"``). ``run``: the schedule or regime (``run_logits``' keywords; default ``sequential``).
+
+    Returns per (site, position, intervention): ``n``, ``logit_diff_clean``, ``logit_diff``,
+    ``logit_diff_change`` (means) and ``flip_rate`` (share of rows whose prediction changed);
+    ``per_example=True`` gives one row per example instead (``flipped`` bool).
+    """
+    check_tokens(model.config.vocab_size, idx)
+    B, T = idx.shape
+    named = {k: Intervention(k) for k in interventions} if not isinstance(interventions, Mapping) \
+        else dict(interventions)
+    if not named:
+        raise ValueError("interventions must name at least one intervention")
+    wanted = [positions] if isinstance(positions, (int, np.integer)) else list(positions)
+    if not wanted:
+        raise ValueError("positions must name at least one position")
+    for p in wanted:
+        check_int("positions", p, 0, T - 1)
+    for name, tokens in (("answers", answers), ("foils", foils)):
+        if tokens is not None and tuple(tokens.shape) != (B,):
+            raise ValueError(f"{name} must have shape ({B},), got {tuple(tokens.shape)}")
+    clean = record_site(model, idx, site, **run)
+    rows = torch.arange(B)
+    frames = []
+    for p in wanted:
+        at = torch.as_tensor(p if answer_positions is None else answer_positions).expand(B)
+        if bool((at < 0).any() | (at >= T).any()):
+            raise ValueError(f"answer_positions must lie in [0, {T - 1}]")
+        before, predicted = _answer_numbers(clean.logits[rows, at], answers, foils)
+        for name, intervention in named.items():
+            logits = intervene(model, idx, intervention, p, site, clean, **run)
+            after, now = _answer_numbers(logits[rows, at], answers, foils)
+            frames.append(pd.DataFrame({
+                "example": np.arange(B), "site": site, "position": p, "intervention": name,
+                "answer_position": at.numpy(), "logit_diff_clean": before, "logit_diff": after,
+                "logit_diff_change": after - before, "flipped": now != predicted,
+                "reads_memory": clean.reads[rows, p].cpu().numpy()}))
+    frame = pd.concat(frames, ignore_index=True)
+    return frame if per_example else summarize_effects(frame)
+
+
+def summarize_effects(per_example: pd.DataFrame) -> pd.DataFrame:
+    """Per (site, position, intervention): ``n``, mean logit differences and ``flip_rate``."""
+    keys = ["site", "position", "intervention"]
+    return (per_example.groupby(keys, sort=False)
+            .agg(n=("example", "size"), logit_diff_clean=("logit_diff_clean", "mean"),
+                 logit_diff=("logit_diff", "mean"), logit_diff_change=("logit_diff_change", "mean"),
+                 flip_rate=("flipped", "mean"))
+            .reset_index())
+
+
+# ------------------------------------------------------------------------------------------ the probe experiment
+def mate_rows(batch: Batch, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """For every example, a **swap** row (a group mate whose label differs: same context, other label)
+    and a **control** row (another example with the same label: a group mate when the group has one,
+    else a member of the next group, cyclically, at the same label position). Random among ties, seeded.
+
+    A group shares everything but the label-bearing detail, so the swap changes the label and as
+    little else as possible; the control changes at least as much of the context and not the label.
+    """
+    if batch.labels is None or batch.label_positions is None:
+        raise ValueError("batch must have labels and label_positions (a probe task's batch)")
+    rng = np.random.default_rng(seed)
+    labels, groups = batch.labels.cpu().numpy(), batch.groups.cpu().numpy()
+    positions = batch.label_positions.cpu().numpy()
+    order = list(dict.fromkeys(groups.tolist()))
+    members = {g: np.flatnonzero(groups == g) for g in order}
+    swap, control = np.empty(len(labels), dtype=np.int64), np.empty(len(labels), dtype=np.int64)
+    for i, (label, group) in enumerate(zip(labels, groups)):
+        mates = members[group]
+        other = mates[labels[mates] != label]
+        if len(other) == 0:
+            raise ValueError(f"example {i}'s group holds no other label: a swap needs groups with every label")
+        swap[i] = rng.choice(other)
+        same = mates[(labels[mates] == label) & (mates != i)]
+        start = order.index(group)
+        for step in range(1, len(order)):
+            if len(same):
+                break
+            candidates = members[order[(start + step) % len(order)]]
+            same = candidates[(labels[candidates] == label) & (positions[candidates] == positions[i])]
+        if len(same) == 0:
+            raise ValueError(f"example {i} has no other example with its label at its label position")
+        control[i] = rng.choice(same)
+    return torch.from_numpy(swap), torch.from_numpy(control)
+
+
+def label_tokens(batch: Batch) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The answer token of every example (its target at the label position) and, for a binary task,
+    the foil (the other label's answer token)."""
+    rows = torch.arange(len(batch))
+    answers = batch.targets[rows, batch.label_positions]
+    by_label = {int(label): int(token) for label, token in zip(batch.labels, answers)}
+    if len(by_label) != 2:
+        return answers, None
+    (a, ta), (b, tb) = sorted(by_label.items())
+    foils = torch.where(batch.labels == a, torch.tensor(tb), torch.tensor(ta))
+    return answers, foils
+
+
+def label_swap(model: GPT, batch: Batch, site: str = "memory", seed: int = 0,
+               kinds: Sequence[str] = ("swap", "control", "mean", "zero"), batch_size: int = 256) -> pd.DataFrame:
+    """Decodability vs use on one probe batch: edit the memory read at each example's label position
+    and see whether its answer follows.
+
+    The run is the probe's ``suffix1`` condition (a plain prefill up to the label position, which then
+    reads the previous position's memory: ``regime="soft"``, ``prompt_len`` = the label position).
+    ``swap``: the group mate of the other label's memory (``mate_rows``); ``control``: a same-label
+    example's; ``mean``: the batch mean; ``zero``. Per example rows of ``intervention_effects`` plus
+    ``group`` and ``label``; the answer is the label's first token against the other label's.
+    """
+    if batch.label_positions is None or batch.labels is None:
+        raise ValueError("batch must have labels and label_positions (a probe task's batch)")
+    unknown = sorted(set(kinds) - {"swap", "control", "mean", "zero"})
+    if unknown or not kinds:
+        raise ValueError(f"kinds={tuple(kinds)!r} is invalid: each must be one of ('swap', 'control', 'mean', 'zero')")
+    check_int("batch_size", batch_size, 1)
+    swap, control = mate_rows(batch, seed)
+    answers, foils = label_tokens(batch)
+    frames = []
+    positions = batch.label_positions.cpu()
+    for p in positions.unique().tolist():
+        rows = (positions == p).nonzero().squeeze(1)  # mates share the label position: one run per position
+        idx = batch.tokens[rows, : p + 1].to(model.readout_weight.device)
+        local = torch.full((len(batch),), -1, dtype=torch.long)
+        local[rows] = torch.arange(len(rows))
+        named = {"swap": Intervention("patch", rows=local[swap[rows]]),
+                 "control": Intervention("patch", rows=local[control[rows]]),
+                 "mean": Intervention("mean"), "zero": Intervention("zero")}
+        frame = intervention_effects(model, idx, p, answers[rows], {k: named[k] for k in kinds},
+                                     foils=None if foils is None else foils[rows], site=site, per_example=True,
+                                     regime="soft", prompt_len=p)
+        frame["example"] = rows.numpy()[frame["example"].to_numpy()]
+        frames.append(frame)
+    frame = pd.concat(frames, ignore_index=True).sort_values(["intervention", "example"], kind="stable")
+    frame["group"] = batch.groups.cpu().numpy()[frame["example"].to_numpy()]
+    frame["label"] = batch.labels.cpu().numpy()[frame["example"].to_numpy()]
+    return frame.reset_index(drop=True)
+
+
+# ------------------------------------------------------------------------------------------ distance
+def ablation_by_distance(model: GPT, idx: torch.Tensor, max_distance: int, *, targets: torch.Tensor | None = None,
+                         positions: Sequence[int] | None = None, kind: str = "mean", site: str = "memory",
+                         batch_size: int = 2048, **run: Any) -> pd.DataFrame:
+    """How far back the recurrent state matters: ablate the memory read at position r (``m_{r-1}``) and
+    measure the next-token loss change at ``t = r + d - 1`` for ``d = 1..max_distance`` (``d`` = how many
+    positions back from t the ablated memory was produced).
+
+    ``positions``: the ablated reads r (default every position that reads memory in the first
+    example); ``kind``: ``zero`` or ``mean``; ``targets`` (B, T), -1 = no loss (default: ``idx``
+    shifted left). Every r is its own run, batched as copies of ``idx`` up to ``batch_size`` rows.
+    Returns one row per (example, position r, distance d): ``target_position``, ``loss_clean``,
+    ``loss``, ``increase`` (nats).
+    """
+    check_tokens(model.config.vocab_size, idx)
+    B, T = idx.shape
+    check_int("max_distance", max_distance, 1, T)
+    check_int("batch_size", batch_size, 1)
+    if kind not in ("zero", "mean"):
+        raise ValueError(f"kind={kind!r} is invalid: must be 'zero' or 'mean'")
+    targets = torch.nn.functional.pad(idx[:, 1:], (0, 1), value=-1) if targets is None else targets
+    if targets.shape != idx.shape:
+        raise ValueError(f"targets must have shape {tuple(idx.shape)}, got {tuple(targets.shape)}")
+    clean = record_site(model, idx, site, **run)
+    wanted = (clean.reads[0].nonzero().squeeze(1).tolist() if positions is None else list(positions))
+    for r in wanted:
+        check_int("positions", r, 0, T - 1)
+    base = token_losses(clean.logits.double(), targets.to(clean.logits.device)).cpu()
+    per_run = max(1, batch_size // B)
+    frames = []
+    for start in range(0, len(wanted), per_run):
+        chunk = wanted[start:start + per_run]
+        copies = len(chunk)
+        tiled = SiteRecord(site, clean.positions, [v.repeat(copies, *[1] * (v.ndim - 1)) for v in clean.values],
+                           clean.reads.repeat(copies, 1))
+        at = torch.tensor(chunk).repeat_interleave(B)
+        big = idx.repeat(copies, 1)
+        where = _where(B * copies, T, at, tiled.reads)
+        with feedback_hooks(model, {site: edit_function(Intervention(kind), where, tiled)}):
+            logits = run_logits(model, big, **run)
+        losses = token_losses(logits.double(), targets.repeat(copies, 1).to(logits.device)).cpu().view(copies, B, T)
+        for c, r in enumerate(chunk):
+            t = np.arange(r, min(r + max_distance, T))
+            keep = (targets[:, t] >= 0).cpu().numpy()
+            loss, ref = losses[c][:, t].numpy(), base[:, t].numpy()
+            ex, col = np.nonzero(keep)
+            frames.append(pd.DataFrame({"example": ex, "position": r, "distance": t[col] - r + 1,
+                                        "target_position": t[col], "loss_clean": ref[ex, col], "loss": loss[ex, col],
+                                        "increase": loss[ex, col] - ref[ex, col]}))
+    return pd.concat(frames, ignore_index=True)
