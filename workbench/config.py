@@ -17,6 +17,7 @@ from typing import Any
 MECHANISMS = ("none", "lrt", "fbt")
 LRT_INJECTIONS = ("kv", "residual")
 LRT_PROJECTIONS = ("shared", "per_layer")
+LRT_KV_INITS = ("zero", "uniform")
 
 
 def _fail(cls: str, name: str, value: Any, allowed: str) -> None:
@@ -88,6 +89,7 @@ class ModelConfig(_JSONMixin):
     lrt_projection: str = "shared"  # recurrent K/V projection: "shared" across blocks or "per_layer"
     lrt_gamma_init: float = 0.0  # initial residual-injection scale (0 = start as the baseline; code used 0.1)
     lrt_gate_channels: int | None = None  # gates read the first C channels of the block input; None = min(32, D)
+    lrt_kv_init: str = "zero"  # recurrent K/V projections start "zero" (no memory read) or "uniform" (reference code)
     # --- FBT (Full-Bandwidth Transformer) ---
     fbt_jitter: float = 0.02  # half-width of the uniform noise added to the carried state in training
 
@@ -121,6 +123,7 @@ class ModelConfig(_JSONMixin):
         _check_float(c, "lrt_gamma_init", self.lrt_gamma_init, -10.0, 10.0)
         if self.lrt_gate_channels is not None:
             _check_int(c, "lrt_gate_channels", self.lrt_gate_channels, 1, self.n_embd)
+        _check_choice(c, "lrt_kv_init", self.lrt_kv_init, LRT_KV_INITS)
         _check_float(c, "fbt_jitter", self.fbt_jitter, 0.0, 1.0)
         if self.mechanism == "fbt" and not self.tie_embeddings:
             _fail(c, "tie_embeddings", self.tie_embeddings,

@@ -3,6 +3,9 @@
 Muon (``torch.optim.Muon``) orthogonalises the update of 2-D hidden matrices, which is what it is
 designed for; embeddings, the readout and 1-D scalars (LRT's alpha/gamma) stay on AdamW, as in
 nanochat. ``optimizer="adamw"`` puts everything on AdamW (a control, and what older setups use).
+LRT's injection scales may get their own AdamW groups (``lrt_gamma_lr``, ``lrt_alpha_lr``), as the
+reference code trains them: gamma at 0.5 moves ~170x faster than in the shared group at 3e-3, so the
+memory's residual path can open within a short run instead of staying near its initial value.
 
 The learning rate of every group is ``base_lr * lr_factor(step)``, so one function describes the
 schedule and a resumed run recomputes it from the step alone.
@@ -25,8 +28,10 @@ MUON_MOMENTUM = 0.95
 def build_optimizers(model: GPT, cfg: TrainConfig) -> dict[str, torch.optim.Optimizer]:
     """The run's optimisers by name; each group remembers its peak rate as ``base_lr``."""
     groups = model.parameter_groups()
-    rest = groups["embedding"] + groups["readout"] + groups["scalars"]
-    adam_groups = [{"params": rest, "lr": cfg.lr, "base_lr": cfg.lr, "weight_decay": 0.0}]
+    own = _lrt_scale_groups(model, cfg)
+    claimed = {id(p) for g in own for p in g["params"]}
+    rest = [p for p in groups["embedding"] + groups["readout"] + groups["scalars"] if id(p) not in claimed]
+    adam_groups = [{"params": rest, "lr": cfg.lr, "base_lr": cfg.lr, "weight_decay": 0.0}, *own]
     optimizers: dict[str, torch.optim.Optimizer] = {}
     if cfg.optimizer == "muon":
         optimizers["muon"] = torch.optim.Muon(groups["matrices"], lr=cfg.matrix_lr, momentum=MUON_MOMENTUM,
@@ -37,6 +42,21 @@ def build_optimizers(model: GPT, cfg: TrainConfig) -> dict[str, torch.optim.Opti
                             "weight_decay": cfg.weight_decay})
     optimizers["adamw"] = torch.optim.AdamW(adam_groups, betas=ADAMW_BETAS, eps=1e-8)
     return optimizers
+
+
+def _lrt_scale_groups(model: GPT, cfg: TrainConfig) -> list[dict[str, Any]]:
+    """One AdamW group per LRT injection scale given its own rate (``lrt_gamma_lr`` / ``lrt_alpha_lr``)."""
+    mechanism = getattr(model, "mechanism", None)
+    out = []
+    for name, lr in (("gamma", cfg.lrt_gamma_lr), ("alpha", cfg.lrt_alpha_lr)):
+        param = getattr(mechanism, name, None)
+        if lr is None:
+            continue
+        if not isinstance(param, torch.nn.Parameter):
+            raise ValueError(f"TrainConfig.lrt_{name}_lr={lr!r} is invalid for this model: it has no LRT {name} "
+                             f"(needs mechanism='lrt' with residual injection)")
+        out.append({"params": [param], "lr": lr, "base_lr": lr, "weight_decay": 0.0})
+    return out
 
 
 def lr_factor(cfg: TrainConfig, step: int) -> float:

@@ -48,6 +48,10 @@ class TrainConfig(_JSONMixin):
     grad_accum: int = 1  # micro-batches per process per step (memory knob: the maths does not change)
     optimizer: str = "muon"  # "muon": Muon for hidden matrices + AdamW for the rest; "adamw": AdamW for all
     lr: float = 3e-3  # AdamW learning rate (embedding, readout, scalars; everything when optimizer="adamw")
+    # LRT injection scales in their own AdamW groups, as the reference code trains them (gamma 0.5, alpha
+    # 0.005); None keeps a scale in the shared AdamW group at ``lr`` (the workbench's original treatment)
+    lrt_gamma_lr: float | None = None
+    lrt_alpha_lr: float | None = None
     matrix_lr: float = 0.02  # Muon learning rate for the hidden matrices
     weight_decay: float = 0.0  # decoupled weight decay of the hidden matrices
     lr_schedule: str = "wsd"  # "wsd" (warmup-stable-decay), "cosine" or "constant", after the warmup
@@ -96,6 +100,13 @@ class TrainConfig(_JSONMixin):
         _check_choice(c, "optimizer", self.optimizer, OPTIMIZERS)
         _check_float(c, "lr", self.lr, 0.0, 10.0, lo_open=True)
         _check_float(c, "matrix_lr", self.matrix_lr, 0.0, 10.0, lo_open=True)
+        for name in ("lrt_gamma_lr", "lrt_alpha_lr"):
+            if getattr(self, name) is not None:
+                _check_float(c, name, getattr(self, name), 0.0, 10.0, lo_open=True)
+                if self.model.get("mechanism") != "lrt" or "residual" not in self.model.get("lrt_inject",
+                                                                                           ("residual",)):
+                    _fail(c, name, getattr(self, name), "needs model mechanism='lrt' with residual injection "
+                          "(the scales it trains); use None otherwise")
         _check_float(c, "weight_decay", self.weight_decay, 0.0, 10.0)
         _check_choice(c, "lr_schedule", self.lr_schedule, LR_SCHEDULES)
         _check_int(c, "warmup_steps", self.warmup_steps, 0, self.steps)
