@@ -78,7 +78,9 @@ def generate(model: GPT, prompt: torch.Tensor, max_new_tokens: int, regime: str 
     """Continue ``prompt`` (B, T) by up to ``max_new_tokens``: returns (B, T + new) like Hugging Face.
 
     Sequences that emit ``eos`` are padded with ``eos`` afterwards; generation stops early once all
-    have. With ``return_logits`` also returns the logits that chose each new token (B, new, V).
+    have (that check reads a value each token, so only generation with ``eos`` waits for the device;
+    without it nothing here does). With ``return_logits`` also returns the logits that chose each new
+    token (B, new, V).
     ``compile``: compile the per-token step (see the module docstring); the prefill stays eager.
     """
     _validate(model, prompt, max_new_tokens, regime, prefill_passes, temperature, top_k, eos)
@@ -97,6 +99,7 @@ def generate(model: GPT, prompt: torch.Tensor, max_new_tokens: int, regime: str 
     feedback = regime != "standard"
     tokens, chosen_by = [prompt], []
     done = torch.zeros(B, dtype=torch.bool, device=prompt.device)
+    position = torch.full((1,), P, device=prompt.device)  # advanced on the device: no copy from the host
     for i in range(max_new_tokens):
         nxt = sample_next(logits, temperature, top_k, generator)
         if eos is not None:
@@ -104,11 +107,11 @@ def generate(model: GPT, prompt: torch.Tensor, max_new_tokens: int, regime: str 
             done |= nxt == eos
         tokens.append(nxt[:, None])
         chosen_by.append(logits)
-        if i == max_new_tokens - 1 or bool(done.all()):
+        if i == max_new_tokens - 1 or (eos is not None and bool(done.all())):
             break
         memory = cache.state[:, None] if feedback else None  # every generated token reads it: no mask
-        position = torch.tensor([P + i], device=prompt.device)
         logits, cache.state = step_fn(model, nxt[:, None], memory, position, cache)
+        position = position + 1
     out_tokens = torch.cat(tokens, dim=1)
     if return_logits:
         empty = torch.empty(B, 0, model.config.vocab_size, device=prompt.device)

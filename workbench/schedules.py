@@ -25,7 +25,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -78,17 +80,26 @@ def feedback_mask(batch: int, seq_len: int, plain_prefix: int | torch.Tensor = 0
                   device: torch.device | str | None = None) -> torch.Tensor:
     """(B, T) bool: positions that read memory. Position 0 never does; nor do the first ``plain_prefix``.
 
-    ``plain_prefix`` is an int or a (B,) tensor (FBT's prefix mix-in draws one per sequence).
+    ``plain_prefix`` is an int or a (B,) tensor (FBT's prefix mix-in draws one per sequence). Its
+    values are checked where they already are, never by waiting for a device: an int on the host, a
+    CPU tensor by reading it, an accelerator's tensor asynchronously (the device raises at its next
+    synchronisation), a ``meta`` tensor or a compiled graph not at all.
     """
-    t = torch.arange(seq_len, device=device)
-    prefix = torch.as_tensor(plain_prefix, device=device)
-    negative = not torch.compiler.is_compiling() and bool((prefix < 0).any())  # a value check: eager only
-    if prefix.is_floating_point() or prefix.ndim > 1 or negative:
-        raise ValueError(f"plain_prefix={plain_prefix!r} is invalid: must be an int >= 0 or a (B,) tensor of them")
-    prefix = prefix.clamp(min=1)
-    if prefix.ndim == 0:
-        prefix = prefix.expand(batch)
-    return t[None, :] >= prefix[:, None]
+    allowed = f"plain_prefix={plain_prefix!r} is invalid: must be an int >= 0 or a (B,) integer tensor of them"
+    positions = torch.arange(seq_len, device=device).expand(batch, seq_len)
+    if not isinstance(plain_prefix, torch.Tensor):
+        if isinstance(plain_prefix, bool) or not isinstance(plain_prefix, (int, np.integer)) or plain_prefix < 0:
+            raise ValueError(allowed)
+        return positions >= max(int(plain_prefix), 1)
+    if plain_prefix.is_floating_point() or plain_prefix.dtype == torch.bool or plain_prefix.ndim > 1:
+        raise ValueError(allowed)
+    prefix = plain_prefix.to(device=device)
+    if not torch.compiler.is_compiling():
+        if plain_prefix.device.type == "cpu" and bool((plain_prefix < 0).any()):
+            raise ValueError(allowed)
+        if prefix.device.type not in ("cpu", "meta"):
+            torch._assert_async((prefix >= 0).all(), allowed)
+    return positions >= prefix.clamp(min=1).reshape(-1, 1)
 
 
 def single(model: GPT, idx: torch.Tensor) -> ScheduleOutput:
@@ -204,41 +215,188 @@ def interleaved(model: GPT, idx: torch.Tensor, subsets: int, plain_prefix: int |
                           pass_positions, weights, "interleaved")
 
 
-def run(model: GPT, idx: torch.Tensor, schedule: str = "single", *, passes: int = 2, subsets: int = 2,
-        block: int = 32, plain_prefix: int | torch.Tensor = 0, aux_weight: float = 1.0) -> ScheduleOutput:
-    """Run a schedule by name, with its own parameter taken from the keyword arguments."""
-    check_tokens(model.config.vocab_size, idx)
-    if schedule == "single":
-        return single(model, idx)
-    if schedule == "sequential":
-        return sequential(model, idx, plain_prefix)
-    if schedule == "multipass":
-        return multipass(model, idx, passes, plain_prefix, aux_weight)
-    if schedule == "interleaved":
-        return interleaved(model, idx, subsets, plain_prefix)
-    if schedule == "blockwise":
-        return blockwise(model, idx, min(block, idx.size(1)), plain_prefix)
-    raise ValueError(f"schedule={schedule!r} is invalid: must be one of {SCHEDULES}")
+@dataclass(frozen=True)
+class Schedule:
+    """A schedule as a small immutable value: how to run it, what it costs, its label and its one knob.
 
-
-def pass_equivalents(schedule: str, passes: int = 2, subsets: int = 2) -> float:
-    """How many full passes of work a schedule does per sequence.
-
-    Every position goes through the whole stack once per pass: ``multipass`` does K passes;
-    ``interleaved`` an init pass plus one refinement of every position (each subset attends to the
-    full-length buffer, so attention work is a full pass too): 2, whatever S; ``sequential`` and
-    ``blockwise`` compute each position once.
+    Trainer, evaluation, cache, recipes and plots take one value instead of a name plus loose keyword
+    arguments; ``parse`` reads the string / JSON form the CLI and checkpoints use.
     """
-    if schedule == "multipass":
-        return float(passes)
-    if schedule == "interleaved":
-        return 2.0
-    if schedule in SCHEDULES:
+
+    name: ClassVar[str] = ""
+    knob_name: ClassVar[str | None] = None  # the one parameter this schedule has, if any
+    symbol: ClassVar[str] = ""  # how labels write that parameter (K passes, S subsets, B block)
+
+    def run(self, model: GPT, idx: torch.Tensor, plain_prefix: int | torch.Tensor = 0) -> ScheduleOutput:
+        raise NotImplementedError
+
+    def pass_equivalents(self) -> float:
+        """Full passes of work per sequence: every position goes through the whole stack once per pass."""
         return 1.0
-    raise ValueError(f"schedule={schedule!r} is invalid: must be one of {SCHEDULES}")
+
+    def flops(self, model: GPT, batch: int, seq_len: int) -> float:
+        """Training FLOPs (forward + backward) of one batch: the one step-FLOPs account."""
+        return self.pass_equivalents() * model.flops_per_token(seq_len) * batch * seq_len
+
+    @property
+    def knob(self) -> int | None:
+        return None if self.knob_name is None else getattr(self, self.knob_name)
+
+    @property
+    def label(self) -> str:
+        return self.name if self.knob is None else f"{self.name} {self.symbol}={self.knob}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form (``{"schedule": name, knob: value}``) that ``parse`` reads back."""
+        return {"schedule": self.name, **({} if self.knob_name is None else {self.knob_name: self.knob})}
 
 
-def schedule_flops(model: GPT, schedule: str, batch: int, seq_len: int, passes: int = 2,
+@dataclass(frozen=True)
+class Single(Schedule):
+    name: ClassVar[str] = "single"
+
+    def run(self, model: GPT, idx: torch.Tensor, plain_prefix: int | torch.Tensor = 0) -> ScheduleOutput:
+        return single(model, idx)
+
+
+@dataclass(frozen=True)
+class Sequential(Schedule):
+    name: ClassVar[str] = "sequential"
+
+    def run(self, model: GPT, idx: torch.Tensor, plain_prefix: int | torch.Tensor = 0) -> ScheduleOutput:
+        return sequential(model, idx, plain_prefix)
+
+
+@dataclass(frozen=True)
+class Multipass(Schedule):
+    passes: int = 2
+    aux_weight: float = 1.0
+    name: ClassVar[str] = "multipass"
+    knob_name: ClassVar[str] = "passes"
+    symbol: ClassVar[str] = "K"
+
+    def __post_init__(self) -> None:
+        check_int("passes", self.passes, 1, 1_000_000)
+
+    def run(self, model: GPT, idx: torch.Tensor, plain_prefix: int | torch.Tensor = 0) -> ScheduleOutput:
+        return multipass(model, idx, self.passes, plain_prefix, self.aux_weight)
+
+    def pass_equivalents(self) -> float:
+        return float(self.passes)
+
+
+@dataclass(frozen=True)
+class Interleaved(Schedule):
+    subsets: int = 2
+    name: ClassVar[str] = "interleaved"
+    knob_name: ClassVar[str] = "subsets"
+    symbol: ClassVar[str] = "S"
+
+    def __post_init__(self) -> None:
+        check_int("subsets", self.subsets, 1, 1_000_000)
+
+    def run(self, model: GPT, idx: torch.Tensor, plain_prefix: int | torch.Tensor = 0) -> ScheduleOutput:
+        return interleaved(model, idx, self.subsets, plain_prefix)
+
+    def pass_equivalents(self) -> float:
+        """An init pass plus one refinement of every position (each subset attends to the full-length
+        buffer, so its attention work is a full pass too): 2, whatever S."""
+        return 2.0
+
+
+@dataclass(frozen=True)
+class Blockwise(Schedule):
+    block: int = 32
+    name: ClassVar[str] = "blockwise"
+    knob_name: ClassVar[str] = "block"
+    symbol: ClassVar[str] = "B"
+
+    def __post_init__(self) -> None:
+        check_int("block", self.block, 1, 1_000_000)
+
+    def run(self, model: GPT, idx: torch.Tensor, plain_prefix: int | torch.Tensor = 0) -> ScheduleOutput:
+        return blockwise(model, idx, self.block, plain_prefix)
+
+
+@dataclass(frozen=True)
+class PassMix(Schedule):
+    """FBT's training mix: each batch draws its pass count (e.g. ``{1: .75, 2: .22, 3: .03}``).
+
+    Runs (evaluation) at the deepest trained depth; costs the expected passes per batch.
+    """
+
+    mix: tuple[tuple[int, float], ...] = ((1, 0.75), (2, 0.22), (3, 0.03))
+    aux_weight: float = 1.0
+    name: ClassVar[str] = "pass_mix"
+
+    def __post_init__(self) -> None:
+        if not self.mix or any(k < 1 or p < 0 for k, p in self.mix) or abs(sum(p for _, p in self.mix) - 1) > 1e-6:
+            raise ValueError(f"mix={self.mix!r} is invalid: must be (passes >= 1, probability >= 0) pairs "
+                             "whose probabilities sum to 1")
+
+    @classmethod
+    def of(cls, mix: dict[int, float], aux_weight: float = 1.0) -> PassMix:
+        return cls(tuple(sorted((int(k), float(p)) for k, p in mix.items())), aux_weight)
+
+    @property
+    def deepest(self) -> Multipass:
+        return Multipass(max(k for k, _ in self.mix), self.aux_weight)
+
+    def run(self, model: GPT, idx: torch.Tensor, plain_prefix: int | torch.Tensor = 0) -> ScheduleOutput:
+        return self.deepest.run(model, idx, plain_prefix)
+
+    def pass_equivalents(self) -> float:
+        return float(sum(k * p for k, p in self.mix))
+
+    @property
+    def label(self) -> str:
+        return "pass mix " + "/".join(f"{round(100 * p):g}" for _, p in self.mix)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schedule": "multipass", "pass_mix": {k: p for k, p in self.mix}, "passes": self.deepest.passes}
+
+
+_VALUES: dict[str, type[Schedule]] = {c.name: c for c in (Single, Sequential, Multipass, Interleaved, Blockwise)}
+
+
+def parse(schedule: str | Schedule | dict[str, Any], *, passes: int = 2, subsets: int = 2, block: int = 32,
+          aux_weight: float = 1.0, pass_mix: dict[int, float] | None = None) -> Schedule:
+    """A ``Schedule`` from its value, its JSON form (``{"schedule": "interleaved", "subsets": 2}``) or a
+    name plus the keyword arguments that name uses (the CLI and ``TrainConfig`` form)."""
+    if isinstance(schedule, Schedule):
+        return schedule
+    if isinstance(schedule, dict):
+        spec = dict(schedule)
+        name = spec.pop("schedule", "single")
+        unknown = set(spec) - {"passes", "subsets", "block", "aux_weight", "pass_mix", "plain_prefix"}
+        if unknown:
+            raise ValueError(f"schedule={schedule!r} is invalid: unknown keys {sorted(unknown)}")
+        spec.pop("plain_prefix", None)
+        return parse(name, **{"passes": passes, "subsets": subsets, "block": block, "aux_weight": aux_weight,
+                              "pass_mix": pass_mix, **spec})
+    if schedule not in _VALUES:
+        raise ValueError(f"schedule={schedule!r} is invalid: must be one of {SCHEDULES}")
+    if pass_mix and schedule == "multipass":
+        return PassMix.of({int(k): v for k, v in pass_mix.items()}, aux_weight)
+    knobs = {"multipass": {"passes": passes, "aux_weight": aux_weight}, "interleaved": {"subsets": subsets},
+             "blockwise": {"block": block}}
+    return _VALUES[schedule](**knobs.get(schedule, {}))
+
+
+def run(model: GPT, idx: torch.Tensor, schedule: str | Schedule = "single", *, passes: int = 2, subsets: int = 2,
+        block: int = 32, plain_prefix: int | torch.Tensor = 0, aux_weight: float = 1.0) -> ScheduleOutput:
+    """Run a schedule: a ``Schedule`` value, or a name with its own parameter from the keyword arguments."""
+    check_tokens(model.config.vocab_size, idx)
+    value = parse(schedule, passes=passes, subsets=subsets, block=block, aux_weight=aux_weight)
+    return value.run(model, idx, plain_prefix)
+
+
+def pass_equivalents(schedule: str | Schedule, passes: int = 2, subsets: int = 2) -> float:
+    """How many full passes of work a schedule does per sequence (see ``Schedule.pass_equivalents``)."""
+    return parse(schedule, passes=passes, subsets=subsets).pass_equivalents()
+
+
+def schedule_flops(model: GPT, schedule: str | Schedule, batch: int, seq_len: int, passes: int = 2,
                    subsets: int = 2) -> float:
-    """Training FLOPs (forward + backward) of one batch under a schedule."""
-    return pass_equivalents(schedule, passes, subsets) * model.flops_per_token(seq_len) * batch * seq_len
+    """Training FLOPs (forward + backward) of one batch under a schedule (``Schedule.flops``)."""
+    return parse(schedule, passes=passes, subsets=subsets).flops(model, batch, seq_len)
