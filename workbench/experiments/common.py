@@ -44,10 +44,12 @@ def config(task: str, model: dict, n_steps: int, seed: int, task_params: dict | 
                        batch_size=32, progress=False, log_every=10, eval_size=64, **kw)
 
 
-def budget_runs(prefix: str, specs: list[tuple[str, TrainConfig, dict]], base_steps: int, scale: float
-                ) -> list[RunSpec]:
-    """Runs given the same training FLOPs as ``base_steps`` single-pass steps of the first config."""
-    first = specs[0][1].replace(schedule="single", pass_mix=None, steps=steps(base_steps, scale))
+def budget_runs(prefix: str, specs: list[tuple[str, TrainConfig, dict]], base_steps: int, scale: float,
+                reference: TrainConfig | None = None) -> list[RunSpec]:
+    """Runs given the same training FLOPs as ``base_steps`` single-pass steps of ``reference`` (default: the
+    first config); a reference outside ``specs`` lets two recipes give a shared arm the same budget."""
+    first = (specs[0][1] if reference is None else reference).replace(schedule="single", pass_mix=None,
+                                                                      steps=steps(base_steps, scale))
     task = tasks.get(first.task, **first.task_params)
     model = build_model(first.model_config(task.vocab_size, task.seq_len), device="meta")
     budget = schedules.schedule_flops(model, "single", first.batch_size, task.seq_len) * first.steps

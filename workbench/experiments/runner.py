@@ -34,8 +34,12 @@ def _up_to_date(path: Path, spec: RunSpec) -> bool:
     if not (path / "metrics.json").is_file():
         return False
     stored = load_metrics(path)
+    try:  # through TrainConfig, so a field added since (at its default) leaves a stored run up to date
+        trained = TrainConfig.from_dict(stored.get("train_config", {})).trajectory_dict()
+    except (TypeError, ValueError):
+        return False
     as_json = json.loads(json.dumps(spec.train.trajectory_dict()))  # tuples in the spec are lists once stored
-    return (stored.get("train_config") == as_json and stored.get("eval_schedule") ==
+    return (json.loads(json.dumps(trained)) == as_json and stored.get("eval_schedule") ==
             spec.eval_schedule and stored.get("package_version") == __version__
             and stored.get("eval_size") == spec.eval_size)
 
@@ -66,9 +70,23 @@ def record_reference(path: Path) -> dict[str, float]:
     return metrics["eval_float64"]
 
 
+def _copy_shared(spec: RunSpec, path: Path) -> bool:
+    """Copy an up-to-date run of the same name and spec that another recipe under the same root trained:
+    an arm two recipes compare (LRT interleaved on text in ``lrt_vs_baseline`` and ``schedules``) costs
+    its compute once. Its metrics keep the recipe that trained it."""
+    if path.exists():
+        return False
+    for other in sorted(path.parent.parent.glob(f"*/{spec.name}")):
+        if other.parent != path.parent and _up_to_date(other, spec) and (other / EVAL_FILE).is_file():
+            shutil.copytree(other, path)
+            return True
+    return False
+
+
 def train_run(spec: RunSpec, path: Path, scratch: Path, force: bool = False) -> tuple[GPT, pd.DataFrame]:
-    """Train (or reuse, when up to date) one run; save its slim checkpoint, metrics, history and evaluation."""
-    if not force and _up_to_date(path, spec) and (path / EVAL_FILE).is_file():
+    """Train (or reuse, when up to date, here or in another recipe) one run; save its slim checkpoint,
+    metrics, history and evaluation."""
+    if not force and (_up_to_date(path, spec) or _copy_shared(spec, path)) and (path / EVAL_FILE).is_file():
         return load_checkpoint(path), pd.read_csv(path / EVAL_FILE)
     run_dir = scratch / path.parent.name / path.name
     if force and run_dir.exists():

@@ -8,6 +8,7 @@ from . import (
                fbt_pass_mixes,
                injection_ablation,
                layer0_probes,
+               lrt_memory_sanity,
                lrt_vs_baseline,
                reasoning_traces,
                schedules,
@@ -16,4 +17,4 @@ from . import (
 
 RECIPES: dict[str, Recipe] = {m.RECIPE.name: m.RECIPE for m in (
     lrt_vs_baseline, schedules, source_layer, injection_ablation, fbt_pass_mixes, layer0_probes, reasoning_traces,
-    crosses)}
+    crosses, lrt_memory_sanity)}
