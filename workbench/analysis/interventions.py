@@ -27,6 +27,7 @@ run with its own record reproduces it bit for bit, under every schedule.
   rate per position and intervention;
 - ``label_swap``: the decodability-vs-use experiment on a probe task's batch (swap the memory read
   at the label position with a group mate's of the other label, against a same-label control);
+  ``example_logits``: one example's answer logits under each edit;
 - ``ablation_by_distance``: the loss change at t when the memory read d positions back is ablated.
 """
 
@@ -467,6 +468,48 @@ def label_swap(model: GPT, batch: Batch, site: str = "memory", seed: int = 0,
     frame["group"] = batch.groups.cpu().numpy()[frame["example"].to_numpy()]
     frame["label"] = batch.labels.cpu().numpy()[frame["example"].to_numpy()]
     return frame.reset_index(drop=True)
+
+
+def example_logits(model: GPT, batch: Batch, example: int, position: int | None = None, source: int | None = None,
+                   site: str = "memory") -> pd.DataFrame:
+    """One example's answer logits, clean and edited: what a learner watches move.
+
+    The run is a plain prefill up to ``position`` (default: the label position, the probe's
+    ``suffix1``), then the exact recurrence through the label position; the memory read at
+    ``position`` is patched from example ``source`` (default: its swap mate, ``mate_rows``),
+    mean-ablated and zeroed. One row per (intervention, label): ``intervention``, ``token`` (the
+    label's name), ``logit`` (of the label's answer token at the label position), ``true`` (the
+    example's own label).
+    """
+    if batch.label_positions is None or batch.labels is None:
+        raise ValueError("batch must have labels and label_positions (a probe task's batch)")
+    check_int("example", example, 0, len(batch) - 1)
+    p = int(batch.label_positions[example])
+    position = p if position is None else position
+    check_int("position", position, 1, p)
+    rows = (batch.label_positions == p).nonzero().squeeze(1)  # examples of the same length run together
+    source = int(mate_rows(batch)[0][example]) if source is None else source
+    check_int("source", source, 0, len(batch) - 1)
+    if int(batch.label_positions[source]) != p:
+        raise ValueError(f"source={source} has its label at position {int(batch.label_positions[source])}, not {p}")
+    local = {int(r): i for i, r in enumerate(rows)}
+    idx = batch.tokens[rows, : p + 1].to(model.readout_weight.device)
+    run = dict(regime="soft", prompt_len=position)
+    clean = record_site(model, idx, site, **run)
+    patch = torch.full((len(rows),), local[source], dtype=torch.long)
+    edits = {"clean": None, f"patch from #{source}": Intervention("patch", rows=patch), "mean": Intervention("mean"),
+             "zero": Intervention("zero")}
+    answers, _ = label_tokens(batch)
+    tokens = {int(label): int(token) for label, token in zip(batch.labels, answers)}
+    names = batch.label_names or [str(label) for label in sorted(tokens)]
+    out = []
+    for name, intervention in edits.items():
+        logits = clean.logits if intervention is None else intervene(model, idx, intervention, position, site, clean,
+                                                                      **run)
+        at = logits[local[example], p].double().cpu()
+        out += [{"intervention": name, "token": names[label], "logit": float(at[token]),
+                 "true": label == int(batch.labels[example])} for label, token in sorted(tokens.items())]
+    return pd.DataFrame(out)
 
 
 # ------------------------------------------------------------------------------------------ distance

@@ -6,8 +6,10 @@ modules hold the front-ends of the notebooks' own topics; each is re-exported he
 
 from .core import Explorer, contraction_explorer, probe_explorer, token_stepper
 from .fbt import probe_compute, regime_explorer
+from .interventions import intervention_explorer
 from .lrt import kv_cache_explorer, lrt_run_explorer, schedule_explorer
 from .results import recipe_explorer, trace_explorer
 
 __all__ = ["Explorer", "contraction_explorer", "probe_explorer", "token_stepper", "probe_compute", "regime_explorer",
-           "recipe_explorer", "trace_explorer", "kv_cache_explorer", "lrt_run_explorer", "schedule_explorer"]
+           "recipe_explorer", "trace_explorer", "intervention_explorer", "kv_cache_explorer", "lrt_run_explorer",
+           "schedule_explorer"]

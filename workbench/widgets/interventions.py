@@ -1,0 +1,62 @@
+"""Front-end of notebook 05b (decodability is not use): patch one example's memory and watch its answer.
+
+``intervention_explorer(model, batch)``: pick an example, the position whose memory read is edited
+(the recurrence starts there; the label position is the probe's ``suffix1``) and the example whose
+run the memory comes from; the figure shows the answer's logits clean, patched, mean-ablated and
+zeroed (``analysis.interventions.example_logits``), the summary says which edits flip the answer.
+Show it with ``with_static_twin`` so the default setting also reads on a code host.
+"""
+
+from __future__ import annotations
+
+import html
+
+import ipywidgets as widgets
+from matplotlib.figure import Figure
+
+from .. import plots
+from ..analysis.interventions import example_logits, mate_rows
+from ..model import GPT
+from ..tasks.base import Batch
+from .core import Explorer, _fmt
+
+
+def _summary(frame, example: int, label: str) -> str:
+    """Per edit: the true label's logit minus the other's, and whether the answer holds."""
+    parts = []
+    for name, rows in frame.groupby("intervention", sort=False):
+        true = rows.loc[rows["true"], "logit"].iloc[0]
+        other = rows.loc[~rows["true"], "logit"].max()
+        verdict = f"answers {html.escape(repr(label))}" if true >= other else "<b>flips</b>"
+        parts.append(f"{html.escape(name)}: margin {_fmt(true - other)} ({verdict})")
+    return f"<b>example #{example}</b> (label {html.escape(label)!r}) — " + "; ".join(parts)
+
+
+def intervention_explorer(model: GPT, batch: Batch, site: str = "memory") -> Explorer:
+    """Example, position and source sliders over ``example_logits`` on a probe batch (one label position).
+
+    The source menu lists every example with its label and group; its default is the first
+    example's swap mate (same group, other label), so the default setting is the swap.
+    """
+    if batch.label_positions is None or batch.labels is None:
+        raise ValueError("batch must have labels and label_positions (a probe task's batch)")
+    if int(batch.label_positions.min()) != int(batch.label_positions.max()):
+        raise ValueError("batch must hold one label position (one scratch length): sources must align with it")
+    p = int(batch.label_positions[0])
+    names = batch.label_names or [str(i) for i in range(int(batch.labels.max()) + 1)]
+    options = [(f"#{j}: label {names[int(batch.labels[j])]!r}, group {int(batch.groups[j])}", j)
+               for j in range(len(batch))]
+    controls = {
+        "example": widgets.IntSlider(value=0, min=0, max=len(batch) - 1, description="example",
+                                     continuous_update=False),
+        "position": widgets.IntSlider(value=p, min=1, max=p, description="edit at", continuous_update=False),
+        "source": widgets.Dropdown(options=options, value=int(mate_rows(batch)[0][0]), description="memory of"),
+    }
+
+    def render(example: int, position: int, source: int) -> tuple[Figure, str]:
+        frame = example_logits(model, batch, example, position, source, site)
+        label = names[int(batch.labels[example])]
+        title = f"#{example}: memory read at {position} (label at {p})"
+        return plots.answer_logits(frame, title=title), _summary(frame, example, label)
+
+    return Explorer(controls, render)
