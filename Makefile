@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 PORT ?= 8888
 NBVAL := --nbval-lax --nbval-sanitize-with tests/nbval_sanitize.cfg
 
-.PHONY: install lab lab-headless test test-fast bench report reproduce clean
+.PHONY: install lab lab-headless test test-fast bench gpu-check report reproduce clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -45,6 +45,10 @@ screens: install
 
 bench: install
 	$(PY) -m workbench bench
+
+## on a CUDA machine: float32 invariants, a bf16 step per mechanism and schedule, compiled decode, d12 MFU
+gpu-check: install
+	$(PY) tools/gpu_check.py
 
 ## every notebook executed headless into HTML under reports/
 report: install
