@@ -13,6 +13,7 @@ no figure is shown twice in a notebook (a returned Figure displays once, as the 
 - ``sensitivity_decay``: effect of a memory perturbation against distance (log scale);
 - ``trace_lengths``: reasoning-trace length distribution and accuracy per decoding regime;
 - ``loss_curves``: training (and held-out) loss against step or FLOPs, for one run or several;
+- ``loss_vs_flops``: held-out loss against FLOPs (or wall-clock) per arm, seed bands, the floor line;
 - ``token_steps``: one position of a ``memory_trajectory``: how the state turns, what it predicts.
 """
 
@@ -322,6 +323,47 @@ def loss_curves(history: Runs, x: str = "step", title: str = "") -> Figure:
     if x != "step":
         ax.ticklabel_format(axis="x", style="sci", scilimits=(0, 0))
     ax.legend(fontsize=8)
+    return fig
+
+
+CURVE_AXES = {"flops": "training FLOPs", "seconds": "training wall-clock (s)"}
+
+
+def loss_vs_flops(curves: Mapping[str, Sequence[pd.DataFrame]], floor: float | None = None,
+                  floor_label: str = "unigram", column: str = "val_bpb", x: str | Sequence[str] = "flops",
+                  title: str = "", extra_panel: bool = False) -> Figure:
+    """Held-out ``column`` against training FLOPs (or wall-clock): one colour per arm, its seed mean as a line
+    and the range over seeds as a band, with the floor (unigram / chance) as a dotted line.
+
+    ``curves`` maps an arm to one history per seed (the rows with an evaluation). Seeds of one arm share
+    their evaluation steps, so the band is taken mark by mark; on the wall-clock axis each mark sits at
+    its seeds' mean time. ``x`` may name several axes ("flops", "seconds"): one panel each, so compute
+    and time can be read side by side. ``extra_panel`` adds an empty panel for the caller.
+    """
+    axes_x = [x] if isinstance(x, str) else list(x)
+    for key in axes_x:
+        if key not in CURVE_AXES:
+            raise ValueError(f"x={key!r} is invalid: must be one of {tuple(CURVE_AXES)}")
+    if not curves or any(len(seeds) == 0 for seeds in curves.values()):
+        raise ValueError("loss_vs_flops: curves must map each arm to at least one history")
+    fig, axes = _figure(len(axes_x) + int(extra_panel), panel=(5.6, 4.0))
+    for (arm, seeds), color in zip(curves.items(), sns.color_palette("deep", n_colors=len(curves))):
+        for frame in seeds:
+            _require(frame, [*axes_x, column], "loss_vs_flops")
+        n = min(len(frame) for frame in seeds)
+        values = np.stack([frame[column].to_numpy()[:n] for frame in seeds])
+        for key, ax in zip(axes_x, axes):
+            at = np.mean([frame[key].to_numpy()[:n] for frame in seeds], axis=0)
+            ax.plot(at, values.mean(0), "o-", ms=3, color=color, label=f"{arm} ({len(seeds)} seeds)")
+            if len(seeds) > 1:
+                ax.fill_between(at, values.min(0), values.max(0), color=color, alpha=0.25, lw=0)
+    for key, ax in zip(axes_x, axes):
+        if floor is not None:
+            ax.axhline(floor, color="grey", ls=":", lw=1.5, label=f"{floor_label} {floor:.3f}")
+        ax.set(xlabel=CURVE_AXES[key], ylabel=f"held-out {column}", title=title if key == axes_x[0] else "")
+        if key == "flops":
+            ax.ticklabel_format(axis="x", style="sci", scilimits=(0, 0))
+        ax.legend(fontsize=8)
     return fig
 
 

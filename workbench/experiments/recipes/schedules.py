@@ -1,62 +1,82 @@
-"""Interleaved vs block-wise LRT training (LRT paper, arXiv 2605.26797)."""
+"""Interleaved vs block-wise LRT training on text (LRT paper, arXiv 2605.26797).
+
+The same text specimens as ``lrt_vs_baseline`` (its interleaved runs are shared, trained once),
+beside LRT trained block-wise at the same FLOPs. Both are evaluated under the exact recurrence
+(the decision) and under their own training schedule: block-wise training gives memory only to the
+first position of each block, so its own-schedule number hides what the exact recurrence shows.
+"""
 
 from __future__ import annotations
 
 from ...evaluation import verdict
-from ..common import (
-    EXACT,
-    LEARNED_MARGIN,
-    LRT_MODEL,
-    arms_by_prefix,
-    bar_figure,
-    budget_runs,
-    compare,
-    config,
-    describe,
-    learned_gates_values,
-    running_sum_chance,
-)
+from ..common import compare, describe
 from ..core import Context, Gate, Outcome, Recipe, RunSpec
+from .lrt_vs_baseline import (
+    ARMS,
+    BASE_STEPS,
+    BATCH,
+    FLAT,
+    KNOWN_DIFFERENCES,
+    SEEDS,
+    TEXT,
+    TREATMENT,
+    UNIGRAM_MARGIN,
+    arm_runs,
+    both_ways,
+    flattened,
+    prepare,
+    text_figure,
+    text_runs,
+    unigram_bpb,
+)
 from .rules import difference
 
-PARAMS = {"p": 5, "length": 16}
-ARMS = ("interleaved", "blockwise", "multipass", "sequential")
+SCHEDULE_ARMS = ("lrt_interleaved", "lrt_blockwise")
+BLOCKWISE_SEEDS = (0,)  # what the shared machine's budget allowed after the 3-seed headline arms
 
 
 def build(scale: float) -> list[RunSpec]:
-    specs = [(name, config("running_sum", LRT_MODEL, 1, seed, PARAMS, **kw), EXACT)
-             for seed in (0, 1)
-             for name, kw in ((f"sequential_s{seed}", {"schedule": "sequential"}),
-                              (f"interleaved_s{seed}", {"schedule": "interleaved", "subsets": 2}),
-                              (f"multipass_s{seed}", {"schedule": "multipass", "passes": 2}),
-                              (f"blockwise_s{seed}", {"schedule": "blockwise", "block": 4}))]
-    return budget_runs("", specs, 200, scale)
+    return (text_runs(("lrt_interleaved",), scale)
+            + text_runs(("lrt_blockwise",), scale, seeds=BLOCKWISE_SEEDS))
 
 
 def analyze(ctx: Context) -> Outcome:
-    arms = arms_by_prefix(ctx, "{arm}_", ARMS)
-    table, intervals = compare(ctx, arms, "blockwise", "accuracy", False)
-    chance = running_sum_chance(PARAMS)
-    learned = learned_gates_values(ctx, arms, chance)
-    iv = intervals["interleaved"]
-    return Outcome(table, bar_figure(table, "LRT trained under each schedule, evaluated exactly",
-                                     {"accuracy": (chance, "chance")}),
-                   describe("interleaved - blockwise", iv, "accuracy") + "; "
-                   + "; ".join(describe(f"{a} - blockwise", intervals[a], "accuracy")
-                               for a in ("multipass", "sequential")),
-                   verdict(iv, 1), {k: learned[k] for k in ("sequential learned", "interleaved learned")},
-                   chance=f"chance accuracy {chance:.3f}")
+    prepare(ctx)
+    arms = arm_runs(ctx, SCHEDULE_ARMS)
+    table, intervals = compare(ctx, arms, "lrt_blockwise", "bpb", lower_is_better=True)
+    ends, mismatch = both_ways(ctx, arms)
+    table["bpb_own_schedule"] = table["arm"].map({a: ends.loc[ends["arm"] == a, "bpb_own_schedule"].mean()
+                                                  for a in mismatch})
+    iv = intervals["lrt_interleaved"]
+    unigram = unigram_bpb()
+    number = "; ".join([describe("interleaved - block-wise (exact, final FLOP mark)", iv, "bits/byte")]
+                       + [describe(f"{a} own schedule - exact", mismatch[a], "bits/byte") for a in SCHEDULE_ARMS])
+    gates = {"interleaved below unigram": unigram - float(table.loc[table["arm"] == "lrt_interleaved",
+                                                                    "value"].iloc[0]),
+             "interleaved flattened": flattened(ctx, arms["lrt_interleaved"])}
+    return Outcome(table, text_figure(ctx, arms, ends, "LRT on text trained interleaved vs block-wise, matched FLOPs"),
+                   number, verdict(iv, -1), gates, chance=f"unigram {unigram:.3f} bits/byte on the held-out bytes",
+                   extra={"unigram_bpb": unigram, "treatment": TREATMENT, "ends": ends.to_dict("records")})
 
 
 RECIPE = Recipe(
     "schedules",
     "Interleaved training clearly beats block-wise training (the paper's ablation at matched compute).",
-    "LRT 2x64 on running_sum mod 5 over 16 symbols under each schedule at matched FLOPs (200 baseline steps), "
-    "evaluated exactly, 2 seeds.",
+    f"The lrt_vs_baseline text specimens (4x64 bytes, context {TEXT['seq_len']}): LRT trained interleaved S=2 "
+    f"vs block-wise (block {ARMS['lrt_blockwise'][1]['block']}), each at the FLOPs of {BASE_STEPS} baseline "
+    f"steps of {BATCH} windows, {len(SEEDS)} seeds interleaved and {len(BLOCKWISE_SEEDS)} block-wise, evaluated "
+    "with the exact recurrence and under their own schedule.",
     build, analyze,
-    gates=(Gate("sequential learned", "worst seed's exact accuracy minus the chance floor: the task is learnable "
-                "by this model and budget", ">=", LEARNED_MARGIN),
-           Gate("interleaved learned", "worst seed's exact accuracy minus the chance floor: the claimed better "
-                "arm learned the task", ">=", LEARNED_MARGIN)),
-    rule=difference("interleaved minus block-wise exact-decoding accuracy", higher_is_better=True),
-    chance="the accuracy of a predictor without state (the first sum is free, the rest 1 in p).")
+    gates=(Gate("interleaved below unigram", "unigram BPB minus LRT interleaved's held-out BPB (bits/byte, exact)",
+                ">=", UNIGRAM_MARGIN),
+           Gate("interleaved flattened", "worst seed's relative held-out BPB fall over the last quarter of its "
+                "curve", "<=", FLAT)),
+    rule=difference("LRT interleaved minus LRT block-wise held-out BPB at the final FLOP mark (exact recurrence)",
+                    higher_is_better=False),
+    chance="the unigram BPB of the held-out bytes (a model without context).",
+    caveat="Block-wise has fewer seeds than the decision rule needs (the budget of a shared 2-core machine went "
+           "to the 3-seed baseline-vs-interleaved comparison first), so the rule reads not tested until more "
+           "block-wise seeds are trained; the intervals are shown. A sequential-training arm (exact recurrence "
+           "in training) is not run: it costs one forward per byte "
+           "of context per step, beyond this budget; the memory check on running_sum is the lrt_memory_sanity "
+           "recipe. " + KNOWN_DIFFERENCES)
