@@ -6,7 +6,9 @@ per run, ``metrics.json`` with the trainer's own FLOP count. These functions rea
 DataFrames, so a notebook can show the whole results page and check the claim behind it — that
 runs compared "at matched compute" spent the same training FLOPs, up to one optimiser step.
 
-- ``summary_table(summaries)``: one row per recipe, the content of ``RESULTS.md``;
+- ``summary_table(summaries)``: one row per recipe, the content of ``RESULTS.md``'s head table;
+- ``gates_table(summaries)``: one row per gate of every recipe: what it measures, the value, the
+  threshold and whether it passed (a failed gate makes the verdict *not tested*);
 - ``recipe_tables(recipe)``: the tables a recipe wrote, by name (``results``, ``pass_dynamics``, ...);
 - ``per_example(recipe, run)``: a run's evaluation per held-out example (what verdicts resample);
 - ``run_compute(recipe)``: per run, schedule, steps, recorded FLOPs, the passes they amount to, and
@@ -28,7 +30,9 @@ from ..experiments import EVAL_FILE, RECIPES, checkpoints_root, load_results, ru
 from ..model import build_model
 from ..train_config import TrainConfig
 
-SUMMARY_COLUMNS = ["recipe", "claim", "setting", "number", "verdict", "scale"]
+SUMMARY_COLUMNS = ["recipe", "kind", "claim", "setting", "number", "verdict", "gates_passed", "seeds", "scale"]
+REQUIRED_FIELDS = ("claim", "setting", "number", "verdict", "scale")  # every summary.json has these
+GATE_COLUMNS = ["recipe", "gate", "quantity", "value", "op", "threshold", "passed"]
 EXTRA_TABLES = ("pass_dynamics", "traces")  # tables some recipes write beside results.csv
 COMPUTE_COLUMNS = ["run", "task", "seed", "schedule", "steps", "flops", "pass_flops", "mean_passes", "flops_per_step",
                    "expected_flops"]
@@ -39,17 +43,45 @@ def _check_recipe(recipe: str) -> None:
         raise ValueError(f"recipe={recipe!r} is unknown: choose from {sorted(RECIPES)}")
 
 
-def summary_table(summaries: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
-    """One row per recipe from its ``summary.json`` (what ``experiments.ensure`` returns): the results page."""
+def _check_summaries(summaries: Mapping[str, Mapping[str, Any]]) -> None:
     if not summaries:
         raise ValueError("summaries is empty: give recipe name -> summary.json contents")
-    rows = []
     for name, summary in summaries.items():
-        missing = [c for c in SUMMARY_COLUMNS[1:] if c not in summary]
+        missing = [c for c in REQUIRED_FIELDS if c not in summary]
         if missing:
             raise ValueError(f"summaries[{name!r}] lacks {missing}: pass what experiments.ensure returns")
-        rows.append({"recipe": name, **{c: summary[c] for c in SUMMARY_COLUMNS[1:]}})
+
+
+def summary_table(summaries: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
+    """One row per recipe from its ``summary.json`` (what ``experiments.ensure`` returns): the results page.
+
+    ``gates_passed`` reads "k / n" (empty for a summary that records no gates), ``seeds`` counts the
+    training seeds per arm (NaN when not recorded), ``kind`` says whether the recipe tests a paper's
+    claim or is exploratory. A verdict that starts with "not tested" means a gate failed: read the
+    gates (``gates_table``), not the number.
+    """
+    _check_summaries(summaries)
+    rows = []
+    for name, summary in summaries.items():
+        gates = summary.get("gates", [])
+        rows.append({"recipe": name, "kind": summary.get("kind", ""),
+                     **{c: summary[c] for c in REQUIRED_FIELDS},
+                     "gates_passed": f"{sum(bool(g['passed']) for g in gates)} / {len(gates)}" if gates else "",
+                     "seeds": len(summary["seeds"]) if "seeds" in summary else float("nan")})
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
+
+
+def gates_table(summaries: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
+    """One row per gate of every recipe: the competence checks its models had to pass before a verdict.
+
+    ``value`` is what the recipe measured, ``op`` and ``threshold`` what it needed; a recipe with a
+    failed gate reports ``not tested`` and no other verdict. Recipes that record no gates add no rows.
+    """
+    _check_summaries(summaries)
+    rows = [{"recipe": name, "gate": g["name"], "quantity": g["quantity"], "value": float(g["value"]),
+             "op": g["op"], "threshold": float(g["threshold"]), "passed": bool(g["passed"])}
+            for name, summary in summaries.items() for g in summary.get("gates", [])]
+    return pd.DataFrame(rows, columns=GATE_COLUMNS)
 
 
 def recipe_tables(recipe: str) -> dict[str, pd.DataFrame]:

@@ -4,8 +4,8 @@
   ``analysis.trace_lengths`` output: the generated trace, its length, whether it is right, and the
   example's length under every regime against the regimes' medians (``plots.trace_example``);
 - ``recipe_explorer(summaries, tables)``: a recipe menu over ``experiments``' results: the claim,
-  our number and the verdict from ``summary.json``, the results table and the recipe's figure
-  (``plots.experiment_figure``).
+  the decision rule, the gates, our number and the verdict from ``summary.json``, the results table
+  and the recipe's figure (``plots.experiment_figure``).
 
 The wrapped Hugging Face model of notebook 09 needs no front-end of its own: its ``pass_dynamics``
 table goes to ``core.contraction_explorer`` like any other.
@@ -22,6 +22,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from .. import plots
+from ..analysis.results import gates_table
 from ..analysis.traces import TRACE_COLUMNS
 from ..decode import REGIMES
 from .core import Explorer, _fmt
@@ -102,9 +103,15 @@ def recipe_explorer(summaries: Mapping[str, Mapping[str, Any]], tables: Mapping[
     def render(recipe: str) -> tuple[Figure, str]:
         s = summaries[recipe]
         table = tables[recipe]["results"].to_html(index=False, max_rows=max_rows, float_format=_fmt, border=0)
-        summary = (f"<b>{html.escape(recipe)}</b>: verdict <b>{html.escape(str(s['verdict']))}</b><br>"
+        gates = gates_table({recipe: s})
+        gate_html = "" if gates.empty else "gates (all must pass before a verdict):" + gates.drop(
+            columns="recipe").to_html(index=False, float_format=_fmt, border=0)
+        note = (" — a gate failed, so the claim was not tested and no other verdict is drawn"
+                if str(s["verdict"]).startswith("not tested") else "")
+        rule = f"decision rule: {html.escape(str(s['rule']))}<br>" if "rule" in s else ""
+        summary = (f"<b>{html.escape(recipe)}</b>: verdict <b>{html.escape(str(s['verdict']))}</b>{note}<br>"
                    f"claim: {html.escape(str(s['claim']))}<br>setting: {html.escape(str(s['setting']))}<br>"
-                   f"our number: {html.escape(str(s['number']))}{table}")
+                   f"{rule}{gate_html}our number: {html.escape(str(s['number']))}{table}")
         return plots.experiment_figure(tables[recipe], title=recipe), summary
 
     return Explorer(controls, render)
