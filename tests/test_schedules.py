@@ -210,3 +210,42 @@ def test_schedule_flops_count_passes():
     assert S.schedule_flops(model, "multipass", 4, 16, passes=3) == 3 * one
     assert S.schedule_flops(model, "interleaved", 4, 16, subsets=4) == 2 * one
     assert S.schedule_flops(model, "sequential", 4, 16) == one
+
+
+def test_schedules_are_values_with_one_flop_account_and_a_json_round_trip():
+    S = wb.schedules
+    model = wb.build_model(wb.ModelConfig(vocab_size=13, n_layer=2, n_head=2, n_embd=16, seq_len=8, mechanism="lrt"),
+                        device="meta")
+    values = [S.Single(), S.Sequential(), S.Multipass(3), S.Interleaved(4), S.Blockwise(2),
+              S.PassMix.of({1: 0.75, 2: 0.22, 3: 0.03})]
+    for value in values:
+        assert S.parse(value.to_dict()) == value
+        assert value.flops(model, 4, 8) == value.pass_equivalents() * model.flops_per_token(8) * 32
+    assert [v.label for v in values] == ["single", "sequential", "multipass K=3", "interleaved S=4", "blockwise B=2",
+                                         "pass mix 75/22/3"]
+    mix = values[-1]
+    assert mix.pass_equivalents() == pytest.approx(1.28) and mix.deepest == S.Multipass(3)
+    assert S.parse("multipass", pass_mix={1: 0.75, 2: 0.22, 3: 0.03}) == mix
+    # the string form keeps working and means the same value
+    assert S.parse("interleaved", subsets=4) == values[3] and S.schedule_flops(model, "multipass", 4, 8, passes=3) \
+        == values[2].flops(model, 4, 8)
+    with pytest.raises(ValueError, match="schedule='nope' is invalid"):
+        S.parse("nope")
+    with pytest.raises(ValueError, match="unknown keys"):
+        S.parse({"schedule": "interleaved", "subset": 2})
+    with pytest.raises(ValueError, match="passes"):
+        S.Multipass(0)
+
+
+def test_a_value_runs_exactly_as_its_name():
+    S = wb.schedules
+    torch.manual_seed(0)
+    model = wb.build_model(wb.ModelConfig(vocab_size=13, n_layer=2, n_head=2, n_embd=16, seq_len=8, mechanism="lrt"))
+    model = model.double().eval()
+    idx = torch.randint(0, 13, (2, 8))
+    for value, (name, kw) in [(S.Interleaved(2), ("interleaved", {"subsets": 2})),
+                              (S.Multipass(3), ("multipass", {"passes": 3})),
+                              (S.Blockwise(4), ("blockwise", {"block": 4}))]:
+        assert torch.equal(S.run(model, idx, value).logits, S.run(model, idx, name, **kw).logits)
+    with pytest.raises(ValueError, match="block"):  # run() no longer clamps what blockwise() refuses
+        S.run(model, idx, "blockwise", block=9)
