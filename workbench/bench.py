@@ -6,14 +6,26 @@ a warm-up, keeping the fastest: a busy neighbour only ever adds time) and is div
 reference row; ``target`` is the ratio an issue asked for, and ``ok`` says whether this run met
 it. ``floor`` is the ratio the arithmetic alone allows (estimated FLOPs of the row over its
 reference's): a target below the floor cannot be met at that model size by any implementation,
-and the gap above it is overhead. Nothing here asserts: tests never time anything.
+and the gap above it is overhead. ``util`` is the row's model FLOP/s as a fraction of a float32
+matmul timed in the same rounds (the machine's practical peak): how far that shape is from the limit.
+
+nanoGPT rows: with ``nanogpt`` (or the environment variable ``WORKBENCH_NANOGPT``) naming nanoGPT's
+``model.py`` (github.com/karpathy/nanoGPT, fetched by the user, never vendored), its training step
+is timed beside ours at the same shapes (no biases, no dropout, AdamW, the same batch) and our
+baseline is divided by it. Nothing here asserts: tests never time anything.
 """
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
+import io
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
 
 import pandas as pd
 import torch
@@ -27,13 +39,14 @@ from .model import GPT, build_model
 @dataclass
 class Row:
     name: str
-    fn: Callable[[], object]  # the work timed
+    fn: Callable[[], object] | None  # the work timed (None: reuse the timings of ``timing_of``)
     reference: str | None = None  # name of the row this one is divided by
     target: float | None = None  # the ratio asked for (this row / reference <= target)
     unit: str = "step"
     per: int = 1  # the timing is divided by this (tokens per call for decode rows)
     rounds: int | None = None  # fewer rounds for a long row (None = all)
-    flops: float | None = None  # estimated FLOPs per unit, for the ``floor`` column
+    flops: float | None = None  # estimated FLOPs per unit, for the ``floor`` and ``util`` columns
+    timing_of: str | None = None  # a row already timed: this one divides the same timings by another reference
 
 
 def measure(rows: list[Row], rounds: int) -> dict[str, list[float]]:
@@ -42,6 +55,7 @@ def measure(rows: list[Row], rounds: int) -> dict[str, list[float]]:
     One round times every row once, so a change in the machine's load during the run hits a row
     and its reference alike instead of biasing whichever was timed last.
     """
+    rows = [row for row in rows if row.timing_of is None]
     for row in rows:  # warm-up: allocator, first-call dispatch, compiling
         row.fn()
     times: dict[str, list[float]] = {row.name: [] for row in rows}
@@ -79,6 +93,50 @@ def train_step_fn(model: GPT, batch: int, seq_len: int, schedule: str = "single"
     return step
 
 
+MATMUL_SIZE = 1024
+
+
+def matmul_fn(n: int = MATMUL_SIZE) -> Callable[[], object]:
+    """An n x n x n float32 matmul: the machine's practical peak for the ``util`` column."""
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    return lambda: a @ b
+
+
+def load_nanogpt(path: str | os.PathLike) -> ModuleType:
+    """nanoGPT's ``model.py``, imported from the file the user fetched (never vendored here)."""
+    if not Path(path).is_file():
+        raise ValueError(f"nanogpt={str(path)!r} is invalid: must be the path of nanoGPT's model.py")
+    spec = importlib.util.spec_from_file_location("nanogpt_model", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def nanogpt_step_fn(nanogpt: ModuleType, n_layer: int, n_embd: int, vocab: int, batch: int,
+                    seq_len: int) -> Callable[[], None]:
+    """nanoGPT's training step at our baseline's shape: no biases, no dropout, AdamW on random tokens.
+
+    Same matrices as ours (its tied readout is one vocab x D matrix, like our untied readout), so the
+    same FLOPs; the difference is the block's elementwise work and how it is written.
+    """
+    cfg = nanogpt.GPTConfig(block_size=seq_len, vocab_size=vocab, n_layer=n_layer, n_head=max(1, n_embd // 32),
+                            n_embd=n_embd, dropout=0.0, bias=False)
+    torch.manual_seed(0)
+    with contextlib.redirect_stdout(io.StringIO()):  # it prints its parameter count
+        model = nanogpt.GPT(cfg)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    idx = torch.randint(0, vocab, (batch, seq_len))
+    targets = torch.randint(0, vocab, (batch, seq_len))
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        model(idx, targets)[1].backward()
+        opt.step()
+
+    return step
+
+
 def recompute_decode_fn(model: GPT, prompt: torch.Tensor, new_tokens: int) -> Callable[[], None]:
     """Greedy decoding without a cache: a full forward over the whole prefix for every token."""
 
@@ -102,9 +160,14 @@ def decode_flops(model: GPT, feedback: bool, context: float) -> float:
     return 2.0 * weights + 4.0 * c.n_layer * c.n_embd * context
 
 
-def run_benchmarks(quick: bool = False, threads: int = 2) -> pd.DataFrame:
-    """Every row; ``quick`` shrinks sizes and rounds so the test suite can smoke-test it."""
+def run_benchmarks(quick: bool = False, threads: int = 2, nanogpt: str | os.PathLike | None = None) -> pd.DataFrame:
+    """Every row; ``quick`` shrinks sizes and rounds so the test suite can smoke-test it.
+
+    ``nanogpt``: path of nanoGPT's ``model.py`` for the side-by-side rows (default: the environment
+    variable ``WORKBENCH_NANOGPT``; unset: those rows are left out).
+    """
     torch.set_num_threads(threads)
+    nanogpt = nanogpt or os.environ.get("WORKBENCH_NANOGPT") or None
     rounds = 1 if quick else 7
     decode_rounds = 1 if quick else 11  # a decode row is short and noisier: more rounds
     batch, T, vocab = (2, 16, 64) if quick else (16, 128, 256)
@@ -122,7 +185,9 @@ def run_benchmarks(quick: bool = False, threads: int = 2) -> pd.DataFrame:
         flops = schedules.schedule_flops(model, schedule, batch, T, **kw)
         return Row(name, train_step_fn(model, batch, T, schedule, compile, **kw), reference, target, flops=flops)
 
+    matmul = f"float32 matmul {MATMUL_SIZE}^3 (the peak for util)"
     train_rows = [
+        Row(matmul, matmul_fn(), unit="matmul", flops=2.0 * MATMUL_SIZE ** 3),
         train(base, small),
         train("train step 6x256 baseline", wide, base),
         train("train step 4x128 LRT interleaved S=2", lrt, base, 2.2, "interleaved", subsets=2),
@@ -140,6 +205,17 @@ def run_benchmarks(quick: bool = False, threads: int = 2) -> pd.DataFrame:
             train("train step 4x128 FBT 2-pass compiled", fbt, f"{base} compiled", 2.1, "multipass", True, passes=2),
             train("train step 4x128 FBT 3-pass compiled", fbt, f"{base} compiled", 3.1, "multipass", True, passes=3),
         ]
+    if nanogpt is not None:  # nanoGPT's step beside ours, timed in the same rounds
+        module = load_nanogpt(nanogpt)
+        flops = {r.name: r.flops for r in train_rows}
+        pairs = [("4x128", 4, 128, base), ("6x256", 6, 256, "train step 6x256 baseline")]
+        for shape, n_layer, n_embd, ours in pairs:
+            nano = f"train step {shape} nanoGPT"
+            train_rows += [Row(nano, nanogpt_step_fn(module, n_layer, n_embd, vocab, batch, T), flops=flops[ours]),
+                           Row(f"{ours} / nanoGPT", None, nano, 1.0, flops=flops[ours], timing_of=ours)]
+        if not quick:
+            train_rows.append(Row(f"{base} compiled / nanoGPT", None, "train step 4x128 nanoGPT", 1.0,
+                                  flops=flops[base], timing_of=f"{base} compiled"))
     times = measure(train_rows, rounds)
 
     one, many = torch.randint(0, vocab, (1, 1)), torch.randint(0, vocab, (batch, 1))
@@ -197,7 +273,7 @@ def run_benchmarks(quick: bool = False, threads: int = 2) -> pd.DataFrame:
     probe_rows = [Row(f"probe sweep {probe_n} examples x 4 conditions (4x128, completion_tracking)",
                       _probe_sweep_fn(probe_n), unit="sweep", rounds=1)]
     times |= measure(probe_rows, 1)
-    return _table(train_rows + inference_rows + probe_rows, times)
+    return _table(train_rows + inference_rows + probe_rows, times, matmul)
 
 
 def _probe_sweep_fn(n: int) -> Callable[[], object]:
@@ -211,14 +287,19 @@ def _probe_sweep_fn(n: int) -> Callable[[], object]:
                                 random_baseline=False)
 
 
-def _table(rows: list[Row], times: dict[str, list[float]]) -> pd.DataFrame:
+def _table(rows: list[Row], times: dict[str, list[float]], peak: str) -> pd.DataFrame:
+    """One record per row: fastest time, ratio to its reference, floor, util (FLOP/s over ``peak``'s)."""
     by_name = {r.name: r for r in rows}
+    fastest = {r.name: min(times[r.timing_of or r.name]) for r in rows}
+    peak_flops = by_name[peak].flops / fastest[peak]
     records = []
     for r in rows:
         ref = by_name.get(r.reference) if r.reference else None
-        ratio = min(times[r.name]) / min(times[ref.name]) if ref else None
+        ratio = fastest[r.name] / fastest[ref.name] if ref else None
         floor = r.flops / ref.flops if ref and r.flops and ref.flops else None
-        records.append({"benchmark": r.name, "ms": 1000 * min(times[r.name]), "per": r.unit,
-                        "reference": r.reference or "", "ratio": ratio, "floor": floor, "target": r.target,
+        util = r.flops / fastest[r.name] / peak_flops if r.flops else None
+        records.append({"benchmark": r.name, "ms": 1000 * fastest[r.name], "per": r.unit,
+                        "reference": r.reference or "", "ratio": ratio, "floor": floor, "util": util,
+                        "target": r.target,
                         "ok": None if r.target is None or ratio is None else bool(ratio <= r.target)})
     return pd.DataFrame.from_records(records)

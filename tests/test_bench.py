@@ -1,0 +1,59 @@
+"""The benchmark's bookkeeping (never its timings): the util column and the nanoGPT side-by-side rows."""
+
+from __future__ import annotations
+
+import pytest
+
+from workbench import bench
+
+STUB_NANOGPT = '''
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+
+@dataclass
+class GPTConfig:
+    block_size: int
+    vocab_size: int
+    n_layer: int
+    n_head: int
+    n_embd: int
+    dropout: float
+    bias: bool
+
+
+class GPT(nn.Module):  # nanoGPT's interface: GPT(config), model(idx, targets) -> (logits, loss); prints on build
+    def __init__(self, config):
+        super().__init__()
+        assert config.dropout == 0.0 and config.bias is False
+        print("number of parameters: (stub)")
+        self.emb = nn.Embedding(config.vocab_size, config.vocab_size)
+
+    def forward(self, idx, targets):
+        logits = self.emb(idx)
+        return logits, nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
+'''
+
+
+def test_load_nanogpt_names_the_missing_file(tmp_path):
+    with pytest.raises(ValueError, match="nanogpt=.*model.py"):
+        bench.load_nanogpt(tmp_path / "model.py")
+
+
+@pytest.mark.slow
+def test_quick_bench_reports_util_and_the_nanogpt_rows(tmp_path, capsys):
+    path = tmp_path / "model.py"
+    path.write_text(STUB_NANOGPT)
+    table = bench.run_benchmarks(quick=True, threads=1, nanogpt=path).set_index("benchmark")
+    assert "number of parameters" not in capsys.readouterr().out  # stdout stays the table's (--json)
+    matmul = table.loc[table.index.str.startswith("float32 matmul")]
+    assert len(matmul) == 1 and matmul["util"].iloc[0] == pytest.approx(1.0)
+    train = table.loc[table.index.str.startswith("train step")]
+    assert train["util"].notna().all() and (train["util"] > 0).all()
+    for shape, ours in (("4x128", "train step 4x128 baseline"), ("6x256", "train step 6x256 baseline")):
+        side = table.loc[f"{ours} / nanoGPT"]
+        assert side["reference"] == f"train step {shape} nanoGPT" and side["target"] == 1.0
+        assert side["ms"] == table.loc[ours, "ms"]  # the same timings, divided by nanoGPT's
+        assert side["ratio"] == pytest.approx(table.loc[ours, "ms"] / table.loc[side["reference"], "ms"])
