@@ -222,8 +222,15 @@ def test_schedule_explorer_follows_its_sliders(lrt_model, idx):
         explorer.summary.value
     assert "interleaved(S=3)" in [t.get_text() for t in explorer.figure.axes[1].get_legend().get_texts()]
     assert all(c.max == T and c.continuous_update is False for c in explorer.controls.values())
-    no_targets = widgets.schedule_explorer(lrt_model, idx[:1, :3])
-    assert "<th>loss</th>" not in no_targets.summary.value
+    no_targets = widgets.schedule_explorer(lrt_model, idx[:1, :3], floor=2.5)
+    assert "<th>loss</th>" not in no_targets.summary.value and "unigram loss" not in no_targets.summary.value
+
+
+def test_schedule_explorer_shows_wall_clock_beside_flops_and_the_floor(lrt_model, idx):
+    explorer = widgets.schedule_explorer(lrt_model, idx, torch.roll(idx, -1, 1), floor=2.5, floor_label="chance")
+    summary = explorer.summary.value
+    assert "<th>wall-clock here</th>" in summary and summary.count(" ms</td></tr>") == 3
+    assert "chance loss 2.5: the floor" in summary
 
 
 def test_kv_cache_explorer_steps_through_the_decode(lrt_model, idx):

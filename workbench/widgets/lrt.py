@@ -1,7 +1,8 @@
 """Front-ends of notebooks 00-03: schedules against the exact recurrence, the KV cache, the LRT mechanism.
 
 - ``schedule_explorer(model, idx)``: K, S and B sliders; how far multipass(K), interleaved(S) and
-  blockwise(B) are from the exact sequential logits, where they are wrong, and what each costs;
+  blockwise(B) are from the exact sequential logits, where they are wrong, and what each costs in
+  FLOPs and in wall-clock;
 - ``kv_cache_explorer(model, idx)``: a position slider over one exact decode: the attention row of
   that step and the keys the cache holds so far, per layer and head;
 - ``lrt_run_explorer(models, idx, metrics)``: pick a trained LRT run; its residual scales and gates
@@ -14,6 +15,7 @@ Each is a ``core.Explorer``: the render functions only call ``analysis.schedule_
 from __future__ import annotations
 
 import html
+import time
 from collections.abc import Callable, Mapping
 
 import ipywidgets as widgets
@@ -41,14 +43,25 @@ def _slider(name: str, value: int, maximum: int) -> widgets.IntSlider:
 
 
 # ---------------------------------------------------------------------------------------------- schedules
-def schedule_explorer(model: GPT, idx: torch.Tensor, targets: torch.Tensor | None = None) -> Explorer:
+def _seconds(model: GPT, idx: torch.Tensor, setting: dict) -> float:
+    """Wall-clock of one no-grad run of ``setting`` on ``idx``: what its FLOPs cost in time on this machine
+    (many small forwards cost more time per FLOP than one large one)."""
+    start = time.perf_counter()
+    with torch.no_grad():
+        schedules.run(model, idx, **setting)
+    return time.perf_counter() - start
+
+
+def schedule_explorer(model: GPT, idx: torch.Tensor, targets: torch.Tensor | None = None,
+                      floor: float | None = None, floor_label: str = "unigram") -> Explorer:
     """How close each training schedule gets to the exact recurrence, and at what cost.
 
     Sweeps multipass(K), interleaved(S) and blockwise(B) over every value 1..T once (``schedule_sweep``
     against the sequential logits of ``idx``); the sliders pick one setting of each. The figure
     shows the three sweeps with the chosen settings ringed, and their per-position distance; the
-    summary gives each chosen setting's distance, argmax agreement (and loss with ``targets``),
-    forwards, positions computed and training FLOPs relative to one plain pass.
+    summary gives each chosen setting's distance, argmax agreement (and loss with ``targets``, read
+    against ``floor``, e.g. the unigram loss in nats, when given), forwards, positions computed,
+    training FLOPs relative to one plain pass, and the wall-clock of one run beside them.
     """
     reference = exact_logits(model, idx)
     T = idx.size(1)
@@ -60,21 +73,26 @@ def schedule_explorer(model: GPT, idx: torch.Tensor, targets: torch.Tensor | Non
 
     def render(passes: int, subsets: int, block: int) -> tuple[Figure, str]:
         chosen = {"multipass": passes, "interleaved": subsets, "blockwise": block}
-        rows, positions = [], {}
+        rows, positions, seconds = [], {}, []
         for schedule, value in chosen.items():
             row = sweeps[(sweeps["schedule"] == schedule) & (sweeps["value"] == value)].iloc[0]
             rows.append(row)
-            positions[row["label"]] = position_distance(model, idx, {"schedule": schedule,
-                                                                     PARAMETERS[schedule]: value}, reference)
+            setting = {"schedule": schedule, PARAMETERS[schedule]: value}
+            positions[row["label"]] = position_distance(model, idx, setting, reference)
+            seconds.append(_seconds(model, idx, setting))
         loss_head = "<th>loss</th>" if targets is not None else ""
         body = "".join(
             f"<tr><td><b>{html.escape(r['label'])}</b></td><td>{_fmt(r['distance'])}</td>"
             f"<td>{r['agreement']:.1%}</td>" + (f"<td>{_fmt(r['loss'])}</td>" if targets is not None else "")
             + f"<td>{r['forwards']}</td><td>{r['token_forwards']}</td>"
-            f"<td>{r['train_flops'] / single_flops:.3g}x</td></tr>" for r in rows)
+            f"<td>{r['train_flops'] / single_flops:.3g}x</td><td>{1000 * t:.0f} ms</td></tr>"
+            for r, t in zip(rows, seconds))
+        floor_line = (f"<br>{html.escape(floor_label)} loss {_fmt(floor)}: the floor every loss above is read "
+                      "against" if floor is not None and targets is not None else "")
         summary = (f"<table><tr><th>setting</th><th>distance to exact</th><th>argmax agrees</th>{loss_head}"
-                   f"<th>forwards</th><th>positions computed</th><th>training FLOPs vs 1 pass</th></tr>{body}"
-                   f"</table>exact sequential: {T} forwards of one position each (T = {T})")
+                   f"<th>forwards</th><th>positions computed</th><th>training FLOPs vs 1 pass</th>"
+                   f"<th>wall-clock here</th></tr>{body}"
+                   f"</table>exact sequential: {T} forwards of one position each (T = {T}){floor_line}")
         return plots.schedule_distance(sweeps, positions, chosen), summary
 
     return Explorer(controls, render)
