@@ -191,3 +191,11 @@ def test_an_interrupted_two_rename_save_is_recovered(tmp_path, monkeypatch):
     save_checkpoint(model, tmp_path / "ck", metrics={"v": 2})
     assert load_metrics(tmp_path / "ck") == {"v": 2}
     assert sorted(os.listdir(tmp_path)) == ["ck"]
+
+
+def test_a_saved_checkpoint_directory_has_the_usual_permissions(tmp_path):
+    model = wb.build_model(wb.ModelConfig(vocab_size=11, n_layer=1, n_head=1, n_embd=8, seq_len=4))
+    wb.save_checkpoint(model, tmp_path / "ck")
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (tmp_path / "ck").stat().st_mode & 0o777 == 0o777 & ~umask

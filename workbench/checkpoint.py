@@ -260,6 +260,9 @@ def atomic_directory(path: str | os.PathLike,
     _restore_set_aside(path)
     _check_replaceable(path, replaceable)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    tmp.chmod(0o777 & ~umask)  # mkdtemp makes 0700; the swapped-in directory must read like any other
     lock = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)
