@@ -78,7 +78,7 @@ from torch import nn
 
 from .checkpoint import atomic_directory, read_json, read_safetensors, write_json_atomic
 from .hooks import HookPoint, name_hook_points
-from .kv_cache import KVBuffer, position_mask
+from .kv_cache import Cursor, KVBuffer, position_mask
 from .mechanisms import Feedback, norm, uniform_init_
 from .model import StepOutput, resolve_positions
 
@@ -145,7 +145,7 @@ class FeedbackConfig:
         return {k: v for k, v in asdict(self).items() if k in OPTION_NAMES}
 
 
-class HFKVCache:
+class HFKVCache(Cursor):
     """Decoding cache of a wrapped model: a ``transformers.DynamicCache`` plus the carried memory.
 
     ``state`` is what ``schedules`` and ``generate`` read and write (the memory the next token will
@@ -168,16 +168,6 @@ class HFKVCache:
     def v(self) -> list[torch.Tensor]:
         """Values stored per layer, (B, kv_heads, pos, head_dim)."""
         return [layer.values for layer in self.cache.layers]
-
-    def advance(self, n: int) -> None:
-        """Count ``n`` more positions as stored (HF's cache itself grew as its layers wrote them)."""
-        self.pos += n
-
-    def rewind(self, position: int) -> None:
-        """Forget positions ``position`` and later; ``prepare`` crops HF's cache before the next step."""
-        if not 0 <= position <= self.pos:
-            raise ValueError(f"position={position!r} is invalid: must be in [0, {self.pos}] (the positions stored)")
-        self.pos = position
 
     def prepare(self, positions: torch.Tensor) -> None:
         """Ready the cache for a step at ``positions``, which must continue it (``pos, pos + 1, ...``

@@ -78,10 +78,25 @@ class _Preallocated:
         self.state: torch.Tensor | None = None  # (B, D_mem) memory produced by the last stored position
 
 
-class KVCache(_Preallocated):
-    """Per-layer K/V of the positions processed so far, plus the carried recurrent state."""
+class Cursor:
+    """The write cursor of a decoding cache: ``pos`` positions stored, moved on by ``advance`` and back by
+    ``rewind`` (shared by ``KVCache`` and ``hf.HFKVCache``)."""
 
     pos: int = 0  # number of positions already stored (``advance`` counts them per instance)
+
+    def advance(self, n: int) -> None:
+        """Mark ``n`` more positions as stored (called once per forward, after every layer)."""
+        self.pos += n
+
+    def rewind(self, position: int) -> None:
+        """Forget positions ``position`` and later (the next step overwrites them)."""
+        if not 0 <= position <= self.pos:
+            raise ValueError(f"position={position!r} is invalid: must be in [0, {self.pos}] (the positions stored)")
+        self.pos = position
+
+
+class KVCache(Cursor, _Preallocated):
+    """Per-layer K/V of the positions processed so far, plus the carried recurrent state."""
 
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor,
                positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, Mask]:
@@ -103,15 +118,6 @@ class KVCache(_Preallocated):
             return k_all, v_all, "causal"
         return k_all, v_all, position_mask(positions, torch.arange(stop, device=positions.device))
 
-    def advance(self, n: int) -> None:
-        """Mark ``n`` more positions as stored (called once per forward, after every layer)."""
-        self.pos += n
-
-    def rewind(self, position: int) -> None:
-        """Forget positions ``position`` and later (their slots are overwritten by the next step)."""
-        if not 0 <= position <= self.pos:
-            raise ValueError(f"position={position!r} is invalid: must be in [0, {self.pos}] (the positions stored)")
-        self.pos = position
 
 
 class StaticKVCache(_Preallocated):

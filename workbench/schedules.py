@@ -227,6 +227,10 @@ class Schedule:
     knob_name: ClassVar[str | None] = None  # the one parameter this schedule has, if any
     symbol: ClassVar[str] = ""  # how labels write that parameter (K passes, S subsets, B block)
 
+    def __post_init__(self) -> None:
+        if self.knob_name is not None:
+            check_int(self.knob_name, self.knob, 1, 1_000_000)
+
     def run(self, model: GPT, idx: torch.Tensor, plain_prefix: int | torch.Tensor = 0) -> ScheduleOutput:
         raise NotImplementedError
 
@@ -275,9 +279,6 @@ class Multipass(Schedule):
     knob_name: ClassVar[str] = "passes"
     symbol: ClassVar[str] = "K"
 
-    def __post_init__(self) -> None:
-        check_int("passes", self.passes, 1, 1_000_000)
-
     def run(self, model: GPT, idx: torch.Tensor, plain_prefix: int | torch.Tensor = 0) -> ScheduleOutput:
         return multipass(model, idx, self.passes, plain_prefix, self.aux_weight)
 
@@ -291,9 +292,6 @@ class Interleaved(Schedule):
     name: ClassVar[str] = "interleaved"
     knob_name: ClassVar[str] = "subsets"
     symbol: ClassVar[str] = "S"
-
-    def __post_init__(self) -> None:
-        check_int("subsets", self.subsets, 1, 1_000_000)
 
     def run(self, model: GPT, idx: torch.Tensor, plain_prefix: int | torch.Tensor = 0) -> ScheduleOutput:
         return interleaved(model, idx, self.subsets, plain_prefix)
@@ -310,9 +308,6 @@ class Blockwise(Schedule):
     name: ClassVar[str] = "blockwise"
     knob_name: ClassVar[str] = "block"
     symbol: ClassVar[str] = "B"
-
-    def __post_init__(self) -> None:
-        check_int("block", self.block, 1, 1_000_000)
 
     def run(self, model: GPT, idx: torch.Tensor, plain_prefix: int | torch.Tensor = 0) -> ScheduleOutput:
         return blockwise(model, idx, self.block, plain_prefix)
