@@ -707,6 +707,8 @@ def ablation_distance(frame: pd.DataFrame, axes: Sequence[Axes] | None = None) -
         for ax in axes:
             _empty(ax, "no gated LRT text specimen")
         return fig
+    from matplotlib.ticker import MaxNLocator
+
     _require(frame, ["distance", "position", "increase"], "ablation_distance")
     runs = frame["run"] if "run" in frame else pd.Series("", index=frame.index)
     colors = sns.color_palette("deep", n_colors=max(1, runs.nunique()))
@@ -717,6 +719,7 @@ def ablation_distance(frame: pd.DataFrame, axes: Sequence[Axes] | None = None) -
         axes[1].plot(first.index, first.to_numpy(), color=color, lw=1, label=str(name))
     for ax in axes:
         ax.axhline(0.0, color="black", lw=0.8, ls=":")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes[0].set(xlabel="d: the ablated memory lies d positions back", ylabel="loss increase at t (nats)",
                 title="memory ablated d back")
     axes[1].set(xlabel="position t (reads the ablated memory)", ylabel="loss increase at t (nats)",

@@ -115,6 +115,7 @@ class Recipe:
     chance: str = ""  # the chance floor / baseline every number is read against, in words
     caveat: str = ""  # what the reader must know to read our number (no numbers here: those are computed)
     kind: str = "paper"  # one of KINDS
+    reads: tuple[str, ...] = ()  # recipes whose trained models this one analyses (it may train none of its own)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:

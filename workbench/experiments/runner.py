@@ -171,7 +171,9 @@ def smoke_scale() -> float:
 
 
 def list_recipes() -> pd.DataFrame:
-    """Each recipe's claim, gates and decision rule, as stated before anything runs."""
+    """Each recipe's claim, gates and decision rule, as stated before anything runs. ``runs`` counts the
+    models a verdict rests on: a recipe's own, plus those of the recipes it ``reads`` (analyses only)."""
     return pd.DataFrame([{"recipe": r.name, "kind": r.kind, "claim": r.claim, "setting": r.setting,
                           "gates": "; ".join(g.describe() for g in r.gates), "rule": r.rule, "chance": r.chance,
-                          "runs": len(r.build(1.0))} for r in RECIPES.values()])
+                          "runs": len(r.build(1.0)) + sum(len(RECIPES[o].build(1.0)) for o in r.reads)}
+                         for r in RECIPES.values()])
