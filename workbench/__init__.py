@@ -6,6 +6,7 @@ produced — split into a *mechanism* (where memory is read and consumed, ``mech
 """
 
 from . import analysis, hooks, schedules, tasks
+from ._version import __version__
 from .checkpoint import load_checkpoint, save_checkpoint
 from .config import ModelConfig
 from .decode import generate
@@ -13,8 +14,6 @@ from .hooks import HookPoint, with_hooks
 from .model import GPT, build_model
 from .train import LiveLossPlot, TrainResult, train
 from .train_config import TrainConfig
-
-__version__ = "0.1.0"
 
 # Imported on first use: matplotlib, ipywidgets and transformers are heavy, and most scripts need none.
 _LAZY = ("plots", "widgets", "hf", "experiments", "evaluation", "bench")

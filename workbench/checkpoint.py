@@ -45,6 +45,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load as load_tensors
 from safetensors.torch import save as save_tensors
 
+from ._version import __version__
 from .config import ModelConfig
 from .model import GPT, build_model
 
@@ -377,8 +378,6 @@ def save_checkpoint(model: GPT, path: str | os.PathLike, metrics: dict[str, Any]
     (``.json``), written inside the same version (the trainer's resumable state). ``path`` must be
     absent, empty or a checkpoint: anything else is refused, never deleted.
     """
-    from . import __version__
-
     extra_files = extra_files or {}
     _check_extra_names(extra_files)
     header = {"format": FORMAT_VERSION, "package_version": __version__, "model": model.config.to_dict(),

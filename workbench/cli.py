@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from . import __version__
+from ._version import __version__
 from .train import add_cli as add_train_cli
 from .train import parse_key_values
 

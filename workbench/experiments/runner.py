@@ -20,7 +20,8 @@ from typing import Any
 import pandas as pd
 from tqdm.auto import tqdm
 
-from .. import __version__, tasks
+from .. import tasks
+from .._version import __version__
 from ..checkpoint import load_checkpoint, load_metrics, save_checkpoint, write_json_atomic
 from ..evaluation import per_example_metrics, summarize
 from ..model import GPT
