@@ -202,3 +202,19 @@ def test_ablation_by_distance_matches_single_interventions():
         iv.ablation_by_distance(model, idx, 2, kind="patch")
     with pytest.raises(ValueError, match="max_distance"):
         iv.ablation_by_distance(model, idx, 0)
+
+
+def test_intervene_checks_its_source_and_rows():
+    model = perturbed_model(small_config("fbt"))
+    idx = _tokens(8)
+    with pytest.raises(ValueError, match="source"):
+        iv.intervene(model, idx, iv.Intervention("patch", source=_tokens(8, B=2)), 3)
+    with pytest.raises(ValueError, match="rows"):
+        iv.intervene(model, idx, iv.Intervention("patch", rows=torch.tensor([0, 1, 3])), 3)
+    with pytest.raises(ValueError, match="positions"):
+        iv.intervene(model, idx, iv.Intervention("zero"), T)
+    # rows into a larger source run: each row takes the memory of the source row it names
+    source = _tokens(9, B=5)
+    got = iv.intervene(model, idx, iv.Intervention("patch", rows=torch.tensor([4, 4, 0]), source=source), 3)
+    expected = iv.intervene(model, idx, iv.Intervention("patch", source=source[[4, 4, 0]]), 3)
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-10)  # batches of 5 and 3 rows: rounding only

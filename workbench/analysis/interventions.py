@@ -293,12 +293,15 @@ def intervene(model: GPT, idx: torch.Tensor, intervention: Intervention, positio
     if positions.ndim > 1 or (positions.ndim == 1 and len(positions) != B) or bool(
             (positions < 0).any() | (positions >= T).any()):
         raise ValueError(f"positions={positions.tolist()!r} is invalid: must be an int or ({B},) ints in [0, {T - 1}]")
-    if intervention.rows is not None and (intervention.rows.shape != (B,)):
-        raise ValueError(f"rows must have shape ({B},), got {tuple(intervention.rows.shape)}")
+    source, rows = intervention.source, intervention.rows
+    if source is not None and (source.ndim != 2 or source.shape[1] != T or (rows is None and len(source) != B)):
+        raise ValueError(f"source must be ({B}, {T}) tokens like idx (or (B', {T}) with rows), "
+                         f"got {tuple(source.shape)}")
+    available = len(idx if source is None else source)
+    if rows is not None and (rows.shape != (B,) or bool((rows < 0).any() | (rows >= available).any())):
+        raise ValueError(f"rows must have shape ({B},) and index the source's rows, got {rows.tolist()!r}")
     clean = clean if clean is not None else record_site(model, idx, site, **run)
-    record = record_site(model, intervention.source, site, **run) if intervention.source is not None else clean
-    if intervention.source is not None and intervention.source.shape[1] != T:
-        raise ValueError(f"source must have T={T} positions like idx, got {intervention.source.shape[1]}")
+    record = record_site(model, source, site, **run) if source is not None else clean
     where = _where(B, T, positions, clean.reads)
     with feedback_hooks(model, {site: edit_function(intervention, where, record)}):
         return run_logits(model, idx, **run)
