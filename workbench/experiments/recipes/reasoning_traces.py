@@ -1,65 +1,131 @@
-"""Trace length under SOFT vs STANDARD decoding (FBT paper, arXiv 2608.08888)."""
+"""Trace length under SOFT vs STANDARD decoding (FBT paper, arXiv 2608.08888), on a specimen that reasons.
+
+The paper reports that under SOFT decoding base models write shorter reasoning traces (median
+length) at equal or better accuracy. A comparison of trace lengths means something only when the
+model answers: the specimen is an FBT model trained on an easier ``arith_cot`` (3 chained +/- on
+numbers up to ``MAX_VALUE``), gated on held-out STANDARD accuracy, beside a baseline of the same
+shape trained on the same data without feedback. Every training trace is correct whatever its
+verbosity (full / skipped / answer-only, a third each), and the task ends each text with an
+end-of-sequence marker, so how much a model writes before the answer is its free choice and
+decoding stops where it says it is done.
+
+The decision rule is ``decide`` below, fixed before any model was trained: the median-length
+interval must lie below 0 and the accuracy interval may not lie below STANDARD's by more than
+``ACCURACY_MARGIN``. Intervals come from ``analysis.traces.compare_regimes``: a hierarchical
+bootstrap over seeds, then examples, paired by both (the regimes decode the same weights on the
+same questions).
+"""
 
 from __future__ import annotations
 
 import pandas as pd
 
 from ... import tasks
-from ...evaluation import hierarchical_difference, verdict
-from ..common import FBT_MIX, FBT_MODEL, config, describe, steps
+from ...analysis.traces import compare_regimes, line_distribution, summarize_traces, trace_lengths, training_traces
+from ...evaluation import MIN_SEEDS
+from ..common import FBT_MIX, SMALL_MODEL, config, describe, steps
 from ..core import EVAL_SEED, Context, Gate, Outcome, Recipe, RunSpec
 
-COMPETENT = 0.8  # held-out STANDARD accuracy the specimen needs
-ACCURACY_MARGIN = 0.05  # SOFT may not be worse than STANDARD by more than this
+TASK = {"steps": 3, "max_value": 19, "eos": True}  # easier than the default (3 steps, operands <= 99)
+FBT = {**SMALL_MODEL, "mechanism": "fbt"}
+BASELINE = {**SMALL_MODEL, "tie_embeddings": True}  # the FBT model's shape without feedback
+SEEDS = (0, 1, 2)  # FBT seeds: the regimes are compared on these
+BASELINE_SEEDS = (0,)  # context only (no decision rests on it): the training budget goes to the FBT seeds
+TRAIN_STEPS = 2000
+REGIMES = ("standard", "soft", "fused")
+PREFILL_PASSES = 2  # FUSED: fused prefill passes after the plain one (3 in all; training drew up to 3)
+N_EXAMPLES = 200  # held-out questions decoded per run and regime at scale 1
+COMPETENT = 0.8  # held-out STANDARD accuracy every FBT seed needs
+ACCURACY_MARGIN = 0.05  # SOFT may not be worse than STANDARD by more than this (accuracy, absolute)
+GATE = "fbt STANDARD accuracy"
 
 
 def build(scale: float) -> list[RunSpec]:
-    return [RunSpec(f"arith_fbt_s{seed}", config("arith_cot", FBT_MODEL, steps(400, scale), seed,
-                                                 schedule="multipass", pass_mix=FBT_MIX, passes=3,
-                                                 feedback_start=0.3, prefix_mixin=0.5),
-                    {"schedule": "multipass", "passes": 2}) for seed in (0, 1)]
+    fbt = [RunSpec(f"fbt_s{seed}", config("arith_cot", FBT, steps(TRAIN_STEPS, scale), seed, TASK,
+                                           schedule="multipass", pass_mix=FBT_MIX, passes=3, feedback_start=0.3,
+                                           prefix_mixin=0.5),
+                   {"schedule": "multipass", "passes": 2}) for seed in SEEDS]
+    return fbt + [RunSpec(f"baseline_s{seed}", config("arith_cot", BASELINE, steps(TRAIN_STEPS, scale), seed, TASK))
+                  for seed in BASELINE_SEEDS]
+
+
+def decide(length: dict[str, float], accuracy: dict[str, float]) -> str:
+    """The decision rule on SOFT - STANDARD intervals (median trace length in tokens, accuracy).
+
+    reproduces: the length interval lies below 0 and the accuracy interval's low end is at least
+    ``-ACCURACY_MARGIN``; does not reproduce: the length interval does not reach below 0 (SOFT is
+    not shorter) or the accuracy interval lies below ``-ACCURACY_MARGIN`` (shorter at a cost);
+    inconclusive otherwise; not tested with fewer than ``MIN_SEEDS`` seeds.
+    """
+    if length["seeds"] < MIN_SEEDS:
+        return f"not tested: seeds = {length['seeds']} (needs >= {MIN_SEEDS})"
+    if accuracy["high"] < -ACCURACY_MARGIN or length["low"] >= 0:
+        return "does not reproduce"
+    if length["high"] < 0 and accuracy["low"] >= -ACCURACY_MARGIN:
+        return "reproduces"
+    return "inconclusive"
 
 
 def analyze(ctx: Context) -> Outcome:
-    from ...analysis.traces import summarize_traces, trace_lengths
     from ...plots import trace_lengths as plot_traces
 
-    n = max(16, int(200 * min(1.0, ctx.scale)))
+    task = tasks.get("arith_cot", **TASK)
+    n = max(16, int(N_EXAMPLES * min(1.0, ctx.scale)))
     frames = []
     for name, model in ctx.models.items():
-        frame = trace_lengths(model, tasks.get("arith_cot"), regimes=("standard", "soft", "fused"), n=n,
-                              seed=EVAL_SEED, max_new_tokens=48, prefill_passes=2)
-        frame["run"] = name
-        frames.append(frame)
+        fbt = name.startswith("fbt_")
+        frame = trace_lengths(model, task, REGIMES if fbt else ("standard",), n=n, seed=EVAL_SEED,
+                              max_new_tokens=task.seq_len, prefill_passes=PREFILL_PASSES)
+        frames.append(frame.assign(run=name, arm="fbt" if fbt else "baseline"))
     traces = pd.concat(frames, ignore_index=True)
     traces.to_csv(ctx.out / "traces.csv", index=False)
-    table = summarize_traces(traces)
-    per_run = {run: f.pivot_table(index="example", columns="regime", values=["length", "correct"])
-               for run, f in traces.groupby("run")}
-    shorter = hierarchical_difference([w[("length", "standard")].to_numpy() for w in per_run.values()],
-                                      [w[("length", "soft")].to_numpy() for w in per_run.values()])
-    accuracy = hierarchical_difference([w[("correct", "standard")].to_numpy(float) for w in per_run.values()],
-                                       [w[("correct", "soft")].to_numpy(float) for w in per_run.values()])
-    result = verdict(shorter, -1)
-    if result == "reproduces" and accuracy["high"] < -ACCURACY_MARGIN:
-        result = "does not reproduce"  # shorter, but at a cost in accuracy
-    number = (describe("soft - standard", shorter, "tokens") + "; accuracy "
-              + describe("soft - standard", accuracy, ""))
-    standard = traces[traces["regime"] == "standard"].groupby("run")["correct"].mean()
-    return Outcome(table, plot_traces(traces), number, result,
-                   {"arith_fbt STANDARD accuracy": float(standard.min())}, chance="accuracy 0 (no guessing)")
+    fbt = traces[traces["arm"] == "fbt"]
+    table = compare_regimes(fbt)
+    shown = pd.concat([fbt, traces[traces["arm"] == "baseline"].assign(regime="baseline"),
+                       training_traces(task, n=2000, seed=0)], ignore_index=True)
+    lines = line_distribution(shown)
+    lines.to_csv(ctx.out / "lines.csv", index=False)
+    per_seed = summarize_traces(traces, by=("arm", "run", "regime"))
+    per_seed.to_csv(ctx.out / "per_seed.csv", index=False)
+    rows = table.set_index(["regime", "quantity"])
+
+    def interval(regime: str, quantity: str) -> dict[str, float]:
+        row = rows.loc[(regime, quantity)]
+        return {"mean": float(row["diff"]), "low": float(row["low"]), "high": float(row["high"]),
+                "seeds": int(row["seeds"])}
+
+    length, accuracy = interval("soft", "median_length"), interval("soft", "accuracy")
+    number = "; ".join([
+        describe("median trace soft - standard", length, "tokens"),
+        describe("accuracy soft - standard", accuracy, ""),
+        describe("median trace fused - standard", interval("fused", "median_length"), "tokens"),
+        ", ".join(f"{r} accuracy {rows.loc[(r, 'accuracy'), 'value']:.3f} median "
+                  f"{rows.loc[(r, 'median_length'), 'value']:g} tokens" for r in REGIMES)])
+    standard = fbt[fbt["regime"] == "standard"].groupby("run")["correct"].mean()
+    keep = ["arm", "run", "regime", "n", "accuracy", "median_length", "answered"]
+    answers = task.sample(n, seed=EVAL_SEED, split="val").labels
+    chance = float(answers.bincount().max()) / len(answers)
+    return Outcome(table, plot_traces(shown, lines), number, decide(length, accuracy), {GATE: float(standard.min())},
+                   chance=f"accuracy {chance:.3f}: always the most frequent held-out answer",
+                   extra={"per_seed": per_seed[keep].to_dict("records")})
 
 
 RECIPE = Recipe(
     "reasoning_traces",
     "Under SOFT decoding, base models write shorter reasoning traces (median length) at equal or better accuracy.",
-    "FBT 2x64 on arith_cot (3 steps, operands < 100) with mixed verbosity, 400 steps, 2 seeds, greedy decoding "
-    "of 200 held-out problems per regime.",
+    f"FBT 2x64 (and a no-feedback baseline of the same shape) on arith_cot with 3 steps on numbers <= "
+    f"{TASK['max_value']}, an end marker and mixed verbosity (full / skipped / answer-only), {TRAIN_STEPS} steps, "
+    f"{len(SEEDS)} FBT seeds ({len(BASELINE_SEEDS)} baseline); greedy decoding of {N_EXAMPLES} held-out problems "
+    f"per regime.",
     build, analyze,
-    gates=(Gate("arith_fbt STANDARD accuracy", "worst seed's held-out answer accuracy under STANDARD decoding",
-                ">=", COMPETENT),),
-    rule="reproduces when the hierarchical interval of SOFT minus STANDARD trace length lies below 0 and SOFT's "
-         f"accuracy interval does not lie below STANDARD's by more than {ACCURACY_MARGIN}; does not reproduce when "
-         "the length interval lies above 0 or accuracy drops by more; inconclusive otherwise; not tested with "
-         "fewer than 3 seeds or when the gate fails.",
-    chance="answer accuracy 0: answers are integers, not guessed from a small set.")
+    gates=(Gate(GATE, "worst FBT seed's held-out answer accuracy under STANDARD decoding", ">=", COMPETENT),),
+    rule=f"reproduces when the hierarchical 95 % interval (seeds, then examples, paired) of SOFT minus STANDARD "
+         f"median trace length lies below 0 and the one of SOFT minus STANDARD accuracy does not reach below "
+         f"-{ACCURACY_MARGIN}; does not reproduce when the length interval does not reach below 0 or the accuracy "
+         f"interval lies below -{ACCURACY_MARGIN}; inconclusive otherwise; not tested with fewer than {MIN_SEEDS} "
+         f"seeds or when the gate fails.",
+    chance=f"the share of the most frequent answer among the held-out questions (answers lie in "
+           f"0..{TASK['max_value']}).",
+    caveat="Trace length is tokens before the answer marker. Greedy decoding picks the likeliest verbosity at each "
+           "line, so a mix of verbosities in training need not give a mix in decoding: lines.csv and the figure's "
+           "third panel set each regime's lines written beside the training mix.")
