@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import weakref
 
+import pandas as pd
 import pytest
 import torch
 
@@ -13,12 +14,16 @@ import workbench as wb
 from conftest import perturbed_model, small_config, variant_config
 from workbench.analysis import run_with_cache
 from workbench.analysis.contraction import (
+    decoding_states,
+    exact_by_causality,
     jacobian_norm,
     jacobian_power_iteration,
     memory_trajectory,
     pass_dynamics,
+    pass_map_jacobian,
     sensitivity,
 )
+from workbench.analysis.fusion import jacobi_errors
 
 T = 8
 
@@ -80,6 +85,48 @@ def test_given_reference_is_used_as_the_fixed_point(models):
     assert given["fixed_point_distance"].tolist() == pytest.approx(own["fixed_point_distance"].tolist(), abs=1e-14)
     moved = pass_dynamics(model, idx, passes=T, reference=exact * 2)
     assert moved["fixed_point_distance"].iloc[-1] == pytest.approx(0.5, rel=1e-9)
+
+
+@pytest.mark.parametrize("prefix", [0, 1, 3])
+def test_exact_by_causality_marks_exactly_the_positions_the_passes_have_settled(models, prefix):
+    """Every marked position has its sequential memory (to rounding); the first unmarked one does not yet."""
+    model, idx = models["fbt"], _idx()
+    errors = jacobi_errors(model, idx, passes=T, plain_prefix=prefix).set_index(["pass", "position"])["error"]
+    for k in range(1, T + 1):
+        marked = exact_by_causality(2, T, k, prefix)
+        assert (marked[0] == marked[1]).all()
+        n = int(marked[0].sum())
+        assert all(errors.loc[(k, t)] < 1e-10 for t in range(n))
+        if n < T:
+            assert errors.loc[(k, n)] > 1e-6
+
+
+def test_a_window_is_measured_on_its_positions_only(models):
+    """``from_position`` restricts norms and loss to t >= it: recomputed by hand from the multipass passes;
+    no position of the window is exact by causality until the passes reach it."""
+    model, idx, w = models["fbt"], _idx(), 5
+    targets = torch.roll(idx, -1, dims=1)
+    targets[0, w + 1] = -1  # an ignored target inside the window
+    df = pass_dynamics(model, idx, passes=T, targets=targets, from_position=w, keep_examples=True)
+    assert (df["exact_by_causality"].iloc[:w] == 0).all() and (df["exact_by_causality"].iloc[w:] > 0).all()
+    assert df["exact_by_causality"].iloc[-1] == 1.0
+    with torch.no_grad():
+        exact = wb.schedules.sequential(model, idx).memory[:, w:].double()
+        out = wb.schedules.multipass(model, idx, passes=3)
+        m2, m3 = (o.double()[:, w:] for o in (wb.schedules.multipass(model, idx, passes=2).memory, out.memory))
+    row = df.set_index("pass").loc[3]
+    assert row["delta"] == pytest.approx(float(torch.linalg.vector_norm(m3 - m2) / torch.linalg.vector_norm(m3)))
+    assert row["fixed_point_distance"] == pytest.approx(
+        float(torch.linalg.vector_norm(m3 - exact) / torch.linalg.vector_norm(exact)))
+    window = targets.clone()
+    window[:, :w] = -1
+    assert row["loss"] == pytest.approx(float(wb.metrics.mean_token_loss(out.logits, window)), rel=1e-12)
+    per_example = [float(wb.metrics.mean_token_loss(out.logits[b:b + 1], window[b:b + 1])) for b in range(2)]
+    assert row["example_loss"] == pytest.approx(per_example, rel=1e-12)
+    with pytest.raises(ValueError, match="from_position"):
+        pass_dynamics(model, idx, passes=2, from_position=T)
+    with pytest.raises(ValueError, match="keep_examples"):
+        pass_dynamics(model, idx, passes=2, keep_examples=True)
 
 
 def test_memory_stays_constant_over_hundreds_of_passes(models):
@@ -197,6 +244,46 @@ def test_jacobian_rejects_bad_input(models, kwargs, field):
         jacobian_norm(models["fbt"], _idx(), **kwargs)
 
 
+def _exact_pass_map_norm(model: wb.GPT, idx: torch.Tensor) -> float:
+    """Spectral norm of one whole Jacobi pass's Jacobian at the fixed point, from the full matrix."""
+    exact = wb.schedules.sequential(model, idx).memory
+    reads = wb.schedules.feedback_mask(*idx.shape)
+
+    def one_pass(m: torch.Tensor) -> torch.Tensor:
+        return model.step(idx, memory=wb.schedules.shift_right(m), memory_mask=reads).memory
+
+    n = exact.numel()
+    J = torch.autograd.functional.jacobian(one_pass, exact).reshape(n, n)
+    return float(torch.linalg.matrix_norm(J, ord=2))
+
+
+@pytest.mark.parametrize("mechanism", ["lrt", "fbt"])
+def test_pass_map_power_iteration_matches_the_full_jacobian(models, mechanism):
+    model, idx = models[mechanism], _idx(B=1)
+    result = pass_map_jacobian(model, idx, iters=200)
+    assert result["norm"] == pytest.approx(_exact_pass_map_norm(model, idx), rel=1e-6)
+    assert len(result["estimates"]) == 200 and result["per_example"].shape == (1,)
+
+
+def test_pass_map_is_nilpotent_whatever_its_norm(models):
+    """The pass map is strictly causal: T products of its Jacobian vanish, so the iteration settles in T passes
+    even where the norm exceeds 1 (why a norm above 1 is no divergence certificate)."""
+    model, idx = models["fbt"], _idx(B=1)
+    exact = wb.schedules.sequential(model, idx).memory
+    reads = wb.schedules.feedback_mask(*idx.shape)
+    n = exact.numel()
+    J = torch.autograd.functional.jacobian(
+        lambda m: model.step(idx, memory=wb.schedules.shift_right(m), memory_mask=reads).memory, exact).reshape(n, n)
+    assert pass_map_jacobian(model, idx, iters=50)["norm"] > 0
+    assert float(torch.linalg.matrix_norm(torch.linalg.matrix_power(J, T), ord=2)) < 1e-10
+
+
+def test_pass_map_jacobian_without_a_mechanism_is_zero_and_rejects_bad_input(models):
+    assert pass_map_jacobian(models["none"], _idx(), iters=3)["norm"] == 0.0
+    with pytest.raises(ValueError, match="iters"):
+        pass_map_jacobian(models["fbt"], _idx(), iters=0)
+
+
 # ---------------------------------------------------------------------------------------------- trajectory
 def test_memory_trajectory_indexes_the_sequential_run(models):
     model, idx = models["lrt_mid"], _idx()
@@ -216,3 +303,41 @@ def test_memory_trajectory_indexes_the_sequential_run(models):
         torch.linalg.vector_norm(state["blocks.1.hook_resid_post"], dim=-1).reshape(-1).tolist())
     with pytest.raises(ValueError, match="top_k"):
         memory_trajectory(model, idx, top_k=0)
+
+
+# ---------------------------------------------------------------------------------------------- decoding
+def test_decoding_states_follow_a_soft_generation(models):
+    """One row per position run (prompt, then every generated token but the last, which is never run);
+    the prompt's norms are the plain forward's state at the source depth."""
+    model, idx = models["fbt"], _idx()
+    df = decoding_states(model, idx[:, :4], max_new_tokens=6)
+    assert list(df.columns) == ["position", "generated", "state_norm_mean", "state_norm_max"]
+    assert df["position"].tolist() == list(range(4 + 5)) and df["generated"].tolist() == [False] * 4 + [True] * 5
+    assert (df["state_norm_max"] >= df["state_norm_mean"]).all() and (df["state_norm_mean"] > 0).all()
+    state = run_with_cache(model, idx[:, :4], "single", names_filter="blocks.2.hook_resid_post")[1]
+    norms = torch.linalg.vector_norm(state["blocks.2.hook_resid_post"], dim=-1)
+    assert df["state_norm_mean"].iloc[:4].tolist() == pytest.approx(norms.mean(0).tolist())
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        decoding_states(model, idx[:, :4], max_new_tokens=0)
+
+
+# ---------------------------------------------------------------------------------------------- explorer
+def test_pass_window_explorer_marks_the_window_and_follows_the_slider(models):
+    from workbench.widgets.fbt import pass_window_explorer
+
+    idx, w = _idx(), 5
+    targets = torch.roll(idx, -1, dims=1)
+    stacked = pd.concat([pass_dynamics(models[m], idx, passes=w, targets=targets, from_position=w).assign(run=m)
+                         for m in ("fbt", "lrt")])
+    explorer = pass_window_explorer(stacked, seq_len=T, from_position=w, depths={"trained depth 2": 2})
+    assert explorer.controls["pass_"].max == w and explorer.controls["pass_"].value == w
+    explorer.controls["pass_"].value = 3
+    assert "pass 3 of 5" in explorer.summary.value and "fbt" in explorer.summary.value
+    assert "since pass 2" in explorer.summary.value and "exact by causality 0" in explorer.summary.value
+    assert f"T = {T}" in explorer.figure.get_suptitle() and "t >= 5" in explorer.figure.get_suptitle()
+    explorer.controls["run"].value = "lrt"
+    assert "fbt" not in explorer.summary.value
+    with pytest.raises(ValueError, match="dynamics"):
+        pass_window_explorer(stacked.drop(columns="run"), T, w, {})
+    with pytest.raises(ValueError, match="from_position"):
+        pass_window_explorer(stacked, T, T, {})

@@ -11,6 +11,7 @@ no figure is shown twice in a notebook (a returned Figure displays once, as the 
 - ``layer0_comparison``: the headline bar chart: accuracy at depth 0 per condition;
 - ``contraction_curves``: residual and distance to the fixed point against pass (log scale);
 - ``sensitivity_decay``: effect of a memory perturbation against distance (log scale);
+- ``decoding_state_norms``: the carried state's size along a long SOFT generation;
 - ``trace_lengths``: reasoning-trace length distribution and accuracy per decoding regime;
 - ``loss_curves``: training (and held-out) loss against step or FLOPs, for one run or several;
 - ``loss_vs_flops``: held-out loss against FLOPs (or wall-clock) per arm, seed bands, the floor line;
@@ -169,12 +170,16 @@ def layer0_comparison(df: pd.DataFrame, depth: int = 0) -> Figure:
 
 
 # ---------------------------------------------------------------------------------------------- contraction
-def contraction_curves(results: Runs, max_pass: int | None = None) -> Figure:
+def contraction_curves(results: Runs, max_pass: int | None = None, depths: Mapping[str, int] | None = None,
+                       note: str = "") -> Figure:
     """Residual ``delta`` and ``fixed_point_distance`` against pass (log y), one line per run.
 
     Takes ``pass_dynamics`` output, or a dict of them by name (mechanism, training mix, ...). A
     third panel shows the loss when any run has one. Exact zeros (the fixed point reached in
     floating point) end a line rather than plunging to -inf. ``max_pass`` cuts every run there.
+    ``depths``: label -> pass, drawn as dotted verticals (the depths the models were trained at,
+    so a reader sees which passes are extrapolation); ``note``: a title saying what was measured
+    (sequence length T, the positions the numbers are over), since the curves mean little without.
     """
     runs = _runs(results, "contraction_curves")
     for frame in runs.values():
@@ -195,8 +200,35 @@ def contraction_curves(results: Runs, max_pass: int | None = None) -> Figure:
         ax.set(xlabel="pass", ylabel=ylabel, yscale="log")
     if has_loss:
         axes[2].set(xlabel="pass", ylabel="loss (nats / token)")
-    if len(runs) > 1 or next(iter(runs)):
+    for (label, depth), style in zip((depths or {}).items(), (":", "--", "-.")):
+        for ax in axes:
+            ax.axvline(depth, color="grey", ls=style, lw=1.2, label=label if ax is axes[0] else None)
+    if len(runs) > 1 or next(iter(runs)) or depths:
         axes[0].legend(fontsize=8)
+    if note:
+        fig.suptitle(note, fontsize=10)
+    return fig
+
+
+def decoding_state_norms(results: Runs) -> Figure:
+    """The carried state's size (before its RMSNorm) along a long SOFT generation, one line per run.
+
+    Takes ``analysis.contraction.decoding_states`` output or a dict of them: the mean over the batch
+    per position, a band up to its max, and a dotted line where the model starts writing. A line that
+    stays level after it says the recurrence keeps its state bounded on its own output.
+    """
+    runs = _runs(results, "decoding_state_norms")
+    fig, (ax,) = _figure(1, panel=(7.0, 4.0))
+    palette = sns.color_palette("deep", n_colors=len(runs))
+    for (name, frame), color in zip(runs.items(), palette):
+        _require(frame, ["position", "generated", "state_norm_mean", "state_norm_max"], "decoding_state_norms")
+        ax.plot(frame["position"], frame["state_norm_mean"], color=color, lw=1, label=name or None)
+        ax.fill_between(frame["position"], frame["state_norm_mean"], frame["state_norm_max"], color=color, alpha=0.15)
+    starts = {int(f.loc[f["generated"], "position"].min()) for f in runs.values() if f["generated"].any()}
+    for start in sorted(starts):
+        ax.axvline(start, color="grey", ls=":", lw=1.5, label=f"writes from position {start}")
+    ax.set(xlabel="position (prompt, then generated)", ylabel="||h_t|| before the norm", yscale="log")
+    ax.legend(fontsize=8)
     return fig
 
 

@@ -8,11 +8,14 @@ and two related properties of the recurrence itself:
 
 - ``pass_dynamics``: per pass, the residual ``||H^k - H^(k-1)|| / ||H^k||``, the distance to the
   exact fixed point, the empirical contraction rate and the loss — streamed, so 1,000 passes cost
-  the memory of one;
+  the memory of one — optionally only over positions the passes have not made exact by causality
+  (``from_position``; ``exact_by_causality`` says which positions those are);
 - ``sensitivity``: perturb the memory one position carries forward and follow its effect along
   the exact sequential recurrence (does the feedback forget, or amplify?);
 - ``jacobian_norm``: the spectral norm of the one-step map ``m_{t-1} -> m_t`` by power iteration
   on autograd Jacobian-vector products (a local contraction certificate when below 1);
+- ``pass_map_jacobian``: the same for one whole Jacobi pass ``H -> F(shift(H))`` at its fixed point;
+- ``decoding_states``: the size of the state a model carries while it writes 1,000 tokens (SOFT);
 - ``memory_trajectory``: what each token reads and produces under the exact recurrence (norms,
   cosine of consecutive memories, top next tokens), the table ``widgets.token_stepper`` steps.
 
@@ -33,14 +36,17 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from tqdm.auto import tqdm
 
 from .. import schedules
+from ..decode import generate
+from ..hooks import with_hooks
 from ..kv_cache import KVCache, Mask
-from ..metrics import mean_token_loss
+from ..metrics import token_losses
 from ..model import GPT, eval_mode
 from ..validation import check_int, check_tokens
 from .cache import run_with_cache
 
-PASS_COLUMNS = ["pass", "delta", "fixed_point_distance", "contraction_rate", "loss"]
+PASS_COLUMNS = ["pass", "delta", "fixed_point_distance", "contraction_rate", "loss", "exact_by_causality"]
 SENSITIVITY_COLUMNS = ["distance", "position", "effect", "logit_effect"]
+DECODING_COLUMNS = ["position", "generated", "state_norm_mean", "state_norm_max"]
 
 
 # ---------------------------------------------------------------------------------------------- checks
@@ -55,53 +61,90 @@ def _norm(x: torch.Tensor) -> float:
 
 
 # ---------------------------------------------------------------------------------------------- passes
+def exact_by_causality(B: int, T: int, k: int, plain_prefix: int | torch.Tensor = 0,
+                       device: torch.device | str = "cpu") -> torch.Tensor:
+    """(B, T) bool: the positions pass k (1-based) of the Jacobi iteration has made exact by causality.
+
+    Position t reads ``m_{t-1}``; positions below the plain prefix (and position 0) read nothing and
+    are exact at pass 1, and each pass carries one more exact memory one position on. So with a
+    prefix of p, pass k is exact at t < max(p, 1) + k - 1: whatever such a position shows is the
+    sequential recurrence itself, not the iteration approaching it.
+    """
+    first_read = torch.as_tensor(plain_prefix, device=device).clamp(min=1).expand(B)
+    return torch.arange(T, device=device)[None, :] < (first_read[:, None] + k - 1)
+
+
+def _window_loss(logits: torch.Tensor, targets: torch.Tensor) -> tuple[float, list[float]]:
+    """Mean loss over the targets that are not -1, and each example's own mean (NaN where it has none)."""
+    losses = token_losses(logits, targets).double()
+    valid = (targets >= 0).double()
+    per_example = (losses * valid).sum(1) / valid.sum(1)
+    total = float((losses * valid).sum() / valid.sum()) if valid.sum() > 0 else math.nan
+    return total, per_example.tolist()
+
+
 @torch.no_grad()
 def pass_dynamics(model: GPT, idx: torch.Tensor, passes: int = 1000, targets: torch.Tensor | None = None,
                   plain_prefix: int | torch.Tensor = 0, reference: torch.Tensor | None = None,
-                  progress: bool = False) -> pd.DataFrame:
+                  progress: bool = False, from_position: int = 0, keep_examples: bool = False) -> pd.DataFrame:
     """Iterate the Jacobi pass map ``passes`` times and report how it approaches its fixed point.
 
     One row per pass k (1-based): ``delta`` = ``||H^k - H^(k-1)|| / ||H^k||`` (NaN at pass 1);
     ``fixed_point_distance`` = ``||H^k - H*|| / ||H*||`` to the exact sequential memory H*;
     ``contraction_rate`` = ``delta_k / delta_(k-1)`` (NaN where undefined, e.g. once the residual
     is exactly 0); ``loss`` = mean next-token cross-entropy against ``targets`` (B, T), -1 = ignored
-    (NaN without targets). Norms run over every position of the batch.
+    (NaN without targets); ``exact_by_causality`` = the share of the measured positions that pass k
+    has already made exact (``exact_by_causality``): where it is above 0 part of each number is the
+    sequential recurrence, not the iteration.
 
-    A causal Jacobi iteration is exact after T passes, so ``fixed_point_distance`` reaches 0 at
-    pass T at the latest; what happens *after* that (in floating point) and *before* it (how fast
-    the early positions settle) is the contraction story. Passes are streamed from
-    ``schedules.iterate_passes`` and only the previous one is kept: memory does not grow with
-    ``passes``. ``reference``: H* (B, T, D_mem) when the caller already has it (e.g. to compare
-    several runs on one batch); otherwise computed once with ``schedules.sequential``.
-    ``progress``: a tqdm bar over passes.
+    ``from_position``: measure every quantity (norms and loss) only over positions t >= it. A causal
+    Jacobi iteration is exact after T passes, and position t after t + 1, so the claim that the
+    pass map stays near its fixed point *while iterating* lives at positions the passes have not
+    reached: with ``from_position`` >= ``passes`` every pass is compared on the same positions, none
+    of them exact by causality. ``keep_examples``: add ``example_loss``, each example's own loss at
+    that pass (a list, NaN where an example has no target in the window), for intervals over examples.
+
+    Passes are streamed from ``schedules.iterate_passes`` and only the previous one is kept: memory
+    does not grow with ``passes``. ``reference``: H* (B, T, D_mem) when the caller already has it;
+    otherwise computed once with ``schedules.sequential``. ``progress``: a tqdm bar over passes.
     """
     check_tokens(model.config.vocab_size, idx)
     check_int("passes", passes, 1)
-    check_prefix(plain_prefix, idx.size(1))
+    B, T = idx.shape
+    check_prefix(plain_prefix, T)
+    check_int("from_position", from_position, 0, T - 1)
     if targets is not None and tuple(targets.shape) != tuple(idx.shape):
         raise ValueError(f"targets must have the shape of idx {tuple(idx.shape)}, got {tuple(targets.shape)}")
+    if keep_examples and targets is None:
+        raise ValueError("keep_examples=True needs targets: the per-example losses are of targets")
+    window = slice(from_position, None)
     with eval_mode(model):
         exact = reference if reference is not None else schedules.sequential(model, idx, plain_prefix).memory
         expected = (*idx.shape, model.config.n_embd)
         if tuple(exact.shape) != expected:
             raise ValueError(f"reference must be the sequential memory of idx, shape {expected}, "
                              f"got {tuple(exact.shape)}")
+        exact = exact[:, window]
         exact_norm = _norm(exact)
+        scored = None if targets is None else targets[:, window]
         rows = []
         previous: torch.Tensor | None = None
         previous_delta = math.nan
         stream = schedules.iterate_passes(model, idx, plain_prefix, passes)
         for k, out in enumerate(tqdm(stream, total=passes, desc="passes", disable=not progress), start=1):
-            memory = out.memory
+            memory = out.memory[:, window]
             delta = math.nan if previous is None else _norm(memory - previous) / _norm(memory)
             rate = delta / previous_delta if previous_delta > 0 else math.nan
-            loss = math.nan
-            if targets is not None:
-                loss = float(mean_token_loss(out.logits, targets))
-            rows.append({"pass": k, "delta": delta, "fixed_point_distance": _norm(memory - exact) / exact_norm,
-                         "contraction_rate": rate, "loss": loss})
+            settled = exact_by_causality(B, T, k, plain_prefix, idx.device)[:, window]
+            row = {"pass": k, "delta": delta, "fixed_point_distance": _norm(memory - exact) / exact_norm,
+                   "contraction_rate": rate, "loss": math.nan, "exact_by_causality": float(settled.double().mean())}
+            if scored is not None:
+                row["loss"], per_example = _window_loss(out.logits[:, window], scored)
+                if keep_examples:
+                    row["example_loss"] = per_example
+            rows.append(row)
             previous, previous_delta = memory, delta
-    return pd.DataFrame(rows, columns=PASS_COLUMNS)
+    return pd.DataFrame(rows, columns=PASS_COLUMNS + (["example_loss"] if keep_examples else []))
 
 
 # ---------------------------------------------------------------------------------------------- sensitivity
@@ -243,6 +286,80 @@ def jacobian_norm(model: GPT, idx: torch.Tensor, t: int, iters: int = 50, seed: 
     See ``jacobian_power_iteration`` for the iterates and per-example values.
     """
     return float(jacobian_power_iteration(model, idx, t, iters, seed)["norm"])
+
+
+@torch.no_grad()
+def pass_map_jacobian(model: GPT, idx: torch.Tensor, iters: int = 30, seed: int = 0,
+                      plain_prefix: int | torch.Tensor = 0) -> dict[str, object]:
+    """Power iteration for the spectral norm of the whole pass map ``H -> F(shift(H))`` at its fixed point.
+
+    F is one Jacobi pass: every position t reads ``H_{t-1}`` and returns its new memory; the
+    Jacobian is taken at the exact sequential memory H* (the point the iteration should settle at),
+    over all positions at once, by the same reverse-over-reverse products as
+    ``jacobian_power_iteration``. Examples are independent blocks; ``norm`` is the largest.
+
+    Why both this and the one-step norm: a norm below 1 certifies that a pass shrinks every
+    perturbation of H*. A norm above 1 does *not* mean the iteration diverges: the map is strictly
+    causal (position t depends on positions < t of the previous pass only), so its Jacobian is
+    nilpotent, its spectral radius is 0, and T passes reach H* whatever the norm. Above 1 says a
+    perturbation can grow for a while before causality flushes it out: the transient the pass-mix
+    claim is about, on sequences much longer than the passes run.
+    Returns ``norm``, ``per_example`` (B,) and ``estimates`` (the norm after each iteration).
+    """
+    check_tokens(model.config.vocab_size, idx)
+    B, T = idx.shape
+    check_int("iters", iters, 1)
+    check_prefix(plain_prefix, T)
+    with eval_mode(model):
+        point = schedules.sequential(model, idx, plain_prefix).memory
+        reads = schedules.feedback_mask(B, T, plain_prefix, idx.device)
+
+        def one_pass(memory: torch.Tensor) -> torch.Tensor:
+            return model.step(idx, memory=schedules.shift_right(memory), memory_mask=reads).memory
+
+        with sdpa_kernel(SDPBackend.MATH):  # the fused kernels have no second derivative
+            _, pullback = torch.func.vjp(one_pass, point)
+            _, pushforward = torch.func.vjp(pullback, torch.zeros_like(point))
+            v = _unit_directions((B, T * point.size(-1)), seed, point).view_as(point)
+            estimates: list[float] = []
+            for _ in range(iters):
+                (u,) = pushforward((v,))
+                sigma = torch.linalg.vector_norm(u.flatten(1), dim=-1)
+                estimates.append(float(sigma.max()))
+                (w,) = pullback(u)
+                scale = torch.linalg.vector_norm(w.flatten(1), dim=-1).clamp_min(torch.finfo(w.dtype).tiny)
+                v = w / scale[:, None, None]
+    return {"norm": estimates[-1], "per_example": sigma.detach().cpu(), "estimates": estimates}
+
+
+# ---------------------------------------------------------------------------------------------- decoding
+@torch.no_grad()
+def decoding_states(model: GPT, prompt: torch.Tensor, max_new_tokens: int = 1000, regime: str = "soft"
+                    ) -> pd.DataFrame:
+    """How big the carried state grows while a model writes ``max_new_tokens`` greedily under ``regime``.
+
+    SOFT decoding is the exact recurrence run forward on the model's own output, far past anything it
+    was trained on: each token reads the memory its predecessor wrote. The memory itself is RMS-normed
+    (norm sqrt(D) by construction), so the question "does the carried state stay bounded?" is asked of
+    the state *before* that norm, ``||h_t||`` at the source depth. One row per position (prompt and
+    generated): ``generated`` (whether the model wrote that token), ``state_norm_mean`` / ``_max`` over
+    the batch. A norm that climbs without bound would show the recurrence amplifying itself.
+    """
+    check_tokens(model.config.vocab_size, prompt, "prompt")
+    check_int("max_new_tokens", max_new_tokens, 1)
+    source = model.mechanism.source_layer % model.config.n_layer
+    norms: list[torch.Tensor] = []
+
+    def keep(tensor: torch.Tensor, hook: object) -> None:
+        norms.append(torch.linalg.vector_norm(tensor.double(), dim=-1))
+
+    with eval_mode(model), with_hooks(model, {f"blocks.{source}.hook_resid_post": keep}):
+        generate(model, prompt, max_new_tokens, regime=regime)
+    states = torch.cat(norms, dim=1)  # (B, P + new - 1): the last token written is never run
+    P = prompt.size(1)
+    return pd.DataFrame({"position": range(states.size(1)), "generated": [t >= P for t in range(states.size(1))],
+                         "state_norm_mean": states.mean(0).tolist(), "state_norm_max": states.amax(0).tolist()},
+                        columns=DECODING_COLUMNS)
 
 
 # ---------------------------------------------------------------------------------------------- trajectory

@@ -3,12 +3,15 @@
 - ``regime_explorer(model, tokens, prompt_len, decode)``: decoding regime and prefill passes over one
   held-out text: the continuation the model writes, and how well each regime predicts the real one;
 - ``probe_compute(models, conditions)``: the on-demand compute function ``probe_explorer`` needs,
-  probing several trained models of a task at once and keeping the results.
+  probing several trained models of a task at once and keeping the results;
+- ``pass_window_explorer(dynamics, ...)``: a pass slider over several specimens' Jacobi passes on the
+  positions the contraction claim is about, with the sequence length and training depths marked.
 """
 
 from __future__ import annotations
 
 import html
+import math
 from collections.abc import Callable, Mapping, Sequence
 
 import ipywidgets as widgets
@@ -108,3 +111,54 @@ def probe_compute(models: Mapping[str, Mapping[str, GPT]], conditions: Sequence[
         return table[table["condition"] == condition].reset_index(drop=True)
 
     return compute
+
+
+def pass_window_explorer(dynamics: pd.DataFrame, seq_len: int, from_position: int,
+                         depths: Mapping[str, int]) -> Explorer:
+    """Slide through the Jacobi passes of several specimens at once, on the positions the claim is about.
+
+    ``dynamics``: ``pass_dynamics`` tables of several runs stacked with a ``run`` column (what the
+    ``fbt_pass_mixes`` recipes write to ``pass_dynamics.csv``), measured over positions
+    t >= ``from_position`` of sequences of ``seq_len`` tokens; ``depths``: label -> the pass depth a
+    model was trained at, drawn on every panel. The figure shows every run (or the chosen one) up to
+    the selected pass; the summary gives, per run, its residual, distance to the fixed point and
+    loss at that pass, the loss's change since pass 2 (the claim's comparison) and the share of the
+    measured positions already exact by causality (0 while the pass is below ``from_position``).
+    """
+    missing = sorted({"run", "pass", "delta", "fixed_point_distance", "loss", "exact_by_causality"}
+                     - set(dynamics.columns))
+    if missing or dynamics.empty:
+        raise ValueError(f"dynamics must be stacked pass_dynamics tables with a 'run' column; missing {missing}"
+                         " or empty")
+    if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 2:
+        raise ValueError(f"seq_len={seq_len!r} is invalid: must be an int >= 2")
+    if isinstance(from_position, bool) or not isinstance(from_position, int) or not 0 <= from_position < seq_len:
+        raise ValueError(f"from_position={from_position!r} is invalid: must be an int in [0, {seq_len - 1}]")
+    runs = {name: frame.drop(columns="run") for name, frame in dynamics.groupby("run", sort=False)}
+    last = int(dynamics["pass"].max())
+    controls = {
+        "run": widgets.Dropdown(options=["all", *runs], value="all", description="run"),
+        "pass_": widgets.IntSlider(value=min(last, 30), min=1, max=last, description="pass", continuous_update=False),
+    }
+
+    def render(run: str, pass_: int) -> tuple[Figure, str]:
+        shown = runs if run == "all" else {run: runs[run]}
+        note = (f"T = {seq_len}; every number over positions t >= {from_position} (not exact by causality "
+                f"before pass {from_position + 1}); pass {pass_}")
+        figure = plots.contraction_curves(shown, max_pass=pass_, depths=depths, note=note)
+        lines = []
+        for name, frame in shown.items():
+            by_pass = frame.set_index("pass")
+            if pass_ not in by_pass.index:
+                lines.append(f"<b>{html.escape(name)}</b>: ends at pass {int(by_pass.index.max())}")
+                continue
+            row, rise = by_pass.loc[pass_], math.nan
+            if 2 in by_pass.index:
+                rise = row["loss"] - by_pass.loc[2, "loss"]
+            lines.append(f"<b>{html.escape(name)}</b>: residual {_fmt(row['delta'])}, distance to fixed point "
+                         f"{_fmt(row['fixed_point_distance'])}, loss {_fmt(row['loss'])} "
+                         f"({'+' if rise >= 0 else ''}{_fmt(rise)} since pass 2), "
+                         f"exact by causality {_fmt(row['exact_by_causality'])}")
+        return figure, f"pass {pass_} of {last}<br>" + "<br>".join(lines)
+
+    return Explorer(controls, render)
