@@ -6,6 +6,7 @@ from ..core import Recipe
 from . import (
                crosses,
                fbt_pass_mixes,
+               fbt_pass_mixes_registers,
                injection_ablation,
                layer0_probes,
                lrt_memory_sanity,
@@ -16,5 +17,6 @@ from . import (
 )
 
 RECIPES: dict[str, Recipe] = {m.RECIPE.name: m.RECIPE for m in (
-    lrt_vs_baseline, schedules, source_layer, injection_ablation, fbt_pass_mixes, layer0_probes, reasoning_traces,
+    lrt_vs_baseline, schedules, source_layer, injection_ablation, fbt_pass_mixes, fbt_pass_mixes_registers,
+    layer0_probes, reasoning_traces,
     crosses, lrt_memory_sanity)}
