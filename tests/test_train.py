@@ -4,6 +4,7 @@ budget, evaluation, the NaN guard, exact resume (in process), gradient accumulat
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 
 import numpy as np
@@ -20,6 +21,8 @@ from workbench.train import (
     HISTORY_FILE,
     LiveLossPlot,
     NonFiniteLossError,
+    _Processes,
+    _Run,
     add_arguments,
     config_from_args,
     history_columns,
@@ -49,7 +52,7 @@ FBT_RECIPE = dict(model=dict(TINY_MODEL, mechanism="fbt"), schedule="multipass",
     ("optimizer", "sgd"), ("lr", 0.0), ("matrix_lr", float("nan")), ("lr_schedule", "linear"),
     ("warmup_steps", 13), ("decay_frac", 1.5), ("grad_clip", -1.0), ("feedback_start", 1.0),
     ("prefix_mixin", 2.0), ("budget_flops", 0.0), ("device", "tpu"), ("log_every", 0), ("seed", -1),
-    ("pass_mix", {1: 0.5, 2: 0.4}), ("pass_mix", {0: 1.0}), ("resume", True), ("poison_step", 13),
+    ("pass_mix", {1: 0.5, 2: 0.4}), ("pass_mix", {0: 1.0}), ("resume", True),
     ("model", {"n_layr": 2}), ("model", {"vocab_size": 10}), ("model", {"n_embd": 30}), ("task", ""),
     ("compile", "yes"),
 ])
@@ -189,8 +192,6 @@ def test_flops_count_the_passes_and_the_budget_stops_before_exceeding():
 
 def test_pass_mix_draws_are_deterministic_and_follow_the_mix():
     cfg = tiny(**{**FBT_RECIPE, "feedback_start": 0.0}, steps=400)
-    from workbench.train import _Processes, _Run
-
     run = _Run(cfg, _Processes(torch.device("cpu")))
     passes = [run.plan(s).passes for s in range(400)]
     assert passes == [run.plan(s).passes for s in range(400)]
@@ -200,8 +201,16 @@ def test_pass_mix_draws_are_deterministic_and_follow_the_mix():
     assert prefix.shape == (8,) and 0 < (prefix > 0).sum() < 8 and prefix.max() < 16
 
 
-def test_nan_guard_stops_and_keeps_the_last_good_checkpoint(tmp_path):
-    cfg = tiny(out_dir=str(tmp_path / "run"), checkpoint_every=5, poison_step=7)
+def test_nan_guard_stops_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
+    real, calls = _Run.pass_parts, itertools.count(1)
+
+    def poisoned(*args):
+        """The real pass losses, NaN at step 7 (one micro-batch per step, so call 7 is step 7)."""
+        parts = real(*args)
+        return [part * float("nan") for part in parts] if next(calls) == 7 else parts
+
+    monkeypatch.setattr(_Run, "pass_parts", staticmethod(poisoned))
+    cfg = tiny(out_dir=str(tmp_path / "run"), checkpoint_every=5)
     with pytest.raises(NonFiniteLossError, match=r"step 7.*checkpoint.*\(step 5\)"):
         train(cfg)
     model = load_checkpoint(tmp_path / "run" / "checkpoint")
@@ -307,3 +316,12 @@ def test_compiled_training_follows_the_eager_run():
     compiled = train(cfg.replace(compile=True)).history
     for column in ("loss", "loss_pass1", "loss_pass3", "val_loss"):
         np.testing.assert_allclose(compiled[column].to_numpy(), eager[column].to_numpy(), rtol=1e-4, equal_nan=True)
+
+
+def test_a_stored_config_with_the_retired_poison_step_reads_as_the_same_run():
+    """Shipped checkpoints store ``"poison_step": 0`` (the field has left TrainConfig): it reads as absent,
+    so those runs stay up to date; a run that set it cannot be replayed and is refused by name."""
+    stored = {**tiny().to_dict(), "poison_step": 0}
+    assert TrainConfig.from_dict(stored) == tiny()
+    with pytest.raises(ValueError, match="poison_step=7 .*retired"):
+        TrainConfig.from_dict({**stored, "poison_step": 7})

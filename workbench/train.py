@@ -355,8 +355,6 @@ class _Run:
                 out = self.run_schedule(plan.schedule, plan.passes, tokens, prefix)
                 parts = self.pass_parts(out, targets, global_targets)
                 loss = sum(w * part for w, part in zip(out.loss_weights, parts))
-            if step + 1 == cfg.poison_step:
-                loss = loss * float("nan")
             loss.backward()
             n_losses = len(parts)
             stats[: 1 + n_losses] += torch.stack([loss, *parts]).detach().float()
@@ -687,7 +685,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="no progress bar")
     parser.add_argument("--compile", dest="compile", action="store_true", default=None,
                         help="run the schedules under torch.compile (faster steps after a compile on first use)")
-    parser.add_argument("--poison-step", dest="poison_step", type=int, default=None, help=argparse.SUPPRESS)
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
@@ -700,7 +697,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
             raise ValueError(f"{flag} {value!r} contradicts --model-param {name}={model[name]!r}: give one of them")
         if value is not None:
             model[name] = value
-    for name in ("progress", "compile", "poison_step"):
+    for name in ("progress", "compile"):
         if getattr(args, name) is not None:
             given[name] = getattr(args, name)
     return TrainConfig(**given, model=model, task_params=parse_key_values(args.task_param, "--task-param"),
