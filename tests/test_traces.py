@@ -197,3 +197,12 @@ def test_trace_figure_draws_lines_beside_the_training_mix():
     # standard: correct 1/4, 1/4, 1/4 then wrong 0, 1/4, 0; training mix: correct 1/2, 0, 1/2, wrong 0, 0, 0
     assert heights == pytest.approx([0.25, 0.25, 0.25, 0, 0.25, 0, 0.5, 0, 0.5, 0, 0, 0])
     assert [t.get_text() for t in ax_lines.get_xticklabels()] == ["0", "1", "2"]
+
+
+def test_trace_explorer_shows_lines_when_recorded():
+    from workbench import widgets
+
+    df = pd.DataFrame({"regime": ["standard"], "example": [0], "length": [6], "lines": [1], "answered": [True],
+                       "correct": [True], "text": ["> 5+3\n#### 8\n"]})
+    assert "length 6 tokens (1 line) before" in widgets.trace_explorer(df).summary.value
+    assert "length 6 tokens before" in widgets.trace_explorer(df.drop(columns="lines")).summary.value

@@ -45,7 +45,7 @@ def trace_explorer(traces: pd.DataFrame, prompts: Sequence[str] | None = None,
     shown beside the trace when given. The summary gives the trace text, its length (tokens before
     the answer marker), whether an answer line was written and whether it is right.
     """
-    missing = _missing(traces, TRACE_COLUMNS)
+    missing = _missing(traces, [c for c in TRACE_COLUMNS if c != "lines"])  # lines: shown when recorded
     if missing or traces.empty:
         raise ValueError(f"traces lacks the column(s) {missing} or has no rows: pass trace_lengths' output")
     examples = sorted(int(e) for e in traces["example"].unique())
@@ -73,7 +73,8 @@ def trace_explorer(traces: pd.DataFrame, prompts: Sequence[str] | None = None,
         verdict = ("right" if row["correct"] else "wrong") if row["answered"] else "no answer line written"
         question = "" if prompts is None else html.escape(str(prompts[example]))
         expected = "" if answers is None else f"; expected answer {int(answers[example])}"
-        summary = (f"{head}: length {int(row['length'])} tokens before the answer marker; {verdict}{expected}"
+        lines = "" if "lines" not in row else f" ({int(row['lines'])} line{'' if row['lines'] == 1 else 's'})"
+        summary = (f"{head}: length {int(row['length'])} tokens{lines} before the answer marker; {verdict}{expected}"
                    f"<pre>{question}{html.escape(str(row['text']))}</pre>")
         return plots.trace_example(frame, example, regime), summary
 
