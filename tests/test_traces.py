@@ -108,11 +108,24 @@ def test_summary_intervals_contain_their_statistic():
         summarize_traces(df.drop(columns="correct"))
 
 
-def test_decoding_stops_at_the_task_end_marker(model):
-    """With eos the rows stop where the model ends (padded with the marker); the trace is read as before."""
-    task = tasks.get("arith_cot", steps=2, max_value=20, eos=True)
-    df = trace_lengths(model, task, ("standard",), n=4, seed=0, max_new_tokens=8)
+def test_decoding_stops_at_the_task_end_marker(model, monkeypatch):
+    """A task with an end marker hands it to generate (which stops there); one without hands None."""
+    import workbench.analysis.traces as traces
+
+    seen = []
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["eos"])
+        return wb.generate(*args, **kwargs)
+
+    monkeypatch.setattr(traces, "generate", spy)
+    with_eos = tasks.get("arith_cot", steps=2, max_value=20, eos=True)
+    df = trace_lengths(model, with_eos, ("standard",), n=4, seed=0, max_new_tokens=8)
+    assert set(seen) == {with_eos.eos_id} and with_eos.eos_id == with_eos.tokenizer.encode("$")[0]
     assert df["length"].between(0, 8).all() and list(df.columns) == TRACE_COLUMNS
+    seen.clear()
+    trace_lengths(model, tasks.get("arith_cot", steps=2, max_value=20), ("standard",), n=4, seed=0, max_new_tokens=8)
+    assert set(seen) == {None}
 
 
 def test_training_traces_follow_the_verbosity_mix():
@@ -206,3 +219,17 @@ def test_trace_explorer_shows_lines_when_recorded():
                        "correct": [True], "text": ["> 5+3\n#### 8\n"]})
     assert "length 6 tokens (1 line) before" in widgets.trace_explorer(df).summary.value
     assert "length 6 tokens before" in widgets.trace_explorer(df.drop(columns="lines")).summary.value
+
+
+def test_arith_cot_end_marker_is_opt_in_and_tight():
+    """eos=True ends every text with the marker (one more token in seq_len, loss on it); off, nothing changes."""
+    plain = tasks.get("arith_cot", steps=3, max_value=19)
+    marked = tasks.get("arith_cot", steps=3, max_value=19, eos=True)
+    assert "eos" not in plain.params and plain.eos_id is None and marked.params["eos"] is True
+    a, b = plain.sample(64, seed=3, split="val"), marked.sample(64, seed=3, split="val")
+    assert [t + "$" for t in a.texts] == b.texts and a.prompts == b.prompts
+    assert marked.seq_len == plain.seq_len + 1 and int(b.lengths.max()) <= marked.seq_len
+    last = b.lengths - 1  # the marker carries a loss: the model learns to say it is done
+    assert (b.targets[torch.arange(64), last - 1] == marked.eos_id).all()
+    with pytest.raises(ValueError, match="eos"):
+        tasks.get("arith_cot", eos="yes")
