@@ -64,7 +64,7 @@ def test_tasks_lists_every_task_with_an_example():
     ("probe", "layer0_probes/delayed_memory_fbt", ["--n", "48", "--conditions", "standard", "suffix1",
                                                    "--no-random-baseline"], "probes"),
     ("contraction", "fbt_pass_mixes/mix_75_22_3", ["--n", "2", "--passes", "70"], "pass_dynamics"),
-    ("traces", "reasoning_traces/arith_fbt_s0", ["--n", "4", "--max-new-tokens", "24"], "traces"),
+    ("traces", "reasoning_traces/fbt_s0", ["--n", "4", "--max-new-tokens", "24"], "traces"),
 ])
 def test_analysis_commands_write_csv_and_png(tmp_path, command, run, args, stem):
     checkpoint = Path(__file__).resolve().parents[1] / "checkpoints" / run
