@@ -218,3 +218,22 @@ def test_intervene_checks_its_source_and_rows():
     got = iv.intervene(model, idx, iv.Intervention("patch", rows=torch.tensor([4, 4, 0]), source=source), 3)
     expected = iv.intervene(model, idx, iv.Intervention("patch", source=source[[4, 4, 0]]), 3)
     torch.testing.assert_close(got, expected, rtol=0, atol=1e-10)  # batches of 5 and 3 rows: rounding only
+
+
+def test_feedback_hooks_reach_generation():
+    model = perturbed_model(small_config("fbt"))
+    prompt = _tokens(10)[:, :4]
+    seen = []
+
+    def keep(memory, *, hook):
+        seen.append((hook.forward, hook.positions.tolist(), memory.clone()))
+
+    with iv.feedback_hooks(model, {"memory": keep}):
+        tokens, logits = wb.generate(model, prompt, 4, regime="soft", return_logits=True)
+    assert [(f, pos) for f, pos, _ in seen] == [(0, [4]), (1, [5]), (2, [6])]  # every generated token's read
+    with iv.feedback_hooks(model, {"memory": lambda memory, *, hook: seen[hook.forward][2]}):
+        again, same = wb.generate(model, prompt, 4, regime="soft", return_logits=True)
+    assert torch.equal(again, tokens) and torch.equal(same, logits)
+    with iv.feedback_hooks(model, {"memory": lambda memory, *, hook: torch.zeros_like(memory)}):
+        _, zeroed = wb.generate(model, prompt, 4, regime="soft", return_logits=True)
+    assert torch.equal(zeroed[:, 0], logits[:, 0]) and not torch.allclose(zeroed[:, 1:], logits[:, 1:])
