@@ -57,10 +57,11 @@ def rotary(positions: torch.Tensor, head_dim: int, base: float,
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotate the pairs (x1, x2) formed by the two halves of the head dimension; x is (B, T, H, hd).
 
-    ``(x1, x2) -> (x1 cos + x2 sin, x2 cos - x1 sin)``, written as ``x * cos + swap(x) * sin``.
+    ``(x1, x2) -> (x1 cos + x2 sin, x2 cos - x1 sin)``, written as ``x * cos + swap(x) * sin``; the
+    halves are swapped by ``roll`` (one copy, and a roll back in the backward, where a ``cat`` of two
+    slices costs two zero-filled buffers).
     """
-    d = x.size(-1) // 2
-    swapped = torch.cat([x[..., d:], x[..., :d]], dim=-1)
+    swapped = x.roll(x.size(-1) // 2, dims=-1)
     return x * cos[None, :, None, :] + swapped * sin[None, :, None, :]
 
 
@@ -154,9 +155,9 @@ class CausalSelfAttention(nn.Module):
     def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Mask) -> torch.Tensor:
         gqa = self.kv_heads != self.n_head
         if isinstance(mask, str):
-            mask = torch.ones(q.size(2), k.size(2), dtype=torch.bool, device=q.device).tril()
             if not self.hook_pattern.active:
                 return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+            mask = torch.ones(q.size(2), k.size(2), dtype=torch.bool, device=q.device).tril()
         if not self.hook_pattern.active:
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
         if gqa:
@@ -176,7 +177,8 @@ class MLP(nn.Module):
         self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.c_proj(F.relu(self.c_fc(x)).square())
+        # in place: the matmul's output is needed by nothing else, so ReLU allocates no second (B, T, 4D) buffer
+        return self.c_proj(F.relu(self.c_fc(x), inplace=True).square())
 
 
 class Block(nn.Module):
