@@ -15,16 +15,14 @@ import torch.nn.functional as F
 
 import workbench as wb
 from workbench.checkpoint import load_checkpoint, read_json, read_safetensors, save_checkpoint
+from workbench.cli import add_arguments, config_from_args
 from workbench.optim import build_optimizers, load_optimizer_state, lr_factor, optimizer_state
 from workbench.train import (
     CONFIG_FILE,
     HISTORY_FILE,
-    LiveLossPlot,
     NonFiniteLossError,
     _Processes,
     _Run,
-    add_arguments,
-    config_from_args,
     history_columns,
     train,
 )
@@ -285,7 +283,7 @@ def test_live_loss_plot_redraws_one_output(monkeypatch):
         return Handle()
 
     monkeypatch.setattr("IPython.display.display", display)
-    live = LiveLossPlot(every=2)
+    live = wb.LiveLossPlot(every=2)
     train(tiny(steps=6), callback=live)
     assert [kind for kind, _ in shown] == ["display", "update", "update"]
     assert all(fig.axes for _, fig in shown) and len(live.rows) == 6

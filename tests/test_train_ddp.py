@@ -31,7 +31,7 @@ def test_two_processes_match_one(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     # two micro-batches per process: 4 micro-batches in all against one in the reference run
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                           "--nproc_per_node", "2", "-m", "workbench.train", *FLAGS, "--grad-accum", "2",
+                           "--nproc_per_node", "2", "-m", "workbench", "train", *FLAGS, "--grad-accum", "2",
                            "--out", str(out)],
                           env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -18,7 +18,7 @@ import torch
 from workbench.checkpoint import read_safetensors
 
 STEPS = 30
-COMMAND = [sys.executable, "-m", "workbench.train", "--task", "running_sum", "--task-param", "p=5",
+COMMAND = [sys.executable, "-m", "workbench", "train", "--task", "running_sum", "--task-param", "p=5",
            "--task-param", "length=16", "--n-layer", "2", "--n-head", "2", "--n-embd", "32",
            "--mechanism", "fbt", "--schedule", "multipass", "--pass-mix", "1:0.5,2:0.3,3:0.2",
            "--feedback-start", "0.2", "--prefix-mixin", "0.5", "--steps", str(STEPS), "--batch-size", "8",

@@ -28,19 +28,19 @@ The run directory holds ``train_config.json``, ``history.csv`` (one row per logg
 one trainer at a time: rank 0 holds an OS lock on ``.trainer.lock`` (which names it) for the whole
 run, so a second trainer on the same directory fails at once instead of interleaving its history
 with the first's.
+
+The command's flags live with the other commands (``cli``), the live loss curve a notebook passes as
+``callback`` with the widgets (``widgets.live``): neither is the loop's business.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import csv
 import fcntl
-import json
 import math
 import os
 import socket
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -227,28 +227,6 @@ def _loss_figure(history: pd.DataFrame, title: str) -> Figure:
     from .plots import loss_curves
 
     return loss_curves(history, title=title)
-
-
-class LiveLossPlot:
-    """A ``train`` callback that redraws the loss curve in a notebook cell as history rows arrive.
-
-    ``wb.train(cfg, callback=LiveLossPlot())``: one output cell, updated in place every ``every`` rows.
-    """
-
-    def __init__(self, every: int = 1, title: str = "") -> None:
-        self.every, self.title, self.rows, self._handle = every, title, [], None
-
-    def __call__(self, row: dict[str, Any]) -> None:
-        from IPython.display import display
-
-        self.rows.append(row)
-        if len(self.rows) % self.every:
-            return
-        fig = _loss_figure(pd.DataFrame(self.rows), self.title)
-        if self._handle is None:
-            self._handle = display(fig, display_id=True)
-        else:
-            self._handle.update(fig)
 
 
 # ---------------------------------------------------------------------------------------------- the run
@@ -598,141 +576,3 @@ def _train(cfg: TrainConfig, procs: _Processes, callback: Callback | None) -> Tr
             _loss_figure(history.frame(), title).savefig(out / FIGURE_FILE, dpi=100)
     metrics = {**run.counters(), "stop_reason": run.stop_reason, **(last_eval or run.evaluate())}
     return TrainResult(history.frame(), run.model.eval(), ckpt, metrics, cfg)
-
-
-# ---------------------------------------------------------------------------------------------- CLI
-def parse_key_values(pairs: list[str] | None, flag: str) -> dict[str, Any]:
-    """``key=value`` strings to a dict; values are read as JSON when they parse (numbers, bools, lists)."""
-    parsed: dict[str, Any] = {}
-    for pair in pairs or []:
-        key, sep, text = pair.partition("=")
-        if not sep or not key:
-            raise ValueError(f"{flag} {pair!r} is invalid: must be key=value")
-        try:
-            value = json.loads(text)
-        except json.JSONDecodeError:
-            value = text
-        if key in parsed and parsed[key] != value:
-            raise ValueError(f"{flag} {key} is given twice with different values ({parsed[key]!r} and {value!r})")
-        parsed[key] = value
-    return parsed
-
-
-def _pass_mix(text: str) -> dict[str, float]:
-    """``1:0.75,2:0.22,3:0.03`` to a dict (TrainConfig validates it)."""
-    try:
-        return {k.strip(): float(v) for k, v in (item.split(":") for item in text.split(","))}
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(f"{text!r}: must look like 1:0.75,2:0.22,3:0.03") from e
-
-
-# (flag, TrainConfig field, type, help); defaults are TrainConfig's, so they live in one place
-_FLAGS: list[tuple[str, str, Any, str]] = [
-    ("--task", "task", str, "task name (workbench.tasks.names())"),
-    ("--schedule", "schedule", str, f"one of {schedules.SCHEDULES}"),
-    ("--passes", "passes", int, "multipass: passes per batch"),
-    ("--subsets", "subsets", int, "interleaved: strided subsets"),
-    ("--block", "block", int, "blockwise: block length"),
-    ("--pass-mix", "pass_mix", _pass_mix, "multipass: pass-count mix per batch, e.g. 1:0.75,2:0.22,3:0.03"),
-    ("--feedback-start", "feedback_start", float, "fraction of steps trained single-pass first"),
-    ("--prefix-mixin", "prefix_mixin", float, "fraction of sequences given a random plain prefix"),
-    ("--aux-weight", "aux_weight", float, "multipass: weight of the extra passes' loss"),
-    ("--steps", "steps", int, "optimiser steps"),
-    ("--batch-size", "batch_size", int, "sequences per step over all processes"),
-    ("--grad-accum", "grad_accum", int, "micro-batches per process per step"),
-    ("--optimizer", "optimizer", str, "muon (Muon for matrices + AdamW) or adamw"),
-    ("--lr", "lr", float, "AdamW learning rate"),
-    ("--matrix-lr", "matrix_lr", float, "Muon learning rate"),
-    ("--weight-decay", "weight_decay", float, "weight decay of the hidden matrices"),
-    ("--lr-schedule", "lr_schedule", str, "wsd, cosine or constant"),
-    ("--warmup-steps", "warmup_steps", int, "linear warmup steps"),
-    ("--decay-frac", "decay_frac", float, "wsd: fraction of steps spent decaying"),
-    ("--min-lr-frac", "min_lr_frac", float, "final learning rate as a fraction of the peak"),
-    ("--grad-clip", "grad_clip", float, "max gradient norm (0: no clipping)"),
-    ("--seed", "seed", int, "seed of everything random"),
-    ("--eval-every", "eval_every", int, "evaluate every N steps (0: at the end only)"),
-    ("--eval-size", "eval_size", int, "held-out sequences"),
-    ("--eval-seed", "eval_seed", int, "seed of the held-out sequences"),
-    ("--log-every", "log_every", int, "history row every N steps"),
-    ("--checkpoint-every", "checkpoint_every", int, "checkpoint every N steps (0: at the end only)"),
-    ("--budget-flops", "budget_flops", float, "stop before exceeding this many training FLOPs"),
-    ("--out", "out_dir", str, "run directory (checkpoint, history.csv, loss.png)"),
-    ("--device", "device", str, "auto, cpu, cuda or cuda:N"),
-]
-_MODEL_FLAGS = [("--mechanism", "mechanism", str), ("--n-layer", "n_layer", int), ("--n-head", "n_head", int),
-                ("--n-embd", "n_embd", int)]
-
-
-def _metavar(flag: str) -> str:
-    return flag.removeprefix("--").replace("-", "_").upper()
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The train command's flags (``python -m workbench train`` and ``python -m workbench.train``)."""
-    defaults = TrainConfig()
-    for flag, name, kind, text in _FLAGS:
-        parser.add_argument(flag, dest=name, type=kind, default=None, metavar=_metavar(flag),
-                            help=f"{text} (default: {getattr(defaults, name)})")
-    for flag, name, kind in _MODEL_FLAGS:
-        parser.add_argument(flag, dest=f"model_{name}", type=kind, default=None, metavar=_metavar(flag),
-                            help=f"ModelConfig.{name}")
-    parser.add_argument("--model-param", action="append", metavar="KEY=VALUE",
-                        help="any other ModelConfig field, e.g. lrt_source_layer=2 (repeatable)")
-    parser.add_argument("--task-param", action="append", metavar="KEY=VALUE",
-                        help="task parameter, e.g. length=32 (repeatable)")
-    parser.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
-    parser.add_argument("--no-progress", dest="progress", action="store_false", default=None,
-                        help="no progress bar")
-    parser.add_argument("--compile", dest="compile", action="store_true", default=None,
-                        help="run the schedules under torch.compile (faster steps after a compile on first use)")
-
-
-def config_from_args(args: argparse.Namespace) -> TrainConfig:
-    """The TrainConfig the flags describe (unset flags keep TrainConfig's defaults)."""
-    given = {name: getattr(args, name) for _, name, _, _ in _FLAGS if getattr(args, name) is not None}
-    model = parse_key_values(args.model_param, "--model-param")
-    for flag, name, _ in _MODEL_FLAGS:
-        value = getattr(args, f"model_{name}")
-        if value is not None and name in model and model[name] != value:
-            raise ValueError(f"{flag} {value!r} contradicts --model-param {name}={model[name]!r}: give one of them")
-        if value is not None:
-            model[name] = value
-    for name in ("progress", "compile"):
-        if getattr(args, name) is not None:
-            given[name] = getattr(args, name)
-    return TrainConfig(**given, model=model, task_params=parse_key_values(args.task_param, "--task-param"),
-                       resume=args.resume)
-
-
-def main_train(args: argparse.Namespace) -> int:
-    """Run the train command; print a one-line summary (rank 0). Exit status 2: bad input; 1: diverged."""
-    try:
-        cfg = config_from_args(args)
-        result = train(cfg)
-    except NonFiniteLossError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    if int(os.environ.get("RANK", "0")) == 0:
-        m = result.metrics
-        print(f"done ({m['stop_reason']}): {m['step']} steps, {m['tokens']} tokens, {m['flops']:.4g} FLOPs, "
-              f"{m['seconds']:.1f} s; val_loss {m['val_loss']:.4f}, val_bpb {m['val_bpb']:.4f}, "
-              f"val_accuracy {m['val_accuracy']:.4f}" + (f"; run dir {cfg.out_dir}" if cfg.out_dir else ""))
-    return 0
-
-
-def add_cli(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Register ``train`` on ``python -m workbench``'s subparsers (calls ``main_train``)."""
-    parser = subparsers.add_parser("train", help="train a model (any mechanism x schedule)",
-                                   description=__doc__.split("\n\n")[0])
-    add_arguments(parser)
-    parser.set_defaults(func=main_train)
-    return parser
-
-
-if __name__ == "__main__":
-    _parser = argparse.ArgumentParser(prog="python -m workbench.train", description=__doc__.split("\n\n")[0])
-    add_arguments(_parser)
-    sys.exit(main_train(_parser.parse_args()))

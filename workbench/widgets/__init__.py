@@ -1,15 +1,17 @@
 """ipywidgets front-ends: every one is an ``Explorer`` whose render is a plain package function.
 
 ``core``: the Explorer and the analysis explorers (contraction, probes, token stepper). The other
-modules hold the front-ends of the notebooks' own topics; each is re-exported here.
+modules hold the front-ends of the notebooks' own topics, and ``live`` the trainer's live loss curve;
+each is re-exported here.
 """
 
 from .core import Explorer, contraction_explorer, probe_explorer, token_stepper
 from .fbt import probe_compute, regime_explorer
 from .interventions import intervention_explorer
+from .live import LiveLossPlot
 from .lrt import kv_cache_explorer, lrt_run_explorer, schedule_explorer
 from .results import recipe_explorer, trace_explorer
 
 __all__ = ["Explorer", "contraction_explorer", "probe_explorer", "token_stepper", "probe_compute", "regime_explorer",
            "recipe_explorer", "trace_explorer", "intervention_explorer", "kv_cache_explorer", "lrt_run_explorer",
-           "schedule_explorer"]
+           "schedule_explorer", "LiveLossPlot"]

@@ -1,0 +1,36 @@
+"""The live loss curve of a training run in a notebook.
+
+It lives with the widgets, not in the trainer: ``train`` only hands each history row to a callback,
+and drawing that row into a notebook cell is the notebook's business (IPython, matplotlib), which a
+run on a server or under ``torchrun`` never needs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from ..plots import loss_curves
+
+
+class LiveLossPlot:
+    """A ``train`` callback that redraws the loss curve in a notebook cell as history rows arrive.
+
+    ``wb.train(cfg, callback=LiveLossPlot())``: one output cell, updated in place every ``every`` rows.
+    """
+
+    def __init__(self, every: int = 1, title: str = "") -> None:
+        self.every, self.title, self.rows, self._handle = every, title, [], None
+
+    def __call__(self, row: dict[str, Any]) -> None:
+        from IPython.display import display  # looked up per call, so a test can stand in for the notebook
+
+        self.rows.append(row)
+        if len(self.rows) % self.every:
+            return
+        fig = loss_curves(pd.DataFrame(self.rows), title=self.title)
+        if self._handle is None:
+            self._handle = display(fig, display_id=True)
+        else:
+            self._handle.update(fig)
