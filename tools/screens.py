@@ -1,6 +1,6 @@
 """Screenshots of the notebooks as a user sees them in JupyterLab, after using their widgets (`make screens`).
 
-The same flow as the browser tests (tests/browser/driver.py): JupyterLab from this interpreter on a
+The same flow as the browser tests (tools/browser, which both use): JupyterLab from this interpreter on a
 loopback port with a random token, serving a temporary copy of the notebooks; Debian's Chromium,
 headless, driven by Playwright; Run > Run All Cells; each widget's slider or menu moved with the
 keyboard. Writes ``reports/screens/NAME.png`` (the whole notebook), ``NAME-cellNN.png`` (each widget
@@ -21,9 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-
-from browser import driver  # noqa: E402
+import browser as driver  # tools/browser, beside this script (the browser tests import it as tools.browser)
 
 
 def main(argv: list[str] | None = None) -> int:

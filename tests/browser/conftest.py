@@ -2,8 +2,8 @@
 
 The server serves a temporary folder holding a copy of ``notebooks/`` (JupyterLab autosaves what it
 runs; the committed notebooks must not change) and the harness's own self-test notebooks. Both
-fixtures stop what they started in their teardown, whatever the tests did; ``driver.py`` explains
-how. Everything is skipped, with the reason, where Chromium, Playwright or JupyterLab is missing.
+fixtures stop what they started in their teardown, whatever the tests did; ``tools/browser``
+explains how. Everything is skipped, with the reason, where Chromium, Playwright or JupyterLab is missing.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from . import driver
+from tools import browser as driver
 
 
 @pytest.fixture(scope="session")

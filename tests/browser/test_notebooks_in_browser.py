@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pytest
 
-from . import driver
+from tools import browser as driver
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
