@@ -8,12 +8,9 @@ the environment would first need installing (that is ``make install``'s job, not
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shutil
-import signal
-import socket
 import subprocess
 import time
 import urllib.request
@@ -21,17 +18,13 @@ from pathlib import Path
 
 import pytest
 
+from tools.browser.processes import end_group, free_port
+
 ROOT = Path(__file__).resolve().parents[1]
 STARTUP_SECONDS = 90
 URL = re.compile(r"http://127\.0\.0\.1:(\d+)/lab\?token=([0-9a-f]+)")
 
 pytestmark = pytest.mark.slow
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _skip_reason() -> str | None:
@@ -45,23 +38,11 @@ def _skip_reason() -> str | None:
     return None
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    """End the process group the command started in (make, jupyter and every child)."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, sig)
-        try:
-            proc.wait(timeout=10)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
 def test_make_lab_serves_lab_headless(tmp_path: Path) -> None:
     reason = _skip_reason()
     if reason:
         pytest.skip(reason)
-    port = _free_port()
+    port = free_port()
     log = tmp_path / "lab.log"
     env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime")}
     with log.open("wb") as out:
@@ -81,5 +62,5 @@ def test_make_lab_serves_lab_headless(tmp_path: Path) -> None:
             assert response.status == 200
             assert b"JupyterLab" in response.read()
     finally:
-        _stop(proc)
+        end_group(proc, wait=10)  # make, jupyter and every child
     assert proc.poll() is not None, "make lab still running after the process group was stopped"

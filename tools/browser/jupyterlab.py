@@ -15,7 +15,6 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -26,7 +25,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from .processes import Deadline, descendants, die_with_parent, free_port, reap
+from .processes import Deadline, descendants, die_with_parent, end_group, free_port, reap
 
 
 class JupyterLab:
@@ -98,14 +97,7 @@ class JupyterLab:
                 proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 killed.append(f"jupyterlab {proc.pid}")
-                for sig in (signal.SIGTERM, signal.SIGKILL):
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(proc.pid, sig)
-                    try:
-                        proc.wait(timeout=5)
-                        break
-                    except subprocess.TimeoutExpired:
-                        continue
+                end_group(proc, wait=5)
             killed += reap(family)
         if self._log_file is not None:
             self._log_file.close()

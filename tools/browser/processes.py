@@ -9,8 +9,10 @@ still run.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import socket
+import subprocess
 import sys
 import time
 from typing import Any
@@ -99,6 +101,20 @@ def terminate_as_interrupt():
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def end_group(proc: subprocess.Popen, wait: float) -> bool:
+    """SIGTERM, then SIGKILL, to the process group ``proc`` leads (``start_new_session``), waiting ``wait``
+    seconds after each; whether ``proc`` ended."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(timeout=wait)
+            return True
+        except subprocess.TimeoutExpired:
+            continue
+    return False
 
 
 def free_port() -> int:
