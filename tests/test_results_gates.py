@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 import pytest
 
@@ -45,3 +47,16 @@ def test_recipe_explorer_shows_rule_gates_and_why_not_tested():
     assert "baseline learned" in shown and "text below unigram" in shown
     explorer.controls["recipe"].value = "old"
     assert "gates (all must pass" not in explorer.summary.value and "not tested" not in explorer.summary.value
+
+
+def test_load_summaries_names_the_recipes_not_run_yet(tmp_path, monkeypatch):
+    from workbench import experiments
+
+    monkeypatch.setenv(experiments.ROOT_ENV, str(tmp_path))
+    (tmp_path / "schedules").mkdir()
+    (tmp_path / "schedules" / "summary.json").write_text(json.dumps(GATED))
+    summaries, missing = results.load_summaries(["schedules", "crosses"])
+    assert list(summaries) == ["schedules"] and summaries["schedules"]["verdict"] == GATED["verdict"]
+    assert missing == ["crosses"]
+    with pytest.raises(ValueError, match="unknown"):
+        results.load_summaries(["nope"])

@@ -6,6 +6,8 @@ per run, ``metrics.json`` with the trainer's own FLOP count. These functions rea
 DataFrames, so a notebook can show the whole results page and check the claim behind it — that
 runs compared "at matched compute" spent the same training FLOPs, up to one optimiser step.
 
+- ``load_summaries()``: every recipe's ``summary.json`` through ``experiments.ensure``, and the
+  recipes that have no results yet (named, not raised: a new recipe lands before its first run);
 - ``summary_table(summaries)``: one row per recipe, the content of ``RESULTS.md``'s head table;
 - ``gates_table(summaries)``: one row per gate of every recipe: what it measures, the value, the
   threshold and whether it passed (a failed gate makes the verdict *not tested*);
@@ -26,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from .. import schedules, tasks
-from ..experiments import EVAL_FILE, RECIPES, checkpoints_root, load_results, run_metrics
+from ..experiments import EVAL_FILE, RECIPES, checkpoints_root, ensure, load_results, run_metrics
 from ..model import build_model
 from ..train_config import TrainConfig
 
@@ -50,6 +52,22 @@ def _check_summaries(summaries: Mapping[str, Mapping[str, Any]]) -> None:
         missing = [c for c in REQUIRED_FIELDS if c not in summary]
         if missing:
             raise ValueError(f"summaries[{name!r}] lacks {missing}: pass what experiments.ensure returns")
+
+
+def load_summaries(recipes: Sequence[str] | None = None) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """``({recipe: summary.json}, [recipes with no results yet])`` for ``recipes`` (default: all).
+
+    Each goes through ``experiments.ensure`` (so ``WORKBENCH_FULL=1`` retrains it first); one whose
+    results do not exist yet is listed instead of stopping the page.
+    """
+    summaries, missing = {}, []
+    for recipe in RECIPES if recipes is None else recipes:
+        _check_recipe(recipe)
+        try:
+            summaries[recipe] = ensure(recipe)
+        except FileNotFoundError:
+            missing.append(recipe)
+    return summaries, missing
 
 
 def summary_table(summaries: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
