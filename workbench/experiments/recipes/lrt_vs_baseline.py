@@ -20,9 +20,10 @@ from typing import Any
 import pandas as pd
 import seaborn as sns
 
-from ... import tasks
+from ... import schedules, tasks
 from ...evaluation import hierarchical_difference, per_example_metrics, verdict
-from ...model import mechanism_overhead
+from ...model import build_model, mechanism_overhead
+from ...plots import loss_vs_flops
 from ...train import TrainConfig
 from ..common import EXACT, budget_runs, compare, describe, last_quarter_improvement, per_seed
 from ..core import Context, Gate, Outcome, Recipe, RunSpec
@@ -143,9 +144,6 @@ def memory_use(ctx: Context, names: list[str]) -> dict[str, float]:
 
 def overhead() -> dict[str, float]:
     """LRT's parameter and single-pass FLOP overhead over the baseline at the text shape."""
-    from ... import schedules
-    from ...model import build_model
-
     cfg = text_config("lrt_interleaved", 0).model_config(256, TEXT["seq_len"])
     lrt, base = (build_model(c, device="meta") for c in (cfg, cfg.replace(mechanism="none")))
     flops = [schedules.schedule_flops(m, "single", BATCH, TEXT["seq_len"]) for m in (lrt, base)]
@@ -154,8 +152,6 @@ def overhead() -> dict[str, float]:
 
 def text_figure(ctx: Context, arms: dict[str, list[str]], ends: pd.DataFrame, title: str):
     """Held-out BPB against training FLOPs (seed bands, unigram line) and each arm's end point both ways."""
-    from ...plots import loss_vs_flops
-
     unigram = unigram_bpb()
     figure = loss_vs_flops({arm: curves(ctx, names) for arm, names in arms.items()}, floor=unigram,
                            title=title, extra_panel=True)
