@@ -33,7 +33,7 @@ from tqdm.auto import tqdm
 from ... import tasks
 from ...evaluation import hierarchical_difference
 from ..common import FBT_MIX, config, steps
-from ..core import Context, Gate, Outcome, Recipe, RunSpec
+from ..core import Context, Gate, Outcome, Recipe, RunSpec, apply_gates
 
 # One layer: the feedback is the only way a position sees its predecessor's top state, so a model
 # that uses it must show pass 2 beating pass 1 (a deeper model can route around it).
@@ -211,8 +211,9 @@ def analyze_mixes(ctx: Context, setting: Setting) -> Outcome:
             gates[f"{mix} below {setting.baseline_name}"] = setting.baseline - float(best.max())
     number = "; ".join(f"{m}: late-pass loss - pass-2 loss {r['mean']:+.4f} [{r['low']:+.4f}, {r['high']:+.4f}, "
                        f"{r['seeds']} seeds]" for m, r in rises.items())
+    shown = apply_gates(ctx.recipe, gates, verdict)[1]  # the runner applies them again; the title must say it
     title = (f"{setting.name}: T = {T}, passes 1..{passes}, every quantity over positions t >= {W} "
-             f"(none exact by causality); trained at <= 1 / 2 / 3 passes")
+             f"(none exact by causality); trained at <= 1 / 2 / 3 passes\nverdict: {shown}")
     figure = contraction_curves(frames, depths={"trained depth 2 (75/25)": 2, "trained depth 3 (75/22/3)": 3},
                                 note=title)
     return Outcome(table, figure, number, verdict, gates,
