@@ -12,7 +12,8 @@ import pytest
 
 from workbench.checkpoint import CheckpointError
 from workbench.cli import main
-from workbench.train import LOCK_FILE, train
+from workbench.run_dir import LOCK_FILE
+from workbench.train import train
 from workbench.train_config import TrainConfig
 
 TINY = ["--task", "running_sum", "--task-param", "p=5", "--task-param", "length=8", "--n-layer", "1",

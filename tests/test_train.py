@@ -17,15 +17,8 @@ import workbench as wb
 from workbench.checkpoint import load_checkpoint, read_json, read_safetensors, save_checkpoint
 from workbench.cli import add_arguments, config_from_args
 from workbench.optim import build_optimizers, load_optimizer_state, lr_factor, optimizer_state
-from workbench.train import (
-    CONFIG_FILE,
-    HISTORY_FILE,
-    NonFiniteLossError,
-    _Processes,
-    _Run,
-    history_columns,
-    train,
-)
+from workbench.run_dir import CONFIG_FILE, HISTORY_FILE, history_columns
+from workbench.train import NonFiniteLossError, _Processes, _Run, train
 from workbench.train_config import TrainConfig
 
 TINY_MODEL = dict(n_layer=2, n_head=2, n_embd=32)

@@ -23,12 +23,7 @@ DistributedDataParallel wrapper would not see (its hooks fire on ``forward``); g
 therefore all-reduced by hand (one flattened ``all_reduce``) after the micro-batches, before
 clipping: the same result, with no wrapper in the way of the schedules.
 
-The run directory holds ``train_config.json``, ``history.csv`` (one row per logged step),
-``loss.png`` and ``checkpoint/`` (replaced atomically; only rank 0 writes anything). It belongs to
-one trainer at a time: rank 0 holds an OS lock on ``.trainer.lock`` (which names it) for the whole
-run, so a second trainer on the same directory fails at once instead of interleaving its history
-with the first's.
-
+The run directory (``out_dir``: config, history, loss figure, checkpoint, lock) is ``run_dir``'s.
 The command's flags live with the other commands (``cli``), the live loss curve a notebook passes as
 ``callback`` with the widgets (``widgets.live``): neither is the loop's business.
 """
@@ -36,11 +31,8 @@ The command's flags live with the other commands (``cli``), the live loss curve 
 from __future__ import annotations
 
 import contextlib
-import csv
-import fcntl
 import math
 import os
-import socket
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -55,18 +47,20 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from . import schedules, tasks
-from .checkpoint import (
-    WEIGHTS,
-    CheckpointError,
-    check_weights,
-    find_checkpoint,
-    read_checkpoint,
-    read_json,
-    save_checkpoint,
-    write_json_atomic,
-)
+from .checkpoint import WEIGHTS, check_weights, read_checkpoint, save_checkpoint
 from .model import GPT, build_model
 from .optim import build_optimizers, load_optimizer_state, lr_factor, optimizer_state, set_lr
+from .run_dir import (
+    CHECKPOINT_DIR,
+    FIGURE_FILE,
+    HISTORY_FILE,
+    STATE_FILE,
+    History,
+    check_counters,
+    history_columns,
+    hold_run_dir,
+    prepare_run_dir,
+)
 from .train_config import TrainConfig
 
 if TYPE_CHECKING:
@@ -74,13 +68,6 @@ if TYPE_CHECKING:
 
 # Purposes of derived random streams: distinct, so no two draws ever share a seed.
 _INIT, _PASSES, _PREFIX, _TORCH = 1, 2, 3, 4
-CHECKPOINT_DIR = "checkpoint"
-HISTORY_FILE = "history.csv"
-FIGURE_FILE = "loss.png"
-CONFIG_FILE = "train_config.json"
-STATE_FILE = "train_state.json"
-LOCK_FILE = ".trainer.lock"
-EVAL_COLUMNS = ("val_loss", "val_bpb", "val_accuracy")
 
 Callback = Callable[[dict[str, Any]], None]
 
@@ -112,12 +99,6 @@ class StepPlan:
 def derived_seed(seed: int, purpose: int, *keys: int) -> int:
     """A 64-bit seed for one purpose and (step, rank, ...), well mixed by numpy's SeedSequence."""
     return int(np.random.SeedSequence([seed, purpose, *keys]).generate_state(1, dtype=np.uint64)[0])
-
-
-def history_columns(cfg: TrainConfig) -> list[str]:
-    """The columns of ``history.csv`` (fixed per config, so an appended file stays rectangular)."""
-    passes = [f"loss_pass{k}" for k in range(1, cfg.max_passes + 1)]
-    return ["step", "tokens", "flops", "passes", "loss", *passes, "lr", "grad_norm", "seconds", *EVAL_COLUMNS]
 
 
 # ---------------------------------------------------------------------------------------------- processes
@@ -166,59 +147,6 @@ class _Processes:
     def close(self) -> None:
         if self.owns_group:
             dist.destroy_process_group()
-
-
-# ---------------------------------------------------------------------------------------------- history
-def _cell(value: Any) -> str:
-    """Exact text for a CSV cell: repr of floats round-trips bit for bit; missing values are empty."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return ""
-    return repr(float(value)) if isinstance(value, float) else str(value)
-
-
-def _parse_cell(text: str) -> float | int | None:
-    if text == "":
-        return None
-    try:
-        return int(text)
-    except ValueError:
-        return float(text)
-
-
-class _History:
-    """Rows in memory and, on rank 0 with a run directory, appended to ``history.csv`` as they come."""
-
-    def __init__(self, columns: list[str], path: Path | None, keep_until: int | None) -> None:
-        """``keep_until``: resuming from that step, keep the file's rows up to it and drop later ones
-        (written after the checkpoint by the interrupted run); None starts a fresh file."""
-        self.columns, self.path, self.rows = columns, path, []
-        if path is None:
-            return
-        kept: list[list[str]] = []
-        if keep_until is not None and path.exists():
-            with path.open(newline="") as f:
-                lines = list(csv.reader(f))
-            if lines and lines[0] != columns:
-                raise ValueError(f"{path} has columns {lines[0]}, this config writes {columns}")
-            rows = [r for r in lines[1:] if len(r) == len(columns)]  # a row cut by a kill is dropped
-            if not all(r[0].isdigit() for r in rows):
-                raise ValueError(f"{path} has rows whose step is not a step number: not this trainer's history")
-            kept = [r for r in rows if int(r[0]) <= keep_until]
-        tmp = path.with_name(f".{path.name}.tmp")
-        with tmp.open("w", newline="") as f:
-            csv.writer(f).writerows([columns, *kept])
-        os.replace(tmp, path)
-        self.rows = [{c: _parse_cell(v) for c, v in zip(columns, r)} for r in kept]
-
-    def append(self, row: dict[str, Any]) -> None:
-        self.rows.append(row)
-        if self.path is not None:
-            with self.path.open("a", newline="") as f:
-                csv.writer(f).writerow([_cell(row.get(c)) for c in self.columns])
-
-    def frame(self) -> pd.DataFrame:
-        return pd.DataFrame(self.rows, columns=self.columns).astype(float).astype({"step": int, "tokens": int,
-                                                                                     "passes": int})
 
 
 # ---------------------------------------------------------------------------------------------- figures
@@ -409,99 +337,6 @@ class _Run:
                                                             state["seconds"])
 
 
-def check_counters(state: Any, where: Path, steps: int) -> None:
-    """``train_state.json``: step in [1, steps], tokens an int >= 0, flops and seconds numbers >= 0."""
-    def number(key: str, kinds: tuple[type, ...]) -> bool:
-        v = state.get(key)
-        return isinstance(v, kinds) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
-
-    if not (isinstance(state, dict) and number("step", (int,)) and 1 <= state["step"] <= steps
-            and number("tokens", (int,)) and number("flops", (int, float)) and number("seconds", (int, float))):
-        raise CheckpointError(f"{where} is invalid: needs step (an int in [1, {steps}]), tokens (an int >= 0), "
-                              f"flops and seconds (numbers >= 0); got {str(state)[:200]}")
-
-
-def _logged_rows(path: Path) -> bool:
-    """Whether ``history.csv`` holds any row past its header."""
-    if not path.is_file():
-        return False
-    with path.open() as f:
-        return len(f.readlines()[:2]) > 1
-
-
-def _stored_config(out: Path) -> dict[str, Any]:
-    """The trajectory of the run stored in ``out``, any problem a ``ValueError`` naming the file."""
-    data = read_json(out / CONFIG_FILE)
-    try:
-        return TrainConfig.from_dict(data).trajectory_dict()
-    except (TypeError, ValueError) as e:
-        raise CheckpointError(f"{out / CONFIG_FILE} is not a valid train config: {e}") from None
-
-
-def _prepare_run_dir(cfg: TrainConfig, main: bool) -> tuple[Path | None, bool]:
-    """Check the run directory against ``resume``; return it and whether a checkpoint is to be loaded."""
-    if cfg.out_dir is None:
-        return None, False
-    out = Path(cfg.out_dir)
-    has_checkpoint = find_checkpoint(out / CHECKPOINT_DIR) is not None
-    if has_checkpoint and not cfg.resume:
-        raise ValueError(f"{out} already holds a run (checkpoint/): pass resume=True (--resume) to "
-                         f"continue it, or choose another out_dir")
-    if cfg.resume and not has_checkpoint and _logged_rows(out / HISTORY_FILE):
-        raise ValueError(f"cannot resume {out}: {HISTORY_FILE} holds a run but there is no usable checkpoint at "
-                         f"{out / CHECKPOINT_DIR}; rerun without --resume to start over (replacing its history), "
-                         f"or choose another out_dir")
-    if cfg.resume and has_checkpoint:
-        previous, current = _stored_config(out), cfg.trajectory_dict()
-        diff = sorted(k for k, v in current.items() if k != "out_dir" and previous.get(k) != v)
-        if Path(str(previous.get("out_dir"))).resolve() != out.resolve():
-            diff.append("out_dir")
-        if diff:
-            raise ValueError(f"cannot resume {out}: the config differs in {diff} (stored: "
-                             f"{[previous.get(k) for k in diff]}); rerun the original command with --resume")
-    elif main:
-        out.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(out / CONFIG_FILE, cfg.to_dict())
-    return out, cfg.resume and has_checkpoint
-
-
-@contextlib.contextmanager
-def hold_run_dir(out_dir: str | None) -> Iterator[None]:
-    """Hold the run directory's lock for the block (``None``: nothing to hold, e.g. ranks > 0).
-
-    ``flock`` is released by the kernel however the holder ends (kill -9 included), so a stale
-    lock file never blocks anyone; its text only names the holder for the error message.
-    """
-    if out_dir is None:
-        yield
-        return
-    out = Path(out_dir)
-    if os.path.lexists(out) and not out.is_dir():
-        raise ValueError(f"TrainConfig.out_dir={out_dir!r} is invalid: {out} exists and is not a directory")
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / LOCK_FILE
-    while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 300, 0).decode(errors="replace").strip() or "a process that has not named itself"
-            os.close(fd)
-            raise ValueError(f"{out} is in use by another trainer ({holder}); wait for it to finish or choose "
-                             f"another out_dir") from None
-        if os.path.exists(path) and os.path.samestat(os.fstat(fd), os.stat(path)):
-            break
-        os.close(fd)  # the previous holder removed the file between our open and our lock: take the new one
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%d %H:%M:%S')}"
-              .encode(), 0)
-    try:
-        yield
-    finally:
-        os.unlink(path)
-        os.close(fd)
-
-
 def train(cfg: TrainConfig, callback: Callback | None = None) -> TrainResult:
     """Train a model as ``cfg`` says; ``callback(row)`` is called (rank 0) for every history row.
 
@@ -519,12 +354,12 @@ def train(cfg: TrainConfig, callback: Callback | None = None) -> TrainResult:
 
 
 def _train(cfg: TrainConfig, procs: _Processes, callback: Callback | None) -> TrainResult:
-    out, resuming = _prepare_run_dir(cfg, procs.main)
+    out, resuming = prepare_run_dir(cfg, procs.main)
     run = _Run(cfg, procs)
     ckpt = None if out is None else out / CHECKPOINT_DIR
     if resuming:
         run.restore(ckpt)
-    history = _History(history_columns(cfg), out / HISTORY_FILE if out is not None and procs.main else None,
+    history = History(history_columns(cfg), out / HISTORY_FILE if out is not None and procs.main else None,
                        keep_until=run.step if resuming else None)
     budget = cfg.budget_flops if cfg.budget_flops is not None else math.inf
     if run.step == 0 and run.plan(0).flops > budget:

@@ -1,0 +1,188 @@
+"""The run directory of a training run: what is in it, who holds it, and whether a run may go on in it.
+
+It holds ``train_config.json``, ``history.csv`` (one row per logged step), ``loss.png`` and
+``checkpoint/`` (replaced atomically; only rank 0 writes anything). It belongs to one trainer at a
+time: rank 0 holds an OS lock on ``.trainer.lock`` (which names it) for the whole run, so a second
+trainer on the same directory fails at once instead of interleaving its history with the first's.
+Before anything is written, ``prepare_run_dir`` checks the directory against ``resume``: a stored
+config that differs, or a history without a checkpoint, is refused with the command that fits.
+
+Apart from the trainer's loop (``train.py``) because none of this depends on how a step computes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import fcntl
+import math
+import os
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from .checkpoint import CheckpointError, find_checkpoint, read_json, write_json_atomic
+from .train_config import TrainConfig
+
+CHECKPOINT_DIR = "checkpoint"
+HISTORY_FILE = "history.csv"
+FIGURE_FILE = "loss.png"
+CONFIG_FILE = "train_config.json"
+STATE_FILE = "train_state.json"
+LOCK_FILE = ".trainer.lock"
+EVAL_COLUMNS = ("val_loss", "val_bpb", "val_accuracy")
+
+
+def history_columns(cfg: TrainConfig) -> list[str]:
+    """The columns of ``history.csv`` (fixed per config, so an appended file stays rectangular)."""
+    passes = [f"loss_pass{k}" for k in range(1, cfg.max_passes + 1)]
+    return ["step", "tokens", "flops", "passes", "loss", *passes, "lr", "grad_norm", "seconds", *EVAL_COLUMNS]
+
+
+def _cell(value: Any) -> str:
+    """Exact text for a CSV cell: repr of floats round-trips bit for bit; missing values are empty."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    return repr(float(value)) if isinstance(value, float) else str(value)
+
+
+def _parse_cell(text: str) -> float | int | None:
+    if text == "":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
+
+
+class History:
+    """Rows in memory and, on rank 0 with a run directory, appended to ``history.csv`` as they come."""
+
+    def __init__(self, columns: list[str], path: Path | None, keep_until: int | None) -> None:
+        """``keep_until``: resuming from that step, keep the file's rows up to it and drop later ones
+        (written after the checkpoint by the interrupted run); None starts a fresh file."""
+        self.columns, self.path, self.rows = columns, path, []
+        if path is None:
+            return
+        kept: list[list[str]] = []
+        if keep_until is not None and path.exists():
+            with path.open(newline="") as f:
+                lines = list(csv.reader(f))
+            if lines and lines[0] != columns:
+                raise ValueError(f"{path} has columns {lines[0]}, this config writes {columns}")
+            rows = [r for r in lines[1:] if len(r) == len(columns)]  # a row cut by a kill is dropped
+            if not all(r[0].isdigit() for r in rows):
+                raise ValueError(f"{path} has rows whose step is not a step number: not this trainer's history")
+            kept = [r for r in rows if int(r[0]) <= keep_until]
+        tmp = path.with_name(f".{path.name}.tmp")
+        with tmp.open("w", newline="") as f:
+            csv.writer(f).writerows([columns, *kept])
+        os.replace(tmp, path)
+        self.rows = [{c: _parse_cell(v) for c, v in zip(columns, r)} for r in kept]
+
+    def append(self, row: dict[str, Any]) -> None:
+        self.rows.append(row)
+        if self.path is not None:
+            with self.path.open("a", newline="") as f:
+                csv.writer(f).writerow([_cell(row.get(c)) for c in self.columns])
+
+    def frame(self) -> pd.DataFrame:
+        return pd.DataFrame(self.rows, columns=self.columns).astype(float).astype({"step": int, "tokens": int,
+                                                                                     "passes": int})
+
+
+def check_counters(state: Any, where: Path, steps: int) -> None:
+    """``train_state.json``: step in [1, steps], tokens an int >= 0, flops and seconds numbers >= 0."""
+    def number(key: str, kinds: tuple[type, ...]) -> bool:
+        v = state.get(key)
+        return isinstance(v, kinds) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+
+    if not (isinstance(state, dict) and number("step", (int,)) and 1 <= state["step"] <= steps
+            and number("tokens", (int,)) and number("flops", (int, float)) and number("seconds", (int, float))):
+        raise CheckpointError(f"{where} is invalid: needs step (an int in [1, {steps}]), tokens (an int >= 0), "
+                              f"flops and seconds (numbers >= 0); got {str(state)[:200]}")
+
+
+def _logged_rows(path: Path) -> bool:
+    """Whether ``history.csv`` holds any row past its header."""
+    if not path.is_file():
+        return False
+    with path.open() as f:
+        return len(f.readlines()[:2]) > 1
+
+
+def _stored_config(out: Path) -> dict[str, Any]:
+    """The trajectory of the run stored in ``out``, any problem a ``ValueError`` naming the file."""
+    data = read_json(out / CONFIG_FILE)
+    try:
+        return TrainConfig.from_dict(data).trajectory_dict()
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(f"{out / CONFIG_FILE} is not a valid train config: {e}") from None
+
+
+def prepare_run_dir(cfg: TrainConfig, main: bool) -> tuple[Path | None, bool]:
+    """Check the run directory against ``resume``; return it and whether a checkpoint is to be loaded."""
+    if cfg.out_dir is None:
+        return None, False
+    out = Path(cfg.out_dir)
+    has_checkpoint = find_checkpoint(out / CHECKPOINT_DIR) is not None
+    if has_checkpoint and not cfg.resume:
+        raise ValueError(f"{out} already holds a run (checkpoint/): pass resume=True (--resume) to "
+                         f"continue it, or choose another out_dir")
+    if cfg.resume and not has_checkpoint and _logged_rows(out / HISTORY_FILE):
+        raise ValueError(f"cannot resume {out}: {HISTORY_FILE} holds a run but there is no usable checkpoint at "
+                         f"{out / CHECKPOINT_DIR}; rerun without --resume to start over (replacing its history), "
+                         f"or choose another out_dir")
+    if cfg.resume and has_checkpoint:
+        previous, current = _stored_config(out), cfg.trajectory_dict()
+        diff = sorted(k for k, v in current.items() if k != "out_dir" and previous.get(k) != v)
+        if Path(str(previous.get("out_dir"))).resolve() != out.resolve():
+            diff.append("out_dir")
+        if diff:
+            raise ValueError(f"cannot resume {out}: the config differs in {diff} (stored: "
+                             f"{[previous.get(k) for k in diff]}); rerun the original command with --resume")
+    elif main:
+        out.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(out / CONFIG_FILE, cfg.to_dict())
+    return out, cfg.resume and has_checkpoint
+
+
+@contextlib.contextmanager
+def hold_run_dir(out_dir: str | None) -> Iterator[None]:
+    """Hold the run directory's lock for the block (``None``: nothing to hold, e.g. ranks > 0).
+
+    ``flock`` is released by the kernel however the holder ends (kill -9 included), so a stale
+    lock file never blocks anyone; its text only names the holder for the error message.
+    """
+    if out_dir is None:
+        yield
+        return
+    out = Path(out_dir)
+    if os.path.lexists(out) and not out.is_dir():
+        raise ValueError(f"TrainConfig.out_dir={out_dir!r} is invalid: {out} exists and is not a directory")
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / LOCK_FILE
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 300, 0).decode(errors="replace").strip() or "a process that has not named itself"
+            os.close(fd)
+            raise ValueError(f"{out} is in use by another trainer ({holder}); wait for it to finish or choose "
+                             f"another out_dir") from None
+        if os.path.exists(path) and os.path.samestat(os.fstat(fd), os.stat(path)):
+            break
+        os.close(fd)  # the previous holder removed the file between our open and our lock: take the new one
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%d %H:%M:%S')}"
+              .encode(), 0)
+    try:
+        yield
+    finally:
+        os.unlink(path)
+        os.close(fd)
