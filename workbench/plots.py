@@ -210,12 +210,13 @@ def contraction_curves(results: Runs, max_pass: int | None = None, depths: Mappi
     return fig
 
 
-def decoding_state_norms(results: Runs) -> Figure:
+def decoding_state_norms(results: Runs, note: str = "") -> Figure:
     """The carried state's size (before its RMSNorm) along a long SOFT generation, one line per run.
 
     Takes ``analysis.contraction.decoding_states`` output or a dict of them: the mean over the batch
     per position, a band up to its max, and a dotted line where the model starts writing. A line that
-    stays level after it says the recurrence keeps its state bounded on its own output.
+    stays level after it says the recurrence keeps its state bounded on its own output. ``note``: a
+    title (the context length and depth the models were trained at, which the generation runs past).
     """
     runs = _runs(results, "decoding_state_norms")
     fig, (ax,) = _figure(1, panel=(7.0, 4.0))
@@ -229,15 +230,18 @@ def decoding_state_norms(results: Runs) -> Figure:
         ax.axvline(start, color="grey", ls=":", lw=1.5, label=f"writes from position {start}")
     ax.set(xlabel="position (prompt, then generated)", ylabel="||h_t|| before the norm", yscale="log")
     ax.legend(fontsize=8)
+    if note:
+        ax.set_title(note, fontsize=10)
     return fig
 
 
-def sensitivity_decay(results: Runs) -> Figure:
+def sensitivity_decay(results: Runs, note: str = "") -> Figure:
     """Effect of a perturbation of the carried memory against distance (log y), one line per run.
 
     Takes ``sensitivity`` output or a dict of them. The dotted line at 1 is the size of the
     injected perturbation: below it the recurrence forgets, above it it amplifies. A run whose
     effect is exactly zero (no mechanism: the memory is never read) has no line, and says so.
+    ``note``: a title (sequence length, training depth, where the nudge was made).
     """
     runs = _runs(results, "sensitivity_decay")
     fig, (ax,) = _figure(1, panel=(6.0, 4.0))
@@ -251,6 +255,8 @@ def sensitivity_decay(results: Runs) -> Figure:
     ax.set(xlabel="distance d (tokens after the perturbed position)", ylabel="effect ||Δm_{t0+d}|| / eps",
            yscale="log")
     ax.legend(fontsize=8)
+    if note:
+        ax.set_title(note, fontsize=10)
     return fig
 
 
