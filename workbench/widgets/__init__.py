@@ -5,8 +5,8 @@ modules hold the front-ends of the notebooks' own topics, and ``live`` the train
 each is re-exported here.
 """
 
-from .core import Explorer, contraction_explorer, probe_explorer, token_stepper
-from .fbt import probe_compute, regime_explorer
+from .core import Explorer, contraction_explorer, probe_explorer, token_stepper, with_static_twin
+from .fbt import pass_window_explorer, probe_compute, regime_explorer
 from .interventions import intervention_explorer
 from .live import LiveLossPlot
 from .lrt import kv_cache_explorer, lrt_run_explorer, schedule_explorer
@@ -14,4 +14,4 @@ from .results import recipe_explorer, trace_explorer
 
 __all__ = ["Explorer", "contraction_explorer", "probe_explorer", "token_stepper", "probe_compute", "regime_explorer",
            "recipe_explorer", "trace_explorer", "intervention_explorer", "kv_cache_explorer", "lrt_run_explorer",
-           "schedule_explorer", "LiveLossPlot"]
+           "schedule_explorer", "LiveLossPlot", "pass_window_explorer", "with_static_twin"]
