@@ -4,6 +4,7 @@ prefill conditions are the exact recurrences they claim, and the sweep returns e
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -13,17 +14,21 @@ from workbench import tasks
 from workbench.analysis.cache import run_with_cache
 from workbench.analysis.probes import (
     DEFAULT_CONDITIONS,
+    answer_correct,
     condition_features,
     control_labels,
     control_position,
     fit_probe,
     fold_assignment,
+    group_interval,
     parse_condition,
     probe_features,
     probe_layers,
     random_init_model,
     residual_names,
+    upper_bound,
 )
+from workbench.evaluation import per_example_metrics
 
 VOCAB = tasks.CharTokenizer().vocab_size
 
@@ -131,6 +136,17 @@ def test_conditions_are_the_exact_recurrences(arith_batch, mechanism, overrides)
     torch.testing.assert_close(probe_features(model, arith_batch, "suffix2"), feats["suffix2"], rtol=0, atol=0)
 
 
+def test_a_model_without_memory_gives_every_condition_the_plain_pass(arith_batch):
+    model = perturbed_model(small_config("none", vocab_size=VOCAB, seq_len=64))
+    feats = condition_features(model, arith_batch, ("standard", "suffix2", "sequential", "multipass2"))
+    reference = probe_features(model, arith_batch, "standard")
+    _, cache = run_with_cache(model, arith_batch.tokens, "sequential", names_filter=residual_names(3),
+                              example_positions=arith_batch.label_positions)
+    torch.testing.assert_close(reference, cache.accumulated_resid(), rtol=0, atol=1e-9)
+    for c in feats:
+        torch.testing.assert_close(feats[c], reference, rtol=0, atol=0)
+
+
 def test_features_do_not_depend_on_padding_or_chunking(arith_batch):
     model = perturbed_model(small_config("fbt", vocab_size=VOCAB, seq_len=64))
     one = condition_features(model, arith_batch, ("standard", "suffix2"), batch_size=1)
@@ -176,7 +192,8 @@ def test_probe_layers_end_to_end():
                                           mechanism="fbt", tie_embeddings=True)).eval()
     df = probe_layers(model, task, n=48, seed=0, folds=4)
     assert list(df.columns) == ["model", "task", "condition", "layer", "n", "accuracy", "accuracy_std",
-                                "control_accuracy", "selectivity", "majority"]
+                                "control_accuracy", "selectivity", "majority", "accuracy_low", "accuracy_high",
+                                "twin_accuracy", "twin_selectivity", "twin_low", "twin_high"]
     expected = {(m, c, layer) for m in ("trained", "random init") for c in DEFAULT_CONDITIONS for layer in range(3)}
     assert set(zip(df["model"], df["condition"], df["layer"])) == expected and len(df) == len(expected)
     assert (df["task"] == "delayed_memory").all() and (df["n"] == 48).all()
@@ -186,6 +203,13 @@ def test_probe_layers_end_to_end():
     # standard prefill, depth 0: the colon's own embedding, the same for every example -> the majority class
     row = df[(df["model"] == "trained") & (df["condition"] == "standard") & (df["layer"] == 0)].iloc[0]
     assert row["accuracy"] == pytest.approx(row["majority"])
+    trained, twin = df[df["model"] == "trained"], df[df["model"] == "random init"]
+    assert (trained["accuracy_low"] <= trained["accuracy_high"]).all() and twin["twin_selectivity"].isna().all()
+    np.testing.assert_allclose(trained["twin_accuracy"], twin["accuracy"])
+    # the paired difference is over examples, the accuracy a mean over (near-equal) folds
+    np.testing.assert_allclose(trained["twin_selectivity"], trained["accuracy"] - trained["twin_accuracy"], atol=0.03)
+    assert (trained["twin_low"] <= trained["twin_selectivity"]).all()
+    assert (trained["twin_selectivity"] <= trained["twin_high"]).all()
 
 
 def test_probe_layers_regression_on_a_batch_without_baselines(arith_batch):
@@ -201,3 +225,120 @@ def test_probe_layers_regression_on_a_batch_without_baselines(arith_batch):
         probe_layers(model, batch, ("standard", "suffix"), random_baseline=False)
     with pytest.raises(ValueError, match="control"):
         probe_layers(model, batch, ("standard",), control=999, random_baseline=False)
+
+
+# ---------------------------------------------------------------------------------------------- intervals
+def test_group_interval_resamples_groups_not_examples():
+    groups = np.repeat(np.arange(50), 4)
+    assert group_interval(np.ones(200), groups) == {"mean": 1.0, "low": 1.0, "high": 1.0}
+    # each group is all-right or all-wrong: 50 independent draws, not 200
+    per_group = np.random.default_rng(0).integers(0, 2, 50).astype(float)
+    values = np.repeat(per_group, 4)
+    grouped = group_interval(values, groups, seed=1)
+    naive = group_interval(values, np.arange(200), seed=1)
+    assert grouped["mean"] == pytest.approx(per_group.mean())
+    assert grouped["high"] - grouped["low"] > 1.6 * (naive["high"] - naive["low"])  # sqrt(4) = 2 in expectation
+    se = np.sqrt(per_group.mean() * (1 - per_group.mean()) / 50)
+    assert grouped["high"] - grouped["low"] == pytest.approx(2 * 1.96 * se, rel=0.2)
+    paired = group_interval(values, groups, reference=values, seed=1)
+    assert paired == {"mean": 0.0, "low": 0.0, "high": 0.0}
+    with pytest.raises(ValueError, match="reference"):
+        group_interval(values, groups, reference=values[:10])
+    with pytest.raises(ValueError, match="level"):
+        group_interval(values, groups, level=1.5)
+
+
+# ---------------------------------------------------------------------------------------------- competence
+@pytest.mark.parametrize("mechanism", ["fbt", "lrt"])
+def test_answer_correct_is_the_condition_computed_exactly(mechanism):
+    """suffixK = the exact recurrence after a plain prefix of label_pos - K + 1 tokens, carried through
+    the answer; standard = one plain pass; sequential = the full recurrence."""
+    task = tasks.get("delayed_memory", scratch_updates=[0, 8], label_at="answer")
+    batch = task.sample(12, seed=0)
+    overrides = {"lrt_source_layer": 1} if mechanism == "lrt" else {}
+    model = perturbed_model(small_config(mechanism, vocab_size=VOCAB, seq_len=task.seq_len, **overrides))
+    for pos in batch.label_positions.unique().tolist():
+        rows = (batch.label_positions == pos).nonzero().squeeze(1)
+        sub = wb.tasks.Batch(**{k: v[rows] if isinstance(v, torch.Tensor) else
+                                ([v[i] for i in rows.tolist()] if isinstance(v, list) and k != "label_names" else v)
+                                for k, v in vars(batch).items()})
+        sub.tokens, sub.targets = sub.tokens[:, : int(sub.lengths.max())], sub.targets[:, : int(sub.lengths.max())]
+        for condition, kw in (("standard", {"schedule": "single"}),
+                              ("suffix1", {"schedule": "sequential", "plain_prefix": pos}),
+                              ("suffix2", {"schedule": "sequential", "plain_prefix": pos - 1}),
+                              ("sequential", {"schedule": "sequential"}),
+                              ("multipass2", {"schedule": "multipass", "passes": 2})):
+            expected = per_example_metrics(model, sub, **kw)["answer_correct"].to_numpy()
+            assert np.array_equal(answer_correct(model, sub, condition, batch_size=5), expected), condition
+
+
+def test_upper_bound_reads_the_top_layer_one_before_the_label():
+    task = tasks.get("delayed_memory", scratch_updates=8, label_at="answer")
+    batch = task.sample(48, seed=0)
+    model = perturbed_model(small_config("fbt", vocab_size=VOCAB, seq_len=task.seq_len))
+    bound = upper_bound(model, batch, folds=4)
+    shifted = wb.tasks.Batch(**{**vars(batch), "label_positions": batch.label_positions - 1})
+    top = probe_features(model, shifted, "standard")[-1].numpy()
+    assert bound["accuracy"] == pytest.approx(fit_probe(top, batch.labels.numpy(), batch.groups.numpy())["accuracy"])
+    assert bound["accuracy_low"] <= bound["accuracy"] <= bound["accuracy_high"] and bound["n"] == 48
+    at_zero = wb.tasks.Batch(**{**vars(batch), "label_positions": torch.zeros_like(batch.label_positions)})
+    with pytest.raises(ValueError, match="position 0"):
+        upper_bound(model, at_zero)
+
+
+def test_probe_task_options_leave_the_defaults_alone():
+    plain = tasks.get("completion_tracking").sample(16, seed=3)
+    answer = tasks.get("completion_tracking", label_at="answer").sample(16, seed=3)
+    assert torch.equal(plain.tokens, answer.tokens) and torch.equal(answer.label_positions, plain.label_positions + 1)
+    for text, pos in zip(answer.texts, answer.label_positions.tolist()):
+        assert text[pos] == " " and text[pos + 1:].rstrip("\n") in ("more", "done")
+    as_bytes = tasks.get("completion_tracking", label_at="answer", tokenizer="bytes").sample(16, seed=3)
+    assert as_bytes.texts == answer.texts and as_bytes.tokens[0, 0] == ord(answer.texts[0][0])
+    assert tasks.get("completion_tracking").params == {"scratch_updates": 8, "loss_on": "answer"}
+    mixed = tasks.get("multi_register", scratch_updates=[0, 32])
+    batch = mixed.sample(64, seed=0)
+    assert mixed.seq_len == tasks.get("multi_register", scratch_updates=32).seq_len
+    assert set(batch.lengths.tolist()) == {tasks.get("multi_register", scratch_updates=s).seq_len for s in (0, 32)}
+    for g in batch.groups.unique():  # a group shares its scratch context, so its length
+        assert len(batch.lengths[batch.groups == g].unique()) == 1
+    for bad, match in (({"scratch_updates": []}, "at least one"), ({"scratch_updates": [8, 7]}, "scratch_updates=7"),
+                       ({"label_at": "space"}, "label_at"), ({"tokenizer": "utf8"}, "tokenizer")):
+        with pytest.raises(ValueError, match=match):
+            tasks.get("delayed_memory", **bad)
+
+
+# ---------------------------------------------------------------------------------------------- figures
+def _layer0_rows() -> pd.DataFrame:
+    rows = []
+    for task in ("delayed_memory", "completion_tracking"):
+        for scratch in (0, 8, 32):
+            for arm in ("baseline", "fbt"):
+                for condition in ("standard", "suffix1"):
+                    acc = 0.5 if arm == "baseline" or condition == "standard" else 1.0 - scratch / 100
+                    rows.append(dict(task=task, scratch_updates=scratch, model=arm, condition=condition, layer=0,
+                                     accuracy=acc, majority=0.5, twin_accuracy=0.6, upper_bound=0.99))
+    return pd.DataFrame(rows)
+
+
+def test_layer0_figures_mark_twin_upper_bound_and_scratch_length():
+    df = _layer0_rows()
+    fig = wb.plots.layer0_comparison(df)
+    assert len(fig.axes) == 2 * 3  # a panel per task and scratch length
+    assert fig.axes[0].get_title() == "delayed_memory / 0 scratch lines"
+    labels = {t.get_text() for t in fig.axes[0].get_legend().get_texts()}
+    assert {"untrained twin", "upper bound (fed-back top layer)", "majority"} <= labels
+    lines = wb.plots.accuracy_vs_scratch(df)
+    fbt = next(line for line in lines.axes[0].lines if line.get_label() == "fbt")
+    assert list(fbt.get_xdata()) == [0, 8, 32] and list(fbt.get_ydata()) == pytest.approx([1.0, 0.92, 0.68])
+    with pytest.raises(ValueError, match="condition"):
+        wb.plots.accuracy_vs_scratch(df, condition="suffix4")
+
+
+def test_specimen_gates_draws_each_gate_against_its_threshold():
+    df = pd.DataFrame([dict(task="delayed_memory", arm=arm, scratch_updates=s, gate_value=v, answer_sequential=0.5)
+                       for arm, values in (("baseline", (1.0, 0.99, 0.9)), ("fbt", (1.0, 0.97, 0.6)))
+                       for s, v in zip((0, 8, 32), values)])
+    fig = wb.plots.specimen_gates(df, 0.95)
+    heights = [p.get_height() for p in fig.axes[0].patches]
+    assert heights == pytest.approx([1.0, 0.99, 0.9, 1.0, 0.97, 0.6])
+    assert any(line.get_ydata()[0] == 0.95 for line in fig.axes[0].lines)

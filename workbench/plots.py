@@ -9,6 +9,8 @@ no figure is shown twice in a notebook (a returned Figure displays once, as the 
 - ``probe_heatmap``: probe accuracy by depth x condition (one panel per task and model);
 - ``probe_profile``: accuracy against depth for each condition, with control and majority lines;
 - ``layer0_comparison``: the headline bar chart: accuracy at depth 0 per condition;
+- ``accuracy_vs_scratch``: accuracy at depth 0 against the distance the label must travel;
+- ``specimen_gates``: each probing specimen's answer accuracy against its competence gate;
 - ``contraction_curves``: residual and distance to the fixed point against pass (log scale);
 - ``sensitivity_decay``: effect of a memory perturbation against distance (log scale);
 - ``decoding_state_norms``: the carried state's size along a long SOFT generation;
@@ -135,24 +137,34 @@ def layer0_comparison(df: pd.DataFrame, depth: int = 0) -> Figure:
     """Probe accuracy at one depth (default 0, the input) per condition: the probing headline.
 
     Bars are grouped by condition, coloured by model; error bars are ``accuracy_std``; a black tick
-    on each bar is its control-task accuracy; the dashed line is the majority-class rate. One panel
-    per task. Standard prefill near the dashed line and recurrent conditions far above it is the
-    FBT paper's finding: feedback exposes global state to the very first layer.
+    on each bar is its control-task accuracy; the dashed line is the majority-class rate. Where the
+    columns exist, an open circle marks the untrained twin's accuracy (``twin_accuracy``) and a star
+    the upper bound (``upper_bound``: the top-layer probe at the fed-back position, all one recurrent
+    step can hand to layer 0). One panel per task, one row of panels per ``scratch_updates``.
+    Standard prefill near the dashed line and recurrent conditions far above it — above the twin —
+    is the FBT paper's finding: feedback exposes learned state to the very first layer.
     """
     _require(df, ["condition", "layer", "accuracy"], "layer0_comparison")
     at = df[df["layer"] == depth]
     if at.empty:
         raise ValueError(f"depth={depth!r} is invalid: the probes cover depths {sorted(df['layer'].unique())}")
     tasks = _in_order(at["task"]) if "task" in at else [None]
-    fig, axes = _figure(len(tasks), panel=(1.5 + 1.0 * at["condition"].nunique(), 3.8))
+    lengths = sorted(at["scratch_updates"].unique()) if "scratch_updates" in at else [None]
+    fig, axes = _figure(len(tasks), len(lengths), panel=(1.5 + 1.0 * at["condition"].nunique(), 3.8))
     models = _in_order(at["model"]) if "model" in at else [None]
     palette = sns.color_palette("deep", n_colors=len(models))
     width = 0.8 / len(models)
-    for ax, task in zip(axes, tasks):
+    marks = {"twin_accuracy": ({"marker": "o", "facecolors": "none", "edgecolors": "black"}, "untrained twin"),
+             "upper_bound": ({"marker": "*", "color": "black"}, "upper bound (fed-back top layer)")}
+    panels = [(task, length) for length in lengths for task in tasks]
+    for ax, (task, length) in zip(axes, panels):
         sub = at if task is None else at[at["task"] == task]
+        sub = sub if length is None else sub[sub["scratch_updates"] == length]
         conditions = _in_order(sub["condition"])
         for m, (model, color) in enumerate(zip(models, palette)):
             rows = sub if model is None else sub[sub["model"] == model]
+            if rows.empty:
+                continue
             rows = rows.groupby("condition", sort=False).mean(numeric_only=True).reindex(conditions)
             x = np.arange(len(conditions)) - 0.4 + width * (m + 0.5)
             err = rows["accuracy_std"] if "accuracy_std" in rows else None
@@ -161,11 +173,80 @@ def layer0_comparison(df: pd.DataFrame, depth: int = 0) -> Figure:
             if "control_accuracy" in rows:
                 ax.scatter(x, rows["control_accuracy"], marker="_", s=400 * width, color="black", zorder=3,
                            label="control task" if m == 0 else None)
-        if "majority" in sub:
+            for column, (style, label) in marks.items():
+                if column in rows:
+                    ax.scatter(x, rows[column], s=30, zorder=4, label=label if m == 0 else None, **style)
+        if "majority" in sub and not sub.empty:
             ax.axhline(float(sub["majority"].mean()), color="grey", ls="--", lw=1.5, label="majority")
         ax.set_xticks(np.arange(len(conditions)), [str(c) for c in conditions], rotation=20)
-        ax.set(ylim=(0.0, 1.05), ylabel=f"probe accuracy at depth {depth}", title="" if task is None else str(task))
-    axes[0].legend(fontsize=8, loc="lower right")
+        title = " / ".join(t for t in ("" if task is None else str(task),
+                                        "" if length is None else f"{length} scratch lines") if t)
+        ax.set(ylim=(0.0, 1.05), ylabel=f"probe accuracy at depth {depth}", title=title)
+    axes[0].legend(fontsize=7, loc="lower right")
+    return fig
+
+
+def accuracy_vs_scratch(df: pd.DataFrame, condition: str = "suffix1", depth: int = 0) -> Figure:
+    """Probe accuracy at one depth and condition against the number of scratch lines, per task.
+
+    One line per model (colour); dashed, the same model's untrained twin (``twin_accuracy``);
+    dotted, its upper bound (``upper_bound``); grey, the majority rate. Distance between the detail
+    and the label is what a recurrent step must bridge: a lift that holds as it grows is carried by
+    the fed-back state, one that fades was read from nearby tokens.
+    """
+    _require(df, ["task", "model", "scratch_updates", "condition", "layer", "accuracy"], "accuracy_vs_scratch")
+    at = df[(df["layer"] == depth) & (df["condition"] == condition)]
+    if at.empty:
+        raise ValueError(f"condition={condition!r}, depth={depth!r} is invalid: no rows for them")
+    tasks = _in_order(at["task"])
+    fig, axes = _figure(len(tasks), panel=(4.2, 3.6))
+    models = _in_order(at["model"])
+    for ax, task in zip(axes, tasks):
+        sub = at[at["task"] == task]
+        for model, color in zip(models, sns.color_palette("deep", n_colors=len(models))):
+            rows = sub[sub["model"] == model].sort_values("scratch_updates")
+            if rows.empty:
+                continue
+            ax.plot(rows["scratch_updates"], rows["accuracy"], "o-", color=color, label=str(model))
+            if "twin_accuracy" in rows:
+                ax.plot(rows["scratch_updates"], rows["twin_accuracy"], "s--", color=color, alpha=0.7,
+                        label=f"{model}: twin")
+            if "upper_bound" in rows:
+                ax.plot(rows["scratch_updates"], rows["upper_bound"], ":", color=color, label=f"{model}: upper bound")
+        if "majority" in sub:
+            ax.axhline(float(sub["majority"].mean()), color="grey", ls="--", lw=1, label="majority")
+        ax.set(title=str(task), xlabel="scratch lines", ylabel=f"accuracy at depth {depth}, {condition}",
+               ylim=(0.0, 1.05), xticks=sorted(sub["scratch_updates"].unique()))
+    axes[0].legend(fontsize=7, loc="lower left")
+    return fig
+
+
+def specimen_gates(df: pd.DataFrame, threshold: float) -> Figure:
+    """Each specimen's competence before it is probed: answer accuracy per scratch length and arm.
+
+    Bars: accuracy under the condition the gate reads (``gate_value``); black dots: under the exact
+    recurrence (``answer_sequential``, where measured); dashed: the gate's ``threshold``. One panel
+    per task. A bar below the line is a specimen that is reported, never probed.
+    """
+    _require(df, ["task", "arm", "scratch_updates", "gate_value"], "specimen_gates")
+    tasks = _in_order(df["task"])
+    fig, axes = _figure(len(tasks), panel=(4.0, 3.4))
+    arms = _in_order(df["arm"])
+    width = 0.8 / len(arms)
+    for ax, task in zip(axes, tasks):
+        sub = df[df["task"] == task]
+        lengths = sorted(sub["scratch_updates"].unique())
+        for a, (arm, color) in enumerate(zip(arms, sns.color_palette("deep", n_colors=len(arms)))):
+            rows = sub[sub["arm"] == arm].set_index("scratch_updates").reindex(lengths)
+            x = np.arange(len(lengths)) - 0.4 + width * (a + 0.5)
+            ax.bar(x, rows["gate_value"], width=width * 0.9, color=color, label=str(arm))
+            if "answer_sequential" in rows:
+                ax.scatter(x, rows["answer_sequential"], color="black", zorder=3, s=15,
+                           label="exact recurrence" if a == len(arms) - 1 else None)
+        ax.axhline(threshold, color="grey", ls="--", lw=1.5, label=f"gate {threshold:g}")
+        ax.set_xticks(np.arange(len(lengths)), [str(n) for n in lengths])
+        ax.set(title=str(task), xlabel="scratch lines", ylabel="held-out answer accuracy", ylim=(0.0, 1.05))
+    axes[0].legend(fontsize=7, loc="lower left")
     return fig
 
 

@@ -32,6 +32,7 @@ per-example ``plain_prefix``), at the cost of one plain pass plus k single-token
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import warnings
 from collections.abc import Sequence
@@ -136,6 +137,10 @@ def _group_features(model: GPT, idx: torch.Tensor, parsed: dict[str, tuple[str, 
         return torch.stack([last[name] for name in names]).cpu()
 
     B, T = idx.shape
+    if getattr(model.config, "mechanism", None) == "none":  # no memory to read: every condition is the plain pass
+        with hooks(model, [(name, keep_last) for name in names]):
+            model.step(idx)
+        return dict.fromkeys(parsed, snapshot())
     # First fused position of each recurrent condition (position 0 never reads memory).
     starts = {c: 1 if kind == "sequential" else max(T - k, 1)
               for c, (kind, k) in parsed.items() if kind in ("suffix", "sequential")}
@@ -200,6 +205,52 @@ def probe_features(model: GPT, batch: Batch, condition: str = "standard", *, bat
     return condition_features(model, batch, (condition,), batch_size=batch_size)[condition]
 
 
+def _condition_logits(model: GPT, idx: torch.Tensor, kind: str, k: int, label_pos: int) -> torch.Tensor:
+    """Logits (B, T, V) of ``idx`` computed under one condition, the recurrence carried on past the
+    label position to the end (a plain prefill, then SOFT decoding of the answer)."""
+    if kind == "standard":
+        return model.step(idx).logits
+    if kind == "multipass":
+        return schedules.multipass(model, idx, passes=k).logits
+    B, T = idx.shape
+    start = 1 if kind == "sequential" else max(label_pos - k + 1, 1)
+    cache = model.new_kv_cache(B, T)
+    plain = model.step(idx[:, :start], kv=cache)
+    logits, state = [plain.logits], plain.memory[:, -1]
+    for t in range(start, T):
+        out = model.step(idx[:, t:t + 1], memory=state[:, None], positions=torch.tensor([t], device=idx.device),
+                         kv=cache)
+        logits.append(out.logits)
+        state = out.memory[:, -1]
+    return torch.cat(logits, dim=1)
+
+
+@torch.no_grad()
+def answer_correct(model: GPT, batch: Batch, condition: str = "standard", *, batch_size: int = 256) -> np.ndarray:
+    """Per example (n,) bool: is every answer target right when the sequence is computed under
+    ``condition`` (the probe's prefill, then the same recurrence through the answer)?
+
+    This is a specimen's competence under the condition it is probed in: a probe of a model that
+    cannot answer there measures nothing. ``suffixK`` = plain prefill up to K tokens before the label
+    position, then the exact recurrence (STANDARD prefill + SOFT decoding for K = 1).
+    """
+    _check_batch(batch)
+    check_int("batch_size", batch_size, 1)
+    kind, k = parse_condition(condition)
+    weight = model.readout_weight
+    correct = np.zeros(len(batch), dtype=bool)
+    positions = batch.label_positions.cpu()
+    with eval_mode(model):
+        for pos in positions.unique().tolist():
+            for chunk in (positions == pos).nonzero().squeeze(1).split(batch_size):
+                T = int(batch.lengths[chunk].max())
+                targets = batch.targets[chunk, :T]
+                logits = _condition_logits(model, batch.tokens[chunk, :T].to(weight.device), kind, k, pos)
+                hits = (logits.argmax(-1).cpu() == targets) | (targets < 0)
+                correct[chunk.numpy()] = hits.all(1).numpy()
+    return correct
+
+
 # ------------------------------------------------------------------------------------------ probes
 def fold_assignment(groups: np.ndarray | torch.Tensor | Sequence[int], folds: int = 4) -> np.ndarray:
     """Fold index (n,) of every example under ``GroupKFold``: a group never straddles two folds, so a
@@ -216,19 +267,22 @@ def fold_assignment(groups: np.ndarray | torch.Tensor | Sequence[int], folds: in
 
 
 def _fit_score(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_test: np.ndarray, kind: str,
-               C: float, alpha: float, max_iter: int) -> float:
-    """Held-out accuracy (classification) or R² (regression) of one probe on pre-scaled features."""
+               C: float, alpha: float, max_iter: int) -> tuple[float, np.ndarray | None]:
+    """Held-out accuracy (classification) or R² (regression) of one probe on pre-scaled features, and
+    the per-example held-out hits (classification; None for regression, whose score is not a mean)."""
     if kind == "regression":
-        return float(Ridge(alpha=alpha).fit(x_train, y_train).score(x_test, y_test))
+        return float(Ridge(alpha=alpha).fit(x_train, y_train).score(x_test, y_test)), None
     if len(np.unique(y_train)) < 2:  # one class to learn: the best probe predicts it
-        return float(np.mean(y_test == y_train[0]))
+        hits = y_test == y_train[0]
+        return float(np.mean(hits)), hits
     with warnings.catch_warnings():
         # An L2-regularised fit stopped at max_iter is still a valid regularised probe; a sweep of
         # hundreds of fits would otherwise bury the output in warnings. tol=1e-3: held-out accuracy
         # stops moving long before sklearn's default 1e-4 is met, at half the L-BFGS steps.
         warnings.simplefilter("ignore", ConvergenceWarning)
         probe = LogisticRegression(C=C, tol=1e-3, max_iter=max_iter).fit(x_train, y_train)
-    return float(probe.score(x_test, y_test))
+    hits = probe.predict(x_test) == y_test
+    return float(np.mean(hits)), hits
 
 
 def _baseline(y_train: np.ndarray, y_test: np.ndarray, kind: str) -> float:
@@ -273,6 +327,7 @@ def fit_probe(features: np.ndarray | torch.Tensor, labels: np.ndarray | torch.Te
     check_int("max_iter", max_iter, 1)
     fold = fold_assignment(groups, folds)
     scores, control_scores, baselines = [], [], []
+    held_out = np.zeros(len(y), dtype=bool)
     # One BLAS thread: on (n x D) ~ 1,200 x 128 problems, threads cost more in synchronisation than
     # they save, and on a busy machine they stall every L-BFGS step (measured: 35x slower on 2 shared cores).
     with threadpool_limits(limits=1, user_api="blas"):
@@ -280,17 +335,52 @@ def fit_probe(features: np.ndarray | torch.Tensor, labels: np.ndarray | torch.Te
             train, test = fold != f, fold == f
             scaler = StandardScaler().fit(x[train])
             x_train, x_test = scaler.transform(x[train]), scaler.transform(x[test])
-            scores.append(_fit_score(x_train, y[train], x_test, y[test], kind, C, alpha, max_iter))
+            score, hits = _fit_score(x_train, y[train], x_test, y[test], kind, C, alpha, max_iter)
+            scores.append(score)
+            if hits is not None:
+                held_out[test] = hits
             baselines.append(_baseline(y[train], y[test], kind))
             if control is not None:
                 control_scores.append(_fit_score(x_train, control[train], x_test, control[test], kind, C, alpha,
-                                                 max_iter))
+                                                 max_iter)[0])
     score_name, std_name, control_name, baseline_name = _METRICS[kind]
     score = float(np.mean(scores))
     control_score = float(np.mean(control_scores)) if control_scores else float("nan")
     return {score_name: score, std_name: float(np.std(scores, ddof=1)), control_name: control_score,
             "selectivity": score - control_score, baseline_name: float(np.mean(baselines)),
-            "fold_scores": scores, "n": len(y), "folds": folds}
+            "fold_scores": scores, "n": len(y), "folds": folds,
+            "held_out": held_out if kind == "classification" else None}
+
+
+def group_interval(values: np.ndarray | Sequence[float], groups: np.ndarray | torch.Tensor | Sequence[int],
+                   reference: np.ndarray | Sequence[float] | None = None, *, n_boot: int = 2000, seed: int = 0,
+                   level: float = 0.95) -> dict[str, float]:
+    """Mean of per-example ``values`` (minus ``reference``, paired by example) with a bootstrap
+    interval that resamples whole **groups**: examples of one group share their context, so they
+    are not independent draws and an example-level bootstrap would be too narrow.
+
+    Returns ``{"mean", "low", "high"}`` (the ``level`` percentile interval).
+    """
+    v = np.asarray(values, dtype=np.float64)
+    if reference is not None:
+        ref = np.asarray(reference, dtype=np.float64)
+        if ref.shape != v.shape:
+            raise ValueError(f"reference must have shape {v.shape}, got {ref.shape}")
+        v = v - ref
+    g = np.asarray(groups)
+    if v.ndim != 1 or g.shape != v.shape or len(v) == 0:
+        raise ValueError(f"values and groups must be non-empty and of one shape (n,), got {v.shape} and {g.shape}")
+    check_int("n_boot", n_boot, 1)
+    if not 0 < level < 1:
+        _fail("level", level, "must be in (0, 1)")
+    _, index = np.unique(g, return_inverse=True)
+    sums = np.bincount(index, weights=v)
+    sizes = np.bincount(index).astype(np.float64)
+    draws = np.random.default_rng(seed).integers(0, len(sums), size=(n_boot, len(sums)))
+    boot = sums[draws].sum(1) / sizes[draws].sum(1)
+    tail = (1 - level) / 2 * 100
+    return {"mean": float(v.mean()), "low": float(np.percentile(boot, tail)),
+            "high": float(np.percentile(boot, 100 - tail))}
 
 
 # ------------------------------------------------------------------------------------------ control task
@@ -390,7 +480,11 @@ def probe_layers(model: GPT, task_or_batch: Task | Batch, conditions: Sequence[s
     Columns: ``model``, ``task``, ``condition``, ``layer`` (0 = input after fusion, 1..L = block
     outputs), ``n``, then for classification ``accuracy``, ``accuracy_std`` (over folds),
     ``control_accuracy``, ``selectivity`` (accuracy - control_accuracy), ``majority``; for regression
-    ``r2``, ``r2_std``, ``control_r2``, ``selectivity``, ``mean_baseline``.
+    ``r2``, ``r2_std``, ``control_r2``, ``selectivity``, ``mean_baseline``. Classification adds
+    ``accuracy_low``/``accuracy_high`` (95 % group-bootstrap interval of the held-out accuracy,
+    ``group_interval``) and, with ``random_baseline``, the selectivity against the untrained twin on
+    the trained rows: ``twin_accuracy``, ``twin_selectivity`` (accuracy - twin accuracy, paired by
+    example) with ``twin_low``/``twin_high`` (NaN on the twin's own rows).
     """
     _check_kind(kind)
     if not conditions:
@@ -415,19 +509,56 @@ def probe_layers(model: GPT, task_or_batch: Task | Batch, conditions: Sequence[s
     groups = batch.groups.cpu().numpy()
     fold_assignment(groups, folds)  # fail on bad folds before any forward
     models = [("trained", model)] + ([("random init", random_init_model(model, seed))] if random_baseline else [])
-    rows = []
+    fits = {}
     for model_name, m in models:
         feats = condition_features(m, batch, conditions, batch_size=batch_size)
         for condition in conditions:
             for layer, x in enumerate(feats[condition]):
-                result = fit_probe(x.numpy(), target, groups, kind=kind, control_labels=control_target, folds=folds,
-                                   C=C, alpha=alpha, max_iter=max_iter)
-                rows.append({"model": model_name, "task": task_name, "condition": condition, "layer": layer,
-                             "n": len(batch), **{k: result[k] for k in (*_METRICS[kind], "selectivity")}})
+                fits[model_name, condition, layer] = fit_probe(
+                    x.numpy(), target, groups, kind=kind, control_labels=control_target, folds=folds, C=C,
+                    alpha=alpha, max_iter=max_iter)
+    rows = []
+    for (model_name, condition, layer), result in fits.items():
+        row = {"model": model_name, "task": task_name, "condition": condition, "layer": layer, "n": len(batch),
+               **{k: result[k] for k in (*_METRICS[kind], "selectivity")}}
+        if kind == "classification":
+            interval = group_interval(result["held_out"], groups, seed=seed)
+            row.update(accuracy_low=interval["low"], accuracy_high=interval["high"])
+            twin = fits.get(("random init", condition, layer)) if model_name == "trained" else None
+            if twin is not None:
+                diff = group_interval(result["held_out"], groups, twin["held_out"], seed=seed)
+                row.update(twin_accuracy=twin["accuracy"], twin_selectivity=diff["mean"], twin_low=diff["low"],
+                           twin_high=diff["high"])
+        rows.append(row)
     score_name, std_name, control_name, baseline_name = _METRICS[kind]
     columns = ["model", "task", "condition", "layer", "n", score_name, std_name, control_name, "selectivity",
                baseline_name]
+    if kind == "classification":
+        columns += ["accuracy_low", "accuracy_high"]
+        columns += ["twin_accuracy", "twin_selectivity", "twin_low", "twin_high"] if random_baseline else []
     return pd.DataFrame(rows, columns=columns)
+
+
+def upper_bound(model: GPT, batch: Batch, *, labels: np.ndarray | torch.Tensor | None = None, folds: int = 4,
+                C: float = 0.1, max_iter: int = 500, seed: int = 0, batch_size: int = 1024) -> dict[str, float]:
+    """The top-layer probe at the **fed-back position** (one before each label position), plain pass.
+
+    One recurrent step hands layer 0 at the label position the top state of the position before it
+    (through FBT's fusion), so no layer-0 probe after one step can read more than this probe reads:
+    it is the ceiling a ``suffix1`` layer-0 accuracy is read against. Classification; returns
+    ``accuracy``, ``accuracy_low``, ``accuracy_high`` (group bootstrap), ``majority`` and ``n``.
+    """
+    _check_batch(batch)
+    if bool((batch.label_positions < 1).any()):
+        raise ValueError("batch has a label at position 0: there is no fed-back position before it")
+    shifted = dataclasses.replace(batch, label_positions=batch.label_positions - 1)
+    target = np.asarray(batch.labels if labels is None else labels)
+    groups = batch.groups.cpu().numpy()
+    top = probe_features(model, shifted, "standard", batch_size=batch_size)[-1]
+    result = fit_probe(top.numpy(), target, groups, folds=folds, C=C, max_iter=max_iter)
+    interval = group_interval(result["held_out"], groups, seed=seed)
+    return {"accuracy": result["accuracy"], "accuracy_low": interval["low"], "accuracy_high": interval["high"],
+            "majority": result["majority"], "n": len(target)}
 
 
 def _head(batch: Batch, n: int | None) -> Batch:

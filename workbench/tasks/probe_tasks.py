@@ -15,23 +15,35 @@ groups that share everything but the label-bearing detail (same scratch lines, s
 schedule) and hold every label equally often, so grouped cross-validation tests a probe on
 contexts it never saw and labels are balanced by construction.
 
-Every text has the same length for given parameters, so ``seq_len`` is exact.
+Every text has the same length for given parameters, so ``seq_len`` is exact. Three options
+serve the layer-0 study and leave the default data unchanged:
+
+- ``scratch_updates`` may be a list, e.g. ``[0, 8, 32]``: each group draws its length from it, so
+  one model trains on short and long contexts at once (a curriculum by mixing: the short contexts
+  teach the lookup that the long ones need; ``seq_len`` is then the longest);
+- ``label_at="answer"`` puts ``label_positions`` at the position whose output predicts the label's
+  first character (the space after the colon), where the FBT paper probes; ``"colon"`` (default)
+  keeps the colon;
+- ``tokenizer="bytes"`` writes the same texts as raw bytes, so a byte-level text model can be
+  probed on them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import combinations
 
 import numpy as np
 import torch
 
-from .base import Batch, Task, check_choice, check_n, collate, make_rng, next_token_targets
-from .tokenizers import CharTokenizer
+from .base import Batch, Task, check_choice, check_n, collate, fail, make_rng, next_token_targets
+from .tokenizers import ByteTokenizer, CharTokenizer
 
 SCRATCH_UPDATES = (0, 8, 32, 128, 256)
 LOSS_ON = ("answer", "all")
+LABEL_AT = ("colon", "answer")
+TOKENIZERS = {"ascii": CharTokenizer, "bytes": ByteTokenizer}
 SCRATCH_OPS = ("+=", "-=", "^=")
 SCRATCH_LINE = len("scratch += 0\n")
 
@@ -55,13 +67,33 @@ class ProbeTask(Task):
 
     label_names: list[str]
 
-    def __init__(self, scratch_updates: int = 8, loss_on: str = "answer") -> None:
-        check_choice(self.name, "scratch_updates", scratch_updates, SCRATCH_UPDATES)
+    def __init__(self, scratch_updates: int | Sequence[int] = 8, loss_on: str = "answer", label_at: str = "colon",
+                 tokenizer: str = "ascii") -> None:
+        mixed = isinstance(scratch_updates, (list, tuple))
+        choices = list(scratch_updates) if mixed else [scratch_updates]
+        if mixed and not choices:
+            fail(self.name, "scratch_updates", scratch_updates, f"a list must name at least one of {SCRATCH_UPDATES}")
+        for count in choices:
+            check_choice(self.name, "scratch_updates", count, SCRATCH_UPDATES)
         check_choice(self.name, "loss_on", loss_on, LOSS_ON)
-        self.scratch_updates = scratch_updates
+        check_choice(self.name, "label_at", label_at, LABEL_AT)
+        check_choice(self.name, "tokenizer", tokenizer, tuple(TOKENIZERS))
+        self.scratch_choices = sorted(set(choices)) if mixed else None
+        self.scratch_updates = max(choices)  # the longest context: what seq_len is sized for
         self.loss_on = loss_on
-        self.tokenizer = CharTokenizer()
-        self.params = {"scratch_updates": scratch_updates, "loss_on": loss_on}
+        self.label_at = label_at
+        self.tokenizer = TOKENIZERS[tokenizer]()
+        self.params = {"scratch_updates": list(choices) if mixed else scratch_updates, "loss_on": loss_on}
+        # only non-default options join params, so existing configs and checkpoints keep their params
+        self.params.update({k: v for k, v, default in (("label_at", label_at, "colon"),
+                                                       ("tokenizer", tokenizer, "ascii")) if v != default})
+
+    def _scratch(self, rng: np.random.Generator) -> str:
+        """One group's scratch lines; a mixed task first draws the group's count (a fixed one draws
+        nothing, so the default data stay what they were)."""
+        if self.scratch_choices is None:
+            return scratch_lines(rng, self.scratch_updates)
+        return scratch_lines(rng, int(self.scratch_choices[rng.integers(len(self.scratch_choices))]))
 
     def _groups(self, rng: np.random.Generator) -> Iterator[list[_Example]]:
         """Endless groups of examples that differ only in the label-bearing detail."""
@@ -79,16 +111,23 @@ class ProbeTask(Task):
             if len(examples) >= n:
                 break
         examples, groups = examples[:n], groups[:n]
-        ids = [self.tokenizer.encode_array(ex.text) for ex in examples]
+        ids = [self._encode(ex.text) for ex in examples]
         colons = [ex.text.rindex(":") for ex in examples]
         start = colons if self.loss_on == "answer" else [0] * n
+        # "answer": the character before the label's first one (": " puts it one after the colon)
+        positions = colons if self.label_at == "colon" else [c + 1 for c in colons]
         return collate(
             ids, [next_token_targets(x, s) for x, s in zip(ids, start)], self.tokenizer.pad_id,
             texts=[ex.text for ex in examples], groups=groups, state=[ex.state for ex in examples],
             labels=torch.tensor([ex.label for ex in examples], dtype=torch.long),
             label_names=list(self.label_names),
-            label_positions=torch.tensor(colons, dtype=torch.long),
+            label_positions=torch.tensor(positions, dtype=torch.long),
         )
+
+    def _encode(self, text: str) -> np.ndarray:
+        if isinstance(self.tokenizer, ByteTokenizer):
+            return self.tokenizer.encode_bytes(text.encode("ascii"))
+        return self.tokenizer.encode_array(text)
 
 
 def _state_from(length: int, position: int, value: int) -> np.ndarray:
@@ -121,7 +160,7 @@ class CompletionTracking(ProbeTask):
         while True:
             for k in rng.permutation(len(self.pairs)):
                 a, b = self.pairs[k]
-                scratch = scratch_lines(rng, self.scratch_updates)
+                scratch = self._scratch(rng)
                 yield [self._example(x, y, scratch) for x, y in ((a, a), (a, b), (b, a), (b, b))]
 
 
@@ -138,7 +177,7 @@ class DelayedMemory(ProbeTask):
 
     def _groups(self, rng: np.random.Generator) -> Iterator[list[_Example]]:
         while True:
-            scratch = scratch_lines(rng, self.scratch_updates)
+            scratch = self._scratch(rng)
             group = []
             for bit in (0, 1):
                 text = f"state = {bit}\n{scratch}# final state: {bit}\n"
@@ -158,11 +197,11 @@ class MultiRegister(ProbeTask):
     WRITES = (2, 4, 8)
     WRITE_LINE = len("r0 = 1\n")
 
-    def __init__(self, registers: int = 2, writes: int = 2, scratch_updates: int = 8,
-                 loss_on: str = "answer") -> None:
+    def __init__(self, registers: int = 2, writes: int = 2, scratch_updates: int | Sequence[int] = 8,
+                 loss_on: str = "answer", label_at: str = "colon", tokenizer: str = "ascii") -> None:
         check_choice(self.name, "registers", registers, self.REGISTERS)
         check_choice(self.name, "writes", writes, self.WRITES)
-        super().__init__(scratch_updates=scratch_updates, loss_on=loss_on)
+        super().__init__(scratch_updates=scratch_updates, loss_on=loss_on, label_at=label_at, tokenizer=tokenizer)
         self.registers = registers
         self.writes = writes
         self.params = {"registers": registers, "writes": writes, **self.params}
@@ -191,7 +230,7 @@ class MultiRegister(ProbeTask):
             values = rng.integers(0, 2, size=len(schedule))
             query = int(rng.integers(self.registers))
             latest = int(np.flatnonzero(schedule == query)[-1])
-            scratch = scratch_lines(rng, self.scratch_updates)
+            scratch = self._scratch(rng)
             group = []
             for bit in (0, 1):
                 values = values.copy()
