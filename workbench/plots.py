@@ -182,7 +182,11 @@ def layer0_comparison(df: pd.DataFrame, depth: int = 0) -> Figure:
         title = " / ".join(t for t in ("" if task is None else str(task),
                                         "" if length is None else f"{length} scratch lines") if t)
         ax.set(ylim=(0.0, 1.05), ylabel=f"probe accuracy at depth {depth}", title=title)
-    axes[0].legend(fontsize=7, loc="lower right")
+    legend: dict = {}  # every model and mark once, whichever panel drew it (a panel may lack a model)
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            legend.setdefault(label, handle)
+    axes[0].legend(list(legend.values()), list(legend), fontsize=7, loc="lower right")
     return fig
 
 
