@@ -237,3 +237,23 @@ def test_feedback_hooks_reach_generation():
     with iv.feedback_hooks(model, {"memory": lambda memory, *, hook: torch.zeros_like(memory)}):
         _, zeroed = wb.generate(model, prompt, 4, regime="soft", return_logits=True)
     assert torch.equal(zeroed[:, 0], logits[:, 0]) and not torch.allclose(zeroed[:, 1:], logits[:, 1:])
+
+
+def test_the_swap_patch_exercise_check_passes_a_solution_and_fails_the_usual_slips():
+    from workbench import exercises as ex
+
+    def solution(model, tokens, i, j, p, memory_at=None, step_at=None):
+        with torch.no_grad():
+            source = model.step(tokens[j:j + 1, :p + 1]).memory
+            memory = source[:, p - 1:p] if memory_at is None else source[:, memory_at:memory_at + 1]
+            cache = model.new_kv_cache(1, p + 1)
+            model.step(tokens[i:i + 1, :p], kv=cache)
+            where = torch.tensor([p if step_at is None else step_at])
+            return model.step(tokens[i:i + 1, p:p + 1], memory=memory, positions=where, kv=cache).logits[0, -1]
+
+    ex.check_swap_patch(solution)
+    for slip in (lambda m, t, i, j, p: solution(m, t, i, i, p),  # its own memory
+                 lambda m, t, i, j, p: solution(m, t, i, j, p, memory_at=p),  # the memory position p produces
+                 lambda m, t, i, j, p: solution(m, t, i, j, p, step_at=0)):  # the step not told its position
+        with pytest.raises(AssertionError, match="reading example"):
+            ex.check_swap_patch(slip)

@@ -16,7 +16,8 @@ Checks, by notebook:
 - 04: ``check_glu_fusion(fn)`` — FBT's fused input by hand (``FBT.fuse_input``);
 - 04/06: ``check_jacobi_pass(fn)`` — one pass of the pass map (``schedules.iterate_passes``);
 - 05: ``check_grouped_cv_probe(fn)`` — a grouped cross-validated probe (``analysis.probes.fit_probe``);
-- 07: ``check_trace_length(fn)`` — a continuation's trace length (``analysis.traces.trace_lengths``).
+- 07: ``check_trace_length(fn)`` — a continuation's trace length (``analysis.traces.trace_lengths``);
+- 05b: ``check_swap_patch(fn)`` — one example reading a group mate's memory (``analysis.interventions``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import numpy as np
 import torch
 
 from . import schedules
+from .analysis.interventions import Intervention, intervene
 from .analysis.probes import fit_probe, random_init_model
 from .analysis.traces import _read_trace
 from .config import ModelConfig
@@ -257,3 +259,29 @@ def check_trace_length(fn: Callable[[Task, list[int]], int], task: Task | None =
             text = task.tokenizer.decode(generated)
             raise AssertionError(f"for the continuation {text!r}: length {got!r}, expected {expected}. {hint}")
     _passed("your trace length matches trace_lengths on every verbosity and a cut-off trace")
+
+
+def check_swap_patch(fn: Callable[[GPT, torch.Tensor, int, int, int], torch.Tensor], model: GPT | None = None,
+                     tokens: torch.Tensor | None = None, position: int | None = None) -> None:
+    """``fn(model, tokens, i, j, p)``: the logits (V,) at position ``p`` of example ``i`` when the memory it
+    reads there is the one example ``j`` produced at ``p - 1`` (positions before ``p`` plain: the probe's
+    ``suffix1``).
+
+    Compared with ``analysis.interventions.intervene`` (a patch of rows) on a random FBT model, where
+    taking i's own memory, the memory of position p, or a step at position 0 all change the logits;
+    and on ``model`` with its ``tokens`` (at least 3 rows) and label ``position`` when given.
+    """
+    hint = ("j's memory is the last position of j's plain run over tokens[j, :p] (m_{p-1}); i's own prefix "
+            "tokens[i, :p] fills the KV cache; the step of token p is told positions=torch.tensor([p]).")
+    cases = [(practice_model("fbt"), _tokens(), 6)] + ([] if model is None else [(model, tokens, position)])
+    for m, toks, p in cases:
+        for i, j in ((0, 1), (1, 0), (2, 0)):
+            rows = torch.arange(len(toks))
+            rows[i] = j
+            expected = intervene(m, toks[:, : p + 1], Intervention("patch", rows=rows), p, regime="soft",
+                                 prompt_len=p)[i, p]
+            tol = 1e-8 if expected.dtype == torch.float64 else 1e-5
+            _close(fn(m, toks, i, j, p), expected, f"the logits of example {i} reading example {j}'s memory",
+                   hint, atol=tol)
+    _passed("your swap patch matches analysis.interventions on a random FBT model"
+            + ("" if model is None else " and on the specimen"))
