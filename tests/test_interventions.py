@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
 import workbench as wb
+import workbench.experiments as E
 from conftest import perturbed_model, small_config, variant_config
 from workbench import schedules
 from workbench.analysis import interventions as iv
@@ -218,6 +220,21 @@ def test_intervene_checks_its_source_and_rows():
     got = iv.intervene(model, idx, iv.Intervention("patch", rows=torch.tensor([4, 4, 0]), source=source), 3)
     expected = iv.intervene(model, idx, iv.Intervention("patch", source=source[[4, 4, 0]]), 3)
     torch.testing.assert_close(got, expected, rtol=0, atol=1e-10)  # batches of 5 and 3 rows: rounding only
+
+
+def test_causal_use_decision_rule_and_group_means():
+    from workbench.experiments.recipes import causal_use
+
+    verdict = causal_use.specimen_verdict
+    assert verdict({"low": 0.2, "high": 0.9}, 0.8) == "uses"
+    assert verdict({"low": 0.01, "high": 0.2}, 0.1) == "partly uses"
+    assert verdict({"low": -0.02, "high": 0.03}, 0.0) == "does not use"
+    assert verdict({"low": -0.02, "high": 0.2}, 0.1) == "inconclusive"
+    frame = pd.DataFrame({"intervention": ["swap"] * 4 + ["control"] * 4, "group": [1, 1, 0, 0] * 2,
+                          "flipped": [True, True, True, False, False, False, False, True]})
+    np.testing.assert_array_equal(causal_use.group_means(frame, "swap"), [0.5, 1.0])  # groups in order 0, 1
+    np.testing.assert_array_equal(causal_use.group_means(frame, "control"), [0.5, 0.0])
+    assert E.list_recipes().set_index("recipe").loc["causal_use", "runs"] > 0  # it reads the specimens' runs
 
 
 def test_feedback_hooks_reach_generation():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..core import Recipe
 from . import (
+               causal_use,
                crosses,
                fbt_pass_mixes,
                fbt_pass_mixes_registers,
@@ -19,4 +20,4 @@ from . import (
 RECIPES: dict[str, Recipe] = {m.RECIPE.name: m.RECIPE for m in (
     lrt_vs_baseline, schedules, source_layer, injection_ablation, fbt_pass_mixes, fbt_pass_mixes_registers,
     layer0_probes, reasoning_traces,
-    crosses, lrt_memory_sanity)}
+    crosses, causal_use, lrt_memory_sanity)}
