@@ -14,10 +14,9 @@ OBJECTIVES = re.compile(r"you will learn|you will be able to|objectives", re.IGN
 # Where a reader of the repository cannot follow: the project's shared folder, its private notes, a parent folder.
 OUTSIDE = re.compile(r"shared/|seeds/|PAPERS\.md|\.\./")
 WIDGET = "application/vnd.jupyter.widget-view+json"
-# Issue 23: notebooks 02, 03, 05, 06 and 07 are being rewritten around new specimens; until then they still
-# point outside the repository and lack exercises, static twins and answered questions.
-PENDING = {"02_lrt_mechanism.ipynb", "03_interleaved_training.ipynb", "05_probing_layer0.ipynb",
-           "06_contraction.ipynb", "07_reasoning_traces.ipynb"}
+# Issue 23: notebooks 05 and 06 were rebuilt on new specimens without the course's second-edition items yet
+# (a pointer to METHODS.md, an exercise, answered questions; 05 also a static twin under its widget).
+PENDING = {"05_probing_layer0.ipynb", "06_contraction.ipynb"}
 
 
 def course(paths: list[Path]) -> list:
@@ -47,8 +46,12 @@ def test_notebook_is_committed_clean(path):
 
 
 def test_notebooks_are_numbered_in_teaching_order():
-    names = [p.stem for p in NOTEBOOKS]
-    assert [int(n[:2]) for n in names] == list(range(len(names)))
+    """00, 01, ... without gaps; a letter marks a notebook that continues the one of its number (05 -> 05b)."""
+    parsed = [re.fullmatch(r"(\d\d)([a-z]?)_\w+", p.stem) for p in NOTEBOOKS]
+    assert all(parsed), f"names not NN_topic or NNx_topic: {[p.name for p, m in zip(NOTEBOOKS, parsed) if not m]}"
+    numbers = [int(m.group(1)) for m in parsed if not m.group(2)]
+    assert numbers == list(range(len(numbers)))
+    assert all(int(m.group(1)) in numbers for m in parsed if m.group(2)), "a continuation without its notebook"
 
 
 @pytest.mark.parametrize("path", course(NOTEBOOKS))
