@@ -54,6 +54,7 @@ def write_results_md(root: str | Path | None = None, path: str | Path | None = N
             sections.append(f"- **Reading it**: {recipe.caveat}")
         sections += ["", f"![{name}]({rel}/{name}/results.png)", ""]
     text = "\n".join(head + ["", f"Training time of all runs as recorded in their metrics (2 CPU cores, shared): "
-                             f"{total:.1f} minutes; evaluation and analysis come on top.", ""] + sections)
+                             f"{total:.1f} minutes (a run two recipes share counts in each); evaluation and "
+                             "analysis come on top.", ""] + sections)
     path.write_text(text if text.endswith("\n") else text + "\n")
     return text
