@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 
 from .. import tasks
 from .._version import __version__
-from ..checkpoint import load_checkpoint, load_metrics, save_checkpoint, write_json_atomic
+from ..checkpoint import load_checkpoint, load_config, load_metrics, save_checkpoint, write_json_atomic
 from ..evaluation import per_example_metrics, summarize
 from ..model import GPT
 from ..train import TrainConfig, train
@@ -64,10 +64,20 @@ def spec_of(path: Path) -> RunSpec:
 
 
 def record_reference(path: Path) -> dict[str, float]:
-    """Add (or refresh) ``eval_float64`` in a saved run's metrics.json, e.g. for runs saved before it existed."""
-    metrics = load_metrics(path)
-    metrics["eval_float64"] = reference_metrics(load_checkpoint(path), spec_of(path))
-    write_json_atomic(Path(path) / "metrics.json", metrics)
+    """Add (or refresh) ``eval_float64`` in a saved run's metrics, e.g. for runs saved before it existed.
+
+    The run is saved again as a new version (its manifest then lists the new metrics), keeping its
+    config extras and the history and evaluation files that sit beside the checkpoint.
+    """
+    path = Path(path)
+    model, metrics = load_checkpoint(path), load_metrics(path)
+    metrics["eval_float64"] = reference_metrics(model, spec_of(path))
+    header = load_config(path)[1]
+    extra = {k: v for k, v in header.items() if k not in ("format", "package_version", "model")}
+    beside = {name: (path / name).read_bytes() for name in ("history.csv", EVAL_FILE) if (path / name).is_file()}
+    save_checkpoint(model, path, metrics=metrics, extra=extra)
+    for name, data in beside.items():
+        (path / name).write_bytes(data)
     return metrics["eval_float64"]
 
 
