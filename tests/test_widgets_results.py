@@ -11,6 +11,7 @@ import json
 import pandas as pd
 import pytest
 
+import workbench as wb
 from workbench import experiments, plots, schedules, tasks, widgets
 from workbench.analysis import results
 from workbench.model import build_model
@@ -37,12 +38,13 @@ def step_flops(cfg: TrainConfig, mean_passes: float | None) -> float:
 
 def write_run(root, recipe: str, run: str, cfg: TrainConfig, extra_steps: int = 0,
               mean_passes: float | None = None) -> None:
-    path = root / recipe / run
-    path.mkdir(parents=True)
+    """A saved run as the recipes write it: the untrained model and the trainer's recorded counts."""
     steps = cfg.steps + extra_steps
     metrics = {"train": {"step": steps, "flops": steps * step_flops(cfg, mean_passes)},
                "train_config": cfg.trajectory_dict()}
-    (path / "metrics.json").write_text(json.dumps(metrics))
+    task = tasks.get(cfg.task, **cfg.task_params)
+    wb.save_checkpoint(wb.build_model(cfg.model_config(task.vocab_size, task.seq_len)), root / recipe / run,
+                       metrics=metrics)
 
 
 @pytest.fixture
