@@ -14,17 +14,6 @@ OBJECTIVES = re.compile(r"you will learn|you will be able to|objectives", re.IGN
 # Where a reader of the repository cannot follow: the project's shared folder, its private notes, a parent folder.
 OUTSIDE = re.compile(r"shared/|seeds/|PAPERS\.md|\.\./")
 WIDGET = "application/vnd.jupyter.widget-view+json"
-# Issue 23: notebooks 05 and 06 were rebuilt on new specimens without the course's second-edition items yet
-# (a pointer to METHODS.md, an exercise, answered questions; 05 also a static twin under its widget).
-PENDING = {"05_probing_layer0.ipynb", "06_contraction.ipynb"}
-
-
-def course(paths: list[Path]) -> list:
-    """The notebooks, the ones still being rewritten for issue 23 marked as expected to fail (not strictly)."""
-    pending = pytest.mark.xfail(strict=False, reason="issue 23: rewritten after its new specimens land")
-    return [pytest.param(p, id=p.name, marks=pending if p.name in PENDING else ()) for p in paths]
-
-
 def markdown(nb: dict) -> list[str]:
     return ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown"]
 
@@ -54,7 +43,7 @@ def test_notebooks_are_numbered_in_teaching_order():
     assert all(int(m.group(1)) in numbers for m in parsed if m.group(2)), "a continuation without its notebook"
 
 
-@pytest.mark.parametrize("path", course(NOTEBOOKS))
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
 def test_notebook_names_no_path_outside_the_repository(path):
     """Pointers go to METHODS.md and the papers' arXiv ids, never to files a reader of the repository lacks."""
     nb = json.loads(path.read_text())
@@ -64,7 +53,7 @@ def test_notebook_names_no_path_outside_the_repository(path):
     assert any("METHODS.md" in text for text in sources), "no pointer to METHODS.md"
 
 
-@pytest.mark.parametrize("path", course(NOTEBOOKS))
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
 def test_every_widget_has_a_static_twin(path):
     """A code host strips widget state: the cell that shows a widget also shows its figure as a plain PNG."""
     nb = json.loads(path.read_text())
@@ -74,13 +63,14 @@ def test_every_widget_has_a_static_twin(path):
             assert "image/png" in kinds[kinds.index(WIDGET):], f"a widget without its figure under it: {cell['source']}"
 
 
-@pytest.mark.parametrize("path", course(NOTEBOOKS))
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
 def test_ends_with_questions_and_hidden_answers(path):
     last = markdown(json.loads(path.read_text()))[-1]
     assert "Check your understanding" in last and last.count("<details>") >= 3, "no answered questions at the end"
 
 
-@pytest.mark.parametrize("path", course([p for p in NOTEBOOKS if 1 <= int(p.name[:2]) <= 7]))
+@pytest.mark.parametrize("path", [p for p in NOTEBOOKS if 1 <= int(p.name[:2]) <= 7],
+                         ids=[p.name for p in NOTEBOOKS if 1 <= int(p.name[:2]) <= 7])
 def test_has_an_exercise_checked_by_the_package(path):
     """An exercise: the learner's function, hints in <details>, and a wb.exercises check right after."""
     nb = json.loads(path.read_text())
