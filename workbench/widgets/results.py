@@ -22,9 +22,9 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from .. import plots
-from ..analysis.results import gates_table
 from ..analysis.traces import TRACE_COLUMNS
 from ..decode import REGIMES
+from ..experiments.results_table import gates_table
 from .core import Explorer, _fmt
 
 SUMMARY_FIELDS = ("claim", "setting", "number", "verdict")
