@@ -336,6 +336,8 @@ def _read_files(path: Path, names: tuple[str, ...], verify: bool) -> dict[str, b
     for _ in range(_READ_ATTEMPTS):
         where = find_checkpoint(path)
         if where is None:
+            if is_checkpoint(path):  # a writer's rename landed between find_checkpoint's two looks: read it
+                continue
             if path.is_dir():
                 raise CheckpointError(f"{path} is not a checkpoint (no {CONFIG} + {WEIGHTS} or {MANIFEST})")
             raise CheckpointError(f"no checkpoint directory at {path} (missing file {path / names[0]})")
