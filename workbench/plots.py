@@ -658,8 +658,9 @@ def experiment_figure(tables: Mapping[str, pd.DataFrame], title: str = "") -> Fi
     """A recipe's figure from the tables it wrote (``analysis.results.recipe_tables``), by their content.
 
     ``pass_dynamics`` (one table, a ``run`` column): ``contraction_curves`` per run; ``traces``:
-    ``trace_lengths``; a probe table (``condition``, ``layer``): ``layer0_comparison``; an arms
-    table (``arm``, ``metric``, ``value``): ``comparison_bars``.
+    ``trace_lengths``; a probe table (``condition``, ``layer``): ``layer0_comparison``; a causal-use
+    table (``swap_flip``, with ``distances``): ``causal_use_figure``; an arms table (``arm``,
+    ``metric``, ``value``): ``comparison_bars``.
     """
     if "pass_dynamics" in tables:
         return contraction_curves(dict(tuple(tables["pass_dynamics"].groupby("run", sort=False))))
@@ -670,6 +671,10 @@ def experiment_figure(tables: Mapping[str, pd.DataFrame], title: str = "") -> Fi
     results = tables["results"]
     if {"condition", "layer"} <= set(results.columns):
         return layer0_comparison(results)
+    if "swap_flip" in results.columns:  # causal_use: swaps, and the LRT ablation by distance
+        swaps = results[results["part"] == "swap"].drop(columns="part")
+        return causal_use_figure(swaps, tables.get("distances", pd.DataFrame(columns=["distance", "position",
+                                                                                       "increase"])))
     return comparison_bars(results, title=title)
 
 

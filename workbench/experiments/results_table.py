@@ -40,7 +40,7 @@ from .store import EVAL_FILE, checkpoints_root, load_results, run_metrics
 SUMMARY_COLUMNS = ["recipe", "kind", "claim", "setting", "number", "verdict", "gates_passed", "seeds", "scale"]
 REQUIRED_FIELDS = ("claim", "setting", "number", "verdict", "scale")  # every summary.json has these
 GATE_COLUMNS = ["recipe", "gate", "quantity", "value", "op", "threshold", "passed"]
-EXTRA_TABLES = ("pass_dynamics", "traces")  # tables some recipes write beside results.csv
+EXTRA_TABLES = ("pass_dynamics", "traces", "distances")  # tables some recipes write beside results.csv
 COMPUTE_COLUMNS = ["run", "task", "seed", "schedule", "steps", "flops", "pass_flops", "mean_passes", "flops_per_step",
                    "expected_flops"]
 

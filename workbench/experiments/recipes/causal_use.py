@@ -235,6 +235,7 @@ def analyze(ctx: Context) -> Outcome:
         words.append(f"LRT text: no specimen passed its gate ({measured} bits/byte below unigram, needs >= "
                      f"{TEXT_MARGIN})" if text_gates else f"LRT text: no specimen found under {TEXT_SPECIMENS}")
     table = pd.concat([swaps.assign(part="swap"), summary.assign(part="lrt_distance")], ignore_index=True)
+    distances.to_csv(ctx.out / "distances.csv", index=False)  # by position: what the figure's right panels read
     figure = causal_use_figure(swaps, distances)
     verdict = "; ".join(f"{task}: {v}" for task, v in verdicts.items())
     gated = float(gates["gated"].sum()) if not gates.empty else 0.0
