@@ -62,10 +62,6 @@ def per_seed(ctx: Context, names: list[str], column: str) -> list[np.ndarray]:
     return [ctx.per_example[n][column].to_numpy(dtype=np.float64) for n in names]
 
 
-def arm_mean(ctx: Context, names: list[str], column: str) -> float:
-    return float(np.mean([ctx.per_example[n][column].mean() for n in names]))
-
-
 def compare(ctx: Context, arms: dict[str, list[str]], reference: str, column: str, lower_is_better: bool
             ) -> tuple[pd.DataFrame, dict[str, dict[str, float]]]:
     """Per arm: mean and seed spread of ``column``, and the hierarchical interval of (arm - reference)."""
