@@ -24,7 +24,7 @@ import torch
 
 from . import schedules
 from .kv_cache import KVCache, StaticKVCache
-from .model import GPT
+from .model import GPT, StepOutput
 from .validation import check_int, check_tokens
 
 REGIMES = ("standard", "soft", "fused")
@@ -59,15 +59,17 @@ def _validate(model: GPT, prompt: torch.Tensor, max_new_tokens: int, regime: str
 
 def decode_step(model: GPT, token: torch.Tensor, memory: torch.Tensor | None, position: torch.Tensor,
                 cache: KVCache | StaticKVCache) -> tuple[torch.Tensor, torch.Tensor]:
-    """One generated token's forward (token (B, 1) at ``position`` (1,)): its logits (B, V) and memory (B, D)."""
-    out = model.step(token, memory=memory, positions=position, kv=cache)
+    """One generated token's forward (token (B, 1) at ``position`` (1,)) reading ``memory`` (B, 1, D) or none:
+    its logits (B, V) and memory (B, D). ``schedules.carry`` with the memory given rather than carried."""
+    cache.state = None if memory is None else memory[:, -1]
+    out = schedules.carry(model, token, position, cache)
     return out.logits[:, -1], out.memory[:, -1]
 
 
 @functools.cache
-def compiled_decode_step() -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
-    """``decode_step`` under ``torch.compile``, built on first use (importing the compiler takes a second)."""
-    return torch.compile(decode_step, dynamic=False)
+def compiled_carry() -> Callable[..., StepOutput]:
+    """``schedules.carry`` under ``torch.compile``, built on first use (importing the compiler takes a second)."""
+    return torch.compile(schedules.carry, dynamic=False)
 
 
 @torch.no_grad()
@@ -89,7 +91,7 @@ def generate(model: GPT, prompt: torch.Tensor, max_new_tokens: int, regime: str 
         raise ValueError(f"compile=True needs a workbench GPT (its fixed-shape cache), got {type(model).__name__}")
     length = P + max_new_tokens
     cache = model.new_kv_cache(B, length, static=True) if compile else model.new_kv_cache(B, length)
-    step_fn = compiled_decode_step() if compile else decode_step
+    step_fn = compiled_carry() if compile else schedules.carry
     if regime == "fused":
         out = schedules.multipass(model, prompt, passes=prefill_passes + 1, cache=cache)
         logits = out.logits[:, -1]
@@ -109,8 +111,7 @@ def generate(model: GPT, prompt: torch.Tensor, max_new_tokens: int, regime: str 
         chosen_by.append(logits)
         if i == max_new_tokens - 1 or (eos is not None and bool(done.all())):
             break
-        memory = cache.state[:, None] if feedback else None  # every generated token reads it: no mask
-        logits, cache.state = step_fn(model, nxt[:, None], memory, position, cache)
+        logits = step_fn(model, nxt[:, None], position, cache, reads=feedback).logits[:, -1]
         position = position + 1
     out_tokens = torch.cat(tokens, dim=1)
     if return_logits:

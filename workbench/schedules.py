@@ -31,7 +31,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .kv_cache import KVBuffer, KVCache, interleave
+from .kv_cache import DecodeCache, KVBuffer, KVCache, interleave
 from .metrics import token_losses
 from .model import GPT, StepOutput
 from .validation import check_int, check_tokens
@@ -108,6 +108,49 @@ def single(model: GPT, idx: torch.Tensor) -> ScheduleOutput:
     return ScheduleOutput(out.logits, [out.logits], out.memory, [None], [1.0], "single")
 
 
+def carry(model: GPT, tokens: torch.Tensor, positions: torch.Tensor, cache: DecodeCache, *,
+          reads: bool | torch.Tensor = True) -> StepOutput:
+    """One forward of the exact recurrence through ``cache``: ``tokens`` (B, n) at ``positions`` (n,).
+
+    The chunk's first position reads ``cache.state``, the memory its predecessor left there (nothing
+    while the state is None, before position 0); ``reads`` False, or a (B,) bool tensor per sequence,
+    keeps it plain. The chunk's last memory becomes the state the next call reads. The one step the
+    sequential and blockwise schedules, decoding, the probes' suffixes and contraction all take, so
+    the recurrence is written once.
+    """
+    memory = mask = None
+    n = tokens.size(1)
+    if cache.state is not None and reads is not False:
+        memory = F.pad(cache.state[:, None], (0, 0, 0, n - 1))
+        if n > 1 or isinstance(reads, torch.Tensor):  # only the first position reads it
+            mask = torch.zeros(tokens.size(0), n, dtype=torch.bool, device=tokens.device)
+            mask[:, 0] = reads
+    out = model.step(tokens, memory=memory, memory_mask=mask, positions=positions, kv=cache)
+    cache.state = out.memory[:, -1]
+    return out
+
+
+def recur(model: GPT, idx: torch.Tensor, cache: DecodeCache, start: int = 0, stop: int | None = None, *,
+          chunk: int = 1, reads: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Continue the recurrence in ``cache`` over positions ``start..stop-1`` of ``idx``, ``chunk`` at a time.
+
+    ``cache`` holds positions ``< start`` and the state position ``start`` reads; ``reads`` (B, T)
+    bool says which positions may read memory (default: all). Returns the logits (B, n, V) and the
+    memory (B, n, D) of those positions. Positions stay on the device, advanced there.
+    """
+    stop = idx.size(1) if stop is None else stop
+    positions = torch.arange(start, min(start + chunk, stop), device=idx.device)
+    logits, memory = [], []
+    for begin in range(start, stop, chunk):
+        n = min(chunk, stop - begin)
+        out = carry(model, idx[:, begin:begin + n], positions[:n], cache,
+                    reads=True if reads is None else reads[:, begin])
+        positions = positions + chunk
+        logits.append(out.logits)
+        memory.append(out.memory)
+    return torch.cat(logits, dim=1), torch.cat(memory, dim=1)
+
+
 def _chunked(model: GPT, idx: torch.Tensor, chunk: int, plain_prefix: int | torch.Tensor,
              name: str, cache: KVCache | None = None) -> ScheduleOutput:
     """Process contiguous chunks in order through a KV cache, carrying the memory between chunks."""
@@ -116,22 +159,8 @@ def _chunked(model: GPT, idx: torch.Tensor, chunk: int, plain_prefix: int | torc
     if cache is not None and cache.pos != 0:
         raise ValueError(f"cache must be empty (it holds {cache.pos} positions): idx starts at position 0")
     cache = cache if cache is not None else model.new_kv_cache(B, T)
-    reads = feedback_mask(B, T, plain_prefix, idx.device)
-    logits, memory = [], []
-    for start in range(0, T, chunk):
-        stop = min(start + chunk, T)
-        mem_in = mask = None
-        if cache.state is not None:  # only the chunk's first position has its predecessor's memory
-            mem_in = F.pad(cache.state[:, None], (0, 0, 0, stop - start - 1))
-            mask = torch.zeros(B, stop - start, dtype=torch.bool, device=idx.device)
-            mask[:, 0] = reads[:, start]
-        out = model.step(idx[:, start:stop], memory=mem_in, memory_mask=mask,
-                         positions=torch.arange(start, stop, device=idx.device), kv=cache)
-        cache.state = out.memory[:, -1]
-        logits.append(out.logits)
-        memory.append(out.memory)
-    logits_all = torch.cat(logits, dim=1)
-    return ScheduleOutput(logits_all, [logits_all], torch.cat(memory, dim=1), [None], [1.0], name)
+    logits, memory = recur(model, idx, cache, chunk=chunk, reads=feedback_mask(B, T, plain_prefix, idx.device))
+    return ScheduleOutput(logits, [logits], memory, [None], [1.0], name)
 
 
 def sequential(model: GPT, idx: torch.Tensor, plain_prefix: int | torch.Tensor = 0,

@@ -152,16 +152,11 @@ def step_on(model: GPT, idx: torch.Tensor, cache: KVCache, start: int, stop: int
     """Continue the exact recurrence in ``cache`` over positions ``start..stop-1``, one token at a time.
 
     Every position here reads the carried state (callers start after position 0 with no plain
-    prefix). Returns the memory (B, n, D) and logits (B, n, V) of those positions.
+    prefix). Returns the memory (B, n, D) and logits (B, n, V) of those positions: ``schedules.recur``
+    in the order the analyses unpack.
     """
-    memories, logits = [], []
-    for t in range(start, stop):
-        out = model.step(idx[:, t:t + 1], memory=cache.state[:, None],
-                         positions=torch.tensor([t], device=idx.device), kv=cache)
-        cache.state = out.memory[:, -1]
-        memories.append(out.memory)
-        logits.append(out.logits)
-    return torch.cat(memories, dim=1), torch.cat(logits, dim=1)
+    logits, memory = schedules.recur(model, idx, cache, start, stop)
+    return memory, logits
 
 
 def _unit_directions(shape: tuple[int, int], seed: int, like: torch.Tensor) -> torch.Tensor:

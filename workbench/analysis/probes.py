@@ -107,22 +107,13 @@ def residual_names(n_layer: int) -> list[str]:
     return ["hook_input"] + [f"blocks.{layer}.hook_resid_post" for layer in range(n_layer)]
 
 
-def _rewind(cache: KVCache, position: int) -> None:
-    """Forget every position from ``position`` on: the next step writes there and attends to the
-    stored prefix only (the entries beyond are overwritten before anything can read them)."""
-    cache.pos = position
-
-
 def _recurrent_suffix(model: GPT, idx: torch.Tensor, cache: KVCache, plain_memory: torch.Tensor, start: int) -> None:
     """Recompute positions ``start..T-1`` one at a time, each reading its predecessor's memory,
     against a cache whose positions before ``start`` hold the plain pass (= the exact recurrence
     with ``plain_prefix = start``: the first fused token reads the plain memory of ``start - 1``)."""
-    _rewind(cache, start)
-    state = plain_memory[:, start - 1]
-    for t in range(start, idx.size(1)):
-        out = model.step(idx[:, t:t + 1], memory=state[:, None], positions=torch.tensor([t], device=idx.device),
-                         kv=cache)
-        state = out.memory[:, -1]
+    cache.rewind(start)  # the entries beyond are overwritten before anything can read them
+    cache.state = plain_memory[:, start - 1]
+    schedules.recur(model, idx, cache, start)
 
 
 def _group_features(model: GPT, idx: torch.Tensor, parsed: dict[str, tuple[str, int]]) -> dict[str, torch.Tensor]:
