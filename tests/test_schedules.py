@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -221,10 +222,16 @@ def test_schedules_are_values_with_one_flop_account_and_a_json_round_trip():
     for value in values:
         assert S.parse(value.to_dict()) == value
         assert value.flops(model, 4, 8) == value.pass_equivalents() * model.flops_per_token(8) * 32
-    assert [v.label for v in values] == ["single", "sequential", "multipass K=3", "interleaved S=4", "blockwise B=2",
+    assert [v.label for v in values] == ["single", "sequential", "multipass(K=3)", "interleaved(S=4)", "blockwise(B=2)",
                                          "pass mix 75/22/3"]
+    assert [v.max_passes for v in values] == [1, 1, 3, 5, 1, 3]
     mix = values[-1]
     assert mix.pass_equivalents() == pytest.approx(1.28) and mix.deepest == S.Multipass(3)
+    # a pass mix runs (evaluates) at the depth it is given, the deepest by default, and draws each batch's depth
+    assert mix.passes == 3 and S.parse("multipass", passes=2, pass_mix={1: 0.5, 3: 0.5}).passes == 2
+    assert mix.draw(np.random.default_rng(0)) in (S.Multipass(1), S.Multipass(2), S.Multipass(3))
+    assert S.parse("multipass") == S.Multipass() and S.KNOBS == {"multipass": "passes", "interleaved": "subsets",
+                                                                  "blockwise": "block"}
     assert S.parse("multipass", pass_mix={1: 0.75, 2: 0.22, 3: 0.03}) == mix
     # the string form keeps working and means the same value
     assert S.parse("interleaved", subsets=4) == values[3] and S.schedule_flops(model, "multipass", 4, 8, passes=3) \

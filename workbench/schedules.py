@@ -23,6 +23,7 @@ Each returns a ``ScheduleOutput`` whose ``loss(targets)`` is that schedule's tra
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -267,6 +268,11 @@ class Schedule:
         """Full passes of work per sequence: every position goes through the whole stack once per pass."""
         return 1.0
 
+    @property
+    def max_passes(self) -> int:
+        """The most pass losses one batch reports (the trainer's ``loss_pass{k}`` columns)."""
+        return 1
+
     def flops(self, model: GPT, batch: int, seq_len: int) -> float:
         """Training FLOPs (forward + backward) of one batch: the one step-FLOPs account."""
         return self.pass_equivalents() * model.flops_per_token(seq_len) * batch * seq_len
@@ -277,7 +283,8 @@ class Schedule:
 
     @property
     def label(self) -> str:
-        return self.name if self.knob is None else f"{self.name} {self.symbol}={self.knob}"
+        """How tables, legends and titles name it: ``multipass(K=3)``, ``single``."""
+        return self.name if self.knob is None else f"{self.name}({self.symbol}={self.knob})"
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (``{"schedule": name, knob: value}``) that ``parse`` reads back."""
@@ -314,6 +321,10 @@ class Multipass(Schedule):
     def pass_equivalents(self) -> float:
         return float(self.passes)
 
+    @property
+    def max_passes(self) -> int:
+        return self.passes
+
 
 @dataclass(frozen=True)
 class Interleaved(Schedule):
@@ -329,6 +340,10 @@ class Interleaved(Schedule):
         """An init pass plus one refinement of every position (each subset attends to the full-length
         buffer, so its attention work is a full pass too): 2, whatever S."""
         return 2.0
+
+    @property
+    def max_passes(self) -> int:
+        return 1 + self.subsets
 
 
 @dataclass(frozen=True)
@@ -346,47 +361,65 @@ class Blockwise(Schedule):
 class PassMix(Schedule):
     """FBT's training mix: each batch draws its pass count (e.g. ``{1: .75, 2: .22, 3: .03}``).
 
-    Runs (evaluation) at the deepest trained depth; costs the expected passes per batch.
+    Runs (evaluation) ``passes`` deep, by default the deepest trained depth (``TrainConfig.passes``
+    sets it explicitly, as stored runs did); costs the expected passes per batch.
     """
 
     mix: tuple[tuple[int, float], ...] = ((1, 0.75), (2, 0.22), (3, 0.03))
     aux_weight: float = 1.0
+    passes: int | None = None  # the depth it runs at; None: the deepest of the mix
     name: ClassVar[str] = "pass_mix"
 
     def __post_init__(self) -> None:
         if not self.mix or any(k < 1 or p < 0 for k, p in self.mix) or abs(sum(p for _, p in self.mix) - 1) > 1e-6:
             raise ValueError(f"mix={self.mix!r} is invalid: must be (passes >= 1, probability >= 0) pairs "
                              "whose probabilities sum to 1")
+        if self.passes is None:
+            object.__setattr__(self, "passes", max(k for k, _ in self.mix))
+        check_int("passes", self.passes, 1, 1_000_000)
 
     @classmethod
-    def of(cls, mix: dict[int, float], aux_weight: float = 1.0) -> PassMix:
-        return cls(tuple(sorted((int(k), float(p)) for k, p in mix.items())), aux_weight)
+    def of(cls, mix: dict[int, float], aux_weight: float = 1.0, passes: int | None = None) -> PassMix:
+        return cls(tuple(sorted((int(k), float(p)) for k, p in mix.items())), aux_weight, passes)
 
     @property
     def deepest(self) -> Multipass:
         return Multipass(max(k for k, _ in self.mix), self.aux_weight)
 
+    def draw(self, rng: np.random.Generator) -> Multipass:
+        """The schedule of one training batch: a pass count drawn from the mix."""
+        passes = int(rng.choice([k for k, _ in self.mix], p=[p for _, p in self.mix]))
+        return Multipass(passes, self.aux_weight)
+
     def run(self, model: GPT, idx: torch.Tensor, plain_prefix: int | torch.Tensor = 0) -> ScheduleOutput:
-        return self.deepest.run(model, idx, plain_prefix)
+        return Multipass(self.passes, self.aux_weight).run(model, idx, plain_prefix)
 
     def pass_equivalents(self) -> float:
         return float(sum(k * p for k, p in self.mix))
+
+    @property
+    def max_passes(self) -> int:
+        return self.deepest.passes  # the batches train at most this deep; the evaluation reports no pass losses
 
     @property
     def label(self) -> str:
         return "pass mix " + "/".join(f"{round(100 * p):g}" for _, p in self.mix)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"schedule": "multipass", "pass_mix": {k: p for k, p in self.mix}, "passes": self.deepest.passes}
+        return {"schedule": "multipass", "pass_mix": {k: p for k, p in self.mix}, "passes": self.passes}
 
 
-_VALUES: dict[str, type[Schedule]] = {c.name: c for c in (Single, Sequential, Multipass, Interleaved, Blockwise)}
+# every schedule by name (a pass mix is a multipass schedule with a mix); each class knows its own knob
+VALUES: dict[str, type[Schedule]] = {c.name: c for c in (Single, Sequential, Multipass, Interleaved, Blockwise)}
+KNOBS: dict[str, str] = {name: c.knob_name for name, c in VALUES.items() if c.knob_name is not None}
 
 
-def parse(schedule: str | Schedule | dict[str, Any], *, passes: int = 2, subsets: int = 2, block: int = 32,
-          aux_weight: float = 1.0, pass_mix: dict[int, float] | None = None) -> Schedule:
+def parse(schedule: str | Schedule | dict[str, Any], *, passes: int | None = None, subsets: int | None = None,
+          block: int | None = None, aux_weight: float | None = None,
+          pass_mix: dict[int, float] | None = None) -> Schedule:
     """A ``Schedule`` from its value, its JSON form (``{"schedule": "interleaved", "subsets": 2}``) or a
-    name plus the keyword arguments that name uses (the CLI and ``TrainConfig`` form)."""
+    name plus the keyword arguments that name uses (the CLI and ``TrainConfig`` form). A keyword left
+    None takes the value's own default; keywords another schedule uses are ignored."""
     if isinstance(schedule, Schedule):
         return schedule
     if isinstance(schedule, dict):
@@ -398,13 +431,13 @@ def parse(schedule: str | Schedule | dict[str, Any], *, passes: int = 2, subsets
         spec.pop("plain_prefix", None)
         return parse(name, **{"passes": passes, "subsets": subsets, "block": block, "aux_weight": aux_weight,
                               "pass_mix": pass_mix, **spec})
-    if schedule not in _VALUES:
+    if schedule not in VALUES:
         raise ValueError(f"schedule={schedule!r} is invalid: must be one of {SCHEDULES}")
+    given = {"passes": passes, "subsets": subsets, "block": block, "aux_weight": aux_weight}
     if pass_mix and schedule == "multipass":
-        return PassMix.of({int(k): v for k, v in pass_mix.items()}, aux_weight)
-    knobs = {"multipass": {"passes": passes, "aux_weight": aux_weight}, "interleaved": {"subsets": subsets},
-             "blockwise": {"block": block}}
-    return _VALUES[schedule](**knobs.get(schedule, {}))
+        return PassMix.of(pass_mix, 1.0 if aux_weight is None else aux_weight, passes)
+    cls = VALUES[schedule]
+    return cls(**{f.name: given[f.name] for f in dataclasses.fields(cls) if given[f.name] is not None})
 
 
 def run(model: GPT, idx: torch.Tensor, schedule: str | Schedule = "single", *, passes: int = 2, subsets: int = 2,

@@ -91,9 +91,13 @@ class TrainResult:
 class StepPlan:
     """How one step computes its batch."""
 
-    schedule: str
-    passes: int  # Jacobi passes (multipass); 1 for every other schedule
+    schedule: schedules.Schedule  # this batch's own: single before feedback_start, a drawn depth under a mix
     flops: float  # training FLOPs of the whole (global) batch under this schedule
+
+    @property
+    def passes(self) -> int:
+        """Jacobi passes (multipass); 1 for every other schedule: the history's ``passes`` column."""
+        return self.schedule.passes if isinstance(self.schedule, schedules.Multipass) else 1
 
 
 def derived_seed(seed: int, purpose: int, *keys: int) -> int:
@@ -189,28 +193,25 @@ class _Run:
         self.val_tokens = _pad(val.tokens, self.T, self.pad_id)
         self.val_targets = _pad(val.targets, self.T, -1)
         self.step, self.tokens, self.flops, self.seconds = 0, 0, 0.0, 0.0
+        self.schedule = cfg.schedule_value()
         # compiled: one graph per (schedule, pass count, train/eval mode), each traced on first use
         self.schedule_fn = torch.compile(schedules.run) if cfg.compile else schedules.run
 
     # ------------------------------------------------------------------ what a step does
     def plan(self, step: int) -> StepPlan:
-        """Schedule and pass count of 0-based ``step``: single before feedback_start, then the mix."""
+        """Schedule of 0-based ``step``: single before feedback_start, then the run's own (a pass mix draws)."""
         cfg = self.cfg
+        schedule = self.schedule
         if step < cfg.feedback_start * cfg.steps:
-            schedule, passes = "single", 1
-        elif cfg.pass_mix:
-            rng = np.random.default_rng([cfg.seed, _PASSES, step])
-            passes = int(rng.choice(list(cfg.pass_mix), p=list(cfg.pass_mix.values())))
-            schedule = cfg.schedule
-        else:
-            schedule, passes = cfg.schedule, cfg.passes if cfg.schedule == "multipass" else 1
-        flops = schedules.schedule_flops(self.model, schedule, cfg.batch_size, self.T, passes, cfg.subsets)
-        return StepPlan(schedule, passes, flops)
+            schedule = schedules.Single()
+        elif isinstance(schedule, schedules.PassMix):
+            schedule = schedule.draw(np.random.default_rng([cfg.seed, _PASSES, step]))
+        return StepPlan(schedule, schedule.flops(self.model, cfg.batch_size, self.T))
 
     def plain_prefix(self, step: int, plan: StepPlan) -> torch.Tensor:
         """(B,) plain-prefix lengths for the global batch (FBT's prefix mix-in); zeros = none."""
         B, cfg = self.cfg.batch_size, self.cfg
-        if plan.schedule == "single" or cfg.prefix_mixin == 0 or self.T < 2:
+        if isinstance(plan.schedule, schedules.Single) or cfg.prefix_mixin == 0 or self.T < 2:
             return torch.zeros(B, dtype=torch.long)
         rng = np.random.default_rng([cfg.seed, _PREFIX, step])
         use = rng.random(B) < cfg.prefix_mixin
@@ -244,11 +245,9 @@ class _Run:
             return torch.autocast("cuda", dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
-    def run_schedule(self, schedule: str, passes: int, tokens: torch.Tensor,
+    def run_schedule(self, schedule: schedules.Schedule, tokens: torch.Tensor,
                      prefix: torch.Tensor | int = 0) -> schedules.ScheduleOutput:
-        cfg = self.cfg
-        return self.schedule_fn(self.model, tokens, schedule, passes=passes, subsets=cfg.subsets,
-                                block=cfg.block, plain_prefix=prefix, aux_weight=cfg.aux_weight)
+        return self.schedule_fn(self.model, tokens, schedule, plain_prefix=prefix)
 
     def train_step(self, step: int, plan: StepPlan) -> dict[str, Any]:
         """One optimiser step; returns its history values. Raises NonFiniteLossError before updating."""
@@ -258,7 +257,7 @@ class _Run:
         n_losses = 0
         for tokens, targets, prefix, global_targets in self.micro_batches(step, plan):
             with self.autocast():
-                out = self.run_schedule(plan.schedule, plan.passes, tokens, prefix)
+                out = self.run_schedule(plan.schedule, tokens, prefix)
                 parts = self.pass_parts(out, targets, global_targets)
                 loss = sum(w * part for w, part in zip(out.loss_weights, parts))
             loss.backward()
@@ -286,16 +285,15 @@ class _Run:
     def evaluate(self) -> dict[str, float]:
         """Held-out loss, bits per byte and accuracy (argmax at target positions) of the final estimate.
 
-        The schedule is the run's own (``passes`` deep for multipass), sharded across processes.
+        The schedule is the run's own (a pass mix ``passes`` deep), sharded across processes.
         """
-        cfg = self.cfg
         self.model.eval()
         sums = torch.zeros(3, dtype=torch.float64, device=self.device)  # nats, correct, targets
         n = self.val_tokens.size(0)
         for rows in torch.arange(n)[self.procs.rank:: self.procs.world].split(self.micro):
             tokens, targets = self.val_tokens[rows].to(self.device), self.val_targets[rows].to(self.device)
             with self.autocast():
-                logits = self.run_schedule(cfg.schedule, cfg.passes, tokens).logits.float()
+                logits = self.run_schedule(self.schedule, tokens).logits.float()
             valid = targets >= 0
             sums[0] += F.cross_entropy(logits[valid], targets[valid], reduction="sum").double()
             sums[1] += (logits.argmax(-1)[valid] == targets[valid]).sum()
@@ -407,7 +405,7 @@ def _train(cfg: TrainConfig, procs: _Processes, callback: Callback | None) -> Tr
     finally:
         bar.close()
         if out is not None and procs.main and history.rows:
-            title = f"{cfg.task}: {cfg.model.get('mechanism', 'none')}, {cfg.schedule}"
+            title = f"{cfg.task}: {cfg.model.get('mechanism', 'none')}, {run.schedule.label}"
             _loss_figure(history.frame(), title).savefig(out / FIGURE_FILE, dpi=100)
     metrics = {**run.counters(), "stop_reason": run.stop_reason, **(last_eval or run.evaluate())}
     return TrainResult(history.frame(), run.model.eval(), ckpt, metrics, cfg)

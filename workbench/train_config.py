@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .config import ModelConfig, _check_choice, _check_float, _check_int, _fail, _JSONMixin
-from .schedules import SCHEDULES
+from .schedules import SCHEDULES, Schedule, parse
 
 OPTIMIZERS = ("muon", "adamw")
 LR_SCHEDULES = ("wsd", "cosine", "constant")
@@ -192,14 +192,16 @@ class TrainConfig(_JSONMixin):
         """The ModelConfig of this run, given the task's vocabulary and sequence length."""
         return ModelConfig(vocab_size=vocab_size, seq_len=seq_len, **self.model)
 
+    def schedule_value(self) -> Schedule:
+        """The run's schedule as one value, parsed from the string fields the CLI, JSON and stored runs use
+        (a pass mix evaluates ``passes`` deep, as it always did)."""
+        return parse(self.schedule, passes=self.passes, subsets=self.subsets, block=self.block,
+                     aux_weight=self.aux_weight, pass_mix=self.pass_mix)
+
     @property
     def max_passes(self) -> int:
         """The most passes (pass-loss columns) any step of this run can make."""
-        if self.schedule == "multipass":
-            return max(self.pass_mix) if self.pass_mix else self.passes
-        if self.schedule == "interleaved":
-            return 1 + self.subsets
-        return 1
+        return self.schedule_value().max_passes
 
     def replace(self, **changes: Any) -> TrainConfig:
         """A validated copy with some fields changed."""
