@@ -301,7 +301,14 @@ def test_probe_task_options_leave_the_defaults_alone():
     assert set(batch.lengths.tolist()) == {tasks.get("multi_register", scratch_updates=s).seq_len for s in (0, 32)}
     for g in batch.groups.unique():  # a group shares its scratch context, so its length
         assert len(batch.lengths[batch.groups == g].unique()) == 1
+    per_batch = tasks.get("multi_register", scratch_updates=[0, 32], scratch_draw="batch")
+    assert per_batch.batch_length_varies and not mixed.batch_length_varies
+    assert per_batch.params["scratch_draw"] == "batch" and "scratch_draw" not in mixed.params
+    drawn = [per_batch.sample(16, seed=s) for s in range(12)]
+    assert all(len(b.lengths.unique()) == 1 for b in drawn)  # one length per sample() call ...
+    assert {int(b.lengths[0]) for b in drawn} == set(batch.lengths.tolist())  # ... and every choice over calls
     for bad, match in (({"scratch_updates": []}, "at least one"), ({"scratch_updates": [8, 7]}, "scratch_updates=7"),
+                       ({"scratch_draw": "example"}, "scratch_draw"),
                        ({"label_at": "space"}, "label_at"), ({"tokenizer": "utf8"}, "tokenizer")):
         with pytest.raises(ValueError, match=match):
             tasks.get("delayed_memory", **bad)

@@ -181,6 +181,25 @@ def test_flops_count_the_passes_and_the_budget_stops_before_exceeding():
         train(cfg.replace(budget_flops=per_pass / 2))
 
 
+def test_a_batch_of_one_length_is_padded_to_its_own_length_and_counted_so():
+    """A probe task drawing its scratch length per batch: each step computes (and counts tokens and
+    FLOPs for) its own length, not the longest choice; resuming draws the same batches."""
+    params = {"scratch_updates": [0, 8], "scratch_draw": "batch"}
+    cfg = tiny(task="delayed_memory", task_params=params, steps=12, log_every=1)
+    run = _Run(cfg, _Processes(torch.device("cpu")))
+    task = wb.tasks.get("delayed_memory", **params)
+    lengths = {wb.tasks.get("delayed_memory", scratch_updates=s).seq_len for s in (0, 8)}
+    plans = [run.plan(s) for s in range(12)]
+    assert {p.seq_len for p in plans} == lengths and task.seq_len == max(lengths)
+    for step, plan in enumerate(plans):
+        tokens, targets, prefix, _ = next(run.micro_batches(step, plan))
+        assert tokens.shape[1] == plan.seq_len == int(run.batch(step).lengths.max())
+        assert plan.flops == pytest.approx(run.model.flops_per_token(plan.seq_len) * cfg.batch_size * plan.seq_len)
+    history = train(cfg).history
+    assert np.diff(history["tokens"], prepend=0).tolist() == [cfg.batch_size * p.seq_len for p in plans]
+    assert np.isfinite(history["loss"]).all()
+
+
 def test_pass_mix_draws_are_deterministic_and_follow_the_mix():
     cfg = tiny(**{**FBT_RECIPE, "feedback_start": 0.0}, steps=400)
     run = _Run(cfg, _Processes(torch.device("cpu")))

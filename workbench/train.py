@@ -93,6 +93,7 @@ class StepPlan:
 
     schedule: schedules.Schedule  # this batch's own: single before feedback_start, a drawn depth under a mix
     flops: float  # training FLOPs of the whole (global) batch under this schedule
+    seq_len: int  # the length the batch is padded to: the task's seq_len, or its own (Task.batch_length_varies)
 
     @property
     def passes(self) -> int:
@@ -181,6 +182,7 @@ class _Run:
         self.pad_id = self.task.tokenizer.pad_id
         self.bytes_per_token = float(getattr(self.task, "bytes_per_token", 1.0))
         self.stream = tasks.TrainStream(self.task, cfg.batch_size, seed=cfg.seed)
+        self._drawn: tuple[int, tasks.Batch] | None = None  # (step, its batch): see batch()
         torch.manual_seed(derived_seed(cfg.seed, _INIT))
         model_config = cfg.model_config(self.task.vocab_size, self.T)
         self.model = build_model(model_config, device=self.device).train()
@@ -206,21 +208,28 @@ class _Run:
             schedule = schedules.Single()
         elif isinstance(schedule, schedules.PassMix):
             schedule = schedule.draw(np.random.default_rng([cfg.seed, _PASSES, step]))
-        return StepPlan(schedule, schedule.flops(self.model, cfg.batch_size, self.T))
+        length = self.batch(step).tokens.size(1) if self.task.batch_length_varies else self.T
+        return StepPlan(schedule, schedule.flops(self.model, cfg.batch_size, length), length)
+
+    def batch(self, step: int) -> tasks.Batch:
+        """The global batch of ``step`` (drawn once: ``plan`` may need its length before the step runs)."""
+        if self._drawn is None or self._drawn[0] != step:
+            self._drawn = (step, self.stream.batch(step))
+        return self._drawn[1]
 
     def plain_prefix(self, step: int, plan: StepPlan) -> torch.Tensor:
         """(B,) plain-prefix lengths for the global batch (FBT's prefix mix-in); zeros = none."""
         B, cfg = self.cfg.batch_size, self.cfg
-        if isinstance(plan.schedule, schedules.Single) or cfg.prefix_mixin == 0 or self.T < 2:
+        if isinstance(plan.schedule, schedules.Single) or cfg.prefix_mixin == 0 or plan.seq_len < 2:
             return torch.zeros(B, dtype=torch.long)
         rng = np.random.default_rng([cfg.seed, _PREFIX, step])
         use = rng.random(B) < cfg.prefix_mixin
-        return torch.from_numpy(np.where(use, rng.integers(1, self.T, size=B), 0))
+        return torch.from_numpy(np.where(use, rng.integers(1, plan.seq_len, size=B), 0))
 
     def micro_batches(self, step: int, plan: StepPlan) -> Iterator[tuple[torch.Tensor, ...]]:
         """This process's micro-batches (tokens, targets, plain prefixes) and the global batch's targets."""
-        batch = self.stream.batch(step)
-        tokens, targets = _pad(batch.tokens, self.T, self.pad_id), _pad(batch.targets, self.T, -1)
+        batch = self.batch(step)
+        tokens, targets = _pad(batch.tokens, plan.seq_len, self.pad_id), _pad(batch.targets, plan.seq_len, -1)
         prefix = self.plain_prefix(step, plan)
         for rows in torch.arange(*self.rows).split(self.micro):
             yield (tokens[rows].to(self.device), targets[rows].to(self.device), prefix[rows].to(self.device),
@@ -381,7 +390,7 @@ def _train(cfg: TrainConfig, procs: _Processes, callback: Callback | None) -> Tr
                 raise NonFiniteLossError(f"{e}; training stopped, {where}") from None
             step_seconds = time.perf_counter() - started
             run.step += 1
-            run.tokens += cfg.batch_size * run.T
+            run.tokens += cfg.batch_size * plan.seq_len
             run.flops += plan.flops
             last = run.step == cfg.steps or run.flops + run.plan(run.step).flops > budget
             evaluate = last or (cfg.eval_every > 0 and run.step % cfg.eval_every == 0)
@@ -400,7 +409,7 @@ def _train(cfg: TrainConfig, procs: _Processes, callback: Callback | None) -> Tr
                                     **({"stop_reason": run.stop_reason} if last else {})})
                 saved_at = run.step
             bar.update(1)
-            bar.set_postfix(loss=f"{row['loss']:.4f}", tok_s=f"{cfg.batch_size * run.T / step_seconds:.0f}",
+            bar.set_postfix(loss=f"{row['loss']:.4f}", tok_s=f"{cfg.batch_size * plan.seq_len / step_seconds:.0f}",
                             refresh=False)
     finally:
         bar.close()

@@ -114,6 +114,9 @@ class Task:
     params: dict[str, Any]  # JSON-serialisable; get(name, **params) rebuilds the task
     seq_len: int  # the longest sequence sample() can return
     tokenizer: Any
+    # True when every sample() call holds one length, shorter ones much shorter than seq_len: a trainer then
+    # pads a batch to its own length (a step costs what its batch needs) instead of to seq_len
+    batch_length_varies: bool = False
 
     @property
     def vocab_size(self) -> int:

@@ -20,7 +20,10 @@ serve the layer-0 study and leave the default data unchanged:
 
 - ``scratch_updates`` may be a list, e.g. ``[0, 8, 32]``: each group draws its length from it, so
   one model trains on short and long contexts at once (a curriculum by mixing: the short contexts
-  teach the lookup that the long ones need; ``seq_len`` is then the longest);
+  teach the lookup that the long ones need; ``seq_len`` is then the longest). With
+  ``scratch_draw="batch"`` one draw serves a whole ``sample`` call instead, so a training batch
+  holds one length and costs what that length costs (the trainer pads a batch only to its own
+  longest sequence), not what the longest choice costs;
 - ``label_at="answer"`` puts ``label_positions`` at the position whose output predicts the label's
   first character (the space after the colon), where the FBT paper probes; ``"colon"`` (default)
   keeps the colon;
@@ -43,6 +46,7 @@ from .tokenizers import ByteTokenizer, CharTokenizer
 SCRATCH_UPDATES = (0, 8, 32, 128, 256)
 LOSS_ON = ("answer", "all")
 LABEL_AT = ("colon", "answer")
+SCRATCH_DRAWS = ("group", "batch")
 TOKENIZERS = {"ascii": CharTokenizer, "bytes": ByteTokenizer}
 SCRATCH_OPS = ("+=", "-=", "^=")
 SCRATCH_LINE = len("scratch += 0\n")
@@ -68,7 +72,7 @@ class ProbeTask(Task):
     label_names: list[str]
 
     def __init__(self, scratch_updates: int | Sequence[int] = 8, loss_on: str = "answer", label_at: str = "colon",
-                 tokenizer: str = "ascii") -> None:
+                 tokenizer: str = "ascii", scratch_draw: str = "group") -> None:
         mixed = isinstance(scratch_updates, (list, tuple))
         choices = list(scratch_updates) if mixed else [scratch_updates]
         if mixed and not choices:
@@ -78,24 +82,31 @@ class ProbeTask(Task):
         check_choice(self.name, "loss_on", loss_on, LOSS_ON)
         check_choice(self.name, "label_at", label_at, LABEL_AT)
         check_choice(self.name, "tokenizer", tokenizer, tuple(TOKENIZERS))
+        check_choice(self.name, "scratch_draw", scratch_draw, SCRATCH_DRAWS)
+        self.scratch_draw = scratch_draw
         self.scratch_choices = sorted(set(choices)) if mixed else None
+        self.batch_length_varies = mixed and scratch_draw == "batch"
         self.scratch_updates = max(choices)  # the longest context: what seq_len is sized for
         self.loss_on = loss_on
         self.label_at = label_at
         self.tokenizer = TOKENIZERS[tokenizer]()
         self.params = {"scratch_updates": list(choices) if mixed else scratch_updates, "loss_on": loss_on}
         # only non-default options join params, so existing configs and checkpoints keep their params
-        self.params.update({k: v for k, v, default in (("label_at", label_at, "colon"),
-                                                       ("tokenizer", tokenizer, "ascii")) if v != default})
+        self.params.update({k: v for k, v, default in (("label_at", label_at, "colon"), ("tokenizer", tokenizer, "ascii"),
+                                                       ("scratch_draw", scratch_draw, "group")) if v != default})
 
-    def _scratch(self, rng: np.random.Generator) -> str:
-        """One group's scratch lines; a mixed task first draws the group's count (a fixed one draws
-        nothing, so the default data stay what they were)."""
-        if self.scratch_choices is None:
-            return scratch_lines(rng, self.scratch_updates)
-        return scratch_lines(rng, int(self.scratch_choices[rng.integers(len(self.scratch_choices))]))
+    def _draw(self, rng: np.random.Generator) -> int:
+        return int(self.scratch_choices[rng.integers(len(self.scratch_choices))])
 
-    def _groups(self, rng: np.random.Generator) -> Iterator[list[_Example]]:
+    def _scratch(self, rng: np.random.Generator, count: int | None) -> str:
+        """One group's scratch lines: ``count`` of them when the batch drew it, else the task's fixed count,
+        else (mixed, drawn per group) a fresh draw. A fixed task draws nothing, so the default data stay
+        what they were."""
+        if count is None:
+            count = self.scratch_updates if self.scratch_choices is None else self._draw(rng)
+        return scratch_lines(rng, count)
+
+    def _groups(self, rng: np.random.Generator, count: int | None) -> Iterator[list[_Example]]:
         """Endless groups of examples that differ only in the label-bearing detail."""
         raise NotImplementedError
 
@@ -103,9 +114,10 @@ class ProbeTask(Task):
         """``n`` examples, whole groups in order (the last one cut if ``n`` says so), members shuffled."""
         check_n(n)
         rng = make_rng(seed, split)
+        count = self._draw(rng) if self.scratch_draw == "batch" and self.scratch_choices is not None else None
         examples: list[_Example] = []
         groups: list[int] = []
-        for gid, group in enumerate(self._groups(rng)):
+        for gid, group in enumerate(self._groups(rng, count)):
             examples.extend(group[i] for i in rng.permutation(len(group)))
             groups.extend([gid] * len(group))
             if len(examples) >= n:
@@ -156,11 +168,11 @@ class CompletionTracking(ProbeTask):
         text = f"{head}{completed}\n{scratch}Status: {self.label_names[label]}\n"
         return _Example(text, label, _state_from(len(text), len(head), label))
 
-    def _groups(self, rng: np.random.Generator) -> Iterator[list[_Example]]:
+    def _groups(self, rng: np.random.Generator, count: int | None) -> Iterator[list[_Example]]:
         while True:
             for k in rng.permutation(len(self.pairs)):
                 a, b = self.pairs[k]
-                scratch = self._scratch(rng)
+                scratch = self._scratch(rng, count)
                 yield [self._example(x, y, scratch) for x, y in ((a, a), (a, b), (b, a), (b, b))]
 
 
@@ -175,9 +187,9 @@ class DelayedMemory(ProbeTask):
     def seq_len(self) -> int:
         return len("state = 0\n# final state: 0\n") + SCRATCH_LINE * self.scratch_updates
 
-    def _groups(self, rng: np.random.Generator) -> Iterator[list[_Example]]:
+    def _groups(self, rng: np.random.Generator, count: int | None) -> Iterator[list[_Example]]:
         while True:
-            scratch = self._scratch(rng)
+            scratch = self._scratch(rng, count)
             group = []
             for bit in (0, 1):
                 text = f"state = {bit}\n{scratch}# final state: {bit}\n"
@@ -198,10 +210,12 @@ class MultiRegister(ProbeTask):
     WRITE_LINE = len("r0 = 1\n")
 
     def __init__(self, registers: int = 2, writes: int = 2, scratch_updates: int | Sequence[int] = 8,
-                 loss_on: str = "answer", label_at: str = "colon", tokenizer: str = "ascii") -> None:
+                 loss_on: str = "answer", label_at: str = "colon", tokenizer: str = "ascii",
+                 scratch_draw: str = "group") -> None:
         check_choice(self.name, "registers", registers, self.REGISTERS)
         check_choice(self.name, "writes", writes, self.WRITES)
-        super().__init__(scratch_updates=scratch_updates, loss_on=loss_on, label_at=label_at, tokenizer=tokenizer)
+        super().__init__(scratch_updates=scratch_updates, loss_on=loss_on, label_at=label_at, tokenizer=tokenizer,
+                         scratch_draw=scratch_draw)
         self.registers = registers
         self.writes = writes
         self.params = {"registers": registers, "writes": writes, **self.params}
@@ -224,13 +238,13 @@ class MultiRegister(ProbeTask):
                 state[i * self.WRITE_LINE + len("r0 = "):] = registers
         return _Example(text, label, state)
 
-    def _groups(self, rng: np.random.Generator) -> Iterator[list[_Example]]:
+    def _groups(self, rng: np.random.Generator, count: int | None) -> Iterator[list[_Example]]:
         while True:
             schedule = rng.permutation(np.repeat(np.arange(self.registers), self.writes))
             values = rng.integers(0, 2, size=len(schedule))
             query = int(rng.integers(self.registers))
             latest = int(np.flatnonzero(schedule == query)[-1])
-            scratch = self._scratch(rng)
+            scratch = self._scratch(rng, count)
             group = []
             for bit in (0, 1):
                 values = values.copy()
