@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -256,3 +257,17 @@ def test_a_value_runs_exactly_as_its_name():
         assert torch.equal(S.run(model, idx, value).logits, S.run(model, idx, name, **kw).logits)
     with pytest.raises(ValueError, match="block"):  # run() no longer clamps what blockwise() refuses
         S.run(model, idx, "blockwise", block=9)
+
+
+def test_evaluation_takes_a_schedule_value_or_its_string_form():
+    """per_example_metrics parses once at its boundary: a value and its name-plus-keywords agree exactly."""
+    from workbench.evaluation import per_example_metrics
+
+    task = wb.tasks.get("running_sum")
+    batch = task.sample(6, seed=0)
+    model = perturbed_model(small_config("lrt", vocab_size=task.vocab_size, seq_len=task.seq_len))
+    by_value = per_example_metrics(model, batch, wb.schedules.Multipass(2), batch_size=4, plain_prefix=2)
+    by_name = per_example_metrics(model, batch, "multipass", batch_size=4, plain_prefix=2, passes=2)
+    pd.testing.assert_frame_equal(by_value, by_name)
+    exact = per_example_metrics(model, batch, schedule="sequential", plain_prefix=2)
+    pd.testing.assert_frame_equal(exact, per_example_metrics(model, batch, wb.schedules.Sequential(), plain_prefix=2))

@@ -63,6 +63,20 @@ def test_compare_schedules_exact_settings_have_zero_distance(lrt_model, idx):
     assert table.loc["blockwise(B=1)", "pass_equivalents"] == 1.0
 
 
+def test_compare_schedules_takes_schedule_values_with_the_same_rows_as_their_string_form(lrt_model, idx):
+    S = wb.schedules
+    values = [S.Single(), S.Multipass(3), S.Interleaved(2), S.Blockwise(4)]
+    named = ["single", {"schedule": "multipass", "passes": 3}, {"schedule": "interleaved", "subsets": 2},
+             {"schedule": "blockwise", "block": 4}]
+    table = sa.compare_schedules(lrt_model, idx, values)
+    pd.testing.assert_frame_equal(table, sa.compare_schedules(lrt_model, idx, named))
+    assert list(table["label"]) == [v.label for v in values] and list(table["parameter"]) == ["", "passes",
+                                                                                             "subsets", "block"]
+    assert sa.PARAMETERS == S.KNOBS and sa.SYMBOLS == {"passes": "K", "subsets": "S", "block": "B"}
+    frame = sa.position_distance(lrt_model, idx, S.Multipass(3))
+    assert (frame["label"] == "multipass(K=3)").all()
+
+
 def test_compare_schedules_scores_only_target_positions(lrt_model, idx):
     targets = torch.roll(idx, -1, 1)
     targets[:, -1] = -1

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -21,20 +22,23 @@ from .tasks.base import Batch
 
 
 @torch.no_grad()
-def per_example_metrics(model: GPT, batch: Batch, schedule: str = "single", batch_size: int = 64,
-                        **schedule_kw) -> pd.DataFrame:
+def per_example_metrics(model: GPT, batch: Batch, schedule: str | schedules.Schedule = "single",
+                        batch_size: int = 64, plain_prefix: int = 0, **schedule_kw: Any) -> pd.DataFrame:
     """One row per example: ``nats`` (summed loss over its targets), ``targets``, ``correct`` (argmax
     hits), ``loss`` (mean nats per target), ``accuracy``, ``answer_correct`` (every target right).
 
-    Runs in eval mode (no FBT jitter) and restores the caller's mode; ``batch_size`` bounds memory.
+    ``schedule``: a ``Schedule`` value, or a name with its keyword arguments (``RunSpec.eval_schedule``'s
+    form), parsed once. Runs in eval mode (no FBT jitter) and restores the caller's mode; ``batch_size``
+    bounds memory.
     """
+    value = schedules.parse(schedule, **schedule_kw)
     rows = []
     device = next(model.parameters()).device
     with eval_mode(model):
         for start in range(0, batch.tokens.size(0), batch_size):
             tokens = batch.tokens[start:start + batch_size].to(device)
             targets = batch.targets[start:start + batch_size].to(device)
-            logits = schedules.run(model, tokens, schedule, **schedule_kw).logits
+            logits = value.run(model, tokens, plain_prefix).logits
             valid = targets >= 0
             nats = token_losses(logits, targets).double().sum(1)
             hits = ((logits.argmax(-1) == targets) & valid).sum(1)

@@ -31,6 +31,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from .decode import REGIMES
+from .schedules import VALUES as SCHEDULE_VALUES
 
 Runs = pd.DataFrame | Mapping[str, pd.DataFrame]
 
@@ -679,7 +680,10 @@ def experiment_figure(tables: Mapping[str, pd.DataFrame], title: str = "") -> Fi
 
 
 # ---- notebooks 00-03
-_KNOBS = {"interleaved": "S", "multipass": "K", "blockwise": "B"}  # each approximate schedule's knob
+def knob_symbol(schedule: str) -> str:
+    """The letter of a schedule's knob (K, S, B), as its value writes it; ``value`` when it has none."""
+    value = SCHEDULE_VALUES.get(schedule)
+    return (value.symbol if value is not None else "") or "value"
 
 
 def schedule_distance(sweeps: pd.DataFrame, positions: Mapping[str, pd.DataFrame] | None = None,
@@ -699,7 +703,7 @@ def schedule_distance(sweeps: pd.DataFrame, positions: Mapping[str, pd.DataFrame
     for schedule in schedules:
         rows = sweeps[sweeps["schedule"] == schedule].sort_values("value")
         ax.plot(rows["value"].astype(float), _positive(rows["distance"]), "o-", ms=3, color=palette[schedule],
-                label=f"{schedule} ({_KNOBS.get(schedule, 'value')})")
+                label=f"{schedule} ({knob_symbol(schedule)})")
         if selected and schedule in selected:
             chosen = rows[rows["value"] == selected[schedule]]
             ax.plot(chosen["value"].astype(float), _positive(chosen["distance"]), "o", ms=11, mfc="none",

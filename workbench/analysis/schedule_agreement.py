@@ -38,9 +38,9 @@ from ..model import GPT, eval_mode
 from ..validation import check_tokens
 from .cache import run_with_cache
 
-# The knob of each approximate schedule, and the letter the papers and notebooks give it.
-PARAMETERS = {"interleaved": "subsets", "multipass": "passes", "blockwise": "block"}
-SYMBOLS = {"subsets": "S", "passes": "K", "block": "B"}
+# The knob of each approximate schedule, and the letter the papers and notebooks give it: the values' own.
+PARAMETERS = schedules.KNOBS
+SYMBOLS = {schedules.VALUES[name].knob_name: schedules.VALUES[name].symbol for name in PARAMETERS}
 AGREEMENT_COLUMNS = ["schedule", "parameter", "value", "label", "distance", "max_abs", "agreement", "loss",
                      "forwards", "token_forwards", "pass_equivalents", "train_flops"]
 
@@ -70,8 +70,13 @@ def count_work(model: GPT) -> Iterator[WorkCount]:
         yield count
 
 
-def _setting(setting: Mapping[str, Any] | str) -> tuple[str, str, int | None]:
-    """(schedule, parameter name or '', value or None) of one setting, validated."""
+Setting = Mapping[str, Any] | str | schedules.Schedule
+
+
+def _setting(setting: Setting) -> schedules.Schedule:
+    """One setting as a ``Schedule`` value; a name or dict must give exactly its schedule's own knob."""
+    if isinstance(setting, schedules.Schedule):
+        return setting
     spec = {"schedule": setting} if isinstance(setting, str) else dict(setting)
     schedule = spec.pop("schedule", None)
     if schedule not in schedules.SCHEDULES:
@@ -82,11 +87,7 @@ def _setting(setting: Mapping[str, Any] | str) -> tuple[str, str, int | None]:
         raise ValueError(f"setting {setting!r}: {schedule} takes {parameter or 'no parameter'}, not {unknown}")
     if parameter and parameter not in spec:
         raise ValueError(f"setting {setting!r}: {schedule} needs {parameter}")
-    return schedule, parameter, spec.get(parameter)
-
-
-def _label(schedule: str, parameter: str, value: int | None) -> str:
-    return f"{schedule}({SYMBOLS[parameter]}={value})" if parameter else schedule
+    return schedules.parse(schedule, **spec)
 
 
 def _distances(logits: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
@@ -104,11 +105,11 @@ def exact_logits(model: GPT, idx: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def compare_schedules(model: GPT, idx: torch.Tensor, settings: Sequence[Mapping[str, Any] | str],
+def compare_schedules(model: GPT, idx: torch.Tensor, settings: Sequence[Setting],
                       targets: torch.Tensor | None = None, reference: torch.Tensor | None = None) -> pd.DataFrame:
     """One row per setting: its distance to the exact logits and what it cost.
 
-    ``settings``: schedule names (``"single"``, ``"sequential"``) or dicts such as
+    ``settings``: ``Schedule`` values, schedule names (``"single"``, ``"sequential"``) or dicts such as
     ``{"schedule": "multipass", "passes": 3}``. Columns: ``distance`` (relative, overall),
     ``max_abs`` (largest logit difference), ``agreement`` (fraction of target positions — every
     position without ``targets`` — whose argmax matches the exact one), ``loss`` (mean next-token
@@ -130,23 +131,21 @@ def compare_schedules(model: GPT, idx: torch.Tensor, settings: Sequence[Mapping[
     exact_top = reference.argmax(-1)
     rows = []
     with eval_mode(model):
-        for schedule, parameter, value in parsed:
-            kwargs = {parameter: value} if parameter else {}
-            accounting = {k: v for k, v in kwargs.items() if k != "block"}  # the block length costs nothing
+        for value in parsed:
             with count_work(model) as work:
-                logits = schedules.run(model, idx, schedule, **kwargs).logits
+                logits = value.run(model, idx).logits
             diff = (logits - reference).double()
             hits = (logits.argmax(-1) == exact_top) & scored
             rows.append({
-                "schedule": schedule, "parameter": parameter, "value": value,
-                "label": _label(schedule, parameter, value),
+                "schedule": value.name, "parameter": value.knob_name or "", "value": value.knob,
+                "label": value.label,
                 "distance": float(diff.norm() / reference.double().norm().clamp(min=1e-300)),
                 "max_abs": float(diff.abs().max()),
                 "agreement": float(hits.sum() / scored.sum().clamp(min=1)),
                 "loss": float("nan") if targets is None else float(mean_token_loss(logits, targets)),
                 "forwards": work.forwards, "token_forwards": work.token_forwards,
-                "pass_equivalents": schedules.pass_equivalents(schedule, **accounting),
-                "train_flops": schedules.schedule_flops(model, schedule, B, T, **accounting),
+                "pass_equivalents": value.pass_equivalents(),
+                "train_flops": value.flops(model, B, T),
             })
     return pd.DataFrame(rows, columns=AGREEMENT_COLUMNS).astype({"value": "Int64"})
 
@@ -165,13 +164,12 @@ def schedule_sweep(model: GPT, idx: torch.Tensor, schedule: str, values: Sequenc
     bad = [v for v in values if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 1 <= v <= T]
     if not values or bad:
         raise ValueError(f"values={values!r} is invalid: must be non-empty ints in [1, T={T}]")
-    parameter = PARAMETERS[schedule]
-    return compare_schedules(model, idx, [{"schedule": schedule, parameter: int(v)} for v in values], targets,
-                             reference)
+    value_of, knob = schedules.VALUES[schedule], PARAMETERS[schedule]
+    return compare_schedules(model, idx, [value_of(**{knob: int(v)}) for v in values], targets, reference)
 
 
 @torch.no_grad()
-def position_distance(model: GPT, idx: torch.Tensor, setting: Mapping[str, Any] | str,
+def position_distance(model: GPT, idx: torch.Tensor, setting: Setting,
                       reference: torch.Tensor | None = None) -> pd.DataFrame:
     """Per position: the relative distance of one setting's logits to the exact ones, and argmax agreement.
 
@@ -179,13 +177,13 @@ def position_distance(model: GPT, idx: torch.Tensor, setting: Mapping[str, Any] 
     is wrong inside blocks, interleaved(S) is exact only on the positions of its first cycle.
     """
     check_tokens(model.config.vocab_size, idx)
-    schedule, parameter, value = _setting(setting)
+    value = _setting(setting)
     reference = exact_logits(model, idx) if reference is None else reference
     with eval_mode(model):
-        logits = schedules.run(model, idx, schedule, **({parameter: value} if parameter else {})).logits
+        logits = value.run(model, idx).logits
     agreement = (logits.argmax(-1) == reference.argmax(-1)).double().mean(0)
     return pd.DataFrame({"position": np.arange(idx.size(1)), "distance": _distances(logits, reference).cpu().numpy(),
-                         "agreement": agreement.cpu().numpy(), "label": _label(schedule, parameter, value)})
+                         "agreement": agreement.cpu().numpy(), "label": value.label})
 
 
 def final_estimate_history(history: pd.DataFrame, train_config: Mapping[str, Any]) -> pd.DataFrame:

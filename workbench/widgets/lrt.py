@@ -43,12 +43,12 @@ def _slider(name: str, value: int, maximum: int) -> widgets.IntSlider:
 
 
 # ---------------------------------------------------------------------------------------------- schedules
-def _seconds(model: GPT, idx: torch.Tensor, setting: dict) -> float:
-    """Wall-clock of one no-grad run of ``setting`` on ``idx``: what its FLOPs cost in time on this machine
+def _seconds(model: GPT, idx: torch.Tensor, schedule: schedules.Schedule) -> float:
+    """Wall-clock of one no-grad run of ``schedule`` on ``idx``: what its FLOPs cost in time on this machine
     (many small forwards cost more time per FLOP than one large one)."""
     start = time.perf_counter()
     with torch.no_grad():
-        schedules.run(model, idx, **setting)
+        schedule.run(model, idx)
     return time.perf_counter() - start
 
 
@@ -67,19 +67,17 @@ def schedule_explorer(model: GPT, idx: torch.Tensor, targets: torch.Tensor | Non
     T = idx.size(1)
     sweeps = pd.concat([schedule_sweep(model, idx, s, targets=targets, reference=reference) for s in PARAMETERS],
                        ignore_index=True)
-    single_flops = schedules.schedule_flops(model, "single", *idx.shape)
+    single_flops = schedules.Single().flops(model, *idx.shape)
     controls = {"passes": _slider("K passes", 2, T), "subsets": _slider("S subsets", 2, T),
                 "block": _slider("B block", 4, T)}
 
     def render(passes: int, subsets: int, block: int) -> tuple[Figure, str]:
-        chosen = {"multipass": passes, "interleaved": subsets, "blockwise": block}
+        chosen = [schedules.Multipass(passes), schedules.Interleaved(subsets), schedules.Blockwise(block)]
         rows, positions, seconds = [], {}, []
-        for schedule, value in chosen.items():
-            row = sweeps[(sweeps["schedule"] == schedule) & (sweeps["value"] == value)].iloc[0]
-            rows.append(row)
-            setting = {"schedule": schedule, PARAMETERS[schedule]: value}
-            positions[row["label"]] = position_distance(model, idx, setting, reference)
-            seconds.append(_seconds(model, idx, setting))
+        for value in chosen:
+            rows.append(sweeps[(sweeps["schedule"] == value.name) & (sweeps["value"] == value.knob)].iloc[0])
+            positions[value.label] = position_distance(model, idx, value, reference)
+            seconds.append(_seconds(model, idx, value))
         loss_head = "<th>loss</th>" if targets is not None else ""
         body = "".join(
             f"<tr><td><b>{html.escape(r['label'])}</b></td><td>{_fmt(r['distance'])}</td>"
@@ -93,7 +91,7 @@ def schedule_explorer(model: GPT, idx: torch.Tensor, targets: torch.Tensor | Non
                    f"<th>forwards</th><th>positions computed</th><th>training FLOPs vs 1 pass</th>"
                    f"<th>wall-clock here</th></tr>{body}"
                    f"</table>exact sequential: {T} forwards of one position each (T = {T}){floor_line}")
-        return plots.schedule_distance(sweeps, positions, chosen), summary
+        return plots.schedule_distance(sweeps, positions, {v.name: v.knob for v in chosen}), summary
 
     return Explorer(controls, render)
 
