@@ -30,6 +30,14 @@ def test_passes_are_grouped_by_schedule(fbt_model, schedule, n_passes):
     torch.testing.assert_close(cache["hook_memory"], out.memory)
 
 
+def test_a_schedule_value_caches_what_its_string_form_caches(fbt_model):
+    idx = _idx()
+    out, cache = run_with_cache(fbt_model, idx, wb.schedules.Interleaved(3))
+    ref_out, ref = run_with_cache(fbt_model, idx, "interleaved", subsets=3)
+    assert cache.schedule == "interleaved" and cache.n_passes == ref.n_passes
+    assert torch.equal(out.logits, ref_out.logits) and torch.equal(cache["hook_memory"], ref["hook_memory"])
+
+
 def test_exact_schedules_cache_the_same_states(fbt_model):
     idx = _idx()
     _, seq = run_with_cache(fbt_model, idx, "sequential")

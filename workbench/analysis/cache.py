@@ -221,18 +221,20 @@ class _Recorder:
 
 
 @torch.no_grad()
-def run_with_cache(model: GPT, idx: torch.Tensor, schedule: str = "single", *, passes: int = 2,
+def run_with_cache(model: GPT, idx: torch.Tensor, schedule: str | schedules.Schedule = "single", *, passes: int = 2,
                    subsets: int = 2, block: int = 32, plain_prefix: int | torch.Tensor = 0,
                    names_filter: NamesFilter = None, positions: Sequence[int] | torch.Tensor | None = None,
                    example_positions: torch.Tensor | None = None,
                    ) -> tuple[schedules.ScheduleOutput, ActivationCache]:
-    """Run ``schedule`` on ``idx`` and cache the selected activations of every pass.
+    """Run ``schedule`` (a ``Schedule`` value, or a name with its keyword) on ``idx`` and cache the selected
+    activations of every pass.
 
     Returns the schedule's output and the cache. Unwritten entries (a position a pass did not
     compute) are NaN, so a mistake shows rather than reads as zero.
     """
     if positions is not None and example_positions is not None:
         raise ValueError("give positions or example_positions, not both")
+    value = schedules.parse(schedule, passes=passes, subsets=subsets, block=block)
     B, T = idx.shape
     keep, per_example = None, False
     if positions is not None:
@@ -247,6 +249,5 @@ def run_with_cache(model: GPT, idx: torch.Tensor, schedule: str = "single", *, p
     recorder = _Recorder(T, keep, per_example, idx.device)
     fwd_hooks = [("hook_positions", recorder.on_positions)] + [(n, recorder.on_activation) for n in names]
     with attach_hooks(model, fwd_hooks):
-        out = schedules.run(model, idx, schedule, passes=passes, subsets=subsets, block=block,
-                            plain_prefix=plain_prefix)
-    return out, ActivationCache(recorder.finish(), keep, schedule, model.config.n_layer)
+        out = value.run(model, idx, plain_prefix)
+    return out, ActivationCache(recorder.finish(), keep, value.name, model.config.n_layer)
