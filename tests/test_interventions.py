@@ -83,6 +83,14 @@ def test_an_intervention_where_no_memory_is_read_changes_nothing(model, run):
     assert not torch.allclose(iv.intervene(model, idx, iv.Intervention("zero"), reading, **RUNS[run]), clean)
 
 
+def test_a_schedule_value_runs_and_reads_as_its_string_form(model):
+    idx = _tokens(5)
+    for value, named in ((wb.schedules.Blockwise(3), {"schedule": "blockwise", "block": 3}),
+                         (wb.schedules.Multipass(2), {"schedule": "multipass", "passes": 2})):
+        assert torch.equal(iv.run_logits(model, idx, schedule=value), iv.run_logits(model, idx, **named))
+        assert torch.equal(iv.reads_memory(idx, schedule=value), iv.reads_memory(idx, **named))
+
+
 def test_ablation_under_sequential_equals_ablation_under_multipass_T(model):
     idx, source = _tokens(2), _tokens(3)
     for site in _sites(model):

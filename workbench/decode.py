@@ -67,6 +67,12 @@ def decode_step(model: GPT, token: torch.Tensor, memory: torch.Tensor | None, po
 
 
 @functools.cache
+def compiled_decode_step() -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
+    """``decode_step`` under ``torch.compile`` (its old callers' signature; ``generate`` uses ``compiled_carry``)."""
+    return torch.compile(decode_step, dynamic=False)
+
+
+@functools.cache
 def compiled_carry() -> Callable[..., StepOutput]:
     """``schedules.carry`` under ``torch.compile``, built on first use (importing the compiler takes a second)."""
     return torch.compile(schedules.carry, dynamic=False)

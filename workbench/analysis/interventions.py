@@ -132,22 +132,26 @@ def feedback_hooks(model: GPT, fwd_hooks: Mapping[str, EditFn] | Sequence[tuple[
 
 
 # ------------------------------------------------------------------------------------------ runs
-def _check_run(schedule: str, regime: str | None, prompt_len: int | None, T: int) -> None:
-    if schedule not in schedules.SCHEDULES:
-        raise ValueError(f"schedule={schedule!r} is invalid: must be one of {schedules.SCHEDULES}")
+def _check_run(schedule: str | schedules.Schedule, regime: str | None, prompt_len: int | None, T: int,
+               **knobs: int) -> schedules.Schedule:
+    """The run's schedule as a value (parsed once, with its knob from ``knobs``), its regime checked."""
+    value = schedules.parse(schedule, **knobs)
     if regime is None:
-        return
+        return value
     if regime not in REGIMES:
         raise ValueError(f"regime={regime!r} is invalid: must be None (a schedule) or one of {REGIMES}")
     if prompt_len is None:
         raise ValueError("prompt_len is required with a regime: the prompt's length, in [1, T]")
     check_int("prompt_len", prompt_len, 1, T)
+    return value
 
 
-def run_logits(model: GPT, idx: torch.Tensor, *, schedule: str = "sequential", regime: str | None = None,
+def run_logits(model: GPT, idx: torch.Tensor, *, schedule: str | schedules.Schedule = "sequential",
+               regime: str | None = None,
                prompt_len: int | None = None, prefill_passes: int = 1, passes: int = 2, subsets: int = 2,
                block: int = 32, plain_prefix: int | torch.Tensor = 0) -> torch.Tensor:
-    """Logits (B, T, V) of ``idx`` under a schedule, or teacher-forced under a decoding ``regime``.
+    """Logits (B, T, V) of ``idx`` under a schedule (a value, or a name with its knob), or teacher-forced
+    under a decoding ``regime``.
 
     A regime computes what ``generate(idx[:, :prompt_len], regime=...)`` computes on the continuation
     ``idx[:, prompt_len:]``: the prompt in one plain pass (``standard``, ``soft``) or ``1 +
@@ -157,11 +161,10 @@ def run_logits(model: GPT, idx: torch.Tensor, *, schedule: str = "sequential", r
     """
     check_tokens(model.config.vocab_size, idx)
     B, T = idx.shape
-    _check_run(schedule, regime, prompt_len, T)
+    value = _check_run(schedule, regime, prompt_len, T, passes=passes, subsets=subsets, block=block)
     with eval_mode(model), torch.no_grad():
         if regime is None:
-            return schedules.run(model, idx, schedule, passes=passes, subsets=subsets, block=block,
-                                 plain_prefix=plain_prefix).logits
+            return value.run(model, idx, plain_prefix).logits
         if regime == "standard":
             return model(idx)
         check_int("prefill_passes", prefill_passes, 1)
@@ -173,7 +176,7 @@ def run_logits(model: GPT, idx: torch.Tensor, *, schedule: str = "sequential", r
         return torch.cat([prefill.logits, step_on(model, idx, cache, prompt_len, T)[1]], dim=1)
 
 
-def reads_memory(idx: torch.Tensor, *, schedule: str = "sequential", regime: str | None = None,
+def reads_memory(idx: torch.Tensor, *, schedule: str | schedules.Schedule = "sequential", regime: str | None = None,
                  prompt_len: int | None = None, block: int = 32, plain_prefix: int | torch.Tensor = 0,
                  **_: Any) -> torch.Tensor:
     """(B, T) bool: the (example, position) pairs that read memory in the final result of a run.
@@ -183,16 +186,16 @@ def reads_memory(idx: torch.Tensor, *, schedule: str = "sequential", regime: str
     the first (the prompt in its later passes).
     """
     B, T = idx.shape
-    _check_run(schedule, regime, prompt_len, T)
+    value = _check_run(schedule, regime, prompt_len, T, block=block)
     t = torch.arange(T, device=idx.device)
     if regime is not None:
         start = {"standard": T, "soft": prompt_len, "fused": 1}[regime]
         return (t >= max(start, 1)).expand(B, T).clone()
-    if schedule == "single":
+    if isinstance(value, schedules.Single):
         return torch.zeros(B, T, dtype=torch.bool, device=idx.device)
     reads = schedules.feedback_mask(B, T, plain_prefix, idx.device)
-    if schedule == "blockwise":
-        reads &= (t % min(block, T) == 0)[None, :]
+    if isinstance(value, schedules.Blockwise):
+        reads &= (t % min(value.block, T) == 0)[None, :]
     return reads
 
 
