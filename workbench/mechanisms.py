@@ -113,6 +113,7 @@ class LRT(NoFeedback):
             self.alpha = nn.Parameter(torch.ones(config.n_layer))
             self.gamma = nn.Parameter(torch.full((config.n_layer,), float(config.lrt_gamma_init)))
         self.hook_read = nn.ModuleList(HookPoint() for _ in range(config.n_layer))  # (B, T, D) per layer
+        self.injects_kv, self.injects_residual = "kv" in config.lrt_inject, "residual" in config.lrt_inject
 
     def init_weights(self) -> None:
         """Zero gates (gates = 2*sigmoid(0) = 1) and, by default, zero projections: with gamma=0 the model
@@ -120,7 +121,7 @@ class LRT(NoFeedback):
         does (nanochat's matrix init, the scale of the block's own K/V), so the memory reaches keys and
         values from the first step instead of waiting for the projections to grow from zero."""
         with torch.no_grad():
-            if "kv" in self.config.lrt_inject:
+            if self.injects_kv:
                 for lin in self.gates:
                     lin.weight.zero_()
                 for lin in [*self.rec_k, *self.rec_v]:
@@ -128,57 +129,78 @@ class LRT(NoFeedback):
                         uniform_init_(lin.weight)
                     else:
                         lin.weight.zero_()
-            if "residual" in self.config.lrt_inject:
+            if self.injects_residual:
                 self.alpha.fill_(1.0)
                 self.gamma.fill_(self.config.lrt_gamma_init)
 
     def inject_residual(self, layer: int, x: torch.Tensor, feedback: Feedback) -> torch.Tensor:
-        if "residual" not in self.config.lrt_inject:
+        if not self.injects_residual:
             return x
-        m = self._read(layer, feedback)
-        x = x * self.alpha[layer]
-        return x if m is None else x + self.gamma[layer] * m
+        looked_up = self._look_up(feedback.memo)
+        m = self._read(layer, feedback, looked_up)
+        x = x * looked_up.alpha[layer]
+        return x if m is None else x + looked_up.gamma[layer] * m
 
     def inject_kv(self, layer: int, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                   feedback: Feedback) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        if "kv" not in self.config.lrt_inject:
+        if not self.injects_kv:
             return k, v, None
         B, T = x.shape[:2]
-        logits = F.linear(x[..., : self.gate_channels], self.gates[layer].weight)
-        gates = (2.0 * torch.sigmoid(logits)).view(B, T, 2, self.kv_heads, 1)
+        looked_up = self._look_up(feedback.memo)
+        sig = torch.sigmoid(F.linear(x[..., : self.gate_channels], looked_up.gate_weights[layer]))
+        gates = (sig + sig).view(B, T, 2, self.kv_heads, 1)  # 2 * sigmoid exactly; a scalar product costs twice
         g_local, g_feedback = gates.unbind(2)
-        k, v = g_local * k, g_local * v
-        m = self._read(layer, feedback)
-        if m is not None:  # zero memory contributes nothing, so a plain pass skips the projection
-            k_rec, v_rec = self._project(layer, m, feedback.memo)
-            k = k + g_feedback * k_rec
-            v = v + g_feedback * v_rec
-        return k, v, gates
+        m = self._read(layer, feedback, looked_up)
+        if m is None:  # zero memory contributes nothing, so a plain pass skips the projection
+            return g_local * k, g_local * v, gates
+        k_rec, v_rec = self._project(layer, m, feedback.memo, looked_up)
+        return g_local * k + g_feedback * k_rec, g_local * v + g_feedback * v_rec, gates
 
-    def _read(self, layer: int, feedback: Feedback) -> torch.Tensor | None:
+    def _look_up(self, memo: dict) -> _LookedUp:
+        """This forward's per-layer parameters and hook states, looked up at its first block."""
+        if "lrt" not in memo:
+            memo["lrt"] = _LookedUp(
+                alpha=self.alpha.unbind() if self.injects_residual else (),
+                gamma=self.gamma.unbind() if self.injects_residual else (),
+                gate_weights=[lin.weight for lin in self.gates] if self.injects_kv else [],
+                hooked=[hook.active for hook in self.hook_read])
+        return memo["lrt"]
+
+    def _read(self, layer: int, feedback: Feedback, looked_up: _LookedUp) -> torch.Tensor | None:
         """The memory layer ``layer`` injects (plain positions zeroed), through its hook point when a hook
         listens; memoised so the residual and K/V injections of one layer see one (possibly edited) read.
         An edit cannot make a plain position read memory: the mask applies again after the hook."""
         m = feedback.masked_memory()
-        hook = self.hook_read[layer]
-        if m is None or not hook.active:
+        if m is None or not looked_up.hooked[layer]:
             return m
         key = ("read", layer)
         if key not in feedback.memo:
-            edited = hook(m)
+            edited = self.hook_read[layer](m)
             feedback.memo[key] = edited if feedback.mask is None else edited * feedback.mask.unsqueeze(-1).to(m.dtype)
         return feedback.memo[key]
 
-    def _project(self, layer: int, m: torch.Tensor, memo: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    def _project(self, layer: int, m: torch.Tensor, memo: dict,
+                 looked_up: _LookedUp) -> tuple[torch.Tensor, torch.Tensor]:
         """Recurrent keys/values (B, T, kv_heads, head_dim); a shared projection is computed once per forward
         (once per layer for a layer whose read a hook may have edited)."""
         proj = 0 if len(self.rec_k) == 1 else layer
-        key = ("rec_kv", proj, layer if self.hook_read[layer].active else None)
+        key = ("rec_kv", proj, layer if looked_up.hooked[layer] else None)
         if key not in memo:
             shape = (*m.shape[:2], self.kv_heads, self.head_dim)
             k_rec, v_rec = F.linear(m, self.rec_k[proj].weight), F.linear(m, self.rec_v[proj].weight)
             memo[key] = (k_rec.view(shape), v_rec.view(shape))
         return memo[key]
+
+
+@dataclass
+class _LookedUp:
+    """What every block of one LRT forward reads, looked up once: indexing a parameter vector is an op, and
+    indexing a ``ModuleList`` a few microseconds, which a decoded token would pay in every block."""
+
+    alpha: tuple[torch.Tensor, ...]  # alpha_l per layer (empty without residual injection)
+    gamma: tuple[torch.Tensor, ...]
+    gate_weights: list[torch.Tensor]  # per layer (empty without K/V injection)
+    hooked: list[bool]  # whether a hook listens at hook_read.{l}
 
 
 class FBT(NoFeedback):
