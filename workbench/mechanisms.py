@@ -14,8 +14,8 @@ How a whole sequence is computed when every position needs its predecessor's mem
 mechanism's business: that is a *schedule* (``schedules.py``). A mechanism sees a ``Feedback``: the
 memory each query position reads, and a mask of the positions that read any memory at all.
 
-Mechanisms:
-- ``NoFeedback`` ("none"): the baseline; every point is the identity.
+Mechanisms (each a ``Mechanism``, whose points are all the identity):
+- ``NoFeedback`` ("none"): the baseline; overrides nothing.
 - ``LRT`` ("lrt"): gated recurrent K/V projection (shared or per layer) and residual injection
   ``alpha_l * x + gamma_l * m`` (LRT paper and its public code). Each layer's injections read the
   memory through their own hook point, ``mechanism.hook_read.{l}``, so an intervention can reach
@@ -26,7 +26,6 @@ Mechanisms:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import torch
@@ -34,12 +33,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import ModelConfig
+from .functional import norm, uniform_init_
 from .hooks import HookPoint
-
-
-def norm(x: torch.Tensor) -> torch.Tensor:
-    """RMSNorm without learnable parameters."""
-    return F.rms_norm(x, (x.size(-1),))
 
 
 @dataclass
@@ -65,15 +60,9 @@ class Feedback:
         return self.memo["masked"]
 
 
-def uniform_init_(weight: torch.Tensor) -> None:
-    """nanochat's matrix init: uniform with the variance of N(0, 1/fan_in)."""
-    bound = math.sqrt(3.0) / math.sqrt(weight.size(1))
-    with torch.no_grad():
-        weight.uniform_(-bound, bound)
-
-
-class NoFeedback(nn.Module):
-    """The baseline: reads the top state (so schedules can report it) and consumes nothing."""
+class Mechanism(nn.Module):
+    """What the backbone calls at its points: reads the top state (``source_layer`` -1, so schedules can
+    report it) and every point is the identity; a mechanism overrides the points it uses."""
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
@@ -93,7 +82,11 @@ class NoFeedback(nn.Module):
         return k, v, None
 
 
-class LRT(NoFeedback):
+class NoFeedback(Mechanism):
+    """The baseline ("none"): a mechanism that consumes no memory, every point left the identity."""
+
+
+class LRT(Mechanism):
     """Latent Recurrent Transformer memory: gated K/V projection plus residual injection."""
 
     def __init__(self, config: ModelConfig) -> None:
@@ -203,7 +196,7 @@ class _LookedUp:
     hooked: list[bool]  # whether a hook listens at hook_read.{l}
 
 
-class FBT(NoFeedback):
+class FBT(Mechanism):
     """Full-Bandwidth Transformer latent feedback: GLU fusion of the top state with the token."""
 
     def __init__(self, config: ModelConfig) -> None:
@@ -228,8 +221,8 @@ class FBT(NoFeedback):
         return torch.where(feedback.mask.unsqueeze(-1), fused, embedded)
 
 
-MECHANISM_CLASSES: dict[str, type[NoFeedback]] = {"none": NoFeedback, "lrt": LRT, "fbt": FBT}
+MECHANISM_CLASSES: dict[str, type[Mechanism]] = {"none": NoFeedback, "lrt": LRT, "fbt": FBT}
 
 
-def build_mechanism(config: ModelConfig) -> NoFeedback:
+def build_mechanism(config: ModelConfig) -> Mechanism:
     return MECHANISM_CLASSES[config.mechanism](config)

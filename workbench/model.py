@@ -33,36 +33,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import ModelConfig
+from .functional import apply_rotary, norm, rotary, uniform_init_
 from .hooks import HookPoint, name_hook_points
 from .kv_cache import KVCache, KVStore, Mask, StaticKVCache
-from .mechanisms import Feedback, NoFeedback, build_mechanism, norm, uniform_init_
+from .mechanisms import Feedback, Mechanism, build_mechanism
 from .validation import check_tokens
 
 # The LRT paper's d20 baseline (arXiv 2605.26797): its reported size, which includes value
 # embeddings our lean backbone does not carry. Used only to restate the paper's overhead ratio.
 PAPER_D20_BASELINE_PARAMS = 1.3e9
-
-
-def rotary(positions: torch.Tensor, head_dim: int, base: float,
-           dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """Tables for ``apply_rotary`` at absolute positions: ``cos`` (T, hd) and ``sin`` (T, hd) with the
-    sign of the rotation folded into its first half."""
-    work = torch.float64 if dtype == torch.float64 else torch.float32
-    inv_freq = base ** (-torch.arange(0, head_dim, 2, device=positions.device, dtype=work) / head_dim)
-    angles = positions.to(work)[:, None] * inv_freq[None, :]
-    cos, sin = angles.cos(), angles.sin()
-    return torch.cat([cos, cos], dim=-1).to(dtype), torch.cat([sin, -sin], dim=-1).to(dtype)
-
-
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate the pairs (x1, x2) formed by the two halves of the head dimension; x is (B, T, H, hd).
-
-    ``(x1, x2) -> (x1 cos + x2 sin, x2 cos - x1 sin)``, written as ``x * cos + swap(x) * sin``; the
-    halves are swapped by ``roll`` (one copy, and a roll back in the backward, where a ``cat`` of two
-    slices costs two zero-filled buffers).
-    """
-    swapped = x.roll(x.size(-1) // 2, dims=-1)
-    return x * cos[None, :, None, :] + swapped * sin[None, :, None, :]
 
 
 def resolve_positions(idx: torch.Tensor, positions: torch.Tensor | None) -> torch.Tensor:
@@ -83,7 +62,7 @@ class Context:
     cos: torch.Tensor
     sin: torch.Tensor
     feedback: Feedback
-    mechanism: NoFeedback
+    mechanism: Mechanism
     kv: KVStore | None  # where this forward's keys/values go and come from; None = causal over the chunk
 
 
