@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 from workbench import experiments as E
 from workbench.checkpoint import load_checkpoint, load_metrics
@@ -73,6 +74,34 @@ def test_a_failed_gate_replaces_the_verdict(tmp_path, monkeypatch, threshold, ex
     text = E.write_results_md()
     assert (tmp_path / "RESULTS.md").read_text() == text
     assert "| learned |" in text and ("**fail**" in text) == (threshold > 1) and outcome.verdict in text
+
+
+def test_parallel_jobs_train_the_same_runs(tmp_path, monkeypatch):
+    """reproduce(jobs=2) trains the stale runs in worker processes; the result is the serial one."""
+    def build(scale: float) -> list[E.RunSpec]:
+        return [E.RunSpec(f"run_s{seed}", E.config("running_sum", E.SMALL_MODEL, 3, seed, {"p": 5, "length": 8}),
+                          eval_size=16) for seed in (0, 1)]
+
+    def analyze(ctx: E.Context) -> E.Outcome:
+        import matplotlib.pyplot as plt
+
+        losses = [float(ctx.per_example[n]["nats"].mean()) for n in sorted(ctx.per_example)]
+        return E.Outcome(pd.DataFrame({"loss": losses}), plt.figure(), " ".join(f"{x:.6f}" for x in losses),
+                         "reproduces", {"runs": len(losses)})
+
+    recipe = E.Recipe("pair", "a claim", "a setting", build, analyze, gates=(E.Gate("runs", "runs", ">=", 2),),
+                      rule="a rule", chance="0")
+    monkeypatch.setitem(E.RECIPES, "pair", recipe)
+    torch.set_num_threads(1)
+    serial = E.reproduce("pair", root=tmp_path / "a", scratch=tmp_path / "ra")
+    parallel = E.reproduce("pair", root=tmp_path / "b", scratch=tmp_path / "rb", jobs=2)
+    assert parallel.verdict == serial.verdict == "reproduces"
+    assert np.allclose([float(x) for x in parallel.number.split()], [float(x) for x in serial.number.split()],
+                       rtol=1e-5)
+    summary = json.loads((tmp_path / "b" / "pair" / "summary.json").read_text())
+    assert summary["jobs"] == 2 and summary["train_wall_minutes"] > 0
+    with pytest.raises(ValueError, match="jobs"):
+        E.reproduce("pair", root=tmp_path / "c", jobs=0)
 
 
 def test_gate_checks_its_arguments():

@@ -237,7 +237,8 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     names = list(experiments.RECIPES) if args.name == "all" else [args.name]
     for name in names:
-        outcome = experiments.reproduce(name, root=args.out, scale=args.scale, force=args.force, scratch=args.scratch)
+        outcome = experiments.reproduce(name, root=args.out, scale=args.scale, force=args.force, scratch=args.scratch,
+                                        jobs=args.jobs)
         print(f"{name}: {outcome.verdict} -- {outcome.number}")
     if args.name == "all" or args.results:
         experiments.write_results_md(args.out, args.results)
@@ -373,6 +374,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--results", default=None, help="write RESULTS.md here (default: beside --out, only for 'all')")
     p.add_argument("--threads", type=_positive_int, default=1,
                    help="torch threads (default 1: these models are small; run two recipes side by side instead)")
+    p.add_argument("--jobs", type=_positive_int, default=1,
+                   help="train this many stale runs at a time, in worker processes of one thread each (2 on 2 cores)")
     p.set_defaults(func=_cmd_reproduce)
 
     p = sub.add_parser("bench", help="benchmarks as ratios measured in one run")
