@@ -92,8 +92,9 @@ class ProbeTask(Task):
         self.tokenizer = TOKENIZERS[tokenizer]()
         self.params = {"scratch_updates": list(choices) if mixed else scratch_updates, "loss_on": loss_on}
         # only non-default options join params, so existing configs and checkpoints keep their params
-        self.params.update({k: v for k, v, default in (("label_at", label_at, "colon"), ("tokenizer", tokenizer, "ascii"),
-                                                       ("scratch_draw", scratch_draw, "group")) if v != default})
+        options = (("label_at", label_at, "colon"), ("tokenizer", tokenizer, "ascii"),
+                   ("scratch_draw", scratch_draw, "group"))
+        self.params.update({k: v for k, v, default in options if v != default})
 
     def _draw(self, rng: np.random.Generator) -> int:
         return int(self.scratch_choices[rng.integers(len(self.scratch_choices))])
