@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
+import torch.nn.functional as F
 
 from workbench import functional, mechanisms, model
 from workbench.config import ModelConfig
@@ -25,3 +27,22 @@ def test_every_mechanism_is_a_mechanism_and_none_is_the_identity():
     feedback = Feedback(torch.randn(2, 3, 16))
     assert none.fuse_input(x, feedback) is x and none.inject_residual(0, x, feedback) is x
     assert none.inject_kv(1, x, k, k, feedback) == (k, k, None)
+
+
+@pytest.mark.parametrize("fn, reference", [
+    (functional.norm, lambda x: F.rms_norm(x, (x.size(-1),))),
+    (functional.relu_squared, lambda h: F.relu(h).square()),
+])
+def test_hand_derived_backwards_are_exact(fn, reference):
+    """float64 gradcheck and gradgradcheck (the analyses take vjps of vjps), and in float32 the forward is
+    PyTorch's own bit for bit and the gradient the composite's to rounding (ReLU^2's bit for bit)."""
+    x = torch.randn(2, 3, 8, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(fn, (x,)) and torch.autograd.gradgradcheck(fn, (x,))
+    x32 = torch.randn(4, 16, 64, requires_grad=True)
+    g = torch.randn(4, 16, 64)
+    y, want = fn(x32), reference(x32)
+    assert torch.equal(y, want)
+    (got_grad,), (want_grad,) = torch.autograd.grad(y, x32, g), torch.autograd.grad(want, x32, g)
+    torch.testing.assert_close(got_grad, want_grad, rtol=1e-5, atol=1e-6)
+    with torch.no_grad():  # inference calls PyTorch directly
+        assert torch.equal(fn(x32), want)

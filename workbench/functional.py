@@ -2,10 +2,17 @@
 
 - ``norm``: RMSNorm without learnable parameters (every normed state: block inputs, QK-norm, the
   memory, the readout's input);
+- ``relu_squared`` (the MLP's activation) and ``softcap`` (the logits' cap);
 - ``rotary`` / ``apply_rotary``: rotary position embeddings at absolute positions;
 - ``uniform_init_``: nanochat's matrix init.
 
 They live below both ``model`` and ``mechanisms`` so that neither borrows the other's helpers.
+
+``norm``, ``relu_squared`` and ``softcap`` differentiate through hand-derived backwards (autograd
+``Function``s) when a gradient is wanted: autograd through their composite ops allocates a fresh
+activation-sized buffer per elementwise op, and on a CPU a fresh large buffer costs more than the
+arithmetic (page faults). The hand-written ones allocate once and work in place. Their forwards are
+the very ops PyTorch runs (bitwise the same values), and without a gradient they call PyTorch directly.
 """
 
 from __future__ import annotations
@@ -16,9 +23,74 @@ import torch
 import torch.nn.functional as F
 
 
+def _wants_grad(x: torch.Tensor) -> bool:
+    """Whether autograd will differentiate through ``x`` here (only then is a hand-derived backward used)."""
+    return x.requires_grad and torch.is_grad_enabled()
+
+
+class _RMSNorm(torch.autograd.Function):
+    """``y = x * rstd``, ``rstd = (mean(x^2) + eps)^-1/2``; backward ``rstd * (g - y * mean(g * y))``.
+
+    The forward is ``F.rms_norm``'s own op sequence for float32/float64 (bitwise its result), keeping
+    ``rstd``; it is an output, so the backward is itself differentiable (the analyses take vjps of vjps)."""
+
+    @staticmethod
+    def forward(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        rstd = x.pow(2).mean(-1, keepdim=True).add_(torch.finfo(x.dtype).eps).rsqrt()
+        return x * rstd, rstd
+
+    @staticmethod
+    def setup_context(ctx, inputs: tuple[torch.Tensor], output: tuple[torch.Tensor, torch.Tensor]) -> None:
+        ctx.save_for_backward(*output)
+        ctx.set_materialize_grads(False)
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor | None, g_rstd: torch.Tensor | None) -> torch.Tensor | None:
+        y, rstd = ctx.saved_tensors
+        dx = None
+        if g is not None:
+            along = (g * y).mean(-1, keepdim=True)
+            if torch.is_grad_enabled():  # this backward is differentiated in turn: nothing in place
+                dx = (g - y * along) * rstd
+            else:  # the same values, one buffer
+                dx = (y * along).neg_().add_(g).mul_(rstd)
+        if g_rstd is not None:  # d rstd / dx = -rstd^2 y / D
+            d_rstd = y * (g_rstd * rstd * rstd / -y.size(-1))
+            dx = d_rstd if dx is None else dx + d_rstd
+        return dx
+
+
 def norm(x: torch.Tensor) -> torch.Tensor:
     """RMSNorm without learnable parameters."""
+    if _wants_grad(x) and x.dtype in (torch.float32, torch.float64):
+        return _RMSNorm.apply(x)[0]
     return F.rms_norm(x, (x.size(-1),))
+
+
+class _ReluSquared(torch.autograd.Function):
+    """``y = relu(h)^2``; backward ``2 relu(h) g`` (zero where ``h <= 0``, so no separate mask)."""
+
+    @staticmethod
+    def forward(h: torch.Tensor) -> torch.Tensor:
+        return torch.relu(h).square_()
+
+    @staticmethod
+    def setup_context(ctx, inputs: tuple[torch.Tensor], output: torch.Tensor) -> None:
+        (h,) = inputs
+        ctx.save_for_backward(h)
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor) -> torch.Tensor:
+        (h,) = ctx.saved_tensors
+        r = torch.relu(h)
+        if torch.is_grad_enabled():  # this backward is differentiated in turn: nothing in place
+            return 2.0 * r * g
+        return r.mul_(g).mul_(2.0)
+
+
+def relu_squared(h: torch.Tensor) -> torch.Tensor:
+    """The MLP's activation ``relu(h)^2``; without a gradient, in place (no second (B, T, 4D) buffer)."""
+    return _ReluSquared.apply(h) if _wants_grad(h) else F.relu(h, inplace=True).square()
 
 
 def rotary(positions: torch.Tensor, head_dim: int, base: float,

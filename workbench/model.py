@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import ModelConfig
-from .functional import apply_rotary, norm, rotary, uniform_init_
+from .functional import apply_rotary, norm, relu_squared, rotary, uniform_init_
 from .hooks import HookPoint, name_hook_points
 from .kv_cache import KVCache, KVStore, Mask, StaticKVCache
 from .mechanisms import Feedback, Mechanism, build_mechanism
@@ -156,8 +156,7 @@ class MLP(nn.Module):
         self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # in place: the matmul's output is needed by nothing else, so ReLU allocates no second (B, T, 4D) buffer
-        return self.c_proj(F.relu(self.c_fc(x), inplace=True).square())
+        return self.c_proj(relu_squared(self.c_fc(x)))
 
 
 class Block(nn.Module):
