@@ -2,13 +2,13 @@
 
 - ``norm``: RMSNorm without learnable parameters (every normed state: block inputs, QK-norm, the
   memory, the readout's input);
-- ``relu_squared`` (the MLP's activation) and ``softcap`` (the logits' cap);
+- ``relu_squared``: the MLP's activation;
 - ``rotary`` / ``apply_rotary``: rotary position embeddings at absolute positions;
 - ``uniform_init_``: nanochat's matrix init.
 
 They live below both ``model`` and ``mechanisms`` so that neither borrows the other's helpers.
 
-``norm``, ``relu_squared`` and ``softcap`` differentiate through hand-derived backwards (autograd
+``norm`` and ``relu_squared`` differentiate through hand-derived backwards (autograd
 ``Function``s) when a gradient is wanted: autograd through their composite ops allocates a fresh
 activation-sized buffer per elementwise op, and on a CPU a fresh large buffer costs more than the
 arithmetic (page faults). The hand-written ones allocate once and work in place. Their forwards are
@@ -109,10 +109,11 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
 
     ``(x1, x2) -> (x1 cos + x2 sin, x2 cos - x1 sin)``, written as ``x * cos + swap(x) * sin``; the
     halves are swapped by ``roll`` (one copy, and a roll back in the backward, where a ``cat`` of two
-    slices costs two zero-filled buffers).
+    slices costs two zero-filled buffers); the products are summed in place, into buffers no backward
+    reads (a fresh activation-sized buffer costs more than the arithmetic on a CPU).
     """
     swapped = x.roll(x.size(-1) // 2, dims=-1)
-    return x * cos[None, :, None, :] + swapped * sin[None, :, None, :]
+    return (x * cos[None, :, None, :]).add_(swapped.mul_(sin[None, :, None, :]))
 
 
 def uniform_init_(weight: torch.Tensor) -> None:
