@@ -35,6 +35,7 @@ from .. import schedules
 from ..hooks import hooks as attach_hooks
 from ..metrics import mean_token_loss
 from ..model import GPT, eval_mode
+from ..train_config import TrainConfig
 from ..validation import check_tokens
 from .cache import run_with_cache
 
@@ -200,17 +201,17 @@ def final_estimate_history(history: pd.DataFrame, train_config: Mapping[str, Any
     missing = [c for c in needed if c not in history.columns]
     if missing:
         raise ValueError(f"history needs columns {needed}; missing {missing}")
-    schedule = train_config.get("schedule")
-    if schedule not in schedules.SCHEDULES:
-        raise ValueError(f"train_config['schedule']={schedule!r} is invalid: must be one of {schedules.SCHEDULES}")
+    name = train_config.get("schedule")
+    if name not in schedules.SCHEDULES:
+        raise ValueError(f"train_config['schedule']={name!r} is invalid: must be one of {schedules.SCHEDULES}")
+    schedule = TrainConfig.from_dict(dict(train_config)).schedule_value()
     out = history.assign(objective=history["loss"])
-    if schedule == "multipass":
+    if isinstance(schedule, (schedules.Multipass, schedules.PassMix)):
         passes = history["passes"].astype(int).to_numpy()
         table = history[[f"loss_pass{k}" for k in range(1, passes.max() + 1)]].to_numpy(dtype=float)
         out["loss"] = table[np.arange(len(history)), passes - 1]
-    elif schedule == "interleaved":
-        subsets = int(train_config.get("subsets", 2))
-        refined = history[[f"loss_pass{k}" for k in range(2, subsets + 2)]].mean(axis=1)
+    elif isinstance(schedule, schedules.Interleaved):
+        refined = history[[f"loss_pass{k}" for k in range(2, schedule.subsets + 2)]].mean(axis=1)
         out["loss"] = refined.fillna(history["loss_pass1"])  # steps trained single-pass (feedback_start)
     else:
         out["loss"] = history["loss_pass1"]
