@@ -70,7 +70,7 @@ def test_text_model_gate_holds_on_a_fresh_sample():
     spec = next(s for s in recipe.build(1.0) if s.name == "text_fbt")
     task = tasks.get("text", **recipe.TEXT_TASK)
     batch = task.sample(64, FRESH_SEED, "val")
-    per_example = per_example_metrics(load_run(recipe.RECIPE.name, "text_fbt"), batch, **spec.eval_schedule)
+    per_example = per_example_metrics(load_run(recipe.RECIPE.name, "text_fbt"), batch, spec.eval_schedule)
     margin = recorded["unigram"] - float(per_example["nats"].sum() / per_example["targets"].sum())
     assert np.isfinite(margin)
     if recorded["passed"]:

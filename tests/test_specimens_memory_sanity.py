@@ -22,7 +22,7 @@ def test_each_sanity_specimen_learned_and_uses_its_memory():
     gate = {g.name: g for g in recipe.RECIPE.gates}["sequential learned"]
     for spec in recipe.build(1.0):
         model = load_run(recipe.RECIPE.name, spec.name)
-        exact = per_example_metrics(model, batch, **spec.eval_schedule)["accuracy"].mean()
+        exact = per_example_metrics(model, batch, spec.eval_schedule)["accuracy"].mean()
         without = per_example_metrics(model, batch)["accuracy"].mean()
         assert gate.check(exact - task.chance_accuracy()).passed, (spec.name, exact)
         assert exact - without > gate.threshold, (spec.name, exact, without)

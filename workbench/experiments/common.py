@@ -22,7 +22,7 @@ LRT_MODEL = {**SMALL_MODEL, "mechanism": "lrt", "lrt_gamma_init": 0.1}
 FBT_MODEL = {**SMALL_MODEL, "mechanism": "fbt"}
 FBT_MIX = {1: 0.75, 2: 0.22, 3: 0.03}
 RUNNING_SUM = {"p": 5, "length": 32}
-EXACT = {"schedule": "sequential"}
+EXACT = schedules.Sequential()
 LEARNED_MARGIN = 0.10  # an arm "learned" a running_sum when its accuracy is this far above the chance floor
 
 

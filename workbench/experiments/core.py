@@ -19,7 +19,7 @@ from typing import Any
 
 import pandas as pd
 
-from .. import tasks
+from .. import schedules, tasks
 from ..model import GPT
 from ..train import TrainConfig
 
@@ -71,8 +71,12 @@ class RunSpec:
 
     name: str  # directory under checkpoints/RECIPE/
     train: TrainConfig
-    eval_schedule: dict[str, Any] = field(default_factory=lambda: {"schedule": "single"})
+    # the schedule the recorded metric is measured under: a Schedule value (its JSON form is parsed once, here)
+    eval_schedule: schedules.Schedule = field(default_factory=schedules.Single)
     eval_size: int = 256
+
+    def __post_init__(self) -> None:
+        self.eval_schedule = schedules.parse(self.eval_schedule)
 
     def eval_batch(self) -> tasks.Batch:
         return tasks.get(self.train.task, **self.train.task_params).sample(self.eval_size, EVAL_SEED, "val")

@@ -20,11 +20,11 @@ from typing import Any
 import pandas as pd
 from tqdm.auto import tqdm
 
-from .. import tasks
+from .. import schedules, tasks
 from .._version import __version__
 from ..checkpoint import load_checkpoint, load_config, load_metrics, save_checkpoint, write_json_atomic
 from ..evaluation import per_example_metrics, summarize
-from ..model import GPT
+from ..model import GPT, build_model
 from ..train import TrainConfig, train
 from .core import EVAL_SEED, Context, Outcome, RunSpec, apply_gates
 from .recipes import RECIPES
@@ -40,14 +40,17 @@ def _up_to_date(path: Path, spec: RunSpec) -> bool:
     except (TypeError, ValueError):
         return False
     as_json = json.loads(json.dumps(spec.train.trajectory_dict()))  # tuples in the spec are lists once stored
-    return (json.loads(json.dumps(trained)) == as_json and stored.get("eval_schedule") ==
-            spec.eval_schedule and stored.get("package_version") == __version__
-            and stored.get("eval_size") == spec.eval_size)
+    try:  # as values: the stored JSON form of the same schedule reads as the same run
+        same_eval = schedules.parse(stored.get("eval_schedule", {})) == spec.eval_schedule
+    except (TypeError, ValueError):
+        return False
+    return (json.loads(json.dumps(trained)) == as_json and same_eval
+            and stored.get("package_version") == __version__ and stored.get("eval_size") == spec.eval_size)
 
 
 def evaluate_run(model: GPT, spec: RunSpec) -> pd.DataFrame:
     """The recorded evaluation of a run: per-example metrics on its fixed held-out batch."""
-    return per_example_metrics(model, spec.eval_batch(), **spec.eval_schedule)
+    return per_example_metrics(model, spec.eval_batch(), spec.eval_schedule)
 
 
 def reference_metrics(model: GPT, spec: RunSpec) -> dict[str, float]:
@@ -108,7 +111,7 @@ def train_run(spec: RunSpec, path: Path, scratch: Path, force: bool = False) -> 
     task = tasks.get(spec.train.task, **spec.train.task_params)
     metrics = {"eval": summarize(per_example, getattr(task, "bytes_per_token", 1.0)),
                "eval_float64": reference_metrics(result.model, spec),
-               "eval_schedule": spec.eval_schedule, "eval_size": spec.eval_size, "eval_seed": EVAL_SEED,
+               "eval_schedule": spec.eval_schedule.to_dict(), "eval_size": spec.eval_size, "eval_seed": EVAL_SEED,
                "train": result.metrics, "train_config": spec.train.trajectory_dict(), "package_version": __version__,
                "recipe": path.parent.name, "run": spec.name, "seed": spec.train.seed}
     save_checkpoint(result.model, path, metrics=metrics,
@@ -127,6 +130,15 @@ def _train_in_worker(spec: RunSpec, path: Path, scratch: Path, force: bool, thre
     return spec.name
 
 
+def _training_flops(spec: RunSpec) -> float:
+    """A run's training FLOPs by the trainer's own accounting, at its task's longest length (an estimate
+    for ordering runs, not a budget)."""
+    cfg = spec.train
+    task = tasks.get(cfg.task, **cfg.task_params)
+    model = build_model(cfg.model_config(task.vocab_size, task.seq_len), device="meta")
+    return cfg.schedule_value().flops(model, cfg.batch_size, task.seq_len) * cfg.steps
+
+
 def _train_parallel(runs: dict[str, RunSpec], out: Path, scratch: Path, force: bool, jobs: int) -> None:
     """Train the stale runs of a recipe ``jobs`` at a time, one torch thread each: small models use
     one core well, so two runs side by side on two cores finish in about half the wall time of
@@ -138,6 +150,7 @@ def _train_parallel(runs: dict[str, RunSpec], out: Path, scratch: Path, force: b
              if force or not (_up_to_date(out / s.name, s) and (out / s.name / EVAL_FILE).is_file())]
     if not stale:
         return
+    stale.sort(key=_training_flops, reverse=True)  # longest first: the last run to start is a short one
     with ProcessPoolExecutor(min(jobs, len(stale)), mp_context=multiprocessing.get_context("spawn")) as pool:
         for done in tqdm([pool.submit(_train_in_worker, s, out / s.name, scratch, force, 1) for s in stale],
                          desc="parallel runs", leave=False):

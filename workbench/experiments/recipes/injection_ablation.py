@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ...evaluation import hierarchical_difference, verdict
+from ...schedules import Single
 from ..common import (
     EXACT,
     LEARNED_MARGIN,
@@ -33,7 +34,7 @@ def build(scale: float) -> list[RunSpec]:
                                                      RUNNING_SUM, schedule="interleaved", subsets=2), EXACT))
         # the control: the same parameters and gates, trained and evaluated with no memory at all
         specs.append((f"control_s{seed}", config("running_sum", LRT_MODEL, 1, seed, RUNNING_SUM),
-                      {"schedule": "single"}))
+                      Single()))
     return budget_runs("inject_", specs, 300, scale)
 
 

@@ -92,11 +92,9 @@ def arm_runs(ctx: Context, arms: tuple[str, ...]) -> dict[str, list[str]]:
     return {arm: sorted(n for n in ctx.runs if n.startswith(f"text_{arm}_s")) for arm in arms}
 
 
-def own_schedule(spec: RunSpec) -> dict[str, Any]:
-    """The evaluation keywords of a run's own training schedule."""
-    cfg = spec.train
-    options = {"interleaved": {"subsets": cfg.subsets}, "blockwise": {"block": cfg.block}}.get(cfg.schedule, {})
-    return {"schedule": cfg.schedule, **options}
+def own_schedule(spec: RunSpec) -> schedules.Schedule:
+    """A run's own training schedule, the one its own-schedule evaluation runs."""
+    return spec.train.schedule_value()
 
 
 def add_bpb(frame: pd.DataFrame) -> pd.DataFrame:
@@ -126,7 +124,7 @@ def both_ways(ctx: Context, arms: dict[str, list[str]]) -> tuple[pd.DataFrame, d
     for arm, names in arms.items():
         if not arm.startswith("lrt"):
             continue
-        own = [add_bpb(per_example_metrics(ctx.models[n], ctx.runs[n].eval_batch(), **own_schedule(ctx.runs[n])))
+        own = [add_bpb(per_example_metrics(ctx.models[n], ctx.runs[n].eval_batch(), own_schedule(ctx.runs[n])))
                ["bpb"].to_numpy() for n in names]
         exact = per_seed(ctx, names, "bpb")
         mismatch[arm] = hierarchical_difference(exact, own)

@@ -23,6 +23,7 @@ import pandas as pd
 from ... import tasks
 from ...analysis.traces import compare_regimes, line_distribution, summarize_traces, trace_lengths, training_traces
 from ...evaluation import MIN_SEEDS
+from ...schedules import Multipass
 from ..common import FBT_MIX, SMALL_MODEL, config, describe, steps
 from ..core import EVAL_SEED, Context, Gate, Outcome, Recipe, RunSpec
 
@@ -44,7 +45,7 @@ def build(scale: float) -> list[RunSpec]:
     fbt = [RunSpec(f"fbt_s{seed}", config("arith_cot", FBT, steps(TRAIN_STEPS, scale), seed, TASK,
                                            schedule="multipass", pass_mix=FBT_MIX, passes=3, feedback_start=0.3,
                                            prefix_mixin=0.5),
-                   {"schedule": "multipass", "passes": 2}) for seed in SEEDS]
+                   Multipass(2)) for seed in SEEDS]
     return fbt + [RunSpec(f"baseline_s{seed}", config("arith_cot", BASELINE, steps(TRAIN_STEPS, scale), seed, TASK))
                   for seed in BASELINE_SEEDS]
 
