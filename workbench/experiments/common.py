@@ -1,7 +1,7 @@
 """Shared pieces of the recipes: model shapes, run configs at matched compute, arm comparisons.
 
 Runs compared "at matched compute" get their step counts from the trainer's own FLOP accounting
-(``schedules.schedule_flops``): an interleaved run (2 passes of work per step) gets half the steps
+(``step_flops``, over ``Schedule.flops``): an interleaved run (2 passes of work per step) gets half the steps
 of a single-pass baseline, a 3-pass run a third. Comparisons between arms use
 ``evaluation.hierarchical_difference``: seeds, then examples, so an interval carries seed variance.
 """
@@ -30,12 +30,18 @@ def steps(base: int, scale: float) -> int:
     return max(2, int(round(base * scale)))
 
 
-def matched_steps(cfg: TrainConfig, budget_flops: float) -> int:
-    """Optimiser steps of ``cfg`` that spend ``budget_flops`` under the trainer's own accounting."""
+def step_flops(cfg: TrainConfig, schedule: schedules.Schedule | None = None) -> float:
+    """Training FLOPs of one optimiser step of ``cfg`` under the trainer's accounting, at its task's longest
+    length, under ``schedule`` (default: the run's own; a pass mix costs its expected passes): the one
+    step-cost function budgets, orderings and compute tables use."""
     task = tasks.get(cfg.task, **cfg.task_params)
     model = build_model(cfg.model_config(task.vocab_size, task.seq_len), device="meta")
-    per_step = schedules.schedule_flops(model, cfg.schedule, cfg.batch_size, task.seq_len, cfg.passes, cfg.subsets)
-    return max(2, int(budget_flops // per_step))
+    return (schedule or cfg.schedule_value()).flops(model, cfg.batch_size, task.seq_len)
+
+
+def matched_steps(cfg: TrainConfig, budget_flops: float) -> int:
+    """Optimiser steps of ``cfg`` that spend ``budget_flops`` under the trainer's own accounting."""
+    return max(2, int(budget_flops // step_flops(cfg)))
 
 
 def config(task: str, model: dict, n_steps: int, seed: int, task_params: dict | None = None, **kw) -> TrainConfig:
@@ -50,9 +56,7 @@ def budget_runs(prefix: str, specs: list[tuple[str, TrainConfig, dict]], base_st
     first config); a reference outside ``specs`` lets two recipes give a shared arm the same budget."""
     first = (specs[0][1] if reference is None else reference).replace(schedule="single", pass_mix=None,
                                                                       steps=steps(base_steps, scale))
-    task = tasks.get(first.task, **first.task_params)
-    model = build_model(first.model_config(task.vocab_size, task.seq_len), device="meta")
-    budget = schedules.schedule_flops(model, "single", first.batch_size, task.seq_len) * first.steps
+    budget = step_flops(first) * first.steps
     return [RunSpec(f"{prefix}{name}", cfg.replace(steps=matched_steps(cfg, budget)), ev)
             for name, cfg, ev in specs]
 

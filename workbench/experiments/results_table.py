@@ -17,7 +17,7 @@ runs compared "at matched compute" spent the same training FLOPs, up to one opti
 - ``recipe_tables(recipe)``: the tables a recipe wrote, by name (``results``, ``pass_dynamics``, ...);
 - ``per_example(recipe, run)``: a run's evaluation per held-out example (what verdicts resample);
 - ``run_compute(recipe)``: per run, schedule, steps, recorded FLOPs, the passes they amount to, and
-  one step's FLOPs recomputed with ``schedules.schedule_flops``;
+  one step's FLOPs recomputed with ``experiments.common.step_flops``;
 - ``compute_matching(compute, by)``: per group of runs meant to share a budget, the FLOP spread
   against the largest single step.
 """
@@ -30,9 +30,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .. import schedules, tasks
-from ..model import build_model
+from .. import schedules
 from ..train_config import TrainConfig
+from .common import step_flops
 from .recipes import RECIPES
 from .runner import ensure
 from .store import EVAL_FILE, checkpoints_root, load_results, run_metrics
@@ -130,13 +130,10 @@ def _step_flops(cfg: TrainConfig) -> tuple[float, float]:
     """One optimiser step of ``cfg`` under the trainer's accounting: (one plain pass, the configured
     schedule); the second is NaN when the work varies per step (a pass mix, or plain steps before
     ``feedback_start``)."""
-    task = tasks.get(cfg.task, **cfg.task_params)
-    model = build_model(cfg.model_config(task.vocab_size, task.seq_len), device="meta")
-    plain = schedules.schedule_flops(model, "single", cfg.batch_size, task.seq_len)
+    plain = step_flops(cfg, schedules.Single())
     if cfg.pass_mix is not None or cfg.feedback_start > 0:
         return plain, float("nan")
-    return plain, schedules.schedule_flops(model, cfg.schedule, cfg.batch_size, task.seq_len, cfg.passes,
-                                           cfg.subsets)
+    return plain, step_flops(cfg)
 
 
 def run_compute(recipe: str, runs: Sequence[str] | None = None) -> pd.DataFrame:
@@ -146,7 +143,7 @@ def run_compute(recipe: str, runs: Sequence[str] | None = None) -> pd.DataFrame:
     ``pass_flops`` is one plain forward + backward of a batch and ``mean_passes = flops / (steps *
     pass_flops)`` the full passes a step cost on average (``schedules.pass_equivalents`` for a fixed
     schedule; between 1 and the most passes for a pass mix). ``flops_per_step`` is one step of the
-    configured schedule recomputed with ``schedules.schedule_flops`` (NaN where the work varies
+    configured schedule recomputed with ``common.step_flops`` (NaN where the work varies
     per step), so ``expected_flops = steps * flops_per_step`` checks the recorded count.
     ``runs``: default every run directory of the recipe.
     """

@@ -24,8 +24,9 @@ from .. import schedules, tasks
 from .._version import __version__
 from ..checkpoint import load_checkpoint, load_config, load_metrics, save_checkpoint, write_json_atomic
 from ..evaluation import per_example_metrics, summarize
-from ..model import GPT, build_model
+from ..model import GPT
 from ..train import TrainConfig, train
+from .common import step_flops
 from .core import EVAL_SEED, Context, Outcome, RunSpec, apply_gates
 from .recipes import RECIPES
 from .store import EVAL_FILE, FULL_ENV, checkpoints_root, scratch_root
@@ -133,10 +134,7 @@ def _train_in_worker(spec: RunSpec, path: Path, scratch: Path, force: bool, thre
 def _training_flops(spec: RunSpec) -> float:
     """A run's training FLOPs by the trainer's own accounting, at its task's longest length (an estimate
     for ordering runs, not a budget)."""
-    cfg = spec.train
-    task = tasks.get(cfg.task, **cfg.task_params)
-    model = build_model(cfg.model_config(task.vocab_size, task.seq_len), device="meta")
-    return cfg.schedule_value().flops(model, cfg.batch_size, task.seq_len) * cfg.steps
+    return step_flops(spec.train) * spec.train.steps
 
 
 def _train_parallel(runs: dict[str, RunSpec], out: Path, scratch: Path, force: bool, jobs: int) -> None:
