@@ -76,8 +76,8 @@ def _model(mechanism: str, n_layer: int, n_embd: int, vocab: int, seq_len: int, 
     return build_model(cfg)
 
 
-def train_step_fn(model: GPT, batch: int, seq_len: int, schedule: str = "single", compile: bool = False,
-                  **schedule_kw) -> Callable[[], None]:
+def train_step_fn(model: GPT, batch: int, seq_len: int, schedule: schedules.Schedule | None = None,
+                  compile: bool = False) -> Callable[[], None]:
     """One forward + backward + AdamW step under a schedule, on random tokens (``compile``: as the trainer's)."""
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
@@ -87,7 +87,7 @@ def train_step_fn(model: GPT, batch: int, seq_len: int, schedule: str = "single"
 
     def step() -> None:
         opt.zero_grad(set_to_none=True)
-        run(model, idx, schedule, **schedule_kw).loss(targets).backward()
+        run(model, idx, schedule or schedules.Single()).loss(targets).backward()
         opt.step()
 
     return step
@@ -181,29 +181,31 @@ def run_benchmarks(quick: bool = False, threads: int = 2, nanogpt: str | os.Path
     fbt = _model("fbt", 4, 128, vocab, T)
 
     def train(name: str, model: GPT, reference: str | None = None, target: float | None = None,
-              schedule: str = "single", compile: bool = False, **kw) -> Row:
-        flops = schedules.schedule_flops(model, schedule, batch, T, **kw)
-        return Row(name, train_step_fn(model, batch, T, schedule, compile, **kw), reference, target, flops=flops)
+              schedule: schedules.Schedule | None = None, compile: bool = False) -> Row:
+        schedule = schedule or schedules.Single()
+        flops = schedule.flops(model, batch, T)
+        return Row(name, train_step_fn(model, batch, T, schedule, compile), reference, target, flops=flops)
+
+    S2, S4 = schedules.Interleaved(2), schedules.Interleaved(4)
+    P2, P3 = schedules.Multipass(2), schedules.Multipass(3)
 
     matmul = f"float32 matmul {MATMUL_SIZE}^3 (the peak for util)"
     train_rows = [
         Row(matmul, matmul_fn(), unit="matmul", flops=2.0 * MATMUL_SIZE ** 3),
         train(base, small),
         train("train step 6x256 baseline", wide, base),
-        train("train step 4x128 LRT interleaved S=2", lrt, base, 2.2, "interleaved", subsets=2),
-        train("train step 4x128 LRT interleaved S=4", lrt, base, None, "interleaved", subsets=4),
-        train("train step 4x128 FBT 2-pass", fbt, base, 2.1, "multipass", passes=2),
-        train("train step 4x128 FBT 3-pass", fbt, base, 3.1, "multipass", passes=3),
+        train("train step 4x128 LRT interleaved S=2", lrt, base, 2.2, S2),
+        train("train step 4x128 LRT interleaved S=4", lrt, base, None, S4),
+        train("train step 4x128 FBT 2-pass", fbt, base, 2.1, P2),
+        train("train step 4x128 FBT 3-pass", fbt, base, 3.1, P3),
     ]
     if not quick:  # the same steps as TrainConfig(compile=True) runs them (the warm-up compiles, ~1 min each)
         train_rows += [
             train(f"{base} compiled", small, base, compile=True),
-            train("train step 4x128 LRT interleaved S=2 compiled", lrt, f"{base} compiled", 2.2, "interleaved", True,
-                  subsets=2),
-            train("train step 4x128 LRT interleaved S=4 compiled", lrt, f"{base} compiled", None, "interleaved",
-                  True, subsets=4),
-            train("train step 4x128 FBT 2-pass compiled", fbt, f"{base} compiled", 2.1, "multipass", True, passes=2),
-            train("train step 4x128 FBT 3-pass compiled", fbt, f"{base} compiled", 3.1, "multipass", True, passes=3),
+            train("train step 4x128 LRT interleaved S=2 compiled", lrt, f"{base} compiled", 2.2, S2, True),
+            train("train step 4x128 LRT interleaved S=4 compiled", lrt, f"{base} compiled", None, S4, True),
+            train("train step 4x128 FBT 2-pass compiled", fbt, f"{base} compiled", 2.1, P2, True),
+            train("train step 4x128 FBT 3-pass compiled", fbt, f"{base} compiled", 3.1, P3, True),
         ]
     if nanogpt is not None:  # nanoGPT's step beside ours, timed in the same rounds
         module = load_nanogpt(nanogpt)
