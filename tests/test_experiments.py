@@ -104,6 +104,24 @@ def test_parallel_jobs_train_the_same_runs(tmp_path, monkeypatch):
         E.reproduce("pair", root=tmp_path / "c", jobs=0)
 
 
+def test_a_changed_spec_retrains_over_its_outdated_scratch_run(tmp_path, monkeypatch):
+    """The scratch run directory of a spec that changed since (more steps) is replaced, not resumed: the
+    trainer would refuse a config that differs."""
+    def recipe(n_steps: int) -> E.Recipe:
+        def build(scale: float) -> list[E.RunSpec]:
+            return [E.RunSpec("run_s0", E.config("running_sum", E.SMALL_MODEL, n_steps, 0, {"p": 5, "length": 8}),
+                              eval_size=16)]
+
+        tiny = _tiny_recipe(-1.0)
+        return E.Recipe("tiny", tiny.claim, tiny.setting, build, tiny.analyze, gates=tiny.gates, rule=tiny.rule,
+                        chance=tiny.chance)
+
+    for n_steps in (2, 3):
+        monkeypatch.setitem(E.RECIPES, "tiny", recipe(n_steps))
+        E.reproduce("tiny", root=tmp_path / "ck", scratch=tmp_path / "runs")
+        assert load_metrics(tmp_path / "ck" / "tiny" / "run_s0")["train"]["step"] == n_steps
+
+
 def test_gate_checks_its_arguments():
     gate = E.Gate("g", "q", "<", 0.0)
     assert gate.check(-1).passed and not gate.check(0).passed and not gate.check(float("nan")).passed

@@ -25,6 +25,7 @@ from .._version import __version__
 from ..checkpoint import load_checkpoint, load_config, load_metrics, save_checkpoint, write_json_atomic
 from ..evaluation import per_example_metrics, summarize
 from ..model import GPT
+from ..run_dir import CONFIG_FILE
 from ..train import TrainConfig, train
 from .common import step_flops
 from .core import EVAL_SEED, Context, Outcome, RunSpec, apply_gates
@@ -98,15 +99,27 @@ def _copy_shared(spec: RunSpec, path: Path) -> bool:
     return False
 
 
+def _same_run(run_dir: Path, cfg: TrainConfig) -> bool:
+    """Does the scratch run directory hold (the start of) this very run? A spec whose steps, model or data
+    changed since leaves an outdated run there, which must not be resumed (and cannot be: the trainer
+    refuses a config that differs)."""
+    try:
+        stored = TrainConfig.from_dict(json.loads((run_dir / CONFIG_FILE).read_text())).trajectory_dict()
+    except (OSError, TypeError, ValueError):
+        return False
+    return json.loads(json.dumps(stored)) == json.loads(json.dumps(cfg.trajectory_dict()))
+
+
 def train_run(spec: RunSpec, path: Path, scratch: Path, force: bool = False) -> tuple[GPT, pd.DataFrame]:
     """Train (or reuse, when up to date, here or in another recipe) one run; save its slim checkpoint,
     metrics, history and evaluation."""
     if not force and (_up_to_date(path, spec) or _copy_shared(spec, path)) and (path / EVAL_FILE).is_file():
         return load_checkpoint(path), pd.read_csv(path / EVAL_FILE)
     run_dir = scratch / path.parent.name / path.name
-    if force and run_dir.exists():
-        shutil.rmtree(run_dir)
-    cfg = spec.train.replace(out_dir=str(run_dir), resume=(run_dir / "checkpoint").is_dir())
+    cfg = spec.train.replace(out_dir=str(run_dir))
+    if run_dir.exists() and (force or not _same_run(run_dir, cfg)):
+        shutil.rmtree(run_dir)  # the runner's own scratch, of a run this spec no longer describes
+    cfg = cfg.replace(resume=(run_dir / "checkpoint").is_dir())
     result = train(cfg)
     per_example = evaluate_run(result.model, spec)
     task = tasks.get(spec.train.task, **spec.train.task_params)
