@@ -32,12 +32,18 @@ from tqdm.auto import tqdm
 
 from ... import tasks
 from ...evaluation import hierarchical_difference
+from ...schedules import Multipass
 from ..common import FBT_MIX, config, steps
 from ..core import Context, Gate, Outcome, Recipe, RunSpec, apply_gates
 
 # One layer: the feedback is the only way a position sees its predecessor's top state, so a model
 # that uses it must show pass 2 beating pass 1 (a deeper model can route around it).
 MODEL = {"n_layer": 1, "n_head": 2, "n_embd": 64, "mechanism": "fbt"}
+# The cross (beyond the paper): an LRT of the same shape trained under the same multipass mix and measured the
+# same way; it reads as its own row, never in the FBT rule or gates.
+LRT_MODEL = {"n_layer": 1, "n_head": 2, "n_embd": 64, "mechanism": "lrt", "lrt_gamma_init": 0.1,
+             "lrt_kv_init": "uniform"}
+CROSS_MIX = "75_22_3"
 MIXES = {"1pass": {1: 1.0}, "75_25": {1: 0.75, 2: 0.25}, "75_22_3": FBT_MIX}
 FEEDBACK_MIXES = ("75_25", "75_22_3")  # the two arms the decision rule compares
 FEEDBACK_START = 0.2  # progressive schedule: the first 20 % of steps single-pass, then the mix
@@ -54,24 +60,37 @@ TEXT_UNIGRAM_MARGIN = 0.3  # nats/byte every text model must sit below the unigr
 
 
 def mix_runs(prefix: str, task: str, task_params: dict, n_steps: int, seeds: dict[str, tuple[int, ...]],
-             aux_weight: float = 1.0) -> list[RunSpec]:
+             aux_weight: float = 1.0, model: dict | None = None) -> list[RunSpec]:
     """One run per (mix, seed) in ``seeds``: the progressive schedule, jitter (the model's default), prefix mix-in."""
     runs = []
     for name, mix_seeds in seeds.items():
         mix = MIXES[name]
         for seed in mix_seeds:
             feedback = len(mix) > 1
-            cfg = config(task, MODEL, n_steps, seed, task_params, schedule="multipass", pass_mix=mix,
+            cfg = config(task, model or MODEL, n_steps, seed, task_params, schedule="multipass", pass_mix=mix,
                          passes=max(mix), feedback_start=FEEDBACK_START if feedback else 0.0,
                          prefix_mixin=PREFIX_MIXIN if feedback else 0.0, aux_weight=aux_weight
                          ).replace(batch_size=BATCH)
             suffix = f"_s{seed}" if len(mix_seeds) > 1 else ""
-            runs.append(RunSpec(f"{prefix}{name}{suffix}", cfg, {"schedule": "multipass", "passes": 2}))
+            runs.append(RunSpec(f"{prefix}{name}{suffix}", cfg, Multipass(2)))
     return runs
 
 
+def cross_run(prefix: str, task: str, task_params: dict, n_steps: int, aux_weight: float = 1.0) -> RunSpec:
+    """The LRT cross: the FBT recipe's ``CROSS_MIX`` schedule, on an LRT of the same shape."""
+    spec = mix_runs(prefix, task, task_params, n_steps, {CROSS_MIX: (0,)}, aux_weight, LRT_MODEL)[0]
+    return RunSpec(f"{prefix}lrt_{CROSS_MIX}", spec.train, spec.eval_schedule)
+
+
+def is_fbt(spec: RunSpec) -> bool:
+    return spec.train.model.get("mechanism") == "fbt"
+
+
+SEEDS = (0, 1)  # per mix: the rule's interval is over seeds, then examples
+
+
 def build(scale: float) -> list[RunSpec]:
-    return mix_runs("mix_", "text", TEXT, steps(100, scale), {m: (0,) for m in MIXES})
+    return mix_runs("mix_", "text", TEXT, steps(100, scale), {m: SEEDS for m in MIXES})
 
 
 
@@ -164,12 +183,13 @@ def analyze_mixes(ctx: Context, setting: Setting) -> Outcome:
     frames, rows, sens, decoded, per_seed_rise = {}, [], [], [], {m: [] for m in FEEDBACK_MIXES}
     for name, model in tqdm(ctx.models.items(), desc="pass dynamics", leave=False):
         spec, mix = ctx.runs[name], mix_of(ctx.runs[name])
+        mechanism = spec.train.model.get("mechanism", "none")
         dyn = pass_dynamics(model, idx, passes=passes, targets=claim, from_position=W, keep_examples=True)
         frames[name] = dyn
         by_pass = dyn.set_index("pass")
         examples = np.asarray(by_pass["example_loss"].tolist())  # (passes, B)
         late = examples[LATE_PASS - 1:].mean(0)
-        if mix in per_seed_rise:
+        if mix in per_seed_rise and is_fbt(spec):
             per_seed_rise[mix].append(late - examples[1])
         held = pass_losses(model, batch.tokens, targets, 2).mean(1)  # the gates: the whole held-out batch
         early, late_delta, flat = plateau(by_pass["delta"])
@@ -178,7 +198,8 @@ def analyze_mixes(ctx: Context, setting: Setting) -> Outcome:
         states = decoding_states(model, idx[:DECODE_EXAMPLES, :setting.prompt_len(batch)], DECODE_TOKENS)
         decoded.append(states.assign(run=name))
         written = states[states["generated"]]
-        rows.append({"run": name, "mix": mix, "seed": spec.train.seed, "setting": setting.name, "T": T,
+        rows.append({"run": name, "mechanism": mechanism, "mix": mix, "seed": spec.train.seed,
+                     "setting": setting.name, "T": T, "late_rise": float((late - examples[1]).mean()),
                      "from_position": W, "passes": passes, "trained_depth": max(MIXES[mix]),
                      "heldout_loss_pass1": float(held[0]), "heldout_loss_pass2": float(held[1]),
                      **{f"loss_pass{k}": float(by_pass.loc[k, "loss"]) for k in (1, 2, 3, LATE_PASS)},
@@ -200,9 +221,10 @@ def analyze_mixes(ctx: Context, setting: Setting) -> Outcome:
     pd.concat(sens, ignore_index=True).to_csv(ctx.out / "sensitivity.csv", index=False)
     pd.concat(decoded, ignore_index=True).to_csv(ctx.out / "decoding.csv", index=False)
     rises = {m: rise_interval(per_seed_rise[m], i) for i, m in enumerate(FEEDBACK_MIXES)}
-    verdict = decide(rises, table.loc[table["mix"] == "75_22_3", "plateau"].tolist())
+    fbt = table[table["mechanism"] == "fbt"]
+    verdict = decide(rises, fbt.loc[fbt["mix"] == "75_22_3", "plateau"].tolist())
     gates = {"positions exact by causality": float(table["exact_by_causality"].max())}
-    for mix, group in table.groupby("mix", sort=False):
+    for mix, group in fbt.groupby("mix", sort=False):
         if mix in FEEDBACK_MIXES:
             gates[f"{mix} uses feedback"] = float((group["heldout_loss_pass2"] - group["heldout_loss_pass1"]).max())
         if mix in setting.gated_mixes:
@@ -211,6 +233,11 @@ def analyze_mixes(ctx: Context, setting: Setting) -> Outcome:
             gates[f"{mix} below {setting.baseline_name}"] = setting.baseline - float(best.max())
     number = "; ".join(f"{m}: late-pass loss - pass-2 loss {r['mean']:+.4f} [{r['low']:+.4f}, {r['high']:+.4f}, "
                        f"{r['seeds']} seeds]" for m, r in rises.items())
+    for r in table[table["mechanism"] == "lrt"].itertuples():  # the cross: reported, never in the rule
+        uses = r.heldout_loss_pass2 - r.heldout_loss_pass1
+        number += (f"; cross, LRT under {r.mix} (exploratory): pass 2 - pass 1 {uses:+.4f} nats "
+                   f"({'uses' if uses < 0 else 'does not use'} its feedback), late-pass rise {r.late_rise:+.4f}, "
+                   f"{'plateau' if r.plateau else 'no plateau'}")
     shown = apply_gates(ctx.recipe, gates, verdict)[1]  # the runner applies them again; the title must say it
     title = (f"{setting.name}: T = {T}, passes 1..{passes}, every quantity over positions t >= {W} "
              f"(none exact by causality); trained at <= 1 / 2 / 3 passes\nverdict: {shown}")
