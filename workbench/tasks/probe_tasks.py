@@ -207,7 +207,7 @@ class MultiRegister(ProbeTask):
     name = "multi_register"
     label_names = ["0", "1"]
     REGISTERS = (1, 2, 4, 8)
-    WRITES = (2, 4, 8)
+    WRITES = (1, 2, 4, 8)  # 1: no "latest" to find, only which line writes the queried register
     WRITE_LINE = len("r0 = 1\n")
 
     def __init__(self, registers: int = 2, writes: int = 2, scratch_updates: int | Sequence[int] = 8,
