@@ -28,8 +28,8 @@ def per_example_metrics(model: GPT, batch: Batch, schedule: str | schedules.Sche
     hits), ``loss`` (mean nats per target), ``accuracy``, ``answer_correct`` (every target right).
 
     ``schedule``: a ``Schedule`` value (what ``RunSpec.eval_schedule`` holds), or a name with its keyword
-    arguments (the CLI form), parsed once. Runs in eval mode (no FBT jitter) and restores the caller's mode; ``batch_size``
-    bounds memory.
+    arguments (the CLI form), parsed once. Runs in eval mode (no FBT jitter) and restores the caller's mode;
+    ``batch_size`` bounds memory.
     """
     value = schedules.parse(schedule, **schedule_kw)
     rows = []
