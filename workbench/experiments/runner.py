@@ -33,21 +33,34 @@ from .recipes import RECIPES
 from .store import EVAL_FILE, FULL_ENV, checkpoints_root, scratch_root
 
 
+def _same_trajectory(stored: Any, cfg: TrainConfig) -> bool:
+    """Does a stored train config describe the run ``cfg`` describes? Read through TrainConfig, so a field
+    added since (at its default) leaves a stored run the same; compared as JSON, since tuples in a spec
+    are lists once stored."""
+    if not isinstance(stored, dict):
+        return False
+    try:
+        trained = TrainConfig.from_dict(stored).trajectory_dict()
+    except (TypeError, ValueError):
+        return False
+    return json.loads(json.dumps(trained)) == json.loads(json.dumps(cfg.trajectory_dict()))
+
+
 def _up_to_date(path: Path, spec: RunSpec) -> bool:
     if not (path / "metrics.json").is_file():
         return False
     stored = load_metrics(path)
-    try:  # through TrainConfig, so a field added since (at its default) leaves a stored run up to date
-        trained = TrainConfig.from_dict(stored.get("train_config", {})).trajectory_dict()
-    except (TypeError, ValueError):
-        return False
-    as_json = json.loads(json.dumps(spec.train.trajectory_dict()))  # tuples in the spec are lists once stored
     try:  # as values: the stored JSON form of the same schedule reads as the same run
         same_eval = schedules.parse(stored.get("eval_schedule", {})) == spec.eval_schedule
     except (TypeError, ValueError):
         return False
-    return (json.loads(json.dumps(trained)) == as_json and same_eval
+    return (_same_trajectory(stored.get("train_config", {}), spec.train) and same_eval
             and stored.get("package_version") == __version__ and stored.get("eval_size") == spec.eval_size)
+
+
+def _reusable(path: Path, spec: RunSpec) -> bool:
+    """A saved run of this very spec, with its recorded evaluation."""
+    return _up_to_date(path, spec) and (path / EVAL_FILE).is_file()
 
 
 def evaluate_run(model: GPT, spec: RunSpec) -> pd.DataFrame:
@@ -99,26 +112,16 @@ def _copy_shared(spec: RunSpec, path: Path) -> bool:
     return False
 
 
-def _same_run(run_dir: Path, cfg: TrainConfig) -> bool:
-    """Does the scratch run directory hold (the start of) this very run? A spec whose steps, model or data
-    changed since leaves an outdated run there, which must not be resumed (and cannot be: the trainer
-    refuses a config that differs)."""
-    try:
-        stored = TrainConfig.from_dict(json.loads((run_dir / CONFIG_FILE).read_text())).trajectory_dict()
-    except (OSError, TypeError, ValueError):
-        return False
-    return json.loads(json.dumps(stored)) == json.loads(json.dumps(cfg.trajectory_dict()))
-
-
 def train_run(spec: RunSpec, path: Path, scratch: Path, force: bool = False) -> tuple[GPT, pd.DataFrame]:
     """Train (or reuse, when up to date, here or in another recipe) one run; save its slim checkpoint,
     metrics, history and evaluation."""
-    if not force and (_up_to_date(path, spec) or _copy_shared(spec, path)) and (path / EVAL_FILE).is_file():
+    if not force and (_reusable(path, spec) or _copy_shared(spec, path)):  # a copy brings its evaluation
         return load_checkpoint(path), pd.read_csv(path / EVAL_FILE)
     run_dir = scratch / path.parent.name / path.name
     cfg = spec.train.replace(out_dir=str(run_dir))
-    if run_dir.exists() and (force or not _same_run(run_dir, cfg)):
-        shutil.rmtree(run_dir)  # the runner's own scratch, of a run this spec no longer describes
+    # the runner's own scratch, of a run this spec no longer describes (the trainer refuses to resume it)
+    if run_dir.exists() and (force or not _same_trajectory(_read_json_or_none(run_dir / CONFIG_FILE), cfg)):
+        shutil.rmtree(run_dir)
     cfg = cfg.replace(resume=(run_dir / "checkpoint").is_dir())
     result = train(cfg)
     per_example = evaluate_run(result.model, spec)
@@ -135,11 +138,19 @@ def train_run(spec: RunSpec, path: Path, scratch: Path, force: bool = False) -> 
     return result.model, per_example
 
 
-def _train_in_worker(spec: RunSpec, path: Path, scratch: Path, force: bool, threads: int) -> str:
-    """One stale run trained in a worker process (``reproduce(jobs=...)``); the parent loads what it saved."""
+def _read_json_or_none(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _train_in_worker(spec: RunSpec, path: Path, scratch: Path, force: bool) -> str:
+    """One stale run trained in a worker process of one torch thread (``reproduce(jobs=...)``); the parent
+    loads what it saved."""
     import torch
 
-    torch.set_num_threads(threads)
+    torch.set_num_threads(1)
     train_run(spec, path, scratch, force)
     return spec.name
 
@@ -157,13 +168,12 @@ def _train_parallel(runs: dict[str, RunSpec], out: Path, scratch: Path, force: b
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    stale = [s for s in runs.values()
-             if force or not (_up_to_date(out / s.name, s) and (out / s.name / EVAL_FILE).is_file())]
+    stale = [s for s in runs.values() if force or not _reusable(out / s.name, s)]
     if not stale:
         return
     stale.sort(key=_training_flops, reverse=True)  # longest first: the last run to start is a short one
     with ProcessPoolExecutor(min(jobs, len(stale)), mp_context=multiprocessing.get_context("spawn")) as pool:
-        for done in tqdm([pool.submit(_train_in_worker, s, out / s.name, scratch, force, 1) for s in stale],
+        for done in tqdm([pool.submit(_train_in_worker, s, out / s.name, scratch, force) for s in stale],
                          desc="parallel runs", leave=False):
             done.result()
 
