@@ -27,25 +27,38 @@ from tqdm.auto import tqdm
 from ... import tasks
 from ...analysis.probes import answer_correct, probe_layers, random_init_model, upper_bound
 from ...model import GPT
+from ...schedules import Interleaved, Multipass, Single
 from ..common import FBT_MIX, config, steps
 from ..core import EVAL_SEED, Context, Gate, GateResult, Outcome, Recipe, RunSpec
 
 PROBE_TASKS = ("completion_tracking", "delayed_memory", "multi_register")
 SCRATCH = (0, 8, 32)  # probed lengths, each with its own gate; the models train on all three at once
-# ... except multi_register, trained on 0 and 8 only: every batch is padded to its longest length, and
-# 32 lines triple a step's cost, which the 30-minute budget on 2 shared cores could not pay for a third task.
-# Its 32-line specimens are still gated (and reported as missing the gate if they do).
-TRAIN_SCRATCH = {"completion_tracking": SCRATCH, "delayed_memory": SCRATCH, "multi_register": (0, 8)}
+# Every batch holds one scratch length, drawn per batch (scratch_draw="batch"), and is padded only to
+# its own length: a step costs what its length costs, so the 32-line contexts are affordable for all
+# three tasks (drawn per group, nearly every batch would have been padded to 32 lines).
+TRAIN_TASK = {"scratch_updates": list(SCRATCH), "scratch_draw": "batch"}
 CONDITIONS = ("standard", "suffix1", "suffix2", "suffix4", "sequential")
 MODEL = {"n_layer": 4, "n_head": 2, "n_embd": 64}  # 4 layers: 5 residual depths for the profile
-ARM_MODELS = {"baseline": {**MODEL, "tie_embeddings": True}, "fbt": {**MODEL, "mechanism": "fbt"}}
-ARM_TRAINING = {"baseline": {}, "fbt": {"schedule": "multipass", "pass_mix": FBT_MIX, "passes": 2,
-                                        "feedback_start": 0.2, "prefix_mixin": 0.5}}  # FBT's 75/22/3 recipe
-ARM_STEPS = {"baseline": 200, "fbt": 220}
+# FBT needs width: at 4x64 and 4x96 it did not learn completion_tracking in 800 steps (answer accuracy 0.77 / 0.84
+# under a plain pass, below chance after a recurrent step) where 4x128 did; 120 keeps the recipe's weights
+# under 15 MB.
+FBT_MODEL = {"n_layer": 4, "n_head": 4, "n_embd": 120, "mechanism": "fbt"}
+LRT = {"mechanism": "lrt", "lrt_gamma_init": 0.1, "lrt_kv_init": "uniform"}  # the LRT reference treatment
+ARM_MODELS = {"baseline": {**MODEL, "tie_embeddings": True}, "fbt": FBT_MODEL, "lrt": {**MODEL, **LRT}}
+ARM_TRAINING = {"baseline": {},
+                "fbt": {"schedule": "multipass", "pass_mix": FBT_MIX, "passes": 2, "feedback_start": 0.2,
+                        "prefix_mixin": 0.5},  # FBT's 75/22/3 recipe
+                "lrt": {"schedule": "interleaved", "subsets": 2, "lrt_gamma_lr": 0.5,
+                        "lrt_alpha_lr": 0.005}}  # LRT's own training (the paper's interleaved passes)
+ARMS = tuple(ARM_MODELS)
+FEEDBACK_ARMS = ("fbt", "lrt")
+ARM_STEPS = {"baseline": 600, "fbt": 1200, "lrt": 600}
 # The condition each arm's gate is measured under: the one its verdict reads (a baseline has no memory,
 # so every condition is the plain pass for it).
-GATE_CONDITION = {"baseline": "standard", "fbt": "suffix1"}
-ANSWER_CONDITIONS = {"baseline": ("standard",), "fbt": ("standard", "suffix1", "multipass2", "sequential")}
+GATE_CONDITION = {"baseline": "standard", "fbt": "suffix1", "lrt": "suffix1"}
+ANSWER_CONDITIONS = {"baseline": ("standard",), "fbt": ("standard", "suffix1", "multipass2", "sequential"),
+                     "lrt": ("standard", "suffix1", "multipass2", "sequential")}
+TEXT_MODEL = {"n_layer": 4, "n_head": 2, "n_embd": 64, "mechanism": "fbt"}  # the paper's setting: text only
 TEXT_TASK = {"seq_len": 160}  # covers the 0- and 8-scratch prompts (<= 144 bytes); 32 lines would need 456
 TEXT_SCRATCH = (0, 8)
 TEXT_STEPS = 200
@@ -62,9 +75,10 @@ FAILS = 0.8  # (a): a suffix-1 interval wholly below this does not reproduce
 RULE = (f"(a) the paper's claim: reproduces when every gated FBT specimen's layer-0 probe accuracy after one "
         f"recurrent step (suffix1) is >= {LIFT} while standard prefill stays within {NEAR_MAJORITY} of the majority "
         f"rate; does not reproduce when a gated FBT specimen's suffix1 layer-0 95 % interval (group bootstrap) lies "
-        f"below {FAILS}; inconclusive otherwise. (b) ours: per task and scratch length, the trained FBT specimen "
-        f"against its untrained twin at suffix1, layer 0: the lift is 'architectural' when the twin's accuracy "
-        f"interval lies more than {NEAR_MAJORITY} above majority, 'learned' when the trained - twin interval lies "
+        f"below {FAILS}; inconclusive otherwise. (b) ours: per task and scratch length, each trained FBT (and, "
+        f"beyond the paper, LRT) specimen against its untrained twin at suffix1, layer 0: the lift is "
+        f"'architectural' when the twin's accuracy interval lies more than {NEAR_MAJORITY} above majority, "
+        f"'learned' when the trained - twin interval lies "
         f"above 0, 'both' when both hold, 'none' when neither. A specimen is gated by held-out answer accuracy "
         f">= {COMPETENT} at its scratch length under the condition it is probed in; one that misses is never "
         f"probed. The text arm is probed only when its held-out loss is >= {TEXT_MARGIN} nats/byte below unigram.")
@@ -94,13 +108,16 @@ TEXT_GATE = Gate("text_fbt below unigram", "unigram loss - held-out loss (nats/b
                  TEXT_MARGIN)
 
 
+# each arm's recorded evaluation: its training's schedule
+EVAL_SCHEDULE = {"baseline": Single(), "fbt": Multipass(2), "lrt": Interleaved(2)}
+
+
 def build(scale: float) -> list[RunSpec]:
-    runs = [RunSpec(run_name(task, arm), config(task, ARM_MODELS[arm], steps(ARM_STEPS[arm], scale), 0,
-                                                {"scratch_updates": list(TRAIN_SCRATCH[task])}, **ARM_TRAINING[arm]),
-                    {"schedule": "multipass", "passes": 2} if arm == "fbt" else {"schedule": "single"})
-            for task in PROBE_TASKS for arm in ARM_MODELS]
-    runs.append(RunSpec("text_fbt", config("text", ARM_MODELS["fbt"], steps(TEXT_STEPS, scale), 0, TEXT_TASK,
-                                           **ARM_TRAINING["fbt"]), {"schedule": "multipass", "passes": 2}))
+    runs = [RunSpec(run_name(task, arm), config(task, ARM_MODELS[arm], steps(ARM_STEPS[arm], scale), 0, TRAIN_TASK,
+                                                **ARM_TRAINING[arm]), EVAL_SCHEDULE[arm])
+            for task in PROBE_TASKS for arm in ARMS]
+    runs.append(RunSpec("text_fbt", config("text", TEXT_MODEL, steps(TEXT_STEPS, scale), 0, TEXT_TASK,
+                                           **ARM_TRAINING["fbt"]), EVAL_SCHEDULE["fbt"]))
     return runs
 
 
@@ -147,7 +164,7 @@ def claim_verdict(rows: pd.DataFrame) -> str:
 def specimens(ctx: Context, n: int = GATE_N) -> pd.DataFrame:
     """One row per (task, arm, scratch length): answer accuracy under each condition, and the gate."""
     rows = []
-    for task, arm, scratch in tqdm([(t, a, s) for t in PROBE_TASKS for a in ARM_MODELS for s in SCRATCH],
+    for task, arm, scratch in tqdm([(t, a, s) for t in PROBE_TASKS for a in ARMS for s in SCRATCH],
                                    desc="gates", leave=False):
         answers = answer_accuracies(ctx.models[run_name(task, arm)], task, arm, scratch, n=n)
         gate = specimen_gate(task, arm, scratch).check(answers[GATE_CONDITION[arm]])
@@ -195,21 +212,19 @@ def analyze(ctx: Context) -> Outcome:
     results = probes(ctx, table, text_gate.passed, max(64, int(PROBE_N * min(1.0, ctx.scale))))
     trained0 = results[(results["model"] == "trained") & (results["layer"] == 0)]
     fbt0 = trained0[trained0["arm"] == "fbt"]
-    lifts = {f"{r['task']} s{r['scratch_updates']}": lift_source(r)
-             for _, r in fbt0[fbt0["condition"] == "suffix1"].iterrows()}
-    text0 = trained0[trained0["arm"] == "text fbt"]
-    text_lifts = {f"text s{r['scratch_updates']}": lift_source(r)
-                  for _, r in text0[text0["condition"] == "suffix1"].iterrows()}
+    lifts = {arm: {f"{prefix or r['task']} s{r['scratch_updates']}": lift_source(r)
+                   for _, r in trained0[(trained0["arm"] == name) & (trained0["condition"] == "suffix1")].iterrows()}
+             for arm, name, prefix in (("fbt", "fbt", None), ("lrt", "lrt", None), ("text", "text fbt", "text"))}
     fbt_gated = table[table["arm"] == "fbt"]["gated"]
     gate_values = {GATED_FBT: float(fbt_gated.sum())}
     verdict = (f"{claim_verdict(fbt0)} (over the {int(fbt_gated.sum())} of {len(fbt_gated)} FBT specimens that "
                "passed their gate)")
     figure = (layer0_comparison(trained0.assign(model=trained0["arm"])) if not trained0.empty
               else specimen_gates(table, COMPETENT))
-    return Outcome(results, figure, _number(table, fbt0, lifts, text_gate, text_lifts, text0), verdict, gate_values,
+    return Outcome(results, figure, _number(table, trained0, lifts, text_gate), verdict, gate_values,
                    chance="the majority label of each task (balanced by construction: 0.5), and the untrained twin",
-                   extra={"specimens": json.loads(table.to_json(orient="records")), "lift_source": lifts,
-                          "text_lift_source": text_lifts,
+                   extra={"specimens": json.loads(table.to_json(orient="records")), "lift_source": lifts["fbt"],
+                          "lrt_lift_source": lifts["lrt"], "text_lift_source": lifts["text"],
                           "text_gate": {"name": text_gate.gate.name, "value": text_gate.value,
                                         "passed": text_gate.passed, "unigram": unigram, "loss": text_loss}})
 
@@ -223,20 +238,22 @@ def _lift(rows: pd.DataFrame, label: str, lift: str) -> str:
             f"upper bound {s1['upper_bound']:.3f}, lift {lift}")
 
 
-def _number(specimens: pd.DataFrame, fbt0: pd.DataFrame, lifts: dict[str, str], text_gate: GateResult,
-            text_lifts: dict[str, str], text0: pd.DataFrame) -> str:
+def _number(specimens: pd.DataFrame, trained0: pd.DataFrame, lifts: dict[str, dict[str, str]],
+            text_gate: GateResult) -> str:
     parts = []
-    for r in specimens[specimens["arm"] == "fbt"].itertuples():
-        key = f"{r.task} s{r.scratch_updates}"
+    for r in specimens[specimens["arm"].isin(FEEDBACK_ARMS)].itertuples():
+        key, arm = f"{r.task} s{r.scratch_updates}", r.arm.upper()
         if not r.gated:
-            parts.append(f"{key}: FBT missed its gate (answer accuracy {r.gate_value:.3f} < {COMPETENT})")
+            parts.append(f"{arm} {key}: missed its gate (answer accuracy {r.gate_value:.3f} < {COMPETENT})")
             continue
-        rows = fbt0[(fbt0["task"] == r.task) & (fbt0["scratch_updates"] == r.scratch_updates)]
-        parts.append(_lift(rows, key, lifts[key])
+        rows = trained0[(trained0["arm"] == r.arm) & (trained0["task"] == r.task)
+                        & (trained0["scratch_updates"] == r.scratch_updates)]
+        parts.append(_lift(rows, f"{arm} {key}", lifts[r.arm][key])
                      + ("" if r.exact_ok else f"; exact answer accuracy {r.answer_sequential:.3f}: unfit for SOFT"))
     if text_gate.passed:
+        text0 = trained0[trained0["arm"] == "text fbt"]
         parts += [_lift(text0[text0["scratch_updates"] == s], f"text FBT on delayed_memory s{s}",
-                        text_lifts[f"text s{s}"]) for s in TEXT_SCRATCH]
+                        lifts["text"][f"text s{s}"]) for s in TEXT_SCRATCH]
     else:
         parts.append(f"text FBT not probed: {text_gate.describe()}")
     return "; ".join(parts)
@@ -246,11 +263,12 @@ RECIPE = Recipe(
     "layer0_probes",
     "Under standard prefill the label is near chance at layer 0; one recurrent step lifts it to 99.6 % "
     "(completion tracking) and 100 % (delayed memory) (FBT, arXiv 2608.08888, appendix F).",
-    f"Baseline and FBT {MODEL['n_layer']}x{MODEL['n_embd']} per appendix-F task, trained on 0/8/32 scratch lines "
-    f"at once (multi_register: 0/8), each length gated; probes at the label-predicting position, every depth, "
-    f"{PROBE_N} examples, "
-    "grouped 4-fold CV, control task, untrained twin, fed-back upper bound; a byte-level FBT text model as a "
-    "second arm.",
+    f"Baseline {MODEL['n_layer']}x{MODEL['n_embd']}, FBT {FBT_MODEL['n_layer']}x{FBT_MODEL['n_embd']} (75/22/3 from "
+    f"20 %) and LRT {MODEL['n_layer']}x{MODEL['n_embd']} (interleaved) per appendix-F task, {ARM_STEPS['baseline']} / "
+    f"{ARM_STEPS['fbt']} / {ARM_STEPS['lrt']} steps of 32, trained on 0/8/32 scratch "
+    f"lines (one length per batch), each length gated; probes at the label-predicting position, every depth, "
+    f"{PROBE_N} examples, grouped 4-fold CV, control task, untrained twin, fed-back upper bound; a byte-level FBT "
+    "text model (never trained on the tasks) as a second arm.",
     build, analyze,
     gates=(Gate(GATED_FBT, f"FBT specimens (task x scratch length) whose held-out answer accuracy under suffix1 "
                            f"is >= {COMPETENT}; rule (a) reads these; each specimen's own gate is in specimens.csv",
