@@ -100,6 +100,11 @@ def test_parallel_jobs_train_the_same_runs(tmp_path, monkeypatch):
                        rtol=1e-5)
     summary = json.loads((tmp_path / "b" / "pair" / "summary.json").read_text())
     assert summary["jobs"] == 2 and summary["train_wall_minutes"] > 0
+    assert summary["trained_runs"] == ["run_s0", "run_s1"]
+    E.reproduce("pair", root=tmp_path / "b", scratch=tmp_path / "rb")  # nothing stale: analysis only
+    again = json.loads((tmp_path / "b" / "pair" / "summary.json").read_text())
+    assert {k: again[k] for k in ("jobs", "train_wall_minutes", "trained_runs")} == \
+        {k: summary[k] for k in ("jobs", "train_wall_minutes", "trained_runs")}  # the training's wall clock, kept
     with pytest.raises(ValueError, match="jobs"):
         E.reproduce("pair", root=tmp_path / "c", jobs=0)
 

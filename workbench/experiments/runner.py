@@ -161,17 +161,16 @@ def _training_flops(spec: RunSpec) -> float:
     return step_flops(spec.train) * spec.train.steps
 
 
-def _train_parallel(runs: dict[str, RunSpec], out: Path, scratch: Path, force: bool, jobs: int) -> None:
-    """Train the stale runs of a recipe ``jobs`` at a time, one torch thread each: small models use
+def _train_parallel(stale: list[RunSpec], out: Path, scratch: Path, force: bool, jobs: int) -> None:
+    """Train a recipe's stale runs ``jobs`` at a time, one torch thread each: small models use
     one core well, so two runs side by side on two cores finish in about half the wall time of
     running them one after the other at two threads."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    stale = [s for s in runs.values() if force or not _reusable(out / s.name, s)]
     if not stale:
         return
-    stale.sort(key=_training_flops, reverse=True)  # longest first: the last run to start is a short one
+    stale = sorted(stale, key=_training_flops, reverse=True)  # longest first: the last run to start is a short one
     with ProcessPoolExecutor(min(jobs, len(stale)), mp_context=multiprocessing.get_context("spawn")) as pool:
         for done in tqdm([pool.submit(_train_in_worker, s, out / s.name, scratch, force) for s in stale],
                          desc="parallel runs", leave=False):
@@ -202,9 +201,10 @@ def reproduce(name: str, root: str | Path | None = None, scale: float = 1.0, for
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     runs = {spec.name: spec for spec in recipe.build(scale)}
+    stale = [spec for spec in runs.values() if force or not _reusable(out / spec.name, spec)]
     models, per_example = {}, {}
     if jobs > 1:
-        _train_parallel(runs, out, scratch, force, jobs)
+        _train_parallel(stale, out, scratch, force, jobs)
         force = False  # the workers retrained what force asked for
     for n, spec in tqdm(runs.items(), desc=name, leave=False):
         models[n], per_example[n] = train_run(spec, out / n, scratch, force)
@@ -214,13 +214,17 @@ def reproduce(name: str, root: str | Path | None = None, scale: float = 1.0, for
     outcome.table.to_csv(out / "results.csv", index=False)
     outcome.figure.savefig(out / "results.png", dpi=110, bbox_inches="tight")
     train_seconds = sum(load_metrics(out / n)["train"]["seconds"] for n in runs)
+    # the wall clock of the invocation that trained (a rerun that only analyses keeps the last one's)
+    wall = ({"jobs": jobs, "train_wall_minutes": trained / 60, "trained_runs": sorted(s.name for s in stale)}
+            if stale else {k: (_read_json_or_none(out / "summary.json") or {}).get(k)
+                           for k in ("jobs", "train_wall_minutes", "trained_runs")})
     write_json_atomic(out / "summary.json", {
         "recipe": name, "kind": recipe.kind, "claim": recipe.claim, "setting": recipe.setting, "rule": recipe.rule,
         "chance": outcome.chance or recipe.chance, "number": outcome.number, "verdict": outcome.verdict,
         "gates": [{"name": g.gate.name, "quantity": g.gate.quantity, "op": g.gate.op, "threshold": g.gate.threshold,
                    "value": g.value, "passed": g.passed} for g in gates],
         "seeds": sorted({spec.train.seed for spec in runs.values()}), "scale": scale,
-        "train_minutes": train_seconds / 60, "jobs": jobs, "train_wall_minutes": trained / 60,
+        "train_minutes": train_seconds / 60, **wall,
         "seconds": time.perf_counter() - started, "runs": sorted(runs),
         **outcome.extra})
     return outcome
