@@ -155,6 +155,8 @@ def test_recipe_smoke(tmp_path, name):
     assert again.number == outcome.number
     text = E.write_results_md(tmp_path / "ck", tmp_path / "RESULTS.md")
     assert name in text and outcome.verdict in text
+    for specimen in summary.get("specimens", []):  # a recipe that gates each specimen shows every gate's value
+        assert f"| {specimen['gate']} | {specimen['gate_condition']} | {specimen['gate_value']:.3f} |" in text
 
 
 def test_matched_steps_follow_the_flop_accounting():

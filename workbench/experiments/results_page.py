@@ -15,6 +15,20 @@ def _cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
+def _specimen_gates(specimens: list[dict]) -> list[str]:
+    """A recipe that gates each specimen on its own (``layer0_probes``): one row per specimen gate, with the
+    answer accuracy under the exact sequential schedule beside it (below the gate: unfit for SOFT decoding)."""
+    if not specimens:
+        return []
+    rows = ["", "| specimen gate | condition | measured | passed | exact (sequential) |",
+            "| --- | --- | --- | --- | --- |"]
+    for r in specimens:
+        exact = r.get("answer_sequential")
+        rows.append(f"| {_cell(r['gate'])} | {r['gate_condition']} | {r['gate_value']:.3f} | "
+                    f"{'pass' if r['gated'] else '**fail**'} | {'-' if exact is None else f'{exact:.3f}'} |")
+    return rows
+
+
 def write_results_md(root: str | Path | None = None, path: str | Path | None = None) -> str:
     """One summary row and one section per recipe, numbers as computed; returns the text written."""
     root = checkpoints_root() if root is None else Path(root)
@@ -48,6 +62,7 @@ def write_results_md(root: str | Path | None = None, path: str | Path | None = N
                      "| --- | --- | --- | --- | --- |"]
         sections += [f"| {_cell(g['name'])} | {g['value']:.4g} | {g['op']} {g['threshold']:g} | {_cell(g['quantity'])} "
                      f"| {'pass' if g['passed'] else '**fail**'} |" for g in gates]
+        sections += _specimen_gates(s.get("specimens", []))
         sections += ["", f"- **Our number**: {s['number']}", f"- **Seeds**: {s.get('seeds', [])}",
                      f"- **Verdict**: **{s['verdict']}**", f"- **Training minutes**: {minutes:.1f}"]
         if recipe.caveat:
