@@ -100,13 +100,22 @@ def test_parallel_jobs_train_the_same_runs(tmp_path, monkeypatch):
                        rtol=1e-5)
     summary = json.loads((tmp_path / "b" / "pair" / "summary.json").read_text())
     assert summary["jobs"] == 2 and summary["train_wall_minutes"] > 0
-    assert summary["trained_runs"] == ["run_s0", "run_s1"]
+    assert summary["trained_runs"] == ["run_s0", "run_s1"] and 0 < summary["quiet_wall_minutes"]
+    cpu = [load_metrics(tmp_path / "b" / "pair" / n)["train"]["cpu_seconds"] for n in summary["trained_runs"]]
+    assert summary["quiet_wall_minutes"] == pytest.approx(max(cpu) / 60)  # two runs, two workers
     E.reproduce("pair", root=tmp_path / "b", scratch=tmp_path / "rb")  # nothing stale: analysis only
     again = json.loads((tmp_path / "b" / "pair" / "summary.json").read_text())
     assert {k: again[k] for k in ("jobs", "train_wall_minutes", "trained_runs")} == \
         {k: summary[k] for k in ("jobs", "train_wall_minutes", "trained_runs")}  # the training's wall clock, kept
     with pytest.raises(ValueError, match="jobs"):
         E.reproduce("pair", root=tmp_path / "c", jobs=0)
+
+
+def test_makespan_packs_longest_first():
+    assert E.runner.makespan([3.0, 3.0, 2.0, 2.0, 2.0], 2) == 7.0  # 3+2+2 | 3+2
+    assert E.runner.makespan([5.0, 1.0], 1) == 6.0 and E.runner.makespan([], 2) == 0.0
+    with pytest.raises(ValueError, match="workers"):
+        E.runner.makespan([1.0], 0)
 
 
 def test_a_changed_spec_retrains_over_its_outdated_scratch_run(tmp_path, monkeypatch):

@@ -123,13 +123,16 @@ def train_run(spec: RunSpec, path: Path, scratch: Path, force: bool = False) -> 
     if run_dir.exists() and (force or not _same_trajectory(_read_json_or_none(run_dir / CONFIG_FILE), cfg)):
         shutil.rmtree(run_dir)
     cfg = cfg.replace(resume=(run_dir / "checkpoint").is_dir())
+    cpu = time.process_time()  # this process's CPU time: what the run costs a core, however busy the machine
     result = train(cfg)
+    cpu = time.process_time() - cpu
     per_example = evaluate_run(result.model, spec)
     task = tasks.get(spec.train.task, **spec.train.task_params)
     metrics = {"eval": summarize(per_example, getattr(task, "bytes_per_token", 1.0)),
                "eval_float64": reference_metrics(result.model, spec),
                "eval_schedule": spec.eval_schedule.to_dict(), "eval_size": spec.eval_size, "eval_seed": EVAL_SEED,
-               "train": result.metrics, "train_config": spec.train.trajectory_dict(), "package_version": __version__,
+               "train": {**result.metrics, "cpu_seconds": cpu}, "train_config": spec.train.trajectory_dict(),
+               "package_version": __version__,
                "recipe": path.parent.name, "run": spec.name, "seed": spec.train.seed}
     save_checkpoint(result.model, path, metrics=metrics,
                     extra={"recipe": path.parent.name, "run": spec.name, "seed": spec.train.seed})
@@ -177,6 +180,17 @@ def _train_parallel(stale: list[RunSpec], out: Path, scratch: Path, force: bool,
             done.result()
 
 
+def makespan(seconds: list[float], workers: int) -> float:
+    """Wall time of jobs of these durations on ``workers`` workers, longest first to the least loaded one (the
+    order ``reproduce(jobs=...)`` submits them): on a shared machine, the wall a quiet one would take."""
+    if workers < 1:
+        raise ValueError(f"workers={workers!r} is invalid: must be >= 1")
+    loads = [0.0] * workers
+    for s in sorted(seconds, reverse=True):
+        loads[loads.index(min(loads))] += s
+    return max(loads)
+
+
 def _check_name(name: str) -> None:
     if name not in RECIPES:
         raise ValueError(f"recipe {name!r} is unknown: choose from {sorted(RECIPES)}")
@@ -214,10 +228,13 @@ def reproduce(name: str, root: str | Path | None = None, scale: float = 1.0, for
     outcome.table.to_csv(out / "results.csv", index=False)
     outcome.figure.savefig(out / "results.png", dpi=110, bbox_inches="tight")
     train_seconds = sum(load_metrics(out / n)["train"]["seconds"] for n in runs)
-    # the wall clock of the invocation that trained (a rerun that only analyses keeps the last one's)
-    wall = ({"jobs": jobs, "train_wall_minutes": trained / 60, "trained_runs": sorted(s.name for s in stale)}
+    # the clocks of the invocation that trained (a rerun that only analyses keeps the last one's): its wall
+    # clock and, for one-thread workers, what the same runs need on `jobs` quiet cores, from their CPU times
+    cpu = [load_metrics(out / s.name)["train"].get("cpu_seconds") for s in stale]
+    wall = ({"jobs": jobs, "train_wall_minutes": trained / 60, "trained_runs": sorted(s.name for s in stale),
+             "quiet_wall_minutes": makespan(cpu, jobs) / 60 if jobs > 1 and None not in cpu else None}
             if stale else {k: (_read_json_or_none(out / "summary.json") or {}).get(k)
-                           for k in ("jobs", "train_wall_minutes", "trained_runs")})
+                           for k in ("jobs", "train_wall_minutes", "trained_runs", "quiet_wall_minutes")})
     write_json_atomic(out / "summary.json", {
         "recipe": name, "kind": recipe.kind, "claim": recipe.claim, "setting": recipe.setting, "rule": recipe.rule,
         "chance": outcome.chance or recipe.chance, "number": outcome.number, "verdict": outcome.verdict,
