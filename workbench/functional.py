@@ -104,16 +104,26 @@ def rotary(positions: torch.Tensor, head_dim: int, base: float,
     return torch.cat([cos, cos], dim=-1).to(dtype), torch.cat([sin, -sin], dim=-1).to(dtype)
 
 
+def _per_head(table: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """A (T, hd) rotary table laid out as (T, H, hd) for x (B, T, H, hd).
+
+    Broadcast over the heads, a product with x runs its inner loop over hd elements only (about three
+    times slower at hd = 32 on a CPU); laid out per head it runs over T * H * hd. The copy is tiny.
+    """
+    return table[:, None, :].expand(x.size(1), x.size(2), x.size(3)).contiguous()
+
+
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotate the pairs (x1, x2) formed by the two halves of the head dimension; x is (B, T, H, hd).
 
     ``(x1, x2) -> (x1 cos + x2 sin, x2 cos - x1 sin)``, written as ``x * cos + swap(x) * sin``; the
     halves are swapped by ``roll`` (one copy, and a roll back in the backward, where a ``cat`` of two
     slices costs two zero-filled buffers); the products are summed in place, into buffers no backward
-    reads (a fresh activation-sized buffer costs more than the arithmetic on a CPU).
+    reads (a fresh activation-sized buffer costs more than the arithmetic on a CPU). The tables are
+    laid out per head first (``_per_head``).
     """
     swapped = x.roll(x.size(-1) // 2, dims=-1)
-    return (x * cos[None, :, None, :]).add_(swapped.mul_(sin[None, :, None, :]))
+    return (x * _per_head(cos, x)).add_(swapped.mul_(_per_head(sin, x)))
 
 
 def uniform_init_(weight: torch.Tensor) -> None:
