@@ -44,6 +44,14 @@ def test_every_run_of_the_recipe_is_shipped_and_nothing_else():
     assert all(spec.train.seed != FRESH_SEED for spec in recipe.build(1.0))
 
 
+def test_the_shipped_specimens_were_trained_within_the_budget():
+    """All of the recipe's runs came from one invocation in two one-thread workers (the machine's 2 cores),
+    and their CPU times, packed on 2 quiet cores, fit the recipe's stated budget."""
+    summary = _summary()
+    assert set(summary["trained_runs"]) == set(summary["runs"]) and summary["jobs"] == 2
+    assert 0 < summary["quiet_wall_minutes"] <= recipe.BUDGET_MINUTES
+
+
 SPECIMENS = [(s["task"], s["arm"], s["scratch_updates"]) for s in _summary()["specimens"]] if SUMMARY.is_file() else []
 
 
