@@ -46,3 +46,15 @@ def test_hand_derived_backwards_are_exact(fn, reference):
     torch.testing.assert_close(got_grad, want_grad, rtol=1e-5, atol=1e-6)
     with torch.no_grad():  # inference calls PyTorch directly
         assert torch.equal(fn(x32), want)
+
+
+def test_rotary_tables_laid_out_per_head_rotate_bit_for_bit_the_same():
+    """The model lays the tables out per head once per forward (faster products); the rotation is unchanged."""
+    cos, sin = functional.rotary(torch.arange(5, 12), 16, 10000.0, torch.float32)
+    x = torch.randn(3, 7, 4, 16)
+    laid_out = functional.per_head(cos, 4), functional.per_head(sin, 4)
+    assert laid_out[0].shape == (7, 4, 16) and laid_out[0].is_contiguous()
+    assert torch.equal(functional.apply_rotary(x, *laid_out), functional.apply_rotary(x, cos, sin))
+    x1, x2 = x[..., :8], x[..., 8:]  # the pairs (x1, x2) -> (x1 cos + x2 sin, x2 cos - x1 sin)
+    c, s = cos[None, :, None, :8], sin[None, :, None, :8]
+    torch.testing.assert_close(functional.apply_rotary(x, cos, sin), torch.cat([x1 * c + x2 * s, x2 * c - x1 * s], -1))

@@ -104,13 +104,13 @@ def rotary(positions: torch.Tensor, head_dim: int, base: float,
     return torch.cat([cos, cos], dim=-1).to(dtype), torch.cat([sin, -sin], dim=-1).to(dtype)
 
 
-def _per_head(table: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """A (T, hd) rotary table laid out as (T, H, hd) for x (B, T, H, hd).
+def per_head(table: torch.Tensor, heads: int) -> torch.Tensor:
+    """A (T, hd) rotary table laid out as (T, heads, hd), contiguous: done once per forward.
 
-    Broadcast over the heads, a product with x runs its inner loop over hd elements only (about three
-    times slower at hd = 32 on a CPU); laid out per head it runs over T * H * hd. The copy is tiny.
+    Broadcast over the heads, a product with x (B, T, H, hd) runs its inner loop over hd elements only
+    (about three times slower at hd = 32 on a CPU); laid out per head it runs over T * H * hd.
     """
-    return table[:, None, :].expand(x.size(1), x.size(2), x.size(3)).contiguous()
+    return table[:, None, :].expand(table.size(0), heads, table.size(1)).contiguous()
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -120,10 +120,12 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     halves are swapped by ``roll`` (one copy, and a roll back in the backward, where a ``cat`` of two
     slices costs two zero-filled buffers); the products are summed in place, into buffers no backward
     reads (a fresh activation-sized buffer costs more than the arithmetic on a CPU). The tables are
-    laid out per head first (``_per_head``).
+    ``rotary``'s (T, hd), or laid out per head (T, H, hd) by ``per_head`` (faster products).
     """
+    if cos.dim() == 2:
+        cos, sin = cos[:, None, :], sin[:, None, :]
     swapped = x.roll(x.size(-1) // 2, dims=-1)
-    return (x * _per_head(cos, x)).add_(swapped.mul_(_per_head(sin, x)))
+    return (x * cos).add_(swapped.mul_(sin))
 
 
 def uniform_init_(weight: torch.Tensor) -> None:

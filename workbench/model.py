@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import ModelConfig
-from .functional import apply_rotary, norm, relu_squared, rotary, uniform_init_
+from .functional import apply_rotary, norm, per_head, relu_squared, rotary, uniform_init_
 from .hooks import HookPoint, name_hook_points
 from .kv_cache import KVCache, KVStore, Mask, StaticKVCache
 from .mechanisms import Feedback, Mechanism, build_mechanism
@@ -59,8 +59,8 @@ class Context:
     """Everything one forward shares across blocks."""
 
     positions: torch.Tensor  # (T,) absolute positions of the tokens being computed
-    cos: torch.Tensor
-    sin: torch.Tensor
+    rope_q: tuple[torch.Tensor, torch.Tensor]  # cos, sin laid out per query head (T, n_head, hd)
+    rope_k: tuple[torch.Tensor, torch.Tensor]  # ... per key/value head (T, kv_heads, hd)
     feedback: Feedback
     mechanism: Mechanism
     kv: KVStore | None  # where this forward's keys/values go and come from; None = causal over the chunk
@@ -122,8 +122,8 @@ class CausalSelfAttention(nn.Module):
         k, v, gates = ctx.mechanism.inject_kv(self.layer, x, k, v, ctx.feedback)
         if gates is not None:
             self.hook_gate(gates)
-        q = apply_rotary(norm(q), ctx.cos, ctx.sin)
-        k = apply_rotary(norm(k), ctx.cos, ctx.sin)
+        q = apply_rotary(norm(q), *ctx.rope_q)
+        k = apply_rotary(norm(k), *ctx.rope_k)
         q, k, v = (self.hook_q(q.transpose(1, 2)), self.hook_k(k.transpose(1, 2)), self.hook_v(v.transpose(1, 2)))
         mask: Mask = "causal"
         if ctx.kv is not None:
@@ -232,8 +232,11 @@ class GPT(nn.Module):
         positions = self.hook_positions(resolve_positions(idx, positions))
         if memory is not None:
             memory = self.hook_memory_in(memory)
-        cos, sin = rotary(positions, self.config.head_dim, self.config.rope_base, self.wte.weight.dtype)
-        ctx = Context(positions, cos, sin, Feedback(memory, memory_mask), self.mechanism, kv)
+        c = self.config
+        tables = rotary(positions, c.head_dim, c.rope_base, self.wte.weight.dtype)
+        rope_q = tuple(per_head(t, c.n_head) for t in tables)
+        rope_k = rope_q if c.kv_heads == c.n_head else tuple(per_head(t, c.kv_heads) for t in tables)
+        ctx = Context(positions, rope_q, rope_k, Feedback(memory, memory_mask), self.mechanism, kv)
         x = self.hook_embed(norm(self.wte(idx)))
         x = self.hook_input(self.mechanism.fuse_input(x, ctx.feedback))
         memory_out = None

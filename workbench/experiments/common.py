@@ -26,7 +26,7 @@ EXACT = schedules.Sequential()
 LEARNED_MARGIN = 0.10  # an arm "learned" a running_sum when its accuracy is this far above the chance floor
 
 
-def steps(base: int, scale: float) -> int:
+def steps(base: float, scale: float) -> int:
     return max(2, int(round(base * scale)))
 
 
