@@ -22,6 +22,8 @@ PROBES = [
     ("multi_register", {}),
     ("multi_register", {"registers": 1, "writes": 8}),
     ("multi_register", {"registers": 8, "writes": 4, "scratch_updates": 0}),
+    ("multi_register", {"registers": 2, "writes": 1, "scratch_layout": "shuffled"}),
+    ("multi_register", {"registers": 4, "writes": 2, "scratch_updates": 32, "scratch_layout": "shuffled"}),
 ]
 
 
@@ -126,6 +128,28 @@ def test_probe_targets(name: str, params: dict) -> None:
     assert torch.equal(everywhere.tokens, batch.tokens)
     assert torch.equal(everywhere.targets[:, :-1], batch.tokens[:, 1:])
     assert (everywhere.targets[:, -1] == -1).all()
+
+
+def test_multi_register_scratch_layouts() -> None:
+    """Block: every write line first. Shuffled: the same writes, values, scratch lines and query, the writes
+    at random lines, so no write sits at a fixed offset."""
+    def write_lines(text: str) -> list[int]:
+        return [i for i, line in enumerate(text.split("\n")) if re.fullmatch(r"r\d = [01]", line)]
+
+    params = {"registers": 2, "writes": 2, "scratch_updates": 8}
+    block = tasks.get("multi_register", **params).sample(64, seed=5)
+    assert all(write_lines(t) == [0, 1, 2, 3] for t in block.texts)
+    shuffled_task = tasks.get("multi_register", **params, scratch_layout="shuffled")
+    shuffled = shuffled_task.sample(64, seed=5)
+    assert shuffled_task.params["scratch_layout"] == "shuffled"
+    assert "scratch_layout" not in tasks.get("multi_register", **params).params  # old configs keep their params
+    positions = [write_lines(t) for t in shuffled.texts]
+    assert all(len(p) == 4 for p in positions)
+    for slot in range(4):  # every write line lands at several different lines
+        assert len({p[slot] for p in positions}) >= 3
+    assert (shuffled.lengths == shuffled_task.seq_len).all()
+    with pytest.raises(ValueError, match="scratch_layout"):
+        tasks.get("multi_register", scratch_layout="random")
 
 
 @pytest.mark.parametrize("name", ["completion_tracking", "delayed_memory", "multi_register"])

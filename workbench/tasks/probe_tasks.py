@@ -202,41 +202,57 @@ class MultiRegister(ProbeTask):
     """Binary registers r0..r(m-1) written ``writes`` times each in a shuffled order, scratch updates,
     ``query = rj``, ``Value:`` -> rj's latest value. A group is one update schedule (order, values,
     scratch, query) in both versions of rj's latest write. The per-position state is the register
-    file as an int (bit i = ri), defined once every register has been written."""
+    file as an int (bit i = ri), defined once every register has been written.
+
+    ``scratch_layout``: ``"block"`` puts every write line first, then the scratch lines (the paper's
+    layout); ``"shuffled"`` scatters the write lines among the scratch lines at random slots, so no
+    write sits at a fixed offset and a model cannot find it by position alone."""
 
     name = "multi_register"
     label_names = ["0", "1"]
     REGISTERS = (1, 2, 4, 8)
     WRITES = (1, 2, 4, 8)  # 1: no "latest" to find, only which line writes the queried register
+    SCRATCH_LAYOUTS = ("block", "shuffled")
     WRITE_LINE = len("r0 = 1\n")
 
     def __init__(self, registers: int = 2, writes: int = 2, scratch_updates: int | Sequence[int] = 8,
                  loss_on: str = "answer", label_at: str = "colon", tokenizer: str = "ascii",
-                 scratch_draw: str = "group") -> None:
+                 scratch_draw: str = "group", scratch_layout: str = "block") -> None:
         check_choice(self.name, "registers", registers, self.REGISTERS)
         check_choice(self.name, "writes", writes, self.WRITES)
+        check_choice(self.name, "scratch_layout", scratch_layout, self.SCRATCH_LAYOUTS)
         super().__init__(scratch_updates=scratch_updates, loss_on=loss_on, label_at=label_at, tokenizer=tokenizer,
                          scratch_draw=scratch_draw)
         self.registers = registers
         self.writes = writes
+        self.scratch_layout = scratch_layout
         self.params = {"registers": registers, "writes": writes, **self.params}
+        if scratch_layout != "block":  # only non-default options join params (see ProbeTask)
+            self.params["scratch_layout"] = scratch_layout
 
     @property
     def seq_len(self) -> int:
         return (self.WRITE_LINE * self.registers * self.writes + SCRATCH_LINE * self.scratch_updates
                 + len("query = r0\nValue: 0\n"))
 
-    def _example(self, schedule: np.ndarray, values: np.ndarray, scratch: str, query: int) -> _Example:
-        lines = "".join(f"r{r} = {v}\n" for r, v in zip(schedule, values))
+    def _example(self, schedule: np.ndarray, values: np.ndarray, scratch: list[str], slots: np.ndarray,
+                 query: int) -> _Example:
+        """The text with write line i at line ``slots[i]`` and the scratch lines, in order, around them."""
+        writes = [f"r{r} = {v}\n" for r, v in zip(schedule, values)]
+        is_write = np.zeros(len(writes) + len(scratch), dtype=bool)
+        is_write[slots] = True
+        write_iter, scratch_iter = iter(writes), iter(scratch)
+        lines = [next(write_iter) if w else next(scratch_iter) for w in is_write]
         label = int(values[schedule == query][-1])
-        text = f"{lines}{scratch}query = r{query}\nValue: {label}\n"
+        text = f"{''.join(lines)}query = r{query}\nValue: {label}\n"
         state = np.full(len(text), -1, dtype=np.int64)
+        starts = np.cumsum([0] + [len(line) for line in lines])
         registers, written = 0, 0
-        for i, (r, v) in enumerate(zip(schedule, values)):
+        for slot, r, v in zip(slots, schedule, values):
             registers = (registers & ~(1 << int(r))) | (int(v) << int(r))
             written |= 1 << int(r)
             if written == (1 << self.registers) - 1:
-                state[i * self.WRITE_LINE + len("r0 = "):] = registers
+                state[starts[slot] + len("r0 = "):] = registers
         return _Example(text, label, state)
 
     def _groups(self, rng: np.random.Generator, count: int | None) -> Iterator[list[_Example]]:
@@ -245,10 +261,13 @@ class MultiRegister(ProbeTask):
             values = rng.integers(0, 2, size=len(schedule))
             query = int(rng.integers(self.registers))
             latest = int(np.flatnonzero(schedule == query)[-1])
-            scratch = self._scratch(rng, count)
+            scratch = self._scratch(rng, count).splitlines(keepends=True)
+            lines = len(schedule) + len(scratch)
+            slots = (np.sort(rng.choice(lines, size=len(schedule), replace=False))
+                     if self.scratch_layout == "shuffled" else np.arange(len(schedule)))
             group = []
             for bit in (0, 1):
                 values = values.copy()
                 values[latest] = bit
-                group.append(self._example(schedule, values, scratch, query))
+                group.append(self._example(schedule, values, scratch, slots, query))
             yield group
