@@ -44,8 +44,18 @@ def test_hand_derived_backwards_are_exact(fn, reference):
     assert torch.equal(y, want)
     (got_grad,), (want_grad,) = torch.autograd.grad(y, x32, g), torch.autograd.grad(want, x32, g)
     torch.testing.assert_close(got_grad, want_grad, rtol=1e-5, atol=1e-6)
-    with torch.no_grad():  # inference calls PyTorch directly
+    with torch.no_grad():  # inference: PyTorch's values bit for bit
         assert torch.equal(fn(x32), want)
+
+
+@pytest.mark.parametrize("shape", [(16, 1, 256), (16, 1, 8, 32), (3, 7, 40), (1, 1, 1, 32)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_norm_without_a_gradient_is_pytorchs_rms_norm_bit_for_bit(shape, dtype):
+    """Decoding and the analyses norm without a gradient through the hand-written op sequence (fewer ops);
+    every dtype, decode-sized or not, gets exactly ``F.rms_norm``'s values."""
+    x = (torch.randn(*shape) * 3).to(dtype)
+    with torch.no_grad():
+        assert torch.equal(functional.norm(x), F.rms_norm(x, (x.size(-1),)))
 
 
 def test_rotary_tables_laid_out_per_head_rotate_bit_for_bit_the_same():
