@@ -21,7 +21,7 @@ from workbench.checkpoint import load_checkpoint
 from workbench.evaluation import paired_difference
 from workbench.experiments import RECIPES, checkpoints_root
 from workbench.experiments.recipes import fbt_pass_mixes as mixes
-from workbench.experiments.recipes.fbt_pass_mixes_registers import REGISTERS
+from workbench.experiments.recipes.fbt_pass_mixes_registers import BUDGET_MINUTES, REGISTERS
 
 FRESH_SEED = 4321  # not the recipe's EVAL_SEED: fresh held-out examples
 FRESH = {"fbt_pass_mixes": 96, "fbt_pass_mixes_registers": 256}  # examples per specimen (text ones are long)
@@ -67,6 +67,15 @@ def test_recorded_verdict_follows_the_gates(recipe):
     assert summary["window_from"] >= summary["passes"]  # no measured position exact by causality
     table = pd.read_csv(checkpoints_root() / recipe / "results.csv")
     assert (table["exact_by_causality"] == 0).all()
+
+
+def test_the_registers_specimens_were_trained_within_the_budget():
+    """Every run of the registers recipe came from one invocation in two one-thread workers (the machine's
+    2 cores), and their CPU times, packed on 2 quiet cores, fit the recipe's stated budget."""
+    summary = _summary("fbt_pass_mixes_registers")
+    expected = {spec.name for spec in RECIPES["fbt_pass_mixes_registers"].build(1.0)}
+    assert set(summary["trained_runs"]) == set(summary["runs"]) == expected and summary["jobs"] == 2
+    assert 0 < summary["quiet_wall_minutes"] <= BUDGET_MINUTES
 
 
 # ---------------------------------------------------------------------------------------------- the rule
