@@ -21,11 +21,13 @@ from workbench.checkpoint import load_checkpoint
 from workbench.evaluation import paired_difference
 from workbench.experiments import RECIPES, checkpoints_root
 from workbench.experiments.recipes import fbt_pass_mixes as mixes
-from workbench.experiments.recipes.fbt_pass_mixes_registers import BUDGET_MINUTES, REGISTERS
+from workbench.experiments.recipes.fbt_pass_mixes_registers import BUDGET_MINUTES, CHANCE, CHANCE_MARGIN, REGISTERS
 
 FRESH_SEED = 4321  # not the recipe's EVAL_SEED: fresh held-out examples
 FRESH = {"fbt_pass_mixes": 96, "fbt_pass_mixes_registers": 256}  # examples per specimen (text ones are long)
 TARGETS = {"fbt_pass_mixes": lambda b: b.targets, "fbt_pass_mixes_registers": mixes.label_targets}
+BASELINES = {"fbt_pass_mixes": lambda: (mixes.text_setting().baseline, mixes.TEXT_UNIGRAM_MARGIN),
+             "fbt_pass_mixes_registers": lambda: (CHANCE, CHANCE_MARGIN)}  # each recipe's (baseline, margin)
 
 
 def _feedback_runs() -> list[tuple[str, str]]:
@@ -44,7 +46,8 @@ def _summary(recipe: str) -> dict:
 def test_feedback_gate_holds_on_fresh_held_out_data(recipe, run):
     """A specimen recorded as using its feedback (its own held-out pass-2 loss below pass-1; the recipe's gate
     takes the worst seed of a mix) has pass-2 loss below pass-1 on fresh examples, the whole 95 % interval
-    of the difference below 0; one recorded as not using it does not clear that bar."""
+    of the difference below 0; one recorded as not using it does not clear that bar. One recorded below the
+    recipe's baseline by its margin stays there."""
     _summary(recipe)
     spec = {s.name: s for s in RECIPES[recipe].build(1.0)}[run]
     record = pd.read_csv(checkpoints_root() / recipe / "results.csv").set_index("run").loc[run]
@@ -56,6 +59,13 @@ def test_feedback_gate_holds_on_fresh_held_out_data(recipe, run):
         assert interval["high"] < 0, (run, interval)
     else:
         assert interval["high"] >= 0, (run, interval)
+    # the second gate: the loss at the better of passes 1-2 a stated margin below the context-free baseline;
+    # one recorded as passing it stays below that bar on fresh data, the whole 95 % interval of its mean
+    baseline, margin = BASELINES[recipe]()
+    best = int(record["heldout_loss_pass2"] < record["heldout_loss_pass1"])
+    if baseline - record[f"heldout_loss_pass{best + 1}"] >= margin:
+        mean = paired_difference(np.zeros_like(losses[best]), losses[best])
+        assert mean["high"] <= baseline - margin, (run, mean)
 
 
 @pytest.mark.parametrize("recipe", list(FRESH))
