@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -68,3 +70,28 @@ def test_rotary_tables_laid_out_per_head_rotate_bit_for_bit_the_same():
     x1, x2 = x[..., :8], x[..., 8:]  # the pairs (x1, x2) -> (x1 cos + x2 sin, x2 cos - x1 sin)
     c, s = cos[None, :, None, :8], sin[None, :, None, :8]
     torch.testing.assert_close(functional.apply_rotary(x, cos, sin), torch.cat([x1 * c + x2 * s, x2 * c - x1 * s], -1))
+
+
+def test_stored_once_is_the_identity_bit_for_bit():
+    table = torch.tensor([0.0, -0.0, 1.5, -2.25, float("inf"), float("-inf"), float("nan"), 1e-40])
+    out = functional._stored_once(table)
+    assert torch.equal(out.isnan(), table.isnan())
+    finite = ~table.isnan()
+    assert torch.equal(out[finite], table[finite]) and torch.equal(out[finite].signbit(), table[finite].signbit())
+
+
+def test_compiled_training_computes_the_rotary_angles_once_whatever_the_depth():
+    """Under torch.compile the tables are stored once: the number of generated kernels that evaluate a cosine
+    (forward and backward) does not grow with the layers that read them (inlined, it grew by one per layer)."""
+    from torch._inductor.utils import run_and_get_code
+
+    def kernels_with_cos(n_layer: int) -> int:
+        torch.manual_seed(0)
+        m = model.build_model(ModelConfig(vocab_size=32, n_layer=n_layer, n_head=2, n_embd=32, seq_len=16))
+        step = torch.compile(lambda idx: m(idx).sum())
+        idx = torch.randint(0, 32, (2, 16))
+        _, code = run_and_get_code(lambda: step(idx).backward())
+        torch._dynamo.reset()
+        return len({name for name in re.findall(r"cpp_fused_\w+", "\n".join(code)) if "cos" in name})
+
+    assert kernels_with_cos(1) == kernels_with_cos(3) >= 1
