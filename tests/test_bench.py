@@ -57,3 +57,11 @@ def test_quick_bench_reports_util_and_the_nanogpt_rows(tmp_path, capsys):
         assert side["reference"] == f"train step {shape} nanoGPT" and side["target"] == 1.0
         assert side["ms"] == table.loc[ours, "ms"]  # the same timings, divided by nanoGPT's
         assert side["ratio"] == pytest.approx(table.loc[ours, "ms"] / table.loc[side["reference"], "ms"])
+
+
+def test_decode_flops_count_every_sequence_of_the_batch():
+    """A decode row times one step of the whole batch, so its FLOPs (floor and util) are the batch's."""
+    model = bench._model("lrt", 2, 64, 32, 16)
+    one, sixteen = bench.decode_flops(model, True, 8.0), bench.decode_flops(model, True, 8.0, batch=16)
+    assert sixteen == pytest.approx(16 * one)
+    assert bench.decode_flops(model, False, 8.0) < one  # the mechanism's weights count only when read

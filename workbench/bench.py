@@ -149,15 +149,16 @@ def recompute_decode_fn(model: GPT, prompt: torch.Tensor, new_tokens: int) -> Ca
     return run
 
 
-def decode_flops(model: GPT, feedback: bool, context: float) -> float:
-    """Forward FLOPs of one generated token: two per weight it multiplies, plus attention over ``context`` keys.
+def decode_flops(model: GPT, feedback: bool, context: float, batch: int = 1) -> float:
+    """Forward FLOPs of one decoding step of ``batch`` sequences: per generated token, two per weight it
+    multiplies plus attention over ``context`` keys.
 
     The mechanism's weights count only when the token reads memory (``feedback``).
     """
     groups = model.num_params_by_group()
     weights = groups["blocks"] + (groups["mechanism"] if feedback else 0) + model.readout_weight.numel()
     c = model.config
-    return 2.0 * weights + 4.0 * c.n_layer * c.n_embd * context
+    return batch * (2.0 * weights + 4.0 * c.n_layer * c.n_embd * context)
 
 
 def run_benchmarks(quick: bool = False, threads: int = 2, nanogpt: str | os.PathLike | None = None) -> pd.DataFrame:
@@ -225,7 +226,7 @@ def run_benchmarks(quick: bool = False, threads: int = 2, nanogpt: str | os.Path
 
     def decode(name: str, model: GPT, regime: str, prompt: torch.Tensor, reference: str | None = None,
                target: float | None = None, compile: bool = False) -> Row:
-        flops = decode_flops(model, regime != "standard", (prompt.size(1) + new) / 2)
+        flops = decode_flops(model, regime != "standard", (prompt.size(1) + new) / 2, prompt.size(0))
         return Row(name, lambda: generate(model, prompt, new, regime=regime, compile=compile), reference, target,
                    "token", new, flops=flops)
 
