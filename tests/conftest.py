@@ -38,6 +38,10 @@ MECHANISM_VARIANTS = {
     "lrt_kv_only": dict(lrt_inject=("kv",), lrt_source_layer=0),
     "lrt_residual_only_gqa": dict(lrt_inject=("residual",), n_kv_head=2),
     "fbt": {},
+    # the block's ablations (no RoPE, no QK-norm) keep every invariant too
+    "none_ablated": dict(rope=False, qk_norm=False),
+    "lrt_nope": dict(rope=False, lrt_source_layer=1),
+    "fbt_no_qk_norm": dict(qk_norm=False),
 }
 
 

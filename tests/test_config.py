@@ -23,6 +23,8 @@ INVALID = {
     "rope_base": st.floats(max_value=0.0) | st.just(float("nan")),
     "logit_softcap": st.floats(max_value=-1e-9, allow_nan=False),
     "tie_embeddings": st.sampled_from([1, "yes", None]),
+    "rope": st.sampled_from([1, 0, "no", None]),
+    "qk_norm": st.sampled_from([1, 0, "off", None]),
     "mechanism": st.text().filter(lambda s: s not in ("none", "lrt", "fbt")),
     "lrt_source_layer": st.integers(max_value=-2) | st.integers(min_value=4),
     "lrt_inject": st.sampled_from([(), ("kv", "kv"), ("attention",), ("kv", "mlp")]),
@@ -46,6 +48,17 @@ def test_fbt_requires_tied_embeddings():
     with pytest.raises(ValueError, match="tie_embeddings"):
         wb.ModelConfig(**VALID, mechanism="fbt")
     assert wb.ModelConfig(**VALID, mechanism="fbt", tie_embeddings=True).tie_embeddings
+
+
+def test_an_odd_head_size_needs_rope_off_and_older_configs_keep_the_full_block():
+    """RoPE rotates pairs of channels, so only ``rope=False`` admits an odd head size; a config written
+    before the ablation flags existed (a shipped checkpoint's) loads with RoPE and QK-norm on."""
+    with pytest.raises(ValueError, match="n_embd"):
+        wb.ModelConfig(**{**VALID, "n_embd": 12, "n_head": 4})
+    assert wb.ModelConfig(**{**VALID, "n_embd": 12, "n_head": 4, "rope": False}).head_dim == 3
+    old = {k: v for k, v in json.loads(wb.ModelConfig(**VALID).to_json()).items() if k not in ("rope", "qk_norm")}
+    cfg = wb.ModelConfig.from_dict(old)
+    assert cfg.rope is True and cfg.qk_norm is True
 
 
 def test_unknown_field_is_refused():

@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 import workbench as wb
 from conftest import perturbed_model, small_config
+from workbench.functional import norm
 from workbench.hooks import hook_points
 
 
@@ -39,6 +40,40 @@ def test_positions_shift_rotary_consistently():
     idx = torch.randint(0, 23, (2, 7))
     shifted = model.step(idx, positions=torch.arange(5, 12)).logits
     torch.testing.assert_close(shifted, model(idx), rtol=0, atol=1e-10)
+
+
+def test_without_rope_attention_sees_the_prefix_as_a_set():
+    """``rope=False`` leaves no positional signal: in one block, the last position's logits ignore the
+    order of the tokens before it (attention sums over their embeddings), which RoPE's do not. (Deeper,
+    the earlier positions' own states depend on their prefixes, hence on the order.)"""
+    idx, reordered = torch.tensor([[3, 5, 7, 11, 2]]), torch.tensor([[11, 7, 3, 5, 2]])
+    for rope in (False, True):
+        model = perturbed_model(small_config(rope=rope, n_layer=1))
+        change = (model(idx)[:, -1] - model(reordered)[:, -1]).abs().max().item()
+        assert change < 1e-12 if not rope else change > 1e-3, (rope, change)
+
+
+def test_qk_norm_normalises_each_head_and_off_passes_the_projections_through():
+    """With RoPE off, ``hook_q`` is the query projection of the normed block input, each head's row at
+    RMS 1 under QK-norm and untouched without it."""
+    idx = torch.randint(0, 23, (2, 6))
+    for qk_norm in (True, False):
+        model = perturbed_model(small_config(rope=False, qk_norm=qk_norm))
+        seen = {}
+
+        def keep(t, hook, seen=seen):
+            seen[hook.name] = t
+
+        with wb.hooks(model, {"blocks.1.hook_resid_pre": keep, "blocks.1.attn.hook_q": keep}):
+            model(idx)
+        seen["x"], seen["q"] = seen["blocks.1.hook_resid_pre"], seen["blocks.1.attn.hook_q"]
+        attn = model.blocks[1].attn
+        raw = attn.c_q(norm(seen["x"])).view(2, 6, attn.n_head, attn.head_dim).transpose(1, 2)
+        if qk_norm:
+            torch.testing.assert_close(seen["q"].pow(2).mean(-1), torch.ones(2, attn.n_head, 6, dtype=torch.float64))
+            torch.testing.assert_close(seen["q"], norm(raw), rtol=0, atol=1e-12)
+        else:
+            torch.testing.assert_close(seen["q"], raw, rtol=0, atol=0)
 
 
 def test_hook_names_are_stable_and_cover_every_depth():

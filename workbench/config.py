@@ -79,7 +79,9 @@ class ModelConfig(_JSONMixin):
     n_kv_head: int | None = None  # number of key/value heads (GQA); None = n_head
     n_embd: int = 128  # residual width (D)
     seq_len: int = 256  # training context length; decoding may run past it (RoPE is computed on the fly)
+    rope: bool = True  # rotary position embeddings on queries and keys; False: none at all (NoPE, an ablation)
     rope_base: float = 10000.0  # rotary embedding base
+    qk_norm: bool = True  # RMS-normalise each head's query and key (nanochat); False: raw projections (an ablation)
     logit_softcap: float = 15.0  # logits = c * tanh(logits / c); 0 disables the cap
     tie_embeddings: bool = False  # share the input embedding and the readout (FBT requires it)
     mechanism: str = "none"  # latent feedback: "none" | "lrt" | "fbt"
@@ -107,13 +109,14 @@ class ModelConfig(_JSONMixin):
         _check_int(c, "n_embd", self.n_embd, 2)
         if self.n_embd % self.n_head:
             _fail(c, "n_embd", self.n_embd, f"must be divisible by n_head={self.n_head}")
-        if (self.n_embd // self.n_head) % 2:
+        for flag in ("rope", "qk_norm", "tie_embeddings"):
+            if not isinstance(getattr(self, flag), bool):
+                _fail(c, flag, getattr(self, flag), "must be a bool")
+        if self.rope and (self.n_embd // self.n_head) % 2:
             _fail(c, "n_embd", self.n_embd, f"head size n_embd/n_head={self.n_embd // self.n_head} must be even (RoPE)")
         _check_int(c, "seq_len", self.seq_len, 1)
         _check_float(c, "rope_base", self.rope_base, 0.0, lo_open=True)
         _check_float(c, "logit_softcap", self.logit_softcap, 0.0)
-        if not isinstance(self.tie_embeddings, bool):
-            _fail(c, "tie_embeddings", self.tie_embeddings, "must be a bool")
         _check_choice(c, "mechanism", self.mechanism, MECHANISMS)
         _check_int(c, "lrt_source_layer", self.lrt_source_layer, -1, self.n_layer - 1)
         if not self.lrt_inject or any(i not in LRT_INJECTIONS for i in self.lrt_inject) \

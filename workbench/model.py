@@ -4,7 +4,8 @@ Notable features:
 - rotary position embeddings computed from each token's *absolute position* (elementwise, so a full
   pass, a KV-cache step and an interleaved refinement of a strided subset see identical angles, and
   nothing depends on a tensor's value: the step traces whole under ``torch.compile``);
-- QK-norm; RMSNorm without learnable parameters; ReLU² MLP; no biases anywhere;
+- QK-norm; RMSNorm without learnable parameters; ReLU² MLP; no biases anywhere (``rope=False`` and
+  ``qk_norm=False`` take RoPE or QK-norm out, for ablations and for measuring what each costs);
 - untied input embedding and readout by default (``tie_embeddings`` shares them; FBT needs it);
 - optional logit soft-cap ``c * tanh(logits / c)``;
 - ``F.scaled_dot_product_attention`` with GQA, against either the current tokens (causal) or a
@@ -59,8 +60,8 @@ class Context:
     """Everything one forward shares across blocks."""
 
     positions: torch.Tensor  # (T,) absolute positions of the tokens being computed
-    rope_q: tuple[torch.Tensor, torch.Tensor]  # cos, sin laid out per query head (T, n_head, hd)
-    rope_k: tuple[torch.Tensor, torch.Tensor]  # ... per key/value head (T, kv_heads, hd)
+    rope_q: tuple[torch.Tensor, torch.Tensor] | None  # cos, sin laid out per query head (T, n_head, hd); None: no RoPE
+    rope_k: tuple[torch.Tensor, torch.Tensor] | None  # ... per key/value head (T, kv_heads, hd)
     feedback: Feedback
     mechanism: Mechanism
     kv: KVStore | None  # where this forward's keys/values go and come from; None = causal over the chunk
@@ -106,6 +107,7 @@ class CausalSelfAttention(nn.Module):
         super().__init__()
         self.layer = layer
         self.n_head, self.kv_heads, self.head_dim = config.n_head, config.kv_heads, config.head_dim
+        self.qk_norm = config.qk_norm
         self.c_q = nn.Linear(config.n_embd, config.n_head * config.head_dim, bias=False)
         self.c_k = nn.Linear(config.n_embd, config.kv_dim, bias=False)
         self.c_v = nn.Linear(config.n_embd, config.kv_dim, bias=False)
@@ -122,8 +124,10 @@ class CausalSelfAttention(nn.Module):
         k, v, gates = ctx.mechanism.inject_kv(self.layer, x, k, v, ctx.feedback)
         if gates is not None:
             self.hook_gate(gates)
-        q = apply_rotary(norm(q), *ctx.rope_q)
-        k = apply_rotary(norm(k), *ctx.rope_k)
+        if self.qk_norm:
+            q, k = norm(q), norm(k)
+        if ctx.rope_q is not None:
+            q, k = apply_rotary(q, *ctx.rope_q), apply_rotary(k, *ctx.rope_k)
         q, k, v = (self.hook_q(q.transpose(1, 2)), self.hook_k(k.transpose(1, 2)), self.hook_v(v.transpose(1, 2)))
         mask: Mask = "causal"
         if ctx.kv is not None:
@@ -233,9 +237,11 @@ class GPT(nn.Module):
         if memory is not None:
             memory = self.hook_memory_in(memory)
         c = self.config
-        tables = rotary(positions, c.head_dim, c.rope_base, self.wte.weight.dtype)
-        rope_q = tuple(per_head(t, c.n_head) for t in tables)
-        rope_k = rope_q if c.kv_heads == c.n_head else tuple(per_head(t, c.kv_heads) for t in tables)
+        rope_q = rope_k = None
+        if c.rope:
+            tables = rotary(positions, c.head_dim, c.rope_base, self.wte.weight.dtype)
+            rope_q = tuple(per_head(t, c.n_head) for t in tables)
+            rope_k = rope_q if c.kv_heads == c.n_head else tuple(per_head(t, c.kv_heads) for t in tables)
         ctx = Context(positions, rope_q, rope_k, Feedback(memory, memory_mask), self.mechanism, kv)
         x = self.hook_embed(norm(self.wte(idx)))
         x = self.hook_input(self.mechanism.fuse_input(x, ctx.feedback))
