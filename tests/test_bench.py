@@ -57,6 +57,14 @@ def test_quick_bench_reports_util_and_the_nanogpt_rows(tmp_path, capsys):
         assert side["reference"] == f"train step {shape} nanoGPT" and side["target"] == 1.0
         assert side["ms"] == table.loc[ours, "ms"]  # the same timings, divided by nanoGPT's
         assert side["ratio"] == pytest.approx(table.loc[ours, "ms"] / table.loc[side["reference"], "ms"])
+    base = "train step 4x128 baseline"
+    for label in ("no softcap", "no QK-norm", "no RoPE", "none of the three"):  # what each feature costs
+        row = table.loc[f"{base}, {label}"]
+        assert row["reference"] == base and row["floor"] == pytest.approx(1.0) and row["ratio"] > 0
+    bare = table.loc[f"{base}, none of the three / nanoGPT"]
+    assert bare["reference"] == "train step 4x128 nanoGPT"
+    assert bare["ms"] == table.loc[f"{base}, none of the three", "ms"]
+    assert (table["faults"].dropna() >= 0).all() and table.loc[base, "faults"] is not None  # counted on Linux
 
 
 def test_decode_flops_count_every_sequence_of_the_batch():

@@ -8,6 +8,12 @@ it. ``floor`` is the ratio the arithmetic alone allows (estimated FLOPs of the r
 reference's): a target below the floor cannot be met at that model size by any implementation,
 and the gap above it is overhead. ``util`` is the row's model FLOP/s as a fraction of a float32
 matmul timed in the same rounds (the machine's practical peak): how far that shape is from the limit.
+``faults`` is the median number of minor page faults per unit: memory the allocator handed back to
+the OS and touched again, a cost that depends on the allocator's heuristics rather than on the code.
+
+Ablation rows: the 4x128 baseline without each of the nanochat block's extra elementwise features
+(logit softcap, QK-norm, RoPE) that nanoGPT's block does not have, divided by the baseline: what
+each costs, measured in the same rounds.
 
 nanoGPT rows: with ``nanogpt`` (or the environment variable ``WORKBENCH_NANOGPT``) naming nanoGPT's
 ``model.py`` (github.com/karpathy/nanoGPT, fetched by the user, never vendored), its training step
@@ -21,6 +27,7 @@ import contextlib
 import importlib.util
 import io
 import os
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -49,8 +56,31 @@ class Row:
     timing_of: str | None = None  # a row already timed: this one divides the same timings by another reference
 
 
-def measure(rows: list[Row], rounds: int) -> dict[str, list[float]]:
-    """Seconds per unit of every row in every round, timed round-robin.
+@dataclass
+class Timings:
+    """Every round of every row: seconds per unit, and minor page faults per unit (None where the OS
+    does not count them)."""
+
+    seconds: dict[str, list[float]]
+    faults: dict[str, list[float | None]]
+
+    def __ior__(self, other: Timings) -> Timings:
+        self.seconds |= other.seconds
+        self.faults |= other.faults
+        return self
+
+
+def _minor_faults() -> int | None:
+    """Minor page faults of this process so far (Unix); None elsewhere."""
+    try:
+        import resource
+    except ImportError:  # Windows
+        return None
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def measure(rows: list[Row], rounds: int) -> Timings:
+    """Seconds (and page faults) per unit of every row in every round, timed round-robin.
 
     One round times every row once, so a change in the machine's load during the run hits a row
     and its reference alike instead of biasing whichever was timed last.
@@ -58,15 +88,17 @@ def measure(rows: list[Row], rounds: int) -> dict[str, list[float]]:
     rows = [row for row in rows if row.timing_of is None]
     for row in rows:  # warm-up: allocator, first-call dispatch, compiling
         row.fn()
-    times: dict[str, list[float]] = {row.name: [] for row in rows}
+    timings = Timings({row.name: [] for row in rows}, {row.name: [] for row in rows})
     for r in range(rounds):
         for row in rows:
             if row.rounds is not None and r >= row.rounds:
                 continue
+            faults = _minor_faults()
             start = time.perf_counter()
             row.fn()
-            times[row.name].append((time.perf_counter() - start) / row.per)
-    return times
+            timings.seconds[row.name].append((time.perf_counter() - start) / row.per)
+            timings.faults[row.name].append(None if faults is None else (_minor_faults() - faults) / row.per)
+    return timings
 
 
 def _model(mechanism: str, n_layer: int, n_embd: int, vocab: int, seq_len: int, **kw) -> GPT:
@@ -200,6 +232,10 @@ def run_benchmarks(quick: bool = False, threads: int = 2, nanogpt: str | os.Path
         train("train step 4x128 FBT 2-pass", fbt, base, 2.1, P2),
         train("train step 4x128 FBT 3-pass", fbt, base, 3.1, P3),
     ]
+    ablations = {"no softcap": dict(logit_softcap=0.0), "no QK-norm": dict(qk_norm=False), "no RoPE": dict(rope=False),
+                 "none of the three": dict(logit_softcap=0.0, qk_norm=False, rope=False)}
+    train_rows += [train(f"{base}, {label}", _model("none", 4, 128, vocab, T, **kw), base)
+                   for label, kw in ablations.items()]
     if not quick:  # the same steps as TrainConfig(compile=True) runs them (the warm-up compiles, ~1 min each)
         train_rows += [
             train(f"{base} compiled", small, base, compile=True),
@@ -216,6 +252,8 @@ def run_benchmarks(quick: bool = False, threads: int = 2, nanogpt: str | os.Path
             nano = f"train step {shape} nanoGPT"
             train_rows += [Row(nano, nanogpt_step_fn(module, n_layer, n_embd, vocab, batch, T), flops=flops[ours]),
                            Row(f"{ours} / nanoGPT", None, nano, 1.0, flops=flops[ours], timing_of=ours)]
+        bare = f"{base}, none of the three"
+        train_rows.append(Row(f"{bare} / nanoGPT", None, "train step 4x128 nanoGPT", flops=flops[base], timing_of=bare))
         if not quick:
             train_rows.append(Row(f"{base} compiled / nanoGPT", None, "train step 4x128 nanoGPT", 1.0,
                                   flops=flops[base], timing_of=f"{base} compiled"))
@@ -290,10 +328,11 @@ def _probe_sweep_fn(n: int) -> Callable[[], object]:
                                 random_baseline=False)
 
 
-def _table(rows: list[Row], times: dict[str, list[float]], peak: str) -> pd.DataFrame:
-    """One record per row: fastest time, ratio to its reference, floor, util (FLOP/s over ``peak``'s)."""
+def _table(rows: list[Row], timings: Timings, peak: str) -> pd.DataFrame:
+    """One record per row: fastest time, ratio to its reference, floor, util (FLOP/s over ``peak``'s),
+    median page faults."""
     by_name = {r.name: r for r in rows}
-    fastest = {r.name: min(times[r.timing_of or r.name]) for r in rows}
+    fastest = {r.name: min(timings.seconds[r.timing_of or r.name]) for r in rows}
     peak_flops = by_name[peak].flops / fastest[peak]
     records = []
     for r in rows:
@@ -301,8 +340,10 @@ def _table(rows: list[Row], times: dict[str, list[float]], peak: str) -> pd.Data
         ratio = fastest[r.name] / fastest[ref.name] if ref else None
         floor = r.flops / ref.flops if ref and r.flops and ref.flops else None
         util = r.flops / fastest[r.name] / peak_flops if r.flops else None
+        faults = timings.faults[r.timing_of or r.name]
+        faults = None if None in faults else statistics.median(faults)
         records.append({"benchmark": r.name, "ms": 1000 * fastest[r.name], "per": r.unit,
                         "reference": r.reference or "", "ratio": ratio, "floor": floor, "util": util,
-                        "target": r.target,
+                        "faults": faults, "target": r.target,
                         "ok": None if r.target is None or ratio is None else bool(ratio <= r.target)})
     return pd.DataFrame.from_records(records)
