@@ -3,18 +3,18 @@ the carried state.
 
 ``multi_register`` (appendix F of the FBT paper): two binary registers written once each, their
 write lines scattered among 8 label-free scratch updates, then ``query = rj``, ``Value:`` and rj's
-value; 138 tokens. A one-layer model answers in one pass only by shortcuts: the key of a value
-digit would have to know which register its line writes, three tokens back, and one attention
-layer cannot both move that and match on it; with the writes at random lines it cannot find them
-by position either. With feedback, pass 2 reads pass 1's top state of the previous position, which can
-carry the register name. The "uses feedback" gates check that the feedback mixes really answer
-better at pass 2 than at pass 1. The analysis, gates and rule are ``fbt_pass_mixes``'s, on the
-label's loss.
+value (``_T`` tokens, the task's ``seq_len``). A one-layer model answers in one pass only by
+shortcuts: the key of a value digit would have to know which register its line writes, three tokens
+back, and one attention layer cannot both move that and match on it; with the writes at random lines
+it cannot find them by position either. With feedback, pass 2 reads pass 1's top state of the
+previous position, which can carry the register name. The "uses feedback" gates check that the
+feedback mixes really answer better at pass 2 than at pass 1. The analysis, gates and rule are
+``fbt_pass_mixes``'s, on the label's loss.
 
 Why 8 scratch updates, not 32-256: at 1 CPU thread a 464-token version (aux weight 1) trained 500
 steps in the time this one trains 1,500, and its pass-2 answer was still worse than its pass-1
-answer (the feedback gate would have failed); here 103 passes still fit before the measured
-positions (103..137).
+answer (the feedback gate would have failed); here ``window(_T)`` passes (three quarters of the
+prompt) still fit before the measured positions ``window(_T).._T - 1``.
 """
 
 from __future__ import annotations
