@@ -66,14 +66,14 @@ def test_qk_norm_normalises_each_head_and_off_passes_the_projections_through():
 
         with wb.hooks(model, {"blocks.1.hook_resid_pre": keep, "blocks.1.attn.hook_q": keep}):
             model(idx)
-        seen["x"], seen["q"] = seen["blocks.1.hook_resid_pre"], seen["blocks.1.attn.hook_q"]
+        x, q = seen["blocks.1.hook_resid_pre"], seen["blocks.1.attn.hook_q"]
         attn = model.blocks[1].attn
-        raw = attn.c_q(norm(seen["x"])).view(2, 6, attn.n_head, attn.head_dim).transpose(1, 2)
+        raw = attn.c_q(norm(x)).view(2, 6, attn.n_head, attn.head_dim).transpose(1, 2)
         if qk_norm:
-            torch.testing.assert_close(seen["q"].pow(2).mean(-1), torch.ones(2, attn.n_head, 6, dtype=torch.float64))
-            torch.testing.assert_close(seen["q"], norm(raw), rtol=0, atol=1e-12)
+            torch.testing.assert_close(q.pow(2).mean(-1), torch.ones(2, attn.n_head, 6, dtype=torch.float64))
+            torch.testing.assert_close(q, norm(raw), rtol=0, atol=1e-12)
         else:
-            torch.testing.assert_close(seen["q"], raw, rtol=0, atol=0)
+            torch.testing.assert_close(q, raw, rtol=0, atol=0)
 
 
 def test_hook_names_are_stable_and_cover_every_depth():
