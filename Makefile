@@ -23,10 +23,13 @@ install: $(STAMP)
 ## JupyterLab on notebooks/ (NO_BROWSER=1 for a server without a browser: it prints the URL to open).
 ## Jupyter refuses to run as root unless told; containers and cloud VMs often run as root, so say it for them.
 ## With no display on Linux there is no browser to open: the URL is printed instead.
+## No news popup over the figures on first start: tools/lab_settings/overrides.json answers JupyterLab's
+## "get notified about official Jupyter news?" with no (and no update checks); news_url=None fetches none.
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 HEADLESS := $(or $(NO_BROWSER),$(if $(or $(DISPLAY),$(WAYLAND_DISPLAY),$(filter Darwin,$(shell uname -s))),,1))
 lab: install
-	$(VENV)/bin/jupyter lab --notebook-dir=notebooks $(ALLOW_ROOT) $(if $(HEADLESS),--no-browser --ip=127.0.0.1 --port=$(PORT),)
+	$(VENV)/bin/jupyter lab --notebook-dir=notebooks $(ALLOW_ROOT) --LabApp.news_url=None \
+		--LabApp.app_settings_dir=$(CURDIR)/tools/lab_settings $(if $(HEADLESS),--no-browser --ip=127.0.0.1 --port=$(PORT),)
 
 lab-headless:
 	$(MAKE) lab NO_BROWSER=1
