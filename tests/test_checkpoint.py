@@ -13,7 +13,7 @@ from safetensors.torch import save_file
 
 import workbench as wb
 from conftest import perturbed_model, small_config
-from workbench import checkpoint
+from workbench import store
 from workbench.checkpoint import CheckpointError, load_checkpoint, load_metrics, read_safetensors, save_checkpoint
 
 
@@ -72,8 +72,11 @@ def test_truncated_file_is_refused(tmp_path):
 
 
 def _legacy(path):
-    """The layout written before manifests (every shipped checkpoint): config, weights, metrics only."""
+    """The layout written before manifests (format 1, as most shipped checkpoints): config, weights, metrics."""
     (path / "manifest.json").unlink()
+    header = json.loads((path / "config.json").read_text())
+    if "format" in header:
+        (path / "config.json").write_text(json.dumps({**header, "format": 1}))
     return path
 
 
@@ -187,7 +190,7 @@ def test_an_interrupted_two_rename_save_is_recovered(tmp_path, monkeypatch):
     (tmp_path / ".ck.tmp-dead").mkdir()  # its half-written temporary
     assert load_metrics(tmp_path / "ck") == {"v": 1}
     assert load_checkpoint(tmp_path / "ck").config == model.config
-    monkeypatch.setattr(checkpoint, "_exchange", lambda a, b: False)
+    monkeypatch.setattr(store, "_exchange", lambda a, b: False)
     save_checkpoint(model, tmp_path / "ck", metrics={"v": 2})
     assert load_metrics(tmp_path / "ck") == {"v": 2}
     assert sorted(os.listdir(tmp_path)) == ["ck"]

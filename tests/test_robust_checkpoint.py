@@ -22,7 +22,7 @@ import pytest
 import torch
 
 import workbench as wb
-from workbench import checkpoint
+from workbench import checkpoint, store
 from workbench.checkpoint import load_checkpoint, save_checkpoint
 
 VALUE_OF_WIDTH = {32: 1.0, 64: 2.0}
@@ -108,7 +108,7 @@ def _reader(path: str, seconds: float) -> dict:
 def exchange(request, monkeypatch) -> bool:
     """Both ways of swapping a version in: the atomic exchange, and the fallback where it is missing."""
     if not request.param:
-        monkeypatch.setattr(checkpoint, "_exchange", lambda a, b: False)
+        monkeypatch.setattr(store, "_exchange", lambda a, b: False)
     return request.param
 
 
@@ -136,7 +136,7 @@ def _save_forever(path: str, first: int) -> None:
 def _die_after_swap() -> None:
     """Make this process SIGKILL itself right after its save swaps the new version in (the exchange),
     or between its two renames (the fallback): the worst moments for what is on disk."""
-    rename, exchange = os.rename, checkpoint._exchange
+    rename, exchange = os.rename, store._exchange
 
     def rename_then_die(src, dst):
         rename(src, dst)
@@ -148,7 +148,7 @@ def _die_after_swap() -> None:
             os.kill(os.getpid(), signal.SIGKILL)
         return False
 
-    os.rename, checkpoint._exchange = rename_then_die, exchange_then_die
+    os.rename, store._exchange = rename_then_die, exchange_then_die
 
 
 def _victim(path: str, first: int, between_renames: bool) -> None:

@@ -135,16 +135,23 @@ def _truncate(ck):
     (ck / "model.safetensors").write_bytes(data[:-100])
 
 
+def _old_layout(ck):
+    """Saved before manifests (format 1): the checks past the manifest's are what refuse it."""
+    (ck / "manifest.json").unlink()
+    header = json.loads((ck / "config.json").read_text())
+    (ck / "config.json").write_text(json.dumps({**header, "format": 1}))
+
+
 def _mismatch(ck):
+    _old_layout(ck)
     header = json.loads((ck / "config.json").read_text())
     header["model"]["n_embd"] = 64
     (ck / "config.json").write_text(json.dumps(header))
-    (ck / "manifest.json").unlink()
 
 
 def _pickle(ck):
     (ck / "model.safetensors").write_bytes(pickle.dumps({"wte.weight": [1.0]}))
-    (ck / "manifest.json").unlink()
+    _old_layout(ck)
 
 
 def _tamper(ck):

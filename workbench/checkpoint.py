@@ -2,41 +2,28 @@
 
 Layout of ``checkpoints/NAME/`` (a plain directory: every file can also be read directly)::
 
-    config.json          {"format": 1, "package_version": ..., "model": ModelConfig fields, ...extra}
+    config.json          {"format": 2, "package_version": ..., "model": ModelConfig fields, ...extra}
     model.safetensors    the state dict (tied weights stored once)
-    metrics.json         whatever the caller recorded (losses, eval numbers, recipe, seed)
-    manifest.json        size and sha256 of every file the save wrote (checkpoints written before it
-                         existed have none, and load as they always did)
+    metrics.json         whatever the caller recorded (a JSON object: losses, eval numbers, recipe, seed)
+    manifest.json        size and sha256 of every file the save wrote
 
-Writing: the new version is written complete under a temporary name beside the destination (held
-under ``flock``, so a concurrent save's clean-up leaves it alone) and swapped with the old one by
-one atomic ``renameat2(RENAME_EXCHANGE)``: there is no instant with no checkpoint at the path.
-Where the exchange is unavailable (not Linux, some network filesystems) the old version is first
-renamed aside (``.NAME.old-*``); a kill between the two renames leaves it there, where loads find it
-and the next save puts it back. The next successful save deletes what interrupted saves left.
-Only a directory that is itself a checkpoint (or empty) is ever replaced.
+Formats: 2 is always saved with its manifest, so a format-2 checkpoint without one (deleted, or an
+incomplete copy) loads only with ``verify=False``, and with a warning. Format 1 was saved without
+a manifest at first: a format-1 checkpoint without one loads as it always did (the shipped ones).
 
-Reading: the directory is opened once and every file read through that handle, so one load sees
-one version even while a writer swaps another in; a version deleted under a reader is read again
-from the new one. The manifest is checked file by file (size, then hash), so a truncated, replaced
-or edited file is refused by name. Nothing is ever unpickled.
+What a save replaces and keeps: a directory is recognised as a checkpoint by our own marker (a
+manifest of ours, or a config.json holding our ``format`` and ``model``), never by file names a
+Hugging Face model directory also has; any other non-empty directory is refused. Files a user puts
+inside a checkpoint directory (notes, an evaluation table) are kept across re-saves; a save that
+would overwrite one of them refuses and names it. The directory transaction itself (atomic swap,
+concurrent savers and readers, kills) is ``store.py``'s; nothing is ever unpickled.
 """
 
 from __future__ import annotations
 
-import ctypes
-import errno
-import fcntl
-import glob
 import hashlib
-import json
 import os
-import shutil
-import tempfile
-import time
-import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -48,26 +35,31 @@ from safetensors.torch import save as save_tensors
 from ._version import __version__
 from .config import ModelConfig
 from .model import GPT, build_model
+from .store import (  # noqa: F401 - re-exported: the public names of the checkpoint module
+    JSON_LIMIT,
+    CheckpointError,
+    atomic_directory,
+    json_bytes,
+    parse_json,
+    plain_json,
+    read_json,
+    read_regular,
+    read_version,
+    try_json,
+    write_file,
+    write_json_atomic,
+)
+from .store import find_version as _find_version
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READABLE_FORMATS = (1, 2)  # 1: saved before manifests were required (the shipped checkpoints)
 MANIFEST = "manifest.json"
 CONFIG, WEIGHTS, METRICS = "config.json", "model.safetensors", "metrics.json"
 RESERVED = (CONFIG, WEIGHTS, METRICS, MANIFEST)
-_READ_ATTEMPTS = 200  # a reader retries while writers keep replacing the version it opened
-
-
-class CheckpointError(ValueError):
-    """A checkpoint directory is missing, incomplete, truncated, edited or not ours."""
+RESERVED_KEYS = ("format", "package_version", "model")  # config.json keys ``extra`` may not set
 
 
 # ---------------------------------------------------------------------------------------------- parsing
-def _parse_json(data: bytes, where: Path) -> Any:
-    try:
-        return json.loads(data)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise CheckpointError(f"{where} is not valid JSON ({e})") from e
-
-
 def _parse_tensors(data: bytes, where: Path) -> dict[str, torch.Tensor]:
     """Safetensors bytes to tensors; anything else (a pickle, a truncated file) is refused, never executed."""
     try:
@@ -76,285 +68,104 @@ def _parse_tensors(data: bytes, where: Path) -> dict[str, torch.Tensor]:
         raise CheckpointError(f"{where} is not a valid safetensors file (truncated or foreign?): {e}") from e
 
 
-def _read_bytes(path: Path) -> bytes:
-    if not path.is_file():
-        raise CheckpointError(f"missing file {path}")
-    return path.read_bytes()
-
-
-def read_json(path: str | os.PathLike) -> Any:
-    """One JSON file, any problem a ``CheckpointError`` naming it."""
-    return _parse_json(_read_bytes(Path(path)), Path(path))
-
-
 def read_safetensors(path: str | os.PathLike) -> dict[str, torch.Tensor]:
     """One safetensors file, any problem a ``CheckpointError`` naming it."""
-    return _parse_tensors(_read_bytes(Path(path)), Path(path))
-
-
-def _json_bytes(data: Any) -> bytes:
-    return json.dumps(data, indent=2, sort_keys=True, default=float).encode()
-
-
-def _write_file(path: Path, data: bytes) -> None:
-    """Write and fsync, so a swapped-in version survives a power cut as well as a kill."""
-    with path.open("wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def write_json_atomic(path: str | os.PathLike, data: Any) -> None:
-    """Write JSON through a temporary file and rename it into place (the temporary never outlives a failure)."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.close(fd)
     try:
-        _write_file(Path(tmp), _json_bytes(data))
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        return _parse_tensors(read_regular(path), path)
+    except FileNotFoundError:
+        raise CheckpointError(f"missing file {path}") from None
 
 
-# ---------------------------------------------------------------------------------------------- what may be replaced
-def _is_empty_dir(path: Path) -> bool:
-    return path.is_dir() and not any(path.iterdir())
-
-
+# ---------------------------------------------------------------------------------------------- recognising one
 def is_checkpoint(path: str | os.PathLike) -> bool:
-    """A directory this module could have written: a manifest, or the older layout's config + weights."""
+    """A directory laid out as a checkpoint (a manifest, or the older config + weights): what loads
+    look for. Whether it is really ours is checked when it is read (``owned_names`` when saving)."""
     p = Path(path)
-    return p.is_dir() and ((p / MANIFEST).is_file() or ((p / CONFIG).is_file() and (p / WEIGHTS).is_file()))
+    return (p.is_dir() and not p.is_symlink()
+            and (os.path.lexists(p / MANIFEST) or (os.path.lexists(p / CONFIG) and os.path.lexists(p / WEIGHTS))))
 
 
-def _looks_saved(path: Path) -> bool:
-    """Any saved model directory (ours or Hugging Face's: both carry a config.json)."""
-    return (path / CONFIG).is_file()
-
-
-def _check_replaceable(path: Path, replaceable: Callable[[Path], bool]) -> None:
-    """Refuse to put a directory where something that is not a saved model (or empty) stands."""
-    if path.is_symlink():
-        what = "a symbolic link (save to its target instead)"
-    elif os.path.lexists(path) and not path.is_dir():
-        what = "a file, not a directory"
-    elif path.is_dir() and not (_is_empty_dir(path) or replaceable(path)):
-        names = sorted(p.name for p in path.iterdir())
-        what = f"a directory that is not a checkpoint (it holds {names[:6]}{' ...' if len(names) > 6 else ''})"
-    else:
-        return
-    raise CheckpointError(f"refusing to replace {path}: it is {what}; choose another path or remove it yourself")
-
-
-# ---------------------------------------------------------------------------------------------- swapping
-def _siblings(path: Path, kind: str) -> list[Path]:
-    """Temporaries (``tmp``) or set-aside old versions (``old``) of interrupted saves of ``path``, newest first."""
-    found = [Path(p) for p in glob.glob(str(path.parent / f".{glob.escape(path.name)}.{kind}-*"))]
-    return sorted(found, key=_mtime, reverse=True)
-
-
-def _mtime(path: Path) -> float:
-    try:
-        return path.stat().st_mtime
-    except OSError:  # deleted meanwhile by another save's clean-up
-        return 0.0
+def owned_names(path: Path) -> set[str] | None:
+    """The files a save of this module wrote in the directory ``path`` (what the next save may
+    replace); None when ``path`` carries no marker of ours (a manifest of ours, or a config.json with
+    our ``format`` and ``model``), whatever its file names."""
+    manifest = try_json(path / MANIFEST)
+    if (isinstance(manifest, dict) and manifest.get("format") in READABLE_FORMATS
+            and isinstance(manifest.get("files"), dict)):
+        return set(manifest["files"]) | {MANIFEST}
+    header = try_json(path / CONFIG)
+    if isinstance(header, dict) and header.get("format") in READABLE_FORMATS and isinstance(header.get("model"), dict):
+        return set(RESERVED)  # the older layout: config, weights, metrics
+    return None
 
 
 def find_checkpoint(path: str | os.PathLike) -> Path | None:
     """Where the current version of the checkpoint ``path`` lies: ``path`` itself, or, when a save was
     killed between its two renames, the old version it had set aside; None when there is none."""
-    path = Path(path)
-    if is_checkpoint(path) and not path.is_symlink():
-        return path
-    if os.path.lexists(path):
-        return None
-    return next((p for p in _siblings(path, "old") if is_checkpoint(p)), None)
-
-
-_libc = ctypes.CDLL(None, use_errno=True)
-_AT_FDCWD, _RENAME_EXCHANGE = -100, 2
-
-
-def _exchange(a: Path, b: Path) -> bool:
-    """Swap two paths atomically (Linux ``renameat2``); False where the system cannot."""
-    renameat2 = getattr(_libc, "renameat2", None)
-    if renameat2 is None:
-        return False
-    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
-        return True
-    err = ctypes.get_errno()
-    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP):
-        return False
-    raise OSError(err, os.strerror(err), str(b))
-
-
-def _swap_in(tmp: Path, path: Path, replaceable: Callable[[Path], bool]) -> None:
-    """Put the complete directory ``tmp`` at ``path``; what stood there ends at ``tmp`` or is deleted."""
-    for _ in range(100):  # each pass either succeeds or saw another writer move things: try again
-        if not os.path.lexists(path):
-            try:
-                os.rename(tmp, path)
-                return
-            except OSError as e:
-                if e.errno not in (errno.EEXIST, errno.ENOTEMPTY):
-                    raise
-                continue
-        _check_replaceable(path, replaceable)
-        if _exchange(tmp, path):
-            if _is_empty_dir(tmp) or replaceable(tmp):
-                return
-            _exchange(tmp, path)  # something else arrived since the check: put it back
-            _check_replaceable(path, replaceable)
-            continue
-        aside = path.with_name(f".{path.name}.old-{uuid.uuid4().hex[:12]}")
-        try:
-            os.rename(path, aside)
-            os.rename(tmp, path)
-        except FileNotFoundError:
-            continue
-        except OSError as e:
-            if e.errno not in (errno.EEXIST, errno.ENOTEMPTY):
-                raise
-            continue
-        shutil.rmtree(aside, ignore_errors=True)
-        return
-    raise CheckpointError(f"could not replace {path}: other writers kept replacing it")
-
-
-def _restore_set_aside(path: Path) -> None:
-    """A save killed between its two renames left no ``path``: put its old version back."""
-    found = find_checkpoint(path)
-    if found is not None and found != path:
-        try:
-            os.rename(found, path)
-        except OSError:
-            pass  # another process restored it first or is writing: either way there is a checkpoint
-
-
-def _collect(path: Path) -> None:
-    """Delete what interrupted saves of ``path`` left, except temporaries a live writer holds."""
-    for leftover in _siblings(path, "tmp") + _siblings(path, "old"):
-        try:
-            fd = os.open(leftover, os.O_RDONLY | os.O_DIRECTORY)
-        except OSError:
-            continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            shutil.rmtree(leftover, ignore_errors=True)
-        except BlockingIOError:
-            pass  # a writer is still filling it
-        finally:
-            os.close(fd)
-
-
-@contextmanager
-def atomic_directory(path: str | os.PathLike,
-                     replaceable: Callable[[Path], bool] = _looks_saved) -> Iterator[Path]:
-    """Yield a fresh temporary directory that replaces ``path`` only if the block succeeds.
-
-    ``path`` may be absent, an empty directory or one ``replaceable`` accepts (default: a saved
-    model directory); anything else is refused before a byte is written.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _restore_set_aside(path)
-    _check_replaceable(path, replaceable)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
-    umask = os.umask(0)
-    os.umask(umask)
-    tmp.chmod(0o777 & ~umask)  # mkdtemp makes 0700; the swapped-in directory must read like any other
-    lock = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield tmp
-        os.fsync(lock)
-        _swap_in(tmp, path, replaceable)
-        dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-        os.fsync(dir_fd)
-        os.close(dir_fd)
-    finally:
-        os.close(lock)
-        shutil.rmtree(tmp, ignore_errors=True)  # after a swap: the old version
-    _collect(path)
+    return _find_version(Path(path), is_checkpoint)
 
 
 # ---------------------------------------------------------------------------------------------- reading one version
-def _read_version(fd: int, where: Path, names: tuple[str, ...], verify: bool) -> dict[str, bytes]:
-    """The files ``names`` of the directory open as ``fd``, checked against its manifest when it has one."""
-    present = set(os.listdir(fd))
-    manifest = None
-    if MANIFEST in present:
-        manifest = _parse_json(_read_at(fd, MANIFEST), where / MANIFEST)
-        if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
-            raise CheckpointError(f"{where / MANIFEST} is not a checkpoint manifest")
-    files = {}
-    for name in names:
-        if name not in present:
-            raise FileNotFoundError(errno.ENOENT, "missing file", str(where / name))
-        data = files[name] = _read_at(fd, name)
-        entry = manifest["files"].get(name) if manifest is not None and verify else None
-        if manifest is not None and verify and entry is None and name in RESERVED:
-            raise CheckpointError(f"{where / MANIFEST} does not list {name}: not the manifest of this checkpoint")
-        if entry is not None and len(data) != entry.get("size"):
-            raise CheckpointError(f"{where / name} is {len(data)} bytes, its manifest says {entry.get('size')}: "
-                                  f"truncated or replaced after saving")
-        if entry is not None and hashlib.sha256(data).hexdigest() != entry.get("sha256"):
-            raise CheckpointError(f"{where / name} does not match its sha256 in {MANIFEST}: edited or corrupted "
-                                  f"after saving (pass verify=False to load it anyway)")
+def _manifest_files(data: bytes, where: Path) -> dict[str, dict[str, Any]]:
+    manifest = parse_json(data, where)
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    if not isinstance(files, dict) or not all(
+            isinstance(e, dict) and isinstance(e.get("size"), int) and isinstance(e.get("sha256"), str)
+            for e in files.values()):
+        raise CheckpointError(f"{where} is not a checkpoint manifest")
     return files
 
 
-def _read_at(fd: int, name: str) -> bytes:
-    file_fd = os.open(name, os.O_RDONLY, dir_fd=fd)
-    with os.fdopen(file_fd, "rb") as f:
-        return f.read()
+def _read_version(fd: int, where: Path, names: tuple[str, ...], verify: bool) -> tuple[dict[str, bytes], bool]:
+    """The files ``names`` of the directory open as ``fd``, checked against its manifest (sizes before
+    reading, then hashes), and whether the version went unverified for want of a manifest it should have."""
+    present = set(os.listdir(fd))
+    listing, unverified = None, False
+    if MANIFEST in present:
+        listing = _manifest_files(read_regular(MANIFEST, fd, limit=JSON_LIMIT, where=where / MANIFEST),
+                                  where / MANIFEST)
+    elif CONFIG in present:
+        header = parse_json(read_regular(CONFIG, fd, limit=JSON_LIMIT, where=where / CONFIG), where / CONFIG)
+        fmt = header.get("format") if isinstance(header, dict) else None
+        if fmt in READABLE_FORMATS and fmt >= 2:
+            if verify:
+                raise CheckpointError(f"{where} has no {MANIFEST}, though format-{fmt} checkpoints are always saved "
+                                      f"with one (deleted, or an incomplete copy): nothing vouches for its files; "
+                                      f"pass verify=False to load it unverified")
+            unverified = True
+    files = {}
+    for name in names:
+        if name not in present:
+            raise FileNotFoundError(2, "missing file", str(where / name))
+        entry = listing.get(name) if listing is not None and verify else None
+        if listing is not None and verify and entry is None and name in RESERVED:
+            raise CheckpointError(f"{where / MANIFEST} does not list {name}: not the manifest of this checkpoint")
+        data = files[name] = read_regular(name, fd, size=None if entry is None else entry["size"],
+                                          limit=JSON_LIMIT if name.endswith(".json") else None, where=where / name)
+        if entry is not None and hashlib.sha256(data).hexdigest() != entry["sha256"]:
+            raise CheckpointError(f"{where / name} does not match its sha256 in {MANIFEST}: edited or corrupted "
+                                  f"after saving (pass verify=False to load it anyway)")
+    return files, unverified
 
 
-def _same_directory(fd: int, where: Path) -> bool:
-    try:
-        return os.path.samestat(os.fstat(fd), os.stat(where))
-    except OSError:
-        return False
+def _missing(path: Path) -> str:
+    if path.is_dir():
+        return f"{path} is not a checkpoint (no {CONFIG} + {WEIGHTS} or {MANIFEST})"
+    return f"no checkpoint directory at {path} (missing file {path / CONFIG})"
 
 
 def read_checkpoint(path: str | os.PathLike, names: tuple[str, ...], verify: bool = True) -> dict[str, Any]:
     """The files ``names`` from one version of the checkpoint ``path`` (never a mix of two), parsed:
     ``.json`` as JSON, ``.safetensors`` as a tensor dict."""
     path = Path(path)
-    files = _read_files(path, names, verify)
-    return {name: _parse_tensors(data, path / name) if name.endswith(".safetensors") else _parse_json(data, path / name)
+    files, unverified = read_version(path, lambda fd, where: _read_version(fd, where, names, verify),
+                                     is_checkpoint, _missing)
+    if unverified:
+        warnings.warn(f"{path} has no {MANIFEST}: loaded unverified (verify=False), its files may have been edited "
+                      f"or cut short", stacklevel=3)
+    return {name: _parse_tensors(data, path / name) if name.endswith(".safetensors") else parse_json(data, path / name)
             for name, data in files.items()}
-
-
-def _read_files(path: Path, names: tuple[str, ...], verify: bool) -> dict[str, bytes]:
-    """The bytes of ``names`` from one version of the checkpoint ``path``.
-
-    A file a concurrent writer deleted under us means a newer version is in place: read that one.
-    A file missing from a version that stays put is a ``CheckpointError`` naming it.
-    """
-    for _ in range(_READ_ATTEMPTS):
-        where = find_checkpoint(path)
-        if where is None:
-            if is_checkpoint(path):  # a writer's rename landed between find_checkpoint's two looks: read it
-                continue
-            if path.is_dir():
-                raise CheckpointError(f"{path} is not a checkpoint (no {CONFIG} + {WEIGHTS} or {MANIFEST})")
-            raise CheckpointError(f"no checkpoint directory at {path} (missing file {path / names[0]})")
-        try:
-            fd = os.open(where, os.O_RDONLY | os.O_DIRECTORY)
-        except OSError:
-            time.sleep(0.001)
-            continue
-        try:
-            return _read_version(fd, where, names, verify)
-        except FileNotFoundError as e:
-            if where == path and _same_directory(fd, where):
-                raise CheckpointError(f"missing file {e.filename}") from None
-            time.sleep(0.001)  # this version was deleted under us: a newer one is in place
-        finally:
-            os.close(fd)
-    raise CheckpointError(f"{path} kept changing while being read ({_READ_ATTEMPTS} attempts): try again")
 
 
 # ---------------------------------------------------------------------------------------------- the public API
@@ -370,39 +181,72 @@ def _tensor_bytes(tensors: dict[str, torch.Tensor]) -> bytes:
     return save_tensors({k: v.detach().contiguous().cpu() for k, v in tensors.items()})
 
 
+def _check_model(model: Any) -> GPT:
+    if not isinstance(model, GPT):
+        hint = " (a TrainResult: pass result.model)" if hasattr(model, "model") else ""
+        raise TypeError(f"model must be a workbench GPT, got {type(model).__name__}{hint}")
+    return model
+
+
+def _check_extra(extra: Any) -> dict[str, Any]:
+    """``extra`` must be a dict of JSON data whose keys do not overwrite the header's own."""
+    if extra is None:
+        return {}
+    if not isinstance(extra, dict):
+        raise ValueError(f"extra={type(extra).__name__} is invalid: must be a dict of JSON data or None")
+    taken = sorted(k for k in extra if k in RESERVED_KEYS)
+    if taken:
+        raise ValueError(f"extra keys {taken} are invalid: {list(RESERVED_KEYS)} are config.json's own "
+                         f"(the format and the model config that loads); choose other names")
+    return plain_json(extra, "extra")
+
+
+def _check_metrics(metrics: Any) -> dict[str, Any]:
+    """``metrics`` must be a JSON object: string keys, finite numbers (refused by name otherwise)."""
+    if metrics is None:
+        return {}
+    if not isinstance(metrics, dict):
+        raise ValueError(f"metrics={type(metrics).__name__} is invalid: must be a dict with string keys "
+                         f"(a JSON object) or None")
+    return plain_json(metrics, "metrics")
+
+
 def save_checkpoint(model: GPT, path: str | os.PathLike, metrics: dict[str, Any] | None = None,
                     extra: dict[str, Any] | None = None,
                     extra_files: dict[str, dict[str, torch.Tensor] | Any] | None = None) -> Path:
     """Write ``model`` (config, weights) and ``metrics`` to the directory ``path`` as one new version.
 
-    ``extra`` goes into config.json beside the model config (recipe name, seed, ...);
+    ``extra`` goes into config.json beside the model config (recipe name, seed, ...; not the
+    header's own keys ``RESERVED_KEYS``); ``metrics`` must be a JSON object with finite numbers;
     ``extra_files`` maps plain file names to tensor dicts (``.safetensors``) or JSON data
-    (``.json``), written inside the same version (the trainer's resumable state). ``path`` must be
-    absent, empty or a checkpoint: anything else is refused, never deleted.
+    (``.json``), written inside the same version (the trainer's resumable state). Every argument is
+    checked before anything is written. ``path`` must be absent, empty or a checkpoint: anything
+    else is refused, never deleted; files a user put in a checkpoint are kept.
     """
+    model = _check_model(model)
     extra_files = extra_files or {}
     _check_extra_names(extra_files)
-    header = {"format": FORMAT_VERSION, "package_version": __version__, "model": model.config.to_dict(),
-              **(extra or {})}
-    files = {WEIGHTS: _tensor_bytes(model.state_dict()), CONFIG: _json_bytes(header),
-             METRICS: _json_bytes(metrics or {})}
+    header = {**_check_extra(extra), "format": FORMAT_VERSION, "package_version": __version__,
+              "model": model.config.to_dict()}
+    files = {WEIGHTS: _tensor_bytes(model.state_dict()), CONFIG: json_bytes(header, "config.json"),
+             METRICS: json_bytes(_check_metrics(metrics), "metrics")}
     for name, content in extra_files.items():
-        files[name] = _tensor_bytes(content) if name.endswith(".safetensors") else _json_bytes(content)
+        files[name] = _tensor_bytes(content) if name.endswith(".safetensors") else json_bytes(content, name)
     listing = {name: {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()} for name, data in files.items()}
     manifest = {"format": FORMAT_VERSION, "files": listing}
-    with atomic_directory(path, replaceable=is_checkpoint) as tmp:
+    with atomic_directory(path, owned_names, is_version=is_checkpoint) as tmp:
         for name, data in files.items():
-            _write_file(tmp / name, data)
-        _write_file(tmp / MANIFEST, _json_bytes(manifest))  # last: a version with a manifest is complete
+            write_file(tmp / name, data)
+        write_file(tmp / MANIFEST, json_bytes(manifest))  # last: a version with a manifest is complete
     return Path(path)
 
 
 def _header_config(header: Any, path: Path) -> ModelConfig:
     if not isinstance(header, dict) or "model" not in header:
         raise CheckpointError(f"{path}/{CONFIG} has no 'model' entry: not a workbench checkpoint")
-    if header.get("format") != FORMAT_VERSION:
+    if header.get("format") not in READABLE_FORMATS:
         raise CheckpointError(f"{path}: checkpoint format {header.get('format')!r}, "
-                              f"this package reads {FORMAT_VERSION}")
+                              f"this package reads {list(READABLE_FORMATS)}")
     try:
         return ModelConfig.from_dict(header["model"])
     except (TypeError, ValueError) as e:

@@ -154,6 +154,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--task-param", action="append", metavar="KEY=VALUE",
                         help="task parameter, e.g. length=32 (repeatable)")
     parser.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="let a fresh run replace history.csv, loss.png and train_config.json in --out "
+                             "that no run of this package wrote")
     parser.add_argument("--no-progress", dest="progress", action="store_false", default=None,
                         help="no progress bar")
     parser.add_argument("--compile", dest="compile", action="store_true", default=None,
@@ -174,7 +177,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         if getattr(args, name) is not None:
             given[name] = getattr(args, name)
     return TrainConfig(**given, model=model, task_params=parse_key_values(args.task_param, "--task-param"),
-                       resume=args.resume)
+                       resume=args.resume, overwrite=args.overwrite)
 
 
 def _cmd_train(args: argparse.Namespace) -> int:

@@ -14,6 +14,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 MECHANISMS = ("none", "lrt", "fbt")
 LRT_INJECTIONS = ("kv", "residual")
 LRT_PROJECTIONS = ("shared", "per_layer")
@@ -25,7 +27,7 @@ def _fail(cls: str, name: str, value: Any, allowed: str) -> None:
 
 
 def _check_int(cls: str, name: str, value: Any, lo: int, hi: int | None = None) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         _fail(cls, name, value, f"must be an int in [{lo}, {'inf' if hi is None else hi}]")
     if value < lo or (hi is not None and value > hi):
         _fail(cls, name, value, f"must be in [{lo}, {'inf' if hi is None else hi}]")
@@ -34,7 +36,7 @@ def _check_int(cls: str, name: str, value: Any, lo: int, hi: int | None = None) 
 def _check_float(cls: str, name: str, value: Any, lo: float, hi: float | None = None,
                  lo_open: bool = False) -> None:
     """A finite number in the range: inf is refused too (a softcap of inf turns every logit into NaN)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
         _fail(cls, name, value, "must be a number")
     bad_lo = value <= lo if lo_open else value < lo
     if bad_lo or (hi is not None and value > hi) or not math.isfinite(value):
@@ -49,6 +51,14 @@ def _check_choice(cls: str, name: str, value: Any, choices: tuple) -> None:
 
 class _JSONMixin:
     """Exact JSON round trip for flat dataclasses whose tuples are stored as lists."""
+
+    def _plain_numbers(self) -> None:
+        """numpy scalars (``np.int64(4)``, ``np.float32(0.1)``) become the Python numbers they equal, so
+        they validate and serialise as those do."""
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, np.generic):
+                setattr(self, f.name, value.item())
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -96,7 +106,12 @@ class ModelConfig(_JSONMixin):
     fbt_jitter: float = 0.02  # half-width of the uniform noise added to the carried state in training
 
     def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Check every field; ``GPT`` calls it again, so a config changed after construction is checked too."""
         c = "ModelConfig"
+        self._plain_numbers()
         if isinstance(self.lrt_inject, (list, str)):
             self.lrt_inject = (self.lrt_inject,) if isinstance(self.lrt_inject, str) else tuple(self.lrt_inject)
         _check_int(c, "vocab_size", self.vocab_size, 2)

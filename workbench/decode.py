@@ -25,7 +25,7 @@ import torch
 from . import schedules
 from .kv_cache import KVCache, StaticKVCache
 from .model import GPT, StepOutput
-from .validation import check_int, check_tokens
+from .validation import check_float, check_int, check_tokens
 
 REGIMES = ("standard", "soft", "fused")
 
@@ -51,8 +51,7 @@ def _validate(model: GPT, prompt: torch.Tensor, max_new_tokens: int, regime: str
         raise ValueError(f"regime={regime!r} is invalid: must be one of {REGIMES}")
     check_int("max_new_tokens", max_new_tokens, 0)
     check_int("prefill_passes", prefill_passes, 1)
-    if not temperature >= 0.0:
-        raise ValueError(f"temperature={temperature!r} is invalid: must be >= 0")
+    check_float("temperature", temperature, 0.0)  # inf would sample uniformly, NaN never
     if top_k is not None:
         check_int("top_k", top_k, 1)
 

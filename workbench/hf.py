@@ -76,7 +76,7 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
-from .checkpoint import atomic_directory, read_json, read_safetensors, write_json_atomic
+from .checkpoint import atomic_directory, read_json, read_safetensors, try_json, write_json_atomic
 from .hooks import HookPoint, name_hook_points
 from .kv_cache import Cursor, KVBuffer, position_mask
 from .mechanisms import Feedback, norm, uniform_init_
@@ -92,6 +92,21 @@ FEEDBACK_CONFIG = "feedback_config.json"
 FEEDBACK_WEIGHTS = "feedback.safetensors"
 FORMAT = "workbench.hf/1"
 OPTION_NAMES = ("fusion", "inject", "feedback_layer", "jitter", "gamma_init")
+HF_SAVED_NAMES = ("config.json", "generation_config.json")  # what HF's save_pretrained writes beside the weights
+
+
+def saved_wrapper_names(path: Path) -> set[str] | None:
+    """The files a ``FeedbackLM.save_pretrained`` wrote in ``path`` (what the next save may replace; the
+    rest, such as a tokenizer or a README, is kept); None when ``path`` holds no wrapper of ours."""
+    saved = try_json(path / FEEDBACK_CONFIG)
+    if not isinstance(saved, dict) or saved.get("format") != FORMAT:
+        return None
+    files = saved.get("files")
+    if isinstance(files, list) and all(isinstance(n, str) for n in files):
+        return set(files) | {FEEDBACK_CONFIG}
+    # saved before the wrapper listed its files: the names HF and the wrapper write
+    return {n for n in os.listdir(path) if n in (*HF_SAVED_NAMES, FEEDBACK_CONFIG, FEEDBACK_WEIGHTS)
+            or (n.startswith(("model", "pytorch_model")) and n.endswith((".safetensors", ".bin", ".index.json")))}
 
 
 @dataclass(frozen=True)
@@ -509,14 +524,19 @@ class FeedbackLM(nn.Module):
 
     # ------------------------------------------------------------------ saving and loading
     def save_pretrained(self, path: str | os.PathLike) -> None:
-        """Write the HF model (``save_pretrained``) plus the wrapper's options (``feedback_config.json``)
-        and weights (``feedback.safetensors``) into ``path``, replacing it atomically (a reader never
-        sees half a directory); ``FeedbackLM.from_pretrained(path)`` restores it."""
-        with atomic_directory(path) as tmp:
+        """Write the HF model (``save_pretrained``) plus the wrapper's options (``feedback_config.json``,
+        which lists the files written) and weights (``feedback.safetensors``) into ``path``, replacing it
+        atomically (a reader never sees half a directory); ``FeedbackLM.from_pretrained(path)`` restores it.
+
+        ``path`` must be absent, empty or a wrapper this method saved: a plain HF model directory is
+        refused (save beside it), and files a user added to a saved wrapper (a tokenizer) are kept.
+        """
+        with atomic_directory(path, saved_wrapper_names) as tmp:
             self.hf.save_pretrained(tmp)
-            write_json_atomic(tmp / FEEDBACK_CONFIG, {"format": FORMAT, **self.config.options()})
             own = {name: p.detach().contiguous() for name, p in self.mechanism.named_parameters()}
             save_file(own, str(tmp / FEEDBACK_WEIGHTS))
+            files = sorted([*os.listdir(tmp), FEEDBACK_CONFIG])
+            write_json_atomic(tmp / FEEDBACK_CONFIG, {"format": FORMAT, **self.config.options(), "files": files})
 
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike, **kwargs: Any) -> FeedbackLM:
@@ -531,12 +551,16 @@ class FeedbackLM(nn.Module):
         from transformers import AutoModelForCausalLM
 
         path = Path(path)
+        if not path.is_dir():
+            raise ValueError(f"FeedbackLM.from_pretrained: {path} is not a local directory (nothing is downloaded: "
+                             f"save the HF model with save_pretrained first)")
         options = {k: kwargs.pop(k) for k in OPTION_NAMES if k in kwargs}
         saved = None
-        if (path / FEEDBACK_CONFIG).is_file():
+        if os.path.lexists(path / FEEDBACK_CONFIG):
             saved = read_json(path / FEEDBACK_CONFIG)
-            if saved.pop("format", None) != FORMAT:
+            if not isinstance(saved, dict) or saved.pop("format", None) != FORMAT:
                 raise ValueError(f"{path / FEEDBACK_CONFIG} is not a {FORMAT} file")
+            saved.pop("files", None)
             conflicts = {k: (v, saved.get(k)) for k, v in options.items() if saved.get(k) != v}
             if conflicts:
                 raise ValueError(f"options {conflicts} (given, stored) disagree with the saved wrapper in {path}")

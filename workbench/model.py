@@ -38,7 +38,7 @@ from .functional import apply_rotary, norm, per_head, relu_squared, rotary, unif
 from .hooks import HookPoint, name_hook_points
 from .kv_cache import KVCache, KVStore, Mask, StaticKVCache
 from .mechanisms import Feedback, Mechanism, build_mechanism
-from .validation import check_tokens
+from .validation import check_positions, check_tokens
 
 # The LRT paper's d20 baseline (arXiv 2605.26797): its reported size, which includes value
 # embeddings our lean backbone does not carry. Used only to restate the paper's overhead ratio.
@@ -50,8 +50,7 @@ def resolve_positions(idx: torch.Tensor, positions: torch.Tensor | None) -> torc
     T = idx.size(1)
     if positions is None:
         return torch.arange(T, device=idx.device)
-    if positions.numel() != T:
-        raise ValueError(f"positions has {positions.numel()} entries, expected T={T}")
+    check_positions(positions, T)
     return positions
 
 
@@ -180,6 +179,9 @@ class Block(nn.Module):
 class GPT(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
+        if not isinstance(config, ModelConfig):
+            raise TypeError(f"config must be a ModelConfig, got {type(config).__name__}")
+        config.validate()  # again: a field set after construction (cfg.n_layer = 0) must not build a broken model
         self.config = config
         self.wte = nn.Embedding(config.vocab_size, config.n_embd)
         self.blocks = nn.ModuleList(Block(config, layer) for layer in range(config.n_layer))

@@ -5,7 +5,11 @@ It holds ``train_config.json``, ``history.csv`` (one row per logged step), ``los
 time: rank 0 holds an OS lock on ``.trainer.lock`` (which names it) for the whole run, so a second
 trainer on the same directory fails at once instead of interleaving its history with the first's.
 Before anything is written, ``prepare_run_dir`` checks the directory against ``resume``: a stored
-config that differs, or a history without a checkpoint, is refused with the command that fits.
+config that differs, or a history without a checkpoint, is refused with the command that fits. A
+fresh run never replaces files it cannot tell are a run's of ours: a ``history.csv``, ``loss.png`` or
+``train_config.json`` in a directory without a valid ``train_config.json`` is refused unless
+``overwrite`` is set, and a ``checkpoint/`` that is not a checkpoint is refused before any compute.
+Other files in the directory are never touched.
 
 Apart from the trainer's loop (``train.py``) because none of this depends on how a step computes.
 """
@@ -25,7 +29,7 @@ from typing import Any
 
 import pandas as pd
 
-from .checkpoint import CheckpointError, find_checkpoint, read_json, write_json_atomic
+from .checkpoint import CheckpointError, find_checkpoint, owned_names, read_json, try_json, write_json_atomic
 from .train_config import TrainConfig
 
 CHECKPOINT_DIR = "checkpoint"
@@ -124,12 +128,38 @@ def _stored_config(out: Path) -> dict[str, Any]:
         raise CheckpointError(f"{out / CONFIG_FILE} is not a valid train config: {e}") from None
 
 
+def _is_our_run(out: Path) -> bool:
+    """Whether ``out`` holds a train_config.json a run of ours wrote (a valid TrainConfig)."""
+    data = try_json(out / CONFIG_FILE)
+    try:
+        TrainConfig.from_dict(data)
+    except (TypeError, ValueError, AttributeError):
+        return False
+    return True
+
+
+def _check_foreign_files(out: Path, overwrite: bool) -> None:
+    """A fresh run writes config, history and figure: refuse where files of those names are not a run's of ours."""
+    ckpt = out / CHECKPOINT_DIR
+    if os.path.lexists(ckpt) and not (ckpt.is_dir() and not ckpt.is_symlink()
+                                      and (not any(ckpt.iterdir()) or owned_names(ckpt) is not None)):
+        raise ValueError(f"TrainConfig.out_dir={str(out)!r} is invalid: {ckpt} exists and is not a checkpoint "
+                         f"this package wrote (the run could never save there); choose another out_dir")
+    clash = [name for name in (CONFIG_FILE, HISTORY_FILE, FIGURE_FILE) if os.path.lexists(out / name)]
+    if clash and not overwrite and not _is_our_run(out):
+        raise ValueError(f"TrainConfig.out_dir={str(out)!r} is invalid: it holds {clash}, which no run of this "
+                         f"package wrote (no valid {CONFIG_FILE}), and a fresh run would replace them; choose "
+                         f"another out_dir, or pass overwrite=True (--overwrite) to replace them")
+
+
 def prepare_run_dir(cfg: TrainConfig, main: bool) -> tuple[Path | None, bool]:
     """Check the run directory against ``resume``; return it and whether a checkpoint is to be loaded."""
     if cfg.out_dir is None:
         return None, False
     out = Path(cfg.out_dir)
     has_checkpoint = find_checkpoint(out / CHECKPOINT_DIR) is not None
+    if not has_checkpoint:
+        _check_foreign_files(out, cfg.overwrite)
     if has_checkpoint and not cfg.resume:
         raise ValueError(f"{out} already holds a run (checkpoint/): pass resume=True (--resume) to "
                          f"continue it, or choose another out_dir")

@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from .kv_cache import DecodeCache, KVBuffer, KVCache, interleave
 from .metrics import token_losses
 from .model import GPT, StepOutput
-from .validation import check_int, check_tokens
+from .validation import check_float, check_int, check_tokens
 
 SCHEDULES = ("single", "sequential", "multipass", "interleaved", "blockwise")
 
@@ -205,6 +205,7 @@ def multipass(model: GPT, idx: torch.Tensor, passes: int, plain_prefix: int | to
     """
     check_tokens(model.config.vocab_size, idx)
     check_int("passes", passes, 1, 1_000_000)
+    check_float("aux_weight", aux_weight, 0.0, 1e6)
     B, T = idx.shape
     outs = list(iterate_passes(model, idx, plain_prefix, passes - 1))
     reads = feedback_mask(B, T, plain_prefix, idx.device)
@@ -260,6 +261,8 @@ class Schedule:
     def __post_init__(self) -> None:
         if self.knob_name is not None:
             check_int(self.knob_name, self.knob, 1, 1_000_000)
+        if hasattr(self, "aux_weight"):  # the range TrainConfig allows: NaN, inf or < 0 make no objective
+            check_float("aux_weight", self.aux_weight, 0.0, 1e6)
 
     def run(self, model: GPT, idx: torch.Tensor, plain_prefix: int | torch.Tensor = 0) -> ScheduleOutput:
         raise NotImplementedError
@@ -357,6 +360,11 @@ class Blockwise(Schedule):
         return blockwise(model, idx, self.block, plain_prefix)
 
 
+def _plain(value: Any) -> Any:
+    """A numpy scalar as the Python number it equals (anything else unchanged, for the checks to judge)."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
 @dataclass(frozen=True)
 class PassMix(Schedule):
     """FBT's training mix: each batch draws its pass count (e.g. ``{1: .75, 2: .22, 3: .03}``).
@@ -371,16 +379,26 @@ class PassMix(Schedule):
     name: ClassVar[str] = "pass_mix"
 
     def __post_init__(self) -> None:
-        if not self.mix or any(k < 1 or p < 0 for k, p in self.mix) or abs(sum(p for _, p in self.mix) - 1) > 1e-6:
+        if not isinstance(self.mix, tuple):
+            raise ValueError(f"mix={self.mix!r} is invalid: must be a tuple of (passes, probability) pairs")
+        for k, p in self.mix:
+            check_int("mix pass count", k, 1, 1_000_000)
+            check_float(f"mix probability of {k} passes", p, 0.0, 1.0)
+        if not self.mix or abs(sum(p for _, p in self.mix) - 1) > 1e-6:
             raise ValueError(f"mix={self.mix!r} is invalid: must be (passes >= 1, probability >= 0) pairs "
                              "whose probabilities sum to 1")
+        check_float("aux_weight", self.aux_weight, 0.0, 1e6)
         if self.passes is None:
             object.__setattr__(self, "passes", max(k for k, _ in self.mix))
         check_int("passes", self.passes, 1, 1_000_000)
 
     @classmethod
     def of(cls, mix: dict[int, float], aux_weight: float = 1.0, passes: int | None = None) -> PassMix:
-        return cls(tuple(sorted((int(k), float(p)) for k, p in mix.items())), aux_weight, passes)
+        """From ``{passes: probability}``; a pass count must be an int (1.5 is refused, not rounded)."""
+        if not isinstance(mix, dict):
+            raise ValueError(f"mix={mix!r} is invalid: must be a dict {{passes: probability}}")
+        return cls(tuple(sorted((_plain(k), _plain(p)) for k, p in mix.items())),
+                   aux_weight, passes)
 
     @property
     def deepest(self) -> Multipass:

@@ -19,7 +19,7 @@ LR_SCHEDULES = ("wsd", "cosine", "constant")
 DEVICES = ("auto", "cpu", "cuda")
 # Fields that may change between an interrupted run and its resumption: they do not change the
 # trajectory (where it runs, whether a bar is drawn, when a budget stops it).
-RUNTIME_FIELDS = ("resume", "device", "progress", "budget_flops", "compile")
+RUNTIME_FIELDS = ("resume", "device", "progress", "budget_flops", "compile", "overwrite")
 # Set from the task, never by the user.
 TASK_MODEL_FIELDS = ("vocab_size", "seq_len")
 # Fields that left the config, with the value that meant "off": configs stored before (run directories,
@@ -76,9 +76,11 @@ class TrainConfig(_JSONMixin):
     device: str = "auto"  # "auto" (CUDA when present), "cpu", "cuda" or "cuda:N"
     progress: bool = True  # draw a tqdm progress bar
     compile: bool = False  # run each schedule under torch.compile (same maths; float rounding differs slightly)
+    overwrite: bool = False  # let a fresh run replace history/config/figure files in out_dir that no run of ours wrote
 
     def __post_init__(self) -> None:
         c = "TrainConfig"
+        self._plain_numbers()
         if not isinstance(self.task, str) or not self.task:
             _fail(c, "task", self.task, "must be a task name (workbench.tasks.names())")
         if not isinstance(self.task_params, dict) or not all(isinstance(k, str) for k in self.task_params):
@@ -125,7 +127,7 @@ class TrainConfig(_JSONMixin):
             _check_float(c, "budget_flops", self.budget_flops, 0.0, lo_open=True)
         if self.out_dir is not None and (not isinstance(self.out_dir, str) or not self.out_dir):
             _fail(c, "out_dir", self.out_dir, "must be a non-empty path string or None")
-        for name in ("resume", "progress", "compile"):
+        for name in ("resume", "progress", "compile", "overwrite"):
             if not isinstance(getattr(self, name), bool):
                 _fail(c, name, getattr(self, name), "must be a bool")
         if self.resume and self.out_dir is None:

@@ -7,6 +7,8 @@ self``) deep inside a forward pass.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 
@@ -18,6 +20,27 @@ def check_int(name: str, value: object, lo: int, hi: int | None = None) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo or (
             hi is not None and value > hi):
         raise ValueError(f"{name}={value!r} is invalid: must be an int in [{lo}, {'inf' if hi is None else hi}]")
+
+
+def check_float(name: str, value: object, lo: float, hi: float | None = None) -> None:
+    """``value`` must be a finite number (not a bool; numpy scalars count) in ``[lo, hi]``: NaN and inf are
+    refused by name rather than turning a loss or a sampling distribution into NaN further on."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)) \
+            or not math.isfinite(value) or value < lo or (hi is not None and value > hi):
+        raise ValueError(f"{name}={value!r} is invalid: must be a finite number in [{lo}, "
+                         f"{'inf)' if hi is None else f'{hi}]'}")
+
+
+def check_positions(positions: object, T: int) -> None:
+    """``positions`` must be a 1-D integer tensor of ``T`` absolute positions >= 0 (a float position would
+    index the rotary table between rows, silently)."""
+    if not isinstance(positions, torch.Tensor) or positions.dtype not in (*TOKEN_DTYPES, torch.int16, torch.uint8) \
+            or positions.numel() != T:
+        got = (f"shape {tuple(positions.shape)}, dtype {positions.dtype}" if isinstance(positions, torch.Tensor)
+               else type(positions).__name__)
+        raise ValueError(f"positions must be an integer tensor of T={T} absolute positions, got {got}")
+    if positions.device.type == "cpu" and T and not torch.compiler.is_compiling() and int(positions.min()) < 0:
+        raise ValueError(f"positions must be >= 0, got {positions.tolist()[:8]}")
 
 
 def check_tokens(vocab_size: int, idx: object, name: str = "idx") -> None:

@@ -1,0 +1,454 @@
+"""The directory transaction: a directory of files that a reader sees whole, one version at a time.
+
+What the checkpoint format (``checkpoint.py``) and the Hugging Face wrapper (``hf.py``) build on;
+it knows nothing of models.
+
+Writing (``atomic_directory``): the new version is written complete under a temporary name beside
+the destination and swapped with the old one by one atomic ``renameat2(RENAME_EXCHANGE)``: there is
+no instant with no version at the path. The temporary is created under a name no clean-up touches,
+locked (``flock``), and only then renamed to the ``.NAME.tmp-*`` name clean-ups look for, so a
+concurrent save never removes a temporary another save is filling. Where the exchange is
+unavailable (not Linux, some network filesystems) the old version is first renamed aside
+(``.NAME.old-*``); a kill between the two renames leaves it there, where loads find it and the next
+save puts it back. The next successful save deletes what interrupted saves left.
+
+What a save may replace: a directory the caller's ``owned`` recognises by a marker of its own
+(never by generic file names such as ``config.json``), or an empty one; anything else, a file, a
+symbolic link or a write-protected directory is refused before a byte is written. Files inside the
+old version that ``owned`` does not claim (the user's notes, a tokenizer) are carried into the new
+version (hard links); a save that would overwrite one of them is refused and names it.
+
+Reading (``read_version``): the directory is opened once and every file read through that handle,
+so one read sees one version even while a writer swaps another in; a version deleted under a
+reader is read again from the new one. Only regular files are opened, never followed through a
+symbolic link, and never read past the size the caller expects (a FIFO, a device or a link to
+``/dev/zero`` is refused by name instead of blocking or filling memory).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import fcntl
+import glob
+import json
+import math
+import numbers
+import os
+import shutil
+import stat
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+import torch
+
+READ_ATTEMPTS = 200  # a reader retries while writers keep replacing the version it opened
+JSON_LIMIT = 256 * 2**20  # no JSON file of ours comes near this; a bigger one is not ours
+STAGING_GRACE_S = 60.0  # a ``.new-*`` staging directory older than this belongs to a killed save
+
+T = TypeVar("T")
+Owned = Callable[[Path], "set[str] | None"]  # the names of a version its writer claims; None: not a version
+
+
+class CheckpointError(ValueError):
+    """A checkpoint directory is missing, incomplete, truncated, edited or not ours."""
+
+
+# ---------------------------------------------------------------------------------------------- JSON
+def plain_json(value: Any, where: str, top: bool = True) -> Any:
+    """``value`` as strict JSON data (numpy and 0-d torch scalars as Python numbers), checked on the way:
+    finite numbers, string keys (int keys inside, which JSON writes as strings); anything else is a
+    ``ValueError`` naming where it sits (``metrics['loss'][2]``)."""
+    if isinstance(value, (np.generic, torch.Tensor)) and getattr(value, "ndim", 0) == 0:
+        value = value.item()
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        if not math.isfinite(value):
+            raise ValueError(f"{where}={value!r} is invalid: JSON numbers must be finite (no NaN or inf)")
+        return float(value)
+    if isinstance(value, dict):
+        kinds = (str,) if top else (str, int)
+        bad = [k for k in value if isinstance(k, bool) or not isinstance(k, kinds)]
+        if bad:
+            raise ValueError(f"{where} has key {bad[0]!r} ({type(bad[0]).__name__}): keys must be strings")
+        return {str(k): plain_json(v, f"{where}[{k!r}]", top=False) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain_json(v, f"{where}[{i}]", top=False) for i, v in enumerate(value)]
+    raise ValueError(f"{where} holds a {type(value).__name__} ({str(value)[:60]}): not JSON data "
+                     f"(numbers, strings, bools, None, lists and dicts only)")
+
+
+def json_bytes(data: Any, where: str = "data") -> bytes:
+    """Strict JSON text of ``data`` (checked by ``plain_json``)."""
+    return json.dumps(plain_json(data, where, top=False), indent=2, sort_keys=True, allow_nan=False).encode()
+
+
+def parse_json(data: bytes, where: Path) -> Any:
+    try:
+        return json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{where} is not valid JSON ({e})") from e
+
+
+# ---------------------------------------------------------------------------------------------- reading a file
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a device"),
+          (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, "a symbolic link"))
+
+
+def _kind(mode: int) -> str:
+    return next((what for test, what in _KINDS if test(mode)), "not a regular file")
+
+
+def read_regular(name: str | os.PathLike, dir_fd: int | None = None, *, size: int | None = None,
+                 limit: int | None = None, where: Path | None = None) -> bytes:
+    """The bytes of the regular file ``name`` (inside the directory ``dir_fd`` when given).
+
+    Never blocks and never reads unbounded: a FIFO, device or directory is refused by name (opened
+    non-blocking, checked with ``fstat`` before a byte is read), symbolic links are not followed
+    (checkpoints hold regular files only), ``size`` (what a manifest says) must match before
+    reading, and a file over ``limit`` bytes is refused unread.
+    """
+    where = Path(where if where is not None else name)
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY, dir_fd=dir_fd)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise CheckpointError(f"{where} is a symbolic link: checkpoint files are read only as regular files, "
+                                  f"never through a link (copy the file in instead)") from None
+        if e.errno == errno.ENOENT:
+            raise FileNotFoundError(errno.ENOENT, "missing file", str(where)) from None
+        raise
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise CheckpointError(f"{where} is {_kind(st.st_mode)}, not a regular file: refused unread")
+        if size is not None and st.st_size != size:
+            raise CheckpointError(f"{where} is {st.st_size} bytes, its manifest says {size}: "
+                                  f"truncated or replaced after saving")
+        if limit is not None and st.st_size > limit:
+            raise CheckpointError(f"{where} is {st.st_size} bytes, more than the {limit} a file of its kind may be")
+        data = f.read(st.st_size)
+    if len(data) != st.st_size:
+        raise CheckpointError(f"{where} changed size while being read")
+    return data
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    """One JSON file, any problem a ``CheckpointError`` naming it."""
+    path = Path(path)
+    try:
+        return parse_json(read_regular(path, limit=JSON_LIMIT), path)
+    except FileNotFoundError:
+        raise CheckpointError(f"missing file {path}") from None
+
+
+def try_json(path: Path) -> Any:
+    """A small JSON file's content, or None when it is absent, not a regular file or not JSON (never blocks)."""
+    try:
+        return json.loads(read_regular(path, limit=16 * 2**20))
+    except (OSError, ValueError):
+        return None
+
+
+# ---------------------------------------------------------------------------------------------- writing a file
+def write_file(path: Path, data: bytes) -> None:
+    """Write and fsync, so a swapped-in version survives a power cut as well as a kill."""
+    with path.open("xb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def write_json_atomic(path: str | os.PathLike, data: Any) -> None:
+    """Write JSON through a temporary file and rename it into place (the temporary never outlives a failure)."""
+    path = Path(path)
+    text = json_bytes(data, path.name)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+# ---------------------------------------------------------------------------------------------- what may be replaced
+def _is_empty_dir(path: Path) -> bool:
+    return path.is_dir() and not path.is_symlink() and not any(path.iterdir())
+
+
+def _listing(path: Path) -> str:
+    names = sorted(p.name for p in path.iterdir())
+    return f"{names[:6]}{' ...' if len(names) > 6 else ''}"
+
+
+def check_replaceable(path: Path, owned: Owned) -> set[str] | None:
+    """The names ``owned`` claims in the directory at ``path`` (None: nothing there to replace);
+    anything a save must not replace is refused, naming what it is."""
+    if path.is_symlink():
+        what = f"a symbolic link (to {os.readlink(path)}): save to its target instead"
+    elif os.path.lexists(path) and not path.is_dir():
+        what = "a file, not a directory"
+    elif not path.is_dir():
+        return None
+    elif not path.stat().st_mode & stat.S_IWUSR:
+        what = (f"write-protected (mode {stat.filemode(path.stat().st_mode)}), so its old version could not be "
+                f"deleted: make it writable (chmod u+w) to replace it")
+    elif _is_empty_dir(path):
+        return set()
+    else:
+        names = owned(path)
+        if names is not None:
+            return names
+        what = f"a directory this package did not write (it holds {_listing(path)})"
+    raise CheckpointError(f"refusing to replace {path}: it is {what}; choose another path or remove it yourself")
+
+
+def _link_tree(src: Path, dst: Path) -> None:
+    """Put ``src`` at ``dst`` without copying data where the filesystem allows (hard links)."""
+    if src.is_dir() and not src.is_symlink():
+        dst.mkdir()
+        shutil.copystat(src, dst)
+        for child in src.iterdir():
+            _link_tree(child, dst / child.name)
+        return
+    try:
+        os.link(src, dst, follow_symlinks=False)
+    except OSError:  # hard links refused (protected_hardlinks, some filesystems): copy
+        shutil.copy2(src, dst, follow_symlinks=False)
+
+
+def _carry_foreign(path: Path, tmp: Path, owned: Owned) -> None:
+    """Carry into the new version ``tmp`` every entry of the old version at ``path`` that its writer
+    did not claim; refuse (naming them) where the new version writes a file of the same name."""
+    if not path.is_dir() or path.is_symlink():
+        return
+    names = check_replaceable(path, owned)
+    foreign = sorted(set(os.listdir(path)) - (names or set()))
+    clash = sorted(set(foreign) & set(os.listdir(tmp)))
+    if clash:
+        raise CheckpointError(f"refusing to replace {path}: it holds {clash}, which an earlier save did not write "
+                              f"and this save would overwrite; move them out first")
+    for name in foreign:
+        _link_tree(path / name, tmp / name)
+
+
+# ---------------------------------------------------------------------------------------------- swapping
+def siblings(path: Path, kind: str) -> list[Path]:
+    """Leftovers of interrupted saves of ``path`` (``new``: staging, ``tmp``: temporaries, ``old``:
+    set-aside old versions), newest first."""
+    found = [Path(p) for p in glob.glob(str(path.parent / f".{glob.escape(path.name)}.{kind}-*"))]
+    return sorted(found, key=_mtime, reverse=True)
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:  # deleted meanwhile by another save's clean-up
+        return 0.0
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_AT_FDCWD, _RENAME_EXCHANGE = -100, 2
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths atomically (Linux ``renameat2``); False where the system cannot."""
+    renameat2 = getattr(_libc, "renameat2", None)
+    if renameat2 is None:
+        return False
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def _rescue(old: Path, path: Path, owned: Owned) -> None:
+    """After a swap: entries that arrived in the old version (now at ``old``) while the save ran, and
+    that its writer did not claim, are moved into the new version rather than deleted with it."""
+    names = owned(old) or set()
+    for name in sorted(set(os.listdir(old)) - names - set(os.listdir(path))):
+        try:
+            os.rename(old / name, path / name)
+        except OSError:
+            pass
+
+
+def _swap_in(tmp: Path, path: Path, owned: Owned) -> None:
+    """Put the complete directory ``tmp`` at ``path``; what stood there ends at ``tmp`` or is deleted."""
+    for _ in range(100):  # each pass either succeeds or saw another writer move things: try again
+        if not os.path.lexists(path):
+            try:
+                os.rename(tmp, path)
+                return
+            except OSError as e:
+                if e.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                    raise
+                continue
+        check_replaceable(path, owned)
+        if _exchange(tmp, path):
+            if _is_empty_dir(tmp) or owned(tmp) is not None:
+                _rescue(tmp, path, owned)
+                return
+            _exchange(tmp, path)  # something else arrived since the check: put it back
+            check_replaceable(path, owned)
+            continue
+        aside = path.with_name(f".{path.name}.old-{uuid.uuid4().hex[:12]}")
+        try:
+            os.rename(path, aside)
+            os.rename(tmp, path)
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            if e.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                raise
+            continue
+        _rescue(aside, path, owned)
+        shutil.rmtree(aside, ignore_errors=True)
+        return
+    raise CheckpointError(f"could not replace {path}: other writers kept replacing it")
+
+
+def find_version(path: Path, is_version: Callable[[Path], bool]) -> Path | None:
+    """Where the current version at ``path`` lies: ``path`` itself, or, when a save was killed between
+    its two renames, the old version it had set aside; None when there is none."""
+    if path.is_symlink():
+        return None
+    if is_version(path):
+        return path
+    if os.path.lexists(path):
+        return None
+    return next((p for p in siblings(path, "old") if is_version(p)), None)
+
+
+def _restore_set_aside(path: Path, is_version: Callable[[Path], bool]) -> None:
+    """A save killed between its two renames left no ``path``: put its old version back."""
+    found = find_version(path, is_version)
+    if found is not None and found != path:
+        try:
+            os.rename(found, path)
+        except OSError:
+            pass  # another process restored it first or is writing: either way there is a version
+
+
+def _collect(path: Path) -> None:
+    """Delete what interrupted saves of ``path`` left, except what a live writer holds (locked) and
+    staging directories young enough to belong to a save that has not locked its yet."""
+    now = time.time()
+    old_staging = [p for p in siblings(path, "new") if now - _mtime(p) > STAGING_GRACE_S]
+    for leftover in siblings(path, "tmp") + siblings(path, "old") + old_staging:
+        try:
+            fd = os.open(leftover, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            shutil.rmtree(leftover, ignore_errors=True)
+        except BlockingIOError:
+            pass  # a writer is still filling it
+        finally:
+            os.close(fd)
+
+
+def _locked_temporary(path: Path) -> tuple[Path, int]:
+    """A fresh directory beside ``path``, locked before any clean-up can see it: made under a
+    ``.new-`` name clean-ups leave alone (for ``STAGING_GRACE_S``), locked, then renamed ``.tmp-``."""
+    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.new-", dir=path.parent))
+    lock = os.open(staging, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(lock, 0o777 & ~umask)  # mkdtemp makes 0700; the swapped-in directory must read like any other
+        tmp = path.parent / f".{path.name}.tmp-{staging.name[len(path.name) + 6:]}"
+        os.rename(staging, tmp)
+    except BaseException:
+        os.close(lock)
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return tmp, lock
+
+
+@contextmanager
+def atomic_directory(path: str | os.PathLike, owned: Owned,
+                     is_version: Callable[[Path], bool] | None = None) -> Iterator[Path]:
+    """Yield a fresh temporary directory that replaces ``path`` only if the block succeeds.
+
+    ``path`` may be absent, an empty directory or one ``owned`` recognises; anything else is
+    refused before a byte is written. Entries of the old version that ``owned`` does not claim are
+    carried into the new one. ``is_version``: what counts as a set-aside old version to restore
+    (default: what ``owned`` recognises).
+    """
+    path = Path(path)
+    is_version = is_version or (lambda p: p.is_dir() and owned(p) is not None)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _restore_set_aside(path, is_version)
+    check_replaceable(path, owned)
+    tmp, lock = _locked_temporary(path)
+    try:
+        yield tmp
+        _carry_foreign(path, tmp, owned)
+        os.fsync(lock)
+        _swap_in(tmp, path, owned)
+        dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+        os.fsync(dir_fd)
+        os.close(dir_fd)
+    finally:
+        os.close(lock)
+        shutil.rmtree(tmp, ignore_errors=True)  # after a swap: the old version
+    _collect(path)
+
+
+# ---------------------------------------------------------------------------------------------- reading one version
+def _same_directory(fd: int, where: Path) -> bool:
+    try:
+        return os.path.samestat(os.fstat(fd), os.stat(where))
+    except OSError:
+        return False
+
+
+def read_version(path: Path, read: Callable[[int, Path], T], is_version: Callable[[Path], bool],
+                 missing: Callable[[Path], str], what: str = "checkpoint") -> T:
+    """``read(dir_fd, where)`` on one version of the directory ``path`` (never a mix of two).
+
+    A file a concurrent writer deleted under us (``FileNotFoundError``) means a newer version is in
+    place: read that one. A file missing from a version that stays put is a ``CheckpointError``;
+    so is no version at all (``missing(path)`` says why).
+    """
+    if path.is_symlink():
+        raise CheckpointError(f"{path} is a symbolic link (to {os.readlink(path)}): a {what} is read only at its "
+                              f"real path, never through a link; give the target instead")
+    for _ in range(READ_ATTEMPTS):
+        where = find_version(path, is_version)
+        if where is None:
+            if is_version(path):  # a writer's rename landed between find_version's two looks: read it
+                continue
+            raise CheckpointError(missing(path))
+        try:
+            fd = os.open(where, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except OSError:
+            time.sleep(0.001)
+            continue
+        try:
+            return read(fd, where)
+        except FileNotFoundError as e:
+            if where == path and _same_directory(fd, where):
+                raise CheckpointError(f"missing file {e.filename}") from None
+            time.sleep(0.001)  # this version was deleted under us: a newer one is in place
+        finally:
+            os.close(fd)
+    raise CheckpointError(f"{path} kept changing while being read ({READ_ATTEMPTS} attempts): try again")
