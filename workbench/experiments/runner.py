@@ -100,14 +100,31 @@ def record_reference(path: Path) -> dict[str, float]:
 
 
 def _copy_shared(spec: RunSpec, path: Path) -> bool:
-    """Copy an up-to-date run of the same name and spec that another recipe under the same root trained:
+    """Copy an up-to-date run of the same name and training that another recipe under the same root trained:
     an arm two recipes compare (LRT interleaved on text in ``lrt_vs_baseline`` and ``schedules``) costs
-    its compute once. Its metrics keep the recipe that trained it."""
+    its compute once. Its metrics keep the recipe that trained it; evaluated under another schedule there, the
+    copy is evaluated again under this spec's (and its metrics say so)."""
     if path.exists():
         return False
     for other in sorted(path.parent.parent.glob(f"*/{spec.name}")):
-        if other.parent != path.parent and _up_to_date(other, spec) and (other / EVAL_FILE).is_file():
+        if other.parent == path.parent or not (other / EVAL_FILE).is_file():
+            continue
+        if _up_to_date(other, spec):
             shutil.copytree(other, path)
+            return True
+        stored = load_metrics(other)
+        if _same_trajectory(stored.get("train_config", {}), spec.train) and stored.get("package_version") \
+                == __version__:
+            model = load_checkpoint(other)
+            per_example = evaluate_run(model, spec)
+            task = tasks.get(spec.train.task, **spec.train.task_params)
+            metrics = {**stored, "eval": summarize(per_example, getattr(task, "bytes_per_token", 1.0)),
+                       "eval_float64": reference_metrics(model, spec), "eval_schedule": spec.eval_schedule.to_dict(),
+                       "eval_size": spec.eval_size, "eval_seed": EVAL_SEED, "evaluated_by": path.parent.name}
+            extra = {"recipe": stored["recipe"], "run": spec.name, "seed": spec.train.seed}
+            save_checkpoint(model, path, metrics=metrics, extra=extra)
+            shutil.copyfile(other / "history.csv", path / "history.csv")
+            per_example.to_csv(path / EVAL_FILE, index=False)
             return True
     return False
 

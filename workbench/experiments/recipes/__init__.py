@@ -8,6 +8,7 @@ from . import (
                crosses,
                fbt_pass_mixes,
                fbt_pass_mixes_registers,
+               fixed_point_study,
                injection_ablation,
                layer0_probes,
                lrt_memory_sanity,
@@ -19,5 +20,5 @@ from . import (
 
 RECIPES: dict[str, Recipe] = {m.RECIPE.name: m.RECIPE for m in (
     lrt_vs_baseline, schedules, source_layer, injection_ablation, fbt_pass_mixes, fbt_pass_mixes_registers,
-    layer0_probes, reasoning_traces,
+    layer0_probes, reasoning_traces, fixed_point_study,
     crosses, causal_use, lrt_memory_sanity)}

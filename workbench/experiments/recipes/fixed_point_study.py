@@ -1,0 +1,249 @@
+"""What makes a fed-back fixed point readable? A designed study (ours, beyond both papers).
+
+Every FBT specimen of the registers setting (``fbt_pass_mixes_registers``) answers at its trained
+depth (pass 2) and fails under its own exact recurrence, although its pass map contracts: the
+fixed point it converges to is one it cannot read. The LRT trained the same way reads its fixed
+point. Which factor decides? Two families of arms, all on the registers setting (it needs the
+feedback), every arm with 2 seeds but the LRT (1):
+
+- **Mechanism** (trained from scratch, the registers recipe's schedule: 20 % single-pass, then
+  75/22/3 per batch, prefix mix-in 0.5, aux weight 3, 28,000 steps): FBT as in the paper (GLU: the
+  state on the value path, the token gating it), FBT with additive fusion (ours: the token kept
+  intact, the gated state added), LRT. The GLU and LRT seed-0 runs are the registers recipe's own
+  specimens (copied, not retrained: same spec).
+- **Training** (fine-tuned ``FINETUNE_STEPS`` steps from the two shipped FBT-GLU 75/22/3 specimens,
+  one per seed, AdamW at a constant ``FINETUNE_LR``, fresh data): the recipe's mix again (the
+  control: the same steps, so any change is the arm's), a larger 3-pass share (50/25/25), randomised
+  pass counts (1..8, uniform), the phased reading of the progressive schedule (after the plain phase
+  every batch is fed back: 2-pass 88 %, 3-pass 12 %, the 22:3 ratio), ten times the paper's jitter
+  (0.2: the carried state has RMS 1, so absolute and relative jitter coincide), and training at the
+  fixed point (``FixedPoint``: a plain pass, up to 40 passes without gradient until the residual
+  falls below 1e-3, one pass with gradient from there).
+
+Not run: a short sequential window (truncated recurrence: every position a token-by-token forward,
+about T times a pass, did not fit the budget), and the phased reading from scratch (the fine-tune
+arm tests the phase it adds). Every measurement is on held-out prompts of the training length
+(T = 138) and, as an extrapolation (no run trained there), on prompts of 128 scratch lines
+(T > 1,000), where no measured position is exact by causality before pass T.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ... import tasks
+from ...checkpoint import load_metrics
+from ...evaluation import hierarchical_difference
+from ...schedules import FixedPoint, Sequential
+from ..common import FBT_MIX, config, steps
+from ..core import EVAL_SEED, Context, Gate, Outcome, Recipe, RunSpec
+
+REGISTERS = {"registers": 2, "writes": 1, "scratch_updates": 8, "scratch_layout": "shuffled"}
+LONG = {**REGISTERS, "scratch_updates": 128}  # T > 1,000: the extrapolation setting
+SHAPE = {"n_layer": 1, "n_head": 2, "n_embd": 64}
+FBT_GLU = {**SHAPE, "mechanism": "fbt"}
+FBT_ADDITIVE = {**FBT_GLU, "fbt_fusion": "additive"}
+LRT = {**SHAPE, "mechanism": "lrt", "lrt_gamma_init": 0.1, "lrt_kv_init": "uniform"}
+SCRATCH_STEPS, BATCH, AUX_WEIGHT, FEEDBACK_START, PREFIX_MIXIN = 28000, 16, 3.0, 0.2, 0.5  # the registers recipe's
+FINETUNE_STEPS, FINETUNE_LR = 1500, 3e-4
+SEEDS = (0, 1)
+CHECKPOINT_EVERY = 1000
+# The LRT has one seed, the registers recipe's cross: a second would cost 28,000 LRT steps, which this session's
+# two shared cores could not fit beside the other arms (its interval is over prompts only)
+MECHANISM_SEEDS = {"fbt_glu": SEEDS, "fbt_additive": SEEDS, "lrt": (0,)}
+SPECIMEN = "checkpoints/fbt_pass_mixes_registers/reg_75_22_3_s{seed}"  # relative to the repository root
+FINETUNE_SEED = 100  # fine-tunes draw fresh batches: seed 100 + s, not the stream the specimen trained on
+
+# The arms: (name, family, what it varies). The first of each family is that family's reference.
+MECHANISM_ARMS = {"fbt_glu": FBT_GLU, "fbt_additive": FBT_ADDITIVE, "lrt": LRT}
+TRAINING_ARMS = {
+    "ft_mix": {"pass_mix": FBT_MIX},
+    "ft_share_50_25_25": {"pass_mix": {1: 0.5, 2: 0.25, 3: 0.25}},
+    "ft_random_1_8": {"pass_mix": {k: 1 / 8 for k in range(1, 9)}},
+    "ft_phased_88_12": {"pass_mix": {2: 0.88, 3: 0.12}},
+    "ft_jitter_0.2": {"pass_mix": FBT_MIX, "fbt_jitter": 0.2},
+    "ft_fixed_point": {"fixed_point": FixedPoint(40)},
+}
+REFERENCE = {"mechanism": "fbt_glu", "training": "ft_mix"}
+
+READABLE = 0.95  # exact-recurrence answer accuracy a readable fixed point reaches, every seed
+NEEDS_FEEDBACK = 0.9  # the reference's pass-1 answer accuracy must stay below this: the feedback is needed
+TRAINED_DEPTH = 0.95  # ... and its pass-2 answer accuracy at least this: it uses its feedback where trained
+DYNAMICS_EXAMPLES, LONG_EXAMPLES, LONG_PASSES = 64, 16, 1000
+
+
+def _scratch_run(arm: str, model: dict, seed: int, n_steps: int) -> RunSpec:
+    cfg = config("multi_register", model, n_steps, seed, REGISTERS, schedule="multipass", pass_mix=FBT_MIX,
+                 passes=3, feedback_start=FEEDBACK_START, prefix_mixin=PREFIX_MIXIN, aux_weight=AUX_WEIGHT
+                 ).replace(batch_size=BATCH)
+    # the registers recipe's names, so its specimens of the same spec are copied instead of retrained; the
+    # runs trained here checkpoint as they go (resumable)
+    shipped = {"fbt_glu": "reg_75_22_3_s{s}", "lrt": "reg_lrt_75_22_3" if seed == 0 else None}.get(arm)
+    if shipped is None:
+        return RunSpec(f"reg_{arm}_s{seed}", cfg.replace(checkpoint_every=CHECKPOINT_EVERY), Sequential())
+    return RunSpec(shipped.format(s=seed), cfg, Sequential())
+
+
+def _finetune_run(arm: str, change: dict, seed: int, n_steps: int) -> RunSpec:
+    model = {**FBT_GLU, **({"fbt_jitter": change["fbt_jitter"]} if "fbt_jitter" in change else {})}
+    if "fixed_point" in change:
+        schedule = {"schedule": "fixed_point", "passes": change["fixed_point"].passes, "aux_weight": 1.0,
+                    "prefix_mixin": 0.0}
+    else:
+        mix = change["pass_mix"]
+        schedule = {"schedule": "multipass", "pass_mix": mix, "passes": max(mix), "aux_weight": AUX_WEIGHT,
+                    "prefix_mixin": PREFIX_MIXIN}
+    cfg = config("multi_register", model, n_steps, FINETUNE_SEED + seed, REGISTERS, optimizer="adamw",
+                 lr=FINETUNE_LR, lr_schedule="constant", init_from=SPECIMEN.format(seed=seed), **schedule
+                 ).replace(batch_size=BATCH)
+    return RunSpec(f"{arm}_s{seed}", cfg, Sequential())
+
+
+def build(scale: float) -> list[RunSpec]:
+    runs = [_scratch_run(arm, model, s, steps(SCRATCH_STEPS, scale)) for arm, model in MECHANISM_ARMS.items()
+            for s in MECHANISM_SEEDS[arm]]
+    runs += [_finetune_run(arm, change, s, steps(FINETUNE_STEPS, scale)) for arm, change in TRAINING_ARMS.items()
+             for s in SEEDS]
+    return runs
+
+
+def arm_of(spec: RunSpec) -> tuple[str, str]:
+    """(family, arm) of a run, from its name."""
+    for arm in TRAINING_ARMS:
+        if spec.name.startswith(arm + "_s"):
+            return "training", arm
+    if spec.name.startswith("reg_lrt"):
+        return "mechanism", "lrt"
+    return "mechanism", "fbt_additive" if "additive" in spec.name else "fbt_glu"
+
+
+def decide(arm: str, accuracies: list[float], interval: dict[str, float]) -> str:
+    """The decision rule for one arm against its family's reference (see ``RULE``)."""
+    if min(accuracies) >= READABLE and interval["low"] > 0:
+        return "makes the fixed point readable"
+    if interval["low"] > 0:
+        return "helps, not readable"
+    if interval["high"] < 0:
+        return "hurts"
+    return "no effect detected"
+
+
+def analyze(ctx: Context) -> Outcome:
+    from ...analysis.dynamics import readability_table
+
+    batch = next(iter(ctx.runs.values())).eval_batch()
+    long_batch = tasks.get("multi_register", **LONG).sample(LONG_EXAMPLES, seed=EVAL_SEED, split="val")
+    frames = []
+    for name, model in ctx.models.items():
+        family, arm = arm_of(ctx.runs[name])
+        per_run = readability_table(model, batch, dynamics_examples=DYNAMICS_EXAMPLES, readable=READABLE,
+                                    long_batch=long_batch, long_passes=LONG_PASSES if ctx.scale >= 1 else 8)
+        trained = load_metrics(ctx.out / name)["train"]
+        frames.append(per_run.assign(run=name, family=family, arm=arm, seed=ctx.runs[name].train.seed % 100,
+                                     steps=trained["step"], train_flops=trained["flops"]))
+    table = pd.concat(frames, ignore_index=True)
+    examples = {name: ctx.per_example[name]["answer_correct"].to_numpy(dtype=np.float64) for name in ctx.runs}
+    rows, verdicts = [], {}
+    for family, reference in REFERENCE.items():
+        names = table[table["family"] == family].groupby("arm", sort=False)["run"].apply(list).to_dict()
+        ref = [examples[n] for n in names[reference]]
+        for i, (arm, runs) in enumerate(names.items()):
+            accs = [float(examples[n].mean()) for n in runs]
+            interval = hierarchical_difference(ref, [examples[n] for n in runs], seed=i) if arm != reference \
+                else {"mean": 0.0, "low": 0.0, "high": 0.0, "seeds": len(runs)}
+            verdict = "reference" if arm == reference else decide(arm, accs, interval)
+            verdicts[arm] = verdict
+            rows.append({"family": family, "arm": arm, "seeds": len(runs), "exact_accuracy": float(np.mean(accs)),
+                         "exact_accuracy_worst": min(accs), "diff_vs_reference": interval["mean"],
+                         "ci_low": interval["low"], "ci_high": interval["high"], "verdict": verdict})
+    arms = pd.DataFrame(rows)
+    readable = [r.arm for r in arms.itertuples() if r.verdict == "makes the fixed point readable"]
+    best = arms.sort_values("exact_accuracy_worst", ascending=False).iloc[0]
+    verdict = (("readable with: " + ", ".join(readable)) if readable else
+               f"no factor makes the fixed point readable (best {best.arm}: worst-seed exact accuracy "
+               f"{best.exact_accuracy_worst:.3f} < {READABLE})")
+    ref_rows = table[table["arm"] == REFERENCE["training"]]
+    gates = {"reference needs feedback": float(ref_rows["accuracy_pass1"].max()),
+             "reference uses feedback at its trained depth": float(ref_rows["accuracy_pass2"].min())}
+    number = "; ".join(f"{r.arm}: exact accuracy {r.exact_accuracy:.3f} (worst seed {r.exact_accuracy_worst:.3f})"
+                       + ("" if r.arm in REFERENCE.values() else
+                          f", {r.diff_vs_reference:+.3f} [{r.ci_low:+.3f}, {r.ci_high:+.3f}] vs {REFERENCE[r.family]}")
+                       for r in arms.itertuples())
+    table.to_csv(ctx.out / "runs.csv", index=False)
+    arms.to_csv(ctx.out / "arms.csv", index=False)
+    figure = readability_figure(table, verdict)
+    return Outcome(table, figure, number, verdict, gates, chance="0.5: the answer is one of two balanced values",
+                   extra={"arms": arms.to_dict(orient="records"), "readable_arms": readable,
+                          "long_seq_len": int(long_batch.tokens.size(1))})
+
+
+def readability_figure(table: pd.DataFrame, verdict: str):
+    """Per arm: answer accuracy at passes 1-3 and under the exact recurrence (one dot per seed), and the top
+    Lyapunov exponent of the exact recurrence; this recipe's own figure."""
+    import matplotlib.pyplot as plt
+
+    order = list(MECHANISM_ARMS) + list(TRAINING_ARMS)
+    arms = [a for a in order if a in set(table["arm"])]
+    fig, (ax, lx) = plt.subplots(1, 2, figsize=(13, 4.6), gridspec_kw={"width_ratios": [3, 1.3]})
+    columns = {"accuracy_pass1": ("pass 1 (STANDARD)", "#bbbbbb"), "accuracy_pass2": ("pass 2", "#7fa7d6"),
+               "accuracy_pass3": ("pass 3", "#3d6fb0"), "accuracy_exact": ("exact recurrence", "#d1495b")}
+    width = 0.8 / len(columns)
+    for j, (column, (label, colour)) in enumerate(columns.items()):
+        for i, arm in enumerate(arms):
+            values = table.loc[table["arm"] == arm, column].to_numpy()
+            x = i - 0.4 + width * (j + 0.5)
+            ax.bar(x, values.mean(), width, color=colour, label=label if i == 0 else None)
+            ax.scatter(np.full(len(values), x), values, color="black", s=8, zorder=3)
+    ax.axhline(READABLE, color="#d1495b", ls="--", lw=1)
+    ax.axhline(0.5, color="grey", ls=":", lw=1)
+    ax.text(len(arms) - 0.5, READABLE, f"readable {READABLE}", ha="right", va="bottom", fontsize=8, color="#d1495b")
+    ax.text(len(arms) - 0.5, 0.5, "chance 0.5", ha="right", va="bottom", fontsize=8, color="grey")
+    ax.axvline(len(MECHANISM_ARMS) - 0.5, color="black", lw=0.6)
+    ax.set_xticks(range(len(arms)), [a.replace("ft_", "ft\n") for a in arms], fontsize=8)
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("answer accuracy (256 held-out prompts)")
+    ax.set_title("from scratch  |  fine-tuned from the FBT-GLU specimens", fontsize=9)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=4, fontsize=8, frameon=False)
+    for i, arm in enumerate(arms):
+        values = table.loc[table["arm"] == arm, "lyapunov_top"].to_numpy()
+        lx.scatter(values, np.full(len(values), i), color="#3d6fb0", s=14)
+    lx.axvline(0, color="grey", lw=0.8)
+    lx.set_yticks(range(len(arms)), arms, fontsize=8)
+    lx.invert_yaxis()
+    lx.set_xlabel("top Lyapunov exponent of the exact recurrence\n(per position; < 0: perturbations die out)")
+    fig.suptitle(f"What makes a fed-back fixed point readable? verdict: {verdict}", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+CLAIM = ("Ours, beyond the papers: which factor lets an FBT read the fixed point its pass map converges to "
+         "(the exact recurrence SOFT decoding and long fused prefills run), as the LRT does.")
+RULE = (f"Per arm, the exact-recurrence answer accuracy on the 256 held-out prompts minus its family's reference "
+        f"({REFERENCE['mechanism']} from scratch; {REFERENCE['training']}, the same fine-tune steps on the "
+        f"recipe's own mix), with a 95 % hierarchical bootstrap interval over seeds, then prompts. 'makes the fixed "
+        f"point readable' when the interval lies above 0 and every seed answers >= {READABLE} under the exact "
+        "recurrence; 'helps, not readable' when the interval lies above 0 only; 'hurts' when it lies below 0; "
+        "'no effect detected' otherwise. Not tested when a gate fails.")
+GATES = (Gate("reference needs feedback", f"pass-1 (STANDARD) answer accuracy of the {REFERENCE['training']} "
+              "runs, best seed: the feedback is needed to answer", "<", NEEDS_FEEDBACK),
+         Gate("reference uses feedback at its trained depth", f"pass-2 answer accuracy of the "
+              f"{REFERENCE['training']} runs, worst seed", ">=", TRAINED_DEPTH))
+
+_T = tasks.get("multi_register", **REGISTERS).seq_len
+RECIPE = Recipe(
+    "fixed_point_study", CLAIM,
+    f"1x64 models on multi_register (2 registers x 1 write among 8 shuffled scratch lines, T = {_T}): mechanism "
+    f"arms (FBT-GLU, FBT-additive, LRT) from scratch under the registers recipe's 75/22/3 schedule, "
+    f"{SCRATCH_STEPS:,} steps; training arms fine-tuned {FINETUNE_STEPS:,} steps from the shipped FBT-GLU "
+    "specimens (mix, 50/25/25, random 1..8, phased 88/12, jitter 0.2, fixed point); 2 seeds each; measured at "
+    f"T = {_T} and, untrained there, at 128 scratch lines (T = {tasks.get('multi_register', **LONG).seq_len}).",
+    build, analyze, gates=GATES, rule=RULE, kind="exploratory",
+    chance="0.5: the answer is one of two balanced values.",
+    caveat="A fractional design: the training factors are fine-tunes of trained FBT-GLU models, not runs from "
+           "scratch, so they say what fixes a model that already uses its feedback at pass 2; the mechanism "
+           "arms are the only ones trained from scratch. The fine-tune arms differ in compute per step (a "
+           "fixed-point step runs up to 40 passes without gradient): the table gives each run's FLOPs beside "
+           "its result. Two seeds per arm, one for the LRT (the registers recipe's cross), whose interval is "
+           "therefore over prompts only.")
+
