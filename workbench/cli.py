@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -31,13 +33,45 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _finite_positive(text: str) -> float:
+    """argparse type for scales such as ``--scale``: a finite number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text!r} is invalid: must be a finite number > 0")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    """argparse type for counts that may be zero (``--max-new-tokens``)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is invalid: must be an int >= 0")
+    return value
+
+
+def _check_out_dir(out: str, flag: str = "--out") -> None:
+    """Before any compute: ``out`` must be a directory or creatable as one."""
+    path = Path(out)
+    if os.path.lexists(path) and not path.is_dir():
+        raise ValueError(f"{flag} {out!r} is invalid: it exists and is not a directory")
+    parent = next((p for p in (path, *path.parents) if p.exists()), Path("."))
+    if not os.access(parent, os.W_OK):
+        raise ValueError(f"{flag} {out!r} is invalid: {parent} is not writable")
+
+
 def _cmd_info(args: argparse.Namespace) -> int:
     from .checkpoint import load_checkpoint, load_config, load_metrics
     from .config import ModelConfig
     from .model import D20_SHAPE, mechanism_overhead
 
     if args.checkpoint is None and not args.d20:
-        raise SystemExit("info: give a CHECKPOINT directory, or --d20 for the nanochat d20 overhead table")
+        raise ValueError("info: give a CHECKPOINT directory, or --d20 for the nanochat d20 overhead table")
     report: dict = {}
     has_mechanism = False
     if args.checkpoint is not None:
@@ -236,7 +270,13 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
                   + f"\n  rule: {r.rule}\n")
         return 0
     if args.name is None:
-        raise SystemExit("reproduce: give a recipe NAME or 'all' (see --list)")
+        raise ValueError("reproduce: give a recipe NAME or 'all' (see --list)")
+    if args.name != "all" and args.name not in experiments.RECIPES:
+        raise ValueError(f"reproduce: unknown recipe {args.name!r}; one of {sorted(experiments.RECIPES)} or 'all' "
+                         f"(see --list)")
+    for flag in ("out", "scratch"):
+        if getattr(args, flag) is not None:
+            _check_out_dir(getattr(args, flag), f"--{flag}")
     torch.set_num_threads(args.threads)
     names = list(experiments.RECIPES) if args.name == "all" else [args.name]
     for name in names:
@@ -265,8 +305,6 @@ def _checkpoint_task(path: str, name: str | None, params: list[str] | None):
 
 
 def _write(table: pd.DataFrame, figure, out: str, stem: str) -> None:
-    from pathlib import Path
-
     Path(out).mkdir(parents=True, exist_ok=True)
     table.to_csv(Path(out) / f"{stem}.csv", index=False)
     figure.savefig(Path(out) / f"{stem}.png", dpi=110, bbox_inches="tight")
@@ -274,6 +312,7 @@ def _write(table: pd.DataFrame, figure, out: str, stem: str) -> None:
 
 
 def _cmd_probe(args: argparse.Namespace) -> int:
+    _check_out_dir(args.out)
     import torch
 
     from .analysis import probe_layers
@@ -290,6 +329,7 @@ def _cmd_probe(args: argparse.Namespace) -> int:
 
 
 def _cmd_contraction(args: argparse.Namespace) -> int:
+    _check_out_dir(args.out)
     import torch
 
     from .analysis import pass_dynamics
@@ -300,12 +340,14 @@ def _cmd_contraction(args: argparse.Namespace) -> int:
     batch = _checkpoint_task(args.checkpoint, args.task, args.task_param).sample(args.n, args.seed, "val")
     table = pass_dynamics(load_checkpoint(args.checkpoint), batch.tokens, passes=args.passes,
                           targets=batch.targets, progress=True)
-    print(table.iloc[[0, 1, min(len(table) - 1, batch.tokens.size(1)), len(table) - 1]].to_string(index=False))
+    rows = sorted({min(i, len(table) - 1) for i in (0, 1, batch.tokens.size(1), len(table) - 1)})
+    print(table.iloc[rows].to_string(index=False))
     _write(table, contraction_curves(table), args.out, "pass_dynamics")
     return 0
 
 
 def _cmd_traces(args: argparse.Namespace) -> int:
+    _check_out_dir(args.out)
     import torch
 
     from .analysis import summarize_traces, trace_lengths
@@ -326,8 +368,8 @@ def _analysis_parser(sub, name: str, help_text: str, func, n: int) -> argparse.A
     p.add_argument("checkpoint", help="checkpoint directory (its recorded task is used unless --task is given)")
     p.add_argument("--task", default=None, help="task name (default: the one the checkpoint was trained on)")
     p.add_argument("--task-param", action="append", metavar="KEY=VALUE", help="task parameter (repeatable)")
-    p.add_argument("--n", type=int, default=n, help=f"held-out examples (default {n})")
-    p.add_argument("--seed", type=int, default=0, help="seed of the held-out examples")
+    p.add_argument("--n", type=_positive_int, default=n, help=f"held-out examples (default {n})")
+    p.add_argument("--seed", type=_non_negative_int, default=0, help="seed of the held-out examples")
     p.add_argument("--out", default=".", help="directory for the CSV and PNG (default: here)")
     p.add_argument("--threads", type=_positive_int, default=1, help="torch threads (default 1)")
     p.set_defaults(func=func)
@@ -360,16 +402,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-random-baseline", action="store_true", help="skip the randomly initialised twin")
     p = _analysis_parser(sub, "contraction", "iterate the fused pass map: residual, fixed-point distance, loss",
                          _cmd_contraction, 8)
-    p.add_argument("--passes", type=int, default=1000, help="passes (default 1000)")
+    p.add_argument("--passes", type=_positive_int, default=1000, help="passes (default 1000)")
     p = _analysis_parser(sub, "traces", "reasoning-trace lengths and accuracy per decoding regime", _cmd_traces, 64)
     p.add_argument("--regimes", nargs="+", default=["standard", "soft", "fused"], help="decoding regimes")
-    p.add_argument("--max-new-tokens", type=int, default=48, help="tokens generated per question")
-    p.add_argument("--prefill-passes", type=int, default=2, help="fused prefill passes (regime fused)")
+    p.add_argument("--max-new-tokens", type=_non_negative_int, default=48, help="tokens generated per question")
+    p.add_argument("--prefill-passes", type=_positive_int, default=2, help="fused prefill passes (regime fused)")
 
     p = sub.add_parser("reproduce", help="run a paper-claim recipe (or all) and write checkpoints + results")
     p.add_argument("name", nargs="?", help="recipe name, or 'all'")
     p.add_argument("--list", action="store_true", help="list the recipes and exit")
-    p.add_argument("--scale", type=float, default=1.0, help="multiply steps and evaluation sizes (GPU: > 1)")
+    p.add_argument("--scale", type=_finite_positive, default=1.0, help="multiply steps and evaluation sizes (GPU: > 1)")
     p.add_argument("--force", action="store_true", help="retrain even when a run is up to date")
     p.add_argument("--out", default=None, help="where models and results go (default: the checkpoint root, "
                    "$WORKBENCH_CHECKPOINTS or the repository's checkpoints/, where load_run and notebooks read)")
@@ -389,13 +431,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line(e: BaseException) -> str:
+    """An error as the one line a user reads: OS errors name the file and the cause (disk full, permission)."""
+    if isinstance(e, OSError) and e.strerror:
+        where = f" {e.filename}" if e.filename is not None else ""
+        return f"{e.strerror}:{where}" + (f" -> {e.filename2}" if e.filename2 is not None else "")
+    return " ".join(str(e).splitlines()) or type(e).__name__
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command. Exit status 2, with one line and no traceback, for a user's error: bad input
+    (configs, checkpoints, parameters: ``ValueError``), a number out of range (``OverflowError``), or the
+    filesystem (``OSError``: disk full, permission, a path that exists); 130 on Ctrl-C."""
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except ValueError as e:  # bad input (configs, checkpoints, parameters) gets one clear line, no traceback
-        print(f"error: {e}", file=sys.stderr)
+    except (ValueError, OverflowError, OSError) as e:
+        print(f"error: {_one_line(e)}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":
