@@ -180,3 +180,66 @@ def test_token_steps_marks_the_position_and_shows_its_top_tokens(runs):
         plots.token_steps(trajectory, position=99)
     with pytest.raises(ValueError, match="example"):
         plots.token_steps(trajectory, position=0, example=5)
+
+
+def test_pass_losses_wraps_six_runs_into_rows_that_read_at_cell_width():
+    history = pd.DataFrame({"step": [1, 2, 3], "loss_pass1": [3.0, 2.9, 2.8], "loss_pass2": [np.nan, 2.95, 2.7]})
+    fig = plots.pass_losses({f"run{i}": history.assign(loss_pass1=history["loss_pass1"] + i) for i in range(6)})
+    assert len(fig.axes) == 6  # 2 rows of 3, no leftover empty cell
+    width, height = fig.get_size_inches() * 80
+    assert width <= 1000 and height >= 400, (width, height)  # was 2304 x 288 px: six panels in a row
+    assert fig.axes[0].get_ylim() == fig.axes[5].get_ylim()  # one loss scale for every run
+    moved = plots.pass_losses({f"run{i}": history for i in range(2)})
+    assert len(moved.axes) == 2 and moved.get_size_inches()[0] < fig.get_size_inches()[0] + 1e-9
+    five = plots.pass_losses({f"run{i}": history for i in range(5)})
+    assert len(five.axes) == 5  # the sixth grid cell is removed, not left blank
+
+
+def test_layer0_comparison_labels_empty_panels_bounds_only_suffix1_and_keeps_the_legend_outside():
+    df = probes_frame(tasks=("memory", "completion"), models=("trained",))
+    df["scratch_updates"] = 0
+    longer = df[df.task == "memory"].assign(scratch_updates=8)
+    df = pd.concat([df, longer], ignore_index=True).assign(
+        upper_bound=0.9, condition=lambda d: d["condition"].replace({"recurrent k=1": "suffix1"}))
+    fig = plots.layer0_comparison(df)
+    memory0, completion0, memory8, completion8 = fig.axes
+    assert completion8.get_title() == "completion / 8 scratch lines"
+    assert "no specimen of completion" in completion8.texts[0].get_text() and not completion8.patches
+    stars = [c for c in memory0.collections if c.get_label().startswith("upper bound")]
+    offsets = np.ma.filled(np.ma.asarray(stars[0].get_offsets(), dtype=float), np.nan)
+    assert len(stars) == 1 and offsets[np.isfinite(offsets[:, 1]), 0].tolist() == pytest.approx([1.0])  # suffix1
+    assert plots.layer0_comparison(df, depth=2).axes[0].collections  # control ticks still drawn there
+    assert not [c for c in plots.layer0_comparison(df, depth=2).axes[0].collections
+                if c.get_label().startswith("upper bound")]  # not a bound on a deeper probe
+    assert fig.legends and all(ax.get_legend() is None for ax in fig.axes)  # beside the bars, not over them
+
+
+def test_swap_flips_shows_scratch_as_ints_and_no_legend_colour_without_a_bar():
+    swaps = pd.DataFrame({"task": ["delayed_memory", "delayed_memory"], "scratch_updates": [0.0, 8.0],
+                          **{f"{k}_{c}": [0.0, 0.0] for k in ("swap", "control") for c in ("flip", "low", "high")},
+                          "zero_flip": [0.1, 0.3], "zero_low": [0.05, 0.2], "zero_high": [0.2, 0.4]})
+    (ax,) = plots.swap_flips(swaps).axes
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["delayed_memory\n0 scratch", "delayed_memory\n8 scratch"]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["zero flip rate"]
+    assert any("swap, control: flip no answer" in t.get_text() for t in ax.texts)
+    swaps["swap_flip"], swaps["swap_high"] = [0.5, 0.0], [0.6, 0.0]  # a visible swap bar: back in the legend
+    labels = [t.get_text() for t in plots.swap_flips(swaps).axes[0].get_legend().get_texts()]
+    assert labels == ["swap flip rate", "zero flip rate"]
+
+
+def test_contraction_curves_log_pass_axis_shows_training_depths_and_marks_exact_zeros(runs):
+    long = {name: pd.DataFrame({"pass": np.arange(1, 104), "delta": np.geomspace(1, 1e-6, 103),
+                                "fixed_point_distance": np.r_[np.geomspace(1, 1e-6, 50), np.zeros(53)]})
+            for name in ("mix_s0", "mix_s1", "other")}
+    fig = plots.contraction_curves(long, depths={"trained depth 2": 2, "trained depth 3": 3})
+    ax = fig.axes[0]
+    assert ax.get_xscale() == "log" and {2, 3, 100} <= {t for t in ax.get_xticks()}
+    assert [t.get_text() for t in ax.get_xticklabels()][:3] == ["1", "2", "3"]
+    colors = [line.get_color() for line in ax.lines[:3]]
+    assert colors[0] == colors[1] != colors[2] and ax.lines[0].get_linestyle() != ax.lines[1].get_linestyle()
+    zeros = [c for c in fig.axes[1].collections if c.get_label() == plots.ZERO_LABEL]
+    assert len(zeros) == 1 and plots.ZERO_LABEL in [t.get_text() for t in fig.legends[0].get_texts()]
+    assert len(fig.axes[1].collections) == 3  # every run's zeros marked, the legend names them once
+    short = plots.contraction_curves(runs["dynamics"])  # 9 passes: a linear axis is clearer
+    assert short.axes[0].get_xscale() == "linear"
+    assert [c for c in short.axes[0].collections]  # the baseline's residual is exactly 0: marked, not gone

@@ -39,12 +39,35 @@ STYLE = "whitegrid"
 PANEL = (4.8, 3.6)  # inches per panel
 
 
-def _figure(ncols: int, nrows: int = 1, panel: tuple[float, float] = PANEL) -> tuple[Figure, list[Axes]]:
+MAX_COLUMNS = 3  # panels per row: at 80 dpi three 4-inch panels fill a notebook cell (~960 px) and stay legible
+
+
+def _figure(ncols: int, nrows: int = 1, panel: tuple[float, float] = PANEL,
+            sharey: bool = False) -> tuple[Figure, list[Axes]]:
     """A pyplot-free figure with seaborn's style and a flat list of its axes."""
     with sns.axes_style(STYLE):
         fig = Figure(figsize=(panel[0] * ncols, panel[1] * nrows), layout="constrained")
-        axes = fig.subplots(nrows, ncols, squeeze=False)
+        axes = fig.subplots(nrows, ncols, squeeze=False, sharey=sharey)
     return fig, list(axes.flat)
+
+
+def _grid(n: int, panel: tuple[float, float], sharey: bool = False) -> tuple[Figure, list[Axes]]:
+    """``n`` panels wrapped into rows of at most ``MAX_COLUMNS`` (a row of six is unreadable at cell
+    width); the grid's unused cells are removed, so ``fig.axes`` holds exactly the ``n`` panels."""
+    ncols = min(n, MAX_COLUMNS)
+    fig, axes = _figure(ncols, -(-n // ncols), panel=panel, sharey=sharey)
+    for ax in axes[n:]:
+        ax.remove()
+    return fig, axes[:n]
+
+
+def _legend(axes: Sequence[Axes]) -> tuple[list, list[str]]:
+    """Every labelled artist of ``axes`` once (first drawn wins): one legend for panels that share entries."""
+    entries: dict = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            entries.setdefault(label, handle)
+    return list(entries.values()), list(entries)
 
 
 def _require(df: pd.DataFrame, columns: Sequence[str], what: str) -> None:
@@ -69,6 +92,55 @@ def _positive(values: pd.Series) -> np.ndarray:
     return np.where(arr > 0, arr, np.nan)
 
 
+ZERO_LABEL = "▼ on the axis: exactly 0"
+
+
+def _log_line(ax: Axes, x, y: pd.Series, *args, **kwargs) -> bool:
+    """Plot ``y`` on a log axis: positive values as a line, exact zeros as ▼ on the bottom edge.
+
+    A log axis has no 0, so an exact zero (an exact fixed point, an unused memory) would otherwise
+    make its line vanish without a trace. Returns whether any zero was marked (its marker carries
+    ``ZERO_LABEL`` once per axes, for the legend).
+    """
+    (line,) = ax.plot(x, _positive(y), *args, **kwargs)
+    zeros = y.to_numpy(dtype=float) == 0
+    if zeros.any():
+        marked = ZERO_LABEL in ax.get_legend_handles_labels()[1]
+        ax.scatter(np.asarray(x, dtype=float)[zeros], np.zeros(int(zeros.sum())), marker="v", s=22,
+                   color=line.get_color(), clip_on=False, zorder=4, transform=ax.get_xaxis_transform(),
+                   label=None if marked else ZERO_LABEL)
+    return bool(zeros.any())
+
+
+LOG_TICKS = (1, 2, 3, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000)
+
+
+def _log_steps(ax: Axes, last: float, first: float = 1) -> None:
+    """A log x axis over counts (passes, distances) from ``first`` to ``last``, ticks written as integers:
+    what happens at 2-3 (the depths models are trained at) stays as wide as what happens at 50-100."""
+    from matplotlib.ticker import FixedLocator, NullLocator, StrMethodFormatter
+
+    ax.set_xscale("log")
+    ax.set_xlim(first / 1.1, last * 1.1)
+    ax.xaxis.set_major_locator(FixedLocator([t for t in LOG_TICKS if first <= t <= last]))
+    ax.xaxis.set_major_formatter(StrMethodFormatter("{x:.0f}"))
+    ax.xaxis.set_minor_locator(NullLocator())
+
+
+def _run_styles(names: Sequence[str]) -> dict[str, dict]:
+    """A colour per arm and a line style per seed: runs named ``<arm>_s<seed>`` share their arm's colour,
+    so seven runs of four arms read as four colours, not seven."""
+    import re
+
+    arms = [re.sub(r"_s\d+$", "", name) for name in names]
+    colors = dict(zip(_in_order(pd.Series(arms)), sns.color_palette("deep", n_colors=len(set(arms)))))
+    styles, seen = {}, {}
+    for name, arm in zip(names, arms):
+        k = seen[arm] = seen.get(arm, -1) + 1
+        styles[name] = {"color": colors[arm], "ls": ("-", "--", ":", "-.")[k % 4]}
+    return styles
+
+
 def _facets(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     """Split probe results into panels by task and model (whichever of the two columns exist)."""
     keys = [c for c in ("task", "model") if c in df.columns and df[c].nunique() > 1]
@@ -76,6 +148,13 @@ def _facets(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
         return [(" / ".join(str(df[c].iloc[0]) for c in ("task", "model") if c in df.columns), df)]
     return [(" / ".join(map(str, key if isinstance(key, tuple) else (key,))), group)
             for key, group in df.groupby(keys, sort=False)]
+
+
+def _empty(ax: Axes, text: str) -> None:
+    """A panel with nothing to draw says why in its middle (rather than standing blank)."""
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, fontsize=9, wrap=True)
+    ax.set_xticks([])
+    ax.set_yticks([])
 
 
 def _in_order(values: pd.Series) -> list:
@@ -134,6 +213,9 @@ def probe_profile(df: pd.DataFrame, highlight_depth: int | None = None) -> Figur
     return fig
 
 
+BOUNDED = ("suffix1",)  # the conditions the fed-back upper bound bounds at depth 0: one recurrent step
+
+
 def layer0_comparison(df: pd.DataFrame, depth: int = 0) -> Figure:
     """Probe accuracy at one depth (default 0, the input) per condition: the probing headline.
 
@@ -141,7 +223,9 @@ def layer0_comparison(df: pd.DataFrame, depth: int = 0) -> Figure:
     on each bar is its control-task accuracy; the dashed line is the majority-class rate. Where the
     columns exist, an open circle marks the untrained twin's accuracy (``twin_accuracy``) and a star
     the upper bound (``upper_bound``: the top-layer probe at the fed-back position, all one recurrent
-    step can hand to layer 0). One panel per task, one row of panels per ``scratch_updates``.
+    step can hand to layer 0), drawn only where it bounds the bar: at depth 0 under ``suffix1``
+    (one recurrent step; ``BOUNDED``). One panel per task, one row of panels per ``scratch_updates``;
+    a task without specimens at a length says so in its panel; the legend sits under the panels.
     Standard prefill near the dashed line and recurrent conditions far above it — above the twin —
     is the FBT paper's finding: feedback exposes learned state to the very first layer.
     """
@@ -151,7 +235,7 @@ def layer0_comparison(df: pd.DataFrame, depth: int = 0) -> Figure:
         raise ValueError(f"depth={depth!r} is invalid: the probes cover depths {sorted(df['layer'].unique())}")
     tasks = _in_order(at["task"]) if "task" in at else [None]
     lengths = sorted(at["scratch_updates"].unique()) if "scratch_updates" in at else [None]
-    fig, axes = _figure(len(tasks), len(lengths), panel=(1.5 + 1.0 * at["condition"].nunique(), 3.8))
+    fig, axes = _figure(len(tasks), len(lengths), panel=(1.2 + 0.75 * at["condition"].nunique(), 3.2))
     models = _in_order(at["model"]) if "model" in at else [None]
     palette = sns.color_palette("deep", n_colors=len(models))
     width = 0.8 / len(models)
@@ -161,6 +245,12 @@ def layer0_comparison(df: pd.DataFrame, depth: int = 0) -> Figure:
     for ax, (task, length) in zip(axes, panels):
         sub = at if task is None else at[at["task"] == task]
         sub = sub if length is None else sub[sub["scratch_updates"] == length]
+        title = " / ".join(t for t in ("" if task is None else str(task),
+                                        "" if length is None else f"{length} scratch lines") if t)
+        if sub.empty:
+            ax.set_title(title)
+            _empty(ax, f"no specimen of {task}\nwith {length} scratch lines")
+            continue
         conditions = _in_order(sub["condition"])
         for m, (model, color) in enumerate(zip(models, palette)):
             rows = sub if model is None else sub[sub["model"] == model]
@@ -173,21 +263,22 @@ def layer0_comparison(df: pd.DataFrame, depth: int = 0) -> Figure:
                    label=None if model is None else str(model))
             if "control_accuracy" in rows:
                 ax.scatter(x, rows["control_accuracy"], marker="_", s=400 * width, color="black", zorder=3,
-                           label="control task" if m == 0 else None)
+                           label="control task")
             for column, (style, label) in marks.items():
-                if column in rows:
-                    ax.scatter(x, rows[column], s=30, zorder=4, label=label if m == 0 else None, **style)
+                if column not in rows:
+                    continue
+                values = rows[column]
+                if column == "upper_bound":  # a ceiling only for a depth-0 probe after one recurrent step
+                    values = values.where(rows.index.isin(BOUNDED) & (depth == 0))
+                if values.notna().any():
+                    ax.scatter(x, values, s=30, zorder=4, label=label, **style)
         if "majority" in sub and not sub.empty:
             ax.axhline(float(sub["majority"].mean()), color="grey", ls="--", lw=1.5, label="majority")
-        ax.set_xticks(np.arange(len(conditions)), [str(c) for c in conditions], rotation=20)
-        title = " / ".join(t for t in ("" if task is None else str(task),
-                                        "" if length is None else f"{length} scratch lines") if t)
+        ax.set_xticks(np.arange(len(conditions)), [str(c) for c in conditions], rotation=30, ha="right",
+                      rotation_mode="anchor")
         ax.set(ylim=(0.0, 1.05), ylabel=f"probe accuracy at depth {depth}", title=title)
-    legend: dict = {}  # every model and mark once, whichever panel drew it (a panel may lack a model)
-    for ax in axes:
-        for handle, label in zip(*ax.get_legend_handles_labels()):
-            legend.setdefault(label, handle)
-    axes[0].legend(list(legend.values()), list(legend), fontsize=7, loc="lower right")
+    handles, labels = _legend(axes)  # every model and mark once, whichever panel drew it
+    fig.legend(handles, labels, fontsize=8, loc="outside lower center", ncols=min(len(labels), 4))
     return fig
 
 
@@ -262,7 +353,10 @@ def contraction_curves(results: Runs, max_pass: int | None = None, depths: Mappi
 
     Takes ``pass_dynamics`` output, or a dict of them by name (mechanism, training mix, ...). A
     third panel shows the loss when any run has one. Exact zeros (the fixed point reached in
-    floating point) end a line rather than plunging to -inf. ``max_pass`` cuts every run there.
+    floating point) end a line and are marked ▼ on the axis rather than plunging to -inf; runs
+    named ``<arm>_s<seed>`` share a colour (one line style per seed). Past 10 passes the pass axis
+    is logarithmic, so passes 2-3 (where models are trained) are as wide as 50-100. ``max_pass``
+    cuts every run there.
     ``depths``: label -> pass, drawn as dotted verticals (the depths the models were trained at,
     so a reader sees which passes are extrapolation); ``note``: a title saying what was measured
     (sequence length T, the positions the numbers are over), since the curves mean little without.
@@ -273,15 +367,17 @@ def contraction_curves(results: Runs, max_pass: int | None = None, depths: Mappi
     has_loss = any("loss" in f and f["loss"].notna().any() for f in runs.values())
     panels = [("delta", "residual ||H^k - H^(k-1)|| / ||H^k||"),
               ("fixed_point_distance", "distance to fixed point ||H^k - H*|| / ||H*||")]
-    fig, axes = _figure(3 if has_loss else 2)
-    palette = sns.color_palette("deep", n_colors=len(runs))
-    for (name, frame), color in zip(runs.items(), palette):
+    fig, axes = _figure(3 if has_loss else 2, panel=(4.4, 3.6))
+    styles = _run_styles(list(runs))
+    last = 1
+    for name, frame in runs.items():
         if max_pass is not None:
             frame = frame[frame["pass"] <= max_pass]
+        last = max(last, int(frame["pass"].max()) if len(frame) else 1)
         for ax, (column, _) in zip(axes, panels):
-            ax.plot(frame["pass"], _positive(frame[column]), color=color, label=name or None)
+            _log_line(ax, frame["pass"], frame[column], label=name or None, **styles[name])
         if has_loss and "loss" in frame:
-            axes[2].plot(frame["pass"], frame["loss"], color=color, label=name or None)
+            axes[2].plot(frame["pass"], frame["loss"], label=name or None, **styles[name])
     for ax, (_, ylabel) in zip(axes, panels):
         ax.set(xlabel="pass", ylabel=ylabel, yscale="log")
     if has_loss:
@@ -289,8 +385,12 @@ def contraction_curves(results: Runs, max_pass: int | None = None, depths: Mappi
     for (label, depth), style in zip((depths or {}).items(), (":", "--", "-.")):
         for ax in axes:
             ax.axvline(depth, color="grey", ls=style, lw=1.2, label=label if ax is axes[0] else None)
-    if len(runs) > 1 or next(iter(runs)) or depths:
-        axes[0].legend(fontsize=8)
+    if last > 10:
+        for ax in axes:
+            _log_steps(ax, last)
+    handles, labels = _legend(axes[:2])
+    if len(runs) > 1 or next(iter(runs)) or depths or ZERO_LABEL in labels:
+        fig.legend(handles, labels, fontsize=8, loc="outside right upper")
     if note:
         fig.suptitle(note, fontsize=10)
     return fig
@@ -301,21 +401,24 @@ def decoding_state_norms(results: Runs, note: str = "") -> Figure:
 
     Takes ``analysis.contraction.decoding_states`` output or a dict of them: the mean over the batch
     per position, a band up to its max, and a dotted line where the model starts writing. A line that
-    stays level after it says the recurrence keeps its state bounded on its own output. ``note``: a
+    stays level after it says the recurrence keeps its state bounded on its own output (the position
+    axis stays linear: what it shows is the long stretch after that line). Runs ``<arm>_s<seed>``
+    share a colour, the legend sits beside the panel. ``note``: a
     title (the context length and depth the models were trained at, which the generation runs past).
     """
     runs = _runs(results, "decoding_state_norms")
-    fig, (ax,) = _figure(1, panel=(7.0, 4.0))
-    palette = sns.color_palette("deep", n_colors=len(runs))
-    for (name, frame), color in zip(runs.items(), palette):
+    fig, (ax,) = _figure(1, panel=(9.0, 4.0))
+    styles = _run_styles(list(runs))
+    for name, frame in runs.items():
         _require(frame, ["position", "generated", "state_norm_mean", "state_norm_max"], "decoding_state_norms")
-        ax.plot(frame["position"], frame["state_norm_mean"], color=color, lw=1, label=name or None)
-        ax.fill_between(frame["position"], frame["state_norm_mean"], frame["state_norm_max"], color=color, alpha=0.15)
+        ax.plot(frame["position"], frame["state_norm_mean"], lw=1, label=name or None, **styles[name])
+        ax.fill_between(frame["position"], frame["state_norm_mean"], frame["state_norm_max"],
+                        color=styles[name]["color"], alpha=0.15)
     starts = {int(f.loc[f["generated"], "position"].min()) for f in runs.values() if f["generated"].any()}
     for start in sorted(starts):
         ax.axvline(start, color="grey", ls=":", lw=1.5, label=f"writes from position {start}")
     ax.set(xlabel="position (prompt, then generated)", ylabel="||h_t|| before the norm", yscale="log")
-    ax.legend(fontsize=8)
+    fig.legend(*_legend([ax]), fontsize=8, loc="outside right upper")
     if note:
         ax.set_title(note, fontsize=10)
     return fig
@@ -326,21 +429,26 @@ def sensitivity_decay(results: Runs, note: str = "") -> Figure:
 
     Takes ``sensitivity`` output or a dict of them. The dotted line at 1 is the size of the
     injected perturbation: below it the recurrence forgets, above it it amplifies. A run whose
-    effect is exactly zero (no mechanism: the memory is never read) has no line, and says so.
+    effect is exactly zero (no mechanism: the memory is never read) has no line, and says so (its
+    zeros are marked ▼ on the axis). Past 10 tokens the distance axis is logarithmic; runs
+    ``<arm>_s<seed>`` share a colour.
     ``note``: a title (sequence length, training depth, where the nudge was made).
     """
     runs = _runs(results, "sensitivity_decay")
-    fig, (ax,) = _figure(1, panel=(6.0, 4.0))
-    palette = sns.color_palette("deep", n_colors=len(runs))
-    for (name, frame), color in zip(runs.items(), palette):
+    fig, (ax,) = _figure(1, panel=(8.0, 4.0))
+    styles = _run_styles(list(runs))
+    for name, frame in runs.items():
         _require(frame, ["distance", "effect"], "sensitivity_decay")
         unused = bool((frame["effect"] == 0).all())
         label = (name or "effect") + (" (exactly 0: memory unused)" if unused else "")
-        ax.plot(frame["distance"], _positive(frame["effect"]), "o-", ms=3, color=color, label=label)
+        _log_line(ax, frame["distance"], frame["effect"], marker="o", ms=3, label=label, **styles[name])
     ax.axhline(1.0, color="grey", ls=":", lw=1.5, label="injected perturbation")
     ax.set(xlabel="distance d (tokens after the perturbed position)", ylabel="effect ||Δm_{t0+d}|| / eps",
            yscale="log")
-    ax.legend(fontsize=8)
+    last = max(float(f["distance"].max()) for f in runs.values())
+    if last > 10:
+        _log_steps(ax, last)
+    fig.legend(*_legend([ax]), fontsize=8, loc="outside right upper")
     if note:
         ax.set_title(note, fontsize=10)
     return fig
@@ -571,12 +679,13 @@ def pass_losses(histories: Runs) -> Figure:
 
     Steps that ran fewer passes have no value for the later ones, so each pass is drawn as points:
     the density of the pass-3 points is the share of 3-pass batches, and where the pass-2 points
-    start is where the progressive schedule switched latent feedback on.
+    start is where the progressive schedule switched latent feedback on. Panels wrap into rows of
+    ``MAX_COLUMNS`` and share their loss axis, so runs compare at a glance.
     """
     runs = _runs(histories, "pass_losses")
     for frame in runs.values():
         _require(frame, ["step", "loss_pass1"], "pass_losses")
-    fig, axes = _figure(len(runs))
+    fig, axes = _grid(len(runs), panel=(4.0, 3.2), sharey=True)
     columns = sorted({c for f in runs.values() for c in f.columns if c.startswith("loss_pass")},
                      key=lambda c: int(c[len("loss_pass"):]))
     palette = dict(zip(columns, sns.color_palette("deep", n_colors=len(columns))))
@@ -691,7 +800,7 @@ def schedule_distance(sweeps: pd.DataFrame, positions: Mapping[str, pd.DataFrame
     """Distance of each approximate schedule to the exact logits as its knob grows, and where it is wrong.
 
     Left: ``schedule_sweep`` rows (one line per schedule: distance against K, S or B, log y; an
-    exact zero ends the line) with ``selected`` values ({schedule: value}) ringed. Right, when
+    exact zero ends the line and is marked ▼ on the axis) with ``selected`` values ringed. Right, when
     ``positions`` ({label: ``position_distance`` table}) is given: the distance per position, which
     shows multipass's exact prefix and blockwise's block edges.
     """
@@ -702,8 +811,8 @@ def schedule_distance(sweeps: pd.DataFrame, positions: Mapping[str, pd.DataFrame
     ax = axes[0]
     for schedule in schedules:
         rows = sweeps[sweeps["schedule"] == schedule].sort_values("value")
-        ax.plot(rows["value"].astype(float), _positive(rows["distance"]), "o-", ms=3, color=palette[schedule],
-                label=f"{schedule} ({knob_symbol(schedule)})")
+        _log_line(ax, rows["value"].astype(float), rows["distance"], "o-", ms=3, color=palette[schedule],
+                  label=f"{schedule} ({knob_symbol(schedule)})")
         if selected and schedule in selected:
             chosen = rows[rows["value"] == selected[schedule]]
             ax.plot(chosen["value"].astype(float), _positive(chosen["distance"]), "o", ms=11, mfc="none",
@@ -716,7 +825,7 @@ def schedule_distance(sweeps: pd.DataFrame, positions: Mapping[str, pd.DataFrame
         for label, frame in positions.items():
             _require(frame, ["position", "distance"], "schedule_distance positions")
             color = palette.get(label.split("(")[0])
-            ax.plot(frame["position"], _positive(frame["distance"]), "o-", ms=3, color=color, label=label)
+            _log_line(ax, frame["position"], frame["distance"], "o-", ms=3, color=color, label=label)
         ax.set(xlabel="position t", ylabel="distance at position t", yscale="log", title="where it is wrong")
         ax.legend(fontsize=8)
     return fig
@@ -795,12 +904,6 @@ def lrt_mechanism(stats: pd.DataFrame, gates: pd.DataFrame | None = None, title:
 INTERVENTION_COLORS = {"swap": "#c44e52", "control": "#4c72b0", "mean": "#dd8452", "zero": "#8c8c8c"}
 
 
-def _empty(ax: Axes, text: str) -> None:
-    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, fontsize=9, wrap=True)
-    ax.set_xticks([])
-    ax.set_yticks([])
-
-
 def swap_flips(swaps: pd.DataFrame, ax: Axes | None = None) -> Figure:
     """Answer flip rate per gated specimen and intervention (``causal_use``'s table: ``{kind}_flip`` with
     ``{kind}_low``/``{kind}_high``), beside the layer-0 probe accuracy and the untrained twin's: a probe
@@ -814,18 +917,26 @@ def swap_flips(swaps: pd.DataFrame, ax: Axes | None = None) -> Figure:
     _require(swaps, ["task", "scratch_updates", *[f"{k}_flip" for k in kinds]], "swap_flips")
     x = np.arange(len(swaps))
     width = 0.8 / (len(kinds) + 1)
+    never = []  # kinds that flip no answer anywhere: no bar to see, so no legend colour; said in words
     for i, kind in enumerate(kinds):
         rate = swaps[f"{kind}_flip"].to_numpy()
         err = np.vstack([rate - swaps[f"{kind}_low"].to_numpy(), swaps[f"{kind}_high"].to_numpy() - rate])
+        visible = bool(np.nan_to_num(swaps[f"{kind}_high"].to_numpy()).any() or np.nan_to_num(rate).any())
+        if not visible:
+            never.append(kind)
         ax.bar(x - 0.4 + width * (i + 0.5), rate, width, yerr=err, capsize=2, color=INTERVENTION_COLORS[kind],
-               label=f"{kind} flip rate")
+               label=f"{kind} flip rate" if visible else None)
     for column, marker, color, label in (("probe_accuracy", "D", "black", "probe acc. (layer 0, suffix1)"),
                                          ("probe_twin_accuracy", "x", "dimgrey", "untrained twin's probe acc.")):
         if column in swaps and swaps[column].notna().any():
             ax.scatter(x + 0.4 - width / 2, swaps[column], marker=marker, color=color, zorder=3, label=label)
-    ax.set_xticks(x, [f"{t}\n{s} scratch" for t, s in zip(swaps["task"], swaps["scratch_updates"])], fontsize=8)
+    ax.set_xticks(x, [f"{t}\n{int(s)} scratch" for t, s in zip(swaps["task"], swaps["scratch_updates"])],
+                  fontsize=8, rotation=30, ha="right", rotation_mode="anchor")
     ax.set(ylim=(0, 1.05), ylabel="share of answers / probe accuracy",
            title="does the answer follow the memory? (95 % intervals)")
+    if never:
+        ax.text(0.5, 0.5, f"{', '.join(never)}: flip no answer of any specimen (rate 0, interval 0)",
+                transform=ax.transAxes, ha="center", va="center", fontsize=8)
     ax.legend(fontsize=7, ncol=3, loc="lower center", bbox_to_anchor=(0.5, 1.08), frameon=False)
     return fig
 
