@@ -105,3 +105,46 @@ def test_token_stepper_shows_what_each_position_reads_and_predicts(fbt_model, id
     assert f"= {widgets.core._fmt(other['cosine_prev'])}" in explorer.summary.value
     single = widgets.token_stepper(fbt_model, idx[:1])
     assert list(single.controls) == ["position"]
+
+
+def test_probe_explorer_opens_on_the_view_it_is_given():
+    explorer = widgets.probe_explorer(_probe_rows, tasks=["memory", "completion"],
+                                      conditions=["standard", "sequential"], condition="sequential", depth=2)
+    assert "sequential, depth 2" in explorer.summary.value and "accuracy 0.82 " in explorer.summary.value
+    explorer.controls["depth"].value = 0
+    assert "accuracy 0.8 " in explorer.summary.value  # and it still follows its slider
+    with pytest.raises(ValueError, match="condition="):
+        widgets.probe_explorer(_probe_rows, tasks=["memory"], conditions=["standard"], condition="suffix9")
+
+
+def test_the_figure_shows_at_its_natural_size_and_the_summary_wraps(dynamics):
+    explorer = widgets.contraction_explorer(dynamics)
+    width, height = core.png_size(explorer.image.value)
+    dpi = explorer.dpi
+    assert (width, height) == tuple(round(v * dpi) for v in explorer.figure.get_size_inches())
+    assert explorer.image.layout.width == f"{width}px" and explorer.image.layout.max_width == "100%"
+    assert explorer.image.layout.height == "auto"  # never stretched to the cell, shrunk to fit a narrow one
+    assert explorer.summary.value.startswith(f"<style>{core.SUMMARY_CSS}</style><div class=\"wb-summary\">")
+    assert "overflow-x:auto" in core.SUMMARY_CSS and "padding" in core.SUMMARY_CSS  # tables scroll, cells apart
+    explorer.controls["run"].value = "lrt"  # another figure (no loss panel): the width follows it
+    assert explorer.image.layout.width == f"{core.png_size(explorer.image.value)[0]}px" != f"{width}px"
+
+
+def test_the_static_twin_is_the_outputs_fallback_not_a_second_output(dynamics, monkeypatch):
+    import IPython.display
+
+    shown: list[tuple[tuple, dict]] = []
+    monkeypatch.setattr(IPython.display, "display", lambda *objs, **kw: shown.append((objs, kw)))
+    explorer = widgets.contraction_explorer(dynamics)
+    widgets.with_static_twin(explorer)
+    ((objs, kw),) = shown  # one output, not the widget and a frozen figure under it
+    (bundle,) = objs
+    assert kw == {"raw": True}
+    assert bundle["application/vnd.jupyter.widget-view+json"]["model_id"] == explorer.model_id
+    import base64
+
+    assert base64.b64decode(bundle["image/png"]) == explorer.image.value
+    assert explorer.summary.value in bundle["text/html"] and "data:image/png;base64," in bundle["text/html"]
+    assert f'width="{core.png_size(explorer.image.value)[0]}"' in bundle["text/html"]
+    explorer.controls["pass_"].value = 2  # the twin is the default view; the live widget moves on
+    assert "pass 2:" in explorer.summary.value and "pass 2:" not in bundle["text/html"]

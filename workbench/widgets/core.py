@@ -13,13 +13,20 @@ than through an ``Output`` capture, so it shows the same in Jupyter, VS Code and
   computed on demand by ``compute(task, condition)`` and kept;
 - ``token_stepper(model, idx)``: a position slider over one exact sequential run: what each token
   reads, how far it turns the memory, what it predicts;
-- ``with_static_twin(explorer)``: shows an explorer with its default figure as a plain output under it.
+- ``with_static_twin(explorer)``: shows an explorer, its default summary and figure as the output's
+  fallback: a code host shows the twin, a live widget manager only the widget.
+
+The figure shows at its natural size (a PNG as wide as the figure, never stretched to the cell; it
+shrinks to fit a narrow one), and the summary wraps its text and scrolls a table wider than the cell
+instead of clipping it.
 """
 
 from __future__ import annotations
 
+import base64
 import html
 import io
+import struct
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -34,6 +41,26 @@ from ..model import GPT
 
 Render = Callable[..., tuple[Figure, str]]
 
+# The summary's frame: text wraps, a wide table scrolls inside it, table cells are padded apart.
+SUMMARY_CSS = (".wb-summary{max-width:100%;overflow-x:auto;white-space:normal;line-height:1.45}"
+               ".wb-summary table{border-collapse:collapse;margin:4px 0}"
+               ".wb-summary th,.wb-summary td{padding:2px 12px 2px 0;text-align:left;vertical-align:top;"
+               "white-space:nowrap}"
+               ".wb-summary pre{white-space:pre-wrap;word-break:break-word}")
+
+
+def framed(summary: str) -> str:
+    """A summary's HTML in the frame every explorer and static twin shows it in (``SUMMARY_CSS``)."""
+    return f'<style>{SUMMARY_CSS}</style><div class="wb-summary">{summary}</div>'
+
+
+def png_size(png: bytes) -> tuple[int, int]:
+    """(width, height) in pixels of PNG bytes, read from the header."""
+    if png[:8] != b"\x89PNG\r\n\x1a\n":
+        raise ValueError("not PNG bytes")
+    width, height = struct.unpack(">II", png[16:24])
+    return int(width), int(height)
+
 
 class Explorer(widgets.VBox):
     """Controls on top, an HTML summary, then the figure; any control change redraws both.
@@ -47,8 +74,8 @@ class Explorer(widgets.VBox):
         self.controls = dict(controls)
         self.render = render
         self.dpi = dpi
-        self.summary = widgets.HTML()
-        self.image = widgets.Image(format="png")
+        self.summary = widgets.HTML(layout=widgets.Layout(max_width="100%", overflow="auto"))
+        self.image = widgets.Image(format="png", layout=widgets.Layout(max_width="100%", height="auto"))
         self.figure: Figure | None = None
         self._refreshing = False
         super().__init__([widgets.HBox(list(self.controls.values())), self.summary, self.image])
@@ -69,19 +96,36 @@ class Explorer(widgets.VBox):
             self._refreshing = False
         buffer = io.BytesIO()
         figure.savefig(buffer, format="png", dpi=self.dpi)
-        self.figure, self.summary.value, self.image.value = figure, summary, buffer.getvalue()
+        png = buffer.getvalue()
+        self.image.layout.width = f"{png_size(png)[0]}px"  # natural size: a VBox would stretch it to the cell
+        self.figure, self.summary.value, self.image.value = figure, framed(summary), png
+
+
+def static_twin(explorer: Explorer) -> dict[str, str]:
+    """The explorer's current summary and figure as plain output data: ``text/html`` (the summary and the
+    PNG inline, at its natural width) and ``image/png``."""
+    png = explorer.image.value
+    width, _ = png_size(png)
+    encoded = base64.b64encode(png).decode("ascii")
+    page = (f'{explorer.summary.value}<img src="data:image/png;base64,{encoded}" width="{width}" '
+            'style="max-width:100%;height:auto" alt="the explorer at its default setting">')
+    return {"text/html": page, "image/png": encoded}
 
 
 def with_static_twin(explorer: Explorer) -> None:
-    """Display ``explorer``, then its current summary and figure as ordinary outputs: its static twin.
+    """Display ``explorer`` as one output whose fallback is its static twin (its default summary and figure).
 
-    A code host (GitHub, nbviewer) strips widget state and shows a widget as a line of text; the
-    twin under it is plain HTML and PNG, so the notebook still reads there, at the explorer's
-    default setting. In a live kernel the twin stays as it was drawn while the widget moves.
+    The output holds the widget view and, beside it in the same mimebundle, ``static_twin``'s HTML
+    and PNG. A live widget manager (JupyterLab, Notebook, VS Code with a kernel) renders the widget
+    and nothing else, so no frozen figure sits under a moving one; a code host (GitHub, nbviewer,
+    nbconvert's HTML) strips widget state and shows the twin instead, so the notebook still reads
+    there at the explorer's default setting.
     """
-    from IPython.display import HTML, Image, display
+    from IPython.display import display
 
-    display(explorer, HTML(explorer.summary.value), Image(data=explorer.image.value))
+    bundle = {**explorer._repr_mimebundle_(), **static_twin(explorer),
+              "text/plain": "an explorer: run the notebook to move it (its default view is the figure)"}
+    display(bundle, raw=True)
 
 
 def _fmt(value: float) -> str:
@@ -126,22 +170,29 @@ def contraction_explorer(results: Mapping[str, pd.DataFrame]) -> Explorer:
 
 # ---------------------------------------------------------------------------------------------- probes
 def probe_explorer(compute: Callable[[str, str], pd.DataFrame], tasks: Sequence[str],
-                   conditions: Sequence[str]) -> Explorer:
+                   conditions: Sequence[str], task: str | None = None, condition: str | None = None,
+                   depth: int = 0) -> Explorer:
     """Probe accuracy by depth for a chosen task and condition, with the numbers at a chosen depth.
 
     ``compute(task, condition)`` returns a probe table (columns ``layer``, ``accuracy`` and, where
     available, ``accuracy_std``, ``control_accuracy``, ``selectivity``, ``majority``, ``model``);
     it is called once per (task, condition) on demand — probing is slow — and the result kept.
-    The depth slider spans the depths the table covers.
+    The depth slider spans the depths the table covers. ``task``, ``condition`` and ``depth`` pick the
+    view it opens on (default: the first task and condition, depth 0): open where the models differ
+    (e.g. a recurrent condition at depth 0), not where every curve sits at the same value.
     """
     if not tasks or not conditions:
         raise ValueError(f"tasks={list(tasks)!r} and conditions={list(conditions)!r} must both be non-empty")
+    for name, value, allowed in (("task", task, tasks), ("condition", condition, conditions)):
+        if value is not None and value not in allowed:
+            raise ValueError(f"{name}={value!r} is invalid: must be one of {list(allowed)}")
     computed: dict[tuple[str, str], pd.DataFrame] = {}
-    depth = widgets.IntSlider(value=0, min=0, max=1, description="depth", continuous_update=False)
     controls = {
-        "task": widgets.Dropdown(options=list(tasks), description="task"),
-        "condition": widgets.Dropdown(options=list(conditions), description="condition"),
-        "depth": depth,
+        "task": widgets.Dropdown(options=list(tasks), value=task or tasks[0], description="task"),
+        "condition": widgets.Dropdown(options=list(conditions), value=condition or conditions[0],
+                                      description="condition"),
+        "depth": widgets.IntSlider(value=depth, min=0, max=max(depth, 1), description="depth",
+                                   continuous_update=False),
     }
 
     def render(task: str, condition: str, depth: int) -> tuple[Figure, str]:
