@@ -21,7 +21,7 @@ from workbench.schedules import SCHEDULES
 S = wb.schedules
 B, T = 2, 9
 SCHEDULE_KW = {"single": {}, "sequential": {}, "multipass": {"passes": 3}, "interleaved": {"subsets": 3},
-               "blockwise": {"block": 4}}
+               "blockwise": {"block": 4}, "fixed_point": {"passes": 3}}
 REPRESENTATIVE = ("none", "lrt_per_layer_mid", "fbt")  # one variant per mechanism where a loop over all is slow
 
 

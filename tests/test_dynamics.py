@@ -5,16 +5,16 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
 import workbench as wb
+from conftest import perturbed_model, small_config
 from workbench import schedules as S
 from workbench.analysis import dynamics as dyn
 from workbench.analysis.cache import run_with_cache
 from workbench.experiments.recipes import fixed_point_study as study
-
-from conftest import perturbed_model, small_config
 
 B, T = 3, 12
 
@@ -201,3 +201,21 @@ def test_study_rule_and_arms():
     assert {study.arm_of(r) for r in runs} == {("mechanism", a) for a in study.MECHANISM_ARMS} | {
         ("training", a) for a in study.TRAINING_ARMS}
     assert all(r.train.init_from for r in runs if study.arm_of(r)[0] == "training")
+
+
+# ------------------------------------------------------------------------------------------ figures
+def test_dynamics_figures_draw_what_they_are_given():
+    model, idx, targets = _model("fbt"), _idx(), _idx(1)
+    quality = {"a": dyn.fixed_point_quality(model, idx, targets, 4).per_example,
+               "b": dyn.fixed_point_quality(_model("lrt"), idx, targets, 4).per_example}
+    fig = wb.plots.fixed_point_accuracy(quality, trained_depth=3)
+    ax = fig.axes[0]
+    assert ax.get_xscale() == "log" and len(ax.lines) == 4  # a curve and a dashed exact line per model
+    np.testing.assert_allclose(ax.lines[0].get_ydata(), quality["a"].query("schedule == 'multipass'")
+                               .groupby("pass")["correct"].mean().to_numpy())
+    exps = {"a": pd.concat([dyn.lyapunov(model, idx, 4, path=p) for p in ("full", "memory")])}
+    assert len(wb.plots.lyapunov_curves(exps).axes) == 2
+    where = torch.tensor([T - 2] * B)
+    lens = dyn.fed_back_lens(model, idx, where, idx[:, -1], passes=3)["lens"]
+    fig = wb.plots.lens_by_pass({"a": lens, "b": lens})
+    assert len([a for a in fig.axes if a.get_title() in ("a", "b")]) == 2

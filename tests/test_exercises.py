@@ -170,6 +170,19 @@ def hf_fused_input(model, input_ids, memory, *, rescale=True, hf_embedding=True)
     return out * e.pow(2).mean(dim=-1, keepdim=True).sqrt() if rescale else out
 
 
+def one_step_jacobian(model, idx, t, *, transpose=False, at_zero=False, plain=False):
+    jac = ex._jacobian_at_zero(model, idx, t) if at_zero else ex.solutions.one_step_jacobian(model, idx, t)
+    if plain:  # a step of position t alone with no prefix: the keys/values of positions < t ignored
+        def step(m):
+            return model.step(idx[:, t:t + 1], memory=m[:, None], positions=torch.tensor([t])).memory[:, 0]
+        cache = model.new_kv_cache(idx.size(0), t)
+        with torch.no_grad():
+            wb.schedules.sequential(model, idx[:, :t], cache=cache)
+        full = torch.autograd.functional.jacobian(step, cache.state)
+        jac = torch.stack([full[b, :, b] for b in range(idx.size(0))])
+    return jac.transpose(-1, -2) if transpose else jac
+
+
 # (check, wrong function, a phrase of the message that must name the slip), one row per slip a hint warns about
 SLIPS = {
     "kv: no positions": (ex.check_kv_cache_step, kv_cache_logits, dict(pass_positions=False), "positions"),
@@ -202,6 +215,9 @@ SLIPS = {
     "verdict: seeds not counted": (ex.check_verdict, read_verdict, dict(use_seeds=False), "fewer than 3"),
     "verdict: the mean's side, not the interval's": (ex.check_verdict, read_verdict, dict(use_interval=False),
                                                      "inconclusive"),
+    "jacobian: transposed": (ex.check_one_step_jacobian, one_step_jacobian, dict(transpose=True), "transpose"),
+    "jacobian: at memory 0": (ex.check_one_step_jacobian, one_step_jacobian, dict(at_zero=True), "cache.state"),
+    "jacobian: no prefix": (ex.check_one_step_jacobian, one_step_jacobian, dict(plain=True), "KV cache"),
     "hf: not back at the embedding's scale": (ex.check_hf_fusion, hf_fused_input, dict(rescale=False), "rms\\(e\\)"),
 }
 

@@ -232,7 +232,7 @@ def test_schedules_are_values_with_one_flop_account_and_a_json_round_trip():
     assert mix.passes == 3 and S.parse("multipass", passes=2, pass_mix={1: 0.5, 3: 0.5}).passes == 2
     assert mix.draw(np.random.default_rng(0)) in (S.Multipass(1), S.Multipass(2), S.Multipass(3))
     assert S.parse("multipass") == S.Multipass() and S.KNOBS == {"multipass": "passes", "interleaved": "subsets",
-                                                                  "blockwise": "block"}
+                                                                  "blockwise": "block", "fixed_point": "passes"}
     assert S.parse("multipass", pass_mix={1: 0.75, 2: 0.22, 3: 0.03}) == mix
     # the string form keeps working and means the same value
     assert S.parse("interleaved", subsets=4) == values[3] and S.schedule_flops(model, "multipass", 4, 8, passes=3) \

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 MECHANISMS = ("none", "lrt", "fbt")
+FBT_FUSIONS = ("glu", "additive")
 LRT_INJECTIONS = ("kv", "residual")
 LRT_PROJECTIONS = ("shared", "per_layer")
 LRT_KV_INITS = ("zero", "uniform")
@@ -104,6 +105,9 @@ class ModelConfig(_JSONMixin):
     lrt_kv_init: str = "zero"  # recurrent K/V projections start "zero" (no memory read) or "uniform" (reference code)
     # --- FBT (Full-Bandwidth Transformer) ---
     fbt_jitter: float = 0.02  # half-width of the uniform noise added to the carried state in training
+    # "glu": u = norm((W_U m) * sigmoid(W_G e)), the paper's (the state on the value path, the token only gates
+    # it); "additive" (ours, beyond the paper): u = norm(e + (W_U m) * sigmoid(W_G e)), the token kept intact
+    fbt_fusion: str = "glu"
 
     def __post_init__(self) -> None:
         self.validate()
@@ -143,6 +147,7 @@ class ModelConfig(_JSONMixin):
             _check_int(c, "lrt_gate_channels", self.lrt_gate_channels, 1, self.n_embd)
         _check_choice(c, "lrt_kv_init", self.lrt_kv_init, LRT_KV_INITS)
         _check_float(c, "fbt_jitter", self.fbt_jitter, 0.0, 1.0)
+        _check_choice(c, "fbt_fusion", self.fbt_fusion, FBT_FUSIONS)
         if self.mechanism == "fbt" and not self.tie_embeddings:
             _fail(c, "tie_embeddings", self.tie_embeddings,
                   "must be True when mechanism='fbt' (plain and fused inputs share the embedding space)")

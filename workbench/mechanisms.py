@@ -22,6 +22,8 @@ Mechanisms (each a ``Mechanism``, whose points are all the identity):
   one injection point and leave the others alone.
 - ``FBT`` ("fbt"): ``u_t = RMSNorm((W_U m) * sigmoid(W_G RMSNorm(e_t)))`` (FBT paper): the state on
   the value path, the token only gates it, with uniform jitter on the carried state in training.
+  ``fbt_fusion="additive"`` (ours) adds that gated state to the intact token embedding instead,
+  ``RMSNorm(e_t + (W_U m) * sigmoid(W_G e_t))``, the way LRT adds its memory to an intact stream.
 """
 
 from __future__ import annotations
@@ -202,6 +204,7 @@ class FBT(Mechanism):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__(config)
         self.jitter = config.fbt_jitter
+        self.additive = config.fbt_fusion == "additive"
         self.W_U = nn.Linear(config.n_embd, config.n_embd, bias=False)  # value path: the carried state
         self.W_G = nn.Linear(config.n_embd, config.n_embd, bias=False)  # gate path: the token
 
@@ -215,7 +218,8 @@ class FBT(Mechanism):
         m = feedback.memory
         if self.training and self.jitter > 0:
             m = m + torch.empty_like(m).uniform_(-self.jitter, self.jitter)
-        fused = norm(self.W_U(m) * torch.sigmoid(self.W_G(embedded)))
+        state = self.W_U(m) * torch.sigmoid(self.W_G(embedded))
+        fused = norm(embedded + state if self.additive else state)
         if feedback.mask is None:
             return fused
         return torch.where(feedback.mask.unsqueeze(-1), fused, embedded)

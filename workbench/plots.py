@@ -1002,3 +1002,68 @@ def answer_logits(frame: pd.DataFrame, title: str = "") -> Figure:
     ax.set(ylabel="logit at the label position", title=title)
     ax.legend(fontsize=8)
     return fig
+
+
+# ---------------------------------------------------------------------------------------------- recurrence dynamics
+def fixed_point_accuracy(results: Mapping[str, pd.DataFrame], trained_depth: int | None = None) -> Figure:
+    """Answer accuracy against pass (log axis) per model, the exact recurrence's as a dashed line in the same
+    colour: ``analysis.dynamics.fixed_point_quality(...).per_example`` frames by name. Where the line ends
+    above the dash, the model reads its passes better than the fixed point they converge to."""
+    fig, (ax,) = _figure(1, panel=(7.2, 3.8))
+    palette = sns.color_palette("tab10", len(results))
+    for colour, (name, frame) in zip(palette, results.items()):
+        _require(frame, ["pass", "schedule", "correct"], "fixed_point_accuracy")
+        passes = frame[frame["schedule"] == "multipass"].groupby("pass")["correct"].mean()
+        ax.plot(passes.index, passes.to_numpy(), marker="o", ms=3, color=colour, label=name)
+        exact = float(frame.loc[frame["schedule"] == "sequential", "correct"].mean())
+        ax.axhline(exact, color=colour, ls="--", lw=1)
+    if trained_depth is not None:
+        ax.axvspan(1, trained_depth, color="grey", alpha=0.12, label=f"trained depths 1-{trained_depth}")
+    ax.set_xscale("log")
+    ax.set_xlabel("Jacobi pass (log)")
+    ax.set_ylabel("answer accuracy")
+    ax.set_ylim(-0.03, 1.03)
+    ax.set_title("solid: pass k; dashed: the exact recurrence (the fixed point)", fontsize=9)
+    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8, frameon=False)
+    return fig
+
+
+def lyapunov_curves(results: Mapping[str, pd.DataFrame]) -> Figure:
+    """Top finite-time Lyapunov exponent against horizon per model (mean over examples, min-max band):
+    ``analysis.dynamics.lyapunov`` frames by name, one panel per path ("full", "memory")."""
+    frames = {name: f[f["index"] == 1] for name, f in results.items()}
+    paths = sorted({p for f in frames.values() for p in f["path"].unique()})
+    fig, axes = _figure(len(paths), panel=(5.2, 3.6))
+    palette = sns.color_palette("tab10", len(frames))
+    for ax, path in zip(axes, paths):
+        for colour, (name, frame) in zip(palette, frames.items()):
+            by = frame[frame["path"] == path].groupby("horizon")["exponent"]
+            if by.ngroups == 0:
+                continue
+            mean, low, high = by.mean(), by.min(), by.max()
+            ax.plot(mean.index, mean.to_numpy(), color=colour, label=name)
+            ax.fill_between(mean.index, low.to_numpy(), high.to_numpy(), color=colour, alpha=0.15)
+        ax.axhline(0, color="grey", lw=0.8)
+        ax.set_xlabel("horizon n (positions after the perturbed memory)")
+        ax.set_ylabel("top exponent (1/n) log growth")
+        ax.set_title({"full": "exact tangent: memory chain and keys/values",
+                      "memory": "memory chain only (keys/values held)"}.get(path, path), fontsize=9)
+    axes[-1].legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8, frameon=False)
+    return fig
+
+
+def lens_by_pass(results: Mapping[str, pd.DataFrame], lens: str = "logit", value: str = "top1_is_answer") -> Figure:
+    """Heatmaps of what a lens reads at the answer position, pass (columns) by depth (rows), one panel per model:
+    ``analysis.dynamics.fed_back_lens(...)["lens"]`` frames by name."""
+    fig, axes = _figure(len(results), panel=(4.2, 2.6))
+    for ax, (name, frame) in zip(axes, results.items()):
+        _require(frame, ["pass", "depth", "lens", value], "lens_by_pass")
+        grid = frame[frame["lens"] == lens].pivot(index="depth", columns="pass", values=value)
+        grid = grid.sort_index(ascending=False)
+        sns.heatmap(grid, ax=ax, vmin=0, vmax=1, cmap="viridis", annot=grid.shape[1] <= 8, fmt=".2f",
+                    cbar=ax is axes[-1], annot_kws={"fontsize": 7})
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("pass")
+        ax.set_ylabel("depth (0 = input)")
+    fig.suptitle(f"{lens} lens at the answer position: {value.replace('_', ' ')}", fontsize=10)
+    return fig

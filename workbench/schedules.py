@@ -15,6 +15,11 @@ Every mechanism runs under every schedule (for ``mechanism="none"`` the memory i
 - ``blockwise(block=B)``: contiguous blocks in order through the KV cache; only the first position
   of a block reads memory (from the previous block's last position). The coarse control of the LRT
   paper; ``B = 1`` is ``sequential`` and ``B = T`` is ``single``.
+- ``fixed_point(passes=K)``: training *at* the fixed point (ours, beyond both papers): a plain pass
+  with gradient, then up to K Jacobi passes without gradient (in eval mode, stopped once the
+  relative residual falls below ``tol``), then one pass with gradient from that detached state, as
+  equilibrium models' Jacobian-free backpropagation does. Every pass map measured here contracts,
+  so this trains the model on the state the exact recurrence reaches. ``K >= T`` is exact.
 
 Each returns a ``ScheduleOutput`` whose ``loss(targets)`` is that schedule's training objective
 (multi-pass: ``NTP_1 + lambda * mean_{k>=2} NTP_k``; interleaved: the mean over the 1 + S passes).
@@ -37,7 +42,7 @@ from .metrics import token_losses
 from .model import GPT, StepOutput
 from .validation import check_float, check_int, check_tokens
 
-SCHEDULES = ("single", "sequential", "multipass", "interleaved", "blockwise")
+SCHEDULES = ("single", "sequential", "multipass", "interleaved", "blockwise", "fixed_point")
 
 
 @dataclass
@@ -246,6 +251,45 @@ def interleaved(model: GPT, idx: torch.Tensor, subsets: int, plain_prefix: int |
                           pass_positions, weights, "interleaved")
 
 
+def _check_tol(tol: object) -> None:
+    if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not 0 <= tol < 1:
+        raise ValueError(f"tol={tol!r} is invalid: must be a number in [0, 1)")
+
+
+def fixed_point(model: GPT, idx: torch.Tensor, passes: int, plain_prefix: int | torch.Tensor = 0,
+                aux_weight: float = 1.0, tol: float = 1e-3) -> ScheduleOutput:
+    """Plain pass, up to ``passes`` Jacobi passes without gradient, one pass with gradient from their state.
+
+    Objective ``NTP_1 + aux_weight * NTP_last``: the plain pass keeps the model a good plain model
+    (STANDARD decoding and the first pass of every prefill), the last one trains it to read the
+    (near-)fixed point. The passes without gradient run in eval mode (no jitter), so the residual
+    ``||H^k - H^(k-1)|| / ||H^k||`` can fall below ``tol``, where they stop early (reading it waits
+    for the device once per pass).
+    """
+    check_tokens(model.config.vocab_size, idx)
+    check_int("passes", passes, 1, 1_000_000)
+    _check_tol(tol)
+    B, T = idx.shape
+    reads = feedback_mask(B, T, plain_prefix, idx.device)
+    first = model.step(idx)
+    memory = first.memory.detach()
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            for _ in range(min(passes, T)):  # T passes are exact by causality: more would change nothing
+                new = model.step(idx, memory=shift_right(memory), memory_mask=reads).memory
+                residual = torch.linalg.vector_norm((new - memory).double()) / torch.linalg.vector_norm(new.double())
+                memory = new
+                if idx.device.type != "meta" and float(residual) < tol:  # a meta tensor holds no value
+                    break
+    finally:
+        model.train(was_training)
+    last = model.step(idx, memory=shift_right(memory), memory_mask=reads)
+    return ScheduleOutput(last.logits, [first.logits, last.logits], last.memory, [None, None],
+                          [1.0, aux_weight], "fixed_point")
+
+
 @dataclass(frozen=True)
 class Schedule:
     """A schedule as a small immutable value: how to run it, what it costs, its label and its one knob.
@@ -360,6 +404,34 @@ class Blockwise(Schedule):
         return blockwise(model, idx, self.block, plain_prefix)
 
 
+@dataclass(frozen=True)
+class FixedPoint(Schedule):
+    """Training at the fixed point (``fixed_point``): plain pass, passes without gradient, one with it."""
+
+    passes: int = 40
+    aux_weight: float = 1.0
+    tol: float = 1e-3
+    name: ClassVar[str] = "fixed_point"
+    knob_name: ClassVar[str] = "passes"
+    symbol: ClassVar[str] = "K"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_tol(self.tol)
+
+    def run(self, model: GPT, idx: torch.Tensor, plain_prefix: int | torch.Tensor = 0) -> ScheduleOutput:
+        return fixed_point(model, idx, self.passes, plain_prefix, self.aux_weight, self.tol)
+
+    def pass_equivalents(self) -> float:
+        """An upper bound: two passes with gradient, and ``passes`` forwards without (a third of a pass each:
+        a backward costs about twice a forward), all of them when the residual never falls below ``tol``."""
+        return 2.0 + self.passes / 3.0
+
+    @property
+    def max_passes(self) -> int:
+        return 2
+
+
 def _plain(value: Any) -> Any:
     """A numpy scalar as the Python number it equals (anything else unchanged, for the checks to judge)."""
     return value.item() if isinstance(value, np.generic) else value
@@ -428,7 +500,8 @@ class PassMix(Schedule):
 
 
 # every schedule by name (a pass mix is a multipass schedule with a mix); each class knows its own knob
-VALUES: dict[str, type[Schedule]] = {c.name: c for c in (Single, Sequential, Multipass, Interleaved, Blockwise)}
+VALUES: dict[str, type[Schedule]] = {c.name: c for c in (Single, Sequential, Multipass, Interleaved, Blockwise,
+                                                          FixedPoint)}
 KNOBS: dict[str, str] = {name: c.knob_name for name, c in VALUES.items() if c.knob_name is not None}
 
 
@@ -455,7 +528,7 @@ def parse(schedule: str | Schedule | dict[str, Any], *, passes: int | None = Non
     if pass_mix and schedule == "multipass":
         return PassMix.of(pass_mix, 1.0 if aux_weight is None else aux_weight, passes)
     cls = VALUES[schedule]
-    return cls(**{f.name: given[f.name] for f in dataclasses.fields(cls) if given[f.name] is not None})
+    return cls(**{f.name: given[f.name] for f in dataclasses.fields(cls) if given.get(f.name) is not None})
 
 
 def run(model: GPT, idx: torch.Tensor, schedule: str | Schedule = "single", *, passes: int = 2, subsets: int = 2,

@@ -31,6 +31,7 @@ The command's flags live with the other commands (``cli``), the live loss curve 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import time
@@ -47,7 +48,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from . import schedules, tasks
-from .checkpoint import WEIGHTS, check_weights, read_checkpoint, save_checkpoint
+from .checkpoint import WEIGHTS, check_weights, load_checkpoint, read_checkpoint, save_checkpoint
 from .model import GPT, build_model
 from .optim import build_optimizers, load_optimizer_state, lr_factor, optimizer_state, set_lr
 from .run_dir import (
@@ -99,6 +100,22 @@ class StepPlan:
     def passes(self) -> int:
         """Jacobi passes (multipass); 1 for every other schedule: the history's ``passes`` column."""
         return self.schedule.passes if isinstance(self.schedule, schedules.Multipass) else 1
+
+
+FINE_TUNABLE = ("fbt_jitter", "fbt_fusion")  # model fields a fine-tune may change (TrainConfig.init_from)
+
+
+def _start_from(model: GPT, path: str) -> None:
+    """Copy a saved checkpoint's weights into ``model`` (``TrainConfig.init_from``): the same parameters, every
+    model field equal but those that change how the weights are used, not which there are (``FINE_TUNABLE``:
+    a fine-tune may train with other jitter, or fuse the same matrices another way)."""
+    source = load_checkpoint(path)
+    kept = {name: getattr(model.config, name) for name in FINE_TUNABLE}
+    if dataclasses.replace(source.config, **kept) != model.config:
+        raise ValueError(f"TrainConfig.init_from={path!r} is invalid: its model config {source.config.to_dict()} "
+                         f"is not this run's {model.config.to_dict()}")
+    with torch.no_grad():
+        model.load_state_dict({k: v.to(model.wte.weight.dtype) for k, v in source.state_dict().items()})
 
 
 def derived_seed(seed: int, purpose: int, *keys: int) -> int:
@@ -186,6 +203,8 @@ class _Run:
         torch.manual_seed(derived_seed(cfg.seed, _INIT))
         model_config = cfg.model_config(self.task.vocab_size, self.T)
         self.model = build_model(model_config, device=self.device).train()
+        if cfg.init_from is not None:
+            _start_from(self.model, cfg.init_from)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizers = build_optimizers(self.model, cfg)
         per_rank = cfg.batch_size // procs.world

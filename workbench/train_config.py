@@ -63,6 +63,9 @@ class TrainConfig(_JSONMixin):
     min_lr_frac: float = 0.0  # wsd / cosine: final learning rate as a fraction of the peak
     grad_clip: float = 1.0  # max global gradient norm; 0 disables clipping (the norm is still logged)
     seed: int = 0  # initialisation, data, pass mix, prefixes and jitter all derive from it
+    # a saved checkpoint directory whose weights start the run instead of a fresh initialisation (fine-tuning;
+    # its model config must be this run's); a relative path is read from the working directory
+    init_from: str | None = None
     # --- evaluation, logging, checkpoints ---
     eval_every: int = 0  # evaluate on held-out batches every N steps; 0 = only at the end
     eval_size: int = 256  # held-out sequences (split="val", seed=eval_seed)
@@ -118,6 +121,8 @@ class TrainConfig(_JSONMixin):
         _check_float(c, "min_lr_frac", self.min_lr_frac, 0.0, 1.0)
         _check_float(c, "grad_clip", self.grad_clip, 0.0)
         _check_int(c, "seed", self.seed, 0)
+        if self.init_from is not None and (not isinstance(self.init_from, str) or not self.init_from):
+            _fail(c, "init_from", self.init_from, "must be a checkpoint directory path string or None")
         _check_int(c, "eval_every", self.eval_every, 0)
         _check_int(c, "eval_size", self.eval_size, 1)
         _check_int(c, "eval_seed", self.eval_seed, 0)

@@ -23,6 +23,7 @@ Checks, by notebook (the solution of each is ``solutions.<name>``):
 - 03: ``check_gauss_seidel_sweep(fn)`` — one interleaved sweep with write-back (``sweep``);
 - 04: ``check_glu_fusion(fn)`` — FBT's fused input by hand (``glu_fusion``);
 - 04/06: ``check_jacobi_pass(fn)`` — one pass of the pass map (``jacobi_pass``);
+- 06: ``check_one_step_jacobian(fn)`` — the token recurrence's one-step Jacobian (``one_step_jacobian``);
 - 05: ``check_grouped_cv_probe(fn)`` — a grouped cross-validated probe (``grouped_cv_probe``);
 - 05b: ``check_swap_patch(fn)`` — one example reading a group mate's memory (``swap_patch``);
 - 07: ``check_trace_length(fn)`` — a continuation's trace length (``trace_length``);
@@ -32,6 +33,7 @@ Checks, by notebook (the solution of each is ``solutions.<name>``):
 
 from __future__ import annotations
 
+import copy
 import functools
 import sys
 from collections.abc import Callable
@@ -256,6 +258,52 @@ def check_jacobi_pass(fn: Callable[[GPT, torch.Tensor, torch.Tensor | None], tor
                 _close(got, out.memory, f"{mechanism}, memory after pass {k}", hint)
                 previous = out.memory
     _passed("your pass matches schedules.iterate_passes for three passes, FBT and LRT")
+
+
+# ---------------------------------------------------------------------------------------------- 06
+@_register
+@exercise(solutions.one_step_jacobian)
+def check_one_step_jacobian(fn: Callable[[GPT, torch.Tensor, int], torch.Tensor]) -> Callable:
+    """``fn(model, idx, t)``: (B, D, D) the Jacobian ``d m_t / d m_{t-1}`` of the exact recurrence at
+    position ``t``, the keys/values of positions < t held at their exact values.
+
+    Compared with ``analysis.dynamics.recurrence_jacobians`` on FBT and LRT practice models.
+    """
+    from ..analysis.dynamics import recurrence_jacobians
+
+    hint = ("Run the exact recurrence over positions < t into a KV cache (schedules.sequential(..., cache=...)); "
+            "differentiate one step of position t alone, reading memory m at that cache, at m = cache.state "
+            "(the exact m_{t-1}); row i of the answer is d m_t[i] / d m_{t-1}.")
+    t = T - 3
+    for mechanism in ("fbt", "lrt"):
+        model, idx = practice_model(mechanism), _tokens()
+        expected = recurrence_jacobians(model, idx, [t])[:, 0]
+        got = fn(model, idx, t)
+        if isinstance(got, torch.Tensor) and got.shape == expected.shape:
+            if torch.allclose(got.transpose(-1, -2), expected, atol=1e-8) and not torch.allclose(got, expected):
+                raise AssertionError(f"{mechanism}: you returned the transpose: row i must be d m_t[i] / d m_{{t-1}}, "
+                                     "the output's i-th entry against every input entry")
+            zero = _jacobian_at_zero(model, idx, t)
+            if torch.allclose(got, zero, atol=1e-8) and not torch.allclose(zero, expected, atol=1e-8):
+                raise AssertionError(f"{mechanism}: this is the Jacobian at memory 0, not at the exact m_{{t-1}} the "
+                                     "recurrence carries there: differentiate at cache.state. " + hint)
+        _close(got, expected, f"{mechanism}, the one-step Jacobian at t = {t}", hint)
+    _passed("your Jacobian matches analysis.dynamics.recurrence_jacobians, FBT and LRT")
+
+
+def _jacobian_at_zero(model: GPT, idx: torch.Tensor, t: int) -> torch.Tensor:
+    """The one-step Jacobian taken at memory 0 (the slip of differentiating at the wrong point)."""
+    B = idx.size(0)
+    cache = model.new_kv_cache(B, t + 1)
+    with torch.no_grad():
+        schedules.sequential(model, idx[:, :t], cache=cache)
+
+    def step(memory: torch.Tensor) -> torch.Tensor:
+        return model.step(idx[:, t:t + 1], memory=memory[:, None], positions=torch.tensor([t]),
+                          kv=copy.deepcopy(cache)).memory[:, 0]
+
+    full = torch.autograd.functional.jacobian(step, torch.zeros_like(cache.state))
+    return torch.stack([full[b, :, b] for b in range(B)])
 
 
 # ---------------------------------------------------------------------------------------------- 05

@@ -8,6 +8,8 @@ check on these functions: each must pass.
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import torch
 from sklearn.linear_model import LogisticRegression
@@ -17,7 +19,7 @@ from sklearn.preprocessing import StandardScaler
 from ..kv_cache import KVBuffer
 from ..mechanisms import norm
 from ..model import GPT
-from ..schedules import feedback_mask, shift_right
+from ..schedules import feedback_mask, sequential, shift_right
 from ..tasks import ANSWER_MARKER, Task
 
 
@@ -79,6 +81,23 @@ def jacobi_pass(model: GPT, idx: torch.Tensor, previous: torch.Tensor | None) ->
         return model.step(idx).memory
     reads = feedback_mask(*idx.shape)  # position 0 never reads
     return model.step(idx, memory=shift_right(previous), memory_mask=reads).memory
+
+
+# 06
+def one_step_jacobian(model: GPT, idx: torch.Tensor, t: int) -> torch.Tensor:
+    B = idx.size(0)
+    cache = model.new_kv_cache(B, t + 1)
+    with torch.no_grad():
+        sequential(model, idx[:, :t], cache=cache)  # the exact recurrence over positions < t
+    point = cache.state  # m_{t-1}: the memory position t reads
+
+    def step(memory: torch.Tensor) -> torch.Tensor:  # position t alone, attending to the held prefix
+        out = model.step(idx[:, t:t + 1], memory=memory[:, None], positions=torch.tensor([t]),
+                         kv=copy.deepcopy(cache))  # a copy: the step writes position t into its cache
+        return out.memory[:, 0]
+
+    full = torch.autograd.functional.jacobian(step, point)  # (B, D, B, D): examples are independent
+    return torch.stack([full[b, :, b] for b in range(B)])  # row i: d m_t[i] / d m_{t-1}
 
 
 # 05

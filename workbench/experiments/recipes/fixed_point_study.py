@@ -4,27 +4,30 @@ Every FBT specimen of the registers setting (``fbt_pass_mixes_registers``) answe
 depth (pass 2) and fails under its own exact recurrence, although its pass map contracts: the
 fixed point it converges to is one it cannot read. The LRT trained the same way reads its fixed
 point. Which factor decides? Two families of arms, all on the registers setting (it needs the
-feedback), every arm with 2 seeds but the LRT (1):
+feedback):
 
-- **Mechanism** (trained from scratch, the registers recipe's schedule: 20 % single-pass, then
-  75/22/3 per batch, prefix mix-in 0.5, aux weight 3, 28,000 steps): FBT as in the paper (GLU: the
-  state on the value path, the token gating it), FBT with additive fusion (ours: the token kept
-  intact, the gated state added), LRT. The GLU and LRT seed-0 runs are the registers recipe's own
-  specimens (copied, not retrained: same spec).
+- **Mechanism** (from scratch, the registers recipe's schedule: 20 % single-pass, then 75/22/3 per
+  batch, prefix mix-in 0.5, aux weight 3, 28,000 steps): FBT as in the paper (GLU: the state on the
+  value path, the token gating it; 2 seeds) and LRT (1 seed). Both are the registers recipe's own
+  specimens, reused (same training), evaluated here under the exact recurrence.
 - **Training** (fine-tuned ``FINETUNE_STEPS`` steps from the two shipped FBT-GLU 75/22/3 specimens,
-  one per seed, AdamW at a constant ``FINETUNE_LR``, fresh data): the recipe's mix again (the
-  control: the same steps, so any change is the arm's), a larger 3-pass share (50/25/25), randomised
-  pass counts (1..8, uniform), the phased reading of the progressive schedule (after the plain phase
-  every batch is fed back: 2-pass 88 %, 3-pass 12 %, the 22:3 ratio), ten times the paper's jitter
-  (0.2: the carried state has RMS 1, so absolute and relative jitter coincide), and training at the
-  fixed point (``FixedPoint``: a plain pass, up to 40 passes without gradient until the residual
-  falls below 1e-3, one pass with gradient from there).
+  one per seed, AdamW at a constant ``FINETUNE_LR``, fresh data; 2 seeds each): the recipe's mix
+  again (the control: the same steps, so any change is the arm's), a larger 3-pass share
+  (50/25/25), randomised pass counts (1..8, uniform), the phased reading of the progressive
+  schedule (after the plain phase every batch is fed back: 2-pass 88 %, 3-pass 12 %, the 22:3
+  ratio), ten times the paper's jitter (0.2: the carried state has RMS 1, so absolute and relative
+  jitter coincide), training at the fixed point (``FixedPoint``: a plain pass, up to 40 passes
+  without gradient until the residual falls below 1e-3, one pass with gradient from there), and
+  the additive fusion (ours: the same matrices, the token added back onto the value path,
+  ``u = norm(e + (W_U m) * sigmoid(W_G e))``), fine-tuned from the GLU weights under the
+  recipe's mix.
 
-Not run: a short sequential window (truncated recurrence: every position a token-by-token forward,
-about T times a pass, did not fit the budget), and the phased reading from scratch (the fine-tune
-arm tests the phase it adds). Every measurement is on held-out prompts of the training length
-(T = 138) and, as an extrapolation (no run trained there), on prompts of 128 scratch lines
-(T > 1,000), where no measured position is exact by causality before pass T.
+Not run (budget: two shared cores): the additive fusion and a second LRT seed trained from scratch
+(28,000 steps each), a short sequential window (truncated recurrence: a token-by-token forward per
+position), and the phased reading from scratch (the fine-tune arm tests the phase it adds). Every
+measurement is on held-out prompts of the training length (T = 138) and, as an extrapolation (no
+run trained there), on prompts of 128 scratch lines (T > 1,000), where no measured position is
+exact by causality before pass T.
 """
 
 from __future__ import annotations
@@ -43,20 +46,19 @@ REGISTERS = {"registers": 2, "writes": 1, "scratch_updates": 8, "scratch_layout"
 LONG = {**REGISTERS, "scratch_updates": 128}  # T > 1,000: the extrapolation setting
 SHAPE = {"n_layer": 1, "n_head": 2, "n_embd": 64}
 FBT_GLU = {**SHAPE, "mechanism": "fbt"}
-FBT_ADDITIVE = {**FBT_GLU, "fbt_fusion": "additive"}
 LRT = {**SHAPE, "mechanism": "lrt", "lrt_gamma_init": 0.1, "lrt_kv_init": "uniform"}
 SCRATCH_STEPS, BATCH, AUX_WEIGHT, FEEDBACK_START, PREFIX_MIXIN = 28000, 16, 3.0, 0.2, 0.5  # the registers recipe's
 FINETUNE_STEPS, FINETUNE_LR = 1500, 3e-4
 SEEDS = (0, 1)
-CHECKPOINT_EVERY = 1000
 # The LRT has one seed, the registers recipe's cross: a second would cost 28,000 LRT steps, which this session's
 # two shared cores could not fit beside the other arms (its interval is over prompts only)
-MECHANISM_SEEDS = {"fbt_glu": SEEDS, "fbt_additive": SEEDS, "lrt": (0,)}
+MECHANISM_SEEDS = {"fbt_glu": SEEDS, "lrt": (0,)}
+SHIPPED = {"fbt_glu": "reg_75_22_3_s{s}", "lrt": "reg_lrt_75_22_3"}  # the registers recipe's run names
 SPECIMEN = "checkpoints/fbt_pass_mixes_registers/reg_75_22_3_s{seed}"  # relative to the repository root
 FINETUNE_SEED = 100  # fine-tunes draw fresh batches: seed 100 + s, not the stream the specimen trained on
 
 # The arms: (name, family, what it varies). The first of each family is that family's reference.
-MECHANISM_ARMS = {"fbt_glu": FBT_GLU, "fbt_additive": FBT_ADDITIVE, "lrt": LRT}
+MECHANISM_ARMS = {"fbt_glu": FBT_GLU, "lrt": LRT}
 TRAINING_ARMS = {
     "ft_mix": {"pass_mix": FBT_MIX},
     "ft_share_50_25_25": {"pass_mix": {1: 0.5, 2: 0.25, 3: 0.25}},
@@ -64,6 +66,7 @@ TRAINING_ARMS = {
     "ft_phased_88_12": {"pass_mix": {2: 0.88, 3: 0.12}},
     "ft_jitter_0.2": {"pass_mix": FBT_MIX, "fbt_jitter": 0.2},
     "ft_fixed_point": {"fixed_point": FixedPoint(40)},
+    "ft_additive": {"pass_mix": FBT_MIX, "fbt_fusion": "additive"},
 }
 REFERENCE = {"mechanism": "fbt_glu", "training": "ft_mix"}
 
@@ -74,19 +77,16 @@ DYNAMICS_EXAMPLES, LONG_EXAMPLES, LONG_PASSES = 64, 16, 1000
 
 
 def _scratch_run(arm: str, model: dict, seed: int, n_steps: int) -> RunSpec:
+    """The registers recipe's run of this mechanism and seed, under its name (so the shipped specimen is
+    reused, not retrained), evaluated under the exact recurrence."""
     cfg = config("multi_register", model, n_steps, seed, REGISTERS, schedule="multipass", pass_mix=FBT_MIX,
                  passes=3, feedback_start=FEEDBACK_START, prefix_mixin=PREFIX_MIXIN, aux_weight=AUX_WEIGHT
                  ).replace(batch_size=BATCH)
-    # the registers recipe's names, so its specimens of the same spec are copied instead of retrained; the
-    # runs trained here checkpoint as they go (resumable)
-    shipped = {"fbt_glu": "reg_75_22_3_s{s}", "lrt": "reg_lrt_75_22_3" if seed == 0 else None}.get(arm)
-    if shipped is None:
-        return RunSpec(f"reg_{arm}_s{seed}", cfg.replace(checkpoint_every=CHECKPOINT_EVERY), Sequential())
-    return RunSpec(shipped.format(s=seed), cfg, Sequential())
+    return RunSpec(SHIPPED[arm].format(s=seed), cfg, Sequential())
 
 
 def _finetune_run(arm: str, change: dict, seed: int, n_steps: int) -> RunSpec:
-    model = {**FBT_GLU, **({"fbt_jitter": change["fbt_jitter"]} if "fbt_jitter" in change else {})}
+    model = {**FBT_GLU, **{k: change[k] for k in ("fbt_jitter", "fbt_fusion") if k in change}}
     if "fixed_point" in change:
         schedule = {"schedule": "fixed_point", "passes": change["fixed_point"].passes, "aux_weight": 1.0,
                     "prefix_mixin": 0.0}
@@ -113,9 +113,7 @@ def arm_of(spec: RunSpec) -> tuple[str, str]:
     for arm in TRAINING_ARMS:
         if spec.name.startswith(arm + "_s"):
             return "training", arm
-    if spec.name.startswith("reg_lrt"):
-        return "mechanism", "lrt"
-    return "mechanism", "fbt_additive" if "additive" in spec.name else "fbt_glu"
+    return "mechanism", "lrt" if spec.name.startswith("reg_lrt") else "fbt_glu"
 
 
 def decide(arm: str, accuracies: list[float], interval: dict[str, float]) -> str:
@@ -203,7 +201,7 @@ def readability_figure(table: pd.DataFrame, verdict: str):
     ax.set_xticks(range(len(arms)), [a.replace("ft_", "ft\n") for a in arms], fontsize=8)
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("answer accuracy (256 held-out prompts)")
-    ax.set_title("from scratch  |  fine-tuned from the FBT-GLU specimens", fontsize=9)
+    ax.set_title("from scratch  |  fine-tuned from the FBT-GLU specimens, equal steps", fontsize=9)
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=4, fontsize=8, frameon=False)
     for i, arm in enumerate(arms):
         values = table.loc[table["arm"] == arm, "lyapunov_top"].to_numpy()
@@ -234,16 +232,17 @@ _T = tasks.get("multi_register", **REGISTERS).seq_len
 RECIPE = Recipe(
     "fixed_point_study", CLAIM,
     f"1x64 models on multi_register (2 registers x 1 write among 8 shuffled scratch lines, T = {_T}): mechanism "
-    f"arms (FBT-GLU, FBT-additive, LRT) from scratch under the registers recipe's 75/22/3 schedule, "
+    f"arms (FBT-GLU, 2 seeds; LRT, 1) from scratch under the registers recipe's 75/22/3 schedule, "
     f"{SCRATCH_STEPS:,} steps; training arms fine-tuned {FINETUNE_STEPS:,} steps from the shipped FBT-GLU "
-    "specimens (mix, 50/25/25, random 1..8, phased 88/12, jitter 0.2, fixed point); 2 seeds each; measured at "
+    "specimens (mix, 50/25/25, random 1..8, phased 88/12, jitter 0.2, fixed point, additive fusion), 2 seeds "
+    "each; measured at "
     f"T = {_T} and, untrained there, at 128 scratch lines (T = {tasks.get('multi_register', **LONG).seq_len}).",
     build, analyze, gates=GATES, rule=RULE, kind="exploratory",
     chance="0.5: the answer is one of two balanced values.",
-    caveat="A fractional design: the training factors are fine-tunes of trained FBT-GLU models, not runs from "
-           "scratch, so they say what fixes a model that already uses its feedback at pass 2; the mechanism "
-           "arms are the only ones trained from scratch. The fine-tune arms differ in compute per step (a "
-           "fixed-point step runs up to 40 passes without gradient): the table gives each run's FLOPs beside "
-           "its result. Two seeds per arm, one for the LRT (the registers recipe's cross), whose interval is "
-           "therefore over prompts only.")
+    caveat="A fractional design: the training factors (the additive fusion included) are fine-tunes of trained "
+           "FBT-GLU models, not runs from scratch, so they say what fixes a model that already uses its feedback "
+           "at pass 2; the mechanism arms are the only ones trained from scratch. The fine-tune arms differ in "
+           "compute per step (a fixed-point step runs up to 40 passes without gradient): the table gives each "
+           "run's FLOPs beside its result, at equal optimiser steps. Two seeds per arm, one for the LRT (the "
+           "registers recipe's cross), whose interval is therefore over prompts only.")
 
