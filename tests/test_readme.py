@@ -20,7 +20,7 @@ def test_every_image_the_readme_shows_is_committed():
 def test_it_opens_on_one_sentence_and_the_diagram_of_each_method():
     opening = README[:README.index("\n## ")]
     assert "**LRT**" in opening and "**FBT**" in opening
-    assert "docs/recurrence_lrt.png" in opening and "docs/recurrence_fbt.png" in opening
+    assert "notebooks/screens/recurrence_lrt.png" in opening and "notebooks/screens/recurrence_fbt.png" in opening
     for later in ("wb.build_model", "torchrun", "make bench", "python -m workbench"):
         assert later not in opening and README.index(later) > README.index("## What we found"), later
     found = README[README.index("## What we found"):]
@@ -32,5 +32,5 @@ def test_the_diagrams_are_the_codes_own_drawing(tmp_path):
     from tools import readme_figures
 
     for path in readme_figures.main(tmp_path):
-        committed = ROOT / "docs" / path.name
+        committed = ROOT / "notebooks" / "screens" / path.name
         assert Image.open(path).size == Image.open(committed).size, path.name

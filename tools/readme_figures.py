@@ -1,6 +1,6 @@
 """Draw the README's opening diagrams from ``workbench.diagrams``: ``python tools/readme_figures.py``.
 
-Writes ``docs/recurrence_lrt.png`` and ``docs/recurrence_fbt.png`` (token t reads m_{t-1}, as each
+Writes ``notebooks/screens/recurrence_lrt.png`` and ``notebooks/screens/recurrence_fbt.png`` (token t reads m_{t-1}, as each
 method does it), so the picture a newcomer sees first is the code's own drawing, not a hand-made one.
 """
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 from workbench import diagrams
 
-DOCS = Path(__file__).resolve().parents[1] / "docs"
+DOCS = Path(__file__).resolve().parents[1] / "notebooks" / "screens"
 FIGURES = {"recurrence_lrt.png": dict(mechanism="lrt"), "recurrence_fbt.png": dict(mechanism="fbt")}
 DPI = 80
 
