@@ -163,3 +163,15 @@ def test_the_old_results_address_is_an_alias_not_a_module_of_the_analysis_layer(
     from workbench.experiments import results_table
 
     assert old is results_table
+
+
+def test_import_workbench_loads_no_heavy_optional_library():
+    """``import workbench`` (a script that trains or decodes) loads neither scikit-learn nor the plotting stack:
+    the probes import scikit-learn on first use, plots and widgets are lazy attributes."""
+    import subprocess
+    import sys
+
+    code = ("import sys, workbench; print(','.join(m for m in ('sklearn', 'matplotlib', 'seaborn', 'ipywidgets') "
+            "if m in sys.modules))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert loaded == "", f"import workbench loaded {loaded}"

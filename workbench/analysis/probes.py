@@ -40,10 +40,6 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 import torch
-from sklearn.exceptions import ConvergenceWarning
-from sklearn.linear_model import LogisticRegression, Ridge
-from sklearn.model_selection import GroupKFold
-from sklearn.preprocessing import StandardScaler
 from threadpoolctl import threadpool_limits
 
 from .. import schedules
@@ -246,6 +242,7 @@ def answer_correct(model: GPT, batch: Batch, condition: str = "standard", *, bat
 def fold_assignment(groups: np.ndarray | torch.Tensor | Sequence[int], folds: int = 4) -> np.ndarray:
     """Fold index (n,) of every example under ``GroupKFold``: a group never straddles two folds, so a
     probe is never tested on a context (scratch lines, digits) it was trained on."""
+    from sklearn.model_selection import GroupKFold  # sklearn on first use: import workbench stays light
     groups = np.asarray(groups)
     n_groups = len(np.unique(groups))
     if n_groups < 2:
@@ -261,6 +258,8 @@ def _fit_score(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_t
                C: float, alpha: float, max_iter: int) -> tuple[float, np.ndarray | None]:
     """Held-out accuracy (classification) or R² (regression) of one probe on pre-scaled features, and
     the per-example held-out hits (classification; None for regression, whose score is not a mean)."""
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.linear_model import LogisticRegression, Ridge
     if kind == "regression":
         return float(Ridge(alpha=alpha).fit(x_train, y_train).score(x_test, y_test)), None
     if len(np.unique(y_train)) < 2:  # one class to learn: the best probe predicts it
@@ -301,6 +300,8 @@ def fit_probe(features: np.ndarray | torch.Tensor, labels: np.ndarray | torch.Te
     the model cannot memorise ~1,000 training examples (Hewitt & Liang: selective probes are
     regularised ones) and converges in a few dozen L-BFGS steps; ``alpha`` is the ridge strength.
     """
+    from sklearn.preprocessing import StandardScaler
+
     _check_kind(kind)
     x = np.asarray(features, dtype=np.float64)
     y = np.asarray(labels)
