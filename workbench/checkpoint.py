@@ -38,6 +38,7 @@ from .model import GPT, build_model
 from .store import (  # noqa: F401 - re-exported: the public names of the checkpoint module
     JSON_LIMIT,
     CheckpointError,
+    MissingFile,
     atomic_directory,
     json_bytes,
     parse_json,
@@ -129,10 +130,10 @@ def _read_version(fd: int, where: Path, names: tuple[str, ...], verify: bool) ->
         header = parse_json(read_regular(CONFIG, fd, limit=JSON_LIMIT, where=where / CONFIG), where / CONFIG)
         fmt = header.get("format") if isinstance(header, dict) else None
         if fmt in READABLE_FORMATS and fmt >= 2:
-            if verify:
-                raise CheckpointError(f"{where} has no {MANIFEST}, though format-{fmt} checkpoints are always saved "
-                                      f"with one (deleted, or an incomplete copy): nothing vouches for its files; "
-                                      f"pass verify=False to load it unverified")
+            if verify:  # or a version being deleted under us: read_version tells which
+                raise MissingFile(f"{where} has no {MANIFEST}, though format-{fmt} checkpoints are always saved "
+                                  f"with one (deleted, or an incomplete copy): nothing vouches for its files; "
+                                  f"pass verify=False to load it unverified", str(where / MANIFEST))
             unverified = True
     files = {}
     for name in names:

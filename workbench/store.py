@@ -50,7 +50,6 @@ import torch
 
 READ_ATTEMPTS = 200  # a reader retries while writers keep replacing the version it opened
 JSON_LIMIT = 256 * 2**20  # no JSON file of ours comes near this; a bigger one is not ours
-STAGING_GRACE_S = 60.0  # a ``.new-*`` staging directory older than this belongs to a killed save
 
 T = TypeVar("T")
 Owned = Callable[[Path], "set[str] | None"]  # the names of a version its writer claims; None: not a version
@@ -58,6 +57,15 @@ Owned = Callable[[Path], "set[str] | None"]  # the names of a version its writer
 
 class CheckpointError(ValueError):
     """A checkpoint directory is missing, incomplete, truncated, edited or not ours."""
+
+
+class MissingFile(FileNotFoundError):
+    """A file a version should hold is not there: a ``CheckpointError`` saying ``message`` if the version
+    stays put, a retry if it was a version being deleted under the reader (``read_version``)."""
+
+    def __init__(self, message: str, filename: str) -> None:
+        super().__init__(2, "missing file", filename)
+        self.message = message
 
 
 # ---------------------------------------------------------------------------------------------- JSON
@@ -196,24 +204,31 @@ def _listing(path: Path) -> str:
 
 def check_replaceable(path: Path, owned: Owned) -> set[str] | None:
     """The names ``owned`` claims in the directory at ``path`` (None: nothing there to replace);
-    anything a save must not replace is refused, naming what it is."""
-    if path.is_symlink():
-        what = f"a symbolic link (to {os.readlink(path)}): save to its target instead"
-    elif os.path.lexists(path) and not path.is_dir():
-        what = "a file, not a directory"
-    elif not path.is_dir():
-        return None
-    elif not path.stat().st_mode & stat.S_IWUSR:
-        what = (f"write-protected (mode {stat.filemode(path.stat().st_mode)}), so its old version could not be "
-                f"deleted: make it writable (chmod u+w) to replace it")
-    elif _is_empty_dir(path):
-        return set()
-    else:
-        names = owned(path)
-        if names is not None:
-            return names
-        what = f"a directory this package did not write (it holds {_listing(path)})"
-    raise CheckpointError(f"refusing to replace {path}: it is {what}; choose another path or remove it yourself")
+    anything a save must not replace is refused, naming what it is. A directory that another saver
+    swaps while we look is looked at again, never refused for being caught half-moved."""
+    for _ in range(100):
+        try:
+            st = os.lstat(path)
+            if stat.S_ISLNK(st.st_mode):
+                what = f"a symbolic link (to {os.readlink(path)}): save to its target instead"
+            elif not stat.S_ISDIR(st.st_mode):
+                what = "a file, not a directory"
+            elif not st.st_mode & stat.S_IWUSR:
+                what = (f"write-protected (mode {stat.filemode(st.st_mode)}), so its old version could not be "
+                        f"deleted: make it writable (chmod u+w) to replace it")
+            elif not any(path.iterdir()):
+                return set()
+            else:
+                names = owned(path)
+                if names is not None:
+                    return names
+                what = f"a directory this package did not write (it holds {_listing(path)})"
+                if not os.path.samestat(st, os.lstat(path)):
+                    continue  # swapped while we looked: look at the new one
+        except FileNotFoundError:  # absent, or another saver is between its two renames
+            return None
+        raise CheckpointError(f"refusing to replace {path}: it is {what}; choose another path or remove it yourself")
+    raise CheckpointError(f"could not replace {path}: other writers kept replacing it")
 
 
 def _link_tree(src: Path, dst: Path) -> None:
@@ -233,22 +248,27 @@ def _link_tree(src: Path, dst: Path) -> None:
 def _carry_foreign(path: Path, tmp: Path, owned: Owned) -> None:
     """Carry into the new version ``tmp`` every entry of the old version at ``path`` that its writer
     did not claim; refuse (naming them) where the new version writes a file of the same name."""
-    if not path.is_dir() or path.is_symlink():
-        return
-    names = check_replaceable(path, owned)
-    foreign = sorted(set(os.listdir(path)) - (names or set()))
+    try:
+        names = check_replaceable(path, owned)
+        foreign = sorted(set(os.listdir(path)) - (names or set())) if names is not None else []
+    except (FileNotFoundError, NotADirectoryError):  # moved by another saver meanwhile: its swap's _rescue
+        return  # carries them, as ours does for a version that arrives after this look
+
     clash = sorted(set(foreign) & set(os.listdir(tmp)))
     if clash:
         raise CheckpointError(f"refusing to replace {path}: it holds {clash}, which an earlier save did not write "
                               f"and this save would overwrite; move them out first")
     for name in foreign:
-        _link_tree(path / name, tmp / name)
+        try:
+            _link_tree(path / name, tmp / name)
+        except FileNotFoundError:
+            pass  # the version moved on meanwhile: the swap's _rescue carries what is left
 
 
 # ---------------------------------------------------------------------------------------------- swapping
 def siblings(path: Path, kind: str) -> list[Path]:
     """Leftovers of interrupted saves of ``path`` (``new``: staging, ``tmp``: temporaries, ``old``:
-    set-aside old versions), newest first."""
+    set-aside old versions, ``del``: versions being deleted), newest first."""
     found = [Path(p) for p in glob.glob(str(path.parent / f".{glob.escape(path.name)}.{kind}-*"))]
     return sorted(found, key=_mtime, reverse=True)
 
@@ -277,11 +297,26 @@ def _exchange(a: Path, b: Path) -> bool:
     raise OSError(err, os.strerror(err), str(b))
 
 
+def _delete(version: Path, path: Path) -> None:
+    """Delete a set-aside version of ``path``: first renamed to a ``.del-`` name that nothing restores,
+    so a half-deleted version can never be put back at ``path`` by a concurrent save's restore; if that
+    save renamed it first, it is the live version now and is left alone."""
+    tomb = path.parent / f".{path.name}.del-{uuid.uuid4().hex[:12]}"
+    try:
+        os.rename(version, tomb)
+    except OSError:
+        return
+    shutil.rmtree(tomb, ignore_errors=True)
+
+
 def _rescue(old: Path, path: Path, owned: Owned) -> None:
     """After a swap: entries that arrived in the old version (now at ``old``) while the save ran, and
     that its writer did not claim, are moved into the new version rather than deleted with it."""
-    names = owned(old) or set()
-    for name in sorted(set(os.listdir(old)) - names - set(os.listdir(path))):
+    try:
+        left = set(os.listdir(old)) - (owned(old) or set()) - set(os.listdir(path))
+    except OSError:
+        return
+    for name in sorted(left):
         try:
             os.rename(old / name, path / name)
         except OSError:
@@ -299,8 +334,13 @@ def _swap_in(tmp: Path, path: Path, owned: Owned) -> None:
                 if e.errno not in (errno.EEXIST, errno.ENOTEMPTY):
                     raise
                 continue
-        check_replaceable(path, owned)
-        if _exchange(tmp, path):
+        if check_replaceable(path, owned) is None:
+            continue  # gone since the look above: another saver is between its renames
+        try:
+            exchanged = _exchange(tmp, path)
+        except FileNotFoundError:
+            continue
+        if exchanged:
             if _is_empty_dir(tmp) or owned(tmp) is not None:
                 _rescue(tmp, path, owned)
                 return
@@ -318,7 +358,7 @@ def _swap_in(tmp: Path, path: Path, owned: Owned) -> None:
                 raise
             continue
         _rescue(aside, path, owned)
-        shutil.rmtree(aside, ignore_errors=True)
+        _delete(aside, path)
         return
     raise CheckpointError(f"could not replace {path}: other writers kept replacing it")
 
@@ -346,41 +386,56 @@ def _restore_set_aside(path: Path, is_version: Callable[[Path], bool]) -> None:
 
 
 def _collect(path: Path) -> None:
-    """Delete what interrupted saves of ``path`` left, except what a live writer holds (locked) and
-    staging directories young enough to belong to a save that has not locked its yet."""
-    now = time.time()
-    old_staging = [p for p in siblings(path, "new") if now - _mtime(p) > STAGING_GRACE_S]
-    for leftover in siblings(path, "tmp") + siblings(path, "old") + old_staging:
+    """Delete what interrupted saves of ``path`` left, except what a live writer holds (locked). A staging
+    directory is still empty and unlocked for an instant after its save made it: removed then, that save
+    makes another (``_locked_temporary``)."""
+    for leftover in siblings(path, "tmp") + siblings(path, "old") + siblings(path, "new") + siblings(path, "del"):
         try:
             fd = os.open(leftover, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         except OSError:
             continue
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            shutil.rmtree(leftover, ignore_errors=True)
+            if leftover.name.startswith(f".{path.name}.old-"):
+                _delete(leftover, path)  # a restore may be taking it back at this moment
+            elif leftover.name.startswith(f".{path.name}.new-"):
+                os.rmdir(leftover)  # empty, or it is not a staging directory of ours: then left alone
+            else:
+                shutil.rmtree(leftover, ignore_errors=True)
         except BlockingIOError:
             pass  # a writer is still filling it
+        except OSError:
+            pass  # not empty (rmdir): not ours to judge
         finally:
             os.close(fd)
 
 
 def _locked_temporary(path: Path) -> tuple[Path, int]:
-    """A fresh directory beside ``path``, locked before any clean-up can see it: made under a
-    ``.new-`` name clean-ups leave alone (for ``STAGING_GRACE_S``), locked, then renamed ``.tmp-``."""
-    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.new-", dir=path.parent))
-    lock = os.open(staging, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(lock, 0o777 & ~umask)  # mkdtemp makes 0700; the swapped-in directory must read like any other
-        tmp = path.parent / f".{path.name}.tmp-{staging.name[len(path.name) + 6:]}"
-        os.rename(staging, tmp)
-    except BaseException:
-        os.close(lock)
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    return tmp, lock
+    """A fresh directory beside ``path``, locked before any clean-up can see it: made under a ``.new-``
+    name, locked, then renamed ``.tmp-`` (the name clean-ups skip while it is locked). A clean-up that
+    removed it in the instant before the lock makes us start again."""
+    for _ in range(100):
+        staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.new-", dir=path.parent))
+        try:
+            lock = os.open(staging, os.O_RDONLY | os.O_DIRECTORY)
+        except FileNotFoundError:
+            continue
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(lock, 0o777 & ~umask)  # mkdtemp makes 0700; the swapped-in directory must read like any other
+            tmp = path.parent / f".{path.name}.tmp-{staging.name[len(path.name) + 6:]}"
+            os.rename(staging, tmp)
+            return tmp, lock
+        except FileNotFoundError:
+            os.close(lock)
+            continue
+        except BaseException:
+            os.close(lock)
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+    raise CheckpointError(f"could not make a temporary directory beside {path}: clean-ups kept removing it")
 
 
 @contextmanager
@@ -447,7 +502,7 @@ def read_version(path: Path, read: Callable[[int, Path], T], is_version: Callabl
             return read(fd, where)
         except FileNotFoundError as e:
             if where == path and _same_directory(fd, where):
-                raise CheckpointError(f"missing file {e.filename}") from None
+                raise CheckpointError(getattr(e, "message", None) or f"missing file {e.filename}") from None
             time.sleep(0.001)  # this version was deleted under us: a newer one is in place
         finally:
             os.close(fd)
