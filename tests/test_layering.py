@@ -5,7 +5,7 @@ wherever it stands: at the top, inside a function (the lazy imports that keep ma
 ipywidgets off the import path) or under ``TYPE_CHECKING``. A module may import its own layer and
 the layers below it. The order, lowest first, is what the code needs, not a wish:
 
-1. **base**: ``_version``, ``validation``, ``config``, ``hooks``, ``kv_cache``, ``metrics``,
+1. **base**: ``_version``, ``validation``, ``config``, ``hooks``, ``kv_cache``, ``metrics``, ``store``,
    ``functional`` and the ``tasks`` package need nothing of the package but each other: the
    vocabulary every layer above speaks (configs, hook points, the KV-store protocol, losses, the
    backbone's norm, rotary and init, data).
@@ -50,7 +50,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "workbench"
 # lowest first; a name covers a module, or a package and everything under it
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("workbench._version", "workbench.validation", "workbench.config", "workbench.hooks",
-              "workbench.kv_cache", "workbench.metrics", "workbench.functional", "workbench.tasks")),
+              "workbench.kv_cache", "workbench.metrics", "workbench.functional", "workbench.tasks",
+              "workbench.store")),
     ("mechanisms", ("workbench.mechanisms",)),
     ("model", ("workbench.model",)),
     ("schedules", ("workbench.schedules",)),
