@@ -197,6 +197,7 @@ def test_study_rule_and_arms():
     assert study.decide("x", [0.97, 0.5], {"low": 0.1, "high": 0.5}) == "helps, not readable"
     assert study.decide("x", [0.1, 0.1], {"low": -0.5, "high": -0.1}) == "hurts"
     assert study.decide("x", [0.1, 0.1], {"low": -0.1, "high": 0.1}) == "no effect detected"
+    assert study.decide("x", [0.0, 0.0], {"low": 0.0, "high": 0.0}).startswith("no effect detected (degenerate")
     runs = study.build(0.001)
     assert {study.arm_of(r) for r in runs} == {("mechanism", a) for a in study.MECHANISM_ARMS} | {
         ("training", a) for a in study.TRAINING_ARMS}
@@ -219,3 +220,18 @@ def test_dynamics_figures_draw_what_they_are_given():
     lens = dyn.fed_back_lens(model, idx, where, idx[:, -1], passes=3)["lens"]
     fig = wb.plots.lens_by_pass({"a": lens, "b": lens})
     assert len([a for a in fig.axes if a.get_title() in ("a", "b")]) == 2
+
+
+def test_the_study_figure_draws_each_arm_and_is_the_experiment_figure_of_its_table():
+    rows = [{"arm": arm, "family": family, "accuracy_pass1": 0.8, "accuracy_pass2": 1.0, "accuracy_pass3": 0.9,
+             "accuracy_exact": exact, "lyapunov_top": -0.05, "seed": s}
+            for arm, family, exact in (("fbt_glu", "mechanism", 0.0), ("lrt", "mechanism", 1.0),
+                                       ("ft_mix", "training", 0.0), ("ft_fixed_point", "training", 0.7))
+            for s in (0, 1)]
+    table = pd.DataFrame(rows)
+    fig = wb.plots.fixed_point_readability(table, "t")
+    bars = [p for p in fig.axes[0].patches]
+    assert len(bars) == 4 * 4  # four arms, four bars each
+    exact_heights = [b.get_height() for b in bars[12:]]  # the exact-recurrence bars, drawn last
+    assert exact_heights == [0.0, 1.0, 0.0, 0.7]
+    assert len(wb.plots.experiment_figure({"results": table}).axes) == len(fig.axes)

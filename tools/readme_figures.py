@@ -1,7 +1,7 @@
 """Draw the README's opening diagrams from ``workbench.diagrams``: ``python tools/readme_figures.py``.
 
-Writes ``notebooks/screens/recurrence_lrt.png`` and ``notebooks/screens/recurrence_fbt.png`` (token t reads m_{t-1}, as each
-method does it), so the picture a newcomer sees first is the code's own drawing, not a hand-made one.
+Writes ``notebooks/screens/recurrence_lrt.png`` and ``notebooks/screens/recurrence_fbt.png`` (token t reads
+m_{t-1}, as each method does it), so the picture a newcomer sees first is the code's own drawing, not a hand-made one.
 """
 
 from __future__ import annotations

@@ -764,6 +764,50 @@ def trace_example(df: pd.DataFrame, example: int, regime: str | None = None) -> 
     return fig
 
 
+def fixed_point_readability(table: pd.DataFrame, title: str = "", readable: float = 0.95) -> Figure:
+    """Per arm (``fixed_point_study``'s run table): answer accuracy at passes 1-3 and under the exact recurrence,
+    a dot per seed, the families apart; beside it each run's top Lyapunov exponent of the exact recurrence."""
+    _require(table, ["arm", "family", "accuracy_pass1", "accuracy_pass2", "accuracy_pass3", "accuracy_exact",
+                     "lyapunov_top"], "fixed_point_readability")
+    arms = list(dict.fromkeys(table["arm"]))
+    families = [table.loc[table["arm"] == a, "family"].iloc[0] for a in arms]
+    with sns.axes_style(STYLE):
+        fig = Figure(figsize=(13, 4.6), layout="constrained")
+        ax, lx = fig.subplots(1, 2, gridspec_kw={"width_ratios": [3, 1.3]})
+    columns = {"accuracy_pass1": ("pass 1 (STANDARD)", "#bbbbbb"), "accuracy_pass2": ("pass 2", "#7fa7d6"),
+               "accuracy_pass3": ("pass 3", "#3d6fb0"), "accuracy_exact": ("exact recurrence", "#d1495b")}
+    width = 0.8 / len(columns)
+    for j, (column, (label, colour)) in enumerate(columns.items()):
+        for i, arm in enumerate(arms):
+            values = table.loc[table["arm"] == arm, column].to_numpy()
+            x = i - 0.4 + width * (j + 0.5)
+            ax.bar(x, values.mean(), width, color=colour, label=label if i == 0 else None)
+            ax.scatter(np.full(len(values), x), values, color="black", s=8, zorder=3)
+    ax.axhline(readable, color="#d1495b", ls="--", lw=1)
+    ax.axhline(0.5, color="grey", ls=":", lw=1)
+    ax.text(len(arms) - 0.5, readable, f"readable {readable:g}", ha="right", va="bottom", fontsize=8, color="#d1495b")
+    ax.text(len(arms) - 0.5, 0.5, "chance 0.5", ha="right", va="bottom", fontsize=8, color="grey")
+    for i in range(1, len(arms)):
+        if families[i] != families[i - 1]:
+            ax.axvline(i - 0.5, color="black", lw=0.6)
+    ax.set_xticks(range(len(arms)), [a.removeprefix("ft_").replace("_", " ") for a in arms], fontsize=8,
+                  rotation=20, ha="right")
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("answer accuracy (held-out prompts)")
+    ax.set_title("  |  ".join(dict.fromkeys(families)) + " (families, left to right)", fontsize=9)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=4, fontsize=8, frameon=False)
+    for i, arm in enumerate(arms):
+        values = table.loc[table["arm"] == arm, "lyapunov_top"].to_numpy()
+        lx.scatter(values, np.full(len(values), i), color="#3d6fb0", s=14)
+    lx.axvline(0, color="grey", lw=0.8)
+    lx.set_yticks(range(len(arms)), arms, fontsize=8)
+    lx.invert_yaxis()
+    lx.set_xlabel("top Lyapunov exponent of the exact recurrence\n(per position; < 0: perturbations die out)")
+    if title:
+        fig.suptitle(title, fontsize=10)
+    return fig
+
+
 def experiment_figure(tables: Mapping[str, pd.DataFrame], title: str = "") -> Figure:
     """A recipe's figure from the tables it wrote (``analysis.results.recipe_tables``), by their content.
 
@@ -781,6 +825,8 @@ def experiment_figure(tables: Mapping[str, pd.DataFrame], title: str = "") -> Fi
     results = tables["results"]
     if {"condition", "layer"} <= set(results.columns):
         return layer0_comparison(results)
+    if {"accuracy_exact", "lyapunov_top", "family"} <= set(results.columns):  # fixed_point_study's runs
+        return fixed_point_readability(results, title=title)
     if "swap_flip" in results.columns:  # causal_use: swaps, and the LRT ablation by distance
         swaps = results[results["part"] == "swap"].drop(columns="part")
         return causal_use_figure(swaps, tables.get("distances", pd.DataFrame(columns=["distance", "position",

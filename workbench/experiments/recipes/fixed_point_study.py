@@ -124,11 +124,14 @@ def decide(arm: str, accuracies: list[float], interval: dict[str, float]) -> str
         return "helps, not readable"
     if interval["high"] < 0:
         return "hurts"
+    if interval["low"] == interval["high"]:  # every resample the same: both arms score alike on every prompt
+        return "no effect detected (degenerate: a zero-width interval, the arms agree on every prompt)"
     return "no effect detected"
 
 
 def analyze(ctx: Context) -> Outcome:
     from ...analysis.dynamics import readability_table
+    from ...plots import fixed_point_readability
 
     batch = next(iter(ctx.runs.values())).eval_batch()
     long_batch = tasks.get("multi_register", **LONG).sample(LONG_EXAMPLES, seed=EVAL_SEED, split="val")
@@ -170,49 +173,11 @@ def analyze(ctx: Context) -> Outcome:
                        for r in arms.itertuples())
     table.to_csv(ctx.out / "runs.csv", index=False)
     arms.to_csv(ctx.out / "arms.csv", index=False)
-    figure = readability_figure(table, verdict)
+    figure = fixed_point_readability(table, f"What makes a fed-back fixed point readable? verdict: {verdict}",
+                                     readable=READABLE)
     return Outcome(table, figure, number, verdict, gates, chance="0.5: the answer is one of two balanced values",
                    extra={"arms": arms.to_dict(orient="records"), "readable_arms": readable,
                           "long_seq_len": int(long_batch.tokens.size(1))})
-
-
-def readability_figure(table: pd.DataFrame, verdict: str):
-    """Per arm: answer accuracy at passes 1-3 and under the exact recurrence (one dot per seed), and the top
-    Lyapunov exponent of the exact recurrence; this recipe's own figure."""
-    import matplotlib.pyplot as plt
-
-    order = list(MECHANISM_ARMS) + list(TRAINING_ARMS)
-    arms = [a for a in order if a in set(table["arm"])]
-    fig, (ax, lx) = plt.subplots(1, 2, figsize=(13, 4.6), gridspec_kw={"width_ratios": [3, 1.3]})
-    columns = {"accuracy_pass1": ("pass 1 (STANDARD)", "#bbbbbb"), "accuracy_pass2": ("pass 2", "#7fa7d6"),
-               "accuracy_pass3": ("pass 3", "#3d6fb0"), "accuracy_exact": ("exact recurrence", "#d1495b")}
-    width = 0.8 / len(columns)
-    for j, (column, (label, colour)) in enumerate(columns.items()):
-        for i, arm in enumerate(arms):
-            values = table.loc[table["arm"] == arm, column].to_numpy()
-            x = i - 0.4 + width * (j + 0.5)
-            ax.bar(x, values.mean(), width, color=colour, label=label if i == 0 else None)
-            ax.scatter(np.full(len(values), x), values, color="black", s=8, zorder=3)
-    ax.axhline(READABLE, color="#d1495b", ls="--", lw=1)
-    ax.axhline(0.5, color="grey", ls=":", lw=1)
-    ax.text(len(arms) - 0.5, READABLE, f"readable {READABLE}", ha="right", va="bottom", fontsize=8, color="#d1495b")
-    ax.text(len(arms) - 0.5, 0.5, "chance 0.5", ha="right", va="bottom", fontsize=8, color="grey")
-    ax.axvline(len(MECHANISM_ARMS) - 0.5, color="black", lw=0.6)
-    ax.set_xticks(range(len(arms)), [a.replace("ft_", "ft\n") for a in arms], fontsize=8)
-    ax.set_ylim(0, 1.05)
-    ax.set_ylabel("answer accuracy (256 held-out prompts)")
-    ax.set_title("from scratch  |  fine-tuned from the FBT-GLU specimens, equal steps", fontsize=9)
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=4, fontsize=8, frameon=False)
-    for i, arm in enumerate(arms):
-        values = table.loc[table["arm"] == arm, "lyapunov_top"].to_numpy()
-        lx.scatter(values, np.full(len(values), i), color="#3d6fb0", s=14)
-    lx.axvline(0, color="grey", lw=0.8)
-    lx.set_yticks(range(len(arms)), arms, fontsize=8)
-    lx.invert_yaxis()
-    lx.set_xlabel("top Lyapunov exponent of the exact recurrence\n(per position; < 0: perturbations die out)")
-    fig.suptitle(f"What makes a fed-back fixed point readable? verdict: {verdict}", fontsize=10)
-    fig.tight_layout()
-    return fig
 
 
 CLAIM = ("Ours, beyond the papers: which factor lets an FBT read the fixed point its pass map converges to "
@@ -222,7 +187,8 @@ RULE = (f"Per arm, the exact-recurrence answer accuracy on the 256 held-out prom
         f"recipe's own mix), with a 95 % hierarchical bootstrap interval over seeds, then prompts. 'makes the fixed "
         f"point readable' when the interval lies above 0 and every seed answers >= {READABLE} under the exact "
         "recurrence; 'helps, not readable' when the interval lies above 0 only; 'hurts' when it lies below 0; "
-        "'no effect detected' otherwise. Not tested when a gate fails.")
+        "'no effect detected' otherwise (marked degenerate when the interval has zero width: the arms agree on "
+        "every prompt). Not tested when a gate fails.")
 GATES = (Gate("reference needs feedback", f"pass-1 (STANDARD) answer accuracy of the {REFERENCE['training']} "
               "runs, best seed: the feedback is needed to answer", "<", NEEDS_FEEDBACK),
          Gate("reference uses feedback at its trained depth", f"pass-2 answer accuracy of the "
