@@ -37,7 +37,7 @@ VARIANTS = {
     "fbt": dict(mechanism="fbt", tie_embeddings=True),
 }
 SCHEDULE_KW = {"single": {}, "sequential": {}, "multipass": {"passes": 2}, "interleaved": {"subsets": 2},
-               "blockwise": {"block": 16}}
+               "blockwise": {"block": 16}, "fixed_point": {"passes": 4}}
 
 
 class Report:
