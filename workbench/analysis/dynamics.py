@@ -512,12 +512,14 @@ def _accuracy_interval(correct: np.ndarray, seed: int = 0, n: int = 2000) -> tup
 
 def readability_table(model: GPT, batch: tasks.Batch, dynamics_examples: int = 64, readable: float = 0.95,
                       long_batch: tasks.Batch | None = None, long_passes: int = 1000,
-                      lyapunov_examples: int = 8) -> pd.DataFrame:
+                      lyapunov_examples: int = 8, window_passes: int | None = None,
+                      lyapunov_from: int | None = None) -> pd.DataFrame:
     """One row of the fixed-point study for ``model`` on held-out ``batch``: label loss and accuracy at passes
     1-3 and under the exact recurrence, the distance from pass 3 to the fixed point, the top Lyapunov exponent
     (mean over examples, with its range), the residual's behaviour over the pass window, and, when the exact
     recurrence reads at least ``readable`` and ``long_batch`` is given, the same on those long prompts after
-    ``long_passes`` fused passes and under the exact recurrence."""
+    ``long_passes`` fused passes and under the exact recurrence. ``window_passes`` (default 3T/4) and
+    ``lyapunov_from`` (default T/2) shorten the pass window and the Lyapunov horizon (a smoke run)."""
     idx, targets = batch.tokens, batch.targets
     T = idx.size(1)
     quality = fixed_point_quality(model, idx, targets, 3).per_example
@@ -529,11 +531,11 @@ def readability_table(model: GPT, batch: tasks.Batch, dynamics_examples: int = 6
     row["loss_exact"], row["accuracy_exact"] = float(exact["loss"].mean()), float(exact["correct"].mean())
     row["accuracy_exact_low"], row["accuracy_exact_high"] = _accuracy_interval(exact["correct"].to_numpy())
     row["distance_pass3"] = float(quality.loc[quality["pass"] == 3, "distance"].mean())
-    window = (3 * T) // 4
+    window = (3 * T) // 4 if window_passes is None else window_passes
     geo = iterate_geometry(model, idx[:dynamics_examples], window, targets[:dynamics_examples])
     row["residual_last"] = float(geo.per_pass["residual"].iloc[-1])
     row["residual_behaviour"] = residual_behaviour(geo.per_pass["residual"].iloc[2:].tolist())
-    exps = lyapunov(model, idx[:lyapunov_examples], t0=T // 2)
+    exps = lyapunov(model, idx[:lyapunov_examples], t0=T // 2 if lyapunov_from is None else lyapunov_from)
     final = exps[exps["horizon"] == exps["horizon"].max()]["exponent"]
     row["lyapunov_top"], row["lyapunov_min"], row["lyapunov_max"] = (float(final.mean()), float(final.min()),
                                                                      float(final.max()))
