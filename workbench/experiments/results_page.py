@@ -15,6 +15,11 @@ def _cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
+def _value(value: float | None) -> str:
+    """A measured gate value; None (stored for a value that could not be measured) as "not measured"."""
+    return "not measured" if value is None else f"{value:.4g}"
+
+
 def _specimen_gates(specimens: list[dict]) -> list[str]:
     """A recipe that gates each specimen on its own (``layer0_probes``): one row per specimen gate, with the
     answer accuracy under the exact sequential schedule beside it (below the gate: unfit for SOFT decoding)."""
@@ -60,8 +65,8 @@ def write_results_md(root: str | Path | None = None, path: str | Path | None = N
                      f"(scale {s['scale']})", f"- **Chance floor**: {s.get('chance', recipe.chance)}",
                      f"- **Decision rule**: {recipe.rule}", "", "| gate | measured | needs | quantity | passed |",
                      "| --- | --- | --- | --- | --- |"]
-        sections += [f"| {_cell(g['name'])} | {g['value']:.4g} | {g['op']} {g['threshold']:g} | {_cell(g['quantity'])} "
-                     f"| {'pass' if g['passed'] else '**fail**'} |" for g in gates]
+        sections += [f"| {_cell(g['name'])} | {_value(g['value'])} | {g['op']} {g['threshold']:g} | "
+                     f"{_cell(g['quantity'])} | {'pass' if g['passed'] else '**fail**'} |" for g in gates]
         sections += _specimen_gates(s.get("specimens", []))
         sections += ["", f"- **Our number**: {s['number']}", f"- **Seeds**: {s.get('seeds', [])}",
                      f"- **Verdict**: **{s['verdict']}**", f"- **Training minutes**: {minutes:.1f}"]

@@ -45,6 +45,11 @@ COMPUTE_COLUMNS = ["run", "task", "seed", "schedule", "steps", "flops", "pass_fl
                    "expected_flops"]
 
 
+def _measured(value: float | None) -> float:
+    """A stored gate value; null (not measured) as NaN."""
+    return float("nan") if value is None else float(value)
+
+
 def _check_recipe(recipe: str) -> None:
     if recipe not in RECIPES:
         raise ValueError(f"recipe={recipe!r} is unknown: choose from {sorted(RECIPES)}")
@@ -101,7 +106,7 @@ def gates_table(summaries: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
     failed gate reports ``not tested`` and no other verdict. Recipes that record no gates add no rows.
     """
     _check_summaries(summaries)
-    rows = [{"recipe": name, "gate": g["name"], "quantity": g["quantity"], "value": float(g["value"]),
+    rows = [{"recipe": name, "gate": g["name"], "quantity": g["quantity"], "value": _measured(g["value"]),
              "op": g["op"], "threshold": float(g["threshold"]), "passed": bool(g["passed"])}
             for name, summary in summaries.items() for g in summary.get("gates", [])]
     return pd.DataFrame(rows, columns=GATE_COLUMNS)

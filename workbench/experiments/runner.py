@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import os
 import shutil
 import time
@@ -208,6 +209,18 @@ def makespan(seconds: list[float], workers: int) -> float:
     return max(loads)
 
 
+def _measured_or_null(value: Any) -> Any:
+    """``value`` with every non-finite float (a quantity a run could not measure, e.g. a curve too short to
+    judge at smoke scale) as None: JSON has no NaN, and null reads as "not measured", which never passes a gate."""
+    if isinstance(value, dict):
+        return {k: _measured_or_null(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_measured_or_null(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
 def _check_name(name: str) -> None:
     if name not in RECIPES:
         raise ValueError(f"recipe {name!r} is unknown: choose from {sorted(RECIPES)}")
@@ -252,7 +265,7 @@ def reproduce(name: str, root: str | Path | None = None, scale: float = 1.0, for
              "quiet_wall_minutes": makespan(cpu, jobs) / 60 if jobs > 1 and None not in cpu else None}
             if stale else {k: (_read_json_or_none(out / "summary.json") or {}).get(k)
                            for k in ("jobs", "train_wall_minutes", "trained_runs", "quiet_wall_minutes")})
-    write_json_atomic(out / "summary.json", {
+    write_json_atomic(out / "summary.json", _measured_or_null({
         "recipe": name, "kind": recipe.kind, "claim": recipe.claim, "setting": recipe.setting, "rule": recipe.rule,
         "chance": outcome.chance or recipe.chance, "number": outcome.number, "verdict": outcome.verdict,
         "gates": [{"name": g.gate.name, "quantity": g.gate.quantity, "op": g.gate.op, "threshold": g.gate.threshold,
@@ -260,7 +273,7 @@ def reproduce(name: str, root: str | Path | None = None, scale: float = 1.0, for
         "seeds": sorted({spec.train.seed for spec in runs.values()}), "scale": scale,
         "train_minutes": train_seconds / 60, **wall,
         "seconds": time.perf_counter() - started, "runs": sorted(runs),
-        **outcome.extra})
+        **outcome.extra}))
     return outcome
 
 
