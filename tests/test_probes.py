@@ -332,7 +332,7 @@ def test_layer0_figures_mark_twin_upper_bound_and_scratch_length():
     fig = wb.plots.layer0_comparison(df)
     assert len(fig.axes) == 2 * 3  # a panel per task and scratch length
     assert fig.axes[0].get_title() == "delayed_memory / 0 scratch lines"
-    labels = {t.get_text() for t in fig.axes[0].get_legend().get_texts()}
+    labels = {t.get_text() for t in fig.legends[0].get_texts()}  # one legend under the panels
     assert {"untrained twin", "upper bound (fed-back top layer)", "majority"} <= labels
     lines = wb.plots.accuracy_vs_scratch(df)
     fbt = next(line for line in lines.axes[0].lines if line.get_label() == "fbt")
