@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from workbench import experiments as E
+from workbench import schedules as S
 from workbench.checkpoint import load_checkpoint, load_metrics
 from workbench.evaluation import MIN_SEEDS, hierarchical_difference, paired_difference, verdict
 from workbench.experiments.runner import spec_of
@@ -235,3 +236,29 @@ def test_record_reference_keeps_the_checkpoint_loadable_and_its_files(tmp_path, 
     assert E.runner.record_reference(run) == pytest.approx(recorded, rel=1e-12)
     assert load_checkpoint(run) is not None and (run / "history.csv").read_bytes() == history
     assert (run / E.EVAL_FILE).is_file() and load_metrics(run)["recipe"] == "tiny"
+
+
+def test_a_run_another_recipe_trained_is_reused_under_this_recipes_evaluation(tmp_path, monkeypatch):
+    """The same training under another evaluation schedule: copied, not retrained, and evaluated again under
+    this recipe's schedule (its metrics say so); its weights and history are the other recipe's."""
+    def recipe(name: str, schedule: S.Schedule) -> E.Recipe:
+        def build(scale: float) -> list[E.RunSpec]:
+            cfg = E.config("running_sum", E.LRT_MODEL, 2, 0, {"p": 5, "length": 8})
+            return [E.RunSpec("run_s0", cfg, schedule, eval_size=16)]
+
+        def analyze(ctx: E.Context) -> E.Outcome:
+            import matplotlib.pyplot as plt
+
+            return E.Outcome(pd.DataFrame({"x": [1]}), plt.figure(), "n", "exploratory", {})
+
+        return E.Recipe(name, "a claim", "a setting", build, analyze, kind="exploratory", rule="r", chance="0")
+
+    monkeypatch.setitem(E.RECIPES, "first", recipe("first", S.Single()))
+    monkeypatch.setitem(E.RECIPES, "second", recipe("second", S.Sequential()))
+    E.reproduce("first", root=tmp_path / "ck", scratch=tmp_path / "runs")
+    E.reproduce("second", root=tmp_path / "ck", scratch=tmp_path / "runs")
+    first, second = (load_metrics(tmp_path / "ck" / n / "run_s0") for n in ("first", "second"))
+    assert not (tmp_path / "runs" / "second").exists()  # nothing trained for the second recipe
+    assert second["evaluated_by"] == "second" and second["recipe"] == "first"
+    assert second["train"] == first["train"] and S.parse(second["eval_schedule"]) == S.Sequential()
+    assert second["eval"] != first["eval"]  # an LRT evaluated with and without its memory

@@ -11,7 +11,7 @@ import json
 import math
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,15 +22,20 @@ from ._version import __version__
 from .train_config import TrainConfig
 
 
-def _positive_int(text: str) -> int:
-    """argparse type for counts such as ``--threads``: an int >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is invalid: must be an int >= 1")
-    return value
+def _int_at_least(lo: int) -> Callable[[str], int]:
+    """argparse type for counts: an int >= ``lo`` (``--threads`` 1, ``--max-new-tokens`` 0)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = lo - 1
+        if value < lo:
+            raise argparse.ArgumentTypeError(f"{text!r} is invalid: must be an int >= {lo}")
+        return value
+    return parse
+
+
+_positive_int, _non_negative_int = _int_at_least(1), _int_at_least(0)
 
 
 def _finite_positive(text: str) -> float:
@@ -41,17 +46,6 @@ def _finite_positive(text: str) -> float:
         value = math.nan
     if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"{text!r} is invalid: must be a finite number > 0")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    """argparse type for counts that may be zero (``--max-new-tokens``)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is invalid: must be an int >= 0")
     return value
 
 

@@ -410,6 +410,14 @@ class Geometry:
     passes_needed: np.ndarray  # (B, T) the first pass at which a position met the stopping rule (0: never)
 
 
+def _step_stats(previous: torch.Tensor, previous_logp: torch.Tensor, memory: torch.Tensor,
+                logp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, T) per position: the relative residual ``||H^k - H^(k-1)|| / ||H^k||`` and the KL from pass k-1's
+    next-token distribution to pass k's (float64 inputs): what the stopping rule reads."""
+    residual = torch.linalg.vector_norm(memory - previous, dim=-1) / torch.linalg.vector_norm(memory, dim=-1)
+    return residual, (previous_logp.exp() * (previous_logp - logp)).sum(-1)
+
+
 @torch.no_grad()
 def iterate_geometry(model: GPT, idx: torch.Tensor, passes: int, targets: torch.Tensor | None = None,
                      rel_tol: float = 1e-3, kl_tol: float = 1e-4, plain_prefix: int | torch.Tensor = 0) -> Geometry:
@@ -440,8 +448,7 @@ def iterate_geometry(model: GPT, idx: torch.Tensor, passes: int, targets: torch.
                              "kl": math.nan, "loss": loss, "stopped_share": 0.0})
             else:
                 step = memory - prev
-                kl_pos = (prev_logp.exp() * (prev_logp - logp)).sum(-1)  # (B, T)
-                rel_pos = torch.linalg.vector_norm(step, dim=-1) / torch.linalg.vector_norm(memory, dim=-1)
+                rel_pos, kl_pos = _step_stats(prev, prev_logp, memory, logp)
                 met = ((rel_pos < rel_tol) & (kl_pos < kl_tol)).numpy() & (needed == 0)
                 needed[met] = k
                 cosine = acceleration = math.nan
@@ -470,9 +477,7 @@ def adaptive_prefill(model: GPT, idx: torch.Tensor, max_passes: int, rel_tol: fl
         for k, out in enumerate(schedules.iterate_passes(model, idx, plain_prefix, max_passes), start=1):  # noqa: B007
             logp = out.logits.double().log_softmax(-1)
             if prev is not None:
-                rel = torch.linalg.vector_norm(out.memory.double() - prev, dim=-1) \
-                    / torch.linalg.vector_norm(out.memory.double(), dim=-1)
-                kl = (prev_logp.exp() * (prev_logp - logp)).sum(-1)
+                rel, kl = _step_stats(prev, prev_logp, out.memory.double(), logp)
                 if bool((rel < rel_tol).all() and (kl < kl_tol).all()):
                     break
             prev, prev_logp = out.memory.double(), logp

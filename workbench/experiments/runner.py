@@ -100,6 +100,15 @@ def record_reference(path: Path) -> dict[str, float]:
     return metrics["eval_float64"]
 
 
+def _evaluation(model: GPT, spec: RunSpec, per_example: pd.DataFrame) -> dict[str, Any]:
+    """The evaluation part of a run's metrics: the summary of its per-example evaluation, the float64
+    reference, and under which schedule, on how many examples, from which seed."""
+    task = tasks.get(spec.train.task, **spec.train.task_params)
+    return {"eval": summarize(per_example, getattr(task, "bytes_per_token", 1.0)),
+            "eval_float64": reference_metrics(model, spec), "eval_schedule": spec.eval_schedule.to_dict(),
+            "eval_size": spec.eval_size, "eval_seed": EVAL_SEED}
+
+
 def _copy_shared(spec: RunSpec, path: Path) -> bool:
     """Copy an up-to-date run of the same name and training that another recipe under the same root trained:
     an arm two recipes compare (LRT interleaved on text in ``lrt_vs_baseline`` and ``schedules``) costs
@@ -118,10 +127,7 @@ def _copy_shared(spec: RunSpec, path: Path) -> bool:
                 == __version__:
             model = load_checkpoint(other)
             per_example = evaluate_run(model, spec)
-            task = tasks.get(spec.train.task, **spec.train.task_params)
-            metrics = {**stored, "eval": summarize(per_example, getattr(task, "bytes_per_token", 1.0)),
-                       "eval_float64": reference_metrics(model, spec), "eval_schedule": spec.eval_schedule.to_dict(),
-                       "eval_size": spec.eval_size, "eval_seed": EVAL_SEED, "evaluated_by": path.parent.name}
+            metrics = {**stored, **_evaluation(model, spec, per_example), "evaluated_by": path.parent.name}
             extra = {"recipe": stored["recipe"], "run": spec.name, "seed": spec.train.seed}
             save_checkpoint(model, path, metrics=metrics, extra=extra)
             shutil.copyfile(other / "history.csv", path / "history.csv")
@@ -145,12 +151,8 @@ def train_run(spec: RunSpec, path: Path, scratch: Path, force: bool = False) -> 
     result = train(cfg)
     cpu = time.process_time() - cpu
     per_example = evaluate_run(result.model, spec)
-    task = tasks.get(spec.train.task, **spec.train.task_params)
-    metrics = {"eval": summarize(per_example, getattr(task, "bytes_per_token", 1.0)),
-               "eval_float64": reference_metrics(result.model, spec),
-               "eval_schedule": spec.eval_schedule.to_dict(), "eval_size": spec.eval_size, "eval_seed": EVAL_SEED,
-               "train": {**result.metrics, "cpu_seconds": cpu}, "train_config": spec.train.trajectory_dict(),
-               "package_version": __version__,
+    metrics = {**_evaluation(result.model, spec, per_example), "train": {**result.metrics, "cpu_seconds": cpu},
+               "train_config": spec.train.trajectory_dict(), "package_version": __version__,
                "recipe": path.parent.name, "run": spec.name, "seed": spec.train.seed}
     save_checkpoint(result.model, path, metrics=metrics,
                     extra={"recipe": path.parent.name, "run": spec.name, "seed": spec.train.seed})

@@ -118,14 +118,15 @@ def equal_steps(ctx: Context, arms: dict[str, list[str]]) -> dict[str, float]:
     curve point against its baseline seed's curve interpolated at the LRT's step count, and what the baseline's
     remaining steps (to its matched-FLOP end) bought it. Curves are each run's own schedule on the trainer's
     held-out windows (``CURVE_EVAL_SIZE``), not the fixed exact batch of the final point."""
+    lrts, bases = curves(ctx, arms["lrt_interleaved"]), curves(ctx, arms["baseline"])
     diffs, costs = [], []
-    for lrt, base in zip(curves(ctx, arms["lrt_interleaved"]), curves(ctx, arms["baseline"])):
+    for lrt, base in zip(lrts, bases):
         step, bpb = float(lrt["step"].iloc[-1]), float(lrt["val_bpb"].iloc[-1])
         at = float(np.interp(step, base["step"], base["val_bpb"]))
         diffs.append(bpb - at)
         costs.append(float(base["val_bpb"].iloc[-1]) - at)
-    return {"lrt_steps": float(np.mean([c["step"].iloc[-1] for c in curves(ctx, arms["lrt_interleaved"])])),
-            "baseline_steps": float(np.mean([c["step"].iloc[-1] for c in curves(ctx, arms["baseline"])])),
+    return {"lrt_steps": float(np.mean([c["step"].iloc[-1] for c in lrts])),
+            "baseline_steps": float(np.mean([c["step"].iloc[-1] for c in bases])),
             "diff_mean": float(np.mean(diffs)), "diff_min": float(np.min(diffs)), "diff_max": float(np.max(diffs)),
             "missing_steps_mean": float(np.mean(costs)), "seeds": len(diffs)}
 
