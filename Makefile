@@ -34,13 +34,16 @@ lab: install
 lab-headless:
 	$(MAKE) lab NO_BROWSER=1
 
-## ruff, the unit/invariant/end-to-end tests, then the notebooks under nbval
+## ruff, then every tier (tests/unit, invariants, specimens, e2e with the browser) and the notebooks under nbval,
+## in one worker per core (pytest-xdist; WORKERS=1 for one process). A notebook's cells stay on one worker.
+WORKERS ?= auto
 test: install
 	$(VENV)/bin/ruff check workbench tests
-	$(PY) -m pytest tests $(if $(wildcard notebooks/*.ipynb),notebooks $(NBVAL),)
+	$(PY) -m pytest tests $(if $(wildcard notebooks/*.ipynb),notebooks $(NBVAL),) -n $(WORKERS) --dist loadfile
 
+## the quick loop while coding: unit + invariant tests without the costly marks (under 5 minutes on 2 cores)
 test-fast: install
-	$(PY) -m pytest tests -m "not slow"
+	$(PY) -m pytest tests/unit tests/invariants -m "not slow and not compiles and not subprocess" -n $(WORKERS)
 
 ## screenshots of every notebook in JupyterLab after using its widgets (headless Chromium): reports/screens/
 screens: install

@@ -1,8 +1,18 @@
-"""Shared test setup: few threads (the machine is shared), float64 models with every weight perturbed."""
+"""Shared test setup: few threads (the machine is shared), float64 models with every weight perturbed, and the
+tiers' markers.
+
+The tests mirror the package in tiers, each a folder: ``unit/<area>`` (one area of the package each),
+``invariants`` (exactness in float64), ``specimens`` (the shipped checkpoints' gates, re-checked),
+``e2e`` (CLI, DDP, resume, ``make lab``, the notebooks' hygiene, the browser). A test is marked with its
+tier's folder (``specimens``, ``e2e``; ``notebooks`` for the nbval cells) and, by cost, ``slow``,
+``compiles`` (torch.compile) or ``subprocess`` (starts other processes), so ``-m`` can pick any slice:
+``make test-fast`` runs unit and invariants without the costly marks.
+"""
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 os.environ.setdefault("MPLBACKEND", "Agg")  # headless figures in every test, before matplotlib loads
 
@@ -53,3 +63,18 @@ def variant_config(name: str, **overrides) -> wb.ModelConfig:
 @pytest.fixture(params=sorted(MECHANISM_VARIANTS))
 def variant(request) -> str:
     return request.param
+
+
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
+TIER_MARKS = {"specimens": "specimens", "e2e": "e2e"}
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Every test carries its tier's mark, read from its folder (the nbval cells of notebooks/ are ``notebooks``)."""
+    for item in items:
+        path = Path(str(item.fspath)).resolve()
+        if TESTS not in path.parents:
+            item.add_marker("notebooks")
+        elif path.relative_to(TESTS).parts[0] in TIER_MARKS:
+            item.add_marker(TIER_MARKS[path.relative_to(TESTS).parts[0]])

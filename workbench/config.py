@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from .validation import check_choice, check_float, check_int, fail
 
 MECHANISMS = ("none", "lrt", "fbt")
 FBT_FUSIONS = ("glu", "additive")
@@ -23,34 +24,7 @@ LRT_PROJECTIONS = ("shared", "per_layer")
 LRT_KV_INITS = ("zero", "uniform")
 
 
-def _fail(cls: str, name: str, value: Any, allowed: str) -> None:
-    raise ValueError(f"{cls}.{name}={value!r} is invalid: {allowed}")
-
-
-def _check_int(cls: str, name: str, value: Any, lo: int, hi: int | None = None) -> None:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        _fail(cls, name, value, f"must be an int in [{lo}, {'inf' if hi is None else hi}]")
-    if value < lo or (hi is not None and value > hi):
-        _fail(cls, name, value, f"must be in [{lo}, {'inf' if hi is None else hi}]")
-
-
-def _check_float(cls: str, name: str, value: Any, lo: float, hi: float | None = None,
-                 lo_open: bool = False) -> None:
-    """A finite number in the range: inf is refused too (a softcap of inf turns every logit into NaN)."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
-        _fail(cls, name, value, "must be a number")
-    bad_lo = value <= lo if lo_open else value < lo
-    if bad_lo or (hi is not None and value > hi) or not math.isfinite(value):
-        lo_s = f"({lo}" if lo_open else f"[{lo}"
-        _fail(cls, name, value, f"must be a finite number in {lo_s}, {'inf)' if hi is None else f'{hi}]'}")
-
-
-def _check_choice(cls: str, name: str, value: Any, choices: tuple) -> None:
-    if value not in choices:
-        _fail(cls, name, value, f"must be one of {choices}")
-
-
-class _JSONMixin:
+class JSONMixin:
     """Exact JSON round trip for flat dataclasses whose tuples are stored as lists."""
 
     def _plain_numbers(self) -> None:
@@ -81,7 +55,7 @@ class _JSONMixin:
 
 
 @dataclass
-class ModelConfig(_JSONMixin):
+class ModelConfig(JSONMixin):
     """Shape of the GPT backbone and of the latent-feedback mechanism it carries."""
 
     vocab_size: int = 256  # number of token ids
@@ -118,38 +92,39 @@ class ModelConfig(_JSONMixin):
         self._plain_numbers()
         if isinstance(self.lrt_inject, (list, str)):
             self.lrt_inject = (self.lrt_inject,) if isinstance(self.lrt_inject, str) else tuple(self.lrt_inject)
-        _check_int(c, "vocab_size", self.vocab_size, 2)
-        _check_int(c, "n_layer", self.n_layer, 1)
-        _check_int(c, "n_head", self.n_head, 1)
+        check_int(f"{c}.vocab_size", self.vocab_size, 2)
+        check_int(f"{c}.n_layer", self.n_layer, 1)
+        check_int(f"{c}.n_head", self.n_head, 1)
         if self.n_kv_head is not None:
-            _check_int(c, "n_kv_head", self.n_kv_head, 1, self.n_head)
+            check_int(f"{c}.n_kv_head", self.n_kv_head, 1, self.n_head)
             if self.n_head % self.n_kv_head:
-                _fail(c, "n_kv_head", self.n_kv_head, f"must divide n_head={self.n_head}")
-        _check_int(c, "n_embd", self.n_embd, 2)
+                fail(f"{c}.n_kv_head", self.n_kv_head, f"must divide n_head={self.n_head}")
+        check_int(f"{c}.n_embd", self.n_embd, 2)
         if self.n_embd % self.n_head:
-            _fail(c, "n_embd", self.n_embd, f"must be divisible by n_head={self.n_head}")
+            fail(f"{c}.n_embd", self.n_embd, f"must be divisible by n_head={self.n_head}")
         for flag in ("rope", "qk_norm", "tie_embeddings"):
             if not isinstance(getattr(self, flag), bool):
-                _fail(c, flag, getattr(self, flag), "must be a bool")
+                fail(f"{c}.{flag}", getattr(self, flag), "must be a bool")
         if self.rope and (self.n_embd // self.n_head) % 2:
-            _fail(c, "n_embd", self.n_embd, f"head size n_embd/n_head={self.n_embd // self.n_head} must be even (RoPE)")
-        _check_int(c, "seq_len", self.seq_len, 1)
-        _check_float(c, "rope_base", self.rope_base, 0.0, lo_open=True)
-        _check_float(c, "logit_softcap", self.logit_softcap, 0.0)
-        _check_choice(c, "mechanism", self.mechanism, MECHANISMS)
-        _check_int(c, "lrt_source_layer", self.lrt_source_layer, -1, self.n_layer - 1)
+            fail(f"{c}.n_embd", self.n_embd,
+                 f"head size n_embd/n_head={self.n_embd // self.n_head} must be even (RoPE)")
+        check_int(f"{c}.seq_len", self.seq_len, 1)
+        check_float(f"{c}.rope_base", self.rope_base, 0.0, lo_open=True)
+        check_float(f"{c}.logit_softcap", self.logit_softcap, 0.0)
+        check_choice(f"{c}.mechanism", self.mechanism, MECHANISMS)
+        check_int(f"{c}.lrt_source_layer", self.lrt_source_layer, -1, self.n_layer - 1)
         if not self.lrt_inject or any(i not in LRT_INJECTIONS for i in self.lrt_inject) \
                 or len(set(self.lrt_inject)) != len(self.lrt_inject):
-            _fail(c, "lrt_inject", self.lrt_inject, f"must be a non-empty subset of {LRT_INJECTIONS}")
-        _check_choice(c, "lrt_projection", self.lrt_projection, LRT_PROJECTIONS)
-        _check_float(c, "lrt_gamma_init", self.lrt_gamma_init, -10.0, 10.0)
+            fail(f"{c}.lrt_inject", self.lrt_inject, f"must be a non-empty subset of {LRT_INJECTIONS}")
+        check_choice(f"{c}.lrt_projection", self.lrt_projection, LRT_PROJECTIONS)
+        check_float(f"{c}.lrt_gamma_init", self.lrt_gamma_init, -10.0, 10.0)
         if self.lrt_gate_channels is not None:
-            _check_int(c, "lrt_gate_channels", self.lrt_gate_channels, 1, self.n_embd)
-        _check_choice(c, "lrt_kv_init", self.lrt_kv_init, LRT_KV_INITS)
-        _check_float(c, "fbt_jitter", self.fbt_jitter, 0.0, 1.0)
-        _check_choice(c, "fbt_fusion", self.fbt_fusion, FBT_FUSIONS)
+            check_int(f"{c}.lrt_gate_channels", self.lrt_gate_channels, 1, self.n_embd)
+        check_choice(f"{c}.lrt_kv_init", self.lrt_kv_init, LRT_KV_INITS)
+        check_float(f"{c}.fbt_jitter", self.fbt_jitter, 0.0, 1.0)
+        check_choice(f"{c}.fbt_fusion", self.fbt_fusion, FBT_FUSIONS)
         if self.mechanism == "fbt" and not self.tie_embeddings:
-            _fail(c, "tie_embeddings", self.tie_embeddings,
+            fail(f"{c}.tie_embeddings", self.tie_embeddings,
                   "must be True when mechanism='fbt' (plain and fused inputs share the embedding space)")
 
     @property

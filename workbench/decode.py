@@ -12,6 +12,10 @@ cache (``StaticKVCache``): one graph per (model, batch size, regime), with the e
 a step fused and Python's per-op overhead gone. The first call compiles (seconds to a minute on a
 CPU); later calls reuse it. Results match eager decoding to float rounding.
 
+Each regime is a ``schedules`` value (``schedules.regime``: STANDARD ``Single()``, SOFT ``Prefilled(Single())``,
+FUSED ``Prefilled(Multipass(1 + prefill_passes))``), and ``generate`` takes such a value too: its ``prefill``
+fills the cache, and the generated tokens read memory when the value does.
+
 The model knows nothing of sampling; this module knows nothing of how memory is consumed.
 """
 
@@ -23,11 +27,10 @@ from collections.abc import Callable
 import torch
 
 from . import schedules
-from .kv_cache import KVCache, StaticKVCache
 from .model import GPT, StepOutput
 from .validation import check_float, check_int, check_tokens
 
-REGIMES = ("standard", "soft", "fused")
+REGIMES = schedules.REGIMES
 
 
 def sample_next(logits: torch.Tensor, temperature: float = 0.0, top_k: int | None = None,
@@ -42,33 +45,22 @@ def sample_next(logits: torch.Tensor, temperature: float = 0.0, top_k: int | Non
     return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator).squeeze(-1)
 
 
-def _validate(model: GPT, prompt: torch.Tensor, max_new_tokens: int, regime: str, prefill_passes: int,
-              temperature: float, top_k: int | None, eos: int | None) -> None:
+def _validate(model: GPT, prompt: torch.Tensor, max_new_tokens: int, regime: str | schedules.Schedule,
+              prefill_passes: int, temperature: float, top_k: int | None, eos: int | None) -> schedules.Schedule:
+    """The checked arguments' schedule: the regime's value, or the value given (which must fill a KV cache)."""
     check_tokens(model.config.vocab_size, prompt, "prompt")
     if eos is not None:
         check_int("eos", eos, 0, model.config.vocab_size - 1)
-    if regime not in REGIMES:
-        raise ValueError(f"regime={regime!r} is invalid: must be one of {REGIMES}")
     check_int("max_new_tokens", max_new_tokens, 0)
     check_int("prefill_passes", prefill_passes, 1)
+    value = schedules.regime(regime, prefill_passes) if isinstance(regime, str) else regime
+    if not getattr(value, "can_prefill", False):
+        raise ValueError(f"regime={regime!r} is invalid: must be one of {REGIMES} or a schedule value that "
+                         "fills a KV cache (Single, Sequential, Multipass, Prefilled)")
     check_float("temperature", temperature, 0.0)  # inf would sample uniformly, NaN never
     if top_k is not None:
         check_int("top_k", top_k, 1)
-
-
-def decode_step(model: GPT, token: torch.Tensor, memory: torch.Tensor | None, position: torch.Tensor,
-                cache: KVCache | StaticKVCache) -> tuple[torch.Tensor, torch.Tensor]:
-    """One generated token's forward (token (B, 1) at ``position`` (1,)) reading ``memory`` (B, 1, D) or none:
-    its logits (B, V) and memory (B, D). ``schedules.carry`` with the memory given rather than carried."""
-    cache.state = None if memory is None else memory[:, -1]
-    out = schedules.carry(model, token, position, cache)
-    return out.logits[:, -1], out.memory[:, -1]
-
-
-@functools.cache
-def compiled_decode_step() -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
-    """``decode_step`` under ``torch.compile`` (its old callers' signature; ``generate`` uses ``compiled_carry``)."""
-    return torch.compile(decode_step, dynamic=False)
+    return value
 
 
 @functools.cache
@@ -78,7 +70,7 @@ def compiled_carry() -> Callable[..., StepOutput]:
 
 
 @torch.no_grad()
-def generate(model: GPT, prompt: torch.Tensor, max_new_tokens: int, regime: str = "standard",
+def generate(model: GPT, prompt: torch.Tensor, max_new_tokens: int, regime: str | schedules.Schedule = "standard",
              prefill_passes: int = 1, temperature: float = 0.0, top_k: int | None = None,
              eos: int | None = None, generator: torch.Generator | None = None,
              return_logits: bool = False, compile: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
@@ -88,22 +80,20 @@ def generate(model: GPT, prompt: torch.Tensor, max_new_tokens: int, regime: str 
     have (that check reads a value each token, so only generation with ``eos`` waits for the device;
     without it nothing here does). With ``return_logits`` also returns the logits that chose each new
     token (B, new, V).
+    ``regime``: a regime's name (``prefill_passes`` is FUSED's) or a schedule value (``Prefilled(...)``,
+    or ``Single()``, ``Sequential()``, ``Multipass(K)`` for the prompt, the tokens then reading memory
+    unless the value is ``Single()``).
     ``compile``: compile the per-token step (see the module docstring); the prefill stays eager.
     """
-    _validate(model, prompt, max_new_tokens, regime, prefill_passes, temperature, top_k, eos)
+    value = _validate(model, prompt, max_new_tokens, regime, prefill_passes, temperature, top_k, eos)
     B, P = prompt.shape
     if compile and not isinstance(model, GPT):
         raise ValueError(f"compile=True needs a workbench GPT (its fixed-shape cache), got {type(model).__name__}")
     length = P + max_new_tokens
     cache = model.new_kv_cache(B, length, static=True) if compile else model.new_kv_cache(B, length)
     step_fn = compiled_carry() if compile else schedules.carry
-    if regime == "fused":
-        out = schedules.multipass(model, prompt, passes=prefill_passes + 1, cache=cache)
-        logits = out.logits[:, -1]
-    else:
-        step = model.step(prompt, kv=cache)
-        cache.state, logits = step.memory[:, -1], step.logits[:, -1]
-    feedback = regime != "standard"
+    logits = value.prefill(model, prompt, cache).logits[:, -1]
+    feedback = value.reads_memory
     tokens, chosen_by = [prompt], []
     done = torch.zeros(B, dtype=torch.bool, device=prompt.device)
     position = torch.full((1,), P, device=prompt.device)  # advanced on the device: no copy from the host

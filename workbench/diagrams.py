@@ -23,7 +23,7 @@ from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle
 
 from .config import MECHANISMS
 from .decode import REGIMES
-from .plots import _figure
+from .plots import new_figure
 from .validation import check_int
 
 PLAIN, READS, EXACT, ACCENT = "#d9d9d9", "#9ecae1", "#74c476", "#d62728"
@@ -64,7 +64,7 @@ def recurrence(positions: int = 4, layers: int = 3, mechanism: str = "fbt", sour
     if mechanism not in MECHANISMS:
         raise ValueError(f"mechanism={mechanism!r} is invalid: must be one of {MECHANISMS}")
     check_int("source_layer", source_layer, -1, layers - 1)
-    fig, (ax,) = _figure(1, panel=(1.5 + 1.3 * positions, 1.4 + 0.7 * layers))
+    fig, (ax,) = new_figure(1, panel=(1.5 + 1.3 * positions, 1.4 + 0.7 * layers))
     source = layers if source_layer == -1 else source_layer + 1  # depth of the state read as memory
     for t in range(positions):
         for depth in range(layers + 1):
@@ -112,7 +112,7 @@ def interleaved_sweep(seq_len: int = 8, subsets: int = 2) -> Figure:
     check_int("seq_len", seq_len, 2, 24)
     check_int("subsets", subsets, 1, min(seq_len, len(SUBSET_COLOURS)))
     reads = interleaved_reads(seq_len, subsets)
-    fig, (ax,) = _figure(1, panel=(1.6 + 0.55 * seq_len, 1.2 + 0.6 * (subsets + 1)))
+    fig, (ax,) = new_figure(1, panel=(1.6 + 0.55 * seq_len, 1.2 + 0.6 * (subsets + 1)))
     for t in range(seq_len):
         _cell(ax, t, 0, PLAIN, "")
         s = t % subsets
@@ -140,7 +140,7 @@ def jacobi_passes(seq_len: int = 6, passes: int | None = None) -> Figure:
     check_int("seq_len", seq_len, 2, 24)
     passes = seq_len if passes is None else passes
     check_int("passes", passes, 1, 24)
-    fig, (ax,) = _figure(1, panel=(1.4 + 0.55 * seq_len, 1.0 + 0.55 * passes))
+    fig, (ax,) = new_figure(1, panel=(1.4 + 0.55 * seq_len, 1.0 + 0.55 * passes))
     for k in range(1, passes + 1):
         for t in range(seq_len):
             _cell(ax, t, k, EXACT if t < k else PLAIN)
@@ -157,7 +157,7 @@ def jacobi_passes(seq_len: int = 6, passes: int | None = None) -> Figure:
 # ---------------------------------------------------------------------------------------------- FBT
 def fbt_fusion() -> Figure:
     """The GLU fusion: the carried state on the value path, the token only gating it channel by channel."""
-    fig, (ax,) = _figure(1, panel=(9.0, 3.2))
+    fig, (ax,) = new_figure(1, panel=(9.0, 3.2))
     boxes = {  # key: (x, y, width, label)
         "e": (0.0, 2.0, 2.2, "token embedding $e_t$"), "norm_e": (2.6, 2.0, 1.4, "RMSNorm"),
         "W_G": (4.4, 2.0, 1.2, "$W_G$"), "sigma": (6.2, 2.0, 1.4, r"$\sigma$ (gate)"),
@@ -201,7 +201,7 @@ def decoding_regimes(prompt_len: int = 4, new_tokens: int = 3, prefill_passes: i
     check_int("new_tokens", new_tokens, 1, 12)
     check_int("prefill_passes", prefill_passes, 1, 6)
     T = prompt_len + new_tokens
-    fig, axes = _figure(len(REGIMES), panel=(0.9 + 0.5 * T, 1.6 + 0.5 * (prefill_passes + 1)))
+    fig, axes = new_figure(len(REGIMES), panel=(0.9 + 0.5 * T, 1.6 + 0.5 * (prefill_passes + 1)))
     for ax, regime in zip(axes, REGIMES):
         prompt_rows = prefill_passes + 1 if regime == "fused" else 1
         top = prompt_rows - 1  # the prompt pass the generated tokens continue from

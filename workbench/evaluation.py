@@ -2,7 +2,8 @@
 
 Per-example numbers are what honest comparisons need: two models evaluated on the same held-out
 sequences can be compared *paired*, example by example, with a bootstrap interval for the
-difference (``paired_difference``), instead of eyeballing two means.
+difference (``paired_difference``), instead of eyeballing two means. The intervals come from
+``stats.bootstrap``; ``verdict`` and ``MIN_SEEDS`` live in ``stats`` and are importable from here too.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import torch
 from . import schedules
 from .metrics import token_losses
 from .model import GPT, eval_mode
+from .stats import MIN_SEEDS, bootstrap, verdict  # noqa: F401 - the verdict rule's old address, the same objects
 from .tasks.base import Batch
 
 
@@ -65,69 +67,24 @@ def summarize(per_example: pd.DataFrame, bytes_per_token: float = 1.0) -> dict[s
 
 def paired_difference(a: np.ndarray, b: np.ndarray, n_boot: int = 2000, seed: int = 0,
                       level: float = 0.95) -> dict[str, float]:
-    """Mean of ``b - a`` over paired examples with a bootstrap interval (resampling examples)."""
+    """Mean of ``b - a`` over paired examples with a bootstrap interval (resampling examples):
+    ``stats.bootstrap(b, a)``."""
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     if a.shape != b.shape or a.ndim != 1 or len(a) == 0:
         raise ValueError(f"a and b must be 1-D arrays of the same non-zero length, got {a.shape} and {b.shape}")
-    diff = b - a
-    rng = np.random.default_rng(seed)
-    means = diff[rng.integers(0, len(diff), size=(n_boot, len(diff)))].mean(axis=1)
-    tail = (1 - level) / 2
-    return {"mean": float(diff.mean()), "low": float(np.quantile(means, tail)),
-            "high": float(np.quantile(means, 1 - tail))}
-
-
-def _per_seed(name: str, arrays: Sequence[np.ndarray], n: int | None) -> np.ndarray:
-    stacked = [np.asarray(a, dtype=np.float64) for a in arrays]
-    if not stacked or any(a.ndim != 1 or len(a) == 0 for a in stacked):
-        raise ValueError(f"{name} must be a non-empty list of non-empty 1-D arrays (one per seed)")
-    if len({len(a) for a in stacked}) != 1 or (n is not None and len(stacked[0]) != n):
-        raise ValueError(f"{name}: every seed must hold the same examples (got lengths {[len(a) for a in stacked]}"
-                         + (f", expected {n})" if n is not None else ")"))
-    return np.stack(stacked)
+    return bootstrap(b, a, n_boot=n_boot, seed=seed, level=level)
 
 
 def hierarchical_difference(reference: Sequence[np.ndarray], arm: Sequence[np.ndarray], n_boot: int = 2000,
                             seed: int = 0, level: float = 0.95) -> dict[str, float]:
-    """Mean of ``arm - reference`` with an interval that carries seed variance as well as example noise.
+    """Mean of ``arm - reference`` with an interval that carries seed variance as well as example noise:
+    ``stats.bootstrap(arm, reference, unit="seeds")``.
 
     Each argument holds one per-example array per training seed, all on the same held-out examples.
-    Each bootstrap replicate resamples the seeds of each arm (independently: two seeds of two arms
-    are unrelated runs), then the examples (one draw shared by every seed and both arms, since the
-    examples are paired). With one seed per arm it reduces to the paired example bootstrap; with
+    Each bootstrap replicate resamples the examples (one draw shared by every seed and both arms,
+    since the examples are paired), then the seeds of each arm (independently: two seeds of two arms
+    are unrelated runs). With one seed per arm it reduces to the paired example bootstrap; with
     constant examples, to a bootstrap of the seed means. Why: two seeds of one arm can differ by
     more than the effect between arms, and an example-only interval would hide that.
     """
-    ref = _per_seed("reference", reference, None)
-    other = _per_seed("arm", arm, ref.shape[1])
-    rng = np.random.default_rng(seed)
-    n = ref.shape[1]
-    examples = rng.integers(0, n, size=(n_boot, n))
-    ref_seeds = rng.integers(0, len(ref), size=(n_boot, len(ref)))
-    arm_seeds = rng.integers(0, len(other), size=(n_boot, len(other)))
-    # mean over resampled examples of each seed, then over resampled seeds
-    ref_means = np.take_along_axis(ref[:, None, :], examples[None], axis=2).mean(2)  # (seeds, n_boot)
-    arm_means = np.take_along_axis(other[:, None, :], examples[None], axis=2).mean(2)
-    boot = (np.take_along_axis(arm_means.T, arm_seeds, axis=1).mean(1)
-            - np.take_along_axis(ref_means.T, ref_seeds, axis=1).mean(1))
-    tail = (1 - level) / 2
-    return {"mean": float(other.mean() - ref.mean()), "low": float(np.quantile(boot, tail)),
-            "high": float(np.quantile(boot, 1 - tail)), "seeds": int(min(len(ref), len(other)))}
-
-
-MIN_SEEDS = 3  # a claim about a difference between arms rests on at least this many seeds per arm
-
-
-def verdict(interval: dict[str, float], expected_sign: int) -> str:
-    """'reproduces' when the interval excludes 0 on the paper's side, 'does not reproduce' when it
-    excludes 0 on the other side, else 'inconclusive'; an interval from fewer than ``MIN_SEEDS`` seeds
-    per arm (``hierarchical_difference`` records them) is 'not tested'."""
-    if expected_sign not in (-1, 1):
-        raise ValueError(f"expected_sign={expected_sign!r} is invalid: must be -1 or 1")
-    if interval.get("seeds", MIN_SEEDS) < MIN_SEEDS:
-        return f"not tested: seeds = {interval['seeds']} (needs >= {MIN_SEEDS})"
-    if interval["low"] > 0:
-        return "reproduces" if expected_sign > 0 else "does not reproduce"
-    if interval["high"] < 0:
-        return "reproduces" if expected_sign < 0 else "does not reproduce"
-    return "inconclusive"
+    return bootstrap(arm, reference, unit="seeds", n_boot=n_boot, seed=seed, level=level)

@@ -42,7 +42,7 @@ PANEL = (4.8, 3.6)  # inches per panel
 MAX_COLUMNS = 3  # panels per row: at 80 dpi three 4-inch panels fill a notebook cell (~960 px) and stay legible
 
 
-def _figure(ncols: int, nrows: int = 1, panel: tuple[float, float] = PANEL,
+def new_figure(ncols: int, nrows: int = 1, panel: tuple[float, float] = PANEL,
             sharey: bool = False) -> tuple[Figure, list[Axes]]:
     """A pyplot-free figure with seaborn's style and a flat list of its axes."""
     with sns.axes_style(STYLE):
@@ -55,7 +55,7 @@ def _grid(n: int, panel: tuple[float, float], sharey: bool = False) -> tuple[Fig
     """``n`` panels wrapped into rows of at most ``MAX_COLUMNS`` (a row of six is unreadable at cell
     width); the grid's unused cells are removed, so ``fig.axes`` holds exactly the ``n`` panels."""
     ncols = min(n, MAX_COLUMNS)
-    fig, axes = _figure(ncols, -(-n // ncols), panel=panel, sharey=sharey)
+    fig, axes = new_figure(ncols, -(-n // ncols), panel=panel, sharey=sharey)
     for ax in axes[n:]:
         ax.remove()
     return fig, axes[:n]
@@ -171,7 +171,7 @@ def probe_heatmap(df: pd.DataFrame, value: str = "accuracy") -> Figure:
     """
     _require(df, ["condition", "layer", value], "probe_heatmap")
     facets = _facets(df)
-    fig, axes = _figure(len(facets), panel=(1.2 + 1.1 * df["condition"].nunique(), 3.8))
+    fig, axes = new_figure(len(facets), panel=(1.2 + 1.1 * df["condition"].nunique(), 3.8))
     for ax, (title, group) in zip(axes, facets):
         table = group.pivot_table(index="layer", columns="condition", values=value, aggfunc="mean", sort=False)
         table = table.sort_index(ascending=False)[_in_order(group["condition"])]
@@ -191,7 +191,7 @@ def probe_profile(df: pd.DataFrame, highlight_depth: int | None = None) -> Figur
     gap); the grey dotted line is the majority-class rate. ``highlight_depth`` marks one depth.
     """
     _require(df, ["condition", "layer", "accuracy"], "probe_profile")
-    fig, (ax,) = _figure(1, panel=(6.0, 4.0))
+    fig, (ax,) = new_figure(1, panel=(6.0, 4.0))
     group_keys = ["condition"] + [c for c in ("model", "task") if c in df.columns and df[c].nunique() > 1]
     groups = df.groupby(group_keys, sort=False)
     for color, (key, group) in zip(sns.color_palette("deep", n_colors=groups.ngroups), groups):
@@ -235,7 +235,7 @@ def layer0_comparison(df: pd.DataFrame, depth: int = 0) -> Figure:
         raise ValueError(f"depth={depth!r} is invalid: the probes cover depths {sorted(df['layer'].unique())}")
     tasks = _in_order(at["task"]) if "task" in at else [None]
     lengths = sorted(at["scratch_updates"].unique()) if "scratch_updates" in at else [None]
-    fig, axes = _figure(len(tasks), len(lengths), panel=(1.2 + 0.75 * at["condition"].nunique(), 3.2))
+    fig, axes = new_figure(len(tasks), len(lengths), panel=(1.2 + 0.75 * at["condition"].nunique(), 3.2))
     models = _in_order(at["model"]) if "model" in at else [None]
     palette = sns.color_palette("deep", n_colors=len(models))
     width = 0.8 / len(models)
@@ -295,7 +295,7 @@ def accuracy_vs_scratch(df: pd.DataFrame, condition: str = "suffix1", depth: int
     if at.empty:
         raise ValueError(f"condition={condition!r}, depth={depth!r} is invalid: no rows for them")
     tasks = _in_order(at["task"])
-    fig, axes = _figure(len(tasks), panel=(4.2, 3.6))
+    fig, axes = new_figure(len(tasks), panel=(4.2, 3.6))
     models = _in_order(at["model"])
     for ax, task in zip(axes, tasks):
         sub = at[at["task"] == task]
@@ -326,7 +326,7 @@ def specimen_gates(df: pd.DataFrame, threshold: float) -> Figure:
     """
     _require(df, ["task", "arm", "scratch_updates", "gate_value"], "specimen_gates")
     tasks = _in_order(df["task"])
-    fig, axes = _figure(len(tasks), panel=(4.0, 3.4))
+    fig, axes = new_figure(len(tasks), panel=(4.0, 3.4))
     arms = _in_order(df["arm"])
     width = 0.8 / len(arms)
     for ax, task in zip(axes, tasks):
@@ -367,7 +367,7 @@ def contraction_curves(results: Runs, max_pass: int | None = None, depths: Mappi
     has_loss = any("loss" in f and f["loss"].notna().any() for f in runs.values())
     panels = [("delta", "residual ||H^k - H^(k-1)|| / ||H^k||"),
               ("fixed_point_distance", "distance to fixed point ||H^k - H*|| / ||H*||")]
-    fig, axes = _figure(3 if has_loss else 2, panel=(4.4, 3.6))
+    fig, axes = new_figure(3 if has_loss else 2, panel=(4.4, 3.6))
     styles = _run_styles(list(runs))
     last = 1
     for name, frame in runs.items():
@@ -407,7 +407,7 @@ def decoding_state_norms(results: Runs, note: str = "") -> Figure:
     title (the context length and depth the models were trained at, which the generation runs past).
     """
     runs = _runs(results, "decoding_state_norms")
-    fig, (ax,) = _figure(1, panel=(9.0, 4.0))
+    fig, (ax,) = new_figure(1, panel=(9.0, 4.0))
     styles = _run_styles(list(runs))
     for name, frame in runs.items():
         _require(frame, ["position", "generated", "state_norm_mean", "state_norm_max"], "decoding_state_norms")
@@ -435,7 +435,7 @@ def sensitivity_decay(results: Runs, note: str = "") -> Figure:
     ``note``: a title (sequence length, training depth, where the nudge was made).
     """
     runs = _runs(results, "sensitivity_decay")
-    fig, (ax,) = _figure(1, panel=(8.0, 4.0))
+    fig, (ax,) = new_figure(1, panel=(8.0, 4.0))
     styles = _run_styles(list(runs))
     for name, frame in runs.items():
         _require(frame, ["distance", "effect"], "sensitivity_decay")
@@ -470,7 +470,7 @@ def trace_lengths(df: pd.DataFrame, lines: pd.DataFrame | None = None) -> Figure
 
     _require(df, ["regime", "length", "correct"], "trace_lengths")
     order = [r for r in REGIMES if r in set(df["regime"])] + [r for r in _in_order(df["regime"]) if r not in REGIMES]
-    fig, axes = _figure(2 if lines is None else 3)
+    fig, axes = new_figure(2 if lines is None else 3)
     ax_len, ax_acc = axes[:2]
     palette = dict(zip(order, sns.color_palette("deep", n_colors=len(order))))
     boxes = ax_len.boxplot([df.loc[df["regime"] == r, "length"] for r in order], positions=range(len(order)),
@@ -534,7 +534,7 @@ def loss_curves(history: Runs, x: str = "step", title: str = "") -> Figure:
     runs = _runs(history, "loss_curves")
     for frame in runs.values():
         _require(frame, [x, "loss"], "loss_curves")
-    fig, (ax,) = _figure(1, panel=(6.5, 4.2))
+    fig, (ax,) = new_figure(1, panel=(6.5, 4.2))
     if len(runs) == 1:
         (frame,) = runs.values()
         ax.plot(frame[x], frame["loss"], color="black", label="train objective")
@@ -578,7 +578,7 @@ def loss_vs_flops(curves: Mapping[str, Sequence[pd.DataFrame]], floor: float | N
             raise ValueError(f"x={key!r} is invalid: must be one of {tuple(CURVE_AXES)}")
     if not curves or any(len(seeds) == 0 for seeds in curves.values()):
         raise ValueError("loss_vs_flops: curves must map each arm to at least one history")
-    fig, axes = _figure(len(axes_x) + int(extra_panel), panel=(5.6, 4.0))
+    fig, axes = new_figure(len(axes_x) + int(extra_panel), panel=(5.6, 4.0))
     for (arm, seeds), color in zip(curves.items(), sns.color_palette("deep", n_colors=len(curves))):
         for frame in seeds:
             _require(frame, [*axes_x, column], "loss_vs_flops")
@@ -616,7 +616,7 @@ def token_steps(trajectory: pd.DataFrame, position: int, example: int = 0,
     if position not in set(rows["position"]):
         raise ValueError(f"position={position!r} is invalid: must be in [0, {int(rows['position'].max())}]")
     row = rows[rows["position"] == position].iloc[0]
-    fig, (ax_cos, ax_top) = _figure(2)
+    fig, (ax_cos, ax_top) = new_figure(2)
     ax_cos.plot(rows["position"], rows["cosine_prev"], "o-", ms=3, color="tab:blue")
     ax_cos.axvline(position, color="black", lw=1, alpha=0.5)
     ax_cos.set(xlabel="position t", ylabel="cos(m_{t-1}, m_t)", ylim=(-1.05, 1.05))
@@ -638,7 +638,7 @@ def comparison_bars(table: pd.DataFrame, title: str = "") -> Figure:
     keys = [c for c in ("task", "metric") if c in table.columns]
     panels = [(" / ".join(map(str, k if isinstance(k, tuple) else (k,))), g)
               for k, g in table.groupby(keys, sort=False)]
-    fig, axes = _figure(len(panels), panel=(1.2 + 0.9 * table["arm"].nunique(), 3.6))
+    fig, axes = new_figure(len(panels), panel=(1.2 + 0.9 * table["arm"].nunique(), 3.6))
     for ax, (name, group) in zip(axes, panels):
         colors = sns.color_palette("deep", n_colors=len(group))
         err = group["seed_std"] if "seed_std" in group else None
@@ -664,7 +664,7 @@ def jacobi_settling(frame: pd.DataFrame, exact_below: float = 1e-9) -> Figure:
     exact = values < exact_below
     logs = np.log10(np.where(exact, np.nan, values))
     width = float(np.clip(2.5 + 0.12 * table.shape[1], 5.0, 9.0))
-    fig, (ax,) = _figure(1, panel=(width, float(np.clip(2.0 + 0.12 * table.shape[0], 3.6, 6.0))))
+    fig, (ax,) = new_figure(1, panel=(width, float(np.clip(2.0 + 0.12 * table.shape[0], 3.6, 6.0))))
     extent = (table.columns.min() - 0.5, table.columns.max() + 0.5, table.index.max() + 0.5, table.index.min() - 0.5)
     image = ax.imshow(logs, aspect="auto", cmap="magma", extent=extent, interpolation="nearest")
     ax.contour(table.columns, table.index, exact.astype(float), levels=[0.5], colors="tab:blue", linewidths=1.5)
@@ -707,7 +707,7 @@ def regime_losses(frame: pd.DataFrame) -> Figure:
     few positions is told from one that helps throughout.
     """
     _require(frame, ["regime", "position", "loss"], "regime_losses")
-    fig, (ax,) = _figure(1, panel=(7.0, 3.6))
+    fig, (ax,) = new_figure(1, panel=(7.0, 3.6))
     regimes = _in_order(frame["regime"])
     order = [r for r in REGIMES if r in regimes] + [r for r in regimes if r not in REGIMES]
     palette = dict(zip(REGIMES, sns.color_palette("deep", n_colors=len(REGIMES))))
@@ -743,7 +743,7 @@ def trace_example(df: pd.DataFrame, example: int, regime: str | None = None) -> 
         raise ValueError(f"regime={regime!r} is invalid: the traces hold {order}")
     rows = rows.set_index("regime").reindex(order)
     medians = df.groupby("regime")["length"].median().reindex(order)
-    fig, (ax,) = _figure(1, panel=(5.5, 3.4))
+    fig, (ax,) = new_figure(1, panel=(5.5, 3.4))
     x = np.arange(len(order))
     colors = ["tab:green" if ok else "tab:red" for ok in rows["correct"].fillna(False)]
     bars = ax.bar(x, rows["length"], color=colors, alpha=0.8, width=0.6)
@@ -851,7 +851,7 @@ def schedule_distance(sweeps: pd.DataFrame, positions: Mapping[str, pd.DataFrame
     shows multipass's exact prefix and blockwise's block edges.
     """
     _require(sweeps, ["schedule", "value", "distance"], "schedule_distance")
-    fig, axes = _figure(2 if positions else 1)
+    fig, axes = new_figure(2 if positions else 1)
     schedules = _in_order(sweeps["schedule"])
     palette = dict(zip(schedules, sns.color_palette("deep", n_colors=len(schedules))))
     ax = axes[0]
@@ -895,7 +895,7 @@ def kv_cache_step(pattern: np.ndarray, keys: np.ndarray, position: int, labels: 
     shown[np.triu_indices(T, 1)] = np.nan  # the causal mask: never computed
     cached = keys.copy()
     cached[position + 1:] = np.nan
-    fig, (ax_att, ax_k) = _figure(2, panel=(4.6, 4.2))
+    fig, (ax_att, ax_k) = new_figure(2, panel=(4.6, 4.2))
     ax_att.imshow(shown, cmap="viridis", vmin=0.0, vmax=1.0, interpolation="nearest")
     ax_att.axhspan(position - 0.5, position + 0.5, fill=False, ec="tab:red", lw=2)
     ax_att.set(xlabel="key position (in the cache)", ylabel="query position", title=f"attention, step t={position}")
@@ -920,7 +920,7 @@ def lrt_mechanism(stats: pd.DataFrame, gates: pd.DataFrame | None = None, title:
     """
     _require(stats, ["layer", "alpha", "gamma", "gate_local", "gate_feedback", "source"], "lrt_mechanism")
     show_map = gates is not None and not gates.empty
-    fig, axes = _figure(3 if show_map else 2, panel=(4.0, 3.4))
+    fig, axes = new_figure(3 if show_map else 2, panel=(4.0, 3.4))
     layers = stats["layer"].to_numpy()
     for ax, columns, ylabel in ((axes[0], ("alpha", "gamma"), "residual scale"),
                                 (axes[1], ("gate_local", "gate_feedback"), "mean gate (2 sigmoid)")):
@@ -954,7 +954,7 @@ def swap_flips(swaps: pd.DataFrame, ax: Axes | None = None) -> Figure:
     """Answer flip rate per gated specimen and intervention (``causal_use``'s table: ``{kind}_flip`` with
     ``{kind}_low``/``{kind}_high``), beside the layer-0 probe accuracy and the untrained twin's: a probe
     that decodes the label while the swap leaves the answer alone shows decodability without use."""
-    fig, axes = _figure(1, panel=(7.0, 3.8)) if ax is None else (ax.figure, [ax])
+    fig, axes = new_figure(1, panel=(7.0, 3.8)) if ax is None else (ax.figure, [ax])
     ax = axes[0]
     if swaps.empty:
         _empty(ax, "no gated specimen: nothing intervened on")
@@ -991,7 +991,7 @@ def ablation_distance(frame: pd.DataFrame, axes: Sequence[Axes] | None = None) -
     """How far back the recurrent state matters (``ablation_by_distance`` rows, a ``run`` column per
     specimen): left, the mean loss increase at t against how far back (d) the ablated memory lies;
     right, the increase at d = 1 (the position that reads it) by position."""
-    fig, axes = _figure(2, panel=(4.4, 3.6)) if axes is None else (axes[0].figure, list(axes))
+    fig, axes = new_figure(2, panel=(4.4, 3.6)) if axes is None else (axes[0].figure, list(axes))
     if frame.empty:
         for ax in axes:
             _empty(ax, "no gated LRT text specimen")
@@ -1035,7 +1035,7 @@ def answer_logits(frame: pd.DataFrame, title: str = "") -> Figure:
     """The answer's logits before and after interventions, for one example (``intervention_logits`` rows:
     ``intervention``, ``token``, ``logit``; ``clean`` is the unedited run): which way each edit moves it."""
     _require(frame, ["intervention", "token", "logit"], "answer_logits")
-    fig, axes = _figure(1, panel=(5.6, 3.4))
+    fig, axes = new_figure(1, panel=(5.6, 3.4))
     ax = axes[0]
     table = frame.pivot_table(index="intervention", columns="token", values="logit", sort=False)
     colors = sns.color_palette("deep", n_colors=len(table.columns))
@@ -1055,7 +1055,7 @@ def fixed_point_accuracy(results: Mapping[str, pd.DataFrame], trained_depth: int
     """Answer accuracy against pass (log axis) per model, the exact recurrence's as a dashed line in the same
     colour: ``analysis.dynamics.fixed_point_quality(...).per_example`` frames by name. Where the line ends
     above the dash, the model reads its passes better than the fixed point they converge to."""
-    fig, (ax,) = _figure(1, panel=(7.2, 3.8))
+    fig, (ax,) = new_figure(1, panel=(7.2, 3.8))
     palette = sns.color_palette("tab10", len(results))
     for colour, (name, frame) in zip(palette, results.items()):
         _require(frame, ["pass", "schedule", "correct"], "fixed_point_accuracy")
@@ -1079,7 +1079,7 @@ def lyapunov_curves(results: Mapping[str, pd.DataFrame]) -> Figure:
     ``analysis.dynamics.lyapunov`` frames by name, one panel per path ("full", "memory")."""
     frames = {name: f[f["index"] == 1] for name, f in results.items()}
     paths = sorted({p for f in frames.values() for p in f["path"].unique()})
-    fig, axes = _figure(len(paths), panel=(5.2, 3.6))
+    fig, axes = new_figure(len(paths), panel=(5.2, 3.6))
     palette = sns.color_palette("tab10", len(frames))
     for ax, path in zip(axes, paths):
         for colour, (name, frame) in zip(palette, frames.items()):
@@ -1101,7 +1101,7 @@ def lyapunov_curves(results: Mapping[str, pd.DataFrame]) -> Figure:
 def lens_by_pass(results: Mapping[str, pd.DataFrame], lens: str = "logit", value: str = "top1_is_answer") -> Figure:
     """Heatmaps of what a lens reads at the answer position, pass (columns) by depth (rows), one panel per model:
     ``analysis.dynamics.fed_back_lens(...)["lens"]`` frames by name."""
-    fig, axes = _figure(len(results), panel=(4.2, 2.6))
+    fig, axes = new_figure(len(results), panel=(4.2, 2.6))
     for ax, (name, frame) in zip(axes, results.items()):
         _require(frame, ["pass", "depth", "lens", value], "lens_by_pass")
         grid = frame[frame["lens"] == lens].pivot(index="depth", columns="pass", values=value)

@@ -21,6 +21,16 @@ Every mechanism runs under every schedule (for ``mechanism="none"`` the memory i
   equilibrium models' Jacobian-free backpropagation does. Every pass map measured here contracts,
   so this trains the model on the state the exact recurrence reaches. ``K >= T`` is exact.
 
+Decoding and probing are written in the same values, never re-implemented by the module that needs them:
+``Prefilled(prefill, then)`` computes a prompt under one schedule and the rest token by token, as
+``decode.generate`` does. The decoding regimes are ``regime(...)``: STANDARD = ``Single()``, SOFT =
+``Prefilled(Single())`` (equal to ``Sequential`` with ``plain_prefix`` = the prompt's length, but
+computed as the decoder does, bit for bit), FUSED = ``Prefilled(Multipass(1 + prefill_passes))``; a
+probe's k-step recurrent suffix is SOFT from ``label_pos - k + 1``. Every value says which positions
+read memory (``reads``), how it fills a KV cache (``prefill``), what a training batch runs (``draw``)
+and which pass losses are its final estimate (``final_passes``), so no caller asks which class it
+holds. One carry step (``carry``) and one Jacobi pass (``jacobi_pass``) underlie all of them.
+
 Each returns a ``ScheduleOutput`` whose ``loss(targets)`` is that schedule's training objective
 (multi-pass: ``NTP_1 + lambda * mean_{k>=2} NTP_k``; interleaved: the mean over the 1 + S passes).
 ``schedule_flops`` counts the work each one really does, for comparisons at matched compute.
@@ -56,25 +66,34 @@ class ScheduleOutput:
     loss_weights: list[float] = field(default_factory=list)  # how pass losses combine into the objective
     schedule: str = ""
 
-    def pass_losses(self, targets: torch.Tensor, reduction: str = "mean") -> list[torch.Tensor]:
+    def pass_losses(self, targets: torch.Tensor, reduction: str = "mean",
+                    normaliser: torch.Tensor | None = None) -> list[torch.Tensor]:
         """Next-token cross-entropy of each pass over the positions it computed (targets -1 ignored).
 
-        ``reduction="sum"`` gives summed nats (the trainer divides by a global target count so that
-        every split of a batch computes the same objective); a pass with no targets gives 0, not NaN.
+        ``reduction="sum"`` gives summed nats; ``"mean"`` divides each pass's sum by the number of targets
+        at its positions in ``normaliser`` (default ``targets``): the trainer passes the global batch's
+        targets, so the micro-batches of every split sum to the same objective. A pass with no targets
+        gives 0, not NaN.
         """
         if reduction not in ("mean", "sum"):
             raise ValueError(f"reduction={reduction!r} is invalid: must be 'mean' or 'sum'")
+        normaliser = targets if normaliser is None else normaliser
         losses = []
         for logits, pos in zip(self.pass_logits, self.pass_positions):
-            tgt = targets if pos is None else targets[:, pos]
-            total = token_losses(logits, tgt).sum()
-            losses.append(total if reduction == "sum" else total / (tgt >= 0).sum().clamp(min=1))
+            total = token_losses(logits, targets if pos is None else targets[:, pos]).sum()
+            if reduction == "mean":
+                counted = normaliser if pos is None else normaliser[:, pos.to(normaliser.device)]
+                total = total / counted.ge(0).sum().clamp(min=1).to(total.device)
+            losses.append(total)
         return losses
 
-    def loss(self, targets: torch.Tensor) -> torch.Tensor:
-        """The schedule's training objective (weighted sum of its pass losses)."""
-        losses = self.pass_losses(targets)
-        return sum(w * loss for w, loss in zip(self.loss_weights, losses))
+    def objective(self, pass_losses: list[torch.Tensor]) -> torch.Tensor:
+        """The schedule's training objective from its pass losses: their sum weighted by ``loss_weights``."""
+        return sum(w * loss for w, loss in zip(self.loss_weights, pass_losses))
+
+    def loss(self, targets: torch.Tensor, normaliser: torch.Tensor | None = None) -> torch.Tensor:
+        """The schedule's training objective (``objective`` of the mean ``pass_losses``)."""
+        return self.objective(self.pass_losses(targets, normaliser=normaliser))
 
 
 def shift_right(memory: torch.Tensor) -> torch.Tensor:
@@ -186,6 +205,13 @@ def blockwise(model: GPT, idx: torch.Tensor, block: int, plain_prefix: int | tor
     return _chunked(model, idx, block, plain_prefix, "blockwise")
 
 
+def jacobi_pass(model: GPT, idx: torch.Tensor, memory: torch.Tensor | None, reads: torch.Tensor,
+                kv: DecodeCache | None = None) -> StepOutput:
+    """One Jacobi pass: every position that ``reads`` takes its predecessor's memory from the previous pass's
+    ``memory`` (None: a plain pass). The one pass multipass, fixed-point training and the pass maps take."""
+    return model.step(idx, memory=None if memory is None else shift_right(memory), memory_mask=reads, kv=kv)
+
+
 def iterate_passes(model: GPT, idx: torch.Tensor, plain_prefix: int | torch.Tensor = 0,
                    passes: int | None = None) -> Iterator[StepOutput]:
     """Jacobi passes, yielded one at a time (``passes=None``: endlessly), so analysis can stream them."""
@@ -195,7 +221,7 @@ def iterate_passes(model: GPT, idx: torch.Tensor, plain_prefix: int | torch.Tens
     memory = None
     k = 0
     while passes is None or k < passes:
-        out = model.step(idx, memory=None if memory is None else shift_right(memory), memory_mask=reads)
+        out = jacobi_pass(model, idx, memory, reads)
         memory = out.memory
         k += 1
         yield out
@@ -214,8 +240,7 @@ def multipass(model: GPT, idx: torch.Tensor, passes: int, plain_prefix: int | to
     B, T = idx.shape
     outs = list(iterate_passes(model, idx, plain_prefix, passes - 1))
     reads = feedback_mask(B, T, plain_prefix, idx.device)
-    memory_in = None if not outs else shift_right(outs[-1].memory)
-    last = model.step(idx, memory=memory_in, memory_mask=reads, kv=cache)
+    last = jacobi_pass(model, idx, outs[-1].memory if outs else None, reads, kv=cache)
     if cache is not None:
         cache.state = last.memory[:, -1]
     outs.append(last)
@@ -278,14 +303,14 @@ def fixed_point(model: GPT, idx: torch.Tensor, passes: int, plain_prefix: int | 
     try:
         with torch.no_grad():
             for _ in range(min(passes, T)):  # T passes are exact by causality: more would change nothing
-                new = model.step(idx, memory=shift_right(memory), memory_mask=reads).memory
+                new = jacobi_pass(model, idx, memory, reads).memory
                 residual = torch.linalg.vector_norm((new - memory).double()) / torch.linalg.vector_norm(new.double())
                 memory = new
                 if idx.device.type != "meta" and float(residual) < tol:  # a meta tensor holds no value
                     break
     finally:
         model.train(was_training)
-    last = model.step(idx, memory=shift_right(memory), memory_mask=reads)
+    last = jacobi_pass(model, idx, memory, reads)
     return ScheduleOutput(last.logits, [first.logits, last.logits], last.memory, [None, None],
                           [1.0, aux_weight], "fixed_point")
 
@@ -308,8 +333,37 @@ class Schedule:
         if hasattr(self, "aux_weight"):  # the range TrainConfig allows: NaN, inf or < 0 make no objective
             check_float("aux_weight", self.aux_weight, 0.0, 1e6)
 
+    reads_memory: ClassVar[bool] = True  # False: no position reads memory (``single``)
+    can_prefill: ClassVar[bool] = False  # whether ``prefill`` can fill a KV cache for decoding
+
     def run(self, model: GPT, idx: torch.Tensor, plain_prefix: int | torch.Tensor = 0) -> ScheduleOutput:
         raise NotImplementedError
+
+    def prefill(self, model: GPT, idx: torch.Tensor, cache: DecodeCache) -> ScheduleOutput:
+        """Run over a prompt, leaving its keys/values and final memory in ``cache`` for the recurrence to go on."""
+        raise ValueError(f"schedule={self.label!r} cannot prefill a KV cache: prefill with single, sequential or "
+                         "multipass")
+
+    def reads(self, batch: int, seq_len: int, plain_prefix: int | torch.Tensor = 0,
+              device: torch.device | str | None = None) -> torch.Tensor:
+        """(B, T) bool: the positions whose final estimate read memory (``feedback_mask`` for most)."""
+        if not self.reads_memory:
+            return torch.zeros(batch, seq_len, dtype=torch.bool, device=device)
+        return feedback_mask(batch, seq_len, plain_prefix, device)
+
+    def draw(self, rng: np.random.Generator) -> Schedule:
+        """The schedule one training batch runs (a pass mix draws its depth; every other value is itself)."""
+        return self
+
+    @property
+    def jacobi_passes(self) -> int:
+        """Jacobi passes one batch makes (the history's ``passes`` column): K for multipass, else 1."""
+        return 1
+
+    def final_passes(self, passes: int = 1) -> list[int]:
+        """The pass losses (1-based) whose mean is the final estimate's loss, for a batch that ran ``passes``
+        Jacobi passes: the objective mixes passes, this is what the schedule predicts with."""
+        return [self.max_passes]
 
     def pass_equivalents(self) -> float:
         """Full passes of work per sequence: every position goes through the whole stack once per pass."""
@@ -341,17 +395,28 @@ class Schedule:
 @dataclass(frozen=True)
 class Single(Schedule):
     name: ClassVar[str] = "single"
+    reads_memory: ClassVar[bool] = False
+    can_prefill: ClassVar[bool] = True
 
     def run(self, model: GPT, idx: torch.Tensor, plain_prefix: int | torch.Tensor = 0) -> ScheduleOutput:
         return single(model, idx)
+
+    def prefill(self, model: GPT, idx: torch.Tensor, cache: DecodeCache) -> ScheduleOutput:
+        out = model.step(idx, kv=cache)
+        cache.state = out.memory[:, -1]
+        return ScheduleOutput(out.logits, [out.logits], out.memory, [None], [1.0], self.name)
 
 
 @dataclass(frozen=True)
 class Sequential(Schedule):
     name: ClassVar[str] = "sequential"
+    can_prefill: ClassVar[bool] = True
 
     def run(self, model: GPT, idx: torch.Tensor, plain_prefix: int | torch.Tensor = 0) -> ScheduleOutput:
         return sequential(model, idx, plain_prefix)
+
+    def prefill(self, model: GPT, idx: torch.Tensor, cache: DecodeCache) -> ScheduleOutput:
+        return sequential(model, idx, cache=cache)
 
 
 @dataclass(frozen=True)
@@ -361,9 +426,13 @@ class Multipass(Schedule):
     name: ClassVar[str] = "multipass"
     knob_name: ClassVar[str] = "passes"
     symbol: ClassVar[str] = "K"
+    can_prefill: ClassVar[bool] = True
 
     def run(self, model: GPT, idx: torch.Tensor, plain_prefix: int | torch.Tensor = 0) -> ScheduleOutput:
         return multipass(model, idx, self.passes, plain_prefix, self.aux_weight)
+
+    def prefill(self, model: GPT, idx: torch.Tensor, cache: DecodeCache) -> ScheduleOutput:
+        return multipass(model, idx, self.passes, aux_weight=self.aux_weight, cache=cache)
 
     def pass_equivalents(self) -> float:
         return float(self.passes)
@@ -371,6 +440,13 @@ class Multipass(Schedule):
     @property
     def max_passes(self) -> int:
         return self.passes
+
+    @property
+    def jacobi_passes(self) -> int:
+        return self.passes
+
+    def final_passes(self, passes: int = 1) -> list[int]:
+        return [passes]
 
 
 @dataclass(frozen=True)
@@ -392,6 +468,9 @@ class Interleaved(Schedule):
     def max_passes(self) -> int:
         return 1 + self.subsets
 
+    def final_passes(self, passes: int = 1) -> list[int]:
+        return list(range(2, self.subsets + 2))  # the S refined subsets (their mean, over equal target counts)
+
 
 @dataclass(frozen=True)
 class Blockwise(Schedule):
@@ -402,6 +481,12 @@ class Blockwise(Schedule):
 
     def run(self, model: GPT, idx: torch.Tensor, plain_prefix: int | torch.Tensor = 0) -> ScheduleOutput:
         return blockwise(model, idx, self.block, plain_prefix)
+
+    def reads(self, batch: int, seq_len: int, plain_prefix: int | torch.Tensor = 0,
+              device: torch.device | str | None = None) -> torch.Tensor:
+        """Only the first position of each block reads memory (from the previous block's last)."""
+        first = torch.arange(seq_len, device=device) % min(self.block, seq_len) == 0
+        return feedback_mask(batch, seq_len, plain_prefix, device) & first[None, :]
 
 
 @dataclass(frozen=True)
@@ -476,13 +561,30 @@ class PassMix(Schedule):
     def deepest(self) -> Multipass:
         return Multipass(max(k for k, _ in self.mix), self.aux_weight)
 
+    can_prefill: ClassVar[bool] = True
+
     def draw(self, rng: np.random.Generator) -> Multipass:
         """The schedule of one training batch: a pass count drawn from the mix."""
         passes = int(rng.choice([k for k, _ in self.mix], p=[p for _, p in self.mix]))
         return Multipass(passes, self.aux_weight)
 
+    @property
+    def evaluated(self) -> Multipass:
+        """The multipass schedule it runs at (``passes`` deep)."""
+        return Multipass(self.passes, self.aux_weight)
+
     def run(self, model: GPT, idx: torch.Tensor, plain_prefix: int | torch.Tensor = 0) -> ScheduleOutput:
-        return Multipass(self.passes, self.aux_weight).run(model, idx, plain_prefix)
+        return self.evaluated.run(model, idx, plain_prefix)
+
+    def prefill(self, model: GPT, idx: torch.Tensor, cache: DecodeCache) -> ScheduleOutput:
+        return self.evaluated.prefill(model, idx, cache)
+
+    @property
+    def jacobi_passes(self) -> int:
+        return self.passes
+
+    def final_passes(self, passes: int = 1) -> list[int]:
+        return [passes]
 
     def pass_equivalents(self) -> float:
         return float(sum(k * p for k, p in self.mix))
@@ -497,6 +599,101 @@ class PassMix(Schedule):
 
     def to_dict(self) -> dict[str, Any]:
         return {"schedule": "multipass", "pass_mix": {k: p for k, p in self.mix}, "passes": self.passes}
+
+
+@dataclass(frozen=True)
+class Prefilled(Schedule):
+    """A prompt computed one way, then the rest token by token: how decoding computes a sequence.
+
+    ``prefill`` runs over the first ``prompt_len`` positions and fills a KV cache (single, sequential or
+    multipass); ``then`` continues through it one token at a time, reading the memory its predecessor
+    left (``Sequential()``) or not (``Single()``). The decoding regimes are such values (``regime``):
+    SOFT is ``Prefilled(Single())``, FUSED ``Prefilled(Multipass(1 + prefill_passes))``; teacher-forced,
+    ``run`` computes what ``generate`` computes on a greedy continuation, bit for bit. ``prompt_len``
+    is needed to run a whole sequence, not to generate (the prompt is what is given).
+    """
+
+    prefill_with: Schedule = field(default_factory=lambda: Single())
+    then: Schedule = field(default_factory=lambda: Sequential())
+    prompt_len: int | None = None
+    name: ClassVar[str] = "prefilled"
+    can_prefill: ClassVar[bool] = True  # its prefill part fills the cache (generate continues as ``then``)
+
+    def __post_init__(self) -> None:
+        if not getattr(self.prefill_with, "can_prefill", False) or isinstance(self.prefill_with, Prefilled):
+            raise ValueError(f"prefill_with={self.prefill_with!r} is invalid: must be a schedule that fills a KV "
+                             "cache (single, sequential, multipass or a pass mix)")
+        if self.then not in (Single(), Sequential()):
+            raise ValueError(f"then={self.then!r} is invalid: the continuation goes token by token, "
+                             "Sequential() (reading memory) or Single() (not)")
+        if self.prompt_len is not None:
+            check_int("prompt_len", self.prompt_len, 1, 1_000_000)
+
+    @property
+    def reads_memory(self) -> bool:  # type: ignore[override]
+        return self.prefill_with.reads_memory or self.then.reads_memory
+
+    def at(self, prompt_len: int) -> Prefilled:
+        """The same value for a prompt of ``prompt_len`` tokens (to run teacher-forced)."""
+        return dataclasses.replace(self, prompt_len=prompt_len)
+
+    def _prompt_len(self, seq_len: int) -> int:
+        if self.prompt_len is None:
+            raise ValueError(f"{self.label} needs prompt_len to run a whole sequence: Prefilled(...).at(prompt_len)")
+        check_int("prompt_len", self.prompt_len, 1, seq_len)
+        return self.prompt_len
+
+    def run(self, model: GPT, idx: torch.Tensor, plain_prefix: int | torch.Tensor = 0) -> ScheduleOutput:
+        check_tokens(model.config.vocab_size, idx)
+        B, T = idx.shape
+        P = self._prompt_len(T)
+        cache = model.new_kv_cache(B, T)
+        out = self.prefill(model, idx[:, :P], cache)
+        if P == T:
+            return out
+        reads = None if self.then.reads_memory else torch.zeros(B, T, dtype=torch.bool, device=idx.device)
+        logits, memory = recur(model, idx, cache, P, T, reads=reads)
+        logits, memory = torch.cat([out.logits, logits], dim=1), torch.cat([out.memory, memory], dim=1)
+        return ScheduleOutput(logits, [logits], memory, [None], [1.0], self.name)
+
+    def prefill(self, model: GPT, idx: torch.Tensor, cache: DecodeCache) -> ScheduleOutput:
+        return self.prefill_with.prefill(model, idx, cache)
+
+    def reads(self, batch: int, seq_len: int, plain_prefix: int | torch.Tensor = 0,
+              device: torch.device | str | None = None) -> torch.Tensor:
+        """The prompt's positions as its prefill reads them, then the continuation as ``then`` does."""
+        P = self._prompt_len(seq_len)
+        prompt = self.prefill_with.reads(batch, P, 0, device)
+        rest = torch.full((batch, seq_len - P), self.then.reads_memory, dtype=torch.bool, device=device)
+        return torch.cat([prompt, rest], dim=1)
+
+    def flops(self, model: GPT, batch: int, seq_len: int) -> float:
+        P = self._prompt_len(seq_len)
+        return self.prefill_with.flops(model, batch, P) + self.then.flops(model, batch, 1) * (seq_len - P)
+
+    @property
+    def label(self) -> str:
+        return f"{self.prefill_with.label} prefill, then {self.then.label}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schedule": self.name, "prefill": self.prefill_with.to_dict(), "then": self.then.to_dict(),
+                "prompt_len": self.prompt_len}
+
+
+REGIMES = ("standard", "soft", "fused")
+
+
+def regime(name: str, prefill_passes: int = 1, prompt_len: int | None = None) -> Schedule:
+    """A decoding regime of ``generate`` as a value: STANDARD = ``Single()`` (no feedback anywhere), SOFT =
+    ``Prefilled(Single())`` (a plain prompt, then every token reads its predecessor's memory), FUSED =
+    ``Prefilled(Multipass(1 + prefill_passes))`` (the prompt refined by Jacobi passes first)."""
+    if name not in REGIMES:
+        raise ValueError(f"regime={name!r} is invalid: must be one of {REGIMES}")
+    check_int("prefill_passes", prefill_passes, 1)
+    if name == "standard":
+        return Single()
+    prefill_with = Single() if name == "soft" else Multipass(1 + prefill_passes)
+    return Prefilled(prefill_with, Sequential(), prompt_len)
 
 
 # every schedule by name (a pass mix is a multipass schedule with a mix); each class knows its own knob
@@ -516,9 +713,19 @@ def parse(schedule: str | Schedule | dict[str, Any], *, passes: int | None = Non
     if isinstance(schedule, dict):
         spec = dict(schedule)
         name = spec.pop("schedule", "single")
-        unknown = set(spec) - {"passes", "subsets", "block", "aux_weight", "pass_mix", "plain_prefix"}
-        if unknown:
-            raise ValueError(f"schedule={schedule!r} is invalid: unknown keys {sorted(unknown)}")
+        if name == Prefilled.name:
+            unknown = sorted(set(spec) - {"prefill", "then", "prompt_len"})
+            if unknown:
+                raise ValueError(f"schedule={schedule!r} is invalid: prefilled takes prefill, then and prompt_len, "
+                                 f"not {unknown}")
+            return Prefilled(parse(spec.get("prefill", {"schedule": "single"})),
+                             parse(spec.get("then", {"schedule": "sequential"})), spec.get("prompt_len"))
+        own = {KNOBS.get(name)} | ({"aux_weight"} if name in ("multipass", "fixed_point") else set()) \
+            | ({"pass_mix", "passes"} if name == "multipass" else set())
+        unknown = set(spec) - own - {"plain_prefix"}  # plain_prefix: a key old stored forms carry, unused
+        if unknown:  # a knob of another schedule would be silently ignored: refused instead
+            raise ValueError(f"schedule={schedule!r} is invalid: {name} takes "
+                             f"{sorted(k for k in own if k) or 'no parameter'}, not {sorted(unknown)}")
         spec.pop("plain_prefix", None)
         return parse(name, **{"passes": passes, "subsets": subsets, "block": block, "aux_weight": aux_weight,
                               "pass_mix": pass_mix, **spec})

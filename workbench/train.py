@@ -99,7 +99,7 @@ class StepPlan:
     @property
     def passes(self) -> int:
         """Jacobi passes (multipass); 1 for every other schedule: the history's ``passes`` column."""
-        return self.schedule.passes if isinstance(self.schedule, schedules.Multipass) else 1
+        return self.schedule.jacobi_passes
 
 
 FINE_TUNABLE = ("fbt_jitter", "fbt_fusion")  # model fields a fine-tune may change (TrainConfig.init_from)
@@ -225,7 +225,7 @@ class _Run:
         schedule = self.schedule
         if step < cfg.feedback_start * cfg.steps:
             schedule = schedules.Single()
-        elif isinstance(schedule, schedules.PassMix):
+        else:
             schedule = schedule.draw(np.random.default_rng([cfg.seed, _PASSES, step]))
         length = self.batch(step).tokens.size(1) if self.task.batch_length_varies else self.T
         return StepPlan(schedule, schedule.flops(self.model, cfg.batch_size, length), length)
@@ -239,7 +239,7 @@ class _Run:
     def plain_prefix(self, step: int, plan: StepPlan) -> torch.Tensor:
         """(B,) plain-prefix lengths for the global batch (FBT's prefix mix-in); zeros = none."""
         B, cfg = self.cfg.batch_size, self.cfg
-        if isinstance(plan.schedule, schedules.Single) or cfg.prefix_mixin == 0 or plan.seq_len < 2:
+        if not plan.schedule.reads_memory or cfg.prefix_mixin == 0 or plan.seq_len < 2:
             return torch.zeros(B, dtype=torch.long)
         rng = np.random.default_rng([cfg.seed, _PREFIX, step])
         use = rng.random(B) < cfg.prefix_mixin
@@ -253,19 +253,6 @@ class _Run:
         for rows in torch.arange(*self.rows).split(self.micro):
             yield (tokens[rows].to(self.device), targets[rows].to(self.device), prefix[rows].to(self.device),
                    targets)
-
-    @staticmethod
-    def pass_parts(out: schedules.ScheduleOutput, targets: torch.Tensor,
-                   global_targets: torch.Tensor) -> list[torch.Tensor]:
-        """Each pass's summed loss over this micro-batch, divided by the global batch's target count there.
-
-        Summed over micro-batches and processes this is each pass's mean loss over the global batch,
-        exactly, whatever the split; a pass with no targets (an interleaved subset that misses an
-        answer-only task's targets) contributes 0 instead of the NaN of an empty mean.
-        """
-        sums = out.pass_losses(targets, reduction="sum")
-        return [nats / (global_targets if pos is None else global_targets[:, pos.cpu()]).ge(0).sum().clamp(min=1)
-                .to(nats.device) for nats, pos in zip(sums, out.pass_positions)]
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """bf16 autocast on CUDA; full precision on CPU."""
@@ -286,8 +273,9 @@ class _Run:
         for tokens, targets, prefix, global_targets in self.micro_batches(step, plan):
             with self.autocast():
                 out = self.run_schedule(plan.schedule, tokens, prefix)
-                parts = self.pass_parts(out, targets, global_targets)
-                loss = sum(w * part for w, part in zip(out.loss_weights, parts))
+                # each pass's mean over the global batch, exactly, whatever the split into micro-batches
+                parts = out.pass_losses(targets, normaliser=global_targets)
+                loss = out.objective(parts)
             loss.backward()
             n_losses = len(parts)
             stats[: 1 + n_losses] += torch.stack([loss, *parts]).detach().float()

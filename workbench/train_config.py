@@ -11,8 +11,9 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from .config import ModelConfig, _check_choice, _check_float, _check_int, _fail, _JSONMixin
+from .config import JSONMixin, ModelConfig
 from .schedules import SCHEDULES, Schedule, parse
+from .validation import check_choice, check_float, check_int, fail
 
 OPTIMIZERS = ("muon", "adamw")
 LR_SCHEDULES = ("wsd", "cosine", "constant")
@@ -28,7 +29,7 @@ RETIRED_FIELDS = {"poison_step": 0}  # a testing hook (made one step's loss NaN)
 
 
 @dataclass
-class TrainConfig(_JSONMixin):
+class TrainConfig(JSONMixin):
     """One training run: task, model, schedule, optimiser, evaluation, checkpoints, budget."""
 
     # --- data ---
@@ -37,7 +38,7 @@ class TrainConfig(_JSONMixin):
     # --- model: ModelConfig fields except vocab_size and seq_len, which the task sets ---
     model: dict[str, Any] = field(default_factory=dict)
     # --- schedule ---
-    schedule: str = "single"  # one of schedules.SCHEDULES
+    schedule: str = "single"  # one of schedules.SCHEDULES, or a Schedule value (stored as these string fields)
     passes: int = 2  # multipass: passes per batch (also the eval depth when pass_mix is set)
     subsets: int = 2  # interleaved: strided subsets
     block: int = 32  # blockwise: block length
@@ -85,61 +86,62 @@ class TrainConfig(_JSONMixin):
         c = "TrainConfig"
         self._plain_numbers()
         if not isinstance(self.task, str) or not self.task:
-            _fail(c, "task", self.task, "must be a task name (workbench.tasks.names())")
+            fail(f"{c}.task", self.task, "must be a task name (workbench.tasks.names())")
         if not isinstance(self.task_params, dict) or not all(isinstance(k, str) for k in self.task_params):
-            _fail(c, "task_params", self.task_params, "must be a dict with string keys")
+            fail(f"{c}.task_params", self.task_params, "must be a dict with string keys")
         self._check_model(c)
-        _check_choice(c, "schedule", self.schedule, SCHEDULES)
-        _check_int(c, "passes", self.passes, 1, 10_000)
-        _check_int(c, "subsets", self.subsets, 1, 1_000_000)
-        _check_int(c, "block", self.block, 1, 1_000_000)
+        self._unpack_schedule(c)
+        check_choice(f"{c}.schedule", self.schedule, SCHEDULES)
+        check_int(f"{c}.passes", self.passes, 1, 10_000)
+        check_int(f"{c}.subsets", self.subsets, 1, 1_000_000)
+        check_int(f"{c}.block", self.block, 1, 1_000_000)
         self._check_pass_mix(c)
-        _check_float(c, "feedback_start", self.feedback_start, 0.0, 1.0)
+        check_float(f"{c}.feedback_start", self.feedback_start, 0.0, 1.0)
         if self.feedback_start == 1.0:
-            _fail(c, "feedback_start", self.feedback_start, "must be in [0, 1)")
-        _check_float(c, "prefix_mixin", self.prefix_mixin, 0.0, 1.0)
-        _check_float(c, "aux_weight", self.aux_weight, 0.0, 1e6)
-        _check_int(c, "steps", self.steps, 1)
-        _check_int(c, "batch_size", self.batch_size, 1)
-        _check_int(c, "grad_accum", self.grad_accum, 1, self.batch_size)
+            fail(f"{c}.feedback_start", self.feedback_start, "must be in [0, 1)")
+        check_float(f"{c}.prefix_mixin", self.prefix_mixin, 0.0, 1.0)
+        check_float(f"{c}.aux_weight", self.aux_weight, 0.0, 1e6)
+        check_int(f"{c}.steps", self.steps, 1)
+        check_int(f"{c}.batch_size", self.batch_size, 1)
+        check_int(f"{c}.grad_accum", self.grad_accum, 1, self.batch_size)
         if self.batch_size % self.grad_accum:
-            _fail(c, "grad_accum", self.grad_accum, f"must divide batch_size={self.batch_size}")
-        _check_choice(c, "optimizer", self.optimizer, OPTIMIZERS)
-        _check_float(c, "lr", self.lr, 0.0, 10.0, lo_open=True)
-        _check_float(c, "matrix_lr", self.matrix_lr, 0.0, 10.0, lo_open=True)
+            fail(f"{c}.grad_accum", self.grad_accum, f"must divide batch_size={self.batch_size}")
+        check_choice(f"{c}.optimizer", self.optimizer, OPTIMIZERS)
+        check_float(f"{c}.lr", self.lr, 0.0, 10.0, lo_open=True)
+        check_float(f"{c}.matrix_lr", self.matrix_lr, 0.0, 10.0, lo_open=True)
         for name in ("lrt_gamma_lr", "lrt_alpha_lr"):
             if getattr(self, name) is not None:
-                _check_float(c, name, getattr(self, name), 0.0, 10.0, lo_open=True)
+                check_float(f"{c}.{name}", getattr(self, name), 0.0, 10.0, lo_open=True)
                 if self.model.get("mechanism") != "lrt" or "residual" not in self.model.get("lrt_inject",
                                                                                            ("residual",)):
-                    _fail(c, name, getattr(self, name), "needs model mechanism='lrt' with residual injection "
+                    fail(f"{c}.{name}", getattr(self, name), "needs model mechanism='lrt' with residual injection "
                           "(the scales it trains); use None otherwise")
-        _check_float(c, "weight_decay", self.weight_decay, 0.0, 10.0)
-        _check_choice(c, "lr_schedule", self.lr_schedule, LR_SCHEDULES)
-        _check_int(c, "warmup_steps", self.warmup_steps, 0, self.steps)
-        _check_float(c, "decay_frac", self.decay_frac, 0.0, 1.0)
-        _check_float(c, "min_lr_frac", self.min_lr_frac, 0.0, 1.0)
-        _check_float(c, "grad_clip", self.grad_clip, 0.0)
-        _check_int(c, "seed", self.seed, 0)
+        check_float(f"{c}.weight_decay", self.weight_decay, 0.0, 10.0)
+        check_choice(f"{c}.lr_schedule", self.lr_schedule, LR_SCHEDULES)
+        check_int(f"{c}.warmup_steps", self.warmup_steps, 0, self.steps)
+        check_float(f"{c}.decay_frac", self.decay_frac, 0.0, 1.0)
+        check_float(f"{c}.min_lr_frac", self.min_lr_frac, 0.0, 1.0)
+        check_float(f"{c}.grad_clip", self.grad_clip, 0.0)
+        check_int(f"{c}.seed", self.seed, 0)
         if self.init_from is not None and (not isinstance(self.init_from, str) or not self.init_from):
-            _fail(c, "init_from", self.init_from, "must be a checkpoint directory path string or None")
-        _check_int(c, "eval_every", self.eval_every, 0)
-        _check_int(c, "eval_size", self.eval_size, 1)
-        _check_int(c, "eval_seed", self.eval_seed, 0)
-        _check_int(c, "log_every", self.log_every, 1)
-        _check_int(c, "checkpoint_every", self.checkpoint_every, 0)
+            fail(f"{c}.init_from", self.init_from, "must be a checkpoint directory path string or None")
+        check_int(f"{c}.eval_every", self.eval_every, 0)
+        check_int(f"{c}.eval_size", self.eval_size, 1)
+        check_int(f"{c}.eval_seed", self.eval_seed, 0)
+        check_int(f"{c}.log_every", self.log_every, 1)
+        check_int(f"{c}.checkpoint_every", self.checkpoint_every, 0)
         if self.budget_flops is not None:
-            _check_float(c, "budget_flops", self.budget_flops, 0.0, lo_open=True)
+            check_float(f"{c}.budget_flops", self.budget_flops, 0.0, lo_open=True)
         if self.out_dir is not None and (not isinstance(self.out_dir, str) or not self.out_dir):
-            _fail(c, "out_dir", self.out_dir, "must be a non-empty path string or None")
+            fail(f"{c}.out_dir", self.out_dir, "must be a non-empty path string or None")
         for name in ("resume", "progress", "compile", "overwrite"):
             if not isinstance(getattr(self, name), bool):
-                _fail(c, name, getattr(self, name), "must be a bool")
+                fail(f"{c}.{name}", getattr(self, name), "must be a bool")
         if self.resume and self.out_dir is None:
-            _fail(c, "resume", self.resume, "needs out_dir (the run directory to resume from)")
+            fail(f"{c}.resume", self.resume, "needs out_dir (the run directory to resume from)")
         if not isinstance(self.device, str) or not (self.device in DEVICES
                                                     or self.device.startswith("cuda:")):
-            _fail(c, "device", self.device, f"must be one of {DEVICES} or 'cuda:N'")
+            fail(f"{c}.device", self.device, f"must be one of {DEVICES} or 'cuda:N'")
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
@@ -149,21 +151,21 @@ class TrainConfig(_JSONMixin):
         for name, off in RETIRED_FIELDS.items():
             value = data.pop(name, off)
             if value != off:
-                _fail("TrainConfig", name, value, f"is a retired field: only {off!r} (off) can still be read, "
+                fail(f"TrainConfig.{name}", value, f"is a retired field: only {off!r} (off) can still be read, "
                       "this version cannot replay a run that set it")
         return super().from_dict(data)
 
     def _check_model(self, c: str) -> None:
         """Validate through ModelConfig now (placeholder vocabulary) and store the values it normalised."""
         if not isinstance(self.model, dict):
-            _fail(c, "model", self.model, "must be a dict of ModelConfig fields")
+            fail(f"{c}.model", self.model, "must be a dict of ModelConfig fields")
         given = sorted(set(self.model) & set(TASK_MODEL_FIELDS))
         if given:
-            _fail(c, "model", self.model, f"must not set {given}: the task sets them")
+            fail(f"{c}.model", self.model, f"must not set {given}: the task sets them")
         known = {f.name for f in dataclasses.fields(ModelConfig)}
         unknown = sorted(set(self.model) - known)
         if unknown:
-            _fail(c, "model", self.model, f"unknown ModelConfig field(s) {unknown}")
+            fail(f"{c}.model", self.model, f"unknown ModelConfig field(s) {unknown}")
         model = dict(self.model)  # never mutate the caller's dict
         if model.get("mechanism") == "fbt" and "tie_embeddings" not in model:
             model["tie_embeddings"] = True  # FBT feeds top states back as inputs: one shared space
@@ -173,14 +175,32 @@ class TrainConfig(_JSONMixin):
             raise ValueError(f"{c}.model: {e}") from None
         self.model = {k: getattr(probe, k) for k in model}
 
+    def _unpack_schedule(self, c: str) -> None:
+        """A schedule value becomes the string fields its JSON form has (``to_dict``), so the config stays one
+        flat JSON record; a value those fields cannot say again (a decoding value, another ``tol``) is refused."""
+        value = self.schedule
+        if isinstance(value, str):
+            return
+        spec = value.to_dict() if callable(getattr(value, "to_dict", None)) else {}
+        if spec.get("schedule") not in SCHEDULES:
+            fail(f"{c}.schedule", value, f"must be a training schedule value or one of {SCHEDULES}")
+        self.schedule = spec.pop("schedule")
+        for name, field_value in spec.items():
+            setattr(self, name, field_value)
+        self.aux_weight = getattr(value, "aux_weight", self.aux_weight)
+        self._check_pass_mix(c)
+        if self.schedule_value() != value:
+            fail(f"{c}.schedule", value, "has a setting TrainConfig does not store (its fields: schedule, passes, "
+                  "subsets, block, aux_weight, pass_mix)")
+
     def _check_pass_mix(self, c: str) -> None:
         """Keys become ints (JSON stores them as strings), sorted, so the round trip is exact."""
         if self.pass_mix is None:
             return
         if self.schedule != "multipass":
-            _fail(c, "pass_mix", self.pass_mix, f"needs schedule='multipass', not {self.schedule!r}")
+            fail(f"{c}.pass_mix", self.pass_mix, f"needs schedule='multipass', not {self.schedule!r}")
         if not isinstance(self.pass_mix, dict) or not self.pass_mix:
-            _fail(c, "pass_mix", self.pass_mix, "must be a non-empty dict {passes: probability}")
+            fail(f"{c}.pass_mix", self.pass_mix, "must be a non-empty dict {passes: probability}")
         mix = {}
         for key, prob in self.pass_mix.items():
             try:
@@ -188,11 +208,11 @@ class TrainConfig(_JSONMixin):
             except (TypeError, ValueError):
                 k = 0
             if k < 1 or k > 10_000 or str(k) != str(key).strip():
-                _fail(c, "pass_mix", self.pass_mix, f"key {key!r} must be a pass count in [1, 10000]")
-            _check_float(c, "pass_mix", prob, 0.0, 1.0, lo_open=True)
+                fail(f"{c}.pass_mix", self.pass_mix, f"key {key!r} must be a pass count in [1, 10000]")
+            check_float(f"{c}.pass_mix", prob, 0.0, 1.0, lo_open=True)
             mix[k] = float(prob)
         if abs(sum(mix.values()) - 1.0) > 1e-6:
-            _fail(c, "pass_mix", self.pass_mix, f"probabilities must sum to 1, not {sum(mix.values())}")
+            fail(f"{c}.pass_mix", self.pass_mix, f"probabilities must sum to 1, not {sum(mix.values())}")
         self.pass_mix = dict(sorted(mix.items()))
 
     def model_config(self, vocab_size: int, seq_len: int) -> ModelConfig:

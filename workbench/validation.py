@@ -1,4 +1,4 @@
-"""Argument checks shared by the model, the schedules, the decoder and the analysis functions.
+"""Argument checks shared by the configs, the model, the schedules, the decoder and the analysis functions.
 
 Every failure is a ``ValueError`` that names the parameter and the allowed range, so bad input
 fails at the call that made it rather than as a shape error (or ``IndexError: index out of range in
@@ -15,6 +15,17 @@ import torch
 TOKEN_DTYPES = (torch.int64, torch.int32)  # what an embedding lookup accepts
 
 
+def fail(name: str, value: object, allowed: str) -> None:
+    """The one form of every refusal: ``name=value is invalid: <what is allowed>``."""
+    raise ValueError(f"{name}={value!r} is invalid: {allowed}")
+
+
+def check_choice(name: str, value: object, choices: tuple) -> None:
+    """``value`` must be one of ``choices`` (a bool is not the 1 or 0 it equals)."""
+    if isinstance(value, (bool, np.bool_)) or value not in choices:
+        fail(name, value, f"must be one of {choices}")
+
+
 def check_int(name: str, value: object, lo: int, hi: int | None = None) -> None:
     """``value`` must be an int (not a bool) in ``[lo, hi]`` (``hi`` None: unbounded)."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo or (
@@ -22,13 +33,15 @@ def check_int(name: str, value: object, lo: int, hi: int | None = None) -> None:
         raise ValueError(f"{name}={value!r} is invalid: must be an int in [{lo}, {'inf' if hi is None else hi}]")
 
 
-def check_float(name: str, value: object, lo: float, hi: float | None = None) -> None:
-    """``value`` must be a finite number (not a bool; numpy scalars count) in ``[lo, hi]``: NaN and inf are
-    refused by name rather than turning a loss or a sampling distribution into NaN further on."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)) \
-            or not math.isfinite(value) or value < lo or (hi is not None and value > hi):
-        raise ValueError(f"{name}={value!r} is invalid: must be a finite number in [{lo}, "
-                         f"{'inf)' if hi is None else f'{hi}]'}")
+def check_float(name: str, value: object, lo: float, hi: float | None = None, lo_open: bool = False) -> None:
+    """``value`` must be a finite number (not a bool; numpy scalars count) in ``[lo, hi]`` (``(lo, hi]`` with
+    ``lo_open``): NaN and inf are refused by name rather than turning a loss or a sampling distribution
+    (or, through a softcap of inf, every logit) into NaN further on."""
+    bad_type = isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating))
+    if bad_type or not math.isfinite(value) or (value <= lo if lo_open else value < lo) or (
+            hi is not None and value > hi):
+        fail(name, value, f"must be a finite number in {'(' if lo_open else '['}{lo}, "
+             f"{'inf)' if hi is None else f'{hi}]'}")
 
 
 def check_positions(positions: object, T: int) -> None:

@@ -74,7 +74,7 @@ def exact_by_causality(B: int, T: int, k: int, plain_prefix: int | torch.Tensor 
     return torch.arange(T, device=device)[None, :] < (first_read[:, None] + k - 1)
 
 
-def _window_loss(logits: torch.Tensor, targets: torch.Tensor) -> tuple[float, list[float]]:
+def window_loss(logits: torch.Tensor, targets: torch.Tensor) -> tuple[float, list[float]]:
     """Mean loss over the targets that are not -1, and each example's own mean (NaN where it has none)."""
     losses = token_losses(logits, targets).double()
     valid = (targets >= 0).double()
@@ -139,7 +139,7 @@ def pass_dynamics(model: GPT, idx: torch.Tensor, passes: int = 1000, targets: to
             row = {"pass": k, "delta": delta, "fixed_point_distance": _norm(memory - exact) / exact_norm,
                    "contraction_rate": rate, "loss": math.nan, "exact_by_causality": float(settled.double().mean())}
             if scored is not None:
-                row["loss"], per_example = _window_loss(out.logits[:, window], scored)
+                row["loss"], per_example = window_loss(out.logits[:, window], scored)
                 if keep_examples:
                     row["example_loss"] = per_example
             rows.append(row)
@@ -310,7 +310,7 @@ def pass_map_jacobian(model: GPT, idx: torch.Tensor, iters: int = 30, seed: int 
         reads = schedules.feedback_mask(B, T, plain_prefix, idx.device)
 
         def one_pass(memory: torch.Tensor) -> torch.Tensor:
-            return model.step(idx, memory=schedules.shift_right(memory), memory_mask=reads).memory
+            return schedules.jacobi_pass(model, idx, memory, reads).memory
 
         with sdpa_kernel(SDPBackend.MATH):  # the fused kernels have no second derivative
             _, pullback = torch.func.vjp(one_pass, point)

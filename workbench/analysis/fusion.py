@@ -25,12 +25,11 @@ import torch.nn.functional as F
 
 from .. import schedules
 from ..config import ModelConfig
-from ..decode import REGIMES
 from ..metrics import per_position_loss
 from ..model import GPT, eval_mode
 from ..validation import check_int, check_tokens
 from .cache import run_with_cache
-from .contraction import check_prefix, step_on
+from .contraction import check_prefix
 
 FUSION_COLUMNS = ["example", "position", "token", "reads", "value_rms", "gate_mean", "gate_std", "cos_value",
                   "cos_embed"]
@@ -97,42 +96,26 @@ def fusion_parts(model: GPT, idx: torch.Tensor, plain_prefix: int = 0) -> pd.Dat
 
 
 # ---------------------------------------------------------------------------------------------- regimes
-def _check_regime(regime: str, prefill_passes: int) -> None:
-    if regime not in REGIMES:
-        raise ValueError(f"regime={regime!r} is invalid: must be one of {REGIMES}")
-    check_int("prefill_passes", prefill_passes, 1)
-
-
 @torch.no_grad()
 def regime_logits(model: GPT, tokens: torch.Tensor, prompt_len: int, regime: str = "standard",
                   prefill_passes: int = 1) -> torch.Tensor:
     """Logits (B, T, V) of ``tokens`` teacher-forced the way ``generate(prompt, regime=...)`` computes them.
 
     The first ``prompt_len`` tokens are the prompt, the rest a continuation fed in as if generated:
-    ``standard`` = one plain pass; ``soft`` = plain prompt, then every continuation token reads its
-    predecessor's memory (``schedules.sequential`` with ``plain_prefix=prompt_len``); ``fused`` = the
-    prompt refined by ``1 + prefill_passes`` Jacobi passes (its last pass fills the KV cache), then as
-    ``soft``. Position ``prompt_len - 1 + i`` holds the logits that choose continuation token ``i``,
-    so on a greedy continuation they equal ``generate(..., return_logits=True)``'s logits.
+    the regime's schedule value (``schedules.regime``) run at ``prompt_len``. ``standard`` = one plain
+    pass; ``soft`` = plain prompt, then every continuation token reads its predecessor's memory;
+    ``fused`` = the prompt refined by ``1 + prefill_passes`` Jacobi passes (its last pass fills the KV
+    cache), then as ``soft``. Position ``prompt_len - 1 + i`` holds the logits that choose continuation
+    token ``i``, so on a greedy continuation they equal ``generate(..., return_logits=True)``'s logits.
     """
     check_tokens(model.config.vocab_size, tokens)
-    B, T = tokens.shape
-    check_int("prompt_len", prompt_len, 1, T)
-    _check_regime(regime, prefill_passes)
+    check_int("prompt_len", prompt_len, 1, tokens.size(1))
+    value = schedules.regime(regime, prefill_passes, prompt_len)
     with eval_mode(model):
-        if regime == "standard":
-            return model(tokens)
-        if regime == "soft":
-            return schedules.sequential(model, tokens, plain_prefix=prompt_len).logits
-        cache = model.new_kv_cache(B, T)
-        prefill = schedules.multipass(model, tokens[:, :prompt_len], passes=prefill_passes + 1, cache=cache)
-        if prompt_len == T:
-            return prefill.logits
-        _, rest = step_on(model, tokens, cache, prompt_len, T)
-    return torch.cat([prefill.logits, rest], dim=1)
+        return value.run(model, tokens).logits
 
 
-def regime_losses(model: GPT, tokens: torch.Tensor, prompt_len: int, regimes: Sequence[str] = REGIMES,
+def regime_losses(model: GPT, tokens: torch.Tensor, prompt_len: int, regimes: Sequence[str] = schedules.REGIMES,
                   prefill_passes: int = 1, targets: torch.Tensor | None = None) -> pd.DataFrame:
     """Per-position next-token loss of a text's continuation under each decoding regime: one row per
     (regime, position) with ``loss`` in nats (mean over the batch; bits per byte / ln 2 for byte text).
@@ -140,8 +123,8 @@ def regime_losses(model: GPT, tokens: torch.Tensor, prompt_len: int, regimes: Se
     Only positions from ``prompt_len - 1`` on are scored (those whose prediction is a continuation
     token). ``targets`` (B, T), -1 = no loss; default: ``tokens`` shifted left by one.
     """
-    if not regimes or any(r not in REGIMES for r in regimes):
-        raise ValueError(f"regimes={tuple(regimes)!r} is invalid: each must be one of {REGIMES}")
+    if not regimes or any(r not in schedules.REGIMES for r in regimes):
+        raise ValueError(f"regimes={tuple(regimes)!r} is invalid: each must be one of {schedules.REGIMES}")
     check_tokens(model.config.vocab_size, tokens)
     if targets is None:
         targets = F.pad(tokens[:, 1:], (0, 1), value=-1)

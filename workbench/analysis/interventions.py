@@ -44,13 +44,11 @@ import pandas as pd
 import torch
 
 from .. import schedules
-from ..decode import REGIMES
 from ..hooks import hooks as attach_hooks
 from ..metrics import token_losses
 from ..model import GPT, eval_mode
 from ..tasks.base import Batch
 from ..validation import check_int, check_tokens
-from .contraction import step_on
 
 KINDS = ("patch", "zero", "mean")
 SITE_FORMS = ("memory", "input (FBT)", "inject{l} (LRT, 0 <= l < n_layer)")
@@ -132,18 +130,20 @@ def feedback_hooks(model: GPT, fwd_hooks: Mapping[str, EditFn] | Sequence[tuple[
 
 
 # ------------------------------------------------------------------------------------------ runs
-def _check_run(schedule: str | schedules.Schedule, regime: str | None, prompt_len: int | None, T: int,
-               **knobs: int) -> schedules.Schedule:
-    """The run's schedule as a value (parsed once, with its knob from ``knobs``), its regime checked."""
-    value = schedules.parse(schedule, **knobs)
+def run_schedule(schedule: str | schedules.Schedule = "sequential", regime: str | None = None,
+                 prompt_len: int | None = None, prefill_passes: int = 1, T: int | None = None,
+                 **knobs: int) -> schedules.Schedule:
+    """The one value a run computes: the schedule (a value, or a name with its knob from ``knobs``), or the
+    decoding ``regime`` teacher-forced on a prompt of ``prompt_len`` tokens (``schedules.regime``)."""
     if regime is None:
-        return value
-    if regime not in REGIMES:
-        raise ValueError(f"regime={regime!r} is invalid: must be None (a schedule) or one of {REGIMES}")
+        return schedules.parse(schedule, **knobs)
+    if regime not in schedules.REGIMES:
+        raise ValueError(f"regime={regime!r} is invalid: must be None (a schedule) or one of {schedules.REGIMES}")
     if prompt_len is None:
         raise ValueError("prompt_len is required with a regime: the prompt's length, in [1, T]")
-    check_int("prompt_len", prompt_len, 1, T)
-    return value
+    if T is not None:
+        check_int("prompt_len", prompt_len, 1, T)
+    return schedules.regime(regime, prefill_passes, prompt_len)
 
 
 def run_logits(model: GPT, idx: torch.Tensor, *, schedule: str | schedules.Schedule = "sequential",
@@ -154,49 +154,32 @@ def run_logits(model: GPT, idx: torch.Tensor, *, schedule: str | schedules.Sched
     under a decoding ``regime``.
 
     A regime computes what ``generate(idx[:, :prompt_len], regime=...)`` computes on the continuation
-    ``idx[:, prompt_len:]``: the prompt in one plain pass (``standard``, ``soft``) or ``1 +
-    prefill_passes`` Jacobi passes (``fused``) through a KV cache, then every continuation token reads
-    its predecessor's memory (``soft``, ``fused``). ``soft`` with ``prompt_len = p`` is the exact
-    recurrence with ``plain_prefix = p`` at the cost of one prefill and ``T - p`` steps.
+    ``idx[:, prompt_len:]`` (``schedules.regime``'s value at ``prompt_len``): the prompt in one plain pass
+    (``standard``, ``soft``) or ``1 + prefill_passes`` Jacobi passes (``fused``) through a KV cache, then
+    every continuation token reads its predecessor's memory (``soft``, ``fused``). ``soft`` with
+    ``prompt_len = p`` is the exact recurrence with ``plain_prefix = p`` at the cost of one prefill and
+    ``T - p`` steps.
     """
     check_tokens(model.config.vocab_size, idx)
-    B, T = idx.shape
-    value = _check_run(schedule, regime, prompt_len, T, passes=passes, subsets=subsets, block=block)
+    value = run_schedule(schedule, regime, prompt_len, prefill_passes, idx.size(1), passes=passes, subsets=subsets,
+                         block=block)
     with eval_mode(model), torch.no_grad():
-        if regime is None:
-            return value.run(model, idx, plain_prefix).logits
-        if regime == "standard":
-            return model(idx)
-        check_int("prefill_passes", prefill_passes, 1)
-        cache = model.new_kv_cache(B, T)
-        prefill = schedules.multipass(model, idx[:, :prompt_len], passes=1 + (prefill_passes if regime == "fused"
-                                                                               else 0), cache=cache)
-        if prompt_len == T:
-            return prefill.logits
-        return torch.cat([prefill.logits, step_on(model, idx, cache, prompt_len, T)[1]], dim=1)
+        return value.run(model, idx, plain_prefix).logits
 
 
 def reads_memory(idx: torch.Tensor, *, schedule: str | schedules.Schedule = "sequential", regime: str | None = None,
                  prompt_len: int | None = None, block: int = 32, plain_prefix: int | torch.Tensor = 0,
                  **_: Any) -> torch.Tensor:
-    """(B, T) bool: the (example, position) pairs that read memory in the final result of a run.
+    """(B, T) bool: the (example, position) pairs that read memory in the final result of a run
+    (``Schedule.reads``).
 
     Position 0 never does; nor a plain prefix; ``single`` and ``standard`` read none; ``blockwise``
     only the first position of each block; ``soft`` the continuation; ``fused`` every position after
     the first (the prompt in its later passes).
     """
     B, T = idx.shape
-    value = _check_run(schedule, regime, prompt_len, T, block=block)
-    t = torch.arange(T, device=idx.device)
-    if regime is not None:
-        start = {"standard": T, "soft": prompt_len, "fused": 1}[regime]
-        return (t >= max(start, 1)).expand(B, T).clone()
-    if isinstance(value, schedules.Single):
-        return torch.zeros(B, T, dtype=torch.bool, device=idx.device)
-    reads = schedules.feedback_mask(B, T, plain_prefix, idx.device)
-    if isinstance(value, schedules.Blockwise):
-        reads &= (t % min(value.block, T) == 0)[None, :]
-    return reads
+    value = run_schedule(schedule, regime, prompt_len, T=T, block=block)
+    return value.reads(B, T, plain_prefix, idx.device)
 
 
 # ------------------------------------------------------------------------------------------ records

@@ -12,6 +12,8 @@ task with ``labels`` and ``label_positions``, under several **prefill conditions
 - ``sequential``: the full recurrence (every position after the first reads its predecessor);
 - ``multipassK``: K Jacobi passes (``schedules.multipass``), pass 1 plain.
 
+Each condition is a schedule value (``condition_schedule``); the names label the tables.
+
 Depth 0 is the input vector after fusion (``hook_input``), depth l the output of block l.
 
 Method (appendix F, with the control of Hewitt & Liang 2019): an L2-regularised logistic regression
@@ -47,8 +49,9 @@ from ..hooks import hooks
 from ..kv_cache import KVCache
 from ..mechanisms import uniform_init_
 from ..model import GPT, build_model, eval_mode
+from ..stats import bootstrap
 from ..tasks.base import Batch, Task
-from ..validation import check_int
+from ..validation import check_int, fail
 
 DEFAULT_CONDITIONS = ("standard", "suffix1", "suffix2", "suffix4", "sequential")
 DEFAULT_N = 1600  # examples drawn from a task: 400 held out per fold; accuracy near chance has a ~1-point std error
@@ -65,13 +68,9 @@ _METRICS = {
 
 
 # ------------------------------------------------------------------------------------------ checks
-def _fail(name: str, value: object, allowed: str) -> None:
-    raise ValueError(f"{name}={value!r} is invalid: {allowed}")
-
-
 def _check_kind(kind: str) -> None:
     if kind not in KINDS:
-        _fail("kind", kind, f"must be one of {KINDS}")
+        fail("kind", kind, f"must be one of {KINDS}")
 
 
 def parse_condition(condition: str) -> tuple[str, int]:
@@ -81,7 +80,7 @@ def parse_condition(condition: str) -> tuple[str, int]:
     """
     match = _CONDITION.fullmatch(condition) if isinstance(condition, str) else None
     if match is None:
-        _fail("conditions", condition, f"each condition must be one of the forms {', '.join(CONDITION_FORMS)}")
+        fail("conditions", condition, f"each condition must be one of the forms {', '.join(CONDITION_FORMS)}")
     if match.group(1):
         return match.group(1), 0
     return match.group(2), int(match.group(3))
@@ -167,7 +166,7 @@ def condition_features(model: GPT, batch: Batch, conditions: Sequence[str] = DEF
     check_int("batch_size", batch_size, 1)
     parsed = {c: parse_condition(c) for c in conditions}
     if not parsed:
-        _fail("conditions", conditions, "must name at least one condition")
+        fail("conditions", conditions, "must name at least one condition")
     weight = model.readout_weight
     L, D, n = model.config.n_layer, model.config.n_embd, len(batch)
     dtype = torch.float64 if weight.dtype == torch.float64 else torch.float32  # numpy has no bfloat16
@@ -192,24 +191,20 @@ def probe_features(model: GPT, batch: Batch, condition: str = "standard", *, bat
     return condition_features(model, batch, (condition,), batch_size=batch_size)[condition]
 
 
-def _condition_logits(model: GPT, idx: torch.Tensor, kind: str, k: int, label_pos: int) -> torch.Tensor:
-    """Logits (B, T, V) of ``idx`` computed under one condition, the recurrence carried on past the
-    label position to the end (a plain prefill, then SOFT decoding of the answer)."""
+def condition_schedule(condition: str, label_pos: int) -> schedules.Schedule:
+    """A prefill condition as the schedule value it names, for examples whose label sits at ``label_pos``:
+    ``standard`` = ``Single()``; ``sequential`` = ``Sequential()``; ``multipassK`` = ``Multipass(K)``;
+    ``suffixK`` = ``Prefilled(Single(), Sequential(), prompt_len=label_pos - K + 1)`` (a plain prefill up
+    to K tokens before the label, then the exact recurrence: SOFT decoding from there)."""
+    kind, k = parse_condition(condition)
+    check_int("label_pos", label_pos, 0)
     if kind == "standard":
-        return model.step(idx).logits
+        return schedules.Single()
     if kind == "multipass":
-        return schedules.multipass(model, idx, passes=k).logits
-    B, T = idx.shape
-    start = 1 if kind == "sequential" else max(label_pos - k + 1, 1)
-    cache = model.new_kv_cache(B, T)
-    plain = model.step(idx[:, :start], kv=cache)
-    logits, state = [plain.logits], plain.memory[:, -1]
-    for t in range(start, T):
-        out = model.step(idx[:, t:t + 1], memory=state[:, None], positions=torch.tensor([t], device=idx.device),
-                         kv=cache)
-        logits.append(out.logits)
-        state = out.memory[:, -1]
-    return torch.cat(logits, dim=1)
+        return schedules.Multipass(k)
+    if kind == "sequential":
+        return schedules.Sequential()
+    return schedules.Prefilled(schedules.Single(), schedules.Sequential(), max(label_pos - k + 1, 1))
 
 
 @torch.no_grad()
@@ -223,7 +218,7 @@ def answer_correct(model: GPT, batch: Batch, condition: str = "standard", *, bat
     """
     _check_batch(batch)
     check_int("batch_size", batch_size, 1)
-    kind, k = parse_condition(condition)
+    parse_condition(condition)
     weight = model.readout_weight
     correct = np.zeros(len(batch), dtype=bool)
     positions = batch.label_positions.cpu()
@@ -232,7 +227,7 @@ def answer_correct(model: GPT, batch: Batch, condition: str = "standard", *, bat
             for chunk in (positions == pos).nonzero().squeeze(1).split(batch_size):
                 T = int(batch.lengths[chunk].max())
                 targets = batch.targets[chunk, :T]
-                logits = _condition_logits(model, batch.tokens[chunk, :T].to(weight.device), kind, k, pos)
+                logits = condition_schedule(condition, pos).run(model, batch.tokens[chunk, :T].to(weight.device)).logits
                 hits = (logits.argmax(-1).cpu() == targets) | (targets < 0)
                 correct[chunk.numpy()] = hits.all(1).numpy()
     return correct
@@ -313,9 +308,9 @@ def fit_probe(features: np.ndarray | torch.Tensor, labels: np.ndarray | torch.Te
     if control is not None and control.shape != y.shape:
         raise ValueError(f"control_labels must have shape {y.shape}, got {control.shape}")
     if not C > 0:
-        _fail("C", C, "must be > 0")
+        fail("C", C, "must be > 0")
     if not alpha > 0:
-        _fail("alpha", alpha, "must be > 0")
+        fail("alpha", alpha, "must be > 0")
     check_int("max_iter", max_iter, 1)
     fold = fold_assignment(groups, folds)
     scores, control_scores, baselines = [], [], []
@@ -351,28 +346,16 @@ def group_interval(values: np.ndarray | Sequence[float], groups: np.ndarray | to
     interval that resamples whole **groups**: examples of one group share their context, so they
     are not independent draws and an example-level bootstrap would be too narrow.
 
-    Returns ``{"mean", "low", "high"}`` (the ``level`` percentile interval).
+    Returns ``{"mean", "low", "high"}`` (the ``level`` percentile interval): ``stats.bootstrap(values,
+    reference, unit="groups", groups=groups)``.
     """
     v = np.asarray(values, dtype=np.float64)
-    if reference is not None:
-        ref = np.asarray(reference, dtype=np.float64)
-        if ref.shape != v.shape:
-            raise ValueError(f"reference must have shape {v.shape}, got {ref.shape}")
-        v = v - ref
-    g = np.asarray(groups)
-    if v.ndim != 1 or g.shape != v.shape or len(v) == 0:
-        raise ValueError(f"values and groups must be non-empty and of one shape (n,), got {v.shape} and {g.shape}")
-    check_int("n_boot", n_boot, 1)
-    if not 0 < level < 1:
-        _fail("level", level, "must be in (0, 1)")
-    _, index = np.unique(g, return_inverse=True)
-    sums = np.bincount(index, weights=v)
-    sizes = np.bincount(index).astype(np.float64)
-    draws = np.random.default_rng(seed).integers(0, len(sums), size=(n_boot, len(sums)))
-    boot = sums[draws].sum(1) / sizes[draws].sum(1)
-    tail = (1 - level) / 2 * 100
-    return {"mean": float(v.mean()), "low": float(np.percentile(boot, tail)),
-            "high": float(np.percentile(boot, 100 - tail))}
+    if reference is not None and np.asarray(reference).shape != v.shape:
+        raise ValueError(f"reference must have shape {v.shape}, got {np.asarray(reference).shape}")
+    if v.ndim != 1 or np.asarray(groups).shape != v.shape or len(v) == 0:
+        raise ValueError(f"values and groups must be non-empty and of one shape (n,), got {v.shape} and "
+                         f"{np.asarray(groups).shape}")
+    return bootstrap(v, reference, unit="groups", groups=np.asarray(groups), n_boot=n_boot, seed=seed, level=level)
 
 
 # ------------------------------------------------------------------------------------------ control task
@@ -480,7 +463,7 @@ def probe_layers(model: GPT, task_or_batch: Task | Batch, conditions: Sequence[s
     """
     _check_kind(kind)
     if not conditions:
-        _fail("conditions", conditions, "must name at least one condition")
+        fail("conditions", conditions, "must name at least one condition")
     for c in conditions:
         parse_condition(c)
     if isinstance(task_or_batch, Task):

@@ -76,20 +76,13 @@ Setting = Mapping[str, Any] | str | schedules.Schedule
 
 
 def _setting(setting: Setting) -> schedules.Schedule:
-    """One setting as a ``Schedule`` value; a name or dict must give exactly its schedule's own knob."""
-    if isinstance(setting, schedules.Schedule):
-        return setting
-    spec = {"schedule": setting} if isinstance(setting, str) else dict(setting)
-    schedule = spec.pop("schedule", None)
-    if schedule not in schedules.SCHEDULES:
-        raise ValueError(f"schedule={schedule!r} is invalid: must be one of {schedules.SCHEDULES}")
-    parameter = PARAMETERS.get(schedule, "")
-    unknown = sorted(set(spec) - {parameter})
-    if unknown:
-        raise ValueError(f"setting {setting!r}: {schedule} takes {parameter or 'no parameter'}, not {unknown}")
-    if parameter and parameter not in spec:
-        raise ValueError(f"setting {setting!r}: {schedule} needs {parameter}")
-    return schedules.parse(schedule, **spec)
+    """One setting as a ``Schedule`` value (``schedules.parse``, which refuses another schedule's knob); a
+    name or dict must also give its own knob, so that a row never shows a default nobody chose."""
+    value = schedules.parse(setting)
+    spec = {"schedule": setting} if isinstance(setting, str) else setting
+    if isinstance(spec, Mapping) and value.knob_name is not None and value.knob_name not in spec:
+        raise ValueError(f"setting {setting!r}: {value.name} needs {value.knob_name}")
+    return value
 
 
 def _distances(logits: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
@@ -207,15 +200,13 @@ def final_estimate_history(history: pd.DataFrame, train_config: Mapping[str, Any
         raise ValueError(f"train_config['schedule']={name!r} is invalid: must be one of {schedules.SCHEDULES}")
     schedule = TrainConfig.from_dict(dict(train_config)).schedule_value()
     out = history.assign(objective=history["loss"])
-    if isinstance(schedule, (schedules.Multipass, schedules.PassMix)):
-        passes = history["passes"].astype(int).to_numpy()
-        table = history[[f"loss_pass{k}" for k in range(1, passes.max() + 1)]].to_numpy(dtype=float)
-        out["loss"] = table[np.arange(len(history)), passes - 1]
-    elif isinstance(schedule, schedules.Interleaved):
-        refined = history[[f"loss_pass{k}" for k in range(2, schedule.subsets + 2)]].mean(axis=1)
-        out["loss"] = refined.fillna(history["loss_pass1"])  # steps trained single-pass (feedback_start)
-    else:
-        out["loss"] = history["loss_pass1"]
+    passes = history["passes"].astype(int)
+    for k in passes.unique():  # the final estimate's pass losses differ with the batch's depth under a mix
+        rows = passes == k
+        columns = [f"loss_pass{p}" for p in schedule.final_passes(int(k))]
+        present = [c for c in columns if c in history.columns]
+        final = history.loc[rows, present].mean(axis=1) if present else history.loc[rows, "loss_pass1"] * np.nan
+        out.loc[rows, "loss"] = final.fillna(history.loc[rows, "loss_pass1"])  # steps trained single (feedback_start)
     return out
 
 

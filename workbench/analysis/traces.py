@@ -22,17 +22,14 @@ import torch
 
 from ..decode import REGIMES, generate
 from ..model import GPT, eval_mode
+from ..stats import STATISTICS, bootstrap
 from ..tasks import ANSWER_MARKER, Task
+from ..validation import check_int
 
 TRACE_COLUMNS = ["regime", "example", "length", "lines", "answered", "correct", "text"]
 TRAINING = "training mix"  # the regime label of the task's own training traces (``training_traces``)
 SUMMARY_COLUMNS = ["regime", "n", "median_length", "median_length_lo", "median_length_hi", "accuracy",
                    "accuracy_lo", "accuracy_hi", "answered"]
-
-
-def _check_int(name: str, value: object, lo: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo:
-        raise ValueError(f"{name}={value!r} is invalid: must be an int >= {lo}")
 
 
 def _find(seq: list[int], sub: list[int], start: int = 0) -> int | None:
@@ -43,7 +40,7 @@ def _find(seq: list[int], sub: list[int], start: int = 0) -> int | None:
     return None
 
 
-def _read_trace(task: Task, generated: list[int], answer: int) -> dict[str, object]:
+def read_trace(task: Task, generated: list[int], answer: int) -> dict[str, object]:
     """Length, answered, correct and text of one continuation (token ids after the prompt).
 
     ``length`` counts tokens before the answer marker (all of them when there is none); ``lines``
@@ -85,8 +82,8 @@ def trace_lengths(model: GPT, task: Task, regimes: Sequence[str] = REGIMES, *, n
     if not callable(getattr(task, "check_answer", None)):
         raise ValueError(f"task={task!r} has no check_answer: trace lengths need a task with exact answers "
                          f"(e.g. arith_cot)")
-    _check_int("n", n, 1)
-    _check_int("max_new_tokens", max_new_tokens, 1)
+    check_int("n", n, 1)
+    check_int("max_new_tokens", max_new_tokens, 1)
     batch = task.sample(n, seed=seed, split=split)
     if batch.prompts is None:
         raise ValueError(f"task={task!r} gives no prompts to continue (batch.prompts is None)")
@@ -108,7 +105,7 @@ def trace_lengths(model: GPT, task: Task, regimes: Sequence[str] = REGIMES, *, n
                 out = generate(model, prompt, max_new_tokens, regime=regime, prefill_passes=prefill_passes,
                                temperature=temperature, top_k=top_k, eos=eos, generator=generator)
                 for i, generated in zip(examples, out[:, length:].tolist()):
-                    traces[i] = _read_trace(task, generated, int(batch.labels[i]))
+                    traces[i] = read_trace(task, generated, int(batch.labels[i]))
             rows.extend({"regime": regime, "example": i, **traces[i]} for i in sorted(traces))
     return pd.DataFrame(rows, columns=TRACE_COLUMNS)
 
@@ -121,13 +118,13 @@ def training_traces(task: Task, n: int = 2000, seed: int = 0) -> pd.DataFrame:
     a regime's trace lengths mean little on their own; beside the mix the model was trained on they
     show whether decoding copies that mix, collapses onto one verbosity, or writes less than any.
     """
-    _check_int("n", n, 1)
+    check_int("n", n, 1)
     batch = task.sample(n, seed=seed, split="train")
     if batch.prompts is None:
         raise ValueError(f"task={task!r} gives no prompts (batch.prompts is None): it has no traces to read")
     rows = []
     for i, (prompt, text) in enumerate(zip(batch.prompts, batch.texts)):
-        row = _read_trace(task, task.tokenizer.encode(text[len(prompt):]), int(batch.labels[i]))
+        row = read_trace(task, task.tokenizer.encode(text[len(prompt):]), int(batch.labels[i]))
         if not row["correct"]:
             raise AssertionError(f"training trace {i} of {task!r} is not correct: {text!r}")
         rows.append({"regime": TRAINING, "example": i, **row})
@@ -157,9 +154,6 @@ def line_distribution(df: pd.DataFrame, by: Sequence[str] = ("regime",)) -> pd.D
                                                                           kind="stable", ignore_index=True)
 
 
-STATISTICS = {"mean": np.mean, "median": np.median}
-
-
 def paired_hierarchical_difference(reference: Sequence[np.ndarray], arm: Sequence[np.ndarray],
                                    statistic: str = "mean", n_boot: int = 2000, seed: int = 0,
                                    level: float = 0.95) -> dict[str, float]:
@@ -173,29 +167,13 @@ def paired_hierarchical_difference(reference: Sequence[np.ndarray], arm: Sequenc
     per arm) and means only; a median trace length needs the median, and regimes share their seeds.
     Returns ``mean`` (the point estimate), ``low``, ``high`` and ``seeds``.
     """
-    if statistic not in STATISTICS:
-        raise ValueError(f"statistic={statistic!r} is invalid: must be one of {tuple(STATISTICS)}")
-    _check_int("n_boot", n_boot, 1)
-    if not 0.0 < level < 1.0:
-        raise ValueError(f"level={level!r} is invalid: must be in (0, 1)")
     ref = [np.asarray(a, dtype=np.float64) for a in reference]
     other = [np.asarray(a, dtype=np.float64) for a in arm]
-    shapes = {a.shape for a in ref + other}
-    shape = next(iter(shapes)) if len(shapes) == 1 else ()
-    if not ref or len(ref) != len(other) or len(shape) != 1 or shape[0] == 0:
+    if not ref or len(ref) != len(other):
         raise ValueError(f"reference and arm must hold one non-empty 1-D array per seed, the same number of "
                          f"seeds and examples each; got shapes {[a.shape for a in ref]} and {[a.shape for a in other]}")
-    stat = STATISTICS[statistic]
-    ref_arr, arm_arr = np.stack(ref), np.stack(other)  # (seeds, examples)
-    seeds, n = ref_arr.shape
-    rng = np.random.default_rng(seed)
-    pick_seeds = rng.integers(0, seeds, size=(n_boot, seeds, 1))
-    pick_examples = rng.integers(0, n, size=(n_boot, 1, n))
-    boot = (stat(arm_arr[pick_seeds, pick_examples], axis=2) - stat(ref_arr[pick_seeds, pick_examples], axis=2)).mean(1)
-    tail = (1.0 - level) / 2.0
-    estimate = float(np.mean(stat(arm_arr, axis=1) - stat(ref_arr, axis=1)))
-    return {"mean": estimate, "low": float(np.quantile(boot, tail)), "high": float(np.quantile(boot, 1.0 - tail)),
-            "seeds": seeds}
+    return bootstrap(other, ref, unit="seeds", paired_seeds=True, statistic=statistic, n_boot=n_boot, seed=seed,
+                     level=level)
 
 
 def compare_regimes(df: pd.DataFrame, reference: str = "standard", n_boot: int = 2000, seed: int = 0,
@@ -245,20 +223,20 @@ def summarize_traces(df: pd.DataFrame, n_boot: int = 1000, seed: int = 0, level:
     missing = sorted({*by, "length", "correct", "answered"} - set(df.columns))
     if missing:
         raise ValueError(f"df lacks the column(s) {missing}: pass trace_lengths' output")
-    _check_int("n_boot", n_boot, 1)
+    check_int("n_boot", n_boot, 1)
     if not 0.0 < level < 1.0:
         raise ValueError(f"level={level!r} is invalid: must be in (0, 1)")
     rng = np.random.default_rng(seed)
-    q = [(1.0 - level) / 2.0, (1.0 + level) / 2.0]
     rows = []
     for key, group in df.groupby(by, sort=False):
         lengths = group["length"].to_numpy(dtype=np.float64)
         correct = group["correct"].to_numpy(dtype=np.float64)
-        resample = rng.integers(0, len(group), size=(n_boot, len(group)))
-        med_lo, med_hi = np.quantile(np.median(lengths[resample], axis=1), q)
-        acc_lo, acc_hi = np.quantile(correct[resample].mean(axis=1), q)
-        rows.append({**dict(zip(by, key)), "n": len(group), "median_length": float(np.median(lengths)),
-                     "median_length_lo": float(med_lo), "median_length_hi": float(med_hi),
-                     "accuracy": float(correct.mean()), "accuracy_lo": float(acc_lo), "accuracy_hi": float(acc_hi),
+        drawn = rng.bit_generator.state  # both statistics read one resample: the generator is rewound
+        median = bootstrap(lengths, statistic="median", n_boot=n_boot, seed=rng, level=level)
+        rng.bit_generator.state = drawn
+        accuracy = bootstrap(correct, n_boot=n_boot, seed=rng, level=level)
+        rows.append({**dict(zip(by, key)), "n": len(group), "median_length": median["mean"],
+                     "median_length_lo": median["low"], "median_length_hi": median["high"],
+                     "accuracy": accuracy["mean"], "accuracy_lo": accuracy["low"], "accuracy_hi": accuracy["high"],
                      "answered": float(group["answered"].mean())})
     return pd.DataFrame(rows, columns=[*by, *SUMMARY_COLUMNS[1:]])

@@ -46,7 +46,7 @@ from .. import schedules
 from ..analysis.interventions import Intervention, intervene
 from ..analysis.probes import fit_probe, random_init_model
 from ..analysis.schedule_agreement import compare_schedules
-from ..analysis.traces import _read_trace
+from ..analysis.traces import read_trace
 from ..config import ModelConfig
 from ..evaluation import verdict
 from ..mechanisms import Feedback, norm
@@ -402,7 +402,7 @@ def check_trace_length(fn: Callable[[Task, list[int]], int], task: Task | None =
             "ids, not one '#'), in the generated ids and count the ids before it; without a marker, count them "
             "all (a continuation cut off after '##' has none). An answer-only trace has length 0.")
     for generated, answer in _trace_cases(task):
-        expected = _read_trace(task, generated, answer)["length"]
+        expected = read_trace(task, generated, answer)["length"]
         got = fn(task, list(generated))
         if got != expected:
             text = task.tokenizer.decode(generated)

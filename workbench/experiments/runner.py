@@ -21,7 +21,7 @@ from typing import Any
 import pandas as pd
 from tqdm.auto import tqdm
 
-from .. import schedules, tasks
+from .. import tasks
 from .._version import __version__
 from ..checkpoint import load_checkpoint, load_config, load_metrics, save_checkpoint, write_json_atomic
 from ..evaluation import per_example_metrics, summarize
@@ -31,37 +31,12 @@ from ..train import TrainConfig, train
 from .common import step_flops
 from .core import EVAL_SEED, Context, Outcome, RunSpec, apply_gates
 from .recipes import RECIPES
-from .store import EVAL_FILE, FULL_ENV, checkpoints_root, scratch_root
-
-
-def _same_trajectory(stored: Any, cfg: TrainConfig) -> bool:
-    """Does a stored train config describe the run ``cfg`` describes? Read through TrainConfig, so a field
-    added since (at its default) leaves a stored run the same; compared as JSON, since tuples in a spec
-    are lists once stored."""
-    if not isinstance(stored, dict):
-        return False
-    try:
-        trained = TrainConfig.from_dict(stored).trajectory_dict()
-    except (TypeError, ValueError):
-        return False
-    return json.loads(json.dumps(trained)) == json.loads(json.dumps(cfg.trajectory_dict()))
-
-
-def _up_to_date(path: Path, spec: RunSpec) -> bool:
-    if not (path / "metrics.json").is_file():
-        return False
-    stored = load_metrics(path)
-    try:  # as values: the stored JSON form of the same schedule reads as the same run
-        same_eval = schedules.parse(stored.get("eval_schedule", {})) == spec.eval_schedule
-    except (TypeError, ValueError):
-        return False
-    return (_same_trajectory(stored.get("train_config", {}), spec.train) and same_eval
-            and stored.get("package_version") == __version__ and stored.get("eval_size") == spec.eval_size)
+from .store import EVAL_FILE, FULL_ENV, checkpoints_root, same_trajectory, scratch_root, up_to_date
 
 
 def _reusable(path: Path, spec: RunSpec) -> bool:
     """A saved run of this very spec, with its recorded evaluation."""
-    return _up_to_date(path, spec) and (path / EVAL_FILE).is_file()
+    return up_to_date(path, spec) and (path / EVAL_FILE).is_file()
 
 
 def evaluate_run(model: GPT, spec: RunSpec) -> pd.DataFrame:
@@ -119,11 +94,11 @@ def _copy_shared(spec: RunSpec, path: Path) -> bool:
     for other in sorted(path.parent.parent.glob(f"*/{spec.name}")):
         if other.parent == path.parent or not (other / EVAL_FILE).is_file():
             continue
-        if _up_to_date(other, spec):
+        if up_to_date(other, spec):
             shutil.copytree(other, path)
             return True
         stored = load_metrics(other)
-        if _same_trajectory(stored.get("train_config", {}), spec.train) and stored.get("package_version") \
+        if same_trajectory(stored.get("train_config", {}), spec.train) and stored.get("package_version") \
                 == __version__:
             model = load_checkpoint(other)
             per_example = evaluate_run(model, spec)
@@ -144,7 +119,7 @@ def train_run(spec: RunSpec, path: Path, scratch: Path, force: bool = False) -> 
     run_dir = scratch / path.parent.name / path.name
     cfg = spec.train.replace(out_dir=str(run_dir))
     # the runner's own scratch, of a run this spec no longer describes (the trainer refuses to resume it)
-    if run_dir.exists() and (force or not _same_trajectory(_read_json_or_none(run_dir / CONFIG_FILE), cfg)):
+    if run_dir.exists() and (force or not same_trajectory(_read_json_or_none(run_dir / CONFIG_FILE), cfg)):
         shutil.rmtree(run_dir)
     cfg = cfg.replace(resume=(run_dir / "checkpoint").is_dir())
     cpu = time.process_time()  # this process's CPU time: what the run costs a core, however busy the machine

@@ -7,14 +7,19 @@ The root is ``$WORKBENCH_CHECKPOINTS`` when set, else the ``checkpoints/`` folde
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from .. import schedules
+from .._version import __version__
 from ..checkpoint import load_checkpoint, load_metrics
 from ..model import GPT
+from ..train_config import TrainConfig
+from .core import RunSpec
 
 ROOT_ENV = "WORKBENCH_CHECKPOINTS"  # overrides the checkpoint root for reproduce, load_run and the notebooks
 FULL_ENV = "WORKBENCH_FULL"  # "1": notebooks retrain their recipe instead of loading it
@@ -48,3 +53,29 @@ def run_history(recipe: str, run: str) -> pd.DataFrame:
 def load_results(recipe: str, name: str = "results.csv") -> pd.DataFrame:
     """A table a recipe wrote (``results.csv``, ``pass_dynamics.csv``, ``traces.csv``, ...)."""
     return pd.read_csv(checkpoints_root() / recipe / name)
+
+
+def same_trajectory(stored: Any, cfg: TrainConfig) -> bool:
+    """Does a stored train config describe the run ``cfg`` describes? Read through TrainConfig, so a field
+    added since (at its default) leaves a stored run the same; compared as JSON, since tuples in a spec
+    are lists once stored."""
+    if not isinstance(stored, dict):
+        return False
+    try:
+        trained = TrainConfig.from_dict(stored).trajectory_dict()
+    except (TypeError, ValueError):
+        return False
+    return json.loads(json.dumps(trained)) == json.loads(json.dumps(cfg.trajectory_dict()))
+
+
+def up_to_date(path: Path, spec: RunSpec) -> bool:
+    """Whether the run saved at ``path`` was trained (and is evaluated) under ``spec`` by this version."""
+    if not (path / "metrics.json").is_file():
+        return False
+    stored = load_metrics(path)
+    try:  # as values: the stored JSON form of the same schedule reads as the same run
+        same_eval = schedules.parse(stored.get("eval_schedule", {})) == spec.eval_schedule
+    except (TypeError, ValueError):
+        return False
+    return (same_trajectory(stored.get("train_config", {}), spec.train) and same_eval
+            and stored.get("package_version") == __version__ and stored.get("eval_size") == spec.eval_size)

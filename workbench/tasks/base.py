@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from .. import validation
+
 SPLITS = ("train", "val")
 
 
@@ -51,17 +53,15 @@ class Batch:
 
 
 def fail(task: str, name: str, value: Any, allowed: str) -> None:
-    raise ValueError(f"{task}: {name}={value!r} is invalid: {allowed}")
+    validation.fail(f"{task}: {name}", value, allowed)
 
 
 def check_choice(task: str, name: str, value: Any, choices: tuple) -> None:
-    if isinstance(value, bool) or value not in choices:
-        fail(task, name, value, f"must be one of {choices}")
+    validation.check_choice(f"{task}: {name}", value, choices)
 
 
 def check_int(task: str, name: str, value: Any, lo: int, hi: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not lo <= value <= hi:
-        fail(task, name, value, f"must be an int in [{lo}, {hi}]")
+    validation.check_int(f"{task}: {name}", value, lo, hi)
 
 
 def make_rng(seed: int, split: str) -> np.random.Generator:

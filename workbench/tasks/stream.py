@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from ..validation import check_choice, check_int
 from .base import SPLITS, Batch, Task, check_n
 
 
@@ -27,15 +28,10 @@ class TrainStream:
                  start_step: int = 0, split: str = "train") -> None:
         check_n(batch_size)
         for name, value in (("seed", seed), ("start_step", start_step)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"TrainStream: {name}={value!r} is invalid: must be a non-negative int")
-        if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-            raise ValueError(f"TrainStream: world_size={world_size!r} is invalid: must be a positive int")
-        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
-            allowed = f"must be an int in [0, {world_size - 1}]"
-            raise ValueError(f"TrainStream: rank={rank!r} is invalid: {allowed}")
-        if split not in SPLITS:
-            raise ValueError(f"TrainStream: split={split!r} is invalid: must be one of {SPLITS}")
+            check_int(f"TrainStream: {name}", value, 0)
+        check_int("TrainStream: world_size", world_size, 1)
+        check_int("TrainStream: rank", rank, 0, world_size - 1)
+        check_choice("TrainStream: split", split, SPLITS)
         self.task, self.batch_size, self.seed = task, batch_size, seed
         self.rank, self.world_size, self.step, self.split = rank, world_size, start_step, split
 

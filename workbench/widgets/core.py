@@ -128,7 +128,7 @@ def with_static_twin(explorer: Explorer) -> None:
     display(bundle, raw=True)
 
 
-def _fmt(value: float) -> str:
+def format_number(value: float) -> str:
     """Numbers as a summary shows them: NaN as an em dash, tiny residuals in scientific notation."""
     if pd.isna(value):
         return "—"
@@ -159,7 +159,7 @@ def contraction_explorer(results: Mapping[str, pd.DataFrame]) -> Explorer:
         shown = min(pass_, int(frame["pass"].max()))
         row = frame[frame["pass"] == shown].iloc[0]
         note = f" (the run ends at pass {shown})" if shown < pass_ else ""
-        numbers = ", ".join(f"{label} {_fmt(row[col])}" for col, label in
+        numbers = ", ".join(f"{label} {format_number(row[col])}" for col, label in
                             (("delta", "residual"), ("fixed_point_distance", "distance to fixed point"),
                              ("contraction_rate", "rate"), ("loss", "loss")) if col in row)
         summary = f"<b>{html.escape(run)}</b>, pass {shown}{note}: {numbers}"
@@ -208,10 +208,10 @@ def probe_explorer(compute: Callable[[str, str], pd.DataFrame], tasks: Sequence[
         lines = []
         for _, row in frame[frame["layer"] == depth].iterrows():
             who = f"{html.escape(str(row['model']))}: " if "model" in row else ""
-            extra = ", ".join(f"{col.replace('_', ' ')} {_fmt(row[col])}"
+            extra = ", ".join(f"{col.replace('_', ' ')} {format_number(row[col])}"
                               for col in ("control_accuracy", "selectivity", "majority") if col in row)
-            std = f" ± {_fmt(row['accuracy_std'])}" if "accuracy_std" in row else ""
-            lines.append(f"{who}accuracy {_fmt(row['accuracy'])}{std}; {extra}")
+            std = f" ± {format_number(row['accuracy_std'])}" if "accuracy_std" in row else ""
+            lines.append(f"{who}accuracy {format_number(row['accuracy'])}{std}; {extra}")
         summary = (f"<b>{html.escape(task)}</b>, {html.escape(condition)}, depth {depth}<br>"
                    + "<br>".join(lines))
         return plots.probe_profile(frame, highlight_depth=depth), summary
@@ -246,13 +246,13 @@ def token_stepper(model: GPT, idx: torch.Tensor, decode: Callable[[int], str] | 
         row = rows.loc[(example, position)]
         if row["reads"]:
             previous = rows.loc[(example, position - 1)]
-            reads = (f"reads m<sub>{position - 1}</sub> (state norm {_fmt(previous['state_norm'])}); "
-                     f"cos(m<sub>{position - 1}</sub>, m<sub>{position}</sub>) = {_fmt(row['cosine_prev'])}")
+            reads = (f"reads m<sub>{position - 1}</sub> (state norm {format_number(previous['state_norm'])}); "
+                     f"cos(m<sub>{position - 1}</sub>, m<sub>{position}</sub>) = {format_number(row['cosine_prev'])}")
         else:
             reads = "reads no memory (plain position)"
         top = ", ".join(f"{name(tok)} {p:.2f}" for tok, p in zip(row["top_tokens"], row["top_probs"]))
         summary = (f"<b>t = {position}</b>, token {name(row['token'])}: {reads}; produces m<sub>{position}</sub> "
-                   f"(state norm {_fmt(row['state_norm'])})<br>next: {top}")
+                   f"(state norm {format_number(row['state_norm'])})<br>next: {top}")
         return plots.token_steps(trajectory, position, example, decode), summary
 
     return Explorer(controls, render)

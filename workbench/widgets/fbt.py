@@ -24,7 +24,8 @@ from ..analysis.fusion import regime_losses
 from ..analysis.probes import parse_condition, probe_layers
 from ..decode import REGIMES, generate
 from ..model import GPT
-from .core import Explorer, _fmt
+from ..validation import check_int
+from .core import Explorer, format_number
 
 
 def regime_explorer(model: GPT, tokens: torch.Tensor, prompt_len: int, decode: Callable[[Sequence[int]], str],
@@ -40,10 +41,8 @@ def regime_explorer(model: GPT, tokens: torch.Tensor, prompt_len: int, decode: C
     if tokens.ndim != 2 or tokens.size(0) != 1:
         raise ValueError(f"tokens must be one sequence of shape (1, T), got {tuple(tokens.shape)}")
     T = tokens.size(1)
-    if isinstance(prompt_len, bool) or not isinstance(prompt_len, int) or not 1 <= prompt_len < T:
-        raise ValueError(f"prompt_len={prompt_len!r} is invalid: must be an int in [1, {T - 1}]")
-    if isinstance(max_prefill_passes, bool) or not isinstance(max_prefill_passes, int) or max_prefill_passes < 1:
-        raise ValueError(f"max_prefill_passes={max_prefill_passes!r} is invalid: must be an int >= 1")
+    check_int("prompt_len", prompt_len, 1, T - 1)
+    check_int("max_prefill_passes", max_prefill_passes, 1)
     prompt, new = tokens[:, :prompt_len], T - prompt_len
     standard = regime_losses(model, tokens, prompt_len, ("standard",))
     controls = {
@@ -63,10 +62,10 @@ def regime_explorer(model: GPT, tokens: torch.Tensor, prompt_len: int, decode: C
         summary = (f"<b>{regime}</b>{passes}<br>"
                    f"prompt: <code>{html.escape(repr(decode(prompt[0].tolist())))}</code><br>"
                    f"writes: <code>{html.escape(repr(decode(written.tolist())))}</code> "
-                   f"(mean log-likelihood {_fmt(float(log_probs.mean()))} nats/token)<br>"
+                   f"(mean log-likelihood {format_number(float(log_probs.mean()))} nats/token)<br>"
                    f"real continuation: <code>{html.escape(repr(decode(tokens[0, prompt_len:].tolist())))}</code>; "
-                   f"its loss under {regime} {_fmt(float(scored['loss'].mean()))} nats/token "
-                   f"(standard {_fmt(float(standard['loss'].mean()))})")
+                   f"its loss under {regime} {format_number(float(scored['loss'].mean()))} nats/token "
+                   f"(standard {format_number(float(standard['loss'].mean()))})")
         return plots.regime_losses(frame), summary
 
     return Explorer(controls, render)
@@ -91,8 +90,7 @@ def probe_compute(models: Mapping[str, Mapping[str, GPT]], conditions: Sequence[
         raise ValueError(f"conditions={list(conditions)!r} must name at least one condition")
     for condition in conditions:
         parse_condition(condition)
-    if isinstance(n, bool) or not isinstance(n, int) or n < 8:
-        raise ValueError(f"n={n!r} is invalid: must be an int >= 8 (4 grouped folds need several groups)")
+    check_int("n", n, 8)  # 4 grouped folds need several groups
     kept: dict[str, pd.DataFrame] = {}
 
     def compute(task: str, condition: str) -> pd.DataFrame:
@@ -130,10 +128,8 @@ def pass_window_explorer(dynamics: pd.DataFrame, seq_len: int, from_position: in
     if missing or dynamics.empty:
         raise ValueError(f"dynamics must be stacked pass_dynamics tables with a 'run' column; missing {missing}"
                          " or empty")
-    if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 2:
-        raise ValueError(f"seq_len={seq_len!r} is invalid: must be an int >= 2")
-    if isinstance(from_position, bool) or not isinstance(from_position, int) or not 0 <= from_position < seq_len:
-        raise ValueError(f"from_position={from_position!r} is invalid: must be an int in [0, {seq_len - 1}]")
+    check_int("seq_len", seq_len, 2)
+    check_int("from_position", from_position, 0, seq_len - 1)
     runs = {name: frame.drop(columns="run") for name, frame in dynamics.groupby("run", sort=False)}
     last = int(dynamics["pass"].max())
     controls = {
@@ -155,10 +151,10 @@ def pass_window_explorer(dynamics: pd.DataFrame, seq_len: int, from_position: in
             row, rise = by_pass.loc[pass_], math.nan
             if 2 in by_pass.index:
                 rise = row["loss"] - by_pass.loc[2, "loss"]
-            lines.append(f"<b>{html.escape(name)}</b>: residual {_fmt(row['delta'])}, distance to fixed point "
-                         f"{_fmt(row['fixed_point_distance'])}, loss {_fmt(row['loss'])} "
-                         f"({'+' if rise >= 0 else ''}{_fmt(rise)} since pass 2), "
-                         f"exact by causality {_fmt(row['exact_by_causality'])}")
+            lines.append(f"<b>{html.escape(name)}</b>: residual {format_number(row['delta'])}, distance to fixed point "
+                         f"{format_number(row['fixed_point_distance'])}, loss {format_number(row['loss'])} "
+                         f"({'+' if rise >= 0 else ''}{format_number(rise)} since pass 2), "
+                         f"exact by causality {format_number(row['exact_by_causality'])}")
         return figure, f"pass {pass_} of {last}<br>" + "<br>".join(lines)
 
     return Explorer(controls, render)

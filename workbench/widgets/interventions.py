@@ -18,7 +18,7 @@ from .. import plots
 from ..analysis.interventions import example_logits, mate_rows
 from ..model import GPT
 from ..tasks.base import Batch
-from .core import Explorer, _fmt
+from .core import Explorer, format_number
 
 
 def _summary(frame, example: int, label: str) -> str:
@@ -28,7 +28,7 @@ def _summary(frame, example: int, label: str) -> str:
         true = rows.loc[rows["true"], "logit"].iloc[0]
         other = rows.loc[~rows["true"], "logit"].max()
         verdict = f"answers {html.escape(repr(label))}" if true >= other else "<b>flips</b>"
-        parts.append(f"{html.escape(name)}: margin {_fmt(true - other)} ({verdict})")
+        parts.append(f"{html.escape(name)}: margin {format_number(true - other)} ({verdict})")
     return f"<b>example #{example}</b> (label {html.escape(label)!r}) — " + "; ".join(parts)
 
 

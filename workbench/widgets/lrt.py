@@ -34,7 +34,7 @@ from ..analysis.schedule_agreement import (
     schedule_sweep,
 )
 from ..model import GPT
-from .core import Explorer, _fmt
+from .core import Explorer, format_number
 
 
 def _slider(name: str, value: int, maximum: int) -> widgets.IntSlider:
@@ -80,12 +80,12 @@ def schedule_explorer(model: GPT, idx: torch.Tensor, targets: torch.Tensor | Non
             seconds.append(_seconds(model, idx, value))
         loss_head = "<th>loss</th>" if targets is not None else ""
         body = "".join(
-            f"<tr><td><b>{html.escape(r['label'])}</b></td><td>{_fmt(r['distance'])}</td>"
-            f"<td>{r['agreement']:.1%}</td>" + (f"<td>{_fmt(r['loss'])}</td>" if targets is not None else "")
+            f"<tr><td><b>{html.escape(r['label'])}</b></td><td>{format_number(r['distance'])}</td>"
+            f"<td>{r['agreement']:.1%}</td>" + (f"<td>{format_number(r['loss'])}</td>" if targets is not None else "")
             + f"<td>{r['forwards']}</td><td>{r['token_forwards']}</td>"
             f"<td>{r['train_flops'] / single_flops:.3g}x</td><td>{1000 * t:.0f} ms</td></tr>"
             for r, t in zip(rows, seconds))
-        floor_line = (f"<br>{html.escape(floor_label)} loss {_fmt(floor)}: the floor every loss above is read "
+        floor_line = (f"<br>{html.escape(floor_label)} loss {format_number(floor)}: the floor every loss above is read "
                       "against" if floor is not None and targets is not None else "")
         summary = (f"<table><tr><th>setting</th><th>distance to exact</th><th>argmax agrees</th>{loss_head}"
                    f"<th>forwards</th><th>positions computed</th><th>training FLOPs vs 1 pass</th>"
@@ -163,10 +163,11 @@ def lrt_run_explorer(models: Mapping[str, GPT], idx: torch.Tensor,
             m = metrics[run]
             schedule = m.get("eval_schedule", {}).get("schedule", "?")
             recorded = (f"<br>recorded {html.escape(metric)} ({html.escape(schedule)} decoding): "
-                        f"<b>{_fmt(m['eval'][metric])}</b>")
+                        f"<b>{format_number(m['eval'][metric])}</b>")
         summary = (f"<b>{html.escape(run)}</b>: memory read from {where} of {c.n_layer}; inject "
                    f"{' + '.join(c.lrt_inject)}, {c.lrt_projection} projection; mean gamma "
-                   f"{_fmt(stats['gamma'].mean())}, mean feedback gate {_fmt(stats['gate_feedback'].mean())}"
+                   f"{format_number(stats['gamma'].mean())}, mean feedback gate "
+                   f"{format_number(stats['gate_feedback'].mean())}"
                    f"{recorded}")
         return plots.lrt_mechanism(stats, gates, title=run), summary
 

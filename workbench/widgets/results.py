@@ -25,7 +25,7 @@ from .. import plots
 from ..analysis.traces import TRACE_COLUMNS
 from ..decode import REGIMES
 from ..experiments.results_table import gates_table
-from .core import Explorer, _fmt
+from .core import Explorer, format_number
 
 SUMMARY_FIELDS = ("claim", "setting", "number", "verdict")
 
@@ -103,10 +103,10 @@ def recipe_explorer(summaries: Mapping[str, Mapping[str, Any]], tables: Mapping[
 
     def render(recipe: str) -> tuple[Figure, str]:
         s = summaries[recipe]
-        table = tables[recipe]["results"].to_html(index=False, max_rows=max_rows, float_format=_fmt, border=0)
+        table = tables[recipe]["results"].to_html(index=False, max_rows=max_rows, float_format=format_number, border=0)
         gates = gates_table({recipe: s})
         gate_html = "" if gates.empty else "gates (all must pass before a verdict):" + gates.drop(
-            columns="recipe").to_html(index=False, float_format=_fmt, border=0)
+            columns="recipe").to_html(index=False, float_format=format_number, border=0)
         note = (" — a gate failed, so the claim was not tested and no other verdict is drawn"
                 if str(s["verdict"]).startswith("not tested") else "")
         rule = f"decision rule: {html.escape(str(s['rule']))}<br>" if "rule" in s else ""

@@ -35,7 +35,7 @@ from ...analysis.probes import answer_correct
 from ...checkpoint import load_checkpoint, load_metrics
 from ...evaluation import hierarchical_difference
 from ..core import EVAL_SEED, Context, Gate, Outcome, Recipe, RunSpec
-from ..store import EVAL_FILE
+from ..store import EVAL_FILE, up_to_date
 from . import layer0_probes, lrt_vs_baseline
 from .layer0_probes import (
     COMPETENT,
@@ -97,9 +97,7 @@ def probe_row(root: Path, task: str, scratch: int) -> dict[str, float]:
 
 def current(path: Path, spec: RunSpec) -> bool:
     """Whether the run saved at ``path`` was trained under ``spec`` (the specimen recipe as it stands now)."""
-    from ..runner import _up_to_date  # the runner imports the recipes: import it when a recipe runs
-
-    return _up_to_date(path, spec)
+    return up_to_date(path, spec)
 
 
 def group_means(frame: pd.DataFrame, kind: str, column: str = "flipped") -> np.ndarray:

@@ -124,7 +124,7 @@ def mix_of(spec: RunSpec) -> str:
 @torch.no_grad()
 def pass_losses(model, tokens: torch.Tensor, targets: torch.Tensor, passes: int, chunk: int = 64) -> np.ndarray:
     """(passes, B) each example's mean loss over ``targets`` after each Jacobi pass (eval mode, no jitter)."""
-    from ...analysis.contraction import _window_loss
+    from ...analysis.contraction import window_loss
     from ...model import eval_mode
     from ...schedules import iterate_passes
 
@@ -132,7 +132,7 @@ def pass_losses(model, tokens: torch.Tensor, targets: torch.Tensor, passes: int,
     with eval_mode(model):
         for start in range(0, tokens.size(0), chunk):
             part = slice(start, start + chunk)
-            out.append([_window_loss(o.logits, targets[part])[1]
+            out.append([window_loss(o.logits, targets[part])[1]
                         for o in iterate_passes(model, tokens[part], 0, passes)])
     return np.concatenate([np.asarray(x) for x in out], axis=1)
 

@@ -56,7 +56,6 @@ CHANCE_MARGIN = 0.35  # nats: a feedback mix's label loss must be at most ln 2 -
 #   pass still better); with 1 write 6,000 steps give 0.491 / 0.450 and 20,000 steps (9.6 minutes, 1 thread)
 #   0.375 / 0.0002: the pass-1 model answers half the prompts, the feedback answers all of them.
 STEPS = 28000
-BUDGET_MINUTES = 45  # issue 18: the recipe's training on this machine's two cores (``quiet_wall_minutes``)
 
 
 def build(scale: float) -> list[RunSpec]:

@@ -16,12 +16,12 @@ from ..common import (
     compare,
     config,
     describe,
+    difference,
     learned_gates_values,
     per_seed,
     running_sum_chance,
 )
 from ..core import Context, Gate, Outcome, Recipe, RunSpec
-from .rules import difference
 
 ARMS = ("control", "kv", "residual", "both")
 

@@ -26,9 +26,8 @@ from ...evaluation import hierarchical_difference, per_example_metrics, verdict
 from ...model import build_model, mechanism_overhead
 from ...plots import loss_vs_flops
 from ...train import TrainConfig
-from ..common import EXACT, budget_runs, compare, describe, last_quarter_improvement, per_seed
+from ..common import EXACT, budget_runs, compare, describe, difference, last_quarter_improvement, per_seed
 from ..core import Context, Gate, Outcome, Recipe, RunSpec
-from .rules import difference
 
 TEXT = {"seq_len": 128}
 TEXT_MODEL = {"n_layer": 4, "n_head": 4, "n_embd": 64}

@@ -9,7 +9,7 @@ first position of each block, so its own-schedule number hides what the exact re
 from __future__ import annotations
 
 from ...evaluation import verdict
-from ..common import compare, describe
+from ..common import compare, describe, difference
 from ..core import Context, Gate, Outcome, Recipe
 from .lrt_vs_baseline import (
     ARMS,
@@ -29,7 +29,6 @@ from .lrt_vs_baseline import (
     text_runs,
     unigram_bpb,
 )
-from .rules import difference
 
 SCHEDULE_ARMS = ("lrt_interleaved", "lrt_blockwise")
 

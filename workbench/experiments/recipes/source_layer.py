@@ -13,12 +13,12 @@ from ..common import (
     compare,
     config,
     describe,
+    difference,
     learned_gates_values,
     running_sum_chance,
     steps,
 )
 from ..core import Context, Gate, Outcome, Recipe, RunSpec
-from .rules import difference
 
 
 def build(scale: float) -> list[RunSpec]:

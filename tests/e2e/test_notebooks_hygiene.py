@@ -1,0 +1,79 @@
+"""Committed notebooks are executed, clean and portable (nbval runs them; this checks what is committed)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+NOTEBOOKS = sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("*.ipynb"))
+ABSOLUTE = re.compile(r'(?<![\w.])/(home|root|Users|tmp|work)/')
+OBJECTIVES = re.compile(r"you will learn|you will be able to|objectives", re.IGNORECASE)
+# Where a reader of the repository cannot follow: the project's shared folder, its private notes, a parent folder.
+OUTSIDE = re.compile(r"shared/|seeds/|PAPERS\.md|\.\./")
+WIDGET = "application/vnd.jupyter.widget-view+json"
+def markdown(nb: dict) -> list[str]:
+    return ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown"]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_notebook_is_committed_clean(path):
+    nb = json.loads(path.read_text())
+    assert "widgets" not in nb.get("metadata", {}), "widget state in metadata"
+    assert not ABSOLUTE.search(json.dumps(nb)), "an absolute path"
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    assert code and all(c.get("execution_count") for c in code), "not executed top to bottom"
+    assert not any(o.get("output_type") == "error" for c in code for o in c.get("outputs", [])), "an error output"
+    counts = [c["execution_count"] for c in code]
+    assert counts == sorted(counts), "cells executed out of order"
+    first = "".join(nb["cells"][0]["source"])
+    assert nb["cells"][0]["cell_type"] == "markdown" and OBJECTIVES.search(first), "no objectives up front"
+    assert any("NBVAL_CHECK_OUTPUT" in "".join(c["source"]) for c in code), "no output-checked cell"
+    assert any("wb.widgets." in "".join(c["source"]) for c in code), "no widget"
+
+
+def test_notebooks_are_numbered_in_teaching_order():
+    """00, 01, ... without gaps; a letter marks a notebook that continues the one of its number (05 -> 05b)."""
+    parsed = [re.fullmatch(r"(\d\d)([a-z]?)_\w+", p.stem) for p in NOTEBOOKS]
+    assert all(parsed), f"names not NN_topic or NNx_topic: {[p.name for p, m in zip(NOTEBOOKS, parsed) if not m]}"
+    numbers = [int(m.group(1)) for m in parsed if not m.group(2)]
+    assert numbers == list(range(len(numbers)))
+    assert all(int(m.group(1)) in numbers for m in parsed if m.group(2)), "a continuation without its notebook"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_notebook_names_no_path_outside_the_repository(path):
+    """Pointers go to METHODS.md and the papers' arXiv ids, never to files a reader of the repository lacks."""
+    nb = json.loads(path.read_text())
+    sources = ["".join(c["source"]) for c in nb["cells"]]
+    outside = sorted({m.group(0) for text in sources for m in OUTSIDE.finditer(text)})
+    assert not outside, f"names paths outside the repository: {outside}"
+    assert any("METHODS.md" in text for text in sources), "no pointer to METHODS.md"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_every_widget_has_a_static_twin(path):
+    """A code host strips widget state: the cell that shows a widget also shows its figure as a plain PNG."""
+    nb = json.loads(path.read_text())
+    for cell in nb["cells"]:
+        kinds = [kind for o in cell.get("outputs", []) for kind in o.get("data", {})]
+        if WIDGET in kinds:
+            assert "image/png" in kinds[kinds.index(WIDGET):], f"a widget without its figure under it: {cell['source']}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_ends_with_questions_and_hidden_answers(path):
+    last = markdown(json.loads(path.read_text()))[-1]
+    assert "Check your understanding" in last and last.count("<details>") >= 3, "no answered questions at the end"
+
+
+@pytest.mark.parametrize("path", [p for p in NOTEBOOKS if 1 <= int(p.name[:2]) <= 7],
+                         ids=[p.name for p in NOTEBOOKS if 1 <= int(p.name[:2]) <= 7])
+def test_has_an_exercise_checked_by_the_package(path):
+    """An exercise: the learner's function, hints in <details>, and a wb.exercises check right after."""
+    nb = json.loads(path.read_text())
+    code = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
+    assert any("ex.check_" in text or "exercises.check_" in text for text in code), "no exercise check"
+    assert any("<details>" in text and "Hint" in text for text in markdown(nb)), "no hints"

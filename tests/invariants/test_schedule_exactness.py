@@ -1,0 +1,153 @@
+"""The exact invariants that tie mechanisms and schedules together (float64, perturbed models): multipass(T) =
+interleaved(T) = sequential, blockwise limits, LRT at init = the baseline, generation = the recurrence."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import workbench as wb
+from conftest import perturbed_model, small_config, variant_config
+
+S = wb.schedules
+ATOL = 1e-11
+
+
+def _idx(cfg, batch=2, length=9, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, cfg.vocab_size, (batch, length), generator=g)
+
+
+def test_single_equals_sequential_for_baseline():
+    cfg = small_config()
+    model, idx = perturbed_model(cfg), _idx(cfg)
+    torch.testing.assert_close(S.sequential(model, idx).logits, S.single(model, idx).logits, rtol=0, atol=ATOL)
+
+
+def test_multipass_T_equals_sequential(variant):
+    cfg = variant_config(variant)
+    model, idx = perturbed_model(cfg), _idx(cfg)
+    ref = S.sequential(model, idx)
+    out = S.multipass(model, idx, passes=idx.size(1))
+    torch.testing.assert_close(out.logits, ref.logits, rtol=0, atol=ATOL)
+    torch.testing.assert_close(out.memory, ref.memory, rtol=0, atol=ATOL)
+
+
+def test_multipass_is_exact_on_the_first_k_positions_only():
+    """Jacobi on a causal system: pass k is exact for positions < k, and not yet beyond."""
+    cfg = variant_config("fbt")
+    model, idx = perturbed_model(cfg), _idx(cfg)
+    ref = S.sequential(model, idx).logits
+    for k in (1, 3, 5):
+        out = S.multipass(model, idx, passes=k).logits
+        torch.testing.assert_close(out[:, :k], ref[:, :k], rtol=0, atol=ATOL)
+        assert (out[:, k:] - ref[:, k:]).abs().max() > 1e-6
+
+
+def test_interleaved_T_equals_sequential(variant):
+    cfg = variant_config(variant)
+    model, idx = perturbed_model(cfg), _idx(cfg)
+    ref = S.sequential(model, idx)
+    out = S.interleaved(model, idx, subsets=idx.size(1))
+    torch.testing.assert_close(out.logits, ref.logits, rtol=0, atol=ATOL)
+    torch.testing.assert_close(out.memory, ref.memory, rtol=0, atol=ATOL)
+    assert len(out.pass_logits) == idx.size(1) + 1
+
+
+def test_interleaved_without_write_back_would_not_be_exact():
+    """Guard the test above: fewer subsets than positions is only an approximation."""
+    cfg = variant_config("lrt_shared_top")
+    model, idx = perturbed_model(cfg), _idx(cfg)
+    ref = S.sequential(model, idx).logits
+    assert (S.interleaved(model, idx, subsets=2).logits - ref).abs().max() > 1e-6
+
+
+def test_blockwise_limits(variant):
+    cfg = variant_config(variant)
+    model, idx = perturbed_model(cfg), _idx(cfg)
+    torch.testing.assert_close(S.blockwise(model, idx, block=1).logits, S.sequential(model, idx).logits,
+                               rtol=0, atol=ATOL)
+    torch.testing.assert_close(S.blockwise(model, idx, block=idx.size(1)).logits, S.single(model, idx).logits,
+                               rtol=0, atol=ATOL)
+
+
+def test_plain_prefix_reads_no_memory(variant):
+    cfg = variant_config(variant)
+    model, idx = perturbed_model(cfg), _idx(cfg)
+    out = S.sequential(model, idx, plain_prefix=4)
+    torch.testing.assert_close(out.logits[:, :4], S.single(model, idx).logits[:, :4], rtol=0, atol=ATOL)
+    prefix = torch.tensor([2, 6])
+    mp = S.multipass(model, idx, passes=idx.size(1), plain_prefix=prefix)
+    for b in range(2):
+        ref = S.sequential(model, idx[b:b + 1], plain_prefix=int(prefix[b])).logits
+        torch.testing.assert_close(mp.logits[b:b + 1], ref, rtol=0, atol=ATOL)
+
+
+@pytest.mark.parametrize("name", ["lrt_shared_top", "lrt_per_layer_mid", "lrt_kv_only", "lrt_residual_only_gqa"])
+def test_lrt_at_init_is_the_baseline(name):
+    cfg = variant_config(name)
+    lrt = wb.build_model(cfg, dtype=torch.float64)
+    base = wb.build_model(cfg.replace(mechanism="none"), dtype=torch.float64)
+    base.load_state_dict({k: v for k, v in lrt.state_dict().items() if not k.startswith("mechanism.")})
+    with torch.no_grad():  # move the backbone off its init so blocks are not identities
+        for n, p in base.named_parameters():
+            p.add_(torch.randn_like(p) * 0.3)
+            lrt.get_parameter(n).copy_(p)
+    idx = _idx(cfg)
+    ref = base(idx)
+    for sched in ("sequential", "multipass", "interleaved"):
+        torch.testing.assert_close(S.run(lrt, idx, sched, passes=3, subsets=3).logits, ref, rtol=0, atol=ATOL)
+
+
+def test_generation_reproduces_sequential_logits(variant):
+    cfg = variant_config(variant)
+    model, idx = perturbed_model(cfg), _idx(cfg)
+    tokens, logits = wb.generate(model, idx[:, :4], max_new_tokens=6, regime="soft", return_logits=True)
+    ref = S.sequential(model, tokens, plain_prefix=4).logits
+    torch.testing.assert_close(logits, ref[:, 3:-1], rtol=0, atol=ATOL)
+    tokens, logits = wb.generate(model, idx[:, :4], max_new_tokens=6, regime="standard", return_logits=True)
+    torch.testing.assert_close(logits, model(tokens)[:, 3:-1], rtol=0, atol=ATOL)
+
+
+def test_fused_prefill_with_enough_passes_is_sequential(variant):
+    cfg = variant_config(variant)
+    model, idx = perturbed_model(cfg), _idx(cfg)
+    P = 5
+    tokens, logits = wb.generate(model, idx[:, :P], max_new_tokens=4, regime="fused", prefill_passes=P - 1,
+                                 return_logits=True)
+    ref = S.sequential(model, tokens).logits
+    torch.testing.assert_close(logits, ref[:, P - 1:-1], rtol=0, atol=ATOL)
+
+
+# ------------------------------------------------------------------------ decoding regimes as schedule values
+@pytest.mark.parametrize("regime", ["standard", "soft", "fused"])
+def test_a_regime_value_run_teacher_forced_is_generate_bit_for_bit(variant, regime):
+    """``schedules.regime(r)`` run over the greedy continuation computes exactly the logits that chose it: bit
+    for bit where the value decodes token by token (SOFT, FUSED); STANDARD is ``Single()``, one plain pass
+    over the whole text, so it equals the cached token steps to rounding."""
+    cfg = variant_config(variant)
+    model, idx = perturbed_model(cfg), _idx(cfg)
+    P = 4
+    tokens, chosen = wb.generate(model, idx[:, :P], max_new_tokens=5, regime=regime, prefill_passes=2,
+                                 return_logits=True)
+    value = S.regime(regime, prefill_passes=2, prompt_len=P)
+    with torch.no_grad():
+        logits = value.run(model, tokens).logits
+    if regime == "standard":
+        torch.testing.assert_close(logits[:, P - 1:-1], chosen, rtol=0, atol=ATOL)
+    else:
+        assert torch.equal(logits[:, P - 1:-1], chosen)
+    again = wb.generate(model, idx[:, :P], max_new_tokens=5, regime=value, return_logits=True)
+    assert torch.equal(again[0], tokens) and torch.equal(again[1], chosen)  # generate takes the value itself
+
+
+def test_soft_is_the_recurrence_with_a_plain_prefix_and_a_suffix_condition_is_soft_from_there(variant):
+    cfg = variant_config(variant)
+    model, idx = perturbed_model(cfg), _idx(cfg)
+    for p in (1, 4, idx.size(1)):
+        soft = S.Prefilled(S.Single(), S.Sequential(), prompt_len=p).run(model, idx).logits
+        torch.testing.assert_close(soft, S.sequential(model, idx, plain_prefix=p).logits, rtol=0, atol=ATOL)
+    suffix = wb.analysis.probes.condition_schedule("suffix3", label_pos=7)
+    assert suffix == S.Prefilled(S.Single(), S.Sequential(), prompt_len=5)
+    torch.testing.assert_close(suffix.run(model, idx).logits, S.sequential(model, idx, plain_prefix=5).logits,
+                               rtol=0, atol=ATOL)

@@ -1,0 +1,29 @@
+"""Every shipped checkpoint still computes the metric it recorded, in float64."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from workbench import experiments as E
+from workbench.checkpoint import load_checkpoint, load_metrics
+from workbench.experiments.runner import spec_of
+
+SHIPPED = sorted(p.parent for p in (Path(__file__).resolve().parents[2] / "checkpoints").glob("*/*/metrics.json"))
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[f"{p.parent.name}/{p.name}" for p in SHIPPED])
+def test_shipped_checkpoint_reproduces_its_recorded_metric(path):
+    """A code change that silently alters a model (or its evaluation) fails here, on any CPU.
+
+    The float64 evaluation is compared, not the float32 one: under the exact recurrence far past its
+    training depth a model amplifies float32 rounding (which differs between CPUs and thread counts)
+    into percent-level loss changes; a 1e-13 relative weight perturbation moves the float64 loss of the
+    worst shipped specimen by ~3e-7 relative, so 1e-6 leaves a margin over float64 rounding (~1e-16).
+    """
+    metrics = load_metrics(path)
+    assert "eval_float64" in metrics, "run E.runner.record_reference(path) on checkpoints saved before it existed"
+    recomputed = E.reference_metrics(load_checkpoint(path), spec_of(path))
+    for key in ("loss", "accuracy"):
+        assert recomputed[key] == pytest.approx(metrics["eval_float64"][key], rel=1e-6, abs=1e-9), key

@@ -1,0 +1,167 @@
+"""Statistics for verdicts: one bootstrap engine, exact tests for paired accuracies, and the verdict rule.
+
+Every interval in the package comes from ``bootstrap``, which resamples the unit the data were
+drawn in, so that an interval is as wide as the real uncertainty:
+
+- ``unit="examples"``: held-out examples (one model, or two conditions paired example by example);
+- ``unit="groups"``: whole groups of examples that share a context (probe tasks), mean only;
+- ``unit="seeds"``: training seeds, then examples: each value is one array per seed, all on the
+  same examples. Seeds of two arms are unrelated runs, resampled independently (``paired_seeds=False``),
+  or the same runs under two conditions, resampled together (``paired_seeds=True``).
+
+``statistic`` is ``"mean"`` or ``"median"`` of each resample (per seed, then averaged over seeds); with
+a ``reference`` the interval is for ``statistic(arm) - statistic(reference)``. Draws are shared where
+the data are paired (the same examples for every seed and arm; the same seeds when paired) and made
+outer unit first, so a fixed ``seed`` gives the same interval on any machine.
+
+For accuracies, ``wilson`` gives the Wilson score interval of one proportion and ``mcnemar`` the exact
+paired test of two classifiers scored on the same examples (what the community FBT reproduction
+reports beside its accuracies). ``verdict`` reads an interval against the sign a paper predicts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from statistics import NormalDist
+
+import numpy as np
+
+from .validation import check_int, fail
+
+UNITS = ("examples", "groups", "seeds")
+STATISTICS = {"mean": np.mean, "median": np.median}
+MIN_SEEDS = 3  # a claim about a difference between arms rests on at least this many seeds per arm
+
+Values = np.ndarray | Sequence[float] | Sequence[np.ndarray]
+
+
+def _per_seed(name: str, values: Values, unit: str, n: int | None) -> np.ndarray:
+    """(seeds, examples) float64: one row per seed (``unit="seeds"``), else the one sample as one row."""
+    if unit == "seeds":
+        rows = [np.asarray(a, dtype=np.float64) for a in values]
+        if not rows or any(a.ndim != 1 or len(a) == 0 for a in rows):
+            raise ValueError(f"{name} must be a non-empty list of non-empty 1-D arrays (one per seed)")
+        if len({len(a) for a in rows}) != 1 or (n is not None and len(rows[0]) != n):
+            raise ValueError(f"{name}: every seed must hold the same examples (got lengths {[len(a) for a in rows]}"
+                             + (f", expected {n})" if n is not None else ")"))
+        return np.stack(rows)
+    row = np.asarray(values, dtype=np.float64)
+    if row.ndim != 1 or len(row) == 0 or (n is not None and len(row) != n):
+        raise ValueError(f"{name} must be a non-empty 1-D array" + (f" of the {n} examples of arm" if n else "")
+                         + f", got shape {row.shape}")
+    return row[None, :]
+
+
+def _interval(estimate: float, boot: np.ndarray, level: float) -> dict[str, float]:
+    tail = (1.0 - level) / 2.0
+    return {"mean": float(estimate), "low": float(np.quantile(boot, tail)), "high": float(np.quantile(boot, 1 - tail))}
+
+
+def bootstrap(arm: Values, reference: Values | None = None, *, unit: str = "examples",
+              groups: np.ndarray | Sequence[int] | None = None, paired_seeds: bool = False, statistic: str = "mean",
+              n_boot: int = 2000, seed: int | Sequence[int] | np.random.Generator = 0,
+              level: float = 0.95) -> dict[str, float]:
+    """``statistic`` of ``arm`` (minus that of ``reference``) with a percentile-bootstrap interval over ``unit``.
+
+    Returns ``mean`` (the point estimate, whatever the statistic), ``low``, ``high``, and for
+    ``unit="seeds"`` the number of ``seeds`` behind it (the fewer of the two arms: ``verdict`` refuses
+    fewer than ``MIN_SEEDS``). ``seed`` may be a generator, which the draws then advance.
+    """
+    if unit not in UNITS:
+        fail("unit", unit, f"must be one of {UNITS}")
+    if statistic not in STATISTICS:
+        fail("statistic", statistic, f"must be one of {tuple(STATISTICS)}")
+    check_int("n_boot", n_boot, 1)
+    if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
+        fail("level", level, "must be in (0, 1)")
+    if (groups is None) != (unit != "groups"):
+        raise ValueError("groups is required with unit='groups' and belongs to it only")
+    if paired_seeds and unit != "seeds":
+        raise ValueError("paired_seeds=True belongs to unit='seeds'")
+    a = _per_seed("arm", arm, unit, None)
+    r = None if reference is None else _per_seed("reference", reference, unit, a.shape[1])
+    stat = STATISTICS[statistic]
+    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+    n = a.shape[1]
+    if unit == "groups":
+        if statistic != "mean":
+            fail("statistic", statistic, "must be 'mean' with unit='groups' (groups differ in size)")
+        g = np.asarray(groups)
+        if g.shape != (n,):
+            raise ValueError(f"groups must give one group per example, shape ({n},), got {g.shape}")
+        v = a[0] if r is None else a[0] - r[0]
+        _, index = np.unique(g, return_inverse=True)
+        sums, sizes = np.bincount(index, weights=v), np.bincount(index).astype(np.float64)
+        draws = rng.integers(0, len(sums), size=(n_boot, len(sums)))
+        return _interval(v.mean(), sums[draws].sum(1) / sizes[draws].sum(1), level)
+    if unit == "examples":
+        draws = rng.integers(0, n, size=(n_boot, n))
+        if r is not None and statistic == "mean":  # linear: the mean of the paired differences
+            diff = a[0] - r[0]
+            return _interval(diff.mean(), diff[draws].mean(1), level)
+        boot = stat(a[0][draws], axis=1) - (0.0 if r is None else stat(r[0][draws], axis=1))
+        return _interval(stat(a[0]) - (0.0 if r is None else stat(r[0])), boot, level)
+    r = np.zeros_like(a) if r is None else r
+    if paired_seeds:
+        if len(a) != len(r):
+            raise ValueError(f"paired_seeds=True needs the same seeds in both: arm has {len(a)}, reference {len(r)}")
+        pick_seeds = rng.integers(0, len(a), size=(n_boot, len(a), 1))  # the outer unit, shared
+        pick_examples = rng.integers(0, n, size=(n_boot, 1, n))
+        boot = (stat(a[pick_seeds, pick_examples], axis=2) - stat(r[pick_seeds, pick_examples], axis=2)).mean(1)
+        estimate = np.mean(stat(a, axis=1) - stat(r, axis=1))  # per-seed differences: the seeds are paired
+    else:
+        examples = rng.integers(0, n, size=(n_boot, n))  # shared by every seed of both arms: they are paired
+        ref_seeds = rng.integers(0, len(r), size=(n_boot, len(r)))
+        arm_seeds = rng.integers(0, len(a), size=(n_boot, len(a)))
+        ref_stats = stat(r[:, examples], axis=2).T  # (n_boot, seeds)
+        arm_stats = stat(a[:, examples], axis=2).T
+        boot = (np.take_along_axis(arm_stats, arm_seeds, axis=1).mean(1)
+                - np.take_along_axis(ref_stats, ref_seeds, axis=1).mean(1))
+        estimate = np.mean(stat(a, axis=1)) - np.mean(stat(r, axis=1))
+    return {**_interval(estimate, boot, level), "seeds": int(min(len(a), len(r)))}
+
+
+def wilson(successes: int, n: int, level: float = 0.95) -> dict[str, float]:
+    """The Wilson score interval of a proportion ``successes / n``: honest near 0 and 1, where the normal
+    interval would leave [0, 1] or shrink to nothing."""
+    check_int("n", n, 1)
+    check_int("successes", successes, 0, n)
+    if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
+        fail("level", level, "must be in (0, 1)")
+    z = NormalDist().inv_cdf(1 - (1 - level) / 2)
+    p = successes / n
+    center = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return {"p": p, "low": max(0.0, center - half), "high": min(1.0, center + half), "n": n}
+
+
+def mcnemar(a_correct: np.ndarray | Sequence[bool], b_correct: np.ndarray | Sequence[bool]) -> dict[str, float]:
+    """Exact McNemar test of two classifiers on the same examples: only the discordant pairs carry evidence.
+
+    ``a_only`` / ``b_only`` count the examples one gets right and the other wrong; under the null they
+    split as a fair coin, so the two-sided p-value is twice the binomial tail of the smaller count.
+    """
+    a, b = np.asarray(a_correct), np.asarray(b_correct)
+    if a.dtype != bool or b.dtype != bool or a.shape != b.shape or a.ndim != 1 or len(a) == 0:
+        raise ValueError(f"a_correct and b_correct must be non-empty 1-D bool arrays of one shape, got "
+                         f"{a.dtype}{a.shape} and {b.dtype}{b.shape}")
+    a_only, b_only = int((a & ~b).sum()), int((~a & b).sum())
+    m = a_only + b_only
+    tail = sum(math.comb(m, k) for k in range(min(a_only, b_only) + 1)) / 2 ** m if m else 1.0
+    return {"n": len(a), "a_only": a_only, "b_only": b_only, "p": min(1.0, 2 * tail)}
+
+
+def verdict(interval: dict[str, float], expected_sign: int) -> str:
+    """'reproduces' when the interval excludes 0 on the paper's side, 'does not reproduce' when it
+    excludes 0 on the other side, else 'inconclusive'; an interval from fewer than ``MIN_SEEDS`` seeds
+    per arm (``bootstrap(unit="seeds")`` records them) is 'not tested'."""
+    if expected_sign not in (-1, 1):
+        raise ValueError(f"expected_sign={expected_sign!r} is invalid: must be -1 or 1")
+    if interval.get("seeds", MIN_SEEDS) < MIN_SEEDS:
+        return f"not tested: seeds = {interval['seeds']} (needs >= {MIN_SEEDS})"
+    if interval["low"] > 0:
+        return "reproduces" if expected_sign > 0 else "does not reproduce"
+    if interval["high"] < 0:
+        return "reproduces" if expected_sign < 0 else "does not reproduce"
+    return "inconclusive"
