@@ -62,6 +62,7 @@ def _check_out_dir(out: str, flag: str = "--out") -> None:
 def _cmd_info(args: argparse.Namespace) -> int:
     from .checkpoint import load_checkpoint, load_config, load_metrics
     from .config import ModelConfig
+    from .mechanisms import MECHANISM_CLASSES
     from .model import D20_SHAPE, mechanism_overhead
 
     if args.checkpoint is None and not args.d20:
@@ -80,10 +81,10 @@ def _cmd_info(args: argparse.Namespace) -> int:
         has_mechanism = config.mechanism != "none"
     if args.d20 or has_mechanism:
         rows = []
-        for mech, kw in (("lrt", dict(lrt_projection="shared")), ("lrt", dict(lrt_projection="per_layer")),
-                         ("fbt", dict(tie_embeddings=True))):
-            cfg = ModelConfig(**D20_SHAPE, mechanism=mech, **kw)
-            rows.append({"mechanism": mech, **kw, **mechanism_overhead(cfg)})
+        for mech, cls in MECHANISM_CLASSES.items():  # each mechanism names the configs worth a row
+            for kw in cls.overhead_rows:
+                cfg = ModelConfig(**D20_SHAPE, mechanism=mech, **kw)
+                rows.append({"mechanism": mech, **kw, **mechanism_overhead(cfg)})
         report["d20"] = rows
     if args.json:
         print(json.dumps(report, indent=2, default=str))

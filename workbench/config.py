@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +18,22 @@ import numpy as np
 
 from .validation import check_choice, check_float, check_int, fail
 
-MECHANISMS = ("none", "lrt", "fbt")
+# The mechanisms a config may name, each with its constraints on the rest of the config: filled by
+# ``mechanisms.register`` (the built-in three when the package loads, a plug-in when it registers).
+_MECHANISM_CONSTRAINTS: dict[str, Callable[[ModelConfig], list[tuple[str, Any, str]]]] = {}
+
+
+def mechanisms() -> tuple[str, ...]:
+    """The registered mechanism names (``ModelConfig.mechanism`` values)."""
+    return tuple(_MECHANISM_CONSTRAINTS)
+
+
+def register_mechanism(name: str, constraints: Callable[[ModelConfig], list[tuple[str, Any, str]]]) -> None:
+    _MECHANISM_CONSTRAINTS[name] = constraints
+
+
+def unregister_mechanism(name: str) -> None:
+    del _MECHANISM_CONSTRAINTS[name]
 FBT_FUSIONS = ("glu", "additive")
 LRT_INJECTIONS = ("kv", "residual")
 LRT_PROJECTIONS = ("shared", "per_layer")
@@ -111,7 +127,7 @@ class ModelConfig(JSONMixin):
         check_int(f"{c}.seq_len", self.seq_len, 1)
         check_float(f"{c}.rope_base", self.rope_base, 0.0, lo_open=True)
         check_float(f"{c}.logit_softcap", self.logit_softcap, 0.0)
-        check_choice(f"{c}.mechanism", self.mechanism, MECHANISMS)
+        check_choice(f"{c}.mechanism", self.mechanism, mechanisms())
         check_int(f"{c}.lrt_source_layer", self.lrt_source_layer, -1, self.n_layer - 1)
         if not self.lrt_inject or any(i not in LRT_INJECTIONS for i in self.lrt_inject) \
                 or len(set(self.lrt_inject)) != len(self.lrt_inject):
@@ -123,9 +139,8 @@ class ModelConfig(JSONMixin):
         check_choice(f"{c}.lrt_kv_init", self.lrt_kv_init, LRT_KV_INITS)
         check_float(f"{c}.fbt_jitter", self.fbt_jitter, 0.0, 1.0)
         check_choice(f"{c}.fbt_fusion", self.fbt_fusion, FBT_FUSIONS)
-        if self.mechanism == "fbt" and not self.tie_embeddings:
-            fail(f"{c}.tie_embeddings", self.tie_embeddings,
-                  "must be True when mechanism='fbt' (plain and fused inputs share the embedding space)")
+        for name, value, allowed in _MECHANISM_CONSTRAINTS[self.mechanism](self):
+            fail(f"{c}.{name}", value, allowed)
 
     @property
     def head_dim(self) -> int:

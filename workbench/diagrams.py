@@ -21,7 +21,6 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle
 
-from .config import MECHANISMS
 from .decode import REGIMES
 from .plots import new_figure
 from .validation import check_int
@@ -52,6 +51,9 @@ def _bare(ax: Axes) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- the one idea
+DRAWN = ("none", "lrt", "fbt")  # the mechanisms this drawing knows where to put the memory for
+
+
 def recurrence(positions: int = 4, layers: int = 3, mechanism: str = "fbt", source_layer: int = -1) -> Figure:
     """Token t reads ``m_{t-1}``: columns are positions, rows depths (0 = the input, ``layers`` = the top).
 
@@ -61,8 +63,8 @@ def recurrence(positions: int = 4, layers: int = 3, mechanism: str = "fbt", sour
     """
     check_int("positions", positions, 2, 12)
     check_int("layers", layers, 1, 8)
-    if mechanism not in MECHANISMS:
-        raise ValueError(f"mechanism={mechanism!r} is invalid: must be one of {MECHANISMS}")
+    if mechanism not in DRAWN:
+        raise ValueError(f"mechanism={mechanism!r} is invalid: must be one of {DRAWN}")
     check_int("source_layer", source_layer, -1, layers - 1)
     fig, (ax,) = new_figure(1, panel=(1.5 + 1.3 * positions, 1.4 + 0.7 * layers))
     source = layers if source_layer == -1 else source_layer + 1  # depth of the state read as memory

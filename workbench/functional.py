@@ -152,3 +152,18 @@ def uniform_init_(weight: torch.Tensor) -> None:
     bound = math.sqrt(3.0) / math.sqrt(weight.size(1))
     with torch.no_grad():
         weight.uniform_(-bound, bound)
+
+
+def glu_state(memory: torch.Tensor, gate_input: torch.Tensor, W_U: torch.nn.Module,
+              W_G: torch.nn.Module) -> torch.Tensor:
+    """FBT's GLU value path, ``(W_U m) * sigmoid(W_G g)``: the carried state, gated channel-wise by the token.
+    The one written both FBT fusions (``mechanisms.FBT`` and the Hugging Face wrapper's) use."""
+    return W_U(memory) * torch.sigmoid(W_G(gate_input))
+
+
+def residual_inject(x: torch.Tensor, alpha: torch.Tensor, gamma: torch.Tensor,
+                    memory: torch.Tensor | None) -> torch.Tensor:
+    """LRT's residual injection ``alpha_l * x + gamma_l * m`` (``memory`` None: a plain position, ``alpha_l * x``),
+    shared by ``mechanisms.LRT`` and the Hugging Face wrapper."""
+    x = x * alpha
+    return x if memory is None else x + gamma * memory

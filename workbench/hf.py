@@ -77,9 +77,10 @@ from safetensors.torch import save_file
 from torch import nn
 
 from .checkpoint import atomic_directory, read_json, read_safetensors, try_json, write_json_atomic
+from .functional import glu_state, norm, residual_inject, uniform_init_
 from .hooks import HookPoint, name_hook_points
 from .kv_cache import Cursor, KVBuffer, position_mask
-from .mechanisms import Feedback, norm, uniform_init_
+from .mechanisms import Feedback
 from .model import StepOutput, resolve_positions
 
 if TYPE_CHECKING:
@@ -230,7 +231,7 @@ class GLUFusion(nn.Module):
 
     def forward(self, embedded: torch.Tensor, memory: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         scale = embedded.pow(2).mean(dim=-1, keepdim=True).sqrt()
-        fused = norm(self.W_U(memory) * torch.sigmoid(self.W_G(norm(embedded)))) * scale
+        fused = norm(glu_state(memory, norm(embedded), self.W_U, self.W_G)) * scale
         return fused if mask is None else torch.where(mask.unsqueeze(-1), fused, embedded)
 
 
@@ -243,8 +244,7 @@ class ResidualInjection(nn.Module):
         self.gamma = nn.Parameter(torch.full((n_layer,), float(gamma_init)))
 
     def forward(self, layer: int, x: torch.Tensor, memory: torch.Tensor | None) -> torch.Tensor:
-        x = self.alpha[layer] * x
-        return x if memory is None else x + self.gamma[layer] * memory
+        return residual_inject(x, self.alpha[layer], self.gamma[layer], memory)
 
 
 class BlockHooks(nn.Module):

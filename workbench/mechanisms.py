@@ -29,13 +29,15 @@ Mechanisms (each a ``Mechanism``, whose points are all the identity):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import config as config_module
 from .config import ModelConfig
-from .functional import norm, uniform_init_
+from .functional import glu_state, norm, residual_inject, uniform_init_
 from .hooks import HookPoint
 
 
@@ -64,11 +66,32 @@ class Feedback:
 
 class Mechanism(nn.Module):
     """What the backbone calls at its points: reads the top state (``source_layer`` -1, so schedules can
-    report it) and every point is the identity; a mechanism overrides the points it uses."""
+    report it) and every point is the identity; a mechanism overrides the points it uses.
+
+    A mechanism also describes itself, so that nothing else branches on its name: its ``name`` (the
+    ``ModelConfig.mechanism`` value), a one-line ``caption``, the config ``constraints`` it needs, the
+    ``sites`` an intervention can edit besides the memory itself, and the configs whose overhead
+    ``python -m workbench info --d20`` reports (``overhead_rows``). ``register`` makes a new one a
+    ``ModelConfig.mechanism`` value: a third mechanism is one class (see the test suite's).
+    """
+
+    name: ClassVar[str] = ""
+    caption: ClassVar[str] = ""
+    overhead_rows: ClassVar[tuple[dict[str, Any], ...]] = ()  # ModelConfig fields beside mechanism=name
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.source_layer = -1
+
+    @classmethod
+    def constraints(cls, config: ModelConfig) -> list[tuple[str, Any, str]]:
+        """What ``config`` breaks of this mechanism's needs: (field, value, what is allowed) per violation."""
+        return []
+
+    @classmethod
+    def sites(cls, n_layer: int) -> dict[str, str]:
+        """Intervention sites beyond ``memory``, by name, with the hook point each edits."""
+        return {}
 
     def init_weights(self) -> None:
         pass
@@ -87,9 +110,22 @@ class Mechanism(nn.Module):
 class NoFeedback(Mechanism):
     """The baseline ("none"): a mechanism that consumes no memory, every point left the identity."""
 
+    name: ClassVar[str] = "none"
+    caption: ClassVar[str] = "baseline: only the sampled token crosses"
+
 
 class LRT(Mechanism):
     """Latent Recurrent Transformer memory: gated K/V projection plus residual injection."""
+
+    name: ClassVar[str] = "lrt"
+    caption: ClassVar[str] = "a block's state into every block (LRT)"
+    overhead_rows: ClassVar[tuple[dict[str, Any], ...]] = ({"lrt_projection": "shared"},
+                                                           {"lrt_projection": "per_layer"})
+
+    @classmethod
+    def sites(cls, n_layer: int) -> dict[str, str]:
+        """``inject{l}``: what block l's injections read (its own hook point, the others left alone)."""
+        return {f"inject{layer}": f"mechanism.hook_read.{layer}" for layer in range(n_layer)}
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__(config)
@@ -132,9 +168,8 @@ class LRT(Mechanism):
         if not self.injects_residual:
             return x
         looked_up = self._look_up(feedback.memo)
-        m = self._read(layer, feedback, looked_up)
-        x = x * looked_up.alpha[layer]
-        return x if m is None else x + looked_up.gamma[layer] * m
+        memory = self._read(layer, feedback, looked_up)
+        return residual_inject(x, looked_up.alpha[layer], looked_up.gamma[layer], memory)
 
     def inject_kv(self, layer: int, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                   feedback: Feedback) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
@@ -201,6 +236,22 @@ class _LookedUp:
 class FBT(Mechanism):
     """Full-Bandwidth Transformer latent feedback: GLU fusion of the top state with the token."""
 
+    name: ClassVar[str] = "fbt"
+    caption: ClassVar[str] = "top state fused into the input (FBT)"
+    overhead_rows: ClassVar[tuple[dict[str, Any], ...]] = ({"tie_embeddings": True},)
+
+    @classmethod
+    def constraints(cls, config: ModelConfig) -> list[tuple[str, Any, str]]:
+        if config.tie_embeddings:
+            return []
+        return [("tie_embeddings", config.tie_embeddings,
+                 "must be True when mechanism='fbt' (plain and fused inputs share the embedding space)")]
+
+    @classmethod
+    def sites(cls, n_layer: int) -> dict[str, str]:
+        """``input``: the fused input vector, where the state enters the stack."""
+        return {"input": "hook_input"}
+
     def __init__(self, config: ModelConfig) -> None:
         super().__init__(config)
         self.jitter = config.fbt_jitter
@@ -218,14 +269,36 @@ class FBT(Mechanism):
         m = feedback.memory
         if self.training and self.jitter > 0:
             m = m + torch.empty_like(m).uniform_(-self.jitter, self.jitter)
-        state = self.W_U(m) * torch.sigmoid(self.W_G(embedded))
+        state = glu_state(m, embedded, self.W_U, self.W_G)
         fused = norm(embedded + state if self.additive else state)
         if feedback.mask is None:
             return fused
         return torch.where(feedback.mask.unsqueeze(-1), fused, embedded)
 
 
-MECHANISM_CLASSES: dict[str, type[Mechanism]] = {"none": NoFeedback, "lrt": LRT, "fbt": FBT}
+MECHANISM_CLASSES: dict[str, type[Mechanism]] = {}
+
+
+def register(cls: type[Mechanism]) -> type[Mechanism]:
+    """Make ``cls`` the mechanism of ``ModelConfig(mechanism=cls.name)`` (usable as a class decorator)."""
+    if not (isinstance(cls, type) and issubclass(cls, Mechanism)) or not cls.name:
+        raise ValueError(f"cls={cls!r} is invalid: must be a Mechanism subclass with a name")
+    MECHANISM_CLASSES[cls.name] = cls
+    config_module.register_mechanism(cls.name, cls.constraints)
+    return cls
+
+
+def unregister(name: str) -> None:
+    """Forget a registered mechanism (a test's own); the three built in stay."""
+    if name in ("none", "lrt", "fbt") or name not in MECHANISM_CLASSES:
+        raise ValueError(f"name={name!r} is invalid: must be a registered mechanism other than none, lrt, fbt")
+    del MECHANISM_CLASSES[name]
+    config_module.unregister_mechanism(name)
+
+
+register(NoFeedback)
+register(LRT)
+register(FBT)
 
 
 def build_mechanism(config: ModelConfig) -> Mechanism:

@@ -24,6 +24,7 @@ schedules and the decoder build on.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -340,7 +341,13 @@ def mechanism_overhead(config: ModelConfig) -> dict[str, float]:
 
 def build_model(config: ModelConfig, device: torch.device | str | None = None,
                 dtype: torch.dtype | None = None) -> GPT:
-    """Build on the meta device (no memory touched), materialise on ``device``, then init."""
+    """Build on the meta device (no memory touched), materialise on ``device``, then init.
+
+    The config is validated again first: a field changed after construction (``cfg.n_layer = 0``) is
+    refused by name instead of building a model that is not the one asked for."""
+    if not isinstance(config, ModelConfig):
+        raise ValueError(f"config must be a ModelConfig, got {type(config).__name__}")
+    config = dataclasses.replace(config)
     with torch.device("meta"):
         model = GPT(config)
     model.to_empty(device=device or "cpu")

@@ -358,6 +358,11 @@ def train(cfg: TrainConfig, callback: Callback | None = None) -> TrainResult:
     ``cfg.budget_flops``. Raises ``NonFiniteLossError`` on a NaN/inf loss or gradient (the last good
     checkpoint stays on disk) and ``ValueError`` for a bad config or a run directory that does not fit.
     """
+    if not isinstance(cfg, TrainConfig):
+        raise ValueError(f"cfg must be a TrainConfig, got {type(cfg).__name__}")
+    if callback is not None and not callable(callback):
+        raise ValueError(f"callback={callback!r} is invalid: must be None or a callable taking each history row")
+    cfg = cfg.replace()  # validated again: a field changed after construction is checked before any step
     procs = _Processes.start(cfg.device)
     try:
         with hold_run_dir(cfg.out_dir if procs.main else None), \

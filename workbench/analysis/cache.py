@@ -28,6 +28,7 @@ from .. import schedules
 from ..hooks import hook_points
 from ..hooks import hooks as attach_hooks
 from ..model import GPT
+from ..validation import check_tokens
 
 NamesFilter = str | Sequence[str] | Callable[[str], bool] | None
 
@@ -232,6 +233,7 @@ def run_with_cache(model: GPT, idx: torch.Tensor, schedule: str | schedules.Sche
     Returns the schedule's output and the cache. Unwritten entries (a position a pass did not
     compute) are NaN, so a mistake shows rather than reads as zero.
     """
+    check_tokens(model.config.vocab_size, idx)
     if positions is not None and example_positions is not None:
         raise ValueError("give positions or example_positions, not both")
     value = schedules.parse(schedule, passes=passes, subsets=subsets, block=block)

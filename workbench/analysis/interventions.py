@@ -33,7 +33,6 @@ run with its own record reproduces it bit for bit, under every schedule.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -45,37 +44,35 @@ import torch
 
 from .. import schedules
 from ..hooks import hooks as attach_hooks
+from ..mechanisms import MECHANISM_CLASSES
 from ..metrics import token_losses
 from ..model import GPT, eval_mode
 from ..tasks.base import Batch
 from ..validation import check_int, check_tokens
 
 KINDS = ("patch", "zero", "mean")
-SITE_FORMS = ("memory", "input (FBT)", "inject{l} (LRT, 0 <= l < n_layer)")
-_INJECT = re.compile(r"inject(\d+)")
 EditFn = Callable[..., "torch.Tensor | None"]
 
 
 # ------------------------------------------------------------------------------------------ sites
+def _site_hooks(model: GPT) -> dict[str, str]:
+    """Every site of a model with the hook point it edits: ``memory``, then its mechanism's own (``sites``)."""
+    mechanism = MECHANISM_CLASSES[model.config.mechanism]
+    return {"memory": "hook_memory_in", **mechanism.sites(model.config.n_layer)}
+
+
 def site_hook_name(model: GPT, site: str) -> str:
     """The hook point a site edits; a ValueError names the sites this model has."""
-    mechanism = model.config.mechanism
-    allowed = [s for s in SITE_FORMS if not (s.startswith("input") and mechanism != "fbt")
-               and not (s.startswith("inject") and mechanism != "lrt")]
-    if site == "memory":
-        return "hook_memory_in"
-    if site == "input" and mechanism == "fbt":
-        return "hook_input"
-    match = _INJECT.fullmatch(site) if isinstance(site, str) else None
-    if match and mechanism == "lrt" and int(match.group(1)) < model.config.n_layer:
-        return f"mechanism.hook_read.{int(match.group(1))}"
-    raise ValueError(f"site={site!r} is invalid for a {mechanism!r} model: must be one of {allowed}")
+    hooks = _site_hooks(model)
+    if isinstance(site, str) and site in hooks:
+        return hooks[site]
+    raise ValueError(f"site={site!r} is invalid for a {model.config.mechanism!r} model: must be one of "
+                     f"{list(hooks)}")
 
 
 def sites(model: GPT) -> list[str]:
     """Every site of a model: ``memory``, then ``input`` (FBT) or ``inject0..`` (LRT)."""
-    extra = {"fbt": ["input"], "lrt": [f"inject{layer}" for layer in range(model.config.n_layer)]}
-    return ["memory", *extra.get(model.config.mechanism, [])]
+    return list(_site_hooks(model))
 
 
 @dataclass(frozen=True)
@@ -274,6 +271,7 @@ def intervene(model: GPT, idx: torch.Tensor, intervention: Intervention, positio
     ``clean``: this run's own record (``record_site``), reused for ``mean`` and row patches when given.
     Positions that read no memory are left alone, whatever the site.
     """
+    check_tokens(model.config.vocab_size, idx)
     B, T = idx.shape
     positions = torch.as_tensor(positions)
     if positions.ndim > 1 or (positions.ndim == 1 and len(positions) != B) or bool(

@@ -242,7 +242,11 @@ def fold_assignment(groups: np.ndarray | torch.Tensor | Sequence[int], folds: in
     n_groups = len(np.unique(groups))
     if n_groups < 2:
         raise ValueError(f"groups holds {n_groups} distinct group(s): grouped cross-validation needs at least 2")
-    check_int("folds", folds, 2, n_groups)
+    check_int("folds", folds, 2)
+    if folds > n_groups:  # the data are too few, not the folds too many: say which to change
+        raise ValueError(f"too few examples: {len(groups)} examples in {n_groups} groups cannot fill folds={folds} "
+                         f"(each fold needs a group of its own); give at least {folds} groups (more examples, "
+                         f"e.g. a larger n) or fewer folds")
     fold = np.empty(len(groups), dtype=np.int64)
     for i, (_, test) in enumerate(GroupKFold(n_splits=folds).split(np.zeros(len(groups)), groups=groups)):
         fold[test] = i
@@ -302,6 +306,10 @@ def fit_probe(features: np.ndarray | torch.Tensor, labels: np.ndarray | torch.Te
     y = np.asarray(labels)
     if x.ndim != 2 or y.shape != (len(x),):
         raise ValueError(f"features must be (n, D) and labels (n,), got {x.shape} and {y.shape}")
+    if not np.isfinite(x).all():  # scikit-learn would report it from inside the scaler, naming nothing of ours
+        bad = np.unique(np.nonzero(~np.isfinite(x))[0])
+        raise ValueError(f"features hold NaN or inf in {len(bad)} of {len(x)} examples (first: {bad[:5].tolist()}): "
+                         "a model that diverged, or unwritten cache entries (NaN by design)")
     if kind == "regression":
         y = y.astype(np.float64)
     control = None if control_labels is None else np.asarray(control_labels)

@@ -12,6 +12,7 @@ from typing import Any
 import pandas as pd
 
 from ..plots import loss_curves
+from ..validation import check_int
 
 
 class LiveLossPlot:
@@ -21,6 +22,7 @@ class LiveLossPlot:
     """
 
     def __init__(self, every: int = 1, title: str = "") -> None:
+        check_int("every", every, 1)  # checked here, not as a ZeroDivisionError in the middle of training
         self.every, self.title, self.rows, self._handle = every, title, [], None
 
     def __call__(self, row: dict[str, Any]) -> None:

@@ -84,10 +84,17 @@ def test_folds_never_split_a_group():
     assert set(fold.tolist()) == {0, 1, 2, 3}
     for g in np.unique(groups):
         assert len(set(fold[groups == g].tolist())) == 1
-    with pytest.raises(ValueError, match="folds"):
+    with pytest.raises(ValueError, match=r"too few examples: 500 examples in 37 groups cannot fill folds=38"):
         fold_assignment(groups, folds=38)
-    with pytest.raises(ValueError, match="folds"):
+    with pytest.raises(ValueError, match="folds=1 is invalid"):
         fold_assignment(groups, folds=1)
+
+
+def test_non_finite_features_are_refused_by_name_before_scikit_learn():
+    x = np.random.default_rng(0).normal(size=(40, 3))
+    x[7, 1] = np.nan
+    with pytest.raises(ValueError, match=r"features hold NaN or inf in 1 of 40 examples \(first: \[7\]\)"):
+        fit_probe(x, np.arange(40) % 2, np.arange(40) // 4)
 
 
 def test_bad_input_is_refused():

@@ -16,12 +16,14 @@ import torch
 import workbench as wb
 from conftest import perturbed_model, small_config
 from workbench import analysis, schedules
+from workbench.analysis.fusion import regime_logits
 from workbench.checkpoint import save_checkpoint
 from workbench.cli import main
 from workbench.validation import check_tokens
 
 MODEL = perturbed_model(small_config("lrt"))  # vocab_size 23: ids in [0, 22]
 GOOD = torch.tensor([[1, 2, 3, 4]])
+ZERO = analysis.interventions.Intervention("zero")
 
 ENTRY_POINTS = {
     "forward": lambda idx: MODEL(idx),
@@ -35,6 +37,11 @@ ENTRY_POINTS = {
     "iterate_passes": lambda idx: next(schedules.iterate_passes(MODEL, idx)),
     "pass_dynamics": lambda idx: analysis.pass_dynamics(MODEL, idx, passes=2),
     "memory_trajectory": lambda idx: analysis.memory_trajectory(MODEL, idx),
+    "run_with_cache": lambda idx: analysis.run_with_cache(MODEL, idx, "sequential"),
+    "intervene": lambda idx: analysis.interventions.intervene(MODEL, idx, ZERO, 1),
+    "run_logits[soft]": lambda idx: analysis.interventions.run_logits(MODEL, idx, regime="soft", prompt_len=1),
+    "prefilled": lambda idx: schedules.regime("fused", prompt_len=1).run(MODEL, idx),
+    "regime_logits": lambda idx: regime_logits(MODEL, idx, 1, "soft"),
 }
 SHAPE = r"must be a non-empty \(B, T\) int64 or int32 tensor of token ids in \[0, 22\], got "
 BAD_IDS = {
@@ -81,7 +88,20 @@ def test_the_check_never_waits_for_the_device():
         torch.cuda.set_sync_debug_mode("default")
 
 
+def _mutated(config, **changes):
+    """A config changed after construction, as ``cfg.n_layer = 0`` does (no validation runs then)."""
+    for name, value in changes.items():
+        setattr(config, name, value)
+    return config
+
+
 CONFIGS = [
+    (lambda: wb.build_model(_mutated(small_config(), n_layer=0)), r"ModelConfig.n_layer=0 is invalid"),
+    (lambda: wb.build_model(wb.TrainConfig()), r"config must be a ModelConfig, got TrainConfig"),
+    (lambda: wb.train(_mutated(wb.TrainConfig(), steps=0)), r"TrainConfig.steps=0 is invalid"),
+    (lambda: wb.train(MODEL), r"cfg must be a TrainConfig, got GPT"),
+    (lambda: wb.train(wb.TrainConfig(), callback=5), r"callback=5 is invalid: must be None or a callable"),
+    (lambda: wb.LiveLossPlot(every=0), r"every=0 is invalid"),
     (lambda: wb.ModelConfig(logit_softcap=float("inf")), r"ModelConfig.logit_softcap=inf is invalid: must be a finite"),
     (lambda: wb.ModelConfig(logit_softcap=float("nan")), r"ModelConfig.logit_softcap=nan is invalid"),
     (lambda: wb.ModelConfig(logit_softcap=-1.0), r"ModelConfig.logit_softcap=-1.0 is invalid: .* \[0.0, inf\)"),

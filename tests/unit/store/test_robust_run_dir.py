@@ -77,6 +77,21 @@ def test_resume_accepts_the_same_directory_however_it_is_spelled(run, monkeypatc
     assert list(result.history["step"]) == [1, 2, 3] and result.metrics["step"] == 3
 
 
+def test_resume_from_another_working_directory_or_after_a_move_is_the_same_run(run, monkeypatch, tmp_path):
+    """A first command run in run.parent stored out_dir="run"; the run is where its config is, however reached."""
+    stored = json.loads((run / "train_config.json").read_text())
+    (run / "train_config.json").write_text(json.dumps({**stored, "out_dir": "run"}))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert train(tiny(os.path.relpath(run, elsewhere), resume=True)).metrics["step"] == 3
+    moved = tmp_path / "moved"
+    shutil.move(str(run), moved)
+    assert train(tiny(str(moved), resume=True)).metrics["step"] == 3
+    with pytest.raises(ValueError, match=r"config differs in \['lr'\]"):  # what the run is still counts
+        train(tiny(str(moved), resume=True, lr=0.5))
+
+
 def test_resume_refuses_history_without_a_usable_checkpoint(run):
     shutil.rmtree(run / "checkpoint")
     history = (run / "history.csv").read_bytes()
