@@ -49,9 +49,10 @@ test-fast: install
 screens: install
 	$(PY) tools/screens.py
 
-## the benchmark table; NANOGPT=path/to/nanoGPT/model.py adds rows timing nanoGPT's training step beside ours
+## the benchmark table; NANOGPT=path/to/nanoGPT/model.py and NANOCHAT=path/to/nanochat (its repository) add
+## rows timing their training steps beside ours, in the same rounds
 bench: install
-	$(if $(NANOGPT),WORKBENCH_NANOGPT=$(NANOGPT) ,)$(PY) -m workbench bench
+	$(if $(NANOGPT),WORKBENCH_NANOGPT=$(NANOGPT) ,)$(if $(NANOCHAT),WORKBENCH_NANOCHAT=$(NANOCHAT) ,)$(PY) -m workbench bench
 
 ## on a CUDA machine: float32 invariants, a bf16 step per mechanism and schedule, compiled decode, d12 MFU
 gpu-check: install

@@ -28,6 +28,7 @@ import importlib.util
 import io
 import os
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -169,6 +170,49 @@ def nanogpt_step_fn(nanogpt: ModuleType, n_layer: int, n_embd: int, vocab: int, 
     return step
 
 
+def load_nanochat(path: str | os.PathLike) -> ModuleType:
+    """nanochat's ``gpt.py``, imported as part of the package it belongs to (its ``common``, ``optim`` and
+    ``flash_attention`` modules) from the repository the user fetched: ``path`` is that repository, or
+    its ``nanochat/`` folder, or ``nanochat/gpt.py`` itself. Never vendored here."""
+    root = Path(path)
+    root = root.parent if root.name == "gpt.py" else root
+    root = root.parent if root.name == "nanochat" else root
+    if not (root / "nanochat" / "gpt.py").is_file():
+        raise ValueError(f"nanochat={str(path)!r} is invalid: must be nanochat's repository (holding nanochat/gpt.py)")
+    sys.path.insert(0, str(root))
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            return importlib.import_module("nanochat.gpt")
+    finally:
+        sys.path.remove(str(root))
+
+
+def nanochat_step_fn(nanochat: ModuleType, n_layer: int, n_embd: int, vocab: int, batch: int,
+                     seq_len: int) -> Callable[[], None]:
+    """nanochat's training step at our baseline's shape: full-context attention in every layer (``"L"``, as
+    ours), its own init, AdamW on random tokens as our row. Its block does more than ours (value
+    embeddings on some layers, a token smear): the ratio reads against that, not against equal work."""
+    heads = max(1, n_embd // 32)
+    cfg = nanochat.GPTConfig(sequence_len=seq_len, vocab_size=vocab, n_layer=n_layer, n_head=heads, n_kv_head=heads,
+                             n_embd=n_embd, window_pattern="L")
+    torch.manual_seed(0)
+    with torch.device("meta"):  # nanochat builds on meta and initialises in init_weights, as we do
+        model = nanochat.GPT(cfg)
+    model.to_empty(device="cpu")
+    model.init_weights()
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    idx = torch.randint(0, vocab, (batch, seq_len))
+    targets = torch.randint(0, vocab, (batch, seq_len))
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        model(idx, targets).backward()
+        opt.step()
+
+    return step
+
+
 def recompute_decode_fn(model: GPT, prompt: torch.Tensor, new_tokens: int) -> Callable[[], None]:
     """Greedy decoding without a cache: a full forward over the whole prefix for every token."""
 
@@ -193,14 +237,17 @@ def decode_flops(model: GPT, feedback: bool, context: float, batch: int = 1) -> 
     return batch * (2.0 * weights + 4.0 * c.n_layer * c.n_embd * context)
 
 
-def run_benchmarks(quick: bool = False, threads: int = 2, nanogpt: str | os.PathLike | None = None) -> pd.DataFrame:
+def run_benchmarks(quick: bool = False, threads: int = 2, nanogpt: str | os.PathLike | None = None,
+                   nanochat: str | os.PathLike | None = None) -> pd.DataFrame:
     """Every row; ``quick`` shrinks sizes and rounds so the test suite can smoke-test it.
 
     ``nanogpt``: path of nanoGPT's ``model.py`` for the side-by-side rows (default: the environment
-    variable ``WORKBENCH_NANOGPT``; unset: those rows are left out).
+    variable ``WORKBENCH_NANOGPT``; unset: those rows are left out). ``nanochat``: nanochat's repository
+    (default ``WORKBENCH_NANOCHAT``) for rows timing its GPT's step beside ours, the peer our block follows.
     """
     torch.set_num_threads(threads)
     nanogpt = nanogpt or os.environ.get("WORKBENCH_NANOGPT") or None
+    nanochat = nanochat or os.environ.get("WORKBENCH_NANOCHAT") or None
     rounds = 1 if quick else 7
     decode_rounds = 1 if quick else 11  # a decode row is short and noisier: more rounds
     batch, T, vocab = (2, 16, 64) if quick else (16, 128, 256)
@@ -257,6 +304,13 @@ def run_benchmarks(quick: bool = False, threads: int = 2, nanogpt: str | os.Path
         if not quick:
             train_rows.append(Row(f"{base} compiled / nanoGPT", None, "train step 4x128 nanoGPT", 1.0,
                                   flops=flops[base], timing_of=f"{base} compiled"))
+    if nanochat is not None:  # nanochat's step beside ours, in the same rounds (measure alternates the rows)
+        module = load_nanochat(nanochat)
+        flops = {r.name: r.flops for r in train_rows}
+        for shape, n_layer, n_embd, ours in [("4x128", 4, 128, base), ("6x256", 6, 256, "train step 6x256 baseline")]:
+            peer = f"train step {shape} nanochat"
+            train_rows += [Row(peer, nanochat_step_fn(module, n_layer, n_embd, vocab, batch, T), flops=flops[ours]),
+                           Row(f"{ours} / nanochat", None, peer, 1.0, flops=flops[ours], timing_of=ours)]
     times = measure(train_rows, rounds)
 
     one, many = torch.randint(0, vocab, (1, 1)), torch.randint(0, vocab, (batch, 1))

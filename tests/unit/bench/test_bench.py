@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pandas as pd
 import pytest
 
@@ -74,3 +76,55 @@ def test_decode_flops_count_every_sequence_of_the_batch():
     one, sixteen = bench.decode_flops(model, True, 8.0), bench.decode_flops(model, True, 8.0, batch=16)
     assert sixteen == pytest.approx(16 * one)
     assert bench.decode_flops(model, False, 8.0) < one  # the mechanism's weights count only when read
+
+
+STUB_NANOCHAT = '''
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+
+@dataclass
+class GPTConfig:
+    sequence_len: int
+    vocab_size: int
+    n_layer: int
+    n_head: int
+    n_kv_head: int
+    n_embd: int
+    window_pattern: str
+
+
+class GPT(nn.Module):  # nanochat's interface: built on meta, init_weights(), model(idx, targets) -> loss
+    def __init__(self, config):
+        super().__init__()
+        assert config.window_pattern == "L" and config.n_head == config.n_kv_head
+        self.emb = nn.Embedding(config.vocab_size, config.vocab_size)
+
+    def init_weights(self):
+        nn.init.normal_(self.emb.weight)
+
+    def forward(self, idx, targets):
+        return nn.functional.cross_entropy(self.emb(idx).flatten(0, 1), targets.flatten())
+'''
+
+
+def test_load_nanochat_names_what_it_needs(tmp_path):
+    with pytest.raises(ValueError, match="nanochat=.*holding nanochat/gpt.py"):
+        bench.load_nanochat(tmp_path)
+
+
+@pytest.mark.slow
+def test_quick_bench_reports_the_nanochat_rows(tmp_path, monkeypatch):
+    (tmp_path / "nanochat").mkdir()
+    (tmp_path / "nanochat" / "__init__.py").write_text("")
+    (tmp_path / "nanochat" / "gpt.py").write_text(STUB_NANOCHAT)
+    for name in ("nanochat", "nanochat.gpt"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    table = bench.run_benchmarks(quick=True, threads=1, nanochat=tmp_path / "nanochat").set_index("benchmark")
+    for shape, ours in (("4x128", "train step 4x128 baseline"), ("6x256", "train step 6x256 baseline")):
+        side = table.loc[f"{ours} / nanochat"]
+        assert side["reference"] == f"train step {shape} nanochat" and side["ms"] == table.loc[ours, "ms"]
+        assert side["ratio"] == pytest.approx(table.loc[ours, "ms"] / table.loc[side["reference"], "ms"])
+    assert str(tmp_path) not in sys.path  # imported from the user's copy, then the path is put back
