@@ -34,6 +34,11 @@ def perturbed_model(config: wb.ModelConfig, seed: int = 0, scale: float = 0.3) -
     return model.eval()
 
 
+def token_batch(cfg: wb.ModelConfig, batch: int = 2, length: int = 9, seed: int = 0) -> torch.Tensor:
+    """(batch, length) random token ids of ``cfg``'s vocabulary, the same for a seed."""
+    return torch.randint(0, cfg.vocab_size, (batch, length), generator=torch.Generator().manual_seed(seed))
+
+
 def small_config(mechanism: str = "none", **overrides) -> wb.ModelConfig:
     base = dict(vocab_size=23, n_layer=3, n_head=4, n_embd=32, seq_len=16, mechanism=mechanism,
                 tie_embeddings=mechanism == "fbt")

@@ -157,6 +157,12 @@ def nanogpt_step_fn(nanogpt: ModuleType, n_layer: int, n_embd: int, vocab: int, 
     torch.manual_seed(0)
     with contextlib.redirect_stdout(io.StringIO()):  # it prints its parameter count
         model = nanogpt.GPT(cfg)
+    return _peer_step(model, vocab, batch, seq_len, lambda idx, targets: model(idx, targets)[1])
+
+
+def _peer_step(model: torch.nn.Module, vocab: int, batch: int, seq_len: int,
+               loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> Callable[[], None]:
+    """A peer model's training step as our row's: AdamW, lr 1e-4, one fixed batch of random tokens."""
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     idx = torch.randint(0, vocab, (batch, seq_len))
@@ -164,7 +170,7 @@ def nanogpt_step_fn(nanogpt: ModuleType, n_layer: int, n_embd: int, vocab: int, 
 
     def step() -> None:
         opt.zero_grad(set_to_none=True)
-        model(idx, targets)[1].backward()
+        loss(idx, targets).backward()
         opt.step()
 
     return step
@@ -200,17 +206,7 @@ def nanochat_step_fn(nanochat: ModuleType, n_layer: int, n_embd: int, vocab: int
         model = nanochat.GPT(cfg)
     model.to_empty(device="cpu")
     model.init_weights()
-    model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    idx = torch.randint(0, vocab, (batch, seq_len))
-    targets = torch.randint(0, vocab, (batch, seq_len))
-
-    def step() -> None:
-        opt.zero_grad(set_to_none=True)
-        model(idx, targets).backward()
-        opt.step()
-
-    return step
+    return _peer_step(model, vocab, batch, seq_len, model)
 
 
 def recompute_decode_fn(model: GPT, prompt: torch.Tensor, new_tokens: int) -> Callable[[], None]:

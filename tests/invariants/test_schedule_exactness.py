@@ -7,26 +7,23 @@ import pytest
 import torch
 
 import workbench as wb
-from conftest import perturbed_model, small_config, variant_config
+from conftest import perturbed_model, small_config, token_batch, variant_config
 
 S = wb.schedules
 ATOL = 1e-11
 
 
-def _idx(cfg, batch=2, length=9, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(0, cfg.vocab_size, (batch, length), generator=g)
 
 
 def test_single_equals_sequential_for_baseline():
     cfg = small_config()
-    model, idx = perturbed_model(cfg), _idx(cfg)
+    model, idx = perturbed_model(cfg), token_batch(cfg)
     torch.testing.assert_close(S.sequential(model, idx).logits, S.single(model, idx).logits, rtol=0, atol=ATOL)
 
 
 def test_multipass_T_equals_sequential(variant):
     cfg = variant_config(variant)
-    model, idx = perturbed_model(cfg), _idx(cfg)
+    model, idx = perturbed_model(cfg), token_batch(cfg)
     ref = S.sequential(model, idx)
     out = S.multipass(model, idx, passes=idx.size(1))
     torch.testing.assert_close(out.logits, ref.logits, rtol=0, atol=ATOL)
@@ -36,7 +33,7 @@ def test_multipass_T_equals_sequential(variant):
 def test_multipass_is_exact_on_the_first_k_positions_only():
     """Jacobi on a causal system: pass k is exact for positions < k, and not yet beyond."""
     cfg = variant_config("fbt")
-    model, idx = perturbed_model(cfg), _idx(cfg)
+    model, idx = perturbed_model(cfg), token_batch(cfg)
     ref = S.sequential(model, idx).logits
     for k in (1, 3, 5):
         out = S.multipass(model, idx, passes=k).logits
@@ -46,7 +43,7 @@ def test_multipass_is_exact_on_the_first_k_positions_only():
 
 def test_interleaved_T_equals_sequential(variant):
     cfg = variant_config(variant)
-    model, idx = perturbed_model(cfg), _idx(cfg)
+    model, idx = perturbed_model(cfg), token_batch(cfg)
     ref = S.sequential(model, idx)
     out = S.interleaved(model, idx, subsets=idx.size(1))
     torch.testing.assert_close(out.logits, ref.logits, rtol=0, atol=ATOL)
@@ -57,14 +54,14 @@ def test_interleaved_T_equals_sequential(variant):
 def test_interleaved_without_write_back_would_not_be_exact():
     """Guard the test above: fewer subsets than positions is only an approximation."""
     cfg = variant_config("lrt_shared_top")
-    model, idx = perturbed_model(cfg), _idx(cfg)
+    model, idx = perturbed_model(cfg), token_batch(cfg)
     ref = S.sequential(model, idx).logits
     assert (S.interleaved(model, idx, subsets=2).logits - ref).abs().max() > 1e-6
 
 
 def test_blockwise_limits(variant):
     cfg = variant_config(variant)
-    model, idx = perturbed_model(cfg), _idx(cfg)
+    model, idx = perturbed_model(cfg), token_batch(cfg)
     torch.testing.assert_close(S.blockwise(model, idx, block=1).logits, S.sequential(model, idx).logits,
                                rtol=0, atol=ATOL)
     torch.testing.assert_close(S.blockwise(model, idx, block=idx.size(1)).logits, S.single(model, idx).logits,
@@ -73,7 +70,7 @@ def test_blockwise_limits(variant):
 
 def test_plain_prefix_reads_no_memory(variant):
     cfg = variant_config(variant)
-    model, idx = perturbed_model(cfg), _idx(cfg)
+    model, idx = perturbed_model(cfg), token_batch(cfg)
     out = S.sequential(model, idx, plain_prefix=4)
     torch.testing.assert_close(out.logits[:, :4], S.single(model, idx).logits[:, :4], rtol=0, atol=ATOL)
     prefix = torch.tensor([2, 6])
@@ -93,7 +90,7 @@ def test_lrt_at_init_is_the_baseline(name):
         for n, p in base.named_parameters():
             p.add_(torch.randn_like(p) * 0.3)
             lrt.get_parameter(n).copy_(p)
-    idx = _idx(cfg)
+    idx = token_batch(cfg)
     ref = base(idx)
     for sched in ("sequential", "multipass", "interleaved"):
         torch.testing.assert_close(S.run(lrt, idx, sched, passes=3, subsets=3).logits, ref, rtol=0, atol=ATOL)
@@ -101,7 +98,7 @@ def test_lrt_at_init_is_the_baseline(name):
 
 def test_generation_reproduces_sequential_logits(variant):
     cfg = variant_config(variant)
-    model, idx = perturbed_model(cfg), _idx(cfg)
+    model, idx = perturbed_model(cfg), token_batch(cfg)
     tokens, logits = wb.generate(model, idx[:, :4], max_new_tokens=6, regime="soft", return_logits=True)
     ref = S.sequential(model, tokens, plain_prefix=4).logits
     torch.testing.assert_close(logits, ref[:, 3:-1], rtol=0, atol=ATOL)
@@ -111,7 +108,7 @@ def test_generation_reproduces_sequential_logits(variant):
 
 def test_fused_prefill_with_enough_passes_is_sequential(variant):
     cfg = variant_config(variant)
-    model, idx = perturbed_model(cfg), _idx(cfg)
+    model, idx = perturbed_model(cfg), token_batch(cfg)
     P = 5
     tokens, logits = wb.generate(model, idx[:, :P], max_new_tokens=4, regime="fused", prefill_passes=P - 1,
                                  return_logits=True)
@@ -126,7 +123,7 @@ def test_a_regime_value_run_teacher_forced_is_generate_bit_for_bit(variant, regi
     for bit where the value decodes token by token (SOFT, FUSED); STANDARD is ``Single()``, one plain pass
     over the whole text, so it equals the cached token steps to rounding."""
     cfg = variant_config(variant)
-    model, idx = perturbed_model(cfg), _idx(cfg)
+    model, idx = perturbed_model(cfg), token_batch(cfg)
     P = 4
     tokens, chosen = wb.generate(model, idx[:, :P], max_new_tokens=5, regime=regime, prefill_passes=2,
                                  return_logits=True)
@@ -143,7 +140,7 @@ def test_a_regime_value_run_teacher_forced_is_generate_bit_for_bit(variant, regi
 
 def test_soft_is_the_recurrence_with_a_plain_prefix_and_a_suffix_condition_is_soft_from_there(variant):
     cfg = variant_config(variant)
-    model, idx = perturbed_model(cfg), _idx(cfg)
+    model, idx = perturbed_model(cfg), token_batch(cfg)
     for p in (1, 4, idx.size(1)):
         soft = S.Prefilled(S.Single(), S.Sequential(), prompt_len=p).run(model, idx).logits
         torch.testing.assert_close(soft, S.sequential(model, idx, plain_prefix=p).logits, rtol=0, atol=ATOL)

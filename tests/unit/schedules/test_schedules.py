@@ -9,15 +9,12 @@ import pytest
 import torch
 
 import workbench as wb
-from conftest import perturbed_model, small_config
+from conftest import perturbed_model, small_config, token_batch
 
 S = wb.schedules
 ATOL = 1e-11
 
 
-def _idx(cfg, batch=2, length=9, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(0, cfg.vocab_size, (batch, length), generator=g)
 
 
 def test_lrt_shared_overhead_at_d20_shape():
@@ -48,7 +45,7 @@ def test_fbt_adds_exactly_two_fusion_matrices():
 def test_generation_stops_at_eos_and_pads():
     cfg = small_config()
     model = perturbed_model(cfg)
-    prompt = _idx(cfg, batch=3, length=3)
+    prompt = token_batch(cfg, batch=3, length=3)
     free = wb.generate(model, prompt, 8)
     eos = int(free[0, 4])
     out = wb.generate(model, prompt, 8, eos=eos)
@@ -87,7 +84,7 @@ def test_every_schedule_trains(schedule):
     for mech in ("lrt", "fbt"):
         cfg = small_config(mech, lrt_gamma_init=0.1)
         model = wb.build_model(cfg).train()
-        idx = _idx(cfg)
+        idx = token_batch(cfg)
         out = S.run(model, idx, schedule, passes=3, subsets=3, block=3)
         out.loss(torch.roll(idx, -1, 1)).backward()
         grads = [p.grad for p in model.mechanism.parameters()]
@@ -97,7 +94,7 @@ def test_every_schedule_trains(schedule):
 
 def test_objective_weights():
     cfg = small_config("fbt")
-    model, idx = perturbed_model(cfg), _idx(cfg)
+    model, idx = perturbed_model(cfg), token_batch(cfg)
     targets = torch.roll(idx, -1, 1)
     mp = S.multipass(model, idx, passes=3, aux_weight=0.5)
     l1, l2, l3 = mp.pass_losses(targets)
@@ -204,7 +201,7 @@ def test_prefilled_round_trips_and_refuses_what_it_cannot_compute():
     assert S.parse(S.regime("soft").to_dict()) == S.regime("soft")
     assert value.label == "multipass(K=3) prefill, then sequential"
     model = perturbed_model(small_config("fbt"))
-    idx = _idx(model.config)
+    idx = token_batch(model.config)
     with pytest.raises(ValueError, match="then="):
         S.Prefilled(S.Single(), S.Multipass(2))
     with pytest.raises(ValueError, match="prefill_with="):
