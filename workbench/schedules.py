@@ -633,13 +633,9 @@ class Prefilled(Schedule):
     def reads_memory(self) -> bool:  # type: ignore[override]
         return self.prefill_with.reads_memory or self.then.reads_memory
 
-    def at(self, prompt_len: int) -> Prefilled:
-        """The same value for a prompt of ``prompt_len`` tokens (to run teacher-forced)."""
-        return dataclasses.replace(self, prompt_len=prompt_len)
-
     def _prompt_len(self, seq_len: int) -> int:
         if self.prompt_len is None:
-            raise ValueError(f"{self.label} needs prompt_len to run a whole sequence: Prefilled(...).at(prompt_len)")
+            raise ValueError(f"{self.label} needs prompt_len to run a whole sequence: Prefilled(..., prompt_len=P)")
         check_int("prompt_len", self.prompt_len, 1, seq_len)
         return self.prompt_len
 

@@ -30,6 +30,7 @@ from ..model import GPT, eval_mode
 from ..validation import check_int, check_tokens
 from .cache import run_with_cache
 from .contraction import check_prefix
+from .interventions import run_schedule
 
 FUSION_COLUMNS = ["example", "position", "token", "reads", "value_rms", "gate_mean", "gate_std", "cos_value",
                   "cos_embed"]
@@ -109,8 +110,7 @@ def regime_logits(model: GPT, tokens: torch.Tensor, prompt_len: int, regime: str
     token ``i``, so on a greedy continuation they equal ``generate(..., return_logits=True)``'s logits.
     """
     check_tokens(model.config.vocab_size, tokens)
-    check_int("prompt_len", prompt_len, 1, tokens.size(1))
-    value = schedules.regime(regime, prefill_passes, prompt_len)
+    value = run_schedule(regime=regime, prompt_len=prompt_len, prefill_passes=prefill_passes, T=tokens.size(1))
     with eval_mode(model):
         return value.run(model, tokens).logits
 
