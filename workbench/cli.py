@@ -209,13 +209,24 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
                        resume=args.resume, overwrite=args.overwrite)
 
 
+def _loss_figure(cfg: TrainConfig) -> Callable[[dict[str, Any]], None] | None:
+    """The run directory's ``loss.png``, drawn when the run stops (``plots.LossFigure``; none without ``--out``)."""
+    if cfg.out_dir is None:
+        return None
+    from .plots import LossFigure
+    from .run_dir import FIGURE_FILE
+
+    title = f"{cfg.task}: {cfg.model.get('mechanism', 'none')}, {cfg.schedule_value().label}"
+    return LossFigure(Path(cfg.out_dir) / FIGURE_FILE, title=title)
+
+
 def _cmd_train(args: argparse.Namespace) -> int:
     """Train; print a one-line summary (rank 0). Exit status 2: bad input (``main``); 1: diverged."""
     from .train import NonFiniteLossError, train
 
     cfg = config_from_args(args)
     try:
-        result = train(cfg)
+        result = train(cfg, callback=_loss_figure(cfg))
     except NonFiniteLossError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

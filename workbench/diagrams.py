@@ -1,6 +1,6 @@
 """Diagrams of the ideas, drawn by the package (matplotlib, no image files), for the notebooks and docs.
 
-``plots.py`` draws what an analysis measured; these draw what the code *does*, from the same rules
+``plots`` draws what an analysis measured; these draw what the code *does*, from the same rules
 the schedules and the decoder follow, so a notebook can show the dependency structure before it
 measures it. Each function returns a pyplot-free ``Figure`` (nothing registered globally) and
 checks its arguments (a ``ValueError`` names the parameter and its allowed range). Arrows that

@@ -176,20 +176,25 @@ def write_file(path: Path, data: bytes) -> None:
         os.fsync(f.fileno())
 
 
-def write_json_atomic(path: str | os.PathLike, data: Any) -> None:
-    """Write JSON through a temporary file and rename it into place (the temporary never outlives a failure)."""
+def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
+    """Write through a temporary file and rename it into place: a reader sees the old file or the new one,
+    never half of one, and the temporary never outlives a failure."""
     path = Path(path)
-    text = json_bytes(data, path.name)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(text)
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def write_json_atomic(path: str | os.PathLike, data: Any) -> None:
+    """``write_bytes_atomic`` of ``data`` as JSON (checked plain first, so a bad value names its key)."""
+    write_bytes_atomic(path, json_bytes(data, Path(path).name))
 
 
 # ---------------------------------------------------------------------------------------------- what may be replaced

@@ -23,7 +23,8 @@ DistributedDataParallel wrapper would not see (its hooks fire on ``forward``); g
 therefore all-reduced by hand (one flattened ``all_reduce``) after the micro-batches, before
 clipping: the same result, with no wrapper in the way of the schedules.
 
-The run directory (``out_dir``: config, history, loss figure, checkpoint, lock) is ``run_dir``'s.
+The run directory (``out_dir``: config, history, checkpoint, lock) is ``run_dir``'s; its ``loss.png`` is
+drawn by the callback the train command passes (``plots.LossFigure``).
 The command's flags live with the other commands (``cli``), the live loss curve a notebook passes as
 ``callback`` with the widgets (``widgets.live``): neither is the loop's business.
 """
@@ -38,7 +39,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -53,7 +54,6 @@ from .model import GPT, build_model
 from .optim import build_optimizers, load_optimizer_state, lr_factor, optimizer_state, set_lr
 from .run_dir import (
     CHECKPOINT_DIR,
-    FIGURE_FILE,
     HISTORY_FILE,
     STATE_FILE,
     History,
@@ -63,9 +63,6 @@ from .run_dir import (
     prepare_run_dir,
 )
 from .train_config import TrainConfig
-
-if TYPE_CHECKING:
-    from matplotlib.figure import Figure
 
 # Purposes of derived random streams: distinct, so no two draws ever share a seed.
 _INIT, _PASSES, _PREFIX, _TORCH = 1, 2, 3, 4
@@ -169,14 +166,6 @@ class _Processes:
     def close(self) -> None:
         if self.owns_group:
             dist.destroy_process_group()
-
-
-# ---------------------------------------------------------------------------------------------- figures
-def _loss_figure(history: pd.DataFrame, title: str) -> Figure:
-    """``plots.loss_curves``, imported on first use (plots pulls in seaborn, which a run may not need)."""
-    from .plots import loss_curves
-
-    return loss_curves(history, title=title)
 
 
 # ---------------------------------------------------------------------------------------------- the run
@@ -352,7 +341,9 @@ class _Run:
 
 
 def train(cfg: TrainConfig, callback: Callback | None = None) -> TrainResult:
-    """Train a model as ``cfg`` says; ``callback(row)`` is called (rank 0) for every history row.
+    """Train a model as ``cfg`` says; ``callback(row)`` is called (rank 0) for every history row, and
+    ``callback.on_train_end(history)``, when it has one, once the run stops, however it stops (a figure
+    of the run, such as ``plots.LossFigure``, is drawn there: the trainer itself draws nothing).
 
     Stops after ``cfg.steps`` steps, or before the step that would take the training FLOPs past
     ``cfg.budget_flops``. Raises ``NonFiniteLossError`` on a NaN/inf loss or gradient (the last good
@@ -425,8 +416,7 @@ def _train(cfg: TrainConfig, procs: _Processes, callback: Callback | None) -> Tr
                             refresh=False)
     finally:
         bar.close()
-        if out is not None and procs.main and history.rows:
-            title = f"{cfg.task}: {cfg.model.get('mechanism', 'none')}, {run.schedule.label}"
-            _loss_figure(history.frame(), title).savefig(out / FIGURE_FILE, dpi=100)
+        if procs.main and history.rows and hasattr(callback, "on_train_end"):
+            callback.on_train_end(history.frame())
     metrics = {**run.counters(), "stop_reason": run.stop_reason, **(last_eval or run.evaluate())}
     return TrainResult(history.frame(), run.model.eval(), ckpt, metrics, cfg)

@@ -17,13 +17,13 @@ the layers below it. The order, lowest first, is what the code needs, not a wish
    ``optim`` groups a model's parameters per ``TrainConfig``; ``hf`` wraps a Hugging Face model as
    a feedback model and loads checkpoints; ``run_dir`` (a run directory's lock, history and stored
    config) reads checkpoints and configs, never a step.
-6. **analysis**: measurements on a model (caches, probes, interventions, contraction, traces), all
+6. **train**: the trainer runs schedules on a model and keeps its run directory (``run_dir``); it
+   draws nothing (the train command hands it ``plots.LossFigure`` as a callback, a notebook
+   ``widgets.live.LiveLossPlot``), so nothing it imports is above the model users.
+7. **analysis**: measurements on a model (caches, probes, interventions, contraction, traces), all
    of them plain data.
-7. **figures**: ``plots`` draws that data (it reads decode's regime names and the traces' label of
-   the training mix) and ``diagrams`` draws the schedules' rules with it.
-8. **train**: the trainer writes ``loss.png`` with ``plots.loss_curves`` into every run directory,
-   so it sits above the figures; nothing below it trains. The live loss curve of a notebook and
-   the train command's flags are not the trainer's: they live in ``widgets.live`` and ``cli``.
+8. **figures**: ``plots`` (one module per subject) draws that data (it reads decode's regime names
+   and the schedules' knob letters) and ``diagrams`` draws the schedules' rules with it.
 9. **experiments**: recipes train (``train``), measure (``analysis``) and draw (``plots``); the
    results page and compute accounting the notebooks read (``results_table``) read what recipes
    wrote, so they live here too. ``analysis.results``, its old address, is an alias of that module
@@ -57,9 +57,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("schedules", ("workbench.schedules",)),
     ("model users", ("workbench.decode", "workbench.evaluation", "workbench.train_config", "workbench.checkpoint",
                      "workbench.optim", "workbench.hf", "workbench.run_dir")),
+    ("train", ("workbench.train",)),
     ("analysis", ("workbench.analysis",)),
     ("figures", ("workbench.plots", "workbench.diagrams")),
-    ("train", ("workbench.train",)),
     # analysis.results: the old address of experiments.results_table, the same module object (see its doc)
     ("experiments", ("workbench.experiments", "workbench.analysis.results")),
     ("notebook front-ends", ("workbench.widgets", "workbench.exercises")),

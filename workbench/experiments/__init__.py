@@ -5,6 +5,7 @@
 - ``recipes``: one module per recipe (``RECIPES``);
 - ``runner``: train what is stale, analyse, gate, write ``summary.json`` (``reproduce``, ``ensure``);
 - ``results_page``: RESULTS.md from the summaries;
+- ``figures``: the figure of a recipe's stored tables (``experiment_figure``);
 - ``store``: the one checkpoint root and the loaders notebooks use.
 
 ``python -m workbench reproduce NAME|all [--list] [--scale S] [--force] [--out DIR]``.
@@ -23,6 +24,7 @@ from .common import (
                      matched_steps,
 )
 from .core import EVAL_SEED, Context, Gate, GateResult, Outcome, Recipe, RunSpec, apply_gates
+from .figures import experiment_figure
 from .recipes import RECIPES
 from .results_page import write_results_md
 from .runner import ensure, evaluate_run, list_recipes, reference_metrics, reproduce, smoke_scale, train_run
@@ -31,5 +33,6 @@ from .store import EVAL_FILE, FULL_ENV, ROOT_ENV, checkpoints_root, load_results
 __all__ = ["EVAL_FILE", "EVAL_SEED", "EXACT", "FBT_MIX", "FBT_MODEL", "FULL_ENV", "LRT_MODEL", "RECIPES",
            "ROOT_ENV", "RUNNING_SUM", "SMALL_MODEL", "Context", "Gate", "GateResult", "Outcome", "Recipe", "RunSpec",
            "apply_gates", "budget_runs", "checkpoints_root", "compare", "config", "ensure", "evaluate_run",
+           "experiment_figure",
            "list_recipes", "load_results", "load_run", "matched_steps", "reference_metrics", "reproduce",
            "run_history", "run_metrics", "smoke_scale", "train_run", "write_results_md"]

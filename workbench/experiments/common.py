@@ -93,16 +93,34 @@ def arms_by_prefix(ctx: Context, template: str, arms: tuple[str, ...]) -> dict[s
 
 
 def bar_figure(table: pd.DataFrame, title: str, floors: dict[str, tuple[float, str]] | None = None):
-    """``plots.comparison_bars`` with each panel's floor drawn: ``floors`` maps a metric name to
-    (value, label), e.g. the chance accuracy of a running_sum or the unigram loss of a text."""
-    from ..plots import comparison_bars
+    """One bar per arm of an experiment (mean over seeds, error bar = seed std), a panel per task/metric,
+    with each panel's floor drawn: ``floors`` maps a metric name to (value, label), e.g. the chance
+    accuracy of a running_sum or the unigram loss of a text.
 
-    figure = comparison_bars(table, title=title)
-    for ax in figure.axes:
+    Takes the table the recipes write (``arm``, ``metric``, ``value``, ``seed_std``, optionally ``task``);
+    a row's paired interval against the reference arm is in its CSV.
+    """
+    import seaborn as sns
+
+    from ..plots.base import new_figure, require_columns
+
+    require_columns(table, ["arm", "metric", "value"], "bar_figure")
+    keys = [c for c in ("task", "metric") if c in table.columns]
+    panels = [(" / ".join(map(str, k if isinstance(k, tuple) else (k,))), g)
+              for k, g in table.groupby(keys, sort=False)]
+    figure, axes = new_figure(len(panels), panel=(1.2 + 0.9 * table["arm"].nunique(), 3.6))
+    for ax, (name, group) in zip(axes, panels):
+        err = group["seed_std"] if "seed_std" in group else None
+        ax.bar(np.arange(len(group)), group["value"], yerr=err, color=sns.color_palette("deep", n_colors=len(group)),
+               capsize=3)
+        ax.set_xticks(np.arange(len(group)), [str(a) for a in group["arm"]], rotation=20)
+        ax.set(title=name, ylabel=str(group["metric"].iloc[0]))
         if floors and ax.get_ylabel() in floors:
             value, label = floors[ax.get_ylabel()]
             ax.axhline(value, color="grey", ls=":", lw=1.5, label=f"{label} {value:.3f}")
             ax.legend(loc="best", fontsize=8)
+    if title:
+        figure.suptitle(title)
     return figure
 
 

@@ -26,12 +26,19 @@ class LiveLossPlot:
         self.every, self.title, self.rows, self._handle = every, title, [], None
 
     def __call__(self, row: dict[str, Any]) -> None:
+        self.rows.append(row)
+        if len(self.rows) % self.every == 0:
+            self._show(pd.DataFrame(self.rows))
+
+    def on_train_end(self, history: pd.DataFrame) -> None:
+        """The rows logged since the last redraw are shown too: the cell ends on the whole run."""
+        if len(self.rows) % self.every:
+            self._show(history)
+
+    def _show(self, history: pd.DataFrame) -> None:
         from IPython.display import display  # looked up per call, so a test can stand in for the notebook
 
-        self.rows.append(row)
-        if len(self.rows) % self.every:
-            return
-        fig = loss_curves(pd.DataFrame(self.rows), title=self.title)
+        fig = loss_curves(history, title=self.title)
         if self._handle is None:
             self._handle = display(fig, display_id=True)
         else:

@@ -5,7 +5,7 @@
   example's length under every regime against the regimes' medians (``plots.trace_example``);
 - ``recipe_explorer(summaries, tables)``: a recipe menu over ``experiments``' results: the claim,
   the decision rule, the gates, our number and the verdict from ``summary.json``, the results table
-  and the recipe's figure (``plots.experiment_figure``).
+  and the recipe's figure (``experiments.experiment_figure``).
 
 The wrapped Hugging Face model of notebook 09 needs no front-end of its own: its ``pass_dynamics``
 table goes to ``core.contraction_explorer`` like any other.
@@ -21,7 +21,7 @@ import ipywidgets as widgets
 import pandas as pd
 from matplotlib.figure import Figure
 
-from .. import plots
+from .. import experiments, plots
 from ..analysis.traces import TRACE_COLUMNS
 from ..decode import REGIMES
 from ..experiments.results_table import gates_table
@@ -113,6 +113,6 @@ def recipe_explorer(summaries: Mapping[str, Mapping[str, Any]], tables: Mapping[
         summary = (f"<b>{html.escape(recipe)}</b>: verdict <b>{html.escape(str(s['verdict']))}</b>{note}<br>"
                    f"claim: {html.escape(str(s['claim']))}<br>setting: {html.escape(str(s['setting']))}<br>"
                    f"{rule}{gate_html}our number: {html.escape(str(s['number']))}{table}")
-        return plots.experiment_figure(tables[recipe], title=recipe), summary
+        return experiments.experiment_figure(tables[recipe], title=recipe), summary
 
     return Explorer(controls, render)

@@ -234,4 +234,4 @@ def test_the_study_figure_draws_each_arm_and_is_the_experiment_figure_of_its_tab
     assert len(bars) == 4 * 4  # four arms, four bars each
     exact_heights = [b.get_height() for b in bars[12:]]  # the exact-recurrence bars, drawn last
     assert exact_heights == [0.0, 1.0, 0.0, 0.7]
-    assert len(wb.plots.experiment_figure({"results": table}).axes) == len(fig.axes)
+    assert len(wb.experiments.experiment_figure({"results": table}).axes) == len(fig.axes)

@@ -134,7 +134,7 @@ def test_run_dir_checkpoint_history_and_callback(tmp_path):
     assert h["loss"].iloc[-1] < h["loss"].iloc[0] and h["tokens"].iloc[-1] == 30 * 8 * 16
     on_disk = pd.read_csv(tmp_path / "run" / HISTORY_FILE)
     pd.testing.assert_frame_equal(on_disk, h, check_dtype=False)
-    assert (tmp_path / "run" / "loss.png").stat().st_size > 1000
+    assert not (tmp_path / "run" / "loss.png").exists()  # the trainer draws nothing: LossFigure does (below)
     assert TrainConfig.from_json((tmp_path / "run" / CONFIG_FILE).read_text()) == cfg
     assert not result.model.training
     loaded = load_checkpoint(result.checkpoint_dir)
@@ -230,6 +230,25 @@ def test_nan_guard_stops_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatc
     assert pd.read_csv(tmp_path / "run" / HISTORY_FILE)["step"].tolist() == [1, 2, 3, 4, 5, 6]
 
 
+def test_the_loss_figure_callback_writes_the_run_on_the_way_and_when_it_stops(tmp_path, monkeypatch):
+    from matplotlib.figure import Figure
+
+    written = []
+    real = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **k: (written.append(
+        len(fig.axes[0].lines[0].get_xdata())), real(fig, *a, **k))[1])
+    path = tmp_path / "loss.png"
+    train(tiny(steps=6, log_every=1), callback=wb.plots.LossFigure(path, title="t", every=4))
+    assert written == [4, 6] and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["loss.png"]  # no temporary left beside it
+    written.clear()
+    with pytest.raises(_Interrupt):  # stopped by an exception: the rows logged so far are drawn
+        train(tiny(steps=6, log_every=1), callback=_Both(_interrupt_at(3), wb.plots.LossFigure(path)))
+    assert written == [3]
+    with pytest.raises(ValueError, match="every"):
+        wb.plots.LossFigure(path, every=-1)
+
+
 class _Interrupt(Exception):
     pass
 
@@ -239,6 +258,20 @@ def _interrupt_at(step: int):
         if row["step"] == step:
             raise _Interrupt
     return callback
+
+
+class _Both:
+    """Two callbacks as one: each row to both, the end of the run to the second."""
+
+    def __init__(self, first, second):
+        self.first, self.second = first, second
+
+    def __call__(self, row):
+        self.second(row)
+        self.first(row)
+
+    def on_train_end(self, history):
+        self.second.on_train_end(history)
 
 
 def test_resume_after_interruption_is_exact(tmp_path):
@@ -300,6 +333,11 @@ def test_live_loss_plot_redraws_one_output(monkeypatch):
     train(tiny(steps=6), callback=live)
     assert [kind for kind, _ in shown] == ["display", "update", "update"]
     assert all(fig.axes for _, fig in shown) and len(live.rows) == 6
+    shown.clear()
+    live = wb.LiveLossPlot(every=4)  # rows 5-6 come after the last redraw: the end of the run shows them
+    train(tiny(steps=6), callback=live)
+    assert [kind for kind, _ in shown] == ["display", "update"]
+    assert len(shown[0][1].axes[0].lines[0].get_xdata()) == 4 and len(shown[1][1].axes[0].lines[0].get_xdata()) == 6
 
 
 def test_cli_flags_build_the_config():

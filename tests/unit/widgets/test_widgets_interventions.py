@@ -72,7 +72,9 @@ def test_figures_of_the_causal_use_recipe():
                           "increase": [0.1, 0.01, 0.2, 0.0]})
     fig = plots.ablation_distance(frame)
     assert fig.axes[0].lines[0].get_ydata().tolist() == pytest.approx([0.15, 0.005])
-    fig = plots.causal_use_figure(pd.DataFrame(), pd.DataFrame())
+    from workbench.experiments.recipes.causal_use import causal_use_figure
+
+    fig = causal_use_figure(pd.DataFrame(), pd.DataFrame())
     assert len(fig.axes) == 3
     with pytest.raises(ValueError, match="answer_logits"):
         plots.answer_logits(pd.DataFrame({"intervention": []}))

@@ -151,14 +151,14 @@ def test_trace_example_draws_one_bar_per_regime_coloured_by_correctness():
 
 
 def test_experiment_figure_follows_the_tables_content():
-    assert len(plots.experiment_figure({"results": ARMS}).axes) == 1
-    assert len(plots.experiment_figure({"results": ARMS[:1], "pass_dynamics": DYNAMICS}).axes) == 3
-    assert len(plots.experiment_figure({"results": ARMS, "traces": TRACES}).axes) == 2
+    assert len(experiments.experiment_figure({"results": ARMS}).axes) == 1
+    assert len(experiments.experiment_figure({"results": ARMS[:1], "pass_dynamics": DYNAMICS}).axes) == 3
+    assert len(experiments.experiment_figure({"results": ARMS, "traces": TRACES}).axes) == 2
     probes = pd.DataFrame({"task": ["t"] * 2, "model": ["FBT"] * 2, "condition": ["standard", "suffix1"],
                            "layer": [0, 0], "accuracy": [0.5, 0.9]})
-    assert plots.experiment_figure({"results": probes}).axes[0].get_ylabel() == "probe accuracy at depth 0"
+    assert experiments.experiment_figure({"results": probes}).axes[0].get_ylabel() == "probe accuracy at depth 0"
     with pytest.raises(ValueError, match="results"):
-        plots.experiment_figure({})
+        experiments.experiment_figure({})
 
 
 # ---------------------------------------------------------------------------------------------- widgets

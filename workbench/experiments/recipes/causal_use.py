@@ -195,9 +195,25 @@ def distance_summary(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=DISTANCE_COLUMNS)
 
 
-def analyze(ctx: Context) -> Outcome:
-    from ...plots import causal_use_figure
+def causal_use_figure(swaps: pd.DataFrame, distances: pd.DataFrame):
+    """This recipe's figure: the swap flip rates (``plots.swap_flips``) and the LRT ablation by distance
+    (``plots.ablation_distance``) side by side."""
+    import seaborn as sns
+    from matplotlib.figure import Figure
 
+    from ...plots import STYLE, ablation_distance, swap_flips
+
+    with sns.axes_style(STYLE):
+        fig = Figure(figsize=(15.5, 4.2), layout="constrained")
+        grid = fig.add_gridspec(1, 4)
+        swap_ax = fig.add_subplot(grid[0, :2])
+        distance_axes = [fig.add_subplot(grid[0, 2]), fig.add_subplot(grid[0, 3])]
+    swap_flips(swaps, swap_ax)
+    ablation_distance(distances, distance_axes)
+    return fig
+
+
+def analyze(ctx: Context) -> Outcome:
     root = ctx.out.parent
     swaps, gates = _swap_table(root, ctx.scale)
     distances, text_gates = _distance_table(root, ctx.scale)

@@ -1,0 +1,46 @@
+"""The figure of a recipe's stored tables (``results_table.recipe_tables``), chosen by what the tables hold.
+
+It lives with the experiments, not in ``plots``: a recipe's own figure (``causal_use``'s, the arms' bar
+chart) is the recipe's, and only this layer may import recipes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+import pandas as pd
+
+from .common import bar_figure
+from .recipes.causal_use import causal_use_figure
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+
+def experiment_figure(tables: Mapping[str, pd.DataFrame], title: str = "") -> Figure:
+    """A recipe's figure from the tables it wrote, by their content.
+
+    ``pass_dynamics`` (one table, a ``run`` column): ``contraction_curves`` per run; ``traces``:
+    ``trace_lengths``; a probe table (``condition``, ``layer``): ``layer0_comparison``; a
+    fixed-point study's runs: ``fixed_point_readability``; a causal-use table (``swap_flip``, with
+    ``distances``): ``causal_use_figure``; an arms table (``arm``, ``metric``, ``value``): ``bar_figure``.
+    """
+    from .. import plots  # on first use: ``import workbench.experiments`` loads no seaborn
+
+    if "pass_dynamics" in tables:
+        return plots.contraction_curves(dict(tuple(tables["pass_dynamics"].groupby("run", sort=False))))
+    if "traces" in tables:
+        return plots.trace_lengths(tables["traces"])
+    if "results" not in tables:
+        raise ValueError(f"tables holds {sorted(tables)}: expected 'results' (and maybe 'pass_dynamics' or 'traces')")
+    results = tables["results"]
+    if {"condition", "layer"} <= set(results.columns):
+        return plots.layer0_comparison(results)
+    if {"accuracy_exact", "lyapunov_top", "family"} <= set(results.columns):  # fixed_point_study's runs
+        return plots.fixed_point_readability(results, title=title)
+    if "swap_flip" in results.columns:  # causal_use: swaps, and the LRT ablation by distance
+        swaps = results[results["part"] == "swap"].drop(columns="part")
+        return causal_use_figure(swaps, tables.get("distances", pd.DataFrame(columns=["distance", "position",
+                                                                                       "increase"])))
+    return bar_figure(results, title=title)

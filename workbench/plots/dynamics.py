@@ -1,0 +1,218 @@
+"""Figures of the feedback map's dynamics over many passes (``analysis.contraction``, ``analysis.dynamics``).
+
+- ``contraction_curves``: residual and distance to the fixed point against pass (log scale);
+- ``sensitivity_decay``: effect of a memory perturbation against distance (log scale);
+- ``fixed_point_readability``, ``fixed_point_accuracy``: whether the fixed point still answers;
+- ``lyapunov_curves``: the top finite-time Lyapunov exponents of the pass map;
+- ``lens_by_pass``: what a logit (or tuned) lens reads at each pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import pandas as pd
+import seaborn as sns
+from matplotlib.figure import Figure
+
+from .base import (
+    STYLE,
+    ZERO_LABEL,
+    Runs,
+    log_count_axis,
+    log_line,
+    named_runs,
+    new_figure,
+    require_columns,
+    run_styles,
+    shared_legend,
+)
+
+
+def contraction_curves(results: Runs, max_pass: int | None = None, depths: Mapping[str, int] | None = None,
+                       note: str = "") -> Figure:
+    """Residual ``delta`` and ``fixed_point_distance`` against pass (log y), one line per run.
+
+    Takes ``pass_dynamics`` output, or a dict of them by name (mechanism, training mix, ...). A
+    third panel shows the loss when any run has one. Exact zeros (the fixed point reached in
+    floating point) end a line and are marked ▼ on the axis rather than plunging to -inf; runs
+    named ``<arm>_s<seed>`` share a colour (one line style per seed). Past 10 passes the pass axis
+    is logarithmic, so passes 2-3 (where models are trained) are as wide as 50-100. ``max_pass``
+    cuts every run there.
+    ``depths``: label -> pass, drawn as dotted verticals (the depths the models were trained at,
+    so a reader sees which passes are extrapolation); ``note``: a title saying what was measured
+    (sequence length T, the positions the numbers are over), since the curves mean little without.
+    """
+    runs = named_runs(results, "contraction_curves")
+    for frame in runs.values():
+        require_columns(frame, ["pass", "delta", "fixed_point_distance"], "contraction_curves")
+    has_loss = any("loss" in f and f["loss"].notna().any() for f in runs.values())
+    panels = [("delta", "residual ||H^k - H^(k-1)|| / ||H^k||"),
+              ("fixed_point_distance", "distance to fixed point ||H^k - H*|| / ||H*||")]
+    fig, axes = new_figure(3 if has_loss else 2, panel=(4.4, 3.6))
+    styles = run_styles(list(runs))
+    last = 1
+    for name, frame in runs.items():
+        if max_pass is not None:
+            frame = frame[frame["pass"] <= max_pass]
+        last = max(last, int(frame["pass"].max()) if len(frame) else 1)
+        for ax, (column, _) in zip(axes, panels):
+            log_line(ax, frame["pass"], frame[column], label=name or None, **styles[name])
+        if has_loss and "loss" in frame:
+            axes[2].plot(frame["pass"], frame["loss"], label=name or None, **styles[name])
+    for ax, (_, ylabel) in zip(axes, panels):
+        ax.set(xlabel="pass", ylabel=ylabel, yscale="log")
+    if has_loss:
+        axes[2].set(xlabel="pass", ylabel="loss (nats / token)")
+    for (label, depth), style in zip((depths or {}).items(), (":", "--", "-.")):
+        for ax in axes:
+            ax.axvline(depth, color="grey", ls=style, lw=1.2, label=label if ax is axes[0] else None)
+    if last > 10:
+        for ax in axes:
+            log_count_axis(ax, last)
+    handles, labels = shared_legend(axes[:2])
+    if len(runs) > 1 or next(iter(runs)) or depths or ZERO_LABEL in labels:
+        fig.legend(handles, labels, fontsize=8, loc="outside right upper")
+    if note:
+        fig.suptitle(note, fontsize=10)
+    return fig
+
+
+def sensitivity_decay(results: Runs, note: str = "") -> Figure:
+    """Effect of a perturbation of the carried memory against distance (log y), one line per run.
+
+    Takes ``sensitivity`` output or a dict of them. The dotted line at 1 is the size of the
+    injected perturbation: below it the recurrence forgets, above it it amplifies. A run whose
+    effect is exactly zero (no mechanism: the memory is never read) has no line, and says so (its
+    zeros are marked ▼ on the axis). Past 10 tokens the distance axis is logarithmic; runs
+    ``<arm>_s<seed>`` share a colour.
+    ``note``: a title (sequence length, training depth, where the nudge was made).
+    """
+    runs = named_runs(results, "sensitivity_decay")
+    fig, (ax,) = new_figure(1, panel=(8.0, 4.0))
+    styles = run_styles(list(runs))
+    for name, frame in runs.items():
+        require_columns(frame, ["distance", "effect"], "sensitivity_decay")
+        unused = bool((frame["effect"] == 0).all())
+        label = (name or "effect") + (" (exactly 0: memory unused)" if unused else "")
+        log_line(ax, frame["distance"], frame["effect"], marker="o", ms=3, label=label, **styles[name])
+    ax.axhline(1.0, color="grey", ls=":", lw=1.5, label="injected perturbation")
+    ax.set(xlabel="distance d (tokens after the perturbed position)", ylabel="effect ||Δm_{t0+d}|| / eps",
+           yscale="log")
+    last = max(float(f["distance"].max()) for f in runs.values())
+    if last > 10:
+        log_count_axis(ax, last)
+    fig.legend(*shared_legend([ax]), fontsize=8, loc="outside right upper")
+    if note:
+        ax.set_title(note, fontsize=10)
+    return fig
+
+
+def fixed_point_readability(table: pd.DataFrame, title: str = "", readable: float = 0.95) -> Figure:
+    """Per arm (``fixed_point_study``'s run table): answer accuracy at passes 1-3 and under the exact recurrence,
+    a dot per seed, the families apart; beside it each run's top Lyapunov exponent of the exact recurrence."""
+    require_columns(table, ["arm", "family", "accuracy_pass1", "accuracy_pass2", "accuracy_pass3", "accuracy_exact",
+                     "lyapunov_top"], "fixed_point_readability")
+    arms = list(dict.fromkeys(table["arm"]))
+    families = [table.loc[table["arm"] == a, "family"].iloc[0] for a in arms]
+    with sns.axes_style(STYLE):
+        fig = Figure(figsize=(13, 4.6), layout="constrained")
+        ax, lx = fig.subplots(1, 2, gridspec_kw={"width_ratios": [3, 1.3]})
+    columns = {"accuracy_pass1": ("pass 1 (STANDARD)", "#bbbbbb"), "accuracy_pass2": ("pass 2", "#7fa7d6"),
+               "accuracy_pass3": ("pass 3", "#3d6fb0"), "accuracy_exact": ("exact recurrence", "#d1495b")}
+    width = 0.8 / len(columns)
+    for j, (column, (label, colour)) in enumerate(columns.items()):
+        for i, arm in enumerate(arms):
+            values = table.loc[table["arm"] == arm, column].to_numpy()
+            x = i - 0.4 + width * (j + 0.5)
+            ax.bar(x, values.mean(), width, color=colour, label=label if i == 0 else None)
+            ax.scatter(np.full(len(values), x), values, color="black", s=8, zorder=3)
+    ax.axhline(readable, color="#d1495b", ls="--", lw=1)
+    ax.axhline(0.5, color="grey", ls=":", lw=1)
+    ax.text(len(arms) - 0.5, readable, f"readable {readable:g}", ha="right", va="bottom", fontsize=8, color="#d1495b")
+    ax.text(len(arms) - 0.5, 0.5, "chance 0.5", ha="right", va="bottom", fontsize=8, color="grey")
+    for i in range(1, len(arms)):
+        if families[i] != families[i - 1]:
+            ax.axvline(i - 0.5, color="black", lw=0.6)
+    ax.set_xticks(range(len(arms)), [a.removeprefix("ft_").replace("_", " ") for a in arms], fontsize=8,
+                  rotation=20, ha="right")
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("answer accuracy (held-out prompts)")
+    ax.set_title("  |  ".join(dict.fromkeys(families)) + " (families, left to right)", fontsize=9)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=4, fontsize=8, frameon=False)
+    for i, arm in enumerate(arms):
+        values = table.loc[table["arm"] == arm, "lyapunov_top"].to_numpy()
+        lx.scatter(values, np.full(len(values), i), color="#3d6fb0", s=14)
+    lx.axvline(0, color="grey", lw=0.8)
+    lx.set_yticks(range(len(arms)), arms, fontsize=8)
+    lx.invert_yaxis()
+    lx.set_xlabel("top Lyapunov exponent of the exact recurrence\n(per position; < 0: perturbations die out)")
+    if title:
+        fig.suptitle(title, fontsize=10)
+    return fig
+
+
+def fixed_point_accuracy(results: Mapping[str, pd.DataFrame], trained_depth: int | None = None) -> Figure:
+    """Answer accuracy against pass (log axis) per model, the exact recurrence's as a dashed line in the same
+    colour: ``analysis.dynamics.fixed_point_quality(...).per_example`` frames by name. Where the line ends
+    above the dash, the model reads its passes better than the fixed point they converge to."""
+    fig, (ax,) = new_figure(1, panel=(7.2, 3.8))
+    palette = sns.color_palette("tab10", len(results))
+    for colour, (name, frame) in zip(palette, results.items()):
+        require_columns(frame, ["pass", "schedule", "correct"], "fixed_point_accuracy")
+        passes = frame[frame["schedule"] == "multipass"].groupby("pass")["correct"].mean()
+        ax.plot(passes.index, passes.to_numpy(), marker="o", ms=3, color=colour, label=name)
+        exact = float(frame.loc[frame["schedule"] == "sequential", "correct"].mean())
+        ax.axhline(exact, color=colour, ls="--", lw=1)
+    if trained_depth is not None:
+        ax.axvspan(1, trained_depth, color="grey", alpha=0.12, label=f"trained depths 1-{trained_depth}")
+    ax.set_xscale("log")
+    ax.set_xlabel("Jacobi pass (log)")
+    ax.set_ylabel("answer accuracy")
+    ax.set_ylim(-0.03, 1.03)
+    ax.set_title("solid: pass k; dashed: the exact recurrence (the fixed point)", fontsize=9)
+    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8, frameon=False)
+    return fig
+
+
+def lyapunov_curves(results: Mapping[str, pd.DataFrame]) -> Figure:
+    """Top finite-time Lyapunov exponent against horizon per model (mean over examples, min-max band):
+    ``analysis.dynamics.lyapunov`` frames by name, one panel per path ("full", "memory")."""
+    frames = {name: f[f["index"] == 1] for name, f in results.items()}
+    paths = sorted({p for f in frames.values() for p in f["path"].unique()})
+    fig, axes = new_figure(len(paths), panel=(5.2, 3.6))
+    palette = sns.color_palette("tab10", len(frames))
+    for ax, path in zip(axes, paths):
+        for colour, (name, frame) in zip(palette, frames.items()):
+            by = frame[frame["path"] == path].groupby("horizon")["exponent"]
+            if by.ngroups == 0:
+                continue
+            mean, low, high = by.mean(), by.min(), by.max()
+            ax.plot(mean.index, mean.to_numpy(), color=colour, label=name)
+            ax.fill_between(mean.index, low.to_numpy(), high.to_numpy(), color=colour, alpha=0.15)
+        ax.axhline(0, color="grey", lw=0.8)
+        ax.set_xlabel("horizon n (positions after the perturbed memory)")
+        ax.set_ylabel("top exponent (1/n) log growth")
+        ax.set_title({"full": "exact tangent: memory chain and keys/values",
+                      "memory": "memory chain only (keys/values held)"}.get(path, path), fontsize=9)
+    axes[-1].legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8, frameon=False)
+    return fig
+
+
+def lens_by_pass(results: Mapping[str, pd.DataFrame], lens: str = "logit", value: str = "top1_is_answer") -> Figure:
+    """Heatmaps of what a lens reads at the answer position, pass (columns) by depth (rows), one panel per model:
+    ``analysis.dynamics.fed_back_lens(...)["lens"]`` frames by name."""
+    fig, axes = new_figure(len(results), panel=(4.2, 2.6))
+    for ax, (name, frame) in zip(axes, results.items()):
+        require_columns(frame, ["pass", "depth", "lens", value], "lens_by_pass")
+        grid = frame[frame["lens"] == lens].pivot(index="depth", columns="pass", values=value)
+        grid = grid.sort_index(ascending=False)
+        sns.heatmap(grid, ax=ax, vmin=0, vmax=1, cmap="viridis", annot=grid.shape[1] <= 8, fmt=".2f",
+                    cbar=ax is axes[-1], annot_kws={"fontsize": 7})
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("pass")
+        ax.set_ylabel("depth (0 = input)")
+    fig.suptitle(f"{lens} lens at the answer position: {value.replace('_', ' ')}", fontsize=10)
+    return fig
+

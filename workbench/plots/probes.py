@@ -1,0 +1,208 @@
+"""Figures of linear probes (``analysis.probes``): what a layer's hidden state makes decodable, layer 0 above all.
+
+- ``probe_heatmap``: probe accuracy by depth x condition (one panel per task and model);
+- ``probe_profile``: accuracy against depth for each condition, with control and majority lines;
+- ``layer0_comparison``: the headline bar chart: accuracy at depth 0 per condition;
+- ``accuracy_vs_scratch``: accuracy at depth 0 against the distance the label must travel;
+- ``specimen_gates``: each probing specimen's answer accuracy against its competence gate.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import seaborn as sns
+from matplotlib.figure import Figure
+
+from .base import (
+    empty_panel,
+    in_order,
+    new_figure,
+    probe_facets,
+    require_columns,
+    shared_legend,
+)
+
+
+def probe_heatmap(df: pd.DataFrame, value: str = "accuracy") -> Figure:
+    """Probe ``value`` by depth (rows, 0 = input at the bottom) x condition (columns), one panel per task/model.
+
+    Where recurrence puts global state within reach of shallow layers shows as the bottom rows
+    lighting up under the recurrent conditions only. One colour scale (0..1) for every panel.
+    """
+    require_columns(df, ["condition", "layer", value], "probe_heatmap")
+    facets = probe_facets(df)
+    fig, axes = new_figure(len(facets), panel=(1.2 + 1.1 * df["condition"].nunique(), 3.8))
+    for ax, (title, group) in zip(axes, facets):
+        table = group.pivot_table(index="layer", columns="condition", values=value, aggfunc="mean", sort=False)
+        table = table.sort_index(ascending=False)[in_order(group["condition"])]
+        sns.heatmap(table, ax=ax, vmin=0.0, vmax=1.0, cmap="viridis", annot=True, fmt=".2f", cbar=False,
+                    annot_kws={"fontsize": 8})
+        ax.set(title=title, xlabel="condition", ylabel="depth (0 = input)")
+        ax.tick_params(axis="x", labelrotation=30)
+    fig.colorbar(axes[0].collections[0], ax=axes, label=value, shrink=0.9)
+    return fig
+
+
+def probe_profile(df: pd.DataFrame, highlight_depth: int | None = None) -> Figure:
+    """Accuracy against depth for each condition (and model, task), with its control task and the majority rate.
+
+    The band is +- ``accuracy_std`` across folds; the dashed line of the same colour is the control
+    task (a probe that memorises rather than reads state scores well there too: selectivity is the
+    gap); the grey dotted line is the majority-class rate. ``highlight_depth`` marks one depth.
+    """
+    require_columns(df, ["condition", "layer", "accuracy"], "probe_profile")
+    fig, (ax,) = new_figure(1, panel=(6.0, 4.0))
+    group_keys = ["condition"] + [c for c in ("model", "task") if c in df.columns and df[c].nunique() > 1]
+    groups = df.groupby(group_keys, sort=False)
+    for color, (key, group) in zip(sns.color_palette("deep", n_colors=groups.ngroups), groups):
+        group = group.sort_values("layer")
+        label = " / ".join(map(str, key if isinstance(key, tuple) else (key,)))
+        ax.plot(group["layer"], group["accuracy"], "o-", color=color, label=label)
+        if "accuracy_std" in group:
+            ax.fill_between(group["layer"], group["accuracy"] - group["accuracy_std"],
+                            group["accuracy"] + group["accuracy_std"], color=color, alpha=0.2, lw=0)
+        if "control_accuracy" in group:
+            ax.plot(group["layer"], group["control_accuracy"], "--", color=color, lw=1)
+    if "majority" in df:
+        ax.axhline(float(df["majority"].mean()), color="grey", ls=":", lw=1.5, label="majority")
+    if highlight_depth is not None:
+        ax.axvline(highlight_depth, color="black", lw=1, alpha=0.5)
+    ax.set(xlabel="depth (0 = input)", ylabel="probe accuracy", ylim=(0.0, 1.02),
+           xticks=sorted(df["layer"].unique()))
+    ax.legend(fontsize=8)
+    return fig
+
+
+BOUNDED = ("suffix1",)  # the conditions the fed-back upper bound bounds at depth 0: one recurrent step
+
+
+def layer0_comparison(df: pd.DataFrame, depth: int = 0) -> Figure:
+    """Probe accuracy at one depth (default 0, the input) per condition: the probing headline.
+
+    Bars are grouped by condition, coloured by model; error bars are ``accuracy_std``; a black tick
+    on each bar is its control-task accuracy; the dashed line is the majority-class rate. Where the
+    columns exist, an open circle marks the untrained twin's accuracy (``twin_accuracy``) and a star
+    the upper bound (``upper_bound``: the top-layer probe at the fed-back position, all one recurrent
+    step can hand to layer 0), drawn only where it bounds the bar: at depth 0 under ``suffix1``
+    (one recurrent step; ``BOUNDED``). One panel per task, one row of panels per ``scratch_updates``;
+    a task without specimens at a length says so in its panel; the legend sits under the panels.
+    Standard prefill near the dashed line and recurrent conditions far above it — above the twin —
+    is the FBT paper's finding: feedback exposes learned state to the very first layer.
+    """
+    require_columns(df, ["condition", "layer", "accuracy"], "layer0_comparison")
+    at = df[df["layer"] == depth]
+    if at.empty:
+        raise ValueError(f"depth={depth!r} is invalid: the probes cover depths {sorted(df['layer'].unique())}")
+    tasks = in_order(at["task"]) if "task" in at else [None]
+    lengths = sorted(at["scratch_updates"].unique()) if "scratch_updates" in at else [None]
+    fig, axes = new_figure(len(tasks), len(lengths), panel=(1.2 + 0.75 * at["condition"].nunique(), 3.2))
+    models = in_order(at["model"]) if "model" in at else [None]
+    palette = sns.color_palette("deep", n_colors=len(models))
+    width = 0.8 / len(models)
+    marks = {"twin_accuracy": ({"marker": "o", "facecolors": "none", "edgecolors": "black"}, "untrained twin"),
+             "upper_bound": ({"marker": "*", "color": "black"}, "upper bound (fed-back top layer)")}
+    panels = [(task, length) for length in lengths for task in tasks]
+    for ax, (task, length) in zip(axes, panels):
+        sub = at if task is None else at[at["task"] == task]
+        sub = sub if length is None else sub[sub["scratch_updates"] == length]
+        title = " / ".join(t for t in ("" if task is None else str(task),
+                                        "" if length is None else f"{length} scratch lines") if t)
+        if sub.empty:
+            ax.set_title(title)
+            empty_panel(ax, f"no specimen of {task}\nwith {length} scratch lines")
+            continue
+        conditions = in_order(sub["condition"])
+        for m, (model, color) in enumerate(zip(models, palette)):
+            rows = sub if model is None else sub[sub["model"] == model]
+            if rows.empty:
+                continue
+            rows = rows.groupby("condition", sort=False).mean(numeric_only=True).reindex(conditions)
+            x = np.arange(len(conditions)) - 0.4 + width * (m + 0.5)
+            err = rows["accuracy_std"] if "accuracy_std" in rows else None
+            ax.bar(x, rows["accuracy"], width=width * 0.9, yerr=err, color=color, capsize=3,
+                   label=None if model is None else str(model))
+            if "control_accuracy" in rows:
+                ax.scatter(x, rows["control_accuracy"], marker="_", s=400 * width, color="black", zorder=3,
+                           label="control task")
+            for column, (style, label) in marks.items():
+                if column not in rows:
+                    continue
+                values = rows[column]
+                if column == "upper_bound":  # a ceiling only for a depth-0 probe after one recurrent step
+                    values = values.where(rows.index.isin(BOUNDED) & (depth == 0))
+                if values.notna().any():
+                    ax.scatter(x, values, s=30, zorder=4, label=label, **style)
+        if "majority" in sub and not sub.empty:
+            ax.axhline(float(sub["majority"].mean()), color="grey", ls="--", lw=1.5, label="majority")
+        ax.set_xticks(np.arange(len(conditions)), [str(c) for c in conditions], rotation=30, ha="right",
+                      rotation_mode="anchor")
+        ax.set(ylim=(0.0, 1.05), ylabel=f"probe accuracy at depth {depth}", title=title)
+    handles, labels = shared_legend(axes)  # every model and mark once, whichever panel drew it
+    fig.legend(handles, labels, fontsize=8, loc="outside lower center", ncols=min(len(labels), 4))
+    return fig
+
+
+def accuracy_vs_scratch(df: pd.DataFrame, condition: str = "suffix1", depth: int = 0) -> Figure:
+    """Probe accuracy at one depth and condition against the number of scratch lines, per task.
+
+    One line per model (colour); dashed, the same model's untrained twin (``twin_accuracy``);
+    dotted, its upper bound (``upper_bound``); grey, the majority rate. Distance between the detail
+    and the label is what a recurrent step must bridge: a lift that holds as it grows is carried by
+    the fed-back state, one that fades was read from nearby tokens.
+    """
+    require_columns(df, ["task", "model", "scratch_updates", "condition", "layer", "accuracy"], "accuracy_vs_scratch")
+    at = df[(df["layer"] == depth) & (df["condition"] == condition)]
+    if at.empty:
+        raise ValueError(f"condition={condition!r}, depth={depth!r} is invalid: no rows for them")
+    tasks = in_order(at["task"])
+    fig, axes = new_figure(len(tasks), panel=(4.2, 3.6))
+    models = in_order(at["model"])
+    for ax, task in zip(axes, tasks):
+        sub = at[at["task"] == task]
+        for model, color in zip(models, sns.color_palette("deep", n_colors=len(models))):
+            rows = sub[sub["model"] == model].sort_values("scratch_updates")
+            if rows.empty:
+                continue
+            ax.plot(rows["scratch_updates"], rows["accuracy"], "o-", color=color, label=str(model))
+            if "twin_accuracy" in rows:
+                ax.plot(rows["scratch_updates"], rows["twin_accuracy"], "s--", color=color, alpha=0.7,
+                        label=f"{model}: twin")
+            if "upper_bound" in rows:
+                ax.plot(rows["scratch_updates"], rows["upper_bound"], ":", color=color, label=f"{model}: upper bound")
+        if "majority" in sub:
+            ax.axhline(float(sub["majority"].mean()), color="grey", ls="--", lw=1, label="majority")
+        ax.set(title=str(task), xlabel="scratch lines", ylabel=f"accuracy at depth {depth}, {condition}",
+               ylim=(0.0, 1.05), xticks=sorted(sub["scratch_updates"].unique()))
+    axes[0].legend(fontsize=7, loc="lower left")
+    return fig
+
+
+def specimen_gates(df: pd.DataFrame, threshold: float) -> Figure:
+    """Each specimen's competence before it is probed: answer accuracy per scratch length and arm.
+
+    Bars: accuracy under the condition the gate reads (``gate_value``); black dots: under the exact
+    recurrence (``answer_sequential``, where measured); dashed: the gate's ``threshold``. One panel
+    per task. A bar below the line is a specimen that is reported, never probed.
+    """
+    require_columns(df, ["task", "arm", "scratch_updates", "gate_value"], "specimen_gates")
+    tasks = in_order(df["task"])
+    fig, axes = new_figure(len(tasks), panel=(4.0, 3.4))
+    arms = in_order(df["arm"])
+    width = 0.8 / len(arms)
+    for ax, task in zip(axes, tasks):
+        sub = df[df["task"] == task]
+        lengths = sorted(sub["scratch_updates"].unique())
+        for a, (arm, color) in enumerate(zip(arms, sns.color_palette("deep", n_colors=len(arms)))):
+            rows = sub[sub["arm"] == arm].set_index("scratch_updates").reindex(lengths)
+            x = np.arange(len(lengths)) - 0.4 + width * (a + 0.5)
+            ax.bar(x, rows["gate_value"], width=width * 0.9, color=color, label=str(arm))
+            if "answer_sequential" in rows:
+                ax.scatter(x, rows["answer_sequential"], color="black", zorder=3, s=15,
+                           label="exact recurrence" if a == len(arms) - 1 else None)
+        ax.axhline(threshold, color="grey", ls="--", lw=1.5, label=f"gate {threshold:g}")
+        ax.set_xticks(np.arange(len(lengths)), [str(n) for n in lengths])
+        ax.set(title=str(task), xlabel="scratch lines", ylabel="held-out answer accuracy", ylim=(0.0, 1.05))
+    axes[0].legend(fontsize=7, loc="lower left")
+    return fig
+

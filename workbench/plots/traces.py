@@ -1,0 +1,128 @@
+"""Figures of reasoning traces (``analysis.traces``): how long each decoding regime writes, and how right it is.
+
+- ``trace_lengths``: trace-length distribution and accuracy per decoding regime;
+- ``trace_example``: one example's trace length under every regime, beside each regime's median.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import pandas as pd
+import seaborn as sns
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from ..decode import REGIMES
+from .base import (
+    in_order,
+    new_figure,
+    require_columns,
+)
+
+
+def trace_lengths(df: pd.DataFrame, lines: pd.DataFrame | None = None) -> Figure:
+    """Reasoning-trace length per decoding regime (box and points; median written above) and accuracy.
+
+    The FBT paper's claim to check: under latent feedback (soft, fused) base models write shorter
+    traces at equal or better accuracy. Points are coloured by correctness, so a regime that is
+    short only because it gives up shows as a cloud of wrong answers. Rows of the training mix
+    (``analysis.traces.training_traces``) draw as one more box and have no accuracy bar (they are
+    correct by construction). ``lines`` (``analysis.line_distribution``) adds a panel: the share of
+    traces by intermediate lines written, correct solid and wrong light, per regime beside the
+    training mix, so a regime that is shorter than the mix it learned from shows at a glance.
+    """
+    from ..analysis.traces import TRAINING
+
+    require_columns(df, ["regime", "length", "correct"], "trace_lengths")
+    order = [r for r in REGIMES if r in set(df["regime"])] + [r for r in in_order(df["regime"]) if r not in REGIMES]
+    fig, axes = new_figure(2 if lines is None else 3)
+    ax_len, ax_acc = axes[:2]
+    palette = dict(zip(order, sns.color_palette("deep", n_colors=len(order))))
+    boxes = ax_len.boxplot([df.loc[df["regime"] == r, "length"] for r in order], positions=range(len(order)),
+                           widths=0.6, showfliers=False, patch_artist=True, medianprops={"color": "black"})
+    for box, regime in zip(boxes["boxes"], order):
+        box.set(facecolor=palette[regime], alpha=0.5)
+    sns.stripplot(data=df, x="regime", y="length", order=order, hue="correct", hue_order=[False, True],
+                  palette={False: "tab:red", True: "black"}, ax=ax_len, size=3, alpha=0.6, jitter=0.2)
+    medians = df.groupby("regime")["length"].median()
+    top = float(df["length"].max())
+    for i, regime in enumerate(order):
+        ax_len.text(i, top * 1.04, f"median {medians[regime]:g}", ha="center", fontsize=8)
+    ax_len.set_xticks(range(len(order)), order)
+    ax_len.set(xlabel="regime", ylabel="trace length (tokens before the answer)", ylim=(0, top * 1.12 + 1))
+    ax_len.legend(title="correct", fontsize=8)
+    decoded = [r for r in order if r != TRAINING]
+    accuracy = df.groupby("regime")["correct"].agg(["mean", "size"]).reindex(decoded)
+    ax_acc.bar(decoded, accuracy["mean"], color=[palette[r] for r in decoded])
+    for i, (acc, n) in enumerate(zip(accuracy["mean"], accuracy["size"])):
+        ax_acc.text(i, acc + 0.02, f"{acc:.0%} of {n}", ha="center", fontsize=8)
+    ax_acc.set(xlabel="regime", ylabel="accuracy", ylim=(0.0, 1.1))
+    if lines is not None:
+        _trace_lines(axes[2], lines, palette)
+    return fig
+
+
+def _trace_lines(ax: Axes, lines: pd.DataFrame, palette: Mapping[str, object]) -> None:
+    """Share of traces by lines written per regime, stacked correct (solid) over wrong (light)."""
+    require_columns(lines, ["regime", "outcome", "lines", "count"], "trace_lengths(lines=...)")
+    regimes = [r for r in palette if r in set(lines["regime"])]
+    counts = lines[lines["outcome"].isin(["correct", "wrong"])].pivot_table(
+        index=["regime", "lines"], columns="outcome", values="count", aggfunc="sum", fill_value=0)
+    counts = counts.reindex(columns=["correct", "wrong"], fill_value=0)
+    values = sorted(int(k) for k in lines["lines"].unique())
+    width = 0.8 / max(len(regimes), 1)
+    for j, regime in enumerate(regimes):
+        part = counts.loc[regime].reindex(values, fill_value=0) / counts.loc[regime].to_numpy().sum()
+        x = np.arange(len(values)) - 0.4 + width * (j + 0.5)
+        ax.bar(x, part["correct"], width, color=palette[regime], label=regime)
+        ax.bar(x, part["wrong"], width, bottom=part["correct"], color=palette[regime], alpha=0.3)
+    ax.set_xticks(range(len(values)), [str(v) for v in values])
+    ax.set(xlabel="intermediate lines written before the answer", ylabel="share of traces (light: wrong)",
+           ylim=(0.0, 1.05))
+    ax.legend(fontsize=8)
+
+
+def trace_example(df: pd.DataFrame, example: int, regime: str | None = None) -> Figure:
+    """One example's trace length under every decoding regime, beside each regime's median.
+
+    Takes ``trace_lengths`` output (one run). A bar per regime, green when that trace's answer is
+    right and red when not (hatched when no answer line was written); the black tick is the
+    regime's median over all examples, so one question is read against the typical trace.
+    ``regime`` outlines the chosen bar.
+    """
+    from matplotlib.patches import Patch
+
+    require_columns(df, ["regime", "example", "length", "correct"], "trace_example")
+    if "run" in df and df["run"].nunique() > 1:
+        raise ValueError(f"df holds the traces of runs {in_order(df['run'])}: select one run first")
+    rows = df[df["example"] == example]
+    if rows.empty:
+        raise ValueError(f"example={example!r} is invalid: the traces hold examples "
+                         f"{int(df['example'].min())}..{int(df['example'].max())}")
+    order = [r for r in REGIMES if r in set(df["regime"])] + [r for r in in_order(df["regime"]) if r not in REGIMES]
+    if regime is not None and regime not in order:
+        raise ValueError(f"regime={regime!r} is invalid: the traces hold {order}")
+    rows = rows.set_index("regime").reindex(order)
+    medians = df.groupby("regime")["length"].median().reindex(order)
+    fig, (ax,) = new_figure(1, panel=(5.5, 3.4))
+    x = np.arange(len(order))
+    colors = ["tab:green" if ok else "tab:red" for ok in rows["correct"].fillna(False)]
+    bars = ax.bar(x, rows["length"], color=colors, alpha=0.8, width=0.6)
+    answered = rows["answered"] if "answered" in rows else pd.Series(True, index=rows.index)
+    for bar, name, done in zip(bars, order, answered):
+        bar.set_hatch("" if done else "//")
+        if name == regime:
+            bar.set(edgecolor="black", linewidth=2.5)
+    median = ax.scatter(x, medians, marker="_", s=900, color="black", zorder=3)
+    ax.set_xticks(x, order)
+    top = float(max(df["length"].max(), 1))
+    ax.set(xlabel="regime", ylabel="trace length (tokens before the answer)", ylim=(0, top * 1.35),
+           title=f"example {example}")
+    keys = [Patch(color="tab:green", alpha=0.8), Patch(color="tab:red", alpha=0.8),
+            Patch(facecolor="white", edgecolor="grey", hatch="//"), median]
+    ax.legend(keys, ["right answer", "wrong answer", "no answer line", "median over examples"], fontsize=8,
+              loc="upper center", ncols=2)
+    return fig
+

@@ -1,0 +1,168 @@
+"""Figures of training runs: loss against steps, tokens, FLOPs or wall-clock, per pass, per experiment arm.
+
+- ``loss_curves``: training (and held-out) loss against step or FLOPs, for one run or several;
+- ``loss_vs_flops``: held-out loss against FLOPs (or wall-clock) per arm, seed bands, the floor line;
+- ``pass_losses``: a multi-pass run's loss at each pass;
+- ``LossFigure``: a ``train`` callback that writes a run directory's ``loss.png`` when the run ends.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import seaborn as sns
+from matplotlib.figure import Figure
+
+from ..store import write_bytes_atomic
+from ..validation import check_int
+from .base import (
+    Runs,
+    named_runs,
+    new_figure,
+    panel_grid,
+    require_columns,
+)
+
+LOSS_AXES = {"step": "optimiser step", "flops": "training FLOPs", "tokens": "training tokens"}
+
+
+def loss_curves(history: Runs, x: str = "step", title: str = "") -> Figure:
+    """Training loss against ``x`` ("step", "flops" or "tokens"), with held-out loss where recorded.
+
+    One run (``train``'s ``history``): the objective, each pass's loss when there are several, and
+    ``val_loss`` as points. Several runs (a dict by name): one colour per run, training loss solid
+    and held-out dashed — with ``x="flops"`` that is the comparison at matched compute that a
+    multi-pass or interleaved schedule (2x, Kx the work per step) has to win.
+    """
+    if x not in LOSS_AXES:
+        raise ValueError(f"x={x!r} is invalid: must be one of {tuple(LOSS_AXES)}")
+    runs = named_runs(history, "loss_curves")
+    for frame in runs.values():
+        require_columns(frame, [x, "loss"], "loss_curves")
+    fig, (ax,) = new_figure(1, panel=(6.5, 4.2))
+    if len(runs) == 1:
+        (frame,) = runs.values()
+        ax.plot(frame[x], frame["loss"], color="black", label="train objective")
+        pass_cols = [c for c in frame.columns if c.startswith("loss_pass")]
+        if len(pass_cols) > 1:
+            for col, color in zip(pass_cols, sns.color_palette("deep", n_colors=len(pass_cols))):
+                ax.plot(frame[x], frame[col], lw=1, alpha=0.7, color=color, label=f"pass {col[len('loss_pass'):]}")
+        if "val_loss" in frame and frame["val_loss"].notna().any():
+            val = frame.dropna(subset=["val_loss"])
+            ax.plot(val[x], val["val_loss"], "o-", ms=4, color="tab:red", label="held-out")
+    else:
+        for (name, frame), color in zip(runs.items(), sns.color_palette("deep", n_colors=len(runs))):
+            ax.plot(frame[x], frame["loss"], color=color, label=f"{name} train")
+            if "val_loss" in frame and frame["val_loss"].notna().any():
+                val = frame.dropna(subset=["val_loss"])
+                ax.plot(val[x], val["val_loss"], "o--", ms=4, color=color, label=f"{name} held-out")
+    ax.set(xlabel=LOSS_AXES[x], ylabel="loss (nats / token)", title=title)
+    if x != "step":
+        ax.ticklabel_format(axis="x", style="sci", scilimits=(0, 0))
+    ax.legend(fontsize=8)
+    return fig
+
+
+CURVE_AXES = {"flops": "training FLOPs", "seconds": "training wall-clock (s)"}
+
+
+def loss_vs_flops(curves: Mapping[str, Sequence[pd.DataFrame]], floor: float | None = None,
+                  floor_label: str = "unigram", column: str = "val_bpb", x: str | Sequence[str] = "flops",
+                  title: str = "", extra_panel: bool = False) -> Figure:
+    """Held-out ``column`` against training FLOPs (or wall-clock): one colour per arm, its seed mean as a line
+    and the range over seeds as a band, with the floor (unigram / chance) as a dotted line.
+
+    ``curves`` maps an arm to one history per seed (the rows with an evaluation). Seeds of one arm share
+    their evaluation steps, so the band is taken mark by mark; on the wall-clock axis each mark sits at
+    its seeds' mean time. ``x`` may name several axes ("flops", "seconds"): one panel each, so compute
+    and time can be read side by side. ``extra_panel`` adds an empty panel for the caller.
+    """
+    axes_x = [x] if isinstance(x, str) else list(x)
+    for key in axes_x:
+        if key not in CURVE_AXES:
+            raise ValueError(f"x={key!r} is invalid: must be one of {tuple(CURVE_AXES)}")
+    if not curves or any(len(seeds) == 0 for seeds in curves.values()):
+        raise ValueError("loss_vs_flops: curves must map each arm to at least one history")
+    fig, axes = new_figure(len(axes_x) + int(extra_panel), panel=(5.6, 4.0))
+    for (arm, seeds), color in zip(curves.items(), sns.color_palette("deep", n_colors=len(curves))):
+        for frame in seeds:
+            require_columns(frame, [*axes_x, column], "loss_vs_flops")
+        n = min(len(frame) for frame in seeds)
+        values = np.stack([frame[column].to_numpy()[:n] for frame in seeds])
+        for key, ax in zip(axes_x, axes):
+            at = np.mean([frame[key].to_numpy()[:n] for frame in seeds], axis=0)
+            ax.plot(at, values.mean(0), "o-", ms=3, color=color, label=f"{arm} ({len(seeds)} seeds)")
+            if len(seeds) > 1:
+                ax.fill_between(at, values.min(0), values.max(0), color=color, alpha=0.25, lw=0)
+    for key, ax in zip(axes_x, axes):
+        if floor is not None:
+            ax.axhline(floor, color="grey", ls=":", lw=1.5, label=f"{floor_label} {floor:.3f}")
+        ax.set(xlabel=CURVE_AXES[key], ylabel=f"held-out {column}", title=title if key == axes_x[0] else "")
+        if key == "flops":
+            ax.ticklabel_format(axis="x", style="sci", scilimits=(0, 0))
+        ax.legend(fontsize=8)
+    return fig
+
+
+def pass_losses(histories: Runs) -> Figure:
+    """Each pass's training loss (``loss_pass1``, ``loss_pass2``, ...) against step, one panel per run.
+
+    Steps that ran fewer passes have no value for the later ones, so each pass is drawn as points:
+    the density of the pass-3 points is the share of 3-pass batches, and where the pass-2 points
+    start is where the progressive schedule switched latent feedback on. Panels wrap into rows of
+    ``MAX_COLUMNS`` and share their loss axis, so runs compare at a glance.
+    """
+    runs = named_runs(histories, "pass_losses")
+    for frame in runs.values():
+        require_columns(frame, ["step", "loss_pass1"], "pass_losses")
+    fig, axes = panel_grid(len(runs), panel=(4.0, 3.2), sharey=True)
+    columns = sorted({c for f in runs.values() for c in f.columns if c.startswith("loss_pass")},
+                     key=lambda c: int(c[len("loss_pass"):]))
+    palette = dict(zip(columns, sns.color_palette("deep", n_colors=len(columns))))
+    for ax, (name, frame) in zip(axes, runs.items()):
+        for column in columns:
+            if column in frame and frame[column].notna().any():
+                rows = frame.dropna(subset=[column])
+                ax.plot(rows["step"], rows[column], "o", ms=3, alpha=0.7, color=palette[column],
+                        label=f"pass {column[len('loss_pass'):]} ({len(rows)} logged steps)")
+        ax.set(xlabel="optimiser step", ylabel="training loss (nats / token)", title=name)
+        ax.legend(fontsize=8)
+    return fig
+
+
+class LossFigure:
+    """A ``train`` callback that writes ``loss_curves`` of the run to ``path``: at the end, and every ``every``
+    logged rows on the way (0: only at the end), so a long run's figure can be watched in a file browser.
+
+    ``train(cfg, callback=LossFigure(Path(cfg.out_dir) / "loss.png"))`` is what ``workbench train --out``
+    does; drawing is the caller's choice, not the trainer's. The file is replaced atomically, and it is
+    also written when the run stops early (interrupted, non-finite loss), from the rows logged until then.
+    """
+
+    def __init__(self, path: str | os.PathLike, title: str = "", every: int = 0, dpi: int = 100) -> None:
+        check_int("every", every, 0)
+        check_int("dpi", dpi, 10, 1200)
+        self.path, self.title, self.every, self.dpi = Path(path), title, every, dpi
+        self.rows: list[dict[str, Any]] = []
+
+    def __call__(self, row: dict[str, Any]) -> None:
+        self.rows.append(row)
+        if self.every and len(self.rows) % self.every == 0:
+            self.write(pd.DataFrame(self.rows))
+
+    def on_train_end(self, history: pd.DataFrame) -> None:
+        """Called by ``train`` (rank 0) with the whole history when the run stops, however it stops."""
+        self.write(history)
+
+    def write(self, history: pd.DataFrame) -> None:
+        """Draw ``history`` and swap it in for the file (a reader never sees half a PNG)."""
+        buffer = io.BytesIO()
+        loss_curves(history, title=self.title).savefig(buffer, format=self.path.suffix.lstrip(".") or "png",
+                                                        dpi=self.dpi)
+        write_bytes_atomic(self.path, buffer.getvalue())
