@@ -8,6 +8,7 @@ self``) deep inside a forward pass.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import torch
@@ -74,3 +75,16 @@ def check_tokens(vocab_size: int, idx: object, name: str = "idx") -> None:
         if lo < 0 or hi >= vocab_size:
             raise ValueError(f"{name} holds token ids in [{lo}, {hi}], outside the allowed range {allowed} "
                              f"(vocab_size={vocab_size})")
+
+
+def moved_attributes(module: str, moved: Mapping[str, str]) -> Callable[[str], object]:
+    """A module's ``__getattr__`` for names that moved elsewhere: an ``AttributeError`` that says where.
+
+    A clean break (no second way to reach the name) that still tells an old notebook what to import.
+    """
+    def __getattr__(name: str) -> object:
+        if name in moved:
+            raise AttributeError(f"{module}.{name} has moved to {moved[name]}")
+        raise AttributeError(f"module {module!r} has no attribute {name!r}")
+
+    return __getattr__

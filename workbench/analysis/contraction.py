@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Mapping, Sequence
 
 import pandas as pd
 import torch
@@ -390,3 +391,39 @@ def memory_trajectory(model: GPT, idx: torch.Tensor, top_k: int = 5,
     frame["top_tokens"] = top.indices.reshape(B * T, top_k).cpu().tolist()
     frame["top_probs"] = top.values.reshape(B * T, top_k).cpu().tolist()
     return frame
+
+
+def pass_milestones(runs: Mapping[str, pd.DataFrame], seq_len: int, tol: float = 1e-4,
+                    training_passes: Sequence[int] = (1, 2, 3)) -> pd.DataFrame:
+    """One row per ``pass_dynamics`` table: its loss at the passes that matter, and where it settled.
+
+    On length-T sequences the Jacobi iteration *is* the exact recurrence from pass T on, so a run
+    of more than T passes tells two stories: passes 1..T (the approach: how fast positions settle,
+    whether the training depths already predict well) and the tail after T (rounding noise around
+    the fixed point, whose loss is the sequential recurrence's own). Columns: ``run``, ``passes``
+    (how many were run), ``seq_len``, ``settled_at`` (first pass with ``fixed_point_distance < tol``;
+    NaN if none), ``rate_before_T`` (median ``contraction_rate`` over the passes before T: below 1,
+    the residual shrank before exactness forced it to), ``loss_pass{k}`` for ``training_passes``,
+    ``loss_at_T`` (NaN when fewer than T passes were run), ``loss_last``, ``delta_last``.
+    """
+    if not runs:
+        raise ValueError("runs is empty: give at least one name -> pass_dynamics table")
+    check_int("seq_len", seq_len, 1)
+    if not tol > 0:
+        raise ValueError(f"tol={tol!r} is invalid: must be > 0")
+    rows = []
+    for name, frame in runs.items():
+        missing = sorted({"pass", "fixed_point_distance", "contraction_rate", "loss", "delta"} - set(frame.columns))
+        if missing or frame.empty:
+            raise ValueError(f"runs[{name!r}] is not a pass_dynamics table (missing {missing} or empty)")
+        by_pass = frame.set_index("pass")
+        settled = by_pass.index[by_pass["fixed_point_distance"] < tol]
+        last = int(by_pass.index.max())
+        row = {"run": name, "passes": last, "seq_len": seq_len,
+               "settled_at": float(settled.min()) if len(settled) else math.nan,
+               "rate_before_T": float(by_pass.loc[by_pass.index < seq_len, "contraction_rate"].median())}
+        row.update({f"loss_pass{k}": float(by_pass["loss"].get(k, math.nan)) for k in training_passes})
+        row.update({"loss_at_T": float(by_pass["loss"].get(seq_len, math.nan)),
+                    "loss_last": float(by_pass.loc[last, "loss"]), "delta_last": float(by_pass.loc[last, "delta"])})
+        rows.append(row)
+    return pd.DataFrame(rows)

@@ -1,30 +1,22 @@
-"""How far a schedule is from the exact recurrence, what it costs to get there, and what LRT learned.
+"""How far a schedule is from the exact recurrence: its logits as its knob grows, its memory pass by pass.
 
 Training schedules approximate the exact token-by-token recurrence (``schedules.sequential``) in
-parallel. Two questions decide which one to train with, and this module answers both on a real
-model and batch:
+parallel. How far each one is decides which one to train with, measured on a real model and batch:
 
-- *agreement*: how far each schedule's logits are from the exact ones, overall and per position,
-  as its own knob grows (``multipass``'s K passes, ``interleaved``'s S subsets, ``blockwise``'s
-  block B) — ``compare_schedules``, ``schedule_sweep``, ``position_distance``;
-- *cost*: how many forwards it makes (its sequential depth: latency) and how many positions it
-  pushes through the stack (its work), counted live by ``count_work`` from the model's
-  ``hook_positions``, next to the training FLOPs the trainer charges (``schedules.schedule_flops``);
-  ``final_estimate_history`` puts training histories of different schedules on one loss scale.
+- ``compare_schedules``, ``schedule_sweep``, ``position_distance``: each schedule's logits against the
+  exact ones, overall and per position, as its own knob grows (``multipass``'s K passes,
+  ``interleaved``'s S subsets, ``blockwise``'s block B), with its counted work (``work.count_work``);
+- ``jacobi_errors``: each position's memory against the exact one after each Jacobi pass, the
+  staircase that makes ``multipass(T)`` exact.
 
-The LRT mechanism's learned state is read here too: per layer, the residual scales
-``alpha_l``/``gamma_l`` and the mean local / feedback gates on a batch (``lrt_gates``,
-``lrt_layer_stats``), which is what the source-layer and injection ablations change.
-
-Distances are relative Frobenius norms, ``||L - L*|| / ||L*||`` over the batch and vocabulary,
-so 0 is exact and ~1e-7 is float32 round-off.
+What a schedule costs lives in ``work``, training histories on one scale in ``histories``, what LRT
+learned in ``lrt_state``. Distances are relative Frobenius norms, ``||L - L*|| / ||L*||`` over the
+batch and vocabulary, so 0 is exact and ~1e-7 is float32 round-off.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -32,12 +24,11 @@ import pandas as pd
 import torch
 
 from .. import schedules
-from ..hooks import hooks as attach_hooks
 from ..metrics import mean_token_loss
 from ..model import GPT, eval_mode
-from ..train_config import TrainConfig
-from ..validation import check_tokens
-from .cache import run_with_cache
+from ..validation import check_int, check_tokens, moved_attributes
+from .contraction import check_prefix
+from .work import count_work
 
 # The knob of each approximation of the exact recurrence the papers train with, and the letter the papers and
 # notebooks give it: the values' own (``fixed_point`` trains at the fixed point; it is no approximation to sweep).
@@ -47,29 +38,8 @@ AGREEMENT_COLUMNS = ["schedule", "parameter", "value", "label", "distance", "max
                      "forwards", "token_forwards", "pass_equivalents", "train_flops"]
 
 
-@dataclass
-class WorkCount:
-    """What a computation cost the model: forwards (calls of ``model.step``) and positions computed."""
-
-    forwards: int = 0
-    token_forwards: int = 0  # positions pushed through the whole stack, summed over forwards
 
 
-@contextmanager
-def count_work(model: GPT) -> Iterator[WorkCount]:
-    """Count the forwards and positions ``model`` computes inside the ``with`` block.
-
-    Reads ``hook_positions`` (every forward announces the positions it computes), so it counts what
-    really ran — a KV-cache decode, a schedule, a hand-written loop — not what a formula predicts.
-    """
-    count = WorkCount()
-
-    def record(positions: torch.Tensor, hook) -> None:
-        count.forwards += 1
-        count.token_forwards += int(positions.numel())
-
-    with attach_hooks(model, {"hook_positions": record}):
-        yield count
 
 
 Setting = Mapping[str, Any] | str | schedules.Schedule
@@ -181,78 +151,44 @@ def position_distance(model: GPT, idx: torch.Tensor, setting: Setting,
                          "agreement": agreement.cpu().numpy(), "label": value.label})
 
 
-def final_estimate_history(history: pd.DataFrame, train_config: Mapping[str, Any]) -> pd.DataFrame:
-    """A training history whose ``loss`` is the loss of the estimate the schedule outputs (the objective kept as
-    ``objective``), so runs trained under different schedules share one y-axis.
-
-    The objective is not comparable across schedules: multipass's is ``NTP_1 + lambda mean_{k>=2} NTP_k``
-    (about twice a per-token loss), interleaved's the mean over its init pass and S subsets. The final
-    estimate is pass K for multipass (each row's own ``passes``), the S refined subsets for interleaved
-    (their mean: exact when the subsets carry equal numbers of targets), the one pass otherwise.
-    ``train_config``: the run's ``TrainConfig`` as a dict (``metrics.json``'s ``train_config``).
-    """
-    needed = ["loss", "loss_pass1", "passes"]
-    missing = [c for c in needed if c not in history.columns]
-    if missing:
-        raise ValueError(f"history needs columns {needed}; missing {missing}")
-    name = train_config.get("schedule")
-    if name not in schedules.SCHEDULES:
-        raise ValueError(f"train_config['schedule']={name!r} is invalid: must be one of {schedules.SCHEDULES}")
-    schedule = TrainConfig.from_dict(dict(train_config)).schedule_value()
-    out = history.assign(objective=history["loss"])
-    passes = history["passes"].astype(int)
-    for k in passes.unique():  # the final estimate's pass losses differ with the batch's depth under a mix
-        rows = passes == k
-        columns = [f"loss_pass{p}" for p in schedule.final_passes(int(k))]
-        present = [c for c in columns if c in history.columns]
-        final = history.loc[rows, present].mean(axis=1) if present else history.loc[rows, "loss_pass1"] * np.nan
-        out.loc[rows, "loss"] = final.fillna(history.loc[rows, "loss_pass1"])  # steps trained single (feedback_start)
-    return out
 
 
 # ---------------------------------------------------------------------------------------------- LRT state
-def _check_lrt(model: GPT) -> None:
-    if model.config.mechanism != "lrt":
-        raise ValueError(f"model.config.mechanism={model.config.mechanism!r} is invalid: these statistics "
-                         "read the LRT mechanism's gates and scales (mechanism='lrt')")
 
 
-def lrt_gates(model: GPT, idx: torch.Tensor) -> pd.DataFrame:
-    """Mean LRT gates per (layer, position) under the exact recurrence, over the batch and kv heads.
 
-    ``gate_local`` scales the token's own key/value, ``gate_feedback`` the projected memory
-    ``W^rec m_{t-1}``; both are ``2 sigmoid(W x[:C])``, 1 at init. Empty for a model without the
-    KV injection (``lrt_inject=("residual",)``).
+
+
+
+JACOBI_COLUMNS = ["pass", "position", "error"]
+
+
+@torch.no_grad()
+def jacobi_errors(model: GPT, idx: torch.Tensor, passes: int | None = None, plain_prefix: int = 0) -> pd.DataFrame:
+    """Distance of each position's memory to the exact sequential memory after each Jacobi pass.
+
+    One row per (pass k = 1..``passes``, position t): ``error`` = max over the batch of
+    ``||H^k_t - H*_t|| / ||H*_t||``. Pass k is exact (up to rounding) at positions t < k: pass 1 gets
+    position 0 right (it reads nothing), and each pass carries one more exact memory one step on —
+    hence ``multipass(T) == sequential``. ``passes`` defaults to T.
     """
-    _check_lrt(model)
     check_tokens(model.config.vocab_size, idx)
-    if "kv" not in model.config.lrt_inject:
-        return pd.DataFrame(columns=["layer", "position", "gate_local", "gate_feedback"])
-    _, cache = run_with_cache(model, idx, "sequential", names_filter=lambda name: name.endswith("hook_gate"))
-    frames = []
-    for layer in range(model.config.n_layer):
-        gates = cache[f"blocks.{layer}.attn.hook_gate"].double().mean(dim=(0, 3, 4))  # (T, 2)
-        frames.append(pd.DataFrame({"layer": layer, "position": np.arange(idx.size(1)),
-                                    "gate_local": gates[:, 0].cpu().numpy(),
-                                    "gate_feedback": gates[:, 1].cpu().numpy()}))
-    return pd.concat(frames, ignore_index=True)
+    T = idx.size(1)
+    passes = T if passes is None else passes
+    check_int("passes", passes, 1)
+    check_prefix(plain_prefix, T)
+    rows = []
+    with eval_mode(model):
+        exact = schedules.sequential(model, idx, plain_prefix).memory.double()
+        scale = torch.linalg.vector_norm(exact, dim=-1)
+        for k, out in enumerate(schedules.iterate_passes(model, idx, plain_prefix, passes), start=1):
+            error = (torch.linalg.vector_norm(out.memory.double() - exact, dim=-1) / scale).amax(0)
+            rows += [{"pass": k, "position": t, "error": float(e)} for t, e in enumerate(error.tolist())]
+    return pd.DataFrame(rows, columns=JACOBI_COLUMNS)
 
 
-def lrt_layer_stats(model: GPT, idx: torch.Tensor) -> pd.DataFrame:
-    """Per layer: ``alpha``, ``gamma`` (residual injection ``alpha x + gamma m``; NaN without it), the mean
-    local and feedback gates on ``idx`` (NaN without the KV injection), and whether it is the source.
-
-    Position 0 reads no memory, so its gates are left out of the means. ``source`` marks the block
-    whose output becomes the memory (the top block when ``lrt_source_layer = -1``).
-    """
-    _check_lrt(model)
-    L = model.config.n_layer
-    mech = model.mechanism
-    residual = "residual" in model.config.lrt_inject
-    frame = pd.DataFrame({"layer": np.arange(L),
-                          "alpha": mech.alpha.detach().double().cpu().numpy() if residual else np.nan,
-                          "gamma": mech.gamma.detach().double().cpu().numpy() if residual else np.nan,
-                          "source": np.arange(L) == mech.source_layer % L})
-    gates = lrt_gates(model, idx)
-    means = gates[gates["position"] > 0].groupby("layer")[["gate_local", "gate_feedback"]].mean()
-    return frame.join(means.reindex(frame["layer"]).reset_index(drop=True))
+__getattr__ = moved_attributes(__name__, {
+    **{name: f"workbench.analysis.work.{name}" for name in ("count_work", "WorkCount")},
+    "final_estimate_history": "workbench.analysis.histories.final_estimate_history",
+    **{name: f"workbench.analysis.lrt_state.{name}" for name in ("lrt_gates", "lrt_layer_stats")},
+})

@@ -4,6 +4,7 @@
 - ``common``: model shapes, configs at matched compute, comparisons with seed-aware intervals;
 - ``recipes``: one module per recipe (``RECIPES``);
 - ``runner``: train what is stale, analyse, gate, write ``summary.json`` (``reproduce``, ``ensure``);
+  ``runs`` (one run: train, evaluate, save), ``pool`` (stale runs side by side), ``migrate`` (old runs updated);
 - ``results_page``: RESULTS.md from the summaries;
 - ``figures``: the figure of a recipe's stored tables (``experiment_figure``);
 - ``store``: the one checkpoint root and the loaders notebooks use.
@@ -27,7 +28,8 @@ from .core import EVAL_SEED, Context, Gate, GateResult, Outcome, Recipe, RunSpec
 from .figures import experiment_figure
 from .recipes import RECIPES
 from .results_page import write_results_md
-from .runner import ensure, evaluate_run, list_recipes, reference_metrics, reproduce, smoke_scale, train_run
+from .runner import ensure, list_recipes, reproduce, smoke_scale
+from .runs import evaluate_run, reference_metrics, train_run
 from .store import EVAL_FILE, FULL_ENV, ROOT_ENV, checkpoints_root, load_results, load_run, run_history, run_metrics
 
 __all__ = ["EVAL_FILE", "EVAL_SEED", "EXACT", "FBT_MIX", "FBT_MODEL", "FULL_ENV", "LRT_MODEL", "RECIPES",

@@ -20,6 +20,7 @@ A recipe's own figure lives with its recipe; the figure of a recipe's stored tab
 ``experiments.experiment_figure``, which reads which recipe wrote them.
 """
 
+from ..validation import moved_attributes
 from .base import LOG_TICKS, MAX_COLUMNS, PANEL, STYLE, ZERO_LABEL, Runs, new_figure
 from .dynamics import (
     contraction_curves,
@@ -46,15 +47,8 @@ __all__ = [
     "trace_lengths",
 ]
 
-_MOVED = {
+__getattr__ = moved_attributes(__name__, {
     "experiment_figure": "workbench.experiments.experiment_figure (it reads which recipe wrote the tables)",
     "causal_use_figure": "the causal_use recipe (workbench.experiments.recipes.causal_use.causal_use_figure)",
     "comparison_bars": "workbench.experiments.common.bar_figure (the only figure that drew it)",
-}
-
-
-def __getattr__(name: str) -> object:
-    """A figure that moved up to the experiments says where it went (plots cannot import experiments)."""
-    if name in _MOVED:
-        raise AttributeError(f"workbench.plots.{name} has moved to {_MOVED[name]}")
-    raise AttributeError(f"module 'workbench.plots' has no attribute {name!r}")
+})

@@ -1,7 +1,7 @@
 """Figures of schedules and decoding regimes: how far an approximate schedule is from the exact recurrence.
 
 - ``schedule_distance``: each approximate schedule's distance to the exact logits as its knob grows;
-- ``jacobi_settling``: ``analysis.fusion.jacobi_errors`` as a pass x position map;
+- ``jacobi_settling``: ``analysis.schedule_agreement.jacobi_errors`` as a pass x position map;
 - ``regime_losses``: the loss of each decoding regime (STANDARD, SOFT, FUSED).
 """
 
@@ -26,7 +26,7 @@ from .base import (
 
 
 def jacobi_settling(frame: pd.DataFrame, exact_below: float = 1e-9) -> Figure:
-    """``analysis.fusion.jacobi_errors`` as a pass x position map: the staircase of exact positions.
+    """``analysis.schedule_agreement.jacobi_errors`` as a pass x position map: the staircase of exact positions.
 
     Colour is ``log10`` of each position's distance to the sequential memory; cells below
     ``exact_below`` (exact up to rounding) are drawn white and outlined, so the diagonal edge —

@@ -20,8 +20,8 @@ import torch
 from matplotlib.figure import Figure
 
 from .. import plots, tasks
-from ..analysis.fusion import regime_losses
 from ..analysis.probes import parse_condition, probe_layers
+from ..analysis.regimes import regime_losses
 from ..decode import REGIMES, generate
 from ..model import GPT
 from ..validation import check_int
@@ -35,7 +35,7 @@ def regime_explorer(model: GPT, tokens: torch.Tensor, prompt_len: int, decode: C
     ``tokens`` (1, T): a held-out text; its first ``prompt_len`` tokens are the prompt and the rest
     the real continuation. The summary shows the prompt, the greedy continuation under the regime
     (``decode(ids)`` turns ids into text), its mean log-likelihood under the model, and the loss of
-    the *real* continuation scored the way that regime computes (``analysis.fusion.regime_losses``),
+    the *real* continuation scored the way that regime computes (``analysis.regimes.regime_losses``),
     next to STANDARD's. The figure: that loss per position, the regime against STANDARD.
     """
     if tokens.ndim != 2 or tokens.size(0) != 1:

@@ -25,11 +25,10 @@ from matplotlib.figure import Figure
 
 from .. import plots, schedules
 from ..analysis.cache import run_with_cache
+from ..analysis.lrt_state import lrt_gates, lrt_layer_stats
 from ..analysis.schedule_agreement import (
     PARAMETERS,
     exact_logits,
-    lrt_gates,
-    lrt_layer_stats,
     position_distance,
     schedule_sweep,
 )

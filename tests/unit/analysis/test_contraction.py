@@ -23,7 +23,7 @@ from workbench.analysis.contraction import (
     pass_map_jacobian,
     sensitivity,
 )
-from workbench.analysis.fusion import jacobi_errors
+from workbench.analysis.schedule_agreement import jacobi_errors
 
 T = 8
 

@@ -15,6 +15,7 @@ from workbench import experiments as E
 from workbench import schedules as S
 from workbench.checkpoint import load_checkpoint, load_metrics
 from workbench.evaluation import MIN_SEEDS, hierarchical_difference, paired_difference, verdict
+from workbench.experiments import migrate, pool
 
 
 def test_every_recipe_states_its_test_before_running():
@@ -95,10 +96,10 @@ def test_parallel_jobs_train_the_same_runs(tmp_path, monkeypatch):
 
 
 def test_makespan_packs_longest_first():
-    assert E.runner.makespan([3.0, 3.0, 2.0, 2.0, 2.0], 2) == 7.0  # 3+2+2 | 3+2
-    assert E.runner.makespan([5.0, 1.0], 1) == 6.0 and E.runner.makespan([], 2) == 0.0
+    assert pool.makespan([3.0, 3.0, 2.0, 2.0, 2.0], 2) == 7.0  # 3+2+2 | 3+2
+    assert pool.makespan([5.0, 1.0], 1) == 6.0 and pool.makespan([], 2) == 0.0
     with pytest.raises(ValueError, match="workers"):
-        E.runner.makespan([1.0], 0)
+        pool.makespan([1.0], 0)
 
 
 def test_a_changed_spec_retrains_over_its_outdated_scratch_run(tmp_path, monkeypatch):
@@ -194,7 +195,7 @@ def test_record_reference_keeps_the_checkpoint_loadable_and_its_files(tmp_path, 
     run = tmp_path / "ck" / "tiny" / "run_s0"
     history = (run / "history.csv").read_bytes()
     recorded = load_metrics(run)["eval_float64"]
-    assert E.runner.record_reference(run) == pytest.approx(recorded, rel=1e-12)
+    assert migrate.record_reference(run) == pytest.approx(recorded, rel=1e-12)
     assert load_checkpoint(run) is not None and (run / "history.csv").read_bytes() == history
     assert (run / E.EVAL_FILE).is_file() and load_metrics(run)["recipe"] == "tiny"
 

@@ -16,7 +16,7 @@ import torch
 import workbench as wb
 from conftest import perturbed_model, small_config
 from workbench import analysis, schedules
-from workbench.analysis.fusion import regime_logits
+from workbench.analysis.regimes import regime_logits
 from workbench.checkpoint import save_checkpoint
 from workbench.cli import main
 from workbench.validation import check_tokens

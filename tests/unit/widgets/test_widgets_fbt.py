@@ -13,7 +13,7 @@ import torch
 import workbench as wb
 from conftest import perturbed_model, small_config
 from workbench import plots, schedules, widgets
-from workbench.analysis import fusion
+from workbench.analysis import contraction, fusion, regimes, schedule_agreement
 from workbench.mechanisms import norm
 
 T = 7
@@ -72,57 +72,57 @@ def test_regime_logits_match_generation(fbt_model, idx, regime):
     prompt_len = 3
     out, logits = wb.generate(fbt_model, idx[:, :prompt_len], T - prompt_len, regime=regime, prefill_passes=2,
                               return_logits=True)
-    teacher = fusion.regime_logits(fbt_model, out, prompt_len, regime, prefill_passes=2)
+    teacher = regimes.regime_logits(fbt_model, out, prompt_len, regime, prefill_passes=2)
     assert teacher.shape == (2, T, 23)
     torch.testing.assert_close(teacher[:, prompt_len - 1:-1], logits, rtol=1e-10, atol=1e-10)
 
 
 def test_regime_logits_differ_between_regimes_and_validate(fbt_model, idx):
-    standard = fusion.regime_logits(fbt_model, idx, 3, "standard")
-    soft = fusion.regime_logits(fbt_model, idx, 3, "soft")
+    standard = regimes.regime_logits(fbt_model, idx, 3, "standard")
+    soft = regimes.regime_logits(fbt_model, idx, 3, "soft")
     torch.testing.assert_close(standard[:, :3], soft[:, :3])  # the prompt is plain under both
     assert not torch.allclose(standard[:, 3:], soft[:, 3:])
-    whole = fusion.regime_logits(fbt_model, idx, T, "fused", prefill_passes=T)  # all prompt: exact recurrence
+    whole = regimes.regime_logits(fbt_model, idx, T, "fused", prefill_passes=T)  # all prompt: exact recurrence
     torch.testing.assert_close(whole, schedules.sequential(fbt_model, idx).logits, rtol=1e-10, atol=1e-10)
     with pytest.raises(ValueError, match="regime"):
-        fusion.regime_logits(fbt_model, idx, 3, "hard")
+        regimes.regime_logits(fbt_model, idx, 3, "hard")
     with pytest.raises(ValueError, match="prompt_len"):
-        fusion.regime_logits(fbt_model, idx, 0)
+        regimes.regime_logits(fbt_model, idx, 0)
     with pytest.raises(ValueError, match="prefill_passes"):
-        fusion.regime_logits(fbt_model, idx, 3, "fused", prefill_passes=0)
+        regimes.regime_logits(fbt_model, idx, 3, "fused", prefill_passes=0)
 
 
 def test_regime_losses_score_only_the_continuation(fbt_model, idx):
-    frame = fusion.regime_losses(fbt_model, idx, 3, prefill_passes=2)
+    frame = regimes.regime_losses(fbt_model, idx, 3, prefill_passes=2)
     assert list(frame["regime"].unique()) == ["standard", "soft", "fused"]
     assert sorted(frame["position"].unique()) == list(range(2, T - 1))  # the last position has no target
-    logits = fusion.regime_logits(fbt_model, idx, 3, "soft")
+    logits = regimes.regime_logits(fbt_model, idx, 3, "soft")
     expected = torch.nn.functional.cross_entropy(logits[:, 4].double(), idx[:, 5])
     got = frame[(frame["regime"] == "soft") & (frame["position"] == 4)]["loss"].item()
     assert got == pytest.approx(float(expected), rel=1e-9)
     with pytest.raises(ValueError, match="regimes"):
-        fusion.regime_losses(fbt_model, idx, 3, regimes=("nope",))
+        regimes.regime_losses(fbt_model, idx, 3, regimes=("nope",))
     with pytest.raises(ValueError, match="targets"):
-        fusion.regime_losses(fbt_model, idx, 3, targets=idx[:, :3])
+        regimes.regime_losses(fbt_model, idx, 3, targets=idx[:, :3])
 
 
 # ---------------------------------------------------------------------------------------------- jacobi
 def test_jacobi_errors_show_the_staircase(fbt_model, idx):
-    frame = fusion.jacobi_errors(fbt_model, idx)
-    assert list(frame.columns) == fusion.JACOBI_COLUMNS and frame["pass"].max() == T
+    frame = schedule_agreement.jacobi_errors(fbt_model, idx)
+    assert list(frame.columns) == schedule_agreement.JACOBI_COLUMNS and frame["pass"].max() == T
     table = frame.pivot(index="pass", columns="position", values="error").to_numpy()
     for k in range(1, T + 1):
         assert (table[k - 1, :k] < 1e-10).all()  # pass k is exact at positions < k
         if k < T:
             assert table[k - 1, k] > 1e-6  # ... and not yet at position k
-    assert fusion.jacobi_errors(fbt_model, idx, passes=2)["pass"].max() == 2
+    assert schedule_agreement.jacobi_errors(fbt_model, idx, passes=2)["pass"].max() == 2
     with pytest.raises(ValueError, match="passes"):
-        fusion.jacobi_errors(fbt_model, idx, passes=0)
+        schedule_agreement.jacobi_errors(fbt_model, idx, passes=0)
 
 
 # ---------------------------------------------------------------------------------------------- plots
 def test_plots_of_notebooks_04_06(fbt_model, idx):
-    fig = plots.jacobi_settling(fusion.jacobi_errors(fbt_model, idx))
+    fig = plots.jacobi_settling(schedule_agreement.jacobi_errors(fbt_model, idx))
     assert fig.axes[0].get_xlabel() == "position t" and len(fig.axes) == 2  # map and colour bar
     history = pd.DataFrame({"step": [1, 2, 3, 4], "loss_pass1": [3.0, 2.9, 2.8, 2.7],
                             "loss_pass2": [math.nan, 2.95, math.nan, 2.75], "loss_pass3": [math.nan] * 3 + [2.7]})
@@ -130,7 +130,7 @@ def test_plots_of_notebooks_04_06(fbt_model, idx):
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert labels == ["pass 1 (4 logged steps)", "pass 2 (2 logged steps)", "pass 3 (1 logged steps)"]
     assert len(fig.axes[1].lines) == 1
-    frame = fusion.regime_losses(fbt_model, idx, 3)
+    frame = regimes.regime_losses(fbt_model, idx, 3)
     fig = plots.regime_losses(frame)
     assert len(fig.axes[0].lines) == 3
     with pytest.raises(ValueError, match="loss_pass1"):
@@ -155,7 +155,7 @@ def test_regime_explorer_follows_regime_and_prefill_passes(fbt_model, idx):
     assert "<b>fused</b>, 3 fused prefill pass(es)" in explorer.summary.value
     out = wb.generate(fbt_model, idx[:1, :3], T - 3, regime="fused", prefill_passes=3)
     assert decode(out[0, 3:].tolist()) in explorer.summary.value
-    loss = fusion.regime_losses(fbt_model, idx[:1], 3, ("fused",), prefill_passes=3)["loss"].mean()
+    loss = regimes.regime_losses(fbt_model, idx[:1], 3, ("fused",), prefill_passes=3)["loss"].mean()
     assert f"its loss under fused {widgets.core.format_number(loss)}" in explorer.summary.value
     assert explorer.image.value != soft_image
     explorer.controls["regime"].value = "standard"
@@ -209,7 +209,7 @@ def test_probe_compute_runs_real_probes():
 def test_pass_milestones_reads_training_depths_T_and_the_tail(fbt_model, idx):
     long = wb.analysis.pass_dynamics(fbt_model, idx, passes=T + 3, targets=idx)
     short = wb.analysis.pass_dynamics(fbt_model, idx, passes=T - 2, targets=idx)
-    table = fusion.pass_milestones({"long": long, "short": short}, seq_len=T, tol=1e-10).set_index("run")
+    table = contraction.pass_milestones({"long": long, "short": short}, seq_len=T, tol=1e-10).set_index("run")
     assert table.loc["long", "settled_at"] == T and math.isnan(table.loc["short", "settled_at"])
     assert table.loc["long", "passes"] == T + 3 and table.loc["short", "passes"] == T - 2
     assert table.loc["long", "loss_pass2"] == long.loc[1, "loss"]
@@ -217,6 +217,6 @@ def test_pass_milestones_reads_training_depths_T_and_the_tail(fbt_model, idx):
     assert math.isnan(table.loc["short", "loss_at_T"])
     assert table.loc["long", "rate_before_T"] == long.loc[long["pass"] < T, "contraction_rate"].median()
     with pytest.raises(ValueError, match="pass_dynamics"):
-        fusion.pass_milestones({"x": pd.DataFrame({"pass": [1]})}, seq_len=T)
+        contraction.pass_milestones({"x": pd.DataFrame({"pass": [1]})}, seq_len=T)
     with pytest.raises(ValueError, match="seq_len"):
-        fusion.pass_milestones({"long": long}, seq_len=0)
+        contraction.pass_milestones({"long": long}, seq_len=0)

@@ -12,6 +12,7 @@ import torch
 import workbench as wb
 from conftest import perturbed_model, small_config
 from workbench import plots, widgets
+from workbench.analysis import histories, lrt_state, work
 from workbench.analysis import schedule_agreement as sa
 
 T = 8
@@ -32,18 +33,18 @@ def lrt_model() -> wb.GPT:
     ("single", {}, 1, T), ("sequential", {}, T, T), ("multipass", {"passes": 3}, 3, 3 * T),
     ("interleaved", {"subsets": 4}, 5, 2 * T), ("blockwise", {"block": 3}, 3, T)])
 def test_count_work_counts_what_each_schedule_runs(lrt_model, idx, schedule, kwargs, forwards, token_forwards):
-    with sa.count_work(lrt_model) as work:
+    with work.count_work(lrt_model) as counted:
         wb.schedules.run(lrt_model, idx, schedule, **kwargs)
-    assert (work.forwards, work.token_forwards) == (forwards, token_forwards)
-    with sa.count_work(lrt_model) as after:
+    assert (counted.forwards, counted.token_forwards) == (forwards, token_forwards)
+    with work.count_work(lrt_model) as after:
         pass
     assert after.forwards == 0  # the hook is gone once the block ends
 
 
 def test_count_work_sees_a_kv_cache_decode(lrt_model, idx):
-    with sa.count_work(lrt_model) as work:
+    with work.count_work(lrt_model) as counted:
         wb.generate(lrt_model, idx[:, :3], max_new_tokens=4, regime="soft")
-    assert work.forwards == 1 + 3 and work.token_forwards == 3 + 3  # prefill, then one position per step
+    assert counted.forwards == 1 + 3 and counted.token_forwards == 3 + 3  # prefill, then one position per step
 
 
 # ---------------------------------------------------------------------------------------------- agreement
@@ -139,20 +140,20 @@ def test_final_estimate_history_puts_schedules_on_one_loss_scale():
     history = pd.DataFrame({"step": [1, 2, 3], "passes": [1, 2, 3], "loss": [4.0, 7.0, 9.0],
                             "loss_pass1": [4.0, 3.0, 2.5], "loss_pass2": [nan, 4.0, 3.5],
                             "loss_pass3": [nan, nan, 3.0]})
-    multipass = sa.final_estimate_history(history, {"schedule": "multipass", "passes": 3})
+    multipass = histories.final_estimate_history(history, {"schedule": "multipass", "passes": 3})
     assert list(multipass["loss"]) == [4.0, 4.0, 3.0] and list(multipass["objective"]) == [4.0, 7.0, 9.0]
-    interleaved = sa.final_estimate_history(history.assign(passes=1), {"schedule": "interleaved", "subsets": 2})
+    interleaved = histories.final_estimate_history(history.assign(passes=1), {"schedule": "interleaved", "subsets": 2})
     assert list(interleaved["loss"]) == [4.0, 4.0, 3.25]  # a single-pass step falls back to its one pass
-    assert list(sa.final_estimate_history(history, {"schedule": "single"})["loss"]) == [4.0, 3.0, 2.5]
+    assert list(histories.final_estimate_history(history, {"schedule": "single"})["loss"]) == [4.0, 3.0, 2.5]
     with pytest.raises(ValueError, match="schedule"):
-        sa.final_estimate_history(history, {"schedule": "jacobi"})
+        histories.final_estimate_history(history, {"schedule": "jacobi"})
     with pytest.raises(ValueError, match="passes"):
-        sa.final_estimate_history(history.drop(columns="passes"), {"schedule": "single"})
+        histories.final_estimate_history(history.drop(columns="passes"), {"schedule": "single"})
 
 
 # ---------------------------------------------------------------------------------------------- LRT state
 def test_lrt_gates_match_a_hand_computed_gate(lrt_model, idx):
-    gates = sa.lrt_gates(lrt_model, idx)
+    gates = lrt_state.lrt_gates(lrt_model, idx)
     assert len(gates) == lrt_model.config.n_layer * T
     _, cache = wb.analysis.run_with_cache(lrt_model, idx, "sequential", names_filter="blocks.2.hook_resid_pre")
     x = torch.nn.functional.rms_norm(cache["blocks.2.hook_resid_pre"], (32,))
@@ -164,24 +165,24 @@ def test_lrt_gates_match_a_hand_computed_gate(lrt_model, idx):
 
 
 def test_lrt_layer_stats_reads_scales_gates_and_source(lrt_model, idx):
-    stats = sa.lrt_layer_stats(lrt_model, idx)
+    stats = lrt_state.lrt_layer_stats(lrt_model, idx)
     assert list(stats["layer"]) == [0, 1, 2] and list(stats["source"]) == [False, True, False]
     np.testing.assert_allclose(stats["gamma"], lrt_model.mechanism.gamma.detach().numpy())
-    gates = sa.lrt_gates(lrt_model, idx)
+    gates = lrt_state.lrt_gates(lrt_model, idx)
     expected = gates[(gates["layer"] == 0) & (gates["position"] > 0)]["gate_feedback"].mean()
     assert stats["gate_feedback"].iloc[0] == pytest.approx(expected)
-    top = sa.lrt_layer_stats(perturbed_model(small_config("lrt")), idx)
+    top = lrt_state.lrt_layer_stats(perturbed_model(small_config("lrt")), idx)
     assert list(top["source"]) == [False, False, True]
 
 
 def test_lrt_stats_without_kv_or_residual_are_nan(idx):
     residual_only = perturbed_model(small_config("lrt", lrt_inject=("residual",)))
-    assert sa.lrt_gates(residual_only, idx).empty
-    assert sa.lrt_layer_stats(residual_only, idx)["gate_feedback"].isna().all()
-    kv_only = sa.lrt_layer_stats(perturbed_model(small_config("lrt", lrt_inject=("kv",))), idx)
+    assert lrt_state.lrt_gates(residual_only, idx).empty
+    assert lrt_state.lrt_layer_stats(residual_only, idx)["gate_feedback"].isna().all()
+    kv_only = lrt_state.lrt_layer_stats(perturbed_model(small_config("lrt", lrt_inject=("kv",))), idx)
     assert kv_only["gamma"].isna().all() and kv_only["gate_local"].notna().all()
     with pytest.raises(ValueError, match="mechanism"):
-        sa.lrt_layer_stats(perturbed_model(small_config("none")), idx)
+        lrt_state.lrt_layer_stats(perturbed_model(small_config("none")), idx)
 
 
 # ---------------------------------------------------------------------------------------------- figures
@@ -213,9 +214,9 @@ def test_kv_cache_step_blanks_what_is_not_cached_yet():
 
 
 def test_lrt_mechanism_figure_has_a_gate_map_only_when_given(lrt_model, idx):
-    stats = sa.lrt_layer_stats(lrt_model, idx)
+    stats = lrt_state.lrt_layer_stats(lrt_model, idx)
     assert len(plots.lrt_mechanism(stats).axes) == 2
-    assert len(plots.lrt_mechanism(stats, sa.lrt_gates(lrt_model, idx), title="x").axes) == 4  # + colorbar
+    assert len(plots.lrt_mechanism(stats, lrt_state.lrt_gates(lrt_model, idx), title="x").axes) == 4  # + colorbar
     with pytest.raises(ValueError, match="gamma"):
         plots.lrt_mechanism(stats.drop(columns="gamma"))
 

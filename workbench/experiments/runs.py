@@ -1,0 +1,114 @@
+"""One run of a recipe: train it (or reuse an up-to-date one, here or in another recipe), evaluate it in
+float32 and float64, save its slim checkpoint, metrics, history and per-example evaluation.
+
+Each run's recorded metric is measured twice: in float32 (what the model is used in) and in
+float64 (``eval_float64``). The float64 number is the one tests re-check: an evaluation under the
+exact recurrence, run far past the depth a model was trained at, amplifies float32 rounding
+differences between CPUs (a different BLAS kernel, another thread count) into visible changes of
+the loss, while in float64 the same amplification stays far below any tolerance we use.
+"""
+
+from __future__ import annotations
+
+import copy
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from .. import tasks
+from .._version import __version__
+from ..checkpoint import load_checkpoint, load_metrics, save_checkpoint
+from ..evaluation import per_example_metrics, summarize
+from ..model import GPT
+from ..run_dir import CONFIG_FILE
+from ..store import try_json
+from ..train import TrainConfig, train
+from .core import EVAL_SEED, RunSpec
+from .store import EVAL_FILE, same_trajectory, up_to_date
+
+
+def reusable(path: Path, spec: RunSpec) -> bool:
+    """A saved run of this very spec, with its recorded evaluation."""
+    return up_to_date(path, spec) and (path / EVAL_FILE).is_file()
+
+
+def evaluate_run(model: GPT, spec: RunSpec) -> pd.DataFrame:
+    """The recorded evaluation of a run: per-example metrics on its fixed held-out batch."""
+    return per_example_metrics(model, spec.eval_batch(), spec.eval_schedule)
+
+
+def reference_metrics(model: GPT, spec: RunSpec) -> dict[str, float]:
+    """The recorded evaluation recomputed in float64 on a copy: the well-conditioned number tests pin."""
+    double = copy.deepcopy(model).to("cpu").double()
+    task = tasks.get(spec.train.task, **spec.train.task_params)
+    return summarize(evaluate_run(double, spec), getattr(task, "bytes_per_token", 1.0))
+
+
+def spec_of(path: Path) -> RunSpec:
+    """The ``RunSpec`` a saved run was trained and evaluated under, from its metrics.json."""
+    m = load_metrics(path)
+    return RunSpec(m["run"], TrainConfig.from_dict(m["train_config"]), m["eval_schedule"], m["eval_size"])
+
+
+def _evaluation(model: GPT, spec: RunSpec, per_example: pd.DataFrame) -> dict[str, Any]:
+    """The evaluation part of a run's metrics: the summary of its per-example evaluation, the float64
+    reference, and under which schedule, on how many examples, from which seed."""
+    task = tasks.get(spec.train.task, **spec.train.task_params)
+    return {"eval": summarize(per_example, getattr(task, "bytes_per_token", 1.0)),
+            "eval_float64": reference_metrics(model, spec), "eval_schedule": spec.eval_schedule.to_dict(),
+            "eval_size": spec.eval_size, "eval_seed": EVAL_SEED}
+
+
+def _copy_shared(spec: RunSpec, path: Path) -> bool:
+    """Copy an up-to-date run of the same name and training that another recipe under the same root trained:
+    an arm two recipes compare (LRT interleaved on text in ``lrt_vs_baseline`` and ``schedules``) costs
+    its compute once. Its metrics keep the recipe that trained it; evaluated under another schedule there, the
+    copy is evaluated again under this spec's (and its metrics say so)."""
+    if path.exists():
+        return False
+    for other in sorted(path.parent.parent.glob(f"*/{spec.name}")):
+        if other.parent == path.parent or not (other / EVAL_FILE).is_file():
+            continue
+        if up_to_date(other, spec):
+            shutil.copytree(other, path)
+            return True
+        stored = load_metrics(other)
+        if same_trajectory(stored.get("train_config", {}), spec.train) and stored.get("package_version") \
+                == __version__:
+            model = load_checkpoint(other)
+            per_example = evaluate_run(model, spec)
+            metrics = {**stored, **_evaluation(model, spec, per_example), "evaluated_by": path.parent.name}
+            extra = {"recipe": stored["recipe"], "run": spec.name, "seed": spec.train.seed}
+            save_checkpoint(model, path, metrics=metrics, extra=extra)
+            shutil.copyfile(other / "history.csv", path / "history.csv")
+            per_example.to_csv(path / EVAL_FILE, index=False)
+            return True
+    return False
+
+
+def train_run(spec: RunSpec, path: Path, scratch: Path, force: bool = False) -> tuple[GPT, pd.DataFrame]:
+    """Train (or reuse, when up to date, here or in another recipe) one run; save its slim checkpoint,
+    metrics, history and evaluation."""
+    if not force and (reusable(path, spec) or _copy_shared(spec, path)):  # a copy brings its evaluation
+        return load_checkpoint(path), pd.read_csv(path / EVAL_FILE)
+    run_dir = scratch / path.parent.name / path.name
+    cfg = spec.train.replace(out_dir=str(run_dir))
+    # the runner's own scratch, of a run this spec no longer describes (the trainer refuses to resume it)
+    if run_dir.exists() and (force or not same_trajectory(try_json(run_dir / CONFIG_FILE), cfg)):
+        shutil.rmtree(run_dir)
+    cfg = cfg.replace(resume=(run_dir / "checkpoint").is_dir())
+    cpu = time.process_time()  # this process's CPU time: what the run costs a core, however busy the machine
+    result = train(cfg)
+    cpu = time.process_time() - cpu
+    per_example = evaluate_run(result.model, spec)
+    metrics = {**_evaluation(result.model, spec, per_example), "train": {**result.metrics, "cpu_seconds": cpu},
+               "train_config": spec.train.trajectory_dict(), "package_version": __version__,
+               "recipe": path.parent.name, "run": spec.name, "seed": spec.train.seed}
+    save_checkpoint(result.model, path, metrics=metrics,
+                    extra={"recipe": path.parent.name, "run": spec.name, "seed": spec.train.seed})
+    shutil.copyfile(run_dir / "history.csv", path / "history.csv")
+    per_example.to_csv(path / EVAL_FILE, index=False)
+    return result.model, per_example
