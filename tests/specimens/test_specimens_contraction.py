@@ -20,19 +20,20 @@ from workbench import tasks
 from workbench.checkpoint import load_checkpoint
 from workbench.evaluation import paired_difference
 from workbench.experiments import RECIPES, checkpoints_root
+from workbench.experiments import pass_mix_study as study
 from workbench.experiments.recipes import fbt_pass_mixes as mixes
 from workbench.experiments.recipes.fbt_pass_mixes_registers import CHANCE, CHANCE_MARGIN, REGISTERS
 
 FRESH_SEED = 4321  # not the recipe's EVAL_SEED: fresh held-out examples
 FRESH = {"fbt_pass_mixes": 96, "fbt_pass_mixes_registers": 256}  # examples per specimen (text ones are long)
-TARGETS = {"fbt_pass_mixes": lambda b: b.targets, "fbt_pass_mixes_registers": mixes.label_targets}
+TARGETS = {"fbt_pass_mixes": lambda b: b.targets, "fbt_pass_mixes_registers": study.label_targets}
 BASELINES = {"fbt_pass_mixes": lambda: (mixes.text_setting().baseline, mixes.TEXT_UNIGRAM_MARGIN),
              "fbt_pass_mixes_registers": lambda: (CHANCE, CHANCE_MARGIN)}  # each recipe's (baseline, margin)
 
 
 def _feedback_runs() -> list[tuple[str, str]]:
     return [(recipe, spec.name) for recipe in FRESH for spec in RECIPES[recipe].build(1.0)
-            if mixes.mix_of(spec) in mixes.FEEDBACK_MIXES]
+            if study.mix_of(spec) in study.FEEDBACK_MIXES]
 
 
 def _summary(recipe: str) -> dict:
@@ -53,7 +54,7 @@ def test_feedback_gate_holds_on_fresh_held_out_data(recipe, run):
     record = pd.read_csv(checkpoints_root() / recipe / "results.csv").set_index("run").loc[run]
     model = load_checkpoint(checkpoints_root() / recipe / run).double()
     batch = tasks.get(spec.train.task, **spec.train.task_params).sample(FRESH[recipe], FRESH_SEED, "val")
-    losses = mixes.pass_losses(model, batch.tokens, TARGETS[recipe](batch), passes=2)
+    losses = study.pass_losses(model, batch.tokens, TARGETS[recipe](batch), passes=2)
     interval = paired_difference(losses[0], losses[1])  # pass 2 - pass 1, per example
     if record["heldout_loss_pass2"] < record["heldout_loss_pass1"]:
         assert interval["high"] < 0, (run, interval)
@@ -100,24 +101,24 @@ def _rise(mean: float, low: float, high: float) -> dict[str, float]:
     (_rise(0.0, -0.1, 0.1), _rise(0.8, 0.2, 1.2), [True, True], "inconclusive"),  # the other way round
 ])
 def test_decision_rule(r25, r223, plateaus, expected):
-    assert mixes.decide({"75_25": r25, "75_22_3": r223}, plateaus) == expected
+    assert study.decide({"75_25": r25, "75_22_3": r223}, plateaus) == expected
 
 
 def test_plateau_reads_decay_and_growth():
     decays = pd.Series(np.r_[1.0, 1.0, 1.0, np.full(37, 0.01)])
-    assert mixes.plateau(decays)[2]
+    assert study.plateau(decays)[2]
     grows = pd.Series(np.r_[1.0, 1.0, 1.0, np.geomspace(0.01, 0.4, 37)])
-    assert not mixes.plateau(grows)[2]  # below pass 3's, but still growing
+    assert not study.plateau(grows)[2]  # below pass 3's, but still growing
     flat_high = pd.Series(np.ones(40))
-    assert not mixes.plateau(flat_high)[2]  # never decayed
+    assert not study.plateau(flat_high)[2]  # never decayed
 
 
 def test_rise_interval_carries_seed_variance():
     """Two seeds that disagree give a wider interval than two that agree, at the same mean."""
     rng = np.random.default_rng(0)
     noise = rng.normal(0, 0.01, 200)
-    agree = mixes.rise_interval([0.5 + noise, 0.5 + noise[::-1]], seed=0)
-    disagree = mixes.rise_interval([0.1 + noise, 0.9 + noise[::-1]], seed=0)
+    agree = study.rise_interval([0.5 + noise, 0.5 + noise[::-1]], seed=0)
+    disagree = study.rise_interval([0.1 + noise, 0.9 + noise[::-1]], seed=0)
     assert agree["mean"] == pytest.approx(disagree["mean"])
     assert disagree["high"] - disagree["low"] > 10 * (agree["high"] - agree["low"])
 
@@ -125,7 +126,7 @@ def test_rise_interval_carries_seed_variance():
 def test_label_targets_keep_only_the_label():
     task = tasks.get("multi_register", **REGISTERS)
     batch = task.sample(8, 0, "val")
-    targets = mixes.label_targets(batch)
+    targets = study.label_targets(batch)
     assert ((targets >= 0).sum(1) == 1).all()
     rows = torch.arange(8)
     label = targets[rows, batch.label_positions + 1]

@@ -34,10 +34,9 @@ from ...analysis.interventions import ablation_by_distance, label_swap
 from ...analysis.probes import answer_correct
 from ...checkpoint import load_checkpoint, load_metrics
 from ...evaluation import hierarchical_difference
+from .. import probe_specimens, text_arms
 from ..core import EVAL_SEED, Context, Gate, Outcome, Recipe, RunSpec
-from ..store import EVAL_FILE, up_to_date
-from . import layer0_probes, lrt_vs_baseline
-from .layer0_probes import (
+from ..probe_specimens import (
     COMPETENT,
     GATE_CONDITION,
     GATE_N,
@@ -47,6 +46,7 @@ from .layer0_probes import (
     probe_task,
     run_name,
 )
+from ..store import EVAL_FILE, up_to_date
 
 SPECIMENS = "layer0_probes"  # the recipe whose FBT specimens are intervened on
 TEXT_SPECIMENS = "lrt_vs_baseline"  # the recipe whose LRT text specimens are ablated
@@ -117,7 +117,7 @@ def _swap_table(root: Path, scale: float) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per gated specimen: flip rates with intervals, probe and twin accuracy, verdict; and every specimen's
     gate. A saved run the specimen recipe would not reuse (trained under another spec) is reported, not read."""
     n, gate_n = max(32, int(N * min(1.0, scale))), max(32, int(GATE_N * min(1.0, scale)))
-    specs = {spec.name: spec for spec in layer0_probes.build(scale)}
+    specs = {spec.name: spec for spec in probe_specimens.build(scale)}
     rows, gates = [], []
     jobs = [(task, s) for task in PROBE_TASKS for s in SCRATCH if (root / SPECIMENS / run_name(task, "fbt")).is_dir()]
     for task, scratch in tqdm(jobs, desc="specimens", leave=False):
@@ -161,7 +161,8 @@ def text_gate_value(path: Path) -> float:
 def _distance_table(root: Path, scale: float) -> tuple[pd.DataFrame, dict[str, float]]:
     """Per gated LRT text specimen (runs of the text recipe as it stands): mean loss increase (nats) by
     ablated position and distance."""
-    specs = {spec.name: spec for spec in lrt_vs_baseline.RECIPE.build(scale) if spec.name.startswith(TEXT_PREFIX)}
+    specs = {spec.name: spec for spec in
+             text_arms.text_runs(("baseline", "lrt_interleaved"), scale) if spec.name.startswith(TEXT_PREFIX)}
     names = [name for name, spec in specs.items() if current(root / TEXT_SPECIMENS / name, spec)]
     frames, gate_values = [], {}
     for name in tqdm(names, desc="text specimens", leave=False):

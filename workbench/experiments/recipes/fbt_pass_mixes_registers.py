@@ -24,7 +24,7 @@ import math
 from ... import tasks
 from ..common import steps
 from ..core import Context, Outcome, Recipe, RunSpec
-from .fbt_pass_mixes import (
+from ..pass_mix_study import (
     CLAIM,
     FEEDBACK_MIXES,
     MIXES,

@@ -27,54 +27,34 @@ from tqdm.auto import tqdm
 from ... import tasks
 from ...analysis.probes import answer_correct, probe_layers, random_init_model, upper_bound
 from ...model import GPT
-from ...schedules import Interleaved, Multipass, Single
-from ..common import FBT_MIX, config, steps
-from ..core import EVAL_SEED, Context, Gate, GateResult, Outcome, Recipe, RunSpec
+from ..core import EVAL_SEED, Context, Gate, GateResult, Outcome, Recipe
+from ..probe_specimens import (
+    ARM_STEPS,
+    ARMS,
+    COMPETENT,
+    FBT_MODEL,
+    GATE_CONDITION,
+    GATE_N,
+    MODEL,
+    PROBE_TASKS,
+    SCRATCH,
+    TEXT_TASK,
+    build,
+    gate_batch,
+    probe_task,
+    run_name,
+)
 
-PROBE_TASKS = ("completion_tracking", "delayed_memory", "multi_register")
-SCRATCH = (0, 8, 32)  # probed lengths, each with its own gate; the models train on all three at once
-# Every batch holds one scratch length, drawn per batch (scratch_draw="batch"), and is padded only to
-# its own length: a step costs what its length costs, so the 32-line contexts are affordable for all
-# three tasks (drawn per group, nearly every batch would have been padded to 32 lines).
-TRAIN_TASK = {"scratch_updates": list(SCRATCH), "scratch_draw": "batch"}
 CONDITIONS = ("standard", "suffix1", "suffix2", "suffix4", "sequential")
-MODEL = {"n_layer": 4, "n_head": 2, "n_embd": 64}  # 4 layers: 5 residual depths for the profile
-# FBT needs width: at 4x64 and 4x96 it did not learn completion_tracking in 800 steps (answer accuracy 0.77 / 0.84
-# under a plain pass, below chance after a recurrent step) where 4x128 did; 120 keeps the recipe's weights
-# under 15 MB.
-FBT_MODEL = {"n_layer": 4, "n_head": 4, "n_embd": 120, "mechanism": "fbt"}
-LRT = {"mechanism": "lrt", "lrt_gamma_init": 0.1, "lrt_kv_init": "uniform"}  # the LRT reference treatment
-ARM_MODELS = {"baseline": {**MODEL, "tie_embeddings": True}, "fbt": FBT_MODEL, "lrt": {**MODEL, **LRT}}
-ARM_TRAINING = {"baseline": {},
-                "fbt": {"schedule": "multipass", "pass_mix": FBT_MIX, "passes": 2, "feedback_start": 0.2,
-                        "prefix_mixin": 0.5},  # FBT's 75/22/3 recipe
-                "lrt": {"schedule": "interleaved", "subsets": 2, "lrt_gamma_lr": 0.5,
-                        "lrt_alpha_lr": 0.005}}  # LRT's own training (the paper's interleaved passes)
-ARMS = tuple(ARM_MODELS)
 FEEDBACK_ARMS = ("fbt", "lrt")
-ARM_STEPS = {"baseline": 600, "fbt": 1000, "lrt": 400}
-# The recipe must train in <= 30 minutes on 2 cores (issue 17). The previous 600 / 1,200 / 600 steps took 105
-# run-minutes (on a shared machine); there every arm had learned delayed_memory by step 100-150 (training loss
-# < 0.03), so that task gets a quarter of its arm's steps; FBT's training loss was < 0.02 by step 800, and LRT had
-# missed completion_tracking and multi_register at 600 steps (its plain-pass answer 0.51-0.80 broken by the
-# recurrent step), so those two arms get fewer steps.
-TASK_STEP_SHARE = {"delayed_memory": 0.25}
 # Training minutes of the whole recipe on 2 quiet cores: its runs' CPU times packed on 2 one-thread workers
 # (the summary's quiet_wall_minutes; on a shared machine the wall clock would measure the other load too).
 BUDGET_MINUTES = 30.0
-# The condition each arm's gate is measured under: the one its verdict reads (a baseline has no memory,
-# so every condition is the plain pass for it).
-GATE_CONDITION = {"baseline": "standard", "fbt": "suffix1", "lrt": "suffix1"}
 ANSWER_CONDITIONS = {"baseline": ("standard",), "fbt": ("standard", "suffix1", "multipass2", "sequential"),
                      "lrt": ("standard", "suffix1", "multipass2", "sequential")}
-TEXT_MODEL = {"n_layer": 4, "n_head": 2, "n_embd": 64, "mechanism": "fbt"}  # the paper's setting: text only
-TEXT_TASK = {"seq_len": 160}  # covers the 0- and 8-scratch prompts (<= 144 bytes); 32 lines would need 456
 TEXT_SCRATCH = (0, 8)
-TEXT_STEPS = 200
 TEXT_MARGIN = 0.5  # nats/byte the text model must sit below the unigram loss before it is probed
 
-COMPETENT = 0.95  # held-out answer accuracy a specimen needs before it is probed
-GATE_N = 512  # held-out examples per gate (a 0.95 gate has a ~1-point standard error there)
 PROBE_N = 1600  # examples probed per specimen (grouped 4-fold CV: 400 held out per fold)
 PROBE_SEED = EVAL_SEED + 1  # probe examples: held out, and not the examples the gate was measured on
 LIFT = 0.95  # (a): layer-0 accuracy after one recurrent step the paper's claim needs
@@ -93,17 +73,10 @@ RULE = (f"(a) the paper's claim: reproduces when every gated FBT specimen's laye
         f"probed. The text arm is probed only when its held-out loss is >= {TEXT_MARGIN} nats/byte below unigram.")
 
 
-def run_name(task: str, arm: str) -> str:
-    return f"{task}_{arm}"
 
 
-def probe_task(task: str, scratch: int, tokenizer: str = "ascii") -> tasks.Task:
-    """The task at one scratch length, labelled where the paper probes (the label-predicting position)."""
-    return tasks.get(task, scratch_updates=scratch, label_at="answer", tokenizer=tokenizer)
 
 
-def gate_batch(task: str, scratch: int, seed: int = EVAL_SEED, n: int = GATE_N) -> tasks.Batch:
-    return probe_task(task, scratch).sample(n, seed, "val")
 
 
 def specimen_gate(task: str, arm: str, scratch: int) -> Gate:
@@ -117,22 +90,10 @@ TEXT_GATE = Gate("text_fbt below unigram", "unigram loss - held-out loss (nats/b
                  TEXT_MARGIN)
 
 
-# each arm's recorded evaluation: its training's schedule
-EVAL_SCHEDULE = {"baseline": Single(), "fbt": Multipass(2), "lrt": Interleaved(2)}
 
 
-def arm_steps(task: str, arm: str, scale: float = 1.0) -> int:
-    """Training steps of one specimen: its arm's, times its task's share."""
-    return steps(ARM_STEPS[arm] * TASK_STEP_SHARE.get(task, 1.0), scale)
 
 
-def build(scale: float) -> list[RunSpec]:
-    runs = [RunSpec(run_name(task, arm), config(task, ARM_MODELS[arm], arm_steps(task, arm, scale), 0, TRAIN_TASK,
-                                                **ARM_TRAINING[arm]), EVAL_SCHEDULE[arm])
-            for task in PROBE_TASKS for arm in ARMS]
-    runs.append(RunSpec("text_fbt", config("text", TEXT_MODEL, steps(TEXT_STEPS, scale), 0, TEXT_TASK,
-                                           **ARM_TRAINING["fbt"]), EVAL_SCHEDULE["fbt"]))
-    return runs
 
 
 def answer_accuracies(model: GPT, task: str, arm: str, scratch: int, seed: int = EVAL_SEED, n: int = GATE_N,

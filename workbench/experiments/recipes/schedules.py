@@ -11,7 +11,7 @@ from __future__ import annotations
 from ...evaluation import verdict
 from ..common import compare, describe, difference
 from ..core import Context, Gate, Outcome, Recipe
-from .lrt_vs_baseline import (
+from ..text_arms import (
     ARMS,
     BASE_STEPS,
     BATCH,

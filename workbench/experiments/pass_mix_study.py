@@ -1,0 +1,269 @@
+"""The FBT pass-mix study, shared by the recipes that run it (``fbt_pass_mixes``, ``fbt_pass_mixes_registers``):
+its models, mixes and runs, how the pass map is iterated far past the training depth, and the rule
+that reads the loss rise and the residual plateau.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from .. import tasks
+from ..evaluation import hierarchical_difference
+from ..schedules import Multipass
+from .common import FBT_MIX, config
+from .core import Context, Gate, Outcome, RunSpec, apply_gates
+
+# One layer: the feedback is the only way a position sees its predecessor's top state, so a model
+# that uses it must show pass 2 beating pass 1 (a deeper model can route around it).
+MODEL = {"n_layer": 1, "n_head": 2, "n_embd": 64, "mechanism": "fbt"}
+
+
+# The cross (beyond the paper): an LRT of the same shape trained under the same multipass mix and measured the
+# same way; it reads as its own row, never in the FBT rule or gates.
+LRT_MODEL = {"n_layer": 1, "n_head": 2, "n_embd": 64, "mechanism": "lrt", "lrt_gamma_init": 0.1,
+             "lrt_kv_init": "uniform"}
+
+
+CROSS_MIX = "75_22_3"
+
+
+MIXES = {"1pass": {1: 1.0}, "75_25": {1: 0.75, 2: 0.25}, "75_22_3": FBT_MIX}
+
+
+FEEDBACK_MIXES = ("75_25", "75_22_3")  # the two arms the decision rule compares
+
+
+FEEDBACK_START = 0.2  # progressive schedule: the first 20 % of steps single-pass, then the mix
+
+
+PREFIX_MIXIN = 0.5  # half the sequences of a multi-pass batch get a random plain prefix
+
+
+BATCH = 16
+
+
+LATE_PASS = 30  # "passes >= 30": the band the claim is about starts here
+
+
+PLATEAU_DECAY = 0.5  # the residual "decays" when its late median is below this share of pass 3's
+
+
+PLATEAU_GROWTH = 1.5  # ... and is a "plateau" when the last tenth's median is at most this times the tenth before
+
+
+DYNAMICS_EXAMPLES = 16  # held-out sequences the pass map is iterated on (per-example losses for the rule)
+
+
+JACOBIAN_EXAMPLES = 2
+DECODE_EXAMPLES, DECODE_TOKENS = 4, 1000  # SOFT decoding far past the context: does the carried state stay bounded?
+
+
+def mix_runs(prefix: str, task: str, task_params: dict, n_steps: int, seeds: dict[str, tuple[int, ...]],
+             aux_weight: float = 1.0, model: dict | None = None) -> list[RunSpec]:
+    """One run per (mix, seed) in ``seeds``: the progressive schedule, jitter (the model's default), prefix mix-in."""
+    runs = []
+    for name, mix_seeds in seeds.items():
+        mix = MIXES[name]
+        for seed in mix_seeds:
+            feedback = len(mix) > 1
+            cfg = config(task, model or MODEL, n_steps, seed, task_params, schedule="multipass", pass_mix=mix,
+                         passes=max(mix), feedback_start=FEEDBACK_START if feedback else 0.0,
+                         prefix_mixin=PREFIX_MIXIN if feedback else 0.0, aux_weight=aux_weight
+                         ).replace(batch_size=BATCH)
+            suffix = f"_s{seed}" if len(mix_seeds) > 1 else ""
+            runs.append(RunSpec(f"{prefix}{name}{suffix}", cfg, Multipass(2)))
+    return runs
+
+
+def cross_run(prefix: str, task: str, task_params: dict, n_steps: int, aux_weight: float = 1.0) -> RunSpec:
+    """The LRT cross: the FBT recipe's ``CROSS_MIX`` schedule, on an LRT of the same shape."""
+    spec = mix_runs(prefix, task, task_params, n_steps, {CROSS_MIX: (0,)}, aux_weight, LRT_MODEL)[0]
+    return RunSpec(f"{prefix}lrt_{CROSS_MIX}", spec.train, spec.eval_schedule)
+
+
+def is_fbt(spec: RunSpec) -> bool:
+    return spec.train.model.get("mechanism") == "fbt"
+
+
+SEEDS = (0, 1)  # per mix: the rule's interval is over seeds, then examples
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What the two settings measure differently: the targets the claim's loss is over, and its baseline."""
+
+    name: str  # "text" or "registers", in figure titles and the table
+    targets: Callable[[tasks.Batch], torch.Tensor]  # (B, T) the claim's targets of a batch, -1 elsewhere
+    baseline: float  # the context-free loss every gated model must beat
+    baseline_name: str
+    margin: float  # ... by this much (nats per target)
+    gated_mixes: tuple[str, ...]  # the mixes whose "below baseline" gate applies
+    prompt_len: Callable[[tasks.Batch], int]  # where SOFT decoding starts writing
+
+
+def label_targets(batch: tasks.Batch) -> torch.Tensor:
+    """Only the label: the target of the position after the final colon (``Value: 1``: the space)."""
+    targets = torch.full_like(batch.targets, -1)
+    rows = torch.arange(batch.targets.size(0))
+    where = batch.label_positions + 1
+    targets[rows, where] = batch.targets[rows, where]
+    return targets
+
+
+def mix_of(spec: RunSpec) -> str:
+    return next(name for name, mix in MIXES.items() if mix == spec.train.pass_mix)
+
+
+@torch.no_grad()
+def pass_losses(model, tokens: torch.Tensor, targets: torch.Tensor, passes: int, chunk: int = 64) -> np.ndarray:
+    """(passes, B) each example's mean loss over ``targets`` after each Jacobi pass (eval mode, no jitter)."""
+    from ..analysis.contraction import window_loss
+    from ..model import eval_mode
+    from ..schedules import iterate_passes
+
+    out = []
+    with eval_mode(model):
+        for start in range(0, tokens.size(0), chunk):
+            part = slice(start, start + chunk)
+            out.append([window_loss(o.logits, targets[part])[1]
+                        for o in iterate_passes(model, tokens[part], 0, passes)])
+    return np.concatenate([np.asarray(x) for x in out], axis=1)
+
+
+def window(T: int) -> int:
+    """The first measured position: passes 1 .. W never reach positions >= W, so none is exact by causality."""
+    return (3 * T) // 4
+
+
+def plateau(delta: pd.Series) -> tuple[float, float, bool]:
+    """Residual at pass 3, median over the last tenth of passes, and whether it decayed to a plateau:
+    the late median below ``PLATEAU_DECAY`` x pass 3's, and no more than ``PLATEAU_GROWTH`` x the
+    median of the tenth before (not still growing)."""
+    values = delta.to_numpy()
+    tenth = max(2, len(values) // 10)
+    early, late = float(values[2]), float(np.median(values[-tenth:]))
+    before = float(np.median(values[-2 * tenth:-tenth]))
+    return early, late, bool(late <= PLATEAU_DECAY * early and late <= PLATEAU_GROWTH * before)
+
+
+def rise_interval(per_seed_rise: list[np.ndarray], seed: int) -> dict[str, float]:
+    """Mean rise of the late-pass loss over the pass-2 loss, with a hierarchical (seeds, then examples)
+    95 % interval: the rise is paired within a model, so the reference is zero."""
+    return hierarchical_difference([np.zeros_like(r) for r in per_seed_rise], per_seed_rise, seed=seed)
+
+
+def decide(rises: dict[str, dict[str, float]], plateaus: list[bool]) -> str:
+    """The decision rule, stated before running (see ``RULE``)."""
+    up = {m: rises[m]["low"] > 0 for m in FEEDBACK_MIXES}
+    if up["75_25"] and not up["75_22_3"] and all(plateaus):
+        return "reproduces"
+    if up["75_25"] == up["75_22_3"]:
+        return "does not reproduce"
+    return "inconclusive"
+
+
+def analyze_mixes(ctx: Context, setting: Setting) -> Outcome:
+    """Iterate every specimen's pass map over the window, measure the gates, apply the rule."""
+    from ..analysis.contraction import decoding_states, jacobian_norm, pass_dynamics, pass_map_jacobian, sensitivity
+    from ..plots import contraction_curves
+
+    batch = next(iter(ctx.runs.values())).eval_batch()
+    targets = setting.targets(batch)
+    T = batch.tokens.size(1)
+    W = window(T)
+    passes = W if ctx.scale >= 1 else min(W, LATE_PASS + 4)
+    idx, claim = batch.tokens[:DYNAMICS_EXAMPLES], targets[:DYNAMICS_EXAMPLES]
+    frames, rows, sens, decoded, per_seed_rise = {}, [], [], [], {m: [] for m in FEEDBACK_MIXES}
+    for name, model in tqdm(ctx.models.items(), desc="pass dynamics", leave=False):
+        spec, mix = ctx.runs[name], mix_of(ctx.runs[name])
+        mechanism = spec.train.model.get("mechanism", "none")
+        dyn = pass_dynamics(model, idx, passes=passes, targets=claim, from_position=W, keep_examples=True)
+        frames[name] = dyn
+        by_pass = dyn.set_index("pass")
+        examples = np.asarray(by_pass["example_loss"].tolist())  # (passes, B)
+        late = examples[LATE_PASS - 1:].mean(0)
+        if mix in per_seed_rise and is_fbt(spec):
+            per_seed_rise[mix].append(late - examples[1])
+        held = pass_losses(model, batch.tokens, targets, 2).mean(1)  # the gates: the whole held-out batch
+        early, late_delta, flat = plateau(by_pass["delta"])
+        effect = sensitivity(model, idx[:4], t0=T // 4).assign(run=name)
+        sens.append(effect)
+        states = decoding_states(model, idx[:DECODE_EXAMPLES, :setting.prompt_len(batch)], DECODE_TOKENS)
+        decoded.append(states.assign(run=name))
+        written = states[states["generated"]]
+        rows.append({"run": name, "mechanism": mechanism, "mix": mix, "seed": spec.train.seed,
+                     "setting": setting.name, "T": T, "late_rise": float((late - examples[1]).mean()),
+                     "from_position": W, "passes": passes, "trained_depth": max(MIXES[mix]),
+                     "heldout_loss_pass1": float(held[0]), "heldout_loss_pass2": float(held[1]),
+                     **{f"loss_pass{k}": float(by_pass.loc[k, "loss"]) for k in (1, 2, 3, LATE_PASS)},
+                     "loss_last": float(by_pass.loc[passes, "loss"]), "loss_late_mean": float(late.mean()),
+                     "residual_pass3": early, "residual_late": late_delta,
+                     "residual_last": float(by_pass.loc[passes, "delta"]),
+                     "plateau": flat, "rate_median": float(by_pass["contraction_rate"].median()),
+                     "exact_by_causality": float(by_pass["exact_by_causality"].max()),
+                     "jacobian_pass_map": float(pass_map_jacobian(model, idx[:JACOBIAN_EXAMPLES], iters=20)["norm"]),
+                     "jacobian_one_step": jacobian_norm(model, idx[:JACOBIAN_EXAMPLES], t=T - 4, iters=30),
+                     "sensitivity_last": float(effect["effect"].iloc[-1]),
+                     "sensitivity_max": float(effect["effect"].max()),
+                     "soft_state_prompt": float(states.loc[~states["generated"], "state_norm_mean"].mean()),
+                     "soft_state_generated_max": float(written["state_norm_max"].max()),
+                     "soft_state_last100": float(written["state_norm_mean"].iloc[-100:].mean())})
+    table = pd.DataFrame(rows)
+    pd.concat([f.drop(columns="example_loss").assign(run=n) for n, f in frames.items()]).to_csv(
+        ctx.out / "pass_dynamics.csv", index=False)
+    pd.concat(sens, ignore_index=True).to_csv(ctx.out / "sensitivity.csv", index=False)
+    pd.concat(decoded, ignore_index=True).to_csv(ctx.out / "decoding.csv", index=False)
+    rises = {m: rise_interval(per_seed_rise[m], i) for i, m in enumerate(FEEDBACK_MIXES)}
+    fbt = table[table["mechanism"] == "fbt"]
+    verdict = decide(rises, fbt.loc[fbt["mix"] == "75_22_3", "plateau"].tolist())
+    gates = {"positions exact by causality": float(table["exact_by_causality"].max())}
+    for mix, group in fbt.groupby("mix", sort=False):
+        if mix in FEEDBACK_MIXES:
+            gates[f"{mix} uses feedback"] = float((group["heldout_loss_pass2"] - group["heldout_loss_pass1"]).max())
+        if mix in setting.gated_mixes:
+            best = group[["heldout_loss_pass1", "heldout_loss_pass2"]].min(axis=1) if mix != "1pass" \
+                else group["heldout_loss_pass1"]
+            gates[f"{mix} below {setting.baseline_name}"] = setting.baseline - float(best.max())
+    number = "; ".join(f"{m}: late-pass loss - pass-2 loss {r['mean']:+.4f} [{r['low']:+.4f}, {r['high']:+.4f}, "
+                       f"{r['seeds']} seeds]" for m, r in rises.items())
+    for r in table[table["mechanism"] == "lrt"].itertuples():  # the cross: reported, never in the rule
+        uses = r.heldout_loss_pass2 - r.heldout_loss_pass1
+        number += (f"; cross, LRT under {r.mix} (exploratory): pass 2 - pass 1 {uses:+.4f} nats "
+                   f"({'uses' if uses < 0 else 'does not use'} its feedback), late-pass rise {r.late_rise:+.4f}, "
+                   f"{'plateau' if r.plateau else 'no plateau'}")
+    shown = apply_gates(ctx.recipe, gates, verdict)[1]  # the runner applies them again; the title must say it
+    title = (f"{setting.name}: T = {T}, passes 1..{passes}, every quantity over positions t >= {W} "
+             f"(none exact by causality); trained at <= 1 / 2 / 3 passes\nverdict: {shown}")
+    figure = contraction_curves(frames, depths={"trained depth 2 (75/25)": 2, "trained depth 3 (75/22/3)": 3},
+                                note=title)
+    return Outcome(table, figure, number, verdict, gates,
+                   chance=f"{setting.baseline_name} {setting.baseline:.3f} nats per target",
+                   extra={"rises": rises, "window_from": W, "passes": passes, "seq_len": T,
+                          "baseline": setting.baseline})
+
+
+CLAIM = ("A 75 % 1-pass / 25 % 2-pass mix diverges when iterated past its training depth (loss rises, residual "
+         "oscillates), while 75/22/3 stays flat for 30 and up to 1,000 fused-prefill passes.")
+
+
+RULE = (f"Per feedback mix, the rise = each held-out example's mean loss over passes {LATE_PASS}..W minus its pass-2 "
+        "loss (positions t >= W = 3T/4 only), with a 95 % hierarchical bootstrap interval over seeds, then examples. "
+        "Reproduces when 75/25's interval lies above 0 while 75/22/3's reaches 0 or below, and every 75/22/3 seed's "
+        f"residual decays to a plateau (late median <= {PLATEAU_DECAY} x pass 3's and <= {PLATEAU_GROWTH} x the "
+        "previous tenth's); does not reproduce when both intervals lie above 0 or both reach 0; inconclusive "
+        "otherwise; not tested when a gate fails.")
+
+
+def gates(baseline_name: str, margin: float, gated: tuple[str, ...]) -> tuple[Gate, ...]:
+    return (Gate("positions exact by causality", "largest share of the measured positions (t >= 3T/4) that any "
+                 "pass iterated has made exact: 0, or the curves show the recurrence, not the iteration", "<=", 0.0),
+            *(Gate(f"{m} uses feedback", "held-out pass-2 loss minus pass-1 loss, worst seed (nats per target)",
+                   "<", 0.0) for m in FEEDBACK_MIXES),
+            *(Gate(f"{m} below {baseline_name}", f"{baseline_name} minus the held-out loss at the model's best "
+                   "of passes 1-2, worst seed (nats per target)", ">=", margin) for m in gated))

@@ -1,0 +1,174 @@
+"""The byte-level text arms shared by the recipes that compare them (``lrt_vs_baseline``, ``schedules``,
+and ``causal_use``, which ablates their LRT specimens): the models and treatments, the runs at matched
+compute, the held-out BPB curves and the comparisons at the final FLOP mark and at equal steps.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+import seaborn as sns
+
+from .. import schedules, tasks
+from ..evaluation import hierarchical_difference, per_example_metrics
+from ..plots import loss_vs_flops
+from ..train import TrainConfig
+from .common import EXACT, budget_runs, last_quarter_improvement, per_seed
+from .core import Context, RunSpec
+
+TEXT = {"seq_len": 128}
+
+
+TEXT_MODEL = {"n_layer": 4, "n_head": 4, "n_embd": 64}
+
+
+# (ModelConfig fields, TrainConfig fields) of the LRT arms: the mechanism's training treatment
+TREATMENTS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+    "reference": ({"lrt_gamma_init": 0.1, "lrt_kv_init": "uniform"}, {"lrt_gamma_lr": 0.5, "lrt_alpha_lr": 0.005}),
+    "workbench": ({"lrt_gamma_init": 0.1, "lrt_kv_init": "zero"}, {}),
+}
+
+
+TREATMENT = "reference"
+
+
+# each LRT arm: (its training schedule, that schedule's TrainConfig options)
+ARMS: dict[str, tuple[str, dict[str, int]]] = {
+    "lrt_interleaved": ("interleaved", {"subsets": 2}),
+    "lrt_blockwise": ("blockwise", {"block": 32}),
+}
+
+
+SEEDS = (0, 1, 2)
+
+
+BASE_STEPS = 750  # the budget: this many single-pass baseline steps of batch BATCH
+
+
+BATCH = 16
+
+
+CURVE_MARKS = 16  # held-out evaluations per run, at regular steps (so at regular FLOP marks)
+
+
+CURVE_EVAL_SIZE = 64  # held-out windows per curve point
+
+
+UNIGRAM_MARGIN = 1.0  # bits/byte the baseline must end below the unigram BPB
+
+
+FLAT = 0.05  # largest relative held-out BPB fall over the last quarter of the curve for "flattened"
+
+
+KNOWN_DIFFERENCES = (
+    "Known differences from the reference model (OoDBag/Latent_recurrent_transformer): our lean backbone has no "
+    "token-indexed value embedding and so no third (value-embedding) gate at each layer, no beta*x0 residual to "
+    "the input embedding, no sliding-window layers, and one recurrent K/V projection shared by all blocks "
+    "(the reference: one per layer); the injection scales' AdamW groups use our betas (0.9, 0.95) and eps 1e-8 "
+    "(the reference: 0.8, 0.95 and 1e-10), and the rest of the model keeps our learning rates.")
+
+
+def lrt_model(treatment: str = TREATMENT) -> dict[str, Any]:
+    """The text LRT's ModelConfig fields under a training treatment (``TREATMENTS``)."""
+    if treatment not in TREATMENTS:
+        raise ValueError(f"treatment={treatment!r} is invalid: must be one of {sorted(TREATMENTS)}")
+    return {**TEXT_MODEL, "mechanism": "lrt", **TREATMENTS[treatment][0]}
+
+
+def text_config(arm: str, seed: int, treatment: str = TREATMENT) -> TrainConfig:
+    """One text run's config (steps are set by the budget): ``arm`` is "baseline" or a key of ``ARMS``."""
+    common = dict(task="text", task_params=dict(TEXT), steps=1, seed=seed, batch_size=BATCH, progress=False,
+                  log_every=10, eval_size=CURVE_EVAL_SIZE)
+    if arm == "baseline":
+        return TrainConfig(model=dict(TEXT_MODEL), **common)
+    if arm not in ARMS:
+        raise ValueError(f"arm={arm!r} is invalid: must be 'baseline' or one of {sorted(ARMS)}")
+    schedule, options = ARMS[arm]
+    return TrainConfig(model=lrt_model(treatment), schedule=schedule, **options, **TREATMENTS[treatment][1],
+                       **common)
+
+
+def text_runs(arms: tuple[str, ...], scale: float, seeds: tuple[int, ...] = SEEDS, treatment: str = TREATMENT
+              ) -> list[RunSpec]:
+    """Runs ``text_{arm}_s{seed}`` at the FLOPs of ``BASE_STEPS`` baseline steps, evaluated exactly, each
+    with ``CURVE_MARKS`` held-out evaluations; identical wherever an arm appears (so recipes share it)."""
+    specs = [(f"{arm}_s{seed}", text_config(arm, seed, treatment), EXACT) for seed in seeds for arm in arms]
+    runs = budget_runs("text_", specs, BASE_STEPS, scale, reference=text_config("baseline", 0))
+    for run in runs:
+        run.train = run.train.replace(eval_every=max(1, run.train.steps // CURVE_MARKS))
+    return runs
+
+
+def arm_runs(ctx: Context, arms: tuple[str, ...]) -> dict[str, list[str]]:
+    return {arm: sorted(n for n in ctx.runs if n.startswith(f"text_{arm}_s")) for arm in arms}
+
+
+def own_schedule(spec: RunSpec) -> schedules.Schedule:
+    """A run's own training schedule, the one its own-schedule evaluation runs."""
+    return spec.train.schedule_value()
+
+
+def add_bpb(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per-example bits per byte beside the loss in nats (byte-level text: one token is one byte)."""
+    frame["bpb"] = frame["loss"] / math.log(2)
+    return frame
+
+
+def unigram_bpb() -> float:
+    return tasks.get("text", **TEXT).unigram_loss() / math.log(2)
+
+
+def curves(ctx: Context, names: list[str]) -> list[pd.DataFrame]:
+    """Each run's held-out curve: the history rows with an evaluation (flops, seconds, val_bpb)."""
+    return [pd.read_csv(ctx.out / n / "history.csv").dropna(subset=["val_bpb"]) for n in names]
+
+
+def flattened(ctx: Context, names: list[str]) -> float:
+    """The worst seed's relative held-out BPB fall over the last quarter of its curve."""
+    return max(last_quarter_improvement(c, "val_bpb") for c in curves(ctx, names))
+
+
+def both_ways(ctx: Context, arms: dict[str, list[str]]) -> tuple[pd.DataFrame, dict[str, dict[str, float]]]:
+    """Each LRT arm evaluated under its own training schedule beside the exact recurrence: the per-seed
+    BPB both ways and the interval of (own schedule - exact), the train/eval mismatch."""
+    rows, mismatch = [], {}
+    for arm, names in arms.items():
+        if not arm.startswith("lrt"):
+            continue
+        own = [add_bpb(per_example_metrics(ctx.models[n], ctx.runs[n].eval_batch(), own_schedule(ctx.runs[n])))
+               ["bpb"].to_numpy() for n in names]
+        exact = per_seed(ctx, names, "bpb")
+        mismatch[arm] = hierarchical_difference(exact, own)
+        for n, o, e in zip(names, own, exact):
+            rows.append({"arm": arm, "run": n, "bpb_exact": float(e.mean()), "bpb_own_schedule": float(o.mean())})
+    return pd.DataFrame(rows), mismatch
+
+
+def text_figure(ctx: Context, arms: dict[str, list[str]], ends: pd.DataFrame, title: str):
+    """Held-out BPB against training FLOPs (seed bands, unigram line) and each arm's end point both ways."""
+    unigram = unigram_bpb()
+    figure = loss_vs_flops({arm: curves(ctx, names) for arm, names in arms.items()}, floor=unigram,
+                           title=title, extra_panel=True)
+    ax = figure.axes[1]
+    labelled: set[str] = set()
+    for i, ((arm, names), color) in enumerate(zip(arms.items(), sns.color_palette("deep", n_colors=len(arms)))):
+        points = {"exact": [float(ctx.per_example[n]["bpb"].mean()) for n in names],
+                  "own schedule": ends.loc[ends["arm"] == arm, "bpb_own_schedule"].tolist()}
+        for (way, values), (dx, marker) in zip(points.items(), ((-0.1, "o"), (0.1, "x"))):
+            if values:
+                ax.scatter([i + dx] * len(values), values, color=color, marker=marker,
+                           label=None if way in labelled else way)
+                labelled.add(way)
+    ax.set_xticks(range(len(arms)), list(arms))
+    ax.set_xlim(-0.5, len(arms) - 0.5)
+    ax.set_ylabel("held-out bits per byte (final)")
+    ax.set_title(f"end points per seed (unigram {unigram:.2f} off the scale)")
+    ax.legend(loc="best", fontsize=8)
+    return figure
+
+
+def prepare(ctx: Context) -> None:
+    for frame in ctx.per_example.values():
+        add_bpb(frame)
