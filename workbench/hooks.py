@@ -55,31 +55,47 @@ def hook_points(model: nn.Module) -> dict[str, HookPoint]:
     return {name: m for name, m in model.named_modules() if isinstance(m, HookPoint)}
 
 
-@contextmanager
-def with_hooks(model: nn.Module, fwd_hooks: dict[str, HookFn] | list[tuple[str, HookFn]]) -> Iterator[None]:
-    """Attach hooks by name for the duration of a ``with`` block; always removed afterwards."""
+HookName = str | Callable[[str], bool]  # a hook point's name, or a predicate on names (TransformerLens' filters)
+
+
+def select_hook_points(model: nn.Module, name: HookName, what: str = "hook name") -> list[HookPoint]:
+    """The hook points ``name`` means: the one of that name, or every one whose name the predicate accepts;
+    a name that is not a hook point, or a predicate that accepts none, is a ``ValueError``."""
     points = hook_points(model)
+    if callable(name):
+        chosen = [point for n, point in points.items() if name(n)]
+        if not chosen:
+            raise ValueError(f"{what} {name!r} accepts no hook point of this model; names look like {list(points)[:4]}")
+        return chosen
+    if not isinstance(name, str) or name not in points:
+        raise ValueError(f"{what} {name!r} is not a hook point of this model; known names look like {list(points)[:4]}")
+    return [points[name]]
+
+
+@contextmanager
+def with_hooks(model: nn.Module, fwd_hooks: dict[HookName, HookFn] | list[tuple[HookName, HookFn]]) -> Iterator[None]:
+    """Attach hooks for the duration of a ``with`` block; always removed afterwards, even on an error.
+
+    Each key is a hook point's name or a predicate on names (``lambda n: n.endswith("hook_resid_post")``
+    attaches ``fn`` to every block's residual output), as in TransformerLens' ``model.hooks``.
+    """
     items = fwd_hooks.items() if isinstance(fwd_hooks, dict) else fwd_hooks
     handles = []
     try:
         for name, fn in items:
-            if name not in points:
-                raise ValueError(f"hook name {name!r} is not a hook point of this model; "
-                                 f"known names look like {list(points)[:4]}")
-            handles.append(points[name].add_hook(fn))
+            handles += [point.add_hook(fn) for point in select_hook_points(model, name)]
         yield
     finally:
         for h in handles:
             h.remove()
 
 
-class _CallableModule(types.ModuleType):
-    """``wb.hooks`` is this module (``import workbench.hooks`` gives the module, as one expects); calling it,
-    ``wb.hooks(model, {...})``, still means ``with_hooks``: the context manager had that name first."""
+class _Module(types.ModuleType):
+    """``wb.hooks`` is this module. It was also callable, as an old name of ``with_hooks``; a call now says
+    which name to use instead of a bare "module is not callable"."""
 
-    def __call__(self, model: nn.Module, fwd_hooks: dict[str, HookFn] | list[tuple[str, HookFn]]):
-        return with_hooks(model, fwd_hooks)
+    def __call__(self, *args: object, **kwargs: object) -> None:
+        raise TypeError("wb.hooks is the hooks module; the context manager is wb.with_hooks(model, fwd_hooks)")
 
 
-hooks = with_hooks  # the old name, kept working
-sys.modules[__name__].__class__ = _CallableModule
+sys.modules[__name__].__class__ = _Module

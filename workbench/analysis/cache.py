@@ -15,7 +15,10 @@ are on: recording waits for no device and runs on ``meta`` tensors too.
 
 Filtering keeps memory small: ``names_filter`` (a name, a list, or a predicate) and either
 ``positions`` (the same positions for every example) or ``example_positions`` (one position per
-example, e.g. the final colon of a probe task: entries are then (B, ...)).
+example, e.g. the final colon of a probe task: entries are then (B, ...)). By default only the
+residual stream is cached (``residual_stream``: embeddings, every block's resid pre/mid/post, the
+final state, the memory and what it becomes), as TransformerLens advises for long runs; ``None``
+caches every hook point but the attention patterns.
 """
 
 from __future__ import annotations
@@ -25,12 +28,21 @@ from collections.abc import Callable, Sequence
 import torch
 
 from .. import schedules
-from ..hooks import hook_points
-from ..hooks import hooks as attach_hooks
+from ..hooks import hook_points, with_hooks
 from ..model import GPT
 from ..validation import check_tokens
 
 NamesFilter = str | Sequence[str] | Callable[[str], bool] | None
+
+
+RESIDUAL_HOOKS = ("hook_embed", "hook_input", "hook_resid_pre", "hook_resid_mid", "hook_resid_post", "hook_final",
+                  "hook_memory", "hook_memory_in")
+
+
+def residual_stream(name: str) -> bool:
+    """``run_with_cache``'s default ``names_filter``: the residual stream at every depth and the fed-back memory,
+    not the per-head queries, keys, values, gates and mechanism reads (a multi-pass run of those adds up)."""
+    return name.rsplit(".", 1)[-1] in RESIDUAL_HOOKS
 
 
 def position_dim(name: str) -> int:
@@ -224,7 +236,7 @@ class _Recorder:
 @torch.no_grad()
 def run_with_cache(model: GPT, idx: torch.Tensor, schedule: str | schedules.Schedule = "single", *, passes: int = 2,
                    subsets: int = 2, block: int = 32, plain_prefix: int | torch.Tensor = 0,
-                   names_filter: NamesFilter = None, positions: Sequence[int] | torch.Tensor | None = None,
+                   names_filter: NamesFilter = residual_stream, positions: Sequence[int] | torch.Tensor | None = None,
                    example_positions: torch.Tensor | None = None,
                    ) -> tuple[schedules.ScheduleOutput, ActivationCache]:
     """Run ``schedule`` (a ``Schedule`` value, or a name with its keyword) on ``idx`` and cache the selected
@@ -250,6 +262,6 @@ def run_with_cache(model: GPT, idx: torch.Tensor, schedule: str | schedules.Sche
     names = _select_names(model, names_filter)
     recorder = _Recorder(T, keep, per_example, idx.device)
     fwd_hooks = [("hook_positions", recorder.on_positions)] + [(n, recorder.on_activation) for n in names]
-    with attach_hooks(model, fwd_hooks):
+    with with_hooks(model, fwd_hooks):
         out = value.run(model, idx, plain_prefix)
     return out, ActivationCache(recorder.finish(), keep, value.name, model.config.n_layer)

@@ -21,7 +21,7 @@ the first), so a site is recorded forward by forward and replayed forward by for
 run with its own record reproduces it bit for bit, under every schedule.
 
 - ``feedback_hooks(model, {site: fn})``: a context manager for ad-hoc edits ``fn(tensor, *, hook)``
-  in the style of ``wb.hooks`` and TransformerLens' ``run_with_hooks``; ``hook`` is a
+  in the style of ``wb.with_hooks`` and TransformerLens' ``run_with_hooks``; ``hook`` is a
   ``FeedbackHook`` saying which forward and which absolute positions the tensor holds;
 - ``intervention_effects``: one call, a tidy DataFrame of the answer's logit difference and flip
   rate per position and intervention;
@@ -43,7 +43,7 @@ import pandas as pd
 import torch
 
 from .. import schedules
-from ..hooks import hooks as attach_hooks
+from ..hooks import with_hooks
 from ..mechanisms import MECHANISM_CLASSES
 from ..metrics import token_losses
 from ..model import GPT, eval_mode
@@ -122,7 +122,7 @@ def feedback_hooks(model: GPT, fwd_hooks: Mapping[str, EditFn] | Sequence[tuple[
         return call
 
     wired = [("hook_positions", tracker.on_positions), ("hook_memory_in", tracker.on_memory)]
-    with attach_hooks(model, wired + [(name, wrap(site, name, fn)) for site, name, fn in named]):
+    with with_hooks(model, wired + [(name, wrap(site, name, fn)) for site, name, fn in named]):
         yield
 
 

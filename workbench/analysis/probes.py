@@ -45,7 +45,7 @@ import torch
 from threadpoolctl import threadpool_limits
 
 from .. import schedules
-from ..hooks import hooks
+from ..hooks import with_hooks
 from ..kv_cache import KVCache
 from ..mechanisms import uniform_init_
 from ..model import GPT, build_model, eval_mode
@@ -124,14 +124,14 @@ def _group_features(model: GPT, idx: torch.Tensor, parsed: dict[str, tuple[str, 
 
     B, T = idx.shape
     if getattr(model.config, "mechanism", None) == "none":  # no memory to read: every condition is the plain pass
-        with hooks(model, [(name, keep_last) for name in names]):
+        with with_hooks(model, [(name, keep_last) for name in names]):
             model.step(idx)
         return dict.fromkeys(parsed, snapshot())
     # First fused position of each recurrent condition (position 0 never reads memory).
     starts = {c: 1 if kind == "sequential" else max(T - k, 1)
               for c, (kind, k) in parsed.items() if kind in ("suffix", "sequential")}
     result: dict[str, torch.Tensor] = {}
-    with hooks(model, [(name, keep_last) for name in names]):
+    with with_hooks(model, [(name, keep_last) for name in names]):
         cache = model.new_kv_cache(B, T) if starts else None
         plain = model.step(idx, kv=cache)
         standard = snapshot()

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..hooks import hooks as attach_hooks
+from ..hooks import with_hooks
 from ..model import GPT
 
 
@@ -38,5 +38,5 @@ def count_work(model: GPT) -> Iterator[WorkCount]:
         count.forwards += 1
         count.token_forwards += int(positions.numel())
 
-    with attach_hooks(model, {"hook_positions": record}):
+    with with_hooks(model, {"hook_positions": record}):
         yield count

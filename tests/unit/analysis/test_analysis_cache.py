@@ -38,11 +38,23 @@ def test_a_schedule_value_caches_what_its_string_form_caches(fbt_model):
     assert torch.equal(out.logits, ref_out.logits) and torch.equal(cache["hook_memory"], ref["hook_memory"])
 
 
+def test_the_default_caches_the_residual_stream_and_none_every_hook_but_patterns(fbt_model):
+    idx = _idx()
+    _, residual = run_with_cache(fbt_model, idx, "multipass", passes=2)
+    _, everything = run_with_cache(fbt_model, idx, "multipass", passes=2, names_filter=None)
+    assert set(residual.keys()) == {n for n in everything.keys() if wb.analysis.cache.residual_stream(n)}
+    assert "blocks.0.hook_resid_post" in residual.keys() and "hook_memory" in residual.keys()
+    assert "blocks.0.attn.hook_k" not in residual.keys() and "blocks.0.attn.hook_k" in everything.keys()
+    assert not any(n.endswith("hook_pattern") for n in everything.keys())
+    torch.testing.assert_close(residual["blocks.1.hook_resid_post"], everything["blocks.1.hook_resid_post"],
+                               rtol=0, atol=0)
+
+
 def test_exact_schedules_cache_the_same_states(fbt_model):
     idx = _idx()
-    _, seq = run_with_cache(fbt_model, idx, "sequential")
-    _, mp = run_with_cache(fbt_model, idx, "multipass", passes=8)
-    _, il = run_with_cache(fbt_model, idx, "interleaved", subsets=8)
+    _, seq = run_with_cache(fbt_model, idx, "sequential", names_filter=None)
+    _, mp = run_with_cache(fbt_model, idx, "multipass", passes=8, names_filter=None)
+    _, il = run_with_cache(fbt_model, idx, "interleaved", subsets=8, names_filter=None)
     for name in ("hook_input", "blocks.2.hook_resid_post", "blocks.1.attn.hook_k"):
         torch.testing.assert_close(mp[name], seq[name], rtol=0, atol=1e-11)
         torch.testing.assert_close(il[name], seq[name], rtol=0, atol=1e-11)

@@ -140,7 +140,7 @@ def test_memory_stays_constant_over_hundreds_of_passes(models):
         alive_counts.append(sum(ref() is not None for ref in seen))
         seen.append(weakref.ref(tensor))
 
-    with wb.hooks(model, [("hook_memory", track)]):
+    with wb.with_hooks(model, [("hook_memory", track)]):
         df = pass_dynamics(model, idx, passes=300, reference=reference)
     assert len(df) == 300 and len(seen) == 300
     assert max(alive_counts) <= 3

@@ -214,9 +214,9 @@ def test_hook_points_intervene(hf_dirs):
     """A hook that returns a tensor replaces the activation downstream, as in ``GPT``."""
     model, idx = load(hf_dirs, "llama"), tokens()
     plain = model.step(idx)
-    with wb.hooks(model, {"blocks.0.hook_resid_post": lambda x, hook: torch.zeros_like(x)}):
+    with wb.with_hooks(model, {"blocks.0.hook_resid_post": lambda x, hook: torch.zeros_like(x)}):
         assert (model.step(idx).logits - plain.logits).abs().max() > 1e-3
-    with wb.hooks(model, {"hook_final": lambda x, hook: 2 * x}):
+    with wb.with_hooks(model, {"hook_final": lambda x, hook: 2 * x}):
         doubled = model.step(idx)
     torch.testing.assert_close(doubled.memory, 2 * plain.memory, rtol=0, atol=ATOL)  # the memory is read after it
     torch.testing.assert_close(doubled.logits, 2 * plain.logits, rtol=0, atol=ATOL)  # Llama's lm_head has no bias

@@ -64,7 +64,7 @@ def test_qk_norm_normalises_each_head_and_off_passes_the_projections_through():
         def keep(t, hook, seen=seen):
             seen[hook.name] = t
 
-        with wb.hooks(model, {"blocks.1.hook_resid_pre": keep, "blocks.1.attn.hook_q": keep}):
+        with wb.with_hooks(model, {"blocks.1.hook_resid_pre": keep, "blocks.1.attn.hook_q": keep}):
             model(idx)
         x, q = seen["blocks.1.hook_resid_pre"], seen["blocks.1.attn.hook_q"]
         attn = model.blocks[1].attn
@@ -89,17 +89,17 @@ def test_pattern_hook_matches_sdpa_and_can_intervene():
     model = perturbed_model(small_config())
     idx = torch.randint(0, 23, (2, 6))
     seen = {}
-    with wb.hooks(model, {"blocks.1.attn.hook_pattern": lambda t, hook: seen.setdefault(hook.name, t)}):
+    with wb.with_hooks(model, {"blocks.1.attn.hook_pattern": lambda t, hook: seen.setdefault(hook.name, t)}):
         logits = model(idx)
     pattern = seen["blocks.1.attn.hook_pattern"]
     assert pattern.shape == (2, 4, 6, 6)
     torch.testing.assert_close(pattern.sum(-1), torch.ones(2, 4, 6, dtype=torch.float64))
     assert torch.all(pattern.triu(1) == 0)
     torch.testing.assert_close(logits, model(idx), rtol=0, atol=1e-12)
-    with wb.hooks(model, {"blocks.0.hook_resid_post": lambda t, hook: torch.zeros_like(t)}):
+    with wb.with_hooks(model, {"blocks.0.hook_resid_post": lambda t, hook: torch.zeros_like(t)}):
         assert not torch.allclose(model(idx), logits)
     with pytest.raises(ValueError, match="not a hook point"):
-        with wb.hooks(model, {"blocks.9.nope": lambda t, hook: None}):
+        with wb.with_hooks(model, {"blocks.9.nope": lambda t, hook: None}):
             pass
 
 
@@ -146,7 +146,7 @@ def test_parameter_groups_partition_the_parameters():
     assert all(p.ndim == 2 for p in groups["matrices"]) and all(p.ndim == 1 for p in groups["scalars"])
 
 
-def test_hooks_is_the_module_and_still_attaches():
+def test_hooks_is_the_module_and_with_hooks_the_context():
     import types
 
     import workbench.hooks as hooks_module
@@ -154,7 +154,25 @@ def test_hooks_is_the_module_and_still_attaches():
     assert isinstance(wb.hooks, types.ModuleType) and wb.hooks is hooks_module
     model = wb.build_model(wb.ModelConfig(vocab_size=11, n_layer=1, n_head=1, n_embd=8, seq_len=4))
     idx = torch.randint(0, 11, (1, 4))
+    plain = model(idx)
     with wb.with_hooks(model, {"hook_final": lambda t, hook: 2 * t}):
-        doubled = model(idx)
-    with wb.hooks(model, {"hook_final": lambda t, hook: 2 * t}):  # the name the context manager had first
-        assert torch.equal(model(idx), doubled)
+        assert not torch.equal(model(idx), plain)
+    with pytest.raises(TypeError, match="wb.with_hooks"):  # the old callable-module name says which to use
+        wb.hooks(model, {"hook_final": lambda t, hook: 2 * t})
+
+
+def test_a_hook_key_may_be_a_predicate_on_names():
+    """As in TransformerLens: one function on every hook point a filter accepts; a filter that accepts none
+    is an error, like a name that is not a hook point."""
+    model = wb.build_model(wb.ModelConfig(vocab_size=11, n_layer=3, n_head=1, n_embd=8, seq_len=4))
+    idx = torch.randint(0, 11, (1, 4))
+    seen = []
+    residual_outputs = lambda name: name.endswith("hook_resid_post")  # noqa: E731
+    with wb.with_hooks(model, [(residual_outputs, lambda t, hook: seen.append(hook.name))]):
+        model(idx)
+    assert seen == [f"blocks.{layer}.hook_resid_post" for layer in range(3)]
+    model(idx)
+    assert len(seen) == 3  # removed on leaving the block
+    with pytest.raises(ValueError, match="accepts no hook point"):
+        with wb.with_hooks(model, [(lambda name: name == "nope", lambda t, hook: None)]):
+            pass
