@@ -82,6 +82,7 @@ from .hooks import HookPoint, name_hook_points
 from .kv_cache import Cursor, KVBuffer, position_mask
 from .mechanisms import Feedback
 from .model import StepOutput, resolve_positions
+from .validation import check_tokens
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -401,8 +402,12 @@ class FeedbackLM(nn.Module):
         ``KVBuffer`` (interleaved schedule), another store with the ``kv_cache.py`` protocol for a
         single token (e.g. a frozen prefix), or None (causal self-attention over ``idx`` alone).
         """
+        check_tokens(self.config.vocab_size, idx)  # an id past the table would index out of bounds in the HF model
         B, T = idx.shape
         positions = self.hook_positions(resolve_positions(idx, positions))
+        if memory is not None and tuple(memory.shape) != (B, T, self.config.n_embd):
+            raise ValueError(f"memory must have shape (B, T, n_embd) = {(B, T, self.config.n_embd)}, "
+                             f"got {tuple(memory.shape)}")
         if memory is not None and self.training and self.config.jitter > 0:
             memory = memory + torch.empty_like(memory).uniform_(-self.config.jitter, self.config.jitter)
         feedback = Feedback(memory, memory_mask)

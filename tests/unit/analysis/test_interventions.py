@@ -238,6 +238,14 @@ def test_causal_use_decision_rule_and_group_means():
     assert verdict({"low": 0.01, "high": 0.2}, 0.1) == "partly uses"
     assert verdict({"low": -0.02, "high": 0.03}, 0.0) == "does not use"
     assert verdict({"low": -0.02, "high": 0.2}, 0.1) == "inconclusive"
+    # a negative needs power: the memory must be needed, and an edit of the site must move answers
+    needed = {"low": 0.05, "high": 0.3, "reference": 0.6, "treatment": 0.8}
+    not_needed = {"low": -0.01, "high": 0.01, "reference": 1.0, "treatment": 1.0}
+    assert verdict({"low": -0.02, "high": 0.03}, 0.0, needed, site_moves=0.4) == "does not use"
+    assert verdict({"low": -0.02, "high": 0.03}, 0.0, not_needed, site_moves=0.4) == "not tested: feedback not needed"
+    assert verdict({"low": 0.2, "high": 0.9}, 0.8, not_needed, site_moves=0.4) == "not tested: feedback not needed"
+    assert verdict({"low": -0.02, "high": 0.03}, 0.0, needed, site_moves=0.0).startswith("not tested: no edit")
+    assert verdict({"low": 0.2, "high": 0.9}, 0.8, needed, site_moves=0.0) == "uses"  # a positive needs no control
     frame = pd.DataFrame({"intervention": ["swap"] * 4 + ["control"] * 4, "group": [1, 1, 0, 0] * 2,
                           "flipped": [True, True, True, False, False, False, False, True]})
     np.testing.assert_array_equal(causal_use.group_means(frame, "swap"), [0.5, 1.0])  # groups in order 0, 1

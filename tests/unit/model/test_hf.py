@@ -257,6 +257,12 @@ def test_bad_input_is_refused_clearly(hf_dirs):
             hf.FeedbackLM(model.hf, **options)
     with pytest.raises(TypeError, match="HFKVCache"):
         model.step(idx, kv=object())
+    with pytest.raises(ValueError, match="token ids"):
+        model.step(torch.full_like(idx, V))  # one past the vocabulary: refused before the HF embedding indexes it
+    with pytest.raises(ValueError, match="positions"):
+        model.step(idx, positions=torch.arange(idx.size(1) + 1))
+    with pytest.raises(ValueError, match=r"memory must have shape"):
+        model.step(idx, memory=torch.zeros(idx.size(0), idx.size(1), model.config.n_embd + 1, dtype=torch.float64))
     with pytest.raises(NotImplementedError, match="one token"):
         model.step(idx, kv=wb.kv_cache.KVCache(3, 2, 2, 8, 4))
     cache = model.new_kv_cache(2, 8)

@@ -60,11 +60,15 @@ TEXT_N = 32  # held-out windows per text specimen
 MAX_DISTANCE = 16
 TEXT_MARGIN = 1.0  # bits/byte an LRT text specimen must sit below the unigram loss before it is ablated
 
-RULE = (f"Per gated specimen, on the answer's flip rate (the label's first token against the other label's) under "
-        f"the probe's suffix1 condition: 'uses' when the 95 % hierarchical interval (specimen seeds, then groups) of "
-        f"swap - control flip rate lies above 0 and the swap flips >= {DECISIVE} of the answers; 'partly uses' when "
-        f"the interval lies above 0 and the swap flips fewer; 'does not use' when the interval lies wholly below "
-        f"{NEGLIGIBLE}; 'inconclusive' otherwise. A task's verdict joins its gated specimens' (scratch lengths); a "
+RULE = (f"Per gated specimen, first two checks that the design could say 'uses': the memory is needed (on the "
+        f"examples scored, the 95 % group interval of suffix1 - standard answer accuracy lies above 0), and an edit of "
+        f"the site moves answers (the mean or zero ablation's flip-rate interval lies above {NEGLIGIBLE}); a specimen "
+        f"failing either is 'not tested' with the reason. Then, on the answer's flip rate (the label's first token "
+        f"against the other label's) under the probe's suffix1 condition: 'uses' when the 95 % hierarchical interval "
+        f"(specimen seeds, then groups) of swap - control flip rate lies above 0 and the swap flips >= {DECISIVE} of "
+        f"the answers; 'partly uses' when the interval lies above 0 and the swap flips fewer; 'does not use' (the "
+        f"label the memory carries) when the interval lies wholly below {NEGLIGIBLE}; 'inconclusive' otherwise. A "
+        f"task's verdict joins its gated specimens' (scratch lengths); a "
         f"specimen that misses its gate (answer accuracy >= {COMPETENT} under suffix1) is reported, never "
         f"intervened on. The LRT text part is descriptive (no verdict), measured only on specimens >= {TEXT_MARGIN} "
         f"bits/byte below unigram.")
@@ -107,10 +111,34 @@ def group_means(frame: pd.DataFrame, kind: str, column: str = "flipped") -> np.n
     return rows.groupby("group", sort=True)[column].mean().to_numpy(dtype=np.float64)
 
 
-def specimen_verdict(diff: dict[str, float], swap_rate: float) -> str:
+def specimen_verdict(diff: dict[str, float], swap_rate: float, needed: dict[str, float] | None = None,
+                     site_moves: float | None = None) -> str:
+    """The rule for one specimen. ``needed``: the interval of suffix1 - standard answer accuracy on the scored
+    examples (None: not checked, as in a unit test of the flip rule alone); ``site_moves``: the larger lower
+    bound of the mean and zero ablations' flip rates. A negative is only drawn where the memory is needed and
+    an edit of the site can move the answer: otherwise no swap could have flipped anything."""
+    if needed is not None and not needed["low"] > 0:
+        return "not tested: feedback not needed"
     if diff["low"] > 0:
         return "uses" if swap_rate >= DECISIVE else "partly uses"
-    return "does not use" if diff["high"] < NEGLIGIBLE else "inconclusive"
+    if diff["high"] < NEGLIGIBLE:
+        if site_moves is not None and not site_moves > NEGLIGIBLE:
+            return "not tested: no edit of the site moves the answer"
+        return "does not use"
+    return "inconclusive"
+
+
+def memory_needed(model, batch: tasks.Batch, seed: int) -> dict[str, float]:
+    """On the examples scored: standard and suffix1 answer accuracy, and the 95 % interval over the batch's
+    groups of their difference. A specimen that answers as well without its memory cannot show use by any
+    edit of it."""
+    standard = answer_correct(model, batch, "standard").astype(np.float64)
+    fed = answer_correct(model, batch, GATE_CONDITION["fbt"]).astype(np.float64)
+    groups = batch.groups.cpu().numpy()
+    by_group = lambda values: pd.Series(values).groupby(groups).mean().to_numpy()  # noqa: E731
+    diff = hierarchical_difference([by_group(standard)], [by_group(fed)], seed=seed)
+    return {"reference": float(standard.mean()), "treatment": float(fed.mean()), "low": diff["low"],
+            "high": diff["high"], "mean": diff["mean"]}
 
 
 def _swap_table(root: Path, scale: float) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -133,7 +161,8 @@ def _swap_table(root: Path, scale: float) -> tuple[pd.DataFrame, pd.DataFrame]:
                       "gated": accuracy >= COMPETENT, "note": ""})
         if accuracy < COMPETENT:
             continue
-        frame = label_swap(model, probe_task(task, scratch).sample(n, SEED, "val"), kinds=KINDS)
+        scored = probe_task(task, scratch).sample(n, SEED, "val")
+        frame = label_swap(model, scored, kinds=KINDS)
         per_seed = {kind: [group_means(frame, kind)] for kind in KINDS}  # one specimen seed so far
         row = {"task": task, "scratch_updates": scratch, "seed": seed,
                "answer_accuracy": accuracy, "n": int(frame["example"].nunique()),
@@ -144,8 +173,12 @@ def _swap_table(root: Path, scale: float) -> tuple[pd.DataFrame, pd.DataFrame]:
                         f"{kind}_logit_change": float(frame.loc[frame["intervention"] == kind,
                                                                 "logit_diff_change"].mean())})
         diff = hierarchical_difference(per_seed["control"], per_seed["swap"], seed=len(rows))
+        needed = memory_needed(model, scored, seed=len(rows))
+        site_moves = max(row["mean_low"], row["zero_low"])
         row.update({"swap_minus_control": diff["mean"], "diff_low": diff["low"], "diff_high": diff["high"],
-                    "verdict": specimen_verdict(diff, row["swap_flip"])})
+                    "standard_accuracy": needed["reference"], "fed_accuracy": needed["treatment"],
+                    "needed_low": needed["low"], "needed_high": needed["high"], "site_moves": site_moves,
+                    "verdict": specimen_verdict(diff, row["swap_flip"], needed, site_moves)})
         rows.append(row)
     return pd.DataFrame(rows), pd.DataFrame(gates)
 
@@ -238,6 +271,8 @@ def analyze(ctx: Context) -> Outcome:
             f"{r.control_flip:.3f} [{r.control_low:.3f}, {r.control_high:.3f}], mean {r.mean_flip:.3f}; "
             + (f"probe {r.probe_accuracy:.3f}, twin {r.probe_twin_accuracy:.3f}" if not math.isnan(r.probe_accuracy)
                else f"probe not recorded by {SPECIMENS} for these weights")
+            + f"; on these examples standard {r.standard_accuracy:.3f} vs suffix1 {r.fed_accuracy:.3f} (needed: "
+              f"[{r.needed_low:+.3f}, {r.needed_high:+.3f}]), mean / zero ablation flips >= {r.site_moves:.3f}"
             + f" -> {r.verdict}" for r in mine.itertuples())
                      + skipped)
     if not summary.empty:

@@ -134,8 +134,8 @@ def analyze(ctx: Context) -> Outcome:
     from ...plots import fixed_point_readability
 
     batch = next(iter(ctx.runs.values())).eval_batch()
-    long_batch = tasks.get("multi_register", **LONG).sample(LONG_EXAMPLES, seed=EVAL_SEED, split="val")
     full = ctx.scale >= 1
+    long_batch = tasks.get("multi_register", **LONG).sample(LONG_EXAMPLES if full else 2, seed=EVAL_SEED, split="val")
     T = batch.tokens.size(1)
     # a smoke run (the test suite's scale) measures the same quantities on fewer prompts and passes
     sizes = dict(dynamics_examples=DYNAMICS_EXAMPLES if full else 8, lyapunov_examples=8 if full else 2,
