@@ -559,6 +559,15 @@ class FeedbackLM(nn.Module):
         if not path.is_dir():
             raise ValueError(f"FeedbackLM.from_pretrained: {path} is not a local directory (nothing is downloaded: "
                              f"save the HF model with save_pretrained first)")
+        if kwargs.pop("use_safetensors", True) is not True:
+            raise ValueError("FeedbackLM.from_pretrained: use_safetensors must stay True "
+                             "(the workbench never unpickles)")
+        if not any(p.name != FEEDBACK_WEIGHTS for p in path.glob("*.safetensors")):
+            pickled = sorted(p.name for p in path.iterdir() if p.suffix in (".bin", ".pt", ".pth", ".ckpt", ".pkl"))
+            raise ValueError(f"FeedbackLM.from_pretrained: {path} holds no safetensors weights"
+                             + (f", only pickled ones {pickled}" if pickled else "") + ": the workbench never "
+                             "unpickles (a pickle can run code); save the model with save_pretrained(path, "
+                             "safe_serialization=True) where you trust it, then load that directory")
         options = {k: kwargs.pop(k) for k in OPTION_NAMES if k in kwargs}
         saved = None
         if os.path.lexists(path / FEEDBACK_CONFIG):
@@ -570,7 +579,8 @@ class FeedbackLM(nn.Module):
             if conflicts:
                 raise ValueError(f"options {conflicts} (given, stored) disagree with the saved wrapper in {path}")
             options = saved
-        hf_model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, **kwargs)
+        hf_model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, use_safetensors=True,
+                                                        **kwargs)
         model = cls(hf_model, **options)
         if saved is not None:
             weights = read_safetensors(path / FEEDBACK_WEIGHTS)

@@ -248,6 +248,18 @@ def test_a_deep_copy_is_independent(hf_dirs):
                                rtol=0, atol=ATOL)
 
 
+def test_pickled_weights_are_refused_before_anything_is_unpickled(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_config(hf_config("gpt2"))
+    model.config.save_pretrained(tmp_path)  # what an old or foreign directory holds: a config and a pickle
+    torch.save(model.state_dict(), tmp_path / "pytorch_model.bin")  # written here, never read back
+    with pytest.raises(ValueError, match=r"only pickled ones \['pytorch_model\.bin'\].*never unpickles"):
+        hf.FeedbackLM.from_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="use_safetensors"):
+        hf.FeedbackLM.from_pretrained(tmp_path, use_safetensors=False)
+
+
 def test_bad_input_is_refused_clearly(hf_dirs):
     model, idx = load(hf_dirs, "llama"), tokens()
     for options, field in ((dict(fusion="mlp"), "fusion"), (dict(feedback_layer=0), "feedback_layer"),
