@@ -38,7 +38,7 @@ from types import ModuleType
 import pandas as pd
 import torch
 
-from . import schedules
+from . import fast, schedules
 from .config import ModelConfig
 from .decode import generate
 from .model import GPT, build_model
@@ -127,6 +127,14 @@ def train_step_fn(model: GPT, batch: int, seq_len: int, schedule: schedules.Sche
 
 
 MATMUL_SIZE = 1024
+
+
+def plain_path(fn: Callable[[], object]) -> Callable[[], None]:
+    """``fn`` run with the fast path off (``fast.disabled``): functional's plain code, nanochat's ops."""
+    def run() -> None:
+        with fast.disabled():
+            fn()
+    return run
 
 
 def matmul_fn(n: int = MATMUL_SIZE) -> Callable[[], object]:
@@ -279,6 +287,10 @@ def run_benchmarks(quick: bool = False, threads: int = 2, nanogpt: str | os.Path
                  "none of the three": dict(logit_softcap=0.0, qk_norm=False, rope=False)}
     train_rows += [train(f"{base}, {label}", _model("none", 4, 128, vocab, T, **kw), base)
                    for label, kw in ablations.items()]
+    # what the fast path (workbench.fast) buys: the same steps on the plain path, divided by the fast ones
+    train_rows += [Row(f"{row.name}, plain path", plain_path(row.fn), row.name, flops=row.flops)
+                   for row in train_rows[1:] if row.name in (base, "train step 4x128 LRT interleaved S=2",
+                                                              "train step 4x128 FBT 3-pass")]
     if not quick:  # the same steps as TrainConfig(compile=True) runs them (the warm-up compiles, ~1 min each)
         train_rows += [
             train(f"{base} compiled", small, base, compile=True),

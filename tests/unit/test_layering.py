@@ -49,7 +49,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "workbench"
 
 # lowest first; a name covers a module, or a package and everything under it
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("base", ("workbench._version", "workbench.validation", "workbench.config", "workbench.hooks",
+    ("base", ("workbench._version", "workbench.validation", "workbench.config", "workbench.hooks", "workbench.fast",
               "workbench.kv_cache", "workbench.metrics", "workbench.functional", "workbench.tasks",
               "workbench.store", "workbench.stats")),
     ("mechanisms", ("workbench.mechanisms",)),

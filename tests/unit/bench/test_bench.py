@@ -64,6 +64,9 @@ def test_quick_bench_reports_util_and_the_nanogpt_rows(tmp_path, capsys):
     for label in ("no softcap", "no QK-norm", "no RoPE", "none of the three"):  # what each feature costs
         row = table.loc[f"{base}, {label}"]
         assert row["reference"] == base and row["floor"] == pytest.approx(1.0) and row["ratio"] > 0
+    for fast in (base, "train step 4x128 LRT interleaved S=2", "train step 4x128 FBT 3-pass"):  # what it buys
+        plain = table.loc[f"{fast}, plain path"]
+        assert plain["reference"] == fast and plain["floor"] == pytest.approx(1.0) and plain["ratio"] > 0
     bare = table.loc[f"{base}, none of the three / nanoGPT"]
     assert bare["reference"] == "train step 4x128 nanoGPT"
     assert bare["ms"] == table.loc[f"{base}, none of the three", "ms"]

@@ -1,0 +1,70 @@
+"""The fast path (``workbench.fast``) computes what the plain path (``functional``'s own code) computes.
+
+Bit for bit where the op sequence is the same (every forward in float32 and float64); gradients to float64
+rounding (the hand-derived backwards reorder sums). Whole models too, under every mechanism and a multi-pass
+schedule, so a speed-up that changed the maths shows here and not only in a benchmark.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import workbench as wb
+from workbench import fast, functional
+
+
+def _both(fn, *args):
+    on = fn(*args)
+    with fast.disabled():
+        assert not fast.ENABLED
+        off = fn(*args)
+    assert fast.ENABLED  # restored
+    return on, off
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_each_function_is_its_plain_twin_bit_for_bit(dtype):
+    x = torch.randn(3, 7, 4, 16, dtype=dtype)
+    for fn in (functional.norm, functional.relu_squared):
+        on, off = _both(fn, x.clone())
+        assert torch.equal(on, off), fn.__name__
+    cos, sin = functional.rotary(torch.arange(3, 10), 16, 10000.0, dtype)
+    on, off = _both(lambda: functional.apply_rotary(x, functional.per_head(cos, 4), functional.per_head(sin, 4)))
+    assert torch.equal(on, off)
+    on, off = _both(lambda: functional.apply_rotary(x, cos, sin))  # (T, hd) tables: broadcast either way
+    assert torch.equal(on, off)
+    with fast.disabled():
+        assert functional.per_head(cos, 4).shape == (7, 1, 16)  # the plain path broadcasts over heads
+    assert functional.per_head(cos, 4).shape == (7, 4, 16) and functional.per_head(cos, 4).is_contiguous()
+
+
+@pytest.mark.parametrize("mechanism", ["none", "lrt", "fbt"])
+def test_a_model_computes_the_same_logits_and_gradients_on_both_paths(mechanism):
+    torch.manual_seed(0)
+    config = wb.ModelConfig(vocab_size=23, n_layer=2, n_head=2, n_embd=16, seq_len=9, mechanism=mechanism,
+                            tie_embeddings=mechanism == "fbt", lrt_gamma_init=0.5)
+    m = wb.build_model(config, dtype=torch.float64)
+    with torch.no_grad():
+        for p in m.parameters():
+            p.add_(0.05 * torch.randn_like(p))  # off the init, so every path carries signal
+    idx = torch.randint(0, 23, (3, 9))
+
+    def run():
+        torch.manual_seed(1)  # FBT's jitter draws from the global generator: the same draws on both paths
+        m.zero_grad()
+        out = wb.schedules.Multipass(3).run(m, idx)
+        out.logits.square().mean().backward()
+        return out.logits.detach(), {n: p.grad.clone() for n, p in m.named_parameters() if p.grad is not None}
+
+    (logits_on, grads_on), (logits_off, grads_off) = _both(run)
+    assert torch.equal(logits_on, logits_off)
+    assert grads_on.keys() == grads_off.keys() and grads_on
+    for name in grads_on:
+        torch.testing.assert_close(grads_on[name], grads_off[name], rtol=1e-10, atol=1e-12, msg=name)
+
+
+def test_the_switch_is_restored_after_an_error():
+    with pytest.raises(RuntimeError), fast.disabled():
+        raise RuntimeError
+    assert fast.ENABLED
