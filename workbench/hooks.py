@@ -58,17 +58,18 @@ def hook_points(model: nn.Module) -> dict[str, HookPoint]:
 HookName = str | Callable[[str], bool]  # a hook point's name, or a predicate on names (TransformerLens' filters)
 
 
-def select_hook_points(model: nn.Module, name: HookName, what: str = "hook name") -> list[HookPoint]:
+def _select(points: dict[str, HookPoint], name: HookName) -> list[HookPoint]:
     """The hook points ``name`` means: the one of that name, or every one whose name the predicate accepts;
     a name that is not a hook point, or a predicate that accepts none, is a ``ValueError``."""
-    points = hook_points(model)
     if callable(name):
         chosen = [point for n, point in points.items() if name(n)]
         if not chosen:
-            raise ValueError(f"{what} {name!r} accepts no hook point of this model; names look like {list(points)[:4]}")
+            raise ValueError(f"hook name {name!r} accepts no hook point of this model; "
+                             f"names look like {list(points)[:4]}")
         return chosen
     if not isinstance(name, str) or name not in points:
-        raise ValueError(f"{what} {name!r} is not a hook point of this model; known names look like {list(points)[:4]}")
+        raise ValueError(f"hook name {name!r} is not a hook point of this model; "
+                         f"known names look like {list(points)[:4]}")
     return [points[name]]
 
 
@@ -79,11 +80,12 @@ def with_hooks(model: nn.Module, fwd_hooks: dict[HookName, HookFn] | list[tuple[
     Each key is a hook point's name or a predicate on names (``lambda n: n.endswith("hook_resid_post")``
     attaches ``fn`` to every block's residual output), as in TransformerLens' ``model.hooks``.
     """
+    points = hook_points(model)  # one walk of the module tree, however many hooks
     items = fwd_hooks.items() if isinstance(fwd_hooks, dict) else fwd_hooks
     handles = []
     try:
         for name, fn in items:
-            handles += [point.add_hook(fn) for point in select_hook_points(model, name)]
+            handles += [point.add_hook(fn) for point in _select(points, name)]
         yield
     finally:
         for h in handles:

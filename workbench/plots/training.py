@@ -152,8 +152,10 @@ class LossFigure:
         self.rows: list[dict[str, Any]] = []
 
     def __call__(self, row: dict[str, Any]) -> None:
+        if not self.every:  # drawn once, at the end, from the trainer's whole history
+            return
         self.rows.append(row)
-        if self.every and len(self.rows) % self.every == 0:
+        if len(self.rows) % self.every == 0:
             self.write(pd.DataFrame(self.rows))
 
     def on_train_end(self, history: pd.DataFrame) -> None:
