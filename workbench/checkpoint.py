@@ -7,9 +7,10 @@ Layout of ``checkpoints/NAME/`` (a plain directory: every file can also be read 
     metrics.json         whatever the caller recorded (a JSON object: losses, eval numbers, recipe, seed)
     manifest.json        size and sha256 of every file the save wrote
 
-Formats: 2 is always saved with its manifest, so a format-2 checkpoint without one (deleted, or an
-incomplete copy) loads only with ``verify=False``, and with a warning. Format 1 was saved without
-a manifest at first: a format-1 checkpoint without one loads as it always did (the shipped ones).
+Formats: 2 is always saved with its manifest. Format 1 was saved without one at first (the shipped
+format-1 checkpoints have since been given theirs). A checkpoint of either format without a manifest
+(deleted, an incomplete copy, or a format-1 save from before manifests) loads only with
+``verify=False``, and with a warning: nothing else could tell an edited config.json from the saved one.
 
 What a save replaces and keeps: a directory is recognised as a checkpoint by our own marker (a
 manifest of ours, or a config.json holding our ``format`` and ``model``), never by file names a
@@ -129,11 +130,14 @@ def _read_version(fd: int, where: Path, names: tuple[str, ...], verify: bool) ->
     elif CONFIG in present:
         header = parse_json(read_regular(CONFIG, fd, limit=JSON_LIMIT, where=where / CONFIG), where / CONFIG)
         fmt = header.get("format") if isinstance(header, dict) else None
-        if fmt in READABLE_FORMATS and fmt >= 2:
+        if fmt in READABLE_FORMATS:
             if verify:  # or a version being deleted under us: read_version tells which
-                raise MissingFile(f"{where} has no {MANIFEST}, though format-{fmt} checkpoints are always saved "
-                                  f"with one (deleted, or an incomplete copy): nothing vouches for its files; "
-                                  f"pass verify=False to load it unverified", str(where / MANIFEST))
+                why = ("format-2 checkpoints are always saved with one: it was deleted, or this is an incomplete "
+                       "copy" if fmt >= 2 else "a format-1 checkpoint saved before manifests, or one whose "
+                       "manifest was deleted")
+                raise MissingFile(f"{where} has no {MANIFEST} ({why}): nothing vouches for its files; pass "
+                                  f"verify=False to load it unverified (and save_checkpoint it again to give it "
+                                  f"one)", str(where / MANIFEST))
             unverified = True
     files = {}
     for name in names:
@@ -298,6 +302,6 @@ def load_checkpoint(path: str | os.PathLike, device: torch.device | str | None =
     return model.eval()
 
 
-def load_metrics(path: str | os.PathLike) -> dict[str, Any]:
-    """metrics.json of the checkpoint ``path``."""
-    return read_checkpoint(path, (METRICS,))[METRICS]
+def load_metrics(path: str | os.PathLike, verify: bool = True) -> dict[str, Any]:
+    """metrics.json of the checkpoint ``path`` (``verify`` as for ``load_checkpoint``)."""
+    return read_checkpoint(path, (METRICS,), verify)[METRICS]

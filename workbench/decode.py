@@ -90,7 +90,10 @@ def generate(model: GPT, prompt: torch.Tensor, max_new_tokens: int, regime: str 
     if compile and not isinstance(model, GPT):
         raise ValueError(f"compile=True needs a workbench GPT (its fixed-shape cache), got {type(model).__name__}")
     length = P + max_new_tokens
-    cache = model.new_kv_cache(B, length, static=True) if compile else model.new_kv_cache(B, length)
+    try:
+        cache = model.new_kv_cache(B, length, static=True) if compile else model.new_kv_cache(B, length)
+    except ValueError as e:  # the cache's size check: name the argument that set the length
+        raise ValueError(f"max_new_tokens={max_new_tokens!r} is too many for this prompt of {B} x {P}: {e}") from None
     step_fn = compiled_carry() if compile else schedules.carry
     logits = value.prefill(model, prompt, cache).logits[:, -1]
     feedback = value.reads_memory

@@ -337,6 +337,11 @@ class FeedbackLM(nn.Module):
         self.hook_final, self.hook_memory = HookPoint(), HookPoint()
         name_hook_points(self)
         self._cache_keyword = _cache_keyword(hf_model)
+        # a learned position table (GPT-2's wpe) has seq_len rows and fails with a bare IndexError past them;
+        # rotary models compute any position, so only a table limits where ``step`` may go
+        self._position_limit = c.seq_len if c.seq_len is not None and any(
+            isinstance(m, nn.Embedding) and m is not embedding and m.num_embeddings == c.seq_len
+            for m in hf_model.modules()) else None
         # Per-step scratch, set only inside ``step``: the feedback the injection reads, and the
         # top state and readout input the layer/readout hooks hand back.
         self._feedback: Feedback | None = None
@@ -405,6 +410,11 @@ class FeedbackLM(nn.Module):
         check_tokens(self.config.vocab_size, idx)  # an id past the table would index out of bounds in the HF model
         B, T = idx.shape
         positions = self.hook_positions(resolve_positions(idx, positions))
+        if self._position_limit is not None and positions.device.type == "cpu" and \
+                int(positions.max()) >= self._position_limit:
+            raise ValueError(f"positions reach {int(positions.max())}, past this model's position table "
+                             f"(max_position_embeddings={self._position_limit}: positions in [0, "
+                             f"{self._position_limit - 1}])")
         if memory is not None and tuple(memory.shape) != (B, T, self.config.n_embd):
             raise ValueError(f"memory must have shape (B, T, n_embd) = {(B, T, self.config.n_embd)}, "
                              f"got {tuple(memory.shape)}")

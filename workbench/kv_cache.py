@@ -29,6 +29,8 @@ from typing import Protocol, runtime_checkable
 import torch
 import torch.nn.functional as F
 
+from .validation import check_fits
+
 Mask = torch.Tensor | str | None
 
 
@@ -72,6 +74,8 @@ class _Preallocated:
     def __init__(self, n_layer: int, batch: int, kv_heads: int, max_len: int, head_dim: int,
                  device: torch.device | str | None = None, dtype: torch.dtype = torch.float32) -> None:
         shape = (batch, kv_heads, max_len, head_dim)
+        check_fits("max_len", max_len, 2 * n_layer * batch * kv_heads * max_len * head_dim * dtype.itemsize,
+                   f"a K/V cache of {batch} sequences x {max_len} positions x {n_layer} layers", device)
         self.max_len = max_len
         self.k = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n_layer)]
         self.v = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n_layer)]

@@ -39,7 +39,7 @@ from .functional import apply_rotary, norm, per_head, relu_squared, rotary, unif
 from .hooks import HookPoint, name_hook_points
 from .kv_cache import KVCache, KVStore, Mask, StaticKVCache
 from .mechanisms import Feedback, Mechanism, build_mechanism
-from .validation import check_positions, check_tokens
+from .validation import check_fits, check_positions, check_tokens
 
 # The LRT paper's d20 baseline (arXiv 2605.26797): its reported size, which includes value
 # embeddings our lean backbone does not carry. Used only to restate the paper's overhead ratio.
@@ -350,6 +350,10 @@ def build_model(config: ModelConfig, device: torch.device | str | None = None,
     config = dataclasses.replace(config)
     with torch.device("meta"):
         model = GPT(config)
+    elements = sum(t.numel() for t in (*model.parameters(), *model.buffers()))
+    size = elements * (dtype or torch.get_default_dtype()).itemsize
+    check_fits("config", f"n_layer={config.n_layer}, n_embd={config.n_embd}, vocab_size="
+                          f"{config.vocab_size}", size, f"a model of {elements:,} weights", device)
     model.to_empty(device=device or "cpu")
     model.init_weights()
     if dtype is not None:

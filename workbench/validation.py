@@ -8,6 +8,7 @@ self``) deep inside a forward pass.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Mapping
 
 import numpy as np
@@ -75,6 +76,30 @@ def check_tokens(vocab_size: int, idx: object, name: str = "idx") -> None:
         if lo < 0 or hi >= vocab_size:
             raise ValueError(f"{name} holds token ids in [{lo}, {hi}], outside the allowed range {allowed} "
                              f"(vocab_size={vocab_size})")
+
+
+def memory_bytes(device: torch.device | str | None = None) -> int | None:
+    """All the memory ``device`` has (this machine's physical RAM for the CPU, the accelerator's own
+    otherwise); None where it cannot be known (a ``meta`` tensor needs none)."""
+    device = torch.device(device or "cpu")
+    if device.type == "cpu":
+        try:
+            return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (AttributeError, ValueError, OSError):  # not a POSIX system
+            return None
+    if device.type == "cuda" and torch.cuda.is_available():
+        return torch.cuda.get_device_properties(device.index or 0).total_memory
+    return None
+
+
+def check_fits(name: str, value: object, nbytes: float, what: str, device: torch.device | str | None = None) -> None:
+    """Refuse, before anything is allocated, a size that could never fit: ``nbytes`` (what ``what`` needs)
+    beyond all the memory ``device`` has. Without it the allocator fails with a bare byte count that
+    names no argument, or the machine swaps until it is killed."""
+    total = memory_bytes(device)
+    if total is not None and nbytes > total:
+        fail(name, value, f"{what} needs {nbytes / 2**30:,.1f} GiB, more than all the "
+             f"{total / 2**30:,.1f} GiB of memory the {torch.device(device or 'cpu').type} device has")
 
 
 def moved_attributes(module: str, moved: Mapping[str, str]) -> Callable[[str], object]:

@@ -28,3 +28,10 @@ def test_shipped_checkpoint_reproduces_its_recorded_metric(path):
     recomputed = E.reference_metrics(load_checkpoint(path), spec_of(path))
     for key in ("loss", "accuracy"):
         assert recomputed[key] == pytest.approx(metrics["eval_float64"][key], rel=1e-6, abs=1e-9), key
+
+
+def test_every_shipped_checkpoint_carries_its_manifest():
+    """The shipped format-1 checkpoints were given manifests, so none depends on the unverified path."""
+    configs = sorted(E.checkpoints_root().rglob("config.json"))
+    bare = [str(c.parent) for c in configs if not (c.parent / "manifest.json").is_file()]
+    assert configs and not bare, bare

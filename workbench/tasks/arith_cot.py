@@ -113,7 +113,7 @@ class ArithCoT(Task):
 
     def sample(self, n: int, seed: int, split: str = "train") -> Batch:
         """``labels`` are the integer answers, ``label_positions`` the last marker character."""
-        check_n(n)
+        check_n(n, self.seq_len)
         rng = make_rng(seed, split)
         prompts, texts, answers = zip(*(self._example(rng) for _ in range(n)))
         ids = [self.tokenizer.encode_array(t) for t in texts]

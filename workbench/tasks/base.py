@@ -73,9 +73,12 @@ def make_rng(seed: int, split: str) -> np.random.Generator:
     return np.random.default_rng([int(seed), SPLITS.index(split)])
 
 
-def check_n(n: Any) -> None:
+def check_n(n: Any, seq_len: int, name: str = "n") -> None:
+    """A positive count of sequences whose token, target and state tensors (int64, ``seq_len`` each) fit in
+    memory: refused before the per-example loop that would fill them."""
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise ValueError(f"n={n!r} is invalid: must be a positive int")
+        raise ValueError(f"{name}={n!r} is invalid: must be a positive int")
+    validation.check_fits(name, n, 3 * 8 * n * seq_len, f"a batch of {n:,} sequences of {seq_len} tokens")
 
 
 def next_token_targets(ids: np.ndarray, start: int) -> np.ndarray:

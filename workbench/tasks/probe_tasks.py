@@ -113,7 +113,7 @@ class ProbeTask(Task):
 
     def sample(self, n: int, seed: int, split: str = "train") -> Batch:
         """``n`` examples, whole groups in order (the last one cut if ``n`` says so), members shuffled."""
-        check_n(n)
+        check_n(n, self.seq_len)
         rng = make_rng(seed, split)
         count = self._draw(rng) if self.scratch_draw == "batch" and self.scratch_choices is not None else None
         examples: list[_Example] = []

@@ -40,7 +40,7 @@ class RunningSum(Task):
         return float(np.sum(1 + (lengths - 1) / self.p) / np.sum(lengths))
 
     def sample(self, n: int, seed: int, split: str = "train") -> Batch:
-        check_n(n)
+        check_n(n, self.seq_len)
         rng = make_rng(seed, split)
         lengths = rng.integers(self.min_length, self.length + 1, size=n)
         values = [rng.integers(0, self.p, size=int(k)) for k in lengths]

@@ -26,7 +26,7 @@ class TrainStream:
 
     def __init__(self, task: Task, batch_size: int, seed: int = 0, rank: int = 0, world_size: int = 1,
                  start_step: int = 0, split: str = "train") -> None:
-        check_n(batch_size)
+        check_n(batch_size, task.seq_len, "batch_size")
         for name, value in (("seed", seed), ("start_step", start_step)):
             check_int(f"TrainStream: {name}", value, 0)
         check_int("TrainStream: world_size", world_size, 1)

@@ -183,7 +183,7 @@ class TextTask(Task):
 
     def sample(self, n: int, seed: int, split: str = "train") -> Batch:
         """``n`` windows at uniform random offsets; ``groups`` is the document each window starts in."""
-        check_n(n)
+        check_n(n, self.seq_len)
         rng = make_rng(seed, split)
         tokens, doc_starts = self.corpus(split)
         if len(tokens) < self.seq_len + 1:
@@ -195,7 +195,7 @@ class TextTask(Task):
     def eval_batches(self, split: str = "val", batch_size: int = 32) -> Iterator[Batch]:
         """Consecutive windows that predict every token of the split after the first exactly once (the
         last window may be shorter): the exact bits per byte of a split, not an estimate."""
-        check_n(batch_size)
+        check_n(batch_size, self.seq_len, "batch_size")
         tokens, doc_starts = self.corpus(split)
         starts = np.arange(0, len(tokens) - 1, self.seq_len)
         for i in range(0, len(starts), batch_size):

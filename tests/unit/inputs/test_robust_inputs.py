@@ -7,6 +7,7 @@ configs, the decoder's eos, the CLI's flags, and ``info`` on checkpoints it cann
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import pickle
 
@@ -155,23 +156,27 @@ def _truncate(ck):
     (ck / "model.safetensors").write_bytes(data[:-100])
 
 
-def _old_layout(ck):
-    """Saved before manifests (format 1): the checks past the manifest's are what refuse it."""
-    (ck / "manifest.json").unlink()
-    header = json.loads((ck / "config.json").read_text())
-    (ck / "config.json").write_text(json.dumps({**header, "format": 1}))
+def _reseal(ck):
+    """A damaged checkpoint whose manifest vouches for the damage: the checks past the manifest's refuse it."""
+    files = {name: (ck / name).read_bytes() for name in ("config.json", "model.safetensors", "metrics.json")}
+    listing = {name: {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()} for name, data in files.items()}
+    (ck / "manifest.json").write_text(json.dumps({"format": 2, "files": listing}))
 
 
 def _mismatch(ck):
-    _old_layout(ck)
     header = json.loads((ck / "config.json").read_text())
     header["model"]["n_embd"] = 64
     (ck / "config.json").write_text(json.dumps(header))
+    _reseal(ck)
 
 
 def _pickle(ck):
     (ck / "model.safetensors").write_bytes(pickle.dumps({"wte.weight": [1.0]}))
-    _old_layout(ck)
+    _reseal(ck)
+
+
+def _no_manifest(ck):
+    (ck / "manifest.json").unlink()
 
 
 def _tamper(ck):
@@ -182,6 +187,7 @@ def _tamper(ck):
 
 INFO = {"truncated": (_truncate, "truncated"), "mismatched": (_mismatch, "wrong shape"),
         "pickled": (_pickle, "is not a valid safetensors file"), "edited_config": (_tamper, "manifest"),
+        "manifest_deleted": (_no_manifest, "has no manifest.json"),
         "not_there": (lambda ck: None, "no checkpoint directory")}
 
 
@@ -203,3 +209,33 @@ def test_info_refuses_non_finite_weights(tmp_path, capsys):
     save_checkpoint(model, tmp_path / "ck")
     assert main(["info", str(tmp_path / "ck")]) == 2
     assert "non-finite weights (NaN/inf) in ['wte.weight']" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------- sizes
+SIZES = {  # what asks for the memory, the argument the refusal names
+    "model": (lambda: wb.build_model(small_config(vocab_size=10**6)), "config="),
+    "task batch": (lambda: wb.tasks.get("running_sum").sample(10**6, seed=0), "n=1000000 "),
+    "train stream": (lambda: wb.tasks.TrainStream(wb.tasks.get("running_sum"), batch_size=10**6), "batch_size="),
+    "generate": (lambda: wb.generate(MODEL, GOOD, max_new_tokens=10**7), "max_new_tokens=10000000 "),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SIZES))
+def test_a_size_that_cannot_fit_is_refused_before_allocation(case, monkeypatch):
+    """With the machine's memory pinned at 16 MiB, each request beyond it names its argument and the GiB it
+    needs, instead of reaching the allocator (or a per-example loop that would run for hours)."""
+    monkeypatch.setattr(wb.validation, "memory_bytes", lambda device=None: 16 * 2**20)
+    make, name = SIZES[case]
+    with pytest.raises(ValueError, match=f"{name}.*needs .* GiB, more than all the 0.0 GiB of memory"):
+        make()
+
+
+def test_sizes_that_fit_are_not_refused(monkeypatch):
+    monkeypatch.setattr(wb.validation, "memory_bytes", lambda device=None: 16 * 2**20)
+    wb.build_model(small_config())
+    wb.tasks.get("running_sum").sample(64, seed=0)
+    wb.generate(MODEL, GOOD, max_new_tokens=4)
+
+
+def test_the_memory_a_device_has():
+    assert wb.validation.memory_bytes("meta") is None and wb.validation.memory_bytes("cpu") > 2**20

@@ -306,3 +306,15 @@ def test_multipass_training_lowers_the_loss(hf_dirs):
         opt.step()
         losses.append(loss.item())
     assert losses[-1] < 0.8 * losses[0], losses
+
+
+def test_positions_past_a_learned_position_table_are_refused_by_name(hf_dirs):
+    """GPT-2's wpe has n_positions rows: past them the HF model fails with a bare IndexError. Llama's rotary
+    positions have no table, so the same positions are computed."""
+    idx = tokens()
+    past = torch.arange(60, 60 + idx.size(1))  # reaches 64 = n_positions
+    with pytest.raises(ValueError, match=r"positions reach 6\d, past this model's position table "
+                                         r"\(max_position_embeddings=64"):
+        load(hf_dirs, "gpt2").step(idx, positions=past)
+    assert torch.isfinite(load(hf_dirs, "llama").step(idx, positions=past).logits).all()
+    load(hf_dirs, "gpt2").step(idx, positions=past - 4)  # the last row, 63, is in the table

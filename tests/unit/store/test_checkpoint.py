@@ -111,15 +111,21 @@ def test_a_config_edited_to_other_values_of_the_same_shapes_is_refused(tmp_path)
     with pytest.raises(CheckpointError, match="does not match its sha256 in manifest.json"):
         load_checkpoint(tmp_path / "ck")
     assert load_checkpoint(tmp_path / "ck", verify=False).config.logit_softcap == 3.0  # the explicit opt-out
-    assert load_checkpoint(_legacy(tmp_path / "ck")).config.logit_softcap == 3.0  # old layout: as before
+    # deleting the manifest does not turn verification off: the old layout loads only when asked, with a warning
+    with pytest.raises(CheckpointError, match="has no manifest.json .*format-1.*pass verify=False"):
+        load_checkpoint(_legacy(tmp_path / "ck"))
+    with pytest.warns(UserWarning, match="loaded unverified"):
+        assert load_checkpoint(tmp_path / "ck", verify=False).config.logit_softcap == 3.0
+
 
 
 def test_the_old_layout_loads_unchanged(tmp_path):
     model = perturbed_model(small_config("lrt"))
     save_checkpoint(model, tmp_path / "ck", metrics={"v": 1})
-    again = load_checkpoint(_legacy(tmp_path / "ck"))
+    with pytest.warns(UserWarning, match="loaded unverified"):  # no manifest: loads when asked, with a warning
+        again = load_checkpoint(_legacy(tmp_path / "ck"), verify=False)
+        assert load_metrics(tmp_path / "ck", verify=False) == {"v": 1}
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), again.state_dict().values()))
-    assert load_metrics(tmp_path / "ck") == {"v": 1}
     save_checkpoint(model, tmp_path / "ck", metrics={"v": 2})  # an old checkpoint is replaced by a new one
     assert load_metrics(tmp_path / "ck") == {"v": 2} and (tmp_path / "ck" / "manifest.json").is_file()
 
@@ -141,8 +147,9 @@ def test_integer_weights_are_refused(tmp_path):
     state = read_safetensors(path)
     state["wte.weight"] = state["wte.weight"].to(torch.int32)
     save_file(state, str(path))
-    with pytest.raises(CheckpointError, match=r"floating point, got \['wte.weight \(torch.int32\)'\]"):
-        load_checkpoint(_legacy(tmp_path / "ck"))
+    with pytest.raises(CheckpointError, match=r"floating point, got \['wte.weight \(torch.int32\)'\]"), \
+            pytest.warns(UserWarning, match="loaded unverified"):
+        load_checkpoint(_legacy(tmp_path / "ck"), verify=False)
 
 
 @pytest.mark.parametrize("what", ["run_directory", "unrelated_file", "regular_file", "symlink"])

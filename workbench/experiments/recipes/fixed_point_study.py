@@ -68,7 +68,13 @@ TRAINING_ARMS = {
     "ft_fixed_point": {"fixed_point": FixedPoint(40)},
     "ft_additive": {"pass_mix": FBT_MIX, "fbt_fusion": "additive"},
 }
-REFERENCE = {"mechanism": "fbt_glu", "training": "ft_mix"}
+# Duration: the one arm that helped most after FINETUNE_STEPS (training at the fixed point, still rising over its
+# last quarter in the issue's pilot) run four times as long, beside the recipe's mix for the same steps (its control)
+DURATION_STEPS = 4 * FINETUNE_STEPS
+DURATION_ARMS = {f"ft_mix_{DURATION_STEPS}": TRAINING_ARMS["ft_mix"],
+                 f"ft_fixed_point_{DURATION_STEPS}": TRAINING_ARMS["ft_fixed_point"]}
+FAMILY_ARMS = {"training": (TRAINING_ARMS, FINETUNE_STEPS), "duration": (DURATION_ARMS, DURATION_STEPS)}
+REFERENCE = {"mechanism": "fbt_glu", "training": "ft_mix", "duration": f"ft_mix_{DURATION_STEPS}"}
 
 READABLE = 0.95  # exact-recurrence answer accuracy a readable fixed point reaches, every seed
 NEEDS_FEEDBACK = 0.9  # the reference's pass-1 answer accuracy must stay below this: the feedback is needed
@@ -103,16 +109,17 @@ def _finetune_run(arm: str, change: dict, seed: int, n_steps: int) -> RunSpec:
 def build(scale: float) -> list[RunSpec]:
     runs = [_scratch_run(arm, model, s, steps(SCRATCH_STEPS, scale)) for arm, model in MECHANISM_ARMS.items()
             for s in MECHANISM_SEEDS[arm]]
-    runs += [_finetune_run(arm, change, s, steps(FINETUNE_STEPS, scale)) for arm, change in TRAINING_ARMS.items()
-             for s in SEEDS]
+    runs += [_finetune_run(arm, change, s, steps(n_steps, scale)) for arms, n_steps in FAMILY_ARMS.values()
+             for arm, change in arms.items() for s in SEEDS]
     return runs
 
 
 def arm_of(spec: RunSpec) -> tuple[str, str]:
     """(family, arm) of a run, from its name."""
-    for arm in TRAINING_ARMS:
-        if spec.name.startswith(arm + "_s"):
-            return "training", arm
+    for family, (arms, _) in FAMILY_ARMS.items():
+        for arm in arms:
+            if spec.name.startswith(arm + "_s"):
+                return family, arm
     return "mechanism", "lrt" if spec.name.startswith("reg_lrt") else "fbt_glu"
 
 
