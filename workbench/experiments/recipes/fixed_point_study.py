@@ -21,6 +21,9 @@ feedback):
   the additive fusion (ours: the same matrices, the token added back onto the value path,
   ``u = norm(e + (W_U m) * sigmoid(W_G e))``), fine-tuned from the GLU weights under the
   recipe's mix.
+- **Duration** (the same fine-tunes at ``DURATION_STEPS``, four times the steps): training at the fixed
+  point against the recipe's mix at equal steps, 2 seeds each. After 1,500 steps the fixed-point arm
+  helped most and was still rising in the issue's pilot: does more of it reach a readable fixed point?
 
 Not run (budget: two shared cores): the additive fusion and a second LRT seed trained from scratch
 (28,000 steps each), a short sequential window (truncated recurrence: a token-by-token forward per
@@ -213,7 +216,7 @@ RECIPE = Recipe(
     f"arms (FBT-GLU, 2 seeds; LRT, 1) from scratch under the registers recipe's 75/22/3 schedule, "
     f"{SCRATCH_STEPS:,} steps; training arms fine-tuned {FINETUNE_STEPS:,} steps from the shipped FBT-GLU "
     "specimens (mix, 50/25/25, random 1..8, phased 88/12, jitter 0.2, fixed point, additive fusion), 2 seeds "
-    "each; measured at "
+    f"each; duration arms: the mix and the fixed point fine-tuned {DURATION_STEPS:,} steps, 2 seeds each; measured at "
     f"T = {_T} and, untrained there, at 128 scratch lines (T = {tasks.get('multi_register', **LONG).seq_len}).",
     build, analyze, gates=GATES, rule=RULE, kind="exploratory",
     chance="0.5: the answer is one of two balanced values.",
