@@ -29,6 +29,10 @@ from ..train import TrainConfig, train
 from .core import EVAL_SEED, RunSpec
 from .store import EVAL_FILE, same_trajectory, up_to_date
 
+# a run saves its resumable state every this many steps: a killed reproduce (Ctrl-C, a session's end) loses at
+# most that much of a run, and the next reproduce resumes it
+RESUME_EVERY = 200
+
 
 def reusable(path: Path, spec: RunSpec) -> bool:
     """A saved run of this very spec, with its recorded evaluation."""
@@ -95,7 +99,7 @@ def train_run(spec: RunSpec, path: Path, scratch: Path, force: bool = False) -> 
     if not force and (reusable(path, spec) or _copy_shared(spec, path)):  # a copy brings its evaluation
         return load_checkpoint(path), pd.read_csv(path / EVAL_FILE)
     run_dir = scratch / path.parent.name / path.name
-    cfg = spec.train.replace(out_dir=str(run_dir))
+    cfg = spec.train.replace(out_dir=str(run_dir), checkpoint_every=RESUME_EVERY)
     # the runner's own scratch, of a run this spec no longer describes (the trainer refuses to resume it)
     if run_dir.exists() and (force or not same_trajectory(try_json(run_dir / CONFIG_FILE), cfg)):
         shutil.rmtree(run_dir)

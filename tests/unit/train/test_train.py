@@ -278,12 +278,12 @@ def test_resume_after_interruption_is_exact(tmp_path):
     """In-process version of the SIGKILL test (tests/test_train_resume.py): every random choice of
     the FBT recipe (pass mix, prefixes, jitter) is replayed exactly after a resume."""
     cfg = tiny(**FBT_RECIPE, steps=16, checkpoint_every=5, eval_every=8)
-    straight = train(cfg.replace(out_dir=str(tmp_path / "a")))
+    straight = train(cfg.replace(out_dir=str(tmp_path / "a"), checkpoint_every=0))  # how often one saves: runtime
     interrupted = cfg.replace(out_dir=str(tmp_path / "b"))
     with pytest.raises(_Interrupt):
         train(interrupted, callback=_interrupt_at(8))  # rows 6..8 are on disk past the step-5 checkpoint
     assert pd.read_csv(tmp_path / "b" / HISTORY_FILE)["step"].max() == 8
-    resumed = train(interrupted.replace(resume=True))
+    resumed = train(interrupted.replace(resume=True, checkpoint_every=3))
     for h in (straight.history, resumed.history, pd.read_csv(tmp_path / "b" / HISTORY_FILE)):
         assert list(h["step"]) == list(range(1, 17))
     cols = [c for c in straight.history.columns if c != "seconds"]
