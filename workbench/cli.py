@@ -291,6 +291,9 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
         print(f"{name}: {outcome.verdict} -- {outcome.number}")
     if args.name == "all" or args.results:
         experiments.write_results_md(args.out, args.results)
+        readme = Path(args.out or experiments.checkpoints_root()).parent / "README.md"
+        if readme.is_file() and experiments.FINDINGS_BEGIN in readme.read_text():  # the repository's own README
+            experiments.write_readme_findings(readme, args.out)
     return 0
 
 

@@ -10,6 +10,9 @@ reads the outputs as committed:
   full where the output is HTML; its first words where pandas' text form cuts it);
 - a line naming several recipes under one verdict word (``not tested (a gate failed): a, b``) must list
   exactly the recipes whose verdict starts so;
+- a "What we found" row (the findings table) or printed finding (``recipe: verdict`` then its sentence,
+  indented) must be the recipe's current finding, word for word: its number and sentence, not only its
+  verdict;
 - notebook 08, the results notebook, shows every recipe's current verdict.
 """
 
@@ -22,11 +25,15 @@ from pathlib import Path
 
 import pytest
 
+from workbench.experiments import findings_table
+from workbench.experiments.core import short_verdict
+
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 SUMMARIES = {p.parent.name: json.loads(p.read_text()) for p in sorted((ROOT / "checkpoints").glob("*/summary.json"))}
 PHRASE = re.compile(r"does not reproduce|reproduces|inconclusive|not tested|mixed|does not use")
 NAMES = sorted(SUMMARIES, key=len, reverse=True)
+FINDINGS = findings_table(SUMMARIES).set_index("recipe") if SUMMARIES else None
 RECIPE = re.compile(r"(?<![\w])(" + "|".join(map(re.escape, NAMES)) + r")(?![\w])")
 
 
@@ -62,8 +69,14 @@ def stale(nb: dict) -> list[str]:
             names = [c for c in cells if c in SUMMARIES]
             shown = [c for c in cells if PHRASE.match(c)]
             if len(names) == 1 and shown and SUMMARIES[names[0]]["verdict"] not in shown:
-                problems.append(f"{names[0]}: a row shows {shown[0]!r}, its verdict now is "
-                                f"{SUMMARIES[names[0]]['verdict']!r}")
+                found = FINDINGS.loc[names[0]]
+                if found["paper"] and found["paper"] in cells or found["ours"] in cells:  # a findings row
+                    if [found["ours"], found["verdict"], found["finding"]] != cells[-3:]:
+                        problems.append(f"{names[0]}: a findings row shows {cells[-3:]!r}, now it is "
+                                        f"{[found['ours'], found['verdict'], found['finding']]!r}")
+                else:
+                    problems.append(f"{names[0]}: a row shows {shown[0]!r}, its verdict now is "
+                                    f"{SUMMARIES[names[0]]['verdict']!r}")
             continue
         line = cells[0].strip() if cells else ""
         if line.startswith("verdict:") and line.split(":", 1)[1].strip() not in verdicts:
@@ -82,8 +95,25 @@ def stale(nb: dict) -> list[str]:
             current = SUMMARIES[leading.group(1)]["verdict"]
             start = PHRASE.match(current)
             expected = current if complete else (start.group(0) if start else current[:12])
-            if expected not in line:
+            if expected not in line and line != f"{leading.group(1)}: {short_verdict(current)}":
                 problems.append(f"{leading.group(1)}: shows {line!r}, its verdict now is {current!r}")
+    return problems + printed_findings(nb)
+
+
+def printed_findings(nb: dict) -> list[str]:
+    """A printed finding (``recipe: verdict``, then its sentence wrapped and indented) must be the current one."""
+    problems = []
+    for cell in nb["cells"]:
+        if "findings_table" not in "".join(cell.get("source", "")):
+            continue
+        for output in cell.get("outputs", []):
+            text = "".join(output.get("text", ""))
+            for name, verdict, sentence in re.findall(rf"^({ANY}): (.*)\n((?:  .*\n?)+)", text, re.M):
+                now = FINDINGS.loc[name]
+                said = " ".join(line.strip() for line in sentence.splitlines())
+                if (verdict, said) != (now["verdict"], now["finding"]):
+                    problems.append(f"{name}: prints the finding {verdict!r} / {said[:120]!r}..., now it is "
+                                    f"{now['verdict']!r} / {now['finding'][:120]!r}...")
     return problems
 
 

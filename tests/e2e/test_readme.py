@@ -34,3 +34,13 @@ def test_the_diagrams_are_the_codes_own_drawing(tmp_path):
     for path in readme_figures.main(tmp_path):
         committed = ROOT / "notebooks" / "screens" / path.name
         assert Image.open(path).size == Image.open(committed).size, path.name
+
+
+def test_the_findings_table_is_the_recipes_own():
+    """The "What we found" block is what the shipped summaries say now: retrain a recipe without rewriting it
+    (python -m workbench reproduce all) and this fails."""
+    from workbench import experiments as E
+
+    block = README.split(E.FINDINGS_BEGIN + "\n", 1)[1].split("\n" + E.results_page.FINDINGS_END, 1)[0]
+    assert block == E.findings_markdown(E.shipped_summaries())
+    assert block.count("\n| [") == len(E.shipped_summaries())  # one row per shipped recipe

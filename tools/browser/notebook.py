@@ -171,6 +171,8 @@ def _run(page: Any, lab: JupyterLab, path: str, screens: Path, stem: str, deadli
         after = " after the error" if first_error is not None and min(not_run) > first_error + 1 else ""
         report.problems.append(f"cells {not_run} did not run{after}")
 
+    report.problems += figure_problems(cells)
+
     # every widget output rendered; the ones with a control respond to the keyboard
     for c in cells:
         for k, o in enumerate(c["outputs"]):
@@ -190,6 +192,29 @@ def _run(page: Any, lab: JupyterLab, path: str, screens: Path, stem: str, deadli
     lap("widgets")
     _full_screenshot(page, screens / f"{stem}.png", report, notebook)
     lap("screenshot")
+
+
+STRETCH = 1.03  # drawn width (or proportions) beyond this factor of the image's own: a stretched figure
+
+
+def figure_problems(cells: list[dict[str, Any]]) -> list[str]:
+    """Figures that do not read as drawn: an image shown larger than its pixels or out of its proportions
+    (a PNG stretched to the cell's width), and a static figure beside a live widget in one cell (a frozen
+    twin showing another setting than the widget above it)."""
+    problems = []
+    for c in cells:
+        where = f"cell {c['index'] + 1} ({c['head']!r})"
+        for o in c["outputs"]:
+            for img in o.get("images", []):
+                (nw, nh), (dw, dh) = img["natural"], img["drawn"]
+                if dw and dh and (dw > nw * STRETCH or abs((dw / dh) / (nw / nh) - 1) > STRETCH - 1):
+                    problems.append(f"{where}: a {nw}x{nh} px image is drawn stretched to {dw}x{dh} px")
+        live = [o for o in c["outputs"] if o["widget"] and o["rendered"]]
+        frozen = [o for o in c["outputs"]
+                  if not o["widget"] and any(m.startswith("image/") for m in o.get("mimes", []))]
+        if live and frozen:
+            problems.append(f"{where}: a static figure is shown beside a live widget (a frozen twin)")
+    return problems
 
 
 def _wait_idle(page: Any, deadline: Deadline, state: Any, seconds: float, what: str) -> None:

@@ -38,6 +38,15 @@ def write_selftest_notebooks(folder: Path) -> dict[str, Path]:
     broken = v4.new_notebook(metadata=kernel, cells=[
         v4.new_code_cell("import ipywidgets as w\n"
                          "w.VBox([w.IntSlider(value=1, max=3, description='dead'), w.Label('never changes')])"),
+        v4.new_code_cell("import io\n"
+                         "import ipywidgets as w\n"
+                         "from PIL import Image\n"
+                         "buffer = io.BytesIO()\n"
+                         "Image.new('RGB', (60, 40), 'navy').save(buffer, format='png')\n"
+                         "w.Image(value=buffer.getvalue(), layout=w.Layout(width='600px', height='40px'))"),
+        v4.new_code_cell("from IPython.display import Image as Png, display\n"
+                         "display(w.Label('live'))\n"
+                         "display(Png(buffer.getvalue()))"),
         v4.new_code_cell("1 / 0"),
         v4.new_code_cell("print('not reached')"),
     ])

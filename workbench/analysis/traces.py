@@ -61,6 +61,55 @@ def read_trace(task: Task, generated: list[int], answer: int) -> dict[str, objec
             "correct": answered and bool(task.check_answer(text, answer)), "text": text}
 
 
+def _check_regimes(regimes: Sequence[str]) -> None:
+    unknown = [r for r in regimes if r not in REGIMES]
+    if unknown or not regimes:
+        raise ValueError(f"regimes={tuple(regimes)!r} is invalid: each must be one of {REGIMES}")
+
+
+def _prompts(task: Task, n: int, seed: int, split: str):
+    """``n`` of the task's held-out problems: the batch, each prompt's ids, and the examples of each prompt
+    length (a batch decodes prompts of one length together)."""
+    check_int("n", n, 1)
+    batch = task.sample(n, seed=seed, split=split)
+    if batch.prompts is None:
+        raise ValueError(f"task={task!r} gives no prompts to continue (batch.prompts is None)")
+    prompts = [task.tokenizer.encode(p) for p in batch.prompts]
+    by_length: dict[int, list[int]] = {}
+    for i, ids in enumerate(prompts):
+        by_length.setdefault(len(ids), []).append(i)
+    return batch, prompts, by_length
+
+
+def first_decisions(model: GPT, task: Task, regimes: Sequence[str] = ("standard", "soft"), *, n: int = 64,
+                    seed: int = 0, split: str = "val", prefill_passes: int = 1) -> pd.DataFrame:
+    """The first token each regime would write after each prompt, and how far its log-probabilities lie from
+    the first regime's: a trace's first verbosity decision ("answer now" or "write a line") is made here.
+
+    Why: a regime that prefills the prompt as another does (SOFT's prefill is STANDARD's plain pass)
+    makes the same first decision by construction, so it can differ only in what follows; a design
+    whose traces are decided at the first token then cannot separate the two, whatever the models.
+    Columns: ``regime``, ``example``, ``first_token`` (the greedy choice), ``max_logprob_gap`` (the
+    largest absolute difference of the first token's log-probabilities from ``regimes[0]``'s).
+    """
+    _check_regimes(regimes)
+    _, prompts, by_length = _prompts(task, n, seed, split)
+    device = model.readout_weight.device
+    logprobs: dict[str, dict[int, torch.Tensor]] = {r: {} for r in regimes}
+    with eval_mode(model):
+        for regime in regimes:
+            for examples in by_length.values():
+                prompt = torch.tensor([prompts[i] for i in examples], dtype=torch.long, device=device)
+                _, logits = generate(model, prompt, 1, regime=regime, prefill_passes=prefill_passes,
+                                     return_logits=True)
+                for i, row in zip(examples, torch.log_softmax(logits[:, 0].double(), dim=-1).cpu()):
+                    logprobs[regime][i] = row
+    first = logprobs[regimes[0]]
+    return pd.DataFrame([{"regime": r, "example": i, "first_token": int(lp.argmax()),
+                          "max_logprob_gap": float((lp - first[i]).abs().max())}
+                         for r in regimes for i, lp in sorted(logprobs[r].items())])
+
+
 def trace_lengths(model: GPT, task: Task, regimes: Sequence[str] = REGIMES, *, n: int = 64, seed: int = 0,
                   split: str = "val", max_new_tokens: int = 64, prefill_passes: int = 1, temperature: float = 0.0,
                   top_k: int | None = None) -> pd.DataFrame:
@@ -76,23 +125,14 @@ def trace_lengths(model: GPT, task: Task, regimes: Sequence[str] = REGIMES, *, n
     them), ``answered`` (a complete answer line was
     written), ``correct`` (the task's exact check), ``text`` (the continuation up to its answer line).
     """
-    unknown = [r for r in regimes if r not in REGIMES]
-    if unknown or not regimes:
-        raise ValueError(f"regimes={tuple(regimes)!r} is invalid: each must be one of {REGIMES}")
+    _check_regimes(regimes)
     if not callable(getattr(task, "check_answer", None)):
         raise ValueError(f"task={task!r} has no check_answer: trace lengths need a task with exact answers "
                          f"(e.g. arith_cot)")
-    check_int("n", n, 1)
     check_int("max_new_tokens", max_new_tokens, 1)
-    batch = task.sample(n, seed=seed, split=split)
-    if batch.prompts is None:
-        raise ValueError(f"task={task!r} gives no prompts to continue (batch.prompts is None)")
+    batch, prompts, by_length = _prompts(task, n, seed, split)
     device = model.readout_weight.device
     eos = getattr(task, "eos_id", None)  # a task that marks its end lets decoding stop there
-    prompts = [task.tokenizer.encode(p) for p in batch.prompts]
-    by_length: dict[int, list[int]] = {}
-    for i, ids in enumerate(prompts):
-        by_length.setdefault(len(ids), []).append(i)
     rows = []
     with eval_mode(model):
         for regime in regimes:

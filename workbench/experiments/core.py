@@ -65,6 +65,44 @@ class GateResult:
         return f"{self.gate.name} = {self.value:.4g} (needs {self.gate.op} {self.gate.threshold:g})"
 
 
+@dataclass(frozen=True)
+class Finding:
+    """A recipe's result said plainly, for the "What we found" table: our headline number and one sentence a
+    newcomer can read, both computed from the recipe's own ``summary.json`` and ``results.csv``."""
+
+    ours: str
+    sentence: str
+
+
+def failed_gates(summary: Mapping[str, Any]) -> str:
+    """The competence checks a summary failed, in words: what was measured, its value and what was needed."""
+    return "; ".join(f"{g['name']} ({g['quantity']}) was "
+                     f"{'not measured' if g['value'] is None else format(g['value'], '.3g')} where it needs "
+                     f"{g['op']} {g['threshold']:g}" for g in summary.get("gates", ()) if not g["passed"])
+
+
+def lead(summary: Mapping[str, Any]) -> str:
+    """A finding's first words when a competence check failed: which one, so that a number after it is never read
+    as a result ("" when every check passed: the verdict stands beside the sentence)."""
+    verdict = summary["verdict"]
+    if verdict.startswith("not tested") and failed_gates(summary):
+        return f"Not tested: {failed_gates(summary)}, so no verdict is drawn."
+    if verdict.startswith("not tested"):  # the design's own check (every competence check passed)
+        return verdict[0].upper() + verdict[1:] + "."
+    return ""
+
+
+def short_verdict(verdict: str) -> str:
+    """"not tested" for a verdict that is (one gate failed, or every task's part of it is), else the verdict."""
+    untested = verdict.startswith("not tested") or all(": not tested" in part for part in verdict.split(";"))
+    return "not tested" if untested else verdict
+
+
+def default_finding(summary: Mapping[str, Any], results: pd.DataFrame) -> Finding:
+    """What a recipe says when it says nothing of its own: the failed competence check, or its verdict."""
+    return Finding(short_verdict(summary["verdict"]), lead(summary) or f"Verdict: {summary['verdict']}.")
+
+
 @dataclass
 class RunSpec:
     """One trained model of a recipe and the fixed evaluation its recorded metric comes from."""
@@ -120,6 +158,9 @@ class Recipe:
     caveat: str = ""  # what the reader must know to read our number (no numbers here: those are computed)
     kind: str = "paper"  # one of KINDS
     reads: tuple[str, ...] = ()  # recipes whose trained models this one analyses (it may train none of its own)
+    paper: str = ""  # the claim in a few words, with the paper's own number ("" for ours): a citation, not a result
+    # (summary.json, results.csv) -> Finding: our number and one plain sentence, computed (default_finding if None)
+    finding: Callable[[Mapping[str, Any], pd.DataFrame], Finding] | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:

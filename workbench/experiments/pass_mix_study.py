@@ -253,6 +253,7 @@ def analyze_mixes(ctx: Context, setting: Setting) -> Outcome:
 
 CLAIM = ("A 75 % 1-pass / 25 % 2-pass mix diverges when iterated past its training depth (loss rises, residual "
          "oscillates), while 75/22/3 stays flat for 30 and up to 1,000 fused-prefill passes.")
+PAPER = "75/25 diverges past its training depth; 75/22/3 stays flat for 30 and up to 1,000 passes"
 
 
 RULE = (f"Per feedback mix, the rise = each held-out example's mean loss over passes {LATE_PASS}..W minus its pass-2 "

@@ -1,4 +1,5 @@
-"""RESULTS.md, written from every recipe's summary.json: each claim with its gates, interval, seeds, verdict."""
+"""RESULTS.md, written from every recipe's summary.json: each claim with its gates, interval, seeds, verdict;
+and the "What we found" table the README, RESULTS.md and notebooks 00 and 08 open with."""
 
 from __future__ import annotations
 
@@ -7,8 +8,13 @@ import os
 from pathlib import Path
 
 from ..evaluation import MIN_SEEDS
+from ..store import write_bytes_atomic
 from .recipes import RECIPES
+from .results_table import findings_table
 from .store import checkpoints_root
+
+FINDINGS_BEGIN = "<!-- findings: written by python -m workbench reproduce all; do not edit -->"
+FINDINGS_END = "<!-- findings end -->"
 
 
 def _cell(text: str) -> str:
@@ -32,6 +38,38 @@ def _specimen_gates(specimens: list[dict]) -> list[str]:
         rows.append(f"| {_cell(r['gate'])} | {r['gate_condition']} | {r['gate_value']:.3f} | "
                     f"{'pass' if r['gated'] else '**fail**'} | {'-' if exact is None else f'{exact:.3f}'} |")
     return rows
+
+
+def shipped_summaries(root: str | Path | None = None) -> dict[str, dict]:
+    """Every recipe's summary.json under ``root`` (default: the checkpoint root), as written, none retrained."""
+    root = checkpoints_root() if root is None else Path(root)
+    return {name: json.loads((root / name / "summary.json").read_text()) for name in RECIPES
+            if (root / name / "summary.json").is_file()}
+
+
+def findings_markdown(summaries: dict[str, dict]) -> str:
+    """The "What we found" table in Markdown: per recipe the paper's claim, ours, the verdict, one sentence."""
+    rows = ["| recipe | the paper says | we measured | verdict | what it means |", "| --- | --- | --- | --- | --- |"]
+    for r in findings_table(summaries).itertuples():
+        paper = r.paper or f"(ours: {r.kind})"
+        rows.append(f"| [{r.recipe}](RESULTS.md#{r.recipe.replace('_', '-')}) | {_cell(paper)} | {_cell(r.ours)} | "
+                    f"**{_cell(r.verdict)}** | {_cell(r.finding)} |")
+    return "\n".join(rows)
+
+
+def write_readme_findings(readme: str | Path, root: str | Path | None = None) -> str:
+    """Replace the README's findings block (between ``FINDINGS_BEGIN`` and ``FINDINGS_END``) with the table of
+    the summaries under ``root``; everything else in the file is kept. Returns the table."""
+    readme = Path(readme)
+    text = readme.read_text()
+    if text.count(FINDINGS_BEGIN) != 1 or text.count(FINDINGS_END) != 1:
+        raise ValueError(f"readme={str(readme)!r} is invalid: it needs one {FINDINGS_BEGIN!r} line and one "
+                         f"{FINDINGS_END!r} line after it, around the findings table")
+    before, rest = text.split(FINDINGS_BEGIN)
+    table = findings_markdown(shipped_summaries(root))
+    write_bytes_atomic(readme, (before + FINDINGS_BEGIN + "\n" + table + "\n" + FINDINGS_END
+                                + rest.split(FINDINGS_END, 1)[1]).encode())
+    return table
 
 
 def write_results_md(root: str | Path | None = None, path: str | Path | None = None) -> str:
@@ -76,5 +114,5 @@ def write_results_md(root: str | Path | None = None, path: str | Path | None = N
     text = "\n".join(head + ["", f"Training time of all runs as recorded in their metrics (2 CPU cores, shared): "
                              f"{total:.1f} minutes (a run two recipes share counts in each); evaluation and "
                              "analysis come on top.", ""] + sections)
-    path.write_text(text if text.endswith("\n") else text + "\n")
+    write_bytes_atomic(path, (text if text.endswith("\n") else text + "\n").encode())
     return text

@@ -12,6 +12,8 @@ runs compared "at matched compute" spent the same training FLOPs, up to one opti
 - ``load_summaries()``: every recipe's ``summary.json`` through ``experiments.ensure``, and the
   recipes that have no results yet (named, not raised: a new recipe lands before its first run);
 - ``summary_table(summaries)``: one row per recipe, the content of ``RESULTS.md``'s head table;
+- ``findings_table(summaries)``: "What we found": per recipe the paper's claim with its number, ours, the
+  verdict and one plain sentence, each recipe's own ``finding`` computed from what it wrote;
 - ``gates_table(summaries)``: one row per gate of every recipe: what it measures, the value, the
   threshold and whether it passed (a failed gate makes the verdict *not tested*);
 - ``recipe_tables(recipe)``: the tables a recipe wrote, by name (``results``, ``pass_dynamics``, ...);
@@ -33,12 +35,14 @@ import pandas as pd
 from .. import schedules
 from ..train_config import TrainConfig
 from .common import step_flops
+from .core import default_finding, short_verdict
 from .recipes import RECIPES
 from .runner import ensure
 from .store import EVAL_FILE, checkpoints_root, load_results, run_metrics
 
 SUMMARY_COLUMNS = ["recipe", "kind", "claim", "setting", "number", "verdict", "gates_passed", "seeds", "scale"]
 REQUIRED_FIELDS = ("claim", "setting", "number", "verdict", "scale")  # every summary.json has these
+FINDING_COLUMNS = ["recipe", "kind", "paper", "ours", "verdict", "finding"]
 GATE_COLUMNS = ["recipe", "gate", "quantity", "value", "op", "threshold", "passed"]
 EXTRA_TABLES = ("pass_dynamics", "traces", "distances")  # tables some recipes write beside results.csv
 COMPUTE_COLUMNS = ["run", "task", "seed", "schedule", "steps", "flops", "pass_flops", "mean_passes", "flops_per_step",
@@ -97,6 +101,25 @@ def summary_table(summaries: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
                      "gates_passed": f"{sum(bool(g['passed']) for g in gates)} / {len(gates)}" if gates else "",
                      "seeds": len(summary["seeds"]) if "seeds" in summary else float("nan")})
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
+
+
+def findings_table(summaries: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
+    """What we found, one row per recipe: ``paper`` (the claim in a few words with the paper's number; empty for
+    our own questions), ``ours`` (our headline number), ``verdict`` and ``finding`` (one plain sentence).
+
+    ``verdict`` reads "not tested" when every part of it is, and the finding then opens with the competence
+    check that failed. ``ours`` and ``finding`` are computed by the recipe's ``finding`` from its
+    ``summary.json`` and ``results.csv``, so they change when a recipe is retrained, never by hand.
+    """
+    _check_summaries(summaries)
+    rows = []
+    for name, summary in summaries.items():
+        _check_recipe(name)
+        recipe = RECIPES[name]
+        said = (recipe.finding or default_finding)(summary, load_results(name))
+        rows.append({"recipe": name, "kind": summary.get("kind", recipe.kind), "paper": recipe.paper,
+                     "ours": said.ours, "verdict": short_verdict(summary["verdict"]), "finding": said.sentence.strip()})
+    return pd.DataFrame(rows, columns=FINDING_COLUMNS)
 
 
 def gates_table(summaries: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:

@@ -50,9 +50,12 @@ def test_the_check_fails_errors_and_widgets_that_do_not_respond(lab, chromium, b
     print(report.summary())
     problems = "\n".join(report.problems)
     assert "ZeroDivisionError" in problems, problems
-    assert "cells [3] did not run" in problems, problems
+    assert "cells [5] did not run" in problems, problems
     assert "did not change what the widget shows" in problems, problems
-    assert len(report.problems) == 3, problems
+    assert "a 60x40 px image is drawn stretched to 600x40 px" in problems, problems
+    assert "cell 3 ('from IPython.display import Image as Png, display'): a static figure is shown beside a live " \
+           "widget" in problems, problems
+    assert len(report.problems) == 5, problems
     assert (tmp_path / "broken.png").is_file()
 
 

@@ -202,9 +202,9 @@ def test_study_rule_and_arms():
     assert {study.arm_of(r) for r in runs} == {("mechanism", a) for a in study.MECHANISM_ARMS} | {
         (family, a) for family, (arms, _) in study.FAMILY_ARMS.items() for a in arms}
     assert all(r.train.init_from for r in runs if study.arm_of(r)[0] != "mechanism")
-    steps = {study.arm_of(r): r.train.steps for r in study.build(1.0)}  # the duration family: 4x the steps
-    assert steps[("duration", "ft_fixed_point_6000")] == steps[("duration", "ft_mix_6000")] == 4 * steps[
-        ("training", "ft_fixed_point")] == 6000
+    steps = {study.arm_of(r): r.train.steps for r in study.build(1.0)}  # the duration family: 3x the steps
+    assert steps[("duration", "ft_fixed_point_4500")] == steps[("duration", "ft_mix_4500")] == 3 * steps[
+        ("training", "ft_fixed_point")] == 4500
 
 
 # ------------------------------------------------------------------------------------------ figures

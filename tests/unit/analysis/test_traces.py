@@ -16,6 +16,7 @@ from workbench.analysis.traces import (
     TRACE_COLUMNS,
     TRAINING,
     compare_regimes,
+    first_decisions,
     line_distribution,
     paired_hierarchical_difference,
     read_trace,
@@ -233,3 +234,30 @@ def test_arith_cot_end_marker_is_opt_in_and_tight():
     assert (b.targets[torch.arange(64), last - 1] == marked.eos_id).all()
     with pytest.raises(ValueError, match="eos"):
         tasks.get("arith_cot", eos="yes")
+
+
+def test_soft_makes_standards_first_decision_by_construction(model, task):
+    """SOFT prefills the prompt with STANDARD's plain pass, so the first token is STANDARD's to round-off;
+    FUSED prefills with feedback and differs. The check the traces rule reads before any verdict."""
+    first = first_decisions(model, task, ("standard", "soft", "fused"), n=12, seed=3, prefill_passes=2)
+    assert list(first.columns) == ["regime", "example", "first_token", "max_logprob_gap"]
+    by = {r: g.reset_index(drop=True) for r, g in first.groupby("regime")}
+    assert (by["standard"]["max_logprob_gap"] == 0).all()
+    assert by["soft"]["max_logprob_gap"].max() < 1e-9
+    assert (by["soft"]["first_token"] == by["standard"]["first_token"]).all()
+    assert by["fused"]["max_logprob_gap"].max() > 1e-3
+
+
+def test_the_traces_rule_refuses_a_design_that_cannot_separate_the_regimes():
+    from workbench.experiments.recipes import reasoning_traces as recipe
+
+    shorter = {"mean": -2.0, "low": -3.0, "high": -1.0, "seeds": 3}
+    same = {"mean": 0.0, "low": 0.0, "high": 0.0, "seeds": 3}
+    fine = {"mean": 0.0, "low": -0.01, "high": 0.01, "seeds": 3}
+    assert recipe.decide(shorter, fine, first_gap=0.5) == "reproduces"
+    assert recipe.decide(shorter, fine, first_gap=1e-9).startswith(
+        "not tested: the design cannot separate the regimes: SOFT's first decision is STANDARD's")
+    assert recipe.decide(same, fine, first_gap=0.5) == ("not tested: the design cannot separate the regimes: the "
+                                                        "median-length interval has zero width (+0 tokens on every "
+                                                        "resample)")
+    assert recipe.decide({**shorter, "seeds": 2}, fine, first_gap=1e-9).startswith("not tested: seeds = 2")

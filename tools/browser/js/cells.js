@@ -1,5 +1,6 @@
 // (path) -> everything the checks need about each cell: from the model (source, execution count,
-// tags, outputs, errors) and the DOM (whether a widget output rendered, what it shows, its widget kinds).
+// tags, outputs, errors) and the DOM (whether a widget output rendered, what it shows, its widget kinds, and
+// each image's natural and drawn size: a figure drawn larger than it is, or out of its proportions, is stretched).
 const WIDGET_MIME = 'application/vnd.jupyter.widget-view+json';
 // ipywidgets' layout classes: containers and a slider's parts, not kinds of widget
 const LAYOUT = ['container', 'box', 'vbox', 'hbox', 'gridbox', 'inline', 'hslider', 'vslider', 'readout'];
@@ -17,6 +18,10 @@ const LAYOUT = ['container', 'box', 'vbox', 'hbox', 'gridbox', 'inline', 'hslide
               widget: Object.prototype.hasOwnProperty.call(data, WIDGET_MIME),
               rendered: !!(node && node.querySelector('.jupyter-widgets')),
               shown: node ? node.innerText.trim().slice(0, 300) : null,
+              mimes: Object.keys(data),
+              images: node ? [...node.querySelectorAll('img')].filter((img) => img.complete && img.naturalWidth)
+                  .map((img) => ({natural: [img.naturalWidth, img.naturalHeight],
+                                  drawn: [img.clientWidth, img.clientHeight]})) : [],
               kinds: node ? [...new Set([...node.querySelectorAll('[class*="widget-"]')].flatMap(
                   (e) => [...e.classList].filter((c) => /^widget-[a-z]+$/.test(c)).map((c) => c.slice(7))))]
                   .filter((k) => !LAYOUT.includes(k)) : []};

@@ -35,7 +35,7 @@ from ...analysis.probes import answer_correct
 from ...checkpoint import load_checkpoint, load_metrics
 from ...evaluation import hierarchical_difference
 from .. import probe_specimens, text_arms
-from ..core import EVAL_SEED, Context, Gate, Outcome, Recipe, RunSpec
+from ..core import EVAL_SEED, Context, Finding, Gate, Outcome, Recipe, RunSpec, default_finding
 from ..probe_specimens import (
     COMPETENT,
     GATE_CONDITION,
@@ -297,6 +297,30 @@ def analyze(ctx: Context) -> Outcome:
                           "seeds": sorted(int(s) for s in swaps["seed"].unique()) if not swaps.empty else []})
 
 
+def finding(summary: dict, results: pd.DataFrame) -> Finding:
+    """Per verdict, the specimens it covers, with the numbers that decided it: whether the feedback was needed
+    at all, and how many answers a swap of the memory flipped against its same-label control."""
+    swaps = results[results["part"] == "swap"]
+    if swaps.empty:
+        return default_finding(summary, results)
+    said = []
+    for verdict, rows in swaps.groupby("verdict", sort=False):
+        names = ", ".join(f"{r.task} s{int(r.scratch_updates)}" for r in rows.itertuples())
+        if verdict == "not tested: feedback not needed":
+            said.append(f"On {names} the competent specimens answer as well without the memory as with it "
+                        f"(standard {rows['standard_accuracy'].min():.3f}-{rows['standard_accuracy'].max():.3f} vs "
+                        f"one recurrent step {rows['fed_accuracy'].min():.3f}-{rows['fed_accuracy'].max():.3f}), "
+                        "so no edit of the memory could flip an answer: use is not tested there.")
+        else:
+            said.append(f"On {names} ({verdict}) swapping the memory for a mate's of the other label flips "
+                        f"{rows['swap_flip'].min():.3f}-{rows['swap_flip'].max():.3f} of the answers, a same-label "
+                        f"control {rows['control_flip'].min():.3f}-{rows['control_flip'].max():.3f}.")
+    tested = swaps[~swaps["verdict"].str.startswith("not tested")]
+    ours = (f"swap flips {tested['swap_flip'].min():.3f}-{tested['swap_flip'].max():.3f}" if len(tested) else
+            f"not tested on {len(swaps)} of {len(swaps)} specimens")
+    return Finding(ours, " ".join(said))
+
+
 RECIPE = Recipe(
     "causal_use",
     "Ours, beyond the papers: the FBT paper's layer-0 probe (99.6 % / 100 % after one recurrent step, arXiv "
@@ -312,4 +336,4 @@ RECIPE = Recipe(
     chance="the control swap's flip rate (a same-label memory), and the untrained twin's probe accuracy.",
     caveat="The specimens come from one training seed per task, so the intervals resample groups of examples, not "
            "training seeds: a verdict speaks for these specimens, not for FBT training in general.",
-    kind="exploratory", reads=(SPECIMENS, TEXT_SPECIMENS))
+    kind="exploratory", reads=(SPECIMENS, TEXT_SPECIMENS), finding=finding)

@@ -25,7 +25,7 @@ from __future__ import annotations
 from ... import tasks
 from ..common import steps
 from ..core import Context, Outcome, Recipe, RunSpec
-from ..pass_mix_study import CLAIM, MIXES, RULE, SEEDS, Setting, analyze_mixes, gates, mix_runs
+from ..pass_mix_study import CLAIM, MIXES, PAPER, RULE, SEEDS, Setting, analyze_mixes, gates, mix_runs
 
 TEXT = {"seq_len": 512}
 TEXT_UNIGRAM_MARGIN = 0.3  # nats/byte every text model must sit below the unigram loss at its best pass
@@ -85,4 +85,5 @@ RECIPE = Recipe(
     chance="the unigram loss of the held-out bytes.",
     caveat="One seed per mix and a budget far below the paper's: on text the feedback gate is expected to fail at "
            "this size (pass 2 worse than pass 1), and then the verdict is 'not tested'. The test of the claim is "
-           "fbt_pass_mixes_registers, where the feedback is needed.")
+           "fbt_pass_mixes_registers, where the feedback is needed.",
+    paper=PAPER)

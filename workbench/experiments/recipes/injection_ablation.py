@@ -71,4 +71,5 @@ RECIPE = Recipe(
     caveat="The paper measures this on language modelling; on running_sum at this size the arms do not learn, so "
            "the gates read not tested. Not moved to the text specimens of lrt_vs_baseline: the budget of that "
            "issue (about 45 minutes of training on a shared 2-core machine) went to the 3-seed baseline vs "
-           "interleaved comparison, and four injection arms at 3 seeds would cost twice as much again.")
+           "interleaved comparison, and four injection arms at 3 seeds would cost twice as much again.",
+    paper="K/V projection and residual injection are complementary: both beat either alone")

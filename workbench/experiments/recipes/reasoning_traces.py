@@ -21,11 +21,18 @@ from __future__ import annotations
 import pandas as pd
 
 from ... import tasks
-from ...analysis.traces import compare_regimes, line_distribution, summarize_traces, trace_lengths, training_traces
+from ...analysis.traces import (
+    compare_regimes,
+    first_decisions,
+    line_distribution,
+    summarize_traces,
+    trace_lengths,
+    training_traces,
+)
 from ...evaluation import MIN_SEEDS
 from ...schedules import Multipass
 from ..common import FBT_MIX, SMALL_MODEL, config, describe, steps
-from ..core import EVAL_SEED, Context, Gate, Outcome, Recipe, RunSpec
+from ..core import EVAL_SEED, Context, Finding, Gate, Outcome, Recipe, RunSpec, lead
 
 TASK = {"steps": 3, "max_value": 19, "eos": True}  # easier than the default (3 steps, operands <= 99)
 FBT = {**SMALL_MODEL, "mechanism": "fbt"}
@@ -39,6 +46,7 @@ N_EXAMPLES = 200  # held-out questions decoded per run and regime at scale 1
 COMPETENT = 0.8  # held-out STANDARD accuracy every FBT seed needs
 ACCURACY_MARGIN = 0.05  # SOFT may not be worse than STANDARD by more than this (accuracy, absolute)
 GATE = "fbt STANDARD accuracy"
+SEPARABLE = 1e-6  # first-token log-probabilities of SOFT and STANDARD closer than this: the same first decision
 
 
 def build(scale: float) -> list[RunSpec]:
@@ -50,9 +58,14 @@ def build(scale: float) -> list[RunSpec]:
                   for seed in BASELINE_SEEDS]
 
 
-def decide(length: dict[str, float], accuracy: dict[str, float]) -> str:
-    """The decision rule on SOFT - STANDARD intervals (median trace length in tokens, accuracy).
+def decide(length: dict[str, float], accuracy: dict[str, float], first_gap: float = float("inf")) -> str:
+    """The decision rule on SOFT - STANDARD intervals (median trace length in tokens, accuracy), after a check
+    that the design can separate the regimes at all.
 
+    not tested, the design cannot separate the regimes: SOFT's first decision is STANDARD's (the
+    largest gap ``first_gap`` between their first-token log-probabilities, over every seed and
+    problem, is below ``SEPARABLE``: SOFT prefills the prompt as STANDARD does), or the length
+    interval has zero width (every resample gives the same median: the regimes write alike);
     reproduces: the length interval lies below 0 and the accuracy interval's low end is at least
     ``-ACCURACY_MARGIN``; does not reproduce: the length interval does not reach below 0 (SOFT is
     not shorter) or the accuracy interval lies below ``-ACCURACY_MARGIN`` (shorter at a cost);
@@ -60,6 +73,14 @@ def decide(length: dict[str, float], accuracy: dict[str, float]) -> str:
     """
     if length["seeds"] < MIN_SEEDS:
         return f"not tested: seeds = {length['seeds']} (needs >= {MIN_SEEDS})"
+    why = []
+    if first_gap < SEPARABLE:
+        why.append(f"SOFT's first decision is STANDARD's (their first-token log-probabilities differ by at most "
+                   f"{first_gap:.2g})")
+    if length["low"] == length["high"]:
+        why.append(f"the median-length interval has zero width ({length['low']:+g} tokens on every resample)")
+    if why:
+        return "not tested: the design cannot separate the regimes: " + "; ".join(why)
     if accuracy["high"] < -ACCURACY_MARGIN or length["low"] >= 0:
         return "does not reproduce"
     if length["high"] < 0 and accuracy["low"] >= -ACCURACY_MARGIN:
@@ -72,12 +93,14 @@ def analyze(ctx: Context) -> Outcome:
 
     task = tasks.get("arith_cot", **TASK)
     n = max(16, int(N_EXAMPLES * min(1.0, ctx.scale)))
-    frames = []
+    frames, firsts = [], []
     for name, model in ctx.models.items():
         fbt = name.startswith("fbt_")
         frame = trace_lengths(model, task, REGIMES if fbt else ("standard",), n=n, seed=EVAL_SEED,
                               max_new_tokens=task.seq_len, prefill_passes=PREFILL_PASSES)
         frames.append(frame.assign(run=name, arm="fbt" if fbt else "baseline"))
+        if fbt:  # can the regimes differ at all? SOFT's first decision against STANDARD's, on the same problems
+            firsts.append(first_decisions(model, task, ("standard", "soft"), n=n, seed=EVAL_SEED).assign(run=name))
     traces = pd.concat(frames, ignore_index=True)
     traces.to_csv(ctx.out / "traces.csv", index=False)
     fbt = traces[traces["arm"] == "fbt"]
@@ -96,19 +119,51 @@ def analyze(ctx: Context) -> Outcome:
                 "seeds": int(row["seeds"])}
 
     length, accuracy = interval("soft", "median_length"), interval("soft", "accuracy")
+    first = pd.concat(firsts, ignore_index=True)
+    first.to_csv(ctx.out / "first_decisions.csv", index=False)
+    soft_first = first[first["regime"] == "soft"]
+    first_gap = float(soft_first["max_logprob_gap"].max())
+    same_choice = float((soft_first["first_token"].to_numpy()
+                         == first[first["regime"] == "standard"]["first_token"].to_numpy()).mean())
     number = "; ".join([
         describe("median trace soft - standard", length, "tokens"),
         describe("accuracy soft - standard", accuracy, ""),
         describe("median trace fused - standard", interval("fused", "median_length"), "tokens"),
         ", ".join(f"{r} accuracy {rows.loc[(r, 'accuracy'), 'value']:.3f} median "
-                  f"{rows.loc[(r, 'median_length'), 'value']:g} tokens" for r in REGIMES)])
+                  f"{rows.loc[(r, 'median_length'), 'value']:g} tokens" for r in REGIMES),
+        f"SOFT's first token: log-probabilities within {first_gap:.2g} of STANDARD's, the same choice on "
+        f"{same_choice:.3f} of the problems",
+        f"SOFT's accuracy cost (its own finding): {accuracy['mean']:+.3f} [{accuracy['low']:+.3f}, "
+        f"{accuracy['high']:+.3f}]"])
     standard = fbt[fbt["regime"] == "standard"].groupby("run")["correct"].mean()
     keep = ["arm", "run", "regime", "n", "accuracy", "median_length", "answered"]
     answers = task.sample(n, seed=EVAL_SEED, split="val").labels
     chance = float(answers.bincount().max()) / len(answers)
-    return Outcome(table, plot_traces(shown, lines), number, decide(length, accuracy), {GATE: float(standard.min())},
+    return Outcome(table, plot_traces(shown, lines), number, decide(length, accuracy, first_gap),
+                   {GATE: float(standard.min())},
                    chance=f"accuracy {chance:.3f}: always the most frequent held-out answer",
-                   extra={"per_seed": per_seed[keep].to_dict("records")})
+                   extra={"per_seed": per_seed[keep].to_dict("records"), "first_gap": first_gap,
+                          "first_same_choice": same_choice, "soft_accuracy": accuracy})
+
+
+def finding(summary: dict, results: pd.DataFrame) -> Finding:
+    """Each regime's median trace and accuracy against STANDARD's, with the intervals the verdict read."""
+    rows = results.set_index(["regime", "quantity"])
+
+    def change(regime: str, quantity: str, digits: int) -> str:
+        r = rows.loc[(regime, quantity)]
+        return f"{r['diff']:+.{digits}f} [{r['low']:+.{digits}f}, {r['high']:+.{digits}f}]"
+
+    base = {q: rows.loc[("standard", q), "value"] for q in ("median_length", "accuracy")}
+    costs = rows.loc[("soft", "accuracy"), "high"] < 0
+    return Finding(f"median trace {change('soft', 'median_length', 1)} tokens, accuracy "
+                   f"{change('soft', 'accuracy', 3)} (SOFT minus STANDARD)",
+                   lead(summary) + f" Under SOFT the median trace changes by {change('soft', 'median_length', 1)} "
+                   f"tokens from STANDARD's {base['median_length']:g}. A finding of its own: SOFT's accuracy "
+                   f"differs from STANDARD's {base['accuracy']:.3f} by {change('soft', 'accuracy', 3)}"
+                   + (", a cost (the interval lies below 0)" if costs else "")
+                   + f"; FUSED's by {change('fused', 'accuracy', 3)}, with {change('fused', 'median_length', 1)} "
+                   "tokens.")
 
 
 RECIPE = Recipe(
@@ -120,7 +175,10 @@ RECIPE = Recipe(
     f"per regime.",
     build, analyze,
     gates=(Gate(GATE, "worst FBT seed's held-out answer accuracy under STANDARD decoding", ">=", COMPETENT),),
-    rule=f"reproduces when the hierarchical 95 % interval (seeds, then examples, paired) of SOFT minus STANDARD "
+    rule=f"First, whether the design can separate the regimes: not tested when SOFT's first-token log-probabilities "
+         f"lie within {SEPARABLE:g} of STANDARD's on every problem and seed (the same first verbosity decision by "
+         "construction) or the median-length interval has zero width. Then reproduces when the hierarchical 95 % "
+         f"interval (seeds, then examples, paired) of SOFT minus STANDARD "
          f"median trace length lies below 0 and the one of SOFT minus STANDARD accuracy does not reach below "
          f"-{ACCURACY_MARGIN}; does not reproduce when the length interval does not reach below 0 or the accuracy "
          f"interval lies below -{ACCURACY_MARGIN}; inconclusive otherwise; not tested with fewer than {MIN_SEEDS} "
@@ -129,4 +187,5 @@ RECIPE = Recipe(
            f"0..{TASK['max_value']}).",
     caveat="Trace length is tokens before the answer marker. Greedy decoding picks the likeliest verbosity at each "
            "line, so a mix of verbosities in training need not give a mix in decoding: lines.csv and the figure's "
-           "third panel set each regime's lines written beside the training mix.")
+           "third panel set each regime's lines written beside the training mix.",
+    paper="Under SOFT decoding, models write shorter reasoning traces at equal or better accuracy", finding=finding)

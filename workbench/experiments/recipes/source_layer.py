@@ -55,4 +55,5 @@ RECIPE = Recipe(
            "learn cannot rank source layers. Not moved to the text specimens of lrt_vs_baseline: the budget of "
            "that issue (about 45 minutes of training on a shared 2-core machine) went to the 3-seed baseline vs "
            "interleaved comparison, and three source layers at 3 seeds would cost as much again; until then its "
-           "gates read not tested.")
+           "gates read not tested.",
+    paper="An upper-middle source layer beats the final layer as the memory's source")

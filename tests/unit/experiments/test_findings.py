@@ -1,0 +1,66 @@
+"""The "What we found" table: every recipe's finding is computed from what it wrote, says why when a
+competence check failed, and follows the numbers when they change."""
+
+from __future__ import annotations
+
+import copy
+
+import pandas as pd
+import pytest
+
+from workbench import experiments as E
+from workbench.experiments import core
+from workbench.experiments.results_page import FINDINGS_END
+
+SUMMARIES = E.shipped_summaries()
+pytestmark = pytest.mark.skipif(not SUMMARIES, reason="no recipe has been reproduced here")
+
+
+def test_every_shipped_recipe_says_its_finding_in_words():
+    table = E.findings_table(SUMMARIES)
+    assert list(table.columns) == ["recipe", "kind", "paper", "ours", "verdict", "finding"]
+    assert list(table["recipe"]) == list(SUMMARIES)
+    for row in table.itertuples():
+        assert row.ours and row.finding.endswith(".") and "nan" not in row.finding, row.recipe
+        assert bool(row.paper) == (E.RECIPES[row.recipe].kind == "paper"), row.recipe  # ours have no paper number
+        if row.verdict == "not tested":
+            assert row.finding.startswith("Not tested:") or "not tested" in row.finding, row.recipe
+        else:
+            assert "Not tested" not in row.finding, row.recipe
+
+
+def test_a_failed_competence_check_leads_the_sentence_with_its_value():
+    summary = {"verdict": "not tested: x learned = 0.02 (needs >= 0.1)", "gates": [
+        {"name": "x learned", "quantity": "exact accuracy above chance", "value": 0.0213, "op": ">=",
+         "threshold": 0.1, "passed": False},
+        {"name": "y learned", "quantity": "the same", "value": 0.5, "op": ">=", "threshold": 0.1, "passed": True}]}
+    said = core.default_finding(summary, pd.DataFrame())
+    assert said.ours == "not tested"
+    assert said.sentence == ("Not tested: x learned (exact accuracy above chance) was 0.0213 where it needs >= 0.1, "
+                             "so no verdict is drawn.")
+    assert core.short_verdict("a: not tested: feedback not needed; b: not tested: no gated specimen") == "not tested"
+    assert core.short_verdict("a: not tested: feedback not needed; b: uses") != "not tested"
+
+
+@pytest.mark.parametrize("recipe", [r for r in ("lrt_memory_sanity", "reasoning_traces", "schedules")
+                                    if r in SUMMARIES])
+def test_a_finding_follows_the_numbers(recipe):
+    """No number in a finding is typed: change the recorded results and the sentence changes with them."""
+    results = E.load_results(recipe)
+    before = E.RECIPES[recipe].finding(SUMMARIES[recipe], results)
+    changed = results.copy()
+    numeric = changed.select_dtypes("number").columns
+    changed[numeric] = changed[numeric] * 0.5 + 0.125
+    after = E.RECIPES[recipe].finding(copy.deepcopy(SUMMARIES[recipe]), changed)
+    assert after.ours != before.ours and after.sentence != before.sentence
+
+
+def test_the_readme_block_is_rewritten_in_place_and_nothing_else(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# title\n\nabove\n{E.FINDINGS_BEGIN}\nold table\n{FINDINGS_END}\nbelow\n")
+    table = E.write_readme_findings(readme)
+    assert readme.read_text() == f"# title\n\nabove\n{E.FINDINGS_BEGIN}\n{table}\n{FINDINGS_END}\nbelow\n"
+    readme.write_text("# no markers\n")
+    with pytest.raises(ValueError, match="readme=.*needs one"):
+        E.write_readme_findings(readme)
+    assert readme.read_text() == "# no markers\n"
