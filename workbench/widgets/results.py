@@ -3,6 +3,8 @@
 - ``trace_explorer(traces, prompts, answers)``: a regime menu and an example slider over
   ``analysis.trace_lengths`` output: the generated trace, its length, whether it is right, and the
   example's length under every regime against the regimes' medians (``plots.trace_example``);
+- ``recipe_record(name, summary)``: one recipe's record folded under its verdict, for a teaching notebook
+  that needs the verdict in sight and the rest one click away;
 - ``recipe_explorer(summaries, tables)``: a recipe menu over ``experiments``' results: the claim,
   the decision rule, the gates, our number and the verdict from ``summary.json``, the results table
   and the recipe's figure (``experiments.experiment_figure``).
@@ -19,6 +21,7 @@ from typing import Any
 
 import ipywidgets as widgets
 import pandas as pd
+from IPython.display import HTML
 from matplotlib.figure import Figure
 
 from .. import experiments, plots
@@ -82,6 +85,24 @@ def trace_explorer(traces: pd.DataFrame, prompts: Sequence[str] | None = None,
 
 
 # ---------------------------------------------------------------------------------------------- recipes
+def recipe_record(name: str, summary: Mapping[str, Any]) -> HTML:
+    """A recipe's verdict in sight, its claim, setting, decision rule, our number and competence checks folded
+    under it (an HTML ``<details>``): a teaching notebook shows what it teaches, not the whole record, and a
+    reader who wants the record opens it (notebook 08 and RESULTS.md show every record in full)."""
+    missing = [f for f in SUMMARY_FIELDS if f not in summary]
+    if missing:
+        raise ValueError(f"summary lacks {missing}: pass what experiments.ensure({name!r}) returns")
+    rows = "".join(f"<tr><th style='text-align:left'>{key}</th><td style='text-align:left'>"
+                   f"{html.escape(str(summary[key]))}</td></tr>" for key in ("claim", "setting", "rule", "number")
+                   if key in summary)
+    gates = gates_table({name: summary})
+    checks = "" if gates.empty else ("<p>competence checks (all must pass before a verdict):</p>" + gates.drop(
+        columns="recipe").to_html(index=False, float_format=format_number, border=0))
+    return HTML(f"<table><tr><td><b>{html.escape(name)}</b></td><td>{html.escape(str(summary['verdict']))}</td></tr>"
+                f"</table><details><summary>the record: claim, setting, decision rule, our number, competence "
+                f"checks</summary><table>{rows}</table>{checks}</details>")
+
+
 def recipe_explorer(summaries: Mapping[str, Mapping[str, Any]], tables: Mapping[str, Mapping[str, pd.DataFrame]],
                     max_rows: int = 12) -> Explorer:
     """One recipe at a time: its claim, setting, our number and verdict, its results table and figure.

@@ -206,3 +206,17 @@ def test_recipe_explorer_switches_recipe(root):
         widgets.recipe_explorer(summaries, {})
     with pytest.raises(ValueError, match="verdict"):
         widgets.recipe_explorer({"x": {"claim": "c"}}, {"x": {"results": ARMS}})
+
+
+def test_a_recipe_record_shows_its_verdict_and_folds_the_rest():
+    summary = {**SUMMARY, "rule": "reproduces when <0", "gates": [
+        {"name": "learned", "quantity": "accuracy above chance", "value": 0.3, "op": ">=", "threshold": 0.1,
+         "passed": True}]}
+    record = widgets.recipe_record("tiny_recipe", summary).data
+    shown, folded = record.split("<details>", 1)
+    assert "<b>tiny_recipe</b></td><td>inconclusive</td>" in shown and "LRT beats" not in shown
+    for text in ("LRT beats the baseline.", "tiny", "reproduces when &lt;0", "LRT - baseline: +0.01", "learned",
+                 "accuracy above chance"):
+        assert text in folded, text
+    with pytest.raises(ValueError, match=r"summary lacks \['verdict'\]"):
+        widgets.recipe_record("tiny_recipe", {k: v for k, v in SUMMARY.items() if k != "verdict"})
