@@ -237,6 +237,10 @@ def test_schedule_explorer_follows_its_sliders(lrt_model, idx):
     assert "<b>interleaved(S=3)</b>" in explorer.summary.value and "<td>4</td><td>16</td><td>2x</td>" in \
         explorer.summary.value
     assert "interleaved(S=3)" in [t.get_text() for t in explorer.figure.axes[1].get_legend().get_texts()]
+    before = explorer.image.value
+    explorer.controls["block"].value = 2
+    assert "<b>blockwise(B=2)</b>" in explorer.summary.value and explorer.image.value != before
+    assert "blockwise(B=2)" in [t.get_text() for t in explorer.figure.axes[1].get_legend().get_texts()]
     assert all(c.max == T and c.continuous_update is False for c in explorer.controls.values())
     no_targets = widgets.schedule_explorer(lrt_model, idx[:1, :3], floor=2.5)
     assert "<th>loss</th>" not in no_targets.summary.value and "unigram loss" not in no_targets.summary.value
