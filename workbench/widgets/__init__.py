@@ -13,5 +13,5 @@ from .lrt import kv_cache_explorer, lrt_run_explorer, schedule_explorer
 from .results import recipe_explorer, recipe_record, trace_explorer
 
 __all__ = ["Explorer", "contraction_explorer", "probe_explorer", "token_stepper", "probe_compute", "regime_explorer",
-           "recipe_explorer", "recipe_record", "trace_explorer", "intervention_explorer", "kv_cache_explorer", "lrt_run_explorer",
-           "schedule_explorer", "LiveLossPlot", "pass_window_explorer", "with_static_twin"]
+           "recipe_explorer", "recipe_record", "trace_explorer", "intervention_explorer", "kv_cache_explorer",
+           "lrt_run_explorer", "schedule_explorer", "LiveLossPlot", "pass_window_explorer", "with_static_twin"]
