@@ -129,7 +129,7 @@ def recipe_explorer(summaries: Mapping[str, Mapping[str, Any]], tables: Mapping[
         gate_html = "" if gates.empty else "gates (all must pass before a verdict):" + gates.drop(
             columns="recipe").to_html(index=False, float_format=format_number, border=0)
         note = (" — a gate failed, so the claim was not tested and no other verdict is drawn"
-                if str(s["verdict"]).startswith("not tested") else "")
+                if not gates.empty and not gates["passed"].all() else "")
         rule = f"decision rule: {html.escape(str(s['rule']))}<br>" if "rule" in s else ""
         summary = (f"<b>{html.escape(recipe)}</b>: verdict <b>{html.escape(str(s['verdict']))}</b>{note}<br>"
                    f"claim: {html.escape(str(s['claim']))}<br>setting: {html.escape(str(s['setting']))}<br>"
