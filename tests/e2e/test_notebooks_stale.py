@@ -104,7 +104,7 @@ def printed_findings(nb: dict) -> list[str]:
     """A printed finding (``recipe: verdict``, then its sentence wrapped and indented) must be the current one."""
     problems = []
     for cell in nb["cells"]:
-        if "findings_table" not in "".join(cell.get("source", "")):
+        if not re.search(r"findings_(table|text)", "".join(cell.get("source", ""))):
             continue
         for output in cell.get("outputs", []):
             text = "".join(output.get("text", ""))

@@ -27,7 +27,14 @@ from .common import (
 from .core import EVAL_SEED, Context, Finding, Gate, GateResult, Outcome, Recipe, RunSpec, apply_gates
 from .figures import experiment_figure
 from .recipes import RECIPES
-from .results_page import FINDINGS_BEGIN, findings_markdown, shipped_summaries, write_readme_findings, write_results_md
+from .results_page import (
+                     FINDINGS_BEGIN,
+                     findings_markdown,
+                     findings_text,
+                     shipped_summaries,
+                     write_readme_findings,
+                     write_results_md,
+)
 from .results_table import findings_table
 from .runner import ensure, list_recipes, reproduce, smoke_scale
 from .runs import evaluate_run, reference_metrics, train_run
@@ -39,4 +46,4 @@ __all__ = ["EVAL_FILE", "EVAL_SEED", "EXACT", "FBT_MIX", "FBT_MODEL", "FULL_ENV"
            "experiment_figure",
            "list_recipes", "load_results", "load_run", "matched_steps", "reference_metrics", "reproduce",
            "run_history", "run_metrics", "shipped_summaries", "smoke_scale", "train_run", "write_results_md",
-           "FINDINGS_BEGIN", "Finding", "findings_markdown", "findings_table", "write_readme_findings"]
+           "FINDINGS_BEGIN", "Finding", "findings_markdown", "findings_text", "findings_table", "write_readme_findings"]

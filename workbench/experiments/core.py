@@ -84,9 +84,9 @@ def failed_gates(summary: Mapping[str, Any]) -> str:
 def lead(summary: Mapping[str, Any]) -> str:
     """A finding's first words when a competence check failed: which one, so that a number after it is never read
     as a result ("" when every check passed: the verdict stands beside the sentence)."""
-    verdict = summary["verdict"]
-    if verdict.startswith("not tested") and failed_gates(summary):
-        return f"Not tested: {failed_gates(summary)}, so no verdict is drawn."
+    verdict, failed = summary["verdict"], failed_gates(summary)
+    if verdict.startswith("not tested") and failed:
+        return f"Not tested: {failed}, so no verdict is drawn."
     if verdict.startswith("not tested"):  # the design's own check (every competence check passed)
         return verdict[0].upper() + verdict[1:] + "."
     return ""

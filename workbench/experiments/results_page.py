@@ -1,11 +1,14 @@
 """RESULTS.md, written from every recipe's summary.json: each claim with its gates, interval, seeds, verdict;
-and the "What we found" table the README, RESULTS.md and notebooks 00 and 08 open with."""
+and the "What we found" table in the forms the README (Markdown) and the notebooks (plain text) show."""
 
 from __future__ import annotations
 
 import json
 import os
+import textwrap
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from ..evaluation import MIN_SEEDS
 from ..store import write_bytes_atomic
@@ -47,14 +50,22 @@ def shipped_summaries(root: str | Path | None = None) -> dict[str, dict]:
             if (root / name / "summary.json").is_file()}
 
 
-def findings_markdown(summaries: dict[str, dict]) -> str:
+def findings_markdown(summaries: dict[str, dict], root: str | Path | None = None) -> str:
     """The "What we found" table in Markdown: per recipe the paper's claim, ours, the verdict, one sentence."""
     rows = ["| recipe | the paper says | we measured | verdict | what it means |", "| --- | --- | --- | --- | --- |"]
-    for r in findings_table(summaries).itertuples():
+    for r in findings_table(summaries, root).itertuples():
         paper = r.paper or f"(ours: {r.kind})"
         rows.append(f"| [{r.recipe}](RESULTS.md#{r.recipe.replace('_', '-')}) | {_cell(paper)} | {_cell(r.ours)} | "
                     f"**{_cell(r.verdict)}** | {_cell(r.finding)} |")
     return "\n".join(rows)
+
+
+def findings_text(summaries: Mapping[str, Mapping[str, Any]], width: int = 110) -> str:
+    """The findings of ``summaries`` as a notebook prints them: ``recipe: verdict``, then the sentence wrapped
+    and indented under it, broken at spaces only (so the lines joined by spaces give the sentence back)."""
+    return "\n".join(f"{r.recipe}: {r.verdict}\n" + textwrap.fill(r.finding, width, initial_indent="  ",
+                                                                   subsequent_indent="  ", break_on_hyphens=False)
+                     for r in findings_table(summaries).itertuples())
 
 
 def write_readme_findings(readme: str | Path, root: str | Path | None = None) -> str:
@@ -66,7 +77,7 @@ def write_readme_findings(readme: str | Path, root: str | Path | None = None) ->
         raise ValueError(f"readme={str(readme)!r} is invalid: it needs one {FINDINGS_BEGIN!r} line and one "
                          f"{FINDINGS_END!r} line after it, around the findings table")
     before, rest = text.split(FINDINGS_BEGIN)
-    table = findings_markdown(shipped_summaries(root))
+    table = findings_markdown(shipped_summaries(root), root)
     write_bytes_atomic(readme, (before + FINDINGS_BEGIN + "\n" + table + "\n" + FINDINGS_END
                                 + rest.split(FINDINGS_END, 1)[1]).encode())
     return table

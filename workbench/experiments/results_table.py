@@ -27,6 +27,7 @@ runs compared "at matched compute" spent the same training FLOPs, up to one opti
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -103,20 +104,22 @@ def summary_table(summaries: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 
 
-def findings_table(summaries: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
+def findings_table(summaries: Mapping[str, Mapping[str, Any]], root: str | Path | None = None) -> pd.DataFrame:
     """What we found, one row per recipe: ``paper`` (the claim in a few words with the paper's number; empty for
     our own questions), ``ours`` (our headline number), ``verdict`` and ``finding`` (one plain sentence).
 
     ``verdict`` reads "not tested" when every part of it is, and the finding then opens with the competence
     check that failed. ``ours`` and ``finding`` are computed by the recipe's ``finding`` from its
-    ``summary.json`` and ``results.csv``, so they change when a recipe is retrained, never by hand.
+    ``summary.json`` and ``results.csv`` (under ``root``, default the checkpoint root: where the summaries
+    were read), so they change when a recipe is retrained, never by hand.
     """
+    root = checkpoints_root() if root is None else Path(root)
     _check_summaries(summaries)
     rows = []
     for name, summary in summaries.items():
         _check_recipe(name)
         recipe = RECIPES[name]
-        said = (recipe.finding or default_finding)(summary, load_results(name))
+        said = (recipe.finding or default_finding)(summary, pd.read_csv(root / name / "results.csv"))
         rows.append({"recipe": name, "kind": summary.get("kind", recipe.kind), "paper": recipe.paper,
                      "ours": said.ours, "verdict": short_verdict(summary["verdict"]), "finding": said.sentence.strip()})
     return pd.DataFrame(rows, columns=FINDING_COLUMNS)

@@ -64,3 +64,24 @@ def test_the_readme_block_is_rewritten_in_place_and_nothing_else(tmp_path):
     with pytest.raises(ValueError, match="readme=.*needs one"):
         E.write_readme_findings(readme)
     assert readme.read_text() == "# no markers\n"
+
+
+@pytest.mark.skipif("lrt_memory_sanity" not in SUMMARIES, reason="lrt_memory_sanity has not been reproduced here")
+def test_findings_are_read_from_the_root_the_summaries_came_from(tmp_path):
+    """A checkpoints folder elsewhere (reproduce --out) is read whole: its results.csv, not the repository's."""
+    name = "lrt_memory_sanity"
+    (tmp_path / name).mkdir()
+    (tmp_path / name / "summary.json").write_text((E.checkpoints_root() / name / "summary.json").read_text())
+    results = E.load_results(name).assign(value=0.5)
+    results.to_csv(tmp_path / name / "results.csv", index=False)
+    here, there = E.findings_table({name: SUMMARIES[name]}), E.findings_table(E.shipped_summaries(tmp_path), tmp_path)
+    assert there.loc[0, "ours"].startswith("exact accuracy 0.500") and here.loc[0, "ours"] != there.loc[0, "ours"]
+
+
+def test_findings_text_prints_each_verdict_over_its_wrapped_sentence():
+    text = E.findings_text(SUMMARIES, width=60)
+    table = E.findings_table(SUMMARIES)
+    blocks = text.split("\n" + table.loc[1, "recipe"] + ": ")[0].splitlines()
+    assert blocks[0] == f"{table.loc[0, 'recipe']}: {table.loc[0, 'verdict']}"
+    assert all(line.startswith("  ") and len(line) <= 60 for line in blocks[1:])
+    assert " ".join(line.strip() for line in blocks[1:]) == table.loc[0, "finding"]
