@@ -33,7 +33,12 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 SUMMARIES = {p.parent.name: json.loads(p.read_text()) for p in sorted((ROOT / "checkpoints").glob("*/summary.json"))}
 PHRASE = re.compile(r"does not reproduce|reproduces|inconclusive|not tested|mixed|does not use")
 NAMES = sorted(SUMMARIES, key=len, reverse=True)
-FINDINGS = findings_table(SUMMARIES).set_index("recipe") if SUMMARIES else None
+TABLE = findings_table(SUMMARIES) if SUMMARIES else None
+FINDINGS = TABLE[TABLE["kind"] != "extension"].set_index("recipe") if SUMMARIES else None
+# the rule applied beyond a paper's claim: rows of their own, keyed by recipe and what the claim is extended to
+EXTENSIONS = ({(r.recipe, r.paper): r for r in TABLE[TABLE["kind"] == "extension"].itertuples()} if SUMMARIES
+              else {})
+EXTENDED = re.compile(r"^(\S+) \[(beyond the claim: .*?)\]: (.*)\n((?:  .*\n?)+)", re.M)
 RECIPE = re.compile(r"(?<![\w])(" + "|".join(map(re.escape, NAMES)) + r")(?![\w])")
 
 
@@ -67,6 +72,13 @@ def stale(nb: dict) -> list[str]:
     for cells, complete in rows(nb):
         if len(cells) > 1:  # a table row: a cell that is a recipe's name, and a cell that is a verdict
             names = [c for c in cells if c in SUMMARIES]
+            beyond = [c for c in cells if c.startswith("beyond the claim: ")]
+            if len(names) == 1 and beyond:  # an extension's findings row
+                now = EXTENSIONS.get((names[0], beyond[0]))
+                if now is None or [now.ours, now.verdict, now.finding] != cells[-3:]:
+                    problems.append(f"{names[0]}: an extension row shows {cells[-3:]!r}, now it is "
+                                    f"{None if now is None else [now.ours, now.verdict, now.finding]!r}")
+                continue
             shown = [c for c in cells if PHRASE.match(c)]
             if len(names) == 1 and shown and SUMMARIES[names[0]]["verdict"] not in shown:
                 found = FINDINGS.loc[names[0]]
@@ -91,6 +103,8 @@ def stale(nb: dict) -> list[str]:
             if said != now:
                 problems.append(f"lists {sorted(said)} as {phrase!r}; now {sorted(now)} are")
         leading = LEADING.match(line)  # a line (or a plain-text table row) about one recipe, with a verdict
+        if leading and line[leading.end() - 1:].startswith("[beyond the claim: "):
+            continue  # an extension's printed finding: checked with the findings below
         if leading and PHRASE.search(line[leading.end():]):
             current = SUMMARIES[leading.group(1)]["verdict"]
             start = PHRASE.match(current)
@@ -114,6 +128,12 @@ def printed_findings(nb: dict) -> list[str]:
                 if (verdict, said) != (now["verdict"], now["finding"]):
                     problems.append(f"{name}: prints the finding {verdict!r} / {said[:120]!r}..., now it is "
                                     f"{now['verdict']!r} / {now['finding'][:120]!r}...")
+            for name, beyond, verdict, sentence in EXTENDED.findall(text):
+                now = EXTENSIONS.get((name, beyond))
+                said = " ".join(line.strip() for line in sentence.splitlines())
+                if now is None or (verdict, said) != (now.verdict, now.finding):
+                    problems.append(f"{name} [{beyond}]: prints {verdict!r} / {said[:120]!r}..., now it is "
+                                    f"{None if now is None else (now.verdict, now.finding[:120])!r}")
     return problems
 
 
@@ -144,3 +164,19 @@ def test_a_stale_verdict_is_caught():
             f"<table><tr><td>{name}</td><td>paper</td><td>not tested: an old gate</td></tr></table>"]}}]}]}
     problems = stale(nb)
     assert len(problems) == 3, problems
+
+
+def test_a_stale_extension_is_caught():
+    """An extension row or printed extension that no longer matches its recipe's is stale, like a verdict."""
+    if not EXTENSIONS:
+        pytest.skip("no shipped recipe reports an extension")
+    (name, beyond), now = next(iter(EXTENSIONS.items()))
+    nb = {"cells": [{"cell_type": "code", "source": "print(findings_text(...))", "outputs": [
+        {"output_type": "stream", "text": [f"{name} [{beyond}]: an old verdict\n", "  an old sentence.\n"]},
+        {"output_type": "execute_result", "data": {"text/html": [
+            f"<table><tr><td>{name}</td><td>{beyond}</td><td>{now.ours}</td><td>an old verdict</td>"
+            f"<td>{now.finding}</td></tr></table>"]}}]}]}
+    assert len(stale(nb)) == 2, stale(nb)
+    current = {"cells": [{"cell_type": "code", "source": "print(findings_text(...))", "outputs": [
+        {"output_type": "stream", "text": [f"{name} [{beyond}]: {now.verdict}\n", f"  {now.finding}\n"]}]}]}
+    assert stale(current) == []

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from workbench import tasks
+from workbench.analysis.probes import PROBE_CS, fit_probe, probe_features
 from workbench.evaluation import per_example_metrics
 from workbench.experiments import checkpoints_root, load_run
 from workbench.experiments.recipes import layer0_probes as recipe
@@ -84,3 +85,29 @@ def test_text_model_gate_holds_on_a_fresh_sample():
         assert margin >= recipe.TEXT_GATE.threshold - TEXT_MARGIN
     else:
         assert margin < recipe.TEXT_GATE.threshold + TEXT_MARGIN
+
+
+PROBE_FRESH_N = 400  # 100 examples held out per fold: a 0.95 accuracy has a standard error of ~0.011
+OUTCOMES = [(o["task"], o["arm"], o["scratch_updates"]) for o in _summary().get("outcomes", [])
+            if o["arm"] == "fbt"] if SUMMARY.is_file() else []
+
+
+@pytest.mark.parametrize("task,arm,scratch", OUTCOMES)
+def test_rule_a_outcome_holds_on_a_fresh_sample(task, arm, scratch):
+    """Each FBT specimen's layer-0 suffix1 probe (L2 strength by nested CV) re-read on examples no probe saw:
+    one recorded as lifting still clears the claim's bar within the sampling margin, one recorded as failing
+    still sits below the failing bar, one in between stays between."""
+    torch.set_num_threads(1)
+    recorded = next(o for o in _summary()["outcomes"]
+                    if (o["task"], o["arm"], o["scratch_updates"]) == (task, arm, scratch))
+    model = load_run(recipe.RECIPE.name, recipe.run_name(task, arm))
+    batch = recipe.probe_task(task, scratch).sample(PROBE_FRESH_N, FRESH_SEED, "val")
+    features = probe_features(model, batch, "suffix1")[0].numpy()
+    value = fit_probe(features, batch.labels.numpy(), batch.groups.numpy(), C=PROBE_CS)["accuracy"]
+    message = f"{task} s{scratch}: fresh {value:.3f}, recorded {recorded['accuracy']:.3f} ({recorded['outcome']})"
+    if recorded["outcome"] == "lifts":
+        assert value >= recipe.LIFT - MARGIN, message
+    elif recorded["outcome"] == "fails":
+        assert value < recipe.FAILS + MARGIN, message
+    else:
+        assert recipe.FAILS - MARGIN <= value < recipe.LIFT + MARGIN, message

@@ -8,6 +8,7 @@ from .contraction import jacobian_norm, jacobian_power_iteration, memory_traject
 from .interventions import Intervention, feedback_hooks, intervention_effects
 from .probes import (
     DEFAULT_CONDITIONS,
+    PROBE_CS,
     condition_features,
     fit_probe,
     fold_assignment,
@@ -15,6 +16,7 @@ from .probes import (
     probe_features,
     probe_layers,
     random_init_model,
+    regularisation_path,
 )
 from .traces import (
     compare_regimes,
@@ -25,9 +27,9 @@ from .traces import (
     training_traces,
 )
 
-__all__ = ["DEFAULT_CONDITIONS", "ActivationCache", "Intervention", "condition_features", "feedback_hooks", "fit_probe",
-           "fold_assignment", "intervention_effects",
-           "jacobian_norm", "jacobian_power_iteration", "memory_trajectory", "parse_condition", "pass_dynamics",
-           "probe_features", "probe_layers", "random_init_model", "run_with_cache", "sensitivity",
-           "summarize_traces", "trace_lengths", "compare_regimes", "line_distribution", "training_traces",
-           "first_decisions"]
+__all__ = ["DEFAULT_CONDITIONS", "PROBE_CS", "ActivationCache", "Intervention", "compare_regimes",
+           "condition_features", "feedback_hooks", "first_decisions", "fit_probe", "fold_assignment",
+           "intervention_effects", "jacobian_norm", "jacobian_power_iteration", "line_distribution",
+           "memory_trajectory", "parse_condition", "pass_dynamics", "probe_features", "probe_layers",
+           "random_init_model", "regularisation_path", "run_with_cache", "sensitivity", "summarize_traces",
+           "trace_lengths", "training_traces"]

@@ -26,7 +26,8 @@ run with its own record reproduces it bit for bit, under every schedule.
 - ``intervention_effects``: one call, a tidy DataFrame of the answer's logit difference and flip
   rate per position and intervention;
 - ``label_swap``: the decodability-vs-use experiment on a probe task's batch (swap the memory read
-  at the label position with a group mate's of the other label, against a same-label control);
+  at the label position, or the whole memory stream, with a group mate's of the other label or another
+  context's, against same-label controls);
   ``example_logits``: one example's answer logits under each edit;
 - ``ablation_by_distance``: the loss change at t when the memory read d positions back is ablated.
 """
@@ -257,26 +258,32 @@ def edit_function(intervention: Intervention, where: torch.Tensor, record: SiteR
     return edit
 
 
-def _where(B: int, T: int, positions: torch.Tensor | int, reads: torch.Tensor) -> torch.Tensor:
-    """(B, T) bool: one position per row (``positions`` int or (B,)) that also reads memory."""
+def _where(B: int, T: int, positions: torch.Tensor | int | None, reads: torch.Tensor) -> torch.Tensor:
+    """(B, T) bool: one position per row (``positions`` int or (B,)) that also reads memory; every position that
+    reads memory for ``positions=None`` (the whole memory stream)."""
+    if positions is None:
+        return reads.clone()
     chosen = torch.zeros(B, T, dtype=torch.bool, device=reads.device)
     chosen[torch.arange(B), torch.as_tensor(positions, device=reads.device).expand(B)] = True
     return chosen & reads
 
 
-def intervene(model: GPT, idx: torch.Tensor, intervention: Intervention, positions: int | torch.Tensor,
+def intervene(model: GPT, idx: torch.Tensor, intervention: Intervention, positions: int | torch.Tensor | None,
               site: str = "memory", clean: SiteRecord | None = None, **run: Any) -> torch.Tensor:
-    """Logits (B, T, V) of ``idx`` with ``site`` edited at ``positions`` (int, or one per row (B,)).
+    """Logits (B, T, V) of ``idx`` with ``site`` edited at ``positions`` (int, or one per row (B,)), or at every
+    position that reads memory (``None``: the whole memory stream, in every forward that reads it).
 
     ``clean``: this run's own record (``record_site``), reused for ``mean`` and row patches when given.
     Positions that read no memory are left alone, whatever the site.
     """
     check_tokens(model.config.vocab_size, idx)
     B, T = idx.shape
-    positions = torch.as_tensor(positions)
-    if positions.ndim > 1 or (positions.ndim == 1 and len(positions) != B) or bool(
-            (positions < 0).any() | (positions >= T).any()):
-        raise ValueError(f"positions={positions.tolist()!r} is invalid: must be an int or ({B},) ints in [0, {T - 1}]")
+    if positions is not None:
+        positions = torch.as_tensor(positions)
+        if positions.ndim > 1 or (positions.ndim == 1 and len(positions) != B) or bool(
+                (positions < 0).any() | (positions >= T).any()):
+            raise ValueError(f"positions={positions.tolist()!r} is invalid: must be None (every position that reads "
+                             f"memory), an int or ({B},) ints in [0, {T - 1}]")
     source, rows = intervention.source, intervention.rows
     if source is not None and (source.ndim != 2 or source.shape[1] != T or (rows is None and len(source) != B)):
         raise ValueError(f"source must be ({B}, {T}) tokens like idx (or (B', {T}) with rows), "
@@ -314,7 +321,8 @@ def intervention_effects(model: GPT, idx: torch.Tensor, positions: int | Sequenc
                          site: str = "memory", per_example: bool = False, **run: Any) -> pd.DataFrame:
     """How each intervention at each position moves the answer: one call, a tidy DataFrame.
 
-    ``positions``: where to intervene (each on its own run); ``answers`` (B,): the answer token read
+    ``positions``: where to intervene (each on its own run; ``None``: the whole memory stream at once, reported
+    as position -1, with ``answer_positions`` given); ``answers`` (B,): the answer token read
     at ``answer_positions`` (int or (B,); default the intervened position itself, whose prediction
     reads the edited memory first); ``foils`` (B,): the wrong answer to compare with (default: the
     best other token). ``interventions``: names -> ``Intervention``, or kind names (``"zero"``,
@@ -330,11 +338,12 @@ def intervention_effects(model: GPT, idx: torch.Tensor, positions: int | Sequenc
         else dict(interventions)
     if not named:
         raise ValueError("interventions must name at least one intervention")
-    wanted = [positions] if isinstance(positions, (int, np.integer)) else list(positions)
+    wanted = [positions] if positions is None or isinstance(positions, (int, np.integer)) else list(positions)
     if not wanted:
         raise ValueError("positions must name at least one position")
     for p in wanted:
-        check_int("positions", p, 0, T - 1)
+        if p is not None:
+            check_int("positions", p, 0, T - 1)
     for name, tokens in (("answers", answers), ("foils", foils)):
         if tokens is not None and tuple(tokens.shape) != (B,):
             raise ValueError(f"{name} must have shape ({B},), got {tuple(tokens.shape)}")
@@ -342,6 +351,8 @@ def intervention_effects(model: GPT, idx: torch.Tensor, positions: int | Sequenc
     rows = torch.arange(B)
     frames = []
     for p in wanted:
+        if p is None and answer_positions is None:
+            raise ValueError("answer_positions is required with positions=None (the whole memory stream)")
         at = torch.as_tensor(p if answer_positions is None else answer_positions).expand(B)
         if bool((at < 0).any() | (at >= T).any()):
             raise ValueError(f"answer_positions must lie in [0, {T - 1}]")
@@ -350,10 +361,10 @@ def intervention_effects(model: GPT, idx: torch.Tensor, positions: int | Sequenc
             logits = intervene(model, idx, intervention, p, site, clean, **run)
             after, now = _answer_numbers(logits[rows, at], answers, foils)
             frames.append(pd.DataFrame({
-                "example": np.arange(B), "site": site, "position": p, "intervention": name,
+                "example": np.arange(B), "site": site, "position": -1 if p is None else p, "intervention": name,
                 "answer_position": at.numpy(), "logit_diff_clean": before, "logit_diff": after,
                 "logit_diff_change": after - before, "flipped": now != predicted,
-                "reads_memory": clean.reads[rows, p].cpu().numpy()}))
+                "reads_memory": (clean.reads.any(1) if p is None else clean.reads[rows, p]).cpu().numpy()}))
     frame = pd.concat(frames, ignore_index=True)
     return frame if per_example else summarize_effects(frame)
 
@@ -404,6 +415,32 @@ def mate_rows(batch: Batch, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.from_numpy(swap), torch.from_numpy(control)
 
 
+def cross_rows(batch: Batch, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """For every example, a **cross-context** swap row (an example of another group with the other label) and
+    its control (another group's example with the same label), both at the same label position, random among
+    ties, seeded: the swap changes the context along with the label, so an answer that follows it follows the
+    label the memory carries, not a detail of the context."""
+    if batch.labels is None or batch.label_positions is None:
+        raise ValueError("batch must have labels and label_positions (a probe task's batch)")
+    rng = np.random.default_rng(seed)
+    labels, groups = batch.labels.cpu().numpy(), batch.groups.cpu().numpy()
+    positions = batch.label_positions.cpu().numpy()
+    pairs = []
+    for i in range(len(labels)):
+        elsewhere = (groups != groups[i]) & (positions == positions[i])
+        other = np.flatnonzero(elsewhere & (labels != labels[i]))
+        same = np.flatnonzero(elsewhere & (labels == labels[i]))
+        if len(other) == 0 or len(same) == 0:
+            raise ValueError(f"example {i} has no example of another group with each label at its label position")
+        pairs.append((rng.choice(other), rng.choice(same)))
+    cross, control = zip(*pairs)
+    return torch.tensor(cross, dtype=torch.long), torch.tensor(control, dtype=torch.long)
+
+
+SWAP_KINDS = ("swap", "control", "cross", "cross_control", "mean", "zero")
+SPANS = ("site", "stream")
+
+
 def label_tokens(batch: Batch) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The answer token of every example (its target at the label position) and, for a binary task,
     the foil (the other label's answer token)."""
@@ -418,23 +455,32 @@ def label_tokens(batch: Batch) -> tuple[torch.Tensor, torch.Tensor | None]:
 
 
 def label_swap(model: GPT, batch: Batch, site: str = "memory", seed: int = 0,
-               kinds: Sequence[str] = ("swap", "control", "mean", "zero"), batch_size: int = 256) -> pd.DataFrame:
-    """Decodability vs use on one probe batch: edit the memory read at each example's label position
-    and see whether its answer follows.
+               kinds: Sequence[str] = ("swap", "control", "mean", "zero"), batch_size: int = 256, *,
+               schedule: schedules.Schedule | None = None, span: str = "site") -> pd.DataFrame:
+    """Decodability vs use on one probe batch: edit the memory and see whether the answer follows.
 
-    The run is the probe's ``suffix1`` condition (a plain prefill up to the label position, which then
-    reads the previous position's memory: ``regime="soft"``, ``prompt_len`` = the label position).
-    ``swap``: the group mate of the other label's memory (``mate_rows``); ``control``: a same-label
-    example's; ``mean``: the batch mean; ``zero``. Per example rows of ``intervention_effects`` plus
-    ``group`` and ``label``; the answer is the label's first token against the other label's.
+    The run is the probe's ``suffix1`` condition by default (a plain prefill up to the label position, which
+    then reads the previous position's memory: ``regime="soft"``, ``prompt_len`` = the label position), or
+    ``schedule`` (e.g. ``Multipass(2)``, the regime a specimen trained in) on each example up to its label
+    position. ``span``: ``"site"`` edits the memory read at the label position; ``"stream"`` every memory read
+    of the run (in every forward that reads), a larger edit with more power. Kinds: ``swap``: the group mate
+    of the other label's (``mate_rows``); ``control``: a same-label example's; ``cross`` / ``cross_control``:
+    another group's example of the other / the same label (``cross_rows``); ``mean``: the batch mean;
+    ``zero``. Per example rows of ``intervention_effects`` plus ``group``, ``label`` and ``span``; the answer
+    is the label's first token against the other label's.
     """
     if batch.label_positions is None or batch.labels is None:
         raise ValueError("batch must have labels and label_positions (a probe task's batch)")
-    unknown = sorted(set(kinds) - {"swap", "control", "mean", "zero"})
+    unknown = sorted(set(kinds) - set(SWAP_KINDS))
     if unknown or not kinds:
-        raise ValueError(f"kinds={tuple(kinds)!r} is invalid: each must be one of ('swap', 'control', 'mean', 'zero')")
+        raise ValueError(f"kinds={tuple(kinds)!r} is invalid: each must be one of {SWAP_KINDS}")
+    if span not in SPANS:
+        raise ValueError(f"span={span!r} is invalid: must be one of {SPANS}")
     check_int("batch_size", batch_size, 1)
-    swap, control = mate_rows(batch, seed)
+    pairs = {"swap": None, "control": None, "cross": None, "cross_control": None}
+    pairs["swap"], pairs["control"] = mate_rows(batch, seed)
+    if {"cross", "cross_control"} & set(kinds):
+        pairs["cross"], pairs["cross_control"] = cross_rows(batch, seed)
     answers, foils = label_tokens(batch)
     frames = []
     positions = batch.label_positions.cpu()
@@ -443,17 +489,18 @@ def label_swap(model: GPT, batch: Batch, site: str = "memory", seed: int = 0,
         idx = batch.tokens[rows, : p + 1].to(model.readout_weight.device)
         local = torch.full((len(batch),), -1, dtype=torch.long)
         local[rows] = torch.arange(len(rows))
-        named = {"swap": Intervention("patch", rows=local[swap[rows]]),
-                 "control": Intervention("patch", rows=local[control[rows]]),
-                 "mean": Intervention("mean"), "zero": Intervention("zero")}
-        frame = intervention_effects(model, idx, p, answers[rows], {k: named[k] for k in kinds},
-                                     foils=None if foils is None else foils[rows], site=site, per_example=True,
-                                     regime="soft", prompt_len=p)
+        named = {k: Intervention("patch", rows=local[pairs[k][rows]]) for k in pairs if pairs[k] is not None}
+        named.update(mean=Intervention("mean"), zero=Intervention("zero"))
+        run = dict(regime="soft", prompt_len=p) if schedule is None else dict(schedule=schedule)
+        frame = intervention_effects(model, idx, p if span == "site" else None, answers[rows],
+                                     {k: named[k] for k in kinds}, foils=None if foils is None else foils[rows],
+                                     answer_positions=p, site=site, per_example=True, **run)
         frame["example"] = rows.numpy()[frame["example"].to_numpy()]
         frames.append(frame)
     frame = pd.concat(frames, ignore_index=True).sort_values(["intervention", "example"], kind="stable")
     frame["group"] = batch.groups.cpu().numpy()[frame["example"].to_numpy()]
     frame["label"] = batch.labels.cpu().numpy()[frame["example"].to_numpy()]
+    frame["span"] = span
     return frame.reset_index(drop=True)
 
 

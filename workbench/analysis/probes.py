@@ -284,20 +284,57 @@ def _baseline(y_train: np.ndarray, y_test: np.ndarray, kind: str) -> float:
     return float(np.mean(y_test == values[np.argmax(counts)]))
 
 
+PROBE_CS = (0.01, 0.1, 1.0, 10.0)  # inverse L2 strengths nested cross-validation chooses from (a log grid)
+
+
+def _check_strengths(C: float | Sequence[float]) -> tuple[float, ...]:
+    """``C`` as a tuple of candidate strengths: one fixed value, or >= 2 for nested cross-validation."""
+    candidates = (C,) if isinstance(C, (int, float, np.floating)) and not isinstance(C, bool) else tuple(C)
+    if not candidates or not all(isinstance(c, (int, float, np.floating)) and not isinstance(c, bool)
+                                 and np.isfinite(c) and c > 0 for c in candidates):
+        fail("C", C, "must be > 0 and finite, or a sequence of such candidates (nested cross-validation picks one)")
+    return tuple(float(c) for c in candidates)
+
+
+def _choose_C(x: np.ndarray, y: np.ndarray, groups: np.ndarray, candidates: tuple[float, ...], inner_folds: int,
+              max_iter: int) -> float:
+    """The candidate strength with the best mean held-out accuracy over grouped inner folds of one outer
+    training set (each inner fold scaled on its own training rows); ties go to the strongest penalty."""
+    from sklearn.preprocessing import StandardScaler
+
+    inner = fold_assignment(groups, min(inner_folds, len(np.unique(groups))))
+    scores = np.zeros(len(candidates))
+    for f in np.unique(inner):
+        train, test = inner != f, inner == f
+        scaler = StandardScaler().fit(x[train])
+        x_train, x_test = scaler.transform(x[train]), scaler.transform(x[test])
+        for i, c in enumerate(candidates):
+            scores[i] += _fit_score(x_train, y[train], x_test, y[test], "classification", c, 1.0, max_iter)[0]
+    return candidates[int(np.flatnonzero(scores >= scores.max() - 1e-12)[0])]  # candidates ascend: smallest C
+
+
 def fit_probe(features: np.ndarray | torch.Tensor, labels: np.ndarray | torch.Tensor,
               groups: np.ndarray | torch.Tensor, *, kind: str = "classification",
-              control_labels: np.ndarray | torch.Tensor | None = None, folds: int = 4, C: float = 0.1,
+              control_labels: np.ndarray | torch.Tensor | None = None, folds: int = 4,
+              C: float | Sequence[float] = 0.1, fold_C: Sequence[float] | None = None, inner_folds: int = 3,
               alpha: float = 1.0, max_iter: int = 500) -> dict[str, float | int | list[float]]:
     """Grouped cross-validated linear probe of ``labels`` (n,) from ``features`` (n, D).
 
     Each fold standardises with its training rows only (no test statistics leak into the probe) and
-    fits the probe — and the control probe on ``control_labels``, on the same scaled features. Returns
-    the mean and the spread (sample std over folds) of the held-out score, the per-fold scores, the
-    trivial baseline, and the control score and selectivity (NaN without ``control_labels``); keys as
-    in ``probe_layers`` (``accuracy``... for classification, ``r2``... for regression). ``C`` is the
-    inverse L2 strength of the logistic probe — 0.1 by default, strong enough that a probe as wide as
-    the model cannot memorise ~1,000 training examples (Hewitt & Liang: selective probes are
-    regularised ones) and converges in a few dozen L-BFGS steps; ``alpha`` is the ridge strength.
+    fits the probe — and the control probe on ``control_labels``, on the same scaled features and at
+    the same strength. Returns the mean and the spread (sample std over folds) of the held-out score,
+    the per-fold scores, the trivial baseline, and the control score and selectivity (NaN without
+    ``control_labels``); keys as in ``probe_layers`` (``accuracy``... for classification, ``r2``... for
+    regression).
+
+    ``C`` is the inverse L2 strength of the logistic probe: one value (0.1 by default: a probe as wide
+    as the model cannot memorise ~1,000 training examples, Hewitt & Liang), or a sequence of candidates
+    (e.g. ``PROBE_CS``), from which **nested** grouped cross-validation picks one per outer fold using
+    ``inner_folds`` folds of that fold's training groups only, so the held-out score never saw the
+    choice. ``fold_C`` instead fixes one strength per outer fold, as another probe chose them (the
+    untrained twin probed at the trained probe's strengths). The strengths used are returned as
+    ``fold_C``, and ``C`` is the one chosen most often (the smaller on a tie). ``alpha`` is the ridge
+    strength (regression).
     """
     from sklearn.preprocessing import StandardScaler
 
@@ -315,36 +352,75 @@ def fit_probe(features: np.ndarray | torch.Tensor, labels: np.ndarray | torch.Te
     control = None if control_labels is None else np.asarray(control_labels)
     if control is not None and control.shape != y.shape:
         raise ValueError(f"control_labels must have shape {y.shape}, got {control.shape}")
-    if not C > 0:
-        fail("C", C, "must be > 0")
+    candidates = tuple(sorted(_check_strengths(C)))
     if not alpha > 0:
         fail("alpha", alpha, "must be > 0")
     check_int("max_iter", max_iter, 1)
+    check_int("inner_folds", inner_folds, 2)
+    if fold_C is not None:
+        if len(candidates) > 1:
+            raise ValueError("give either candidate strengths C=(...) to choose from or fold_C=[...] to use, not both")
+        if len(fold_C) != folds:
+            fail("fold_C", fold_C, f"must give one strength per outer fold (folds={folds})")
+        _check_strengths(tuple(fold_C))
+    groups = np.asarray(groups)
     fold = fold_assignment(groups, folds)
-    scores, control_scores, baselines = [], [], []
+    scores, control_scores, baselines, used = [], [], [], []
     held_out = np.zeros(len(y), dtype=bool)
     # One BLAS thread: on (n x D) ~ 1,200 x 128 problems, threads cost more in synchronisation than
     # they save, and on a busy machine they stall every L-BFGS step (measured: 35x slower on 2 shared cores).
     with threadpool_limits(limits=1, user_api="blas"):
         for f in range(folds):
             train, test = fold != f, fold == f
+            if fold_C is not None:
+                c = float(fold_C[f])
+            elif len(candidates) > 1 and kind == "classification":
+                c = _choose_C(x[train], y[train], groups[train], candidates, inner_folds, max_iter)
+            else:
+                c = candidates[0]
+            used.append(c)
             scaler = StandardScaler().fit(x[train])
             x_train, x_test = scaler.transform(x[train]), scaler.transform(x[test])
-            score, hits = _fit_score(x_train, y[train], x_test, y[test], kind, C, alpha, max_iter)
+            score, hits = _fit_score(x_train, y[train], x_test, y[test], kind, c, alpha, max_iter)
             scores.append(score)
             if hits is not None:
                 held_out[test] = hits
             baselines.append(_baseline(y[train], y[test], kind))
             if control is not None:
-                control_scores.append(_fit_score(x_train, control[train], x_test, control[test], kind, C, alpha,
+                control_scores.append(_fit_score(x_train, control[train], x_test, control[test], kind, c, alpha,
                                                  max_iter)[0])
     score_name, std_name, control_name, baseline_name = _METRICS[kind]
     score = float(np.mean(scores))
     control_score = float(np.mean(control_scores)) if control_scores else float("nan")
+    values, counts = np.unique(used, return_counts=True)
     return {score_name: score, std_name: float(np.std(scores, ddof=1)), control_name: control_score,
             "selectivity": score - control_score, baseline_name: float(np.mean(baselines)),
-            "fold_scores": scores, "n": len(y), "folds": folds,
-            "held_out": held_out if kind == "classification" else None}
+            "fold_scores": scores, "n": len(y), "folds": folds, "C": float(values[np.argmax(counts)]),
+            "fold_C": used, "held_out": held_out if kind == "classification" else None}
+
+
+def regularisation_path(features: np.ndarray | torch.Tensor, labels: np.ndarray | torch.Tensor,
+                        groups: np.ndarray | torch.Tensor, Cs: Sequence[float] = PROBE_CS, *,
+                        control_labels: np.ndarray | torch.Tensor | None = None, folds: int = 4,
+                        max_iter: int = 500, seed: int = 0) -> pd.DataFrame:
+    """The probe's held-out accuracy at each fixed L2 strength: one row per ``C`` with ``accuracy``,
+    ``accuracy_low`` / ``accuracy_high`` (group bootstrap), ``control_accuracy``, ``selectivity`` and
+    ``plausible``: the strengths cross-validation cannot tell from the best (their interval holds the best
+    strength's accuracy). A verdict that reads a probe should not flip among the plausible strengths: if it
+    does, it is a property of the penalty, not of the representation."""
+    strengths = sorted(_check_strengths(tuple(Cs)))
+    rows = []
+    for c in strengths:
+        result = fit_probe(features, labels, groups, control_labels=control_labels, folds=folds, C=c,
+                           max_iter=max_iter)
+        interval = group_interval(result["held_out"], groups, seed=seed)
+        rows.append({"C": c, "accuracy": result["accuracy"], "accuracy_low": interval["low"],
+                     "accuracy_high": interval["high"], "control_accuracy": result["control_accuracy"],
+                     "selectivity": result["selectivity"]})
+    path = pd.DataFrame(rows)
+    best = path["accuracy"].max()
+    path["plausible"] = (path["accuracy_low"] <= best) & (best <= path["accuracy_high"])
+    return path
 
 
 def group_interval(values: np.ndarray | Sequence[float], groups: np.ndarray | torch.Tensor | Sequence[int],
@@ -448,8 +524,8 @@ def random_init_model(model: GPT, seed: int = 0) -> GPT:
 def probe_layers(model: GPT, task_or_batch: Task | Batch, conditions: Sequence[str] = DEFAULT_CONDITIONS, *,
                  n: int | None = None, seed: int = 0, split: str = "val", kind: str = "classification",
                  labels: np.ndarray | torch.Tensor | None = None, control: bool | int = True,
-                 random_baseline: bool = True, folds: int = 4, C: float = 0.1, alpha: float = 1.0,
-                 max_iter: int = 500, batch_size: int = 1024) -> pd.DataFrame:
+                 random_baseline: bool = True, folds: int = 4, C: float | Sequence[float] = 0.1,
+                 alpha: float = 1.0, max_iter: int = 500, batch_size: int = 1024) -> pd.DataFrame:
     """Probe a task's label at every depth under every prefill condition: one tidy row per
     (model, condition, layer).
 
@@ -467,7 +543,10 @@ def probe_layers(model: GPT, task_or_batch: Task | Batch, conditions: Sequence[s
     ``accuracy_low``/``accuracy_high`` (95 % group-bootstrap interval of the held-out accuracy,
     ``group_interval``) and, with ``random_baseline``, the selectivity against the untrained twin on
     the trained rows: ``twin_accuracy``, ``twin_selectivity`` (accuracy - twin accuracy, paired by
-    example) with ``twin_low``/``twin_high`` (NaN on the twin's own rows).
+    example) with ``twin_low``/``twin_high`` (NaN on the twin's own rows). ``C``: one inverse L2
+    strength, or candidates (e.g. ``PROBE_CS``) for nested grouped cross-validation (``fit_probe``); the
+    ``C`` column (classification) gives the strength used, and the twin and the control task are probed at the trained
+    probe's strengths, fold by fold (a weaker penalty lifts them too).
     """
     _check_kind(kind)
     if not conditions:
@@ -491,22 +570,25 @@ def probe_layers(model: GPT, task_or_batch: Task | Batch, conditions: Sequence[s
     control_target = _control_target(batch, control, target, kind, seed)
     groups = batch.groups.cpu().numpy()
     fold_assignment(groups, folds)  # fail on bad folds before any forward
+    _check_strengths(C)
     models = [("trained", model)] + ([("random init", random_init_model(model, seed))] if random_baseline else [])
     fits = {}
     for model_name, m in models:
         feats = condition_features(m, batch, conditions, batch_size=batch_size)
         for condition in conditions:
             for layer, x in enumerate(feats[condition]):
+                # the twin is probed at the strengths the trained probe chose, fold by fold
+                chosen = fits["trained", condition, layer]["fold_C"] if model_name == "random init" else None
                 fits[model_name, condition, layer] = fit_probe(
-                    x.numpy(), target, groups, kind=kind, control_labels=control_target, folds=folds, C=C,
-                    alpha=alpha, max_iter=max_iter)
+                    x.numpy(), target, groups, kind=kind, control_labels=control_target, folds=folds,
+                    C=C if chosen is None else 1.0, fold_C=chosen, alpha=alpha, max_iter=max_iter)
     rows = []
     for (model_name, condition, layer), result in fits.items():
         row = {"model": model_name, "task": task_name, "condition": condition, "layer": layer, "n": len(batch),
                **{k: result[k] for k in (*_METRICS[kind], "selectivity")}}
         if kind == "classification":
             interval = group_interval(result["held_out"], groups, seed=seed)
-            row.update(accuracy_low=interval["low"], accuracy_high=interval["high"])
+            row.update(C=result["C"], accuracy_low=interval["low"], accuracy_high=interval["high"])
             twin = fits.get(("random init", condition, layer)) if model_name == "trained" else None
             if twin is not None:
                 diff = group_interval(result["held_out"], groups, twin["held_out"], seed=seed)
@@ -517,7 +599,7 @@ def probe_layers(model: GPT, task_or_batch: Task | Batch, conditions: Sequence[s
     columns = ["model", "task", "condition", "layer", "n", score_name, std_name, control_name, "selectivity",
                baseline_name]
     if kind == "classification":
-        columns += ["accuracy_low", "accuracy_high"]
+        columns += ["C", "accuracy_low", "accuracy_high"]
         columns += ["twin_accuracy", "twin_selectivity", "twin_low", "twin_high"] if random_baseline else []
     return pd.DataFrame(rows, columns=columns)
 

@@ -66,6 +66,16 @@ class GateResult:
 
 
 @dataclass(frozen=True)
+class Extension:
+    """A recipe's rule applied beyond the paper's claim (another task, arm or setting): its own row, worded as an
+    extension ("the claim extends to ..."), never the recipe's verdict."""
+
+    name: str  # what the claim is extended to, e.g. "multi_register (FBT)"
+    verdict: str
+    number: str  # the numbers the verdict reads, in words
+
+
+@dataclass(frozen=True)
 class Finding:
     """A recipe's result said plainly, for the "What we found" table: our headline number and one sentence a
     newcomer can read, both computed from the recipe's own ``summary.json`` and ``results.csv``."""
@@ -143,6 +153,7 @@ class Outcome:
     gate_values: dict[str, float] = field(default_factory=dict)  # Gate.name -> measured value
     chance: str = ""  # the chance floor / unigram line, as measured, in words
     extra: dict[str, Any] = field(default_factory=dict)  # anything else summary.json should keep
+    extensions: list[Extension] = field(default_factory=list)  # the rule beyond the claim, each its own row
 
 
 @dataclass

@@ -43,6 +43,15 @@ def _specimen_gates(specimens: list[dict]) -> list[str]:
     return rows
 
 
+def _extensions(extensions: list[dict]) -> list[str]:
+    """The rule applied beyond the paper's claim: one row per extension, apart from the verdict."""
+    if not extensions:
+        return []
+    return (["", "Extensions (the same rule beyond the paper's claim; they never change the verdict):", "",
+             "| extension | verdict | numbers |", "| --- | --- | --- |"]
+            + [f"| {_cell(e['name'])} | {_cell(e['verdict'])} | {_cell(e['number'])} |" for e in extensions] + [""])
+
+
 def shipped_summaries(root: str | Path | None = None) -> dict[str, dict]:
     """Every recipe's summary.json under ``root`` (default: the checkpoint root), as written, none retrained."""
     root = checkpoints_root() if root is None else Path(root)
@@ -61,10 +70,12 @@ def findings_markdown(summaries: dict[str, dict], root: str | Path | None = None
 
 
 def findings_text(summaries: Mapping[str, Mapping[str, Any]], width: int = 110) -> str:
-    """The findings of ``summaries`` as a notebook prints them: ``recipe: verdict``, then the sentence wrapped
-    and indented under it, broken at spaces only (so the lines joined by spaces give the sentence back)."""
-    return "\n".join(f"{r.recipe}: {r.verdict}\n" + textwrap.fill(r.finding, width, initial_indent="  ",
-                                                                   subsequent_indent="  ", break_on_hyphens=False)
+    """The findings of ``summaries`` as a notebook prints them: ``recipe: verdict`` (an extension row:
+    ``recipe [beyond the claim: ...]: verdict``), then the sentence wrapped and indented under it, broken at
+    spaces only (so the lines joined by spaces give the sentence back)."""
+    return "\n".join(f"{r.recipe}{f' [{r.paper}]' if r.kind == 'extension' else ''}: {r.verdict}\n"
+                     + textwrap.fill(r.finding, width, initial_indent="  ", subsequent_indent="  ",
+                                     break_on_hyphens=False)
                      for r in findings_table(summaries).itertuples())
 
 
@@ -119,6 +130,7 @@ def write_results_md(root: str | Path | None = None, path: str | Path | None = N
         sections += _specimen_gates(s.get("specimens", []))
         sections += ["", f"- **Our number**: {s['number']}", f"- **Seeds**: {s.get('seeds', [])}",
                      f"- **Verdict**: **{s['verdict']}**", f"- **Training minutes**: {minutes:.1f}"]
+        sections += _extensions(s.get("extensions", []))
         if recipe.caveat:
             sections.append(f"- **Reading it**: {recipe.caveat}")
         sections += ["", f"![{name}]({rel}/{name}/results.png)", ""]

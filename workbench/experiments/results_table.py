@@ -109,9 +109,10 @@ def findings_table(summaries: Mapping[str, Mapping[str, Any]], root: str | Path 
     our own questions), ``ours`` (our headline number), ``verdict`` and ``finding`` (one plain sentence).
 
     ``verdict`` reads "not tested" when every part of it is, and the finding then opens with the competence
-    check that failed. ``ours`` and ``finding`` are computed by the recipe's ``finding`` from its
-    ``summary.json`` and ``results.csv`` (under ``root``, default the checkpoint root: where the summaries
-    were read), so they change when a recipe is retrained, never by hand.
+    check that failed. A recipe that applies its rule beyond the paper's claim adds one row per extension
+    (``kind = "extension"``) under its own: never its verdict. ``ours`` and ``finding`` are computed by the
+    recipe's ``finding`` from its ``summary.json`` and ``results.csv`` (under ``root``, default the checkpoint
+    root: where the summaries were read), so they change when a recipe is retrained, never by hand.
     """
     root = checkpoints_root() if root is None else Path(root)
     _check_summaries(summaries)
@@ -122,6 +123,10 @@ def findings_table(summaries: Mapping[str, Mapping[str, Any]], root: str | Path 
         said = (recipe.finding or default_finding)(summary, pd.read_csv(root / name / "results.csv"))
         rows.append({"recipe": name, "kind": summary.get("kind", recipe.kind), "paper": recipe.paper,
                      "ours": said.ours, "verdict": short_verdict(summary["verdict"]), "finding": said.sentence.strip()})
+        rows += [{"recipe": name, "kind": "extension", "paper": f"beyond the claim: {e['name']}", "ours": e["number"],
+                  "verdict": short_verdict(e["verdict"]),
+                  "finding": f"The rule applied beyond the paper's claim, to {e['name']}: {e['verdict']}."}
+                 for e in summary.get("extensions", [])]
     return pd.DataFrame(rows, columns=FINDING_COLUMNS)
 
 

@@ -6,6 +6,7 @@ side by side is ``pool``; bringing old saved runs up to date without retraining 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -89,6 +90,7 @@ def reproduce(name: str, root: str | Path | None = None, scale: float = 1.0, for
         "seeds": sorted({spec.train.seed for spec in runs.values()}), "scale": scale,
         "train_minutes": train_seconds / 60, **wall,
         "seconds": time.perf_counter() - started, "runs": sorted(runs),
+        **({"extensions": [dataclasses.asdict(e) for e in outcome.extensions]} if outcome.extensions else {}),
         **outcome.extra}))
     return outcome
 

@@ -6,7 +6,7 @@ built without ``pyplot`` (nothing to close, nothing shown twice). Styling is sea
 One module per subject; every figure is also a name of this package (``wb.plots.loss_curves``):
 
 - ``probes``: ``probe_heatmap``, ``probe_profile``, ``layer0_comparison``, ``accuracy_vs_scratch``,
-  ``specimen_gates``;
+  ``specimen_gates``, ``regularisation_paths``;
 - ``training``: ``loss_curves``, ``loss_vs_flops``, ``pass_losses`` and the ``LossFigure`` callback;
 - ``schedules``: ``schedule_distance``, ``jacobi_settling``, ``regime_losses``;
 - ``mechanisms``: ``lrt_mechanism``, ``kv_cache_step``, ``token_steps``;
@@ -32,7 +32,15 @@ from .dynamics import (
 )
 from .interventions import INTERVENTION_COLORS, ablation_distance, answer_logits, swap_flips
 from .mechanisms import kv_cache_step, lrt_mechanism, token_steps
-from .probes import BOUNDED, accuracy_vs_scratch, layer0_comparison, probe_heatmap, probe_profile, specimen_gates
+from .probes import (
+    BOUNDED,
+    accuracy_vs_scratch,
+    layer0_comparison,
+    probe_heatmap,
+    probe_profile,
+    regularisation_paths,
+    specimen_gates,
+)
 from .schedules import jacobi_settling, knob_symbol, regime_losses, schedule_distance
 from .traces import trace_example, trace_lengths
 from .training import CURVE_AXES, LOSS_AXES, LossFigure, loss_curves, loss_vs_flops, pass_losses
@@ -43,8 +51,8 @@ __all__ = [
     "contraction_curves", "fixed_point_accuracy", "fixed_point_readability", "jacobi_settling", "knob_symbol",
     "kv_cache_step", "layer0_comparison", "lens_by_pass", "loss_curves", "loss_vs_flops", "lrt_mechanism",
     "lyapunov_curves", "new_figure", "pass_losses", "probe_heatmap", "probe_profile", "regime_losses",
-    "schedule_distance", "sensitivity_decay", "specimen_gates", "swap_flips", "token_steps", "trace_example",
-    "trace_lengths",
+    "regularisation_paths", "schedule_distance", "sensitivity_decay", "specimen_gates", "swap_flips", "token_steps",
+    "trace_example", "trace_lengths",
 ]
 
 __getattr__ = moved_attributes(__name__, {

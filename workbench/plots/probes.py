@@ -4,7 +4,8 @@
 - ``probe_profile``: accuracy against depth for each condition, with control and majority lines;
 - ``layer0_comparison``: the headline bar chart: accuracy at depth 0 per condition;
 - ``accuracy_vs_scratch``: accuracy at depth 0 against the distance the label must travel;
-- ``specimen_gates``: each probing specimen's answer accuracy against its competence gate.
+- ``specimen_gates``: each probing specimen's answer accuracy against its competence gate;
+- ``regularisation_paths``: a probe's held-out accuracy against its L2 strength, per specimen.
 """
 
 from __future__ import annotations
@@ -206,3 +207,33 @@ def specimen_gates(df: pd.DataFrame, threshold: float) -> Figure:
     axes[0].legend(fontsize=7, loc="lower left")
     return fig
 
+
+
+def regularisation_paths(df: pd.DataFrame, threshold: float | None = None) -> Figure:
+    """A probe's held-out accuracy against its inverse L2 strength ``C`` (log axis), one line per ``specimen``,
+    one panel per ``task``; filled markers are the strengths cross-validation cannot tell from the best
+    (``plausible``), open ones those it can; a ``model`` column draws the untrained twin dashed. A verdict
+    read off one strength holds only if it stays put across the filled markers; ``threshold`` (e.g. the
+    accuracy a claim needs) is drawn dotted."""
+    require_columns(df, ["task", "specimen", "C", "accuracy", "plausible"], "regularisation_paths")
+    tasks = in_order(df["task"])
+    fig, axes = new_figure(len(tasks), panel=(3.6, 3.2))
+    specimens = in_order(df["specimen"])
+    colors = dict(zip(specimens, sns.color_palette("deep", n_colors=len(specimens))))
+    for ax, task in zip(axes, tasks):
+        sub = df[df["task"] == task]
+        for (specimen, model), rows in sub.groupby(["specimen", sub.get("model", "trained")], sort=False):
+            rows = rows.sort_values("C")
+            twin = model != "trained"
+            ax.plot(rows["C"], rows["accuracy"], color=colors[specimen], ls="--" if twin else "-", lw=1.2,
+                    label=f"{specimen} (untrained twin)" if twin else str(specimen))
+            for plausible, face in ((True, colors[specimen]), (False, "none")):
+                at = rows[rows["plausible"] == plausible]
+                ax.scatter(at["C"], at["accuracy"], s=22, zorder=3, facecolors=face, edgecolors=colors[specimen])
+        if threshold is not None:
+            ax.axhline(threshold, color="grey", ls=":", lw=1.2, label=f"claim needs {threshold:g}")
+        ax.set_xscale("log")
+        ax.set(title=str(task), xlabel="inverse L2 strength C", ylabel="held-out probe accuracy", ylim=(0.4, 1.02))
+    handles, labels = shared_legend(axes)
+    fig.legend(handles, labels, fontsize=7, loc="outside lower center", ncols=min(len(labels), 3))
+    return fig

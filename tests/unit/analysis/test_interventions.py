@@ -290,3 +290,48 @@ def test_the_swap_patch_exercise_check_passes_a_solution_and_fails_the_usual_sli
                  lambda m, t, i, j, p: solution(m, t, i, j, p, step_at=0)):  # the step not told its position
         with pytest.raises(AssertionError, match="reading example"):
             ex.check_swap_patch(slip)
+
+
+def test_a_stream_swap_is_pass_two_run_on_the_mates_pass_one_memory():
+    """span="stream" under Multipass(2): every memory read of pass 2 is the mate's, so the edited run is pass 2
+    computed by hand from the mate's plain pass; the cross-context pairs come from other groups."""
+    task = wb.tasks.get("completion_tracking", scratch_updates=0, label_at="answer")
+    batch = task.sample(32, seed=0, split="val")
+    cross, control = iv.cross_rows(batch)
+    assert (batch.groups[cross] != batch.groups).all() and (batch.labels[cross] != batch.labels).all()
+    assert (batch.groups[control] != batch.groups).all() and (batch.labels[control] == batch.labels).all()
+    assert (batch.label_positions[cross] == batch.label_positions).all()
+    model = perturbed_model(wb.ModelConfig(vocab_size=task.vocab_size, n_layer=2, n_head=2, n_embd=16,
+                                           seq_len=task.seq_len, mechanism="fbt", tie_embeddings=True))
+    frame = iv.label_swap(model, batch, kinds=("swap", "cross"), schedule=schedules.Multipass(2), span="stream")
+    assert set(frame["span"]) == {"stream"} and (frame["position"] == -1).all()
+    p, mate = int(batch.label_positions[0]), int(iv.mate_rows(batch)[0][0])
+    tokens = batch.tokens[:, : p + 1]
+    with torch.no_grad():
+        mate_memory = model.step(tokens[mate:mate + 1]).memory
+        reads = schedules.feedback_mask(1, p + 1)
+        logits = model.step(tokens[:1], memory=schedules.shift_right(mate_memory), memory_mask=reads).logits[0, p]
+    answers, foils = iv.label_tokens(batch)
+    row = frame[(frame["intervention"] == "swap") & (frame["example"] == 0)].iloc[0]
+    assert row["logit_diff"] == pytest.approx(float(logits[answers[0]] - logits[foils[0]]), abs=1e-5)
+    # a stream patch from the run's own record changes nothing
+    idx = batch.tokens[:4, : p + 1]
+    clean = iv.record_site(model, idx, schedule=schedules.Multipass(2))
+    same = iv.intervene(model, idx, iv.Intervention("patch", rows=torch.arange(4)), None, clean=clean,
+                        schedule=schedules.Multipass(2))
+    torch.testing.assert_close(same, clean.logits, rtol=0, atol=0)
+    with pytest.raises(ValueError, match="span"):
+        iv.label_swap(model, batch, span="everything")
+    with pytest.raises(ValueError, match="answer_positions"):
+        iv.intervention_effects(model, idx, None, answers[:4])
+
+
+def test_a_design_that_detects_no_use_on_the_positive_control_cannot_say_does_not_use():
+    from workbench.experiments.recipes import causal_use
+
+    swaps = pd.DataFrame({"design": ["site", "stream"], "verdict": ["does not use", "does not use"]})
+    controls = pd.DataFrame({"design": ["site", "stream"], "verdict": ["does not use", "uses"]})
+    out = causal_use.with_positive_control(swaps, controls)
+    assert list(out["verdict"]) == ["not tested: the design detects no use on the positive control", "does not use"]
+    assert list(out["controls_detect"]) == [False, True]
+    assert causal_use.power({"low": 0.0, "high": 0.392}) == pytest.approx(causal_use.POWER_Z * 0.1)

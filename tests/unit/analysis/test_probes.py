@@ -25,6 +25,7 @@ from workbench.analysis.probes import (
     probe_features,
     probe_layers,
     random_init_model,
+    regularisation_path,
     residual_names,
     upper_bound,
 )
@@ -199,7 +200,7 @@ def test_probe_layers_end_to_end():
                                           mechanism="fbt", tie_embeddings=True)).eval()
     df = probe_layers(model, task, n=48, seed=0, folds=4)
     assert list(df.columns) == ["model", "task", "condition", "layer", "n", "accuracy", "accuracy_std",
-                                "control_accuracy", "selectivity", "majority", "accuracy_low", "accuracy_high",
+                                "control_accuracy", "selectivity", "majority", "C", "accuracy_low", "accuracy_high",
                                 "twin_accuracy", "twin_selectivity", "twin_low", "twin_high"]
     expected = {(m, c, layer) for m in ("trained", "random init") for c in DEFAULT_CONDITIONS for layer in range(3)}
     assert set(zip(df["model"], df["condition"], df["layer"])) == expected and len(df) == len(expected)
@@ -356,3 +357,76 @@ def test_specimen_gates_draws_each_gate_against_its_threshold():
     heights = [p.get_height() for p in fig.axes[0].patches]
     assert heights == pytest.approx([1.0, 0.99, 0.9, 1.0, 0.97, 0.6])
     assert any(line.get_ydata()[0] == 0.95 for line in fig.axes[0].lines)
+
+
+# ---------------------------------------------------------------------------------------------- L2 strength
+def _underfit_by_a_strong_penalty(seed: int = 0):
+    """Many weak features that only a weak penalty can add up: C = 0.001 underfits, C = 10 does not."""
+    rng = np.random.default_rng(seed)
+    n, d = 800, 60
+    x = rng.standard_normal((n, d))
+    labels = (x @ np.full(d, 0.2) + 0.3 * rng.standard_normal(n) > 0).astype(np.int64)
+    return x, labels, np.repeat(np.arange(n // 4), 4)
+
+
+def test_nested_cv_picks_the_strength_on_training_groups_only():
+    x, labels, groups = _underfit_by_a_strong_penalty()
+    nested = fit_probe(x, labels, groups, C=(0.001, 10.0))
+    assert nested["fold_C"] == [10.0] * 4 and nested["C"] == 10.0
+    assert nested["accuracy"] > fit_probe(x, labels, groups, C=0.001)["accuracy"] + 0.02
+    # the choice for a fold never sees that fold: scrambling its held-out labels leaves it unchanged
+    fold = fold_assignment(groups, 4)
+    scrambled = labels.copy()
+    scrambled[fold == 0] = np.random.default_rng(1).integers(0, 2, int((fold == 0).sum()))
+    assert fit_probe(x, scrambled, groups, C=(0.001, 10.0))["fold_C"][0] == 10.0
+
+
+def test_fixed_fold_strengths_are_the_fixed_probe_and_are_checked():
+    x, labels, groups, control = _synthetic()
+    fixed = fit_probe(x, labels, groups, control_labels=control, C=0.01)
+    given = fit_probe(x, labels, groups, control_labels=control, fold_C=[0.01] * 4)
+    assert given["fold_scores"] == fixed["fold_scores"] and given["control_accuracy"] == fixed["control_accuracy"]
+    with pytest.raises(ValueError, match="not both"):
+        fit_probe(x, labels, groups, C=(0.1, 1.0), fold_C=[0.1] * 4)
+    with pytest.raises(ValueError, match="fold_C=.*one strength per outer fold"):
+        fit_probe(x, labels, groups, fold_C=[0.1] * 3)
+    with pytest.raises(ValueError, match="C=.*must be > 0"):
+        fit_probe(x, labels, groups, C=(0.1, -1.0))
+
+
+def test_the_twin_is_probed_at_the_trained_probes_strengths():
+    task = tasks.get("delayed_memory", scratch_updates=0)
+    model = perturbed_model(wb.ModelConfig(vocab_size=VOCAB, n_layer=2, n_head=2, n_embd=16, seq_len=160,
+                                           mechanism="fbt", tie_embeddings=True))
+    frame = probe_layers(model, task, ("standard", "suffix1"), n=96, C=(0.01, 10.0))
+    assert set(frame["C"]) <= {0.01, 10.0}
+    trained = frame[frame["model"] == "trained"].set_index(["condition", "layer"])["C"]
+    twin = frame[frame["model"] == "random init"].set_index(["condition", "layer"])["C"]
+    pd.testing.assert_series_equal(trained, twin, check_names=False)
+
+
+def test_the_regularisation_path_marks_the_strengths_cv_cannot_tell_from_the_best():
+    x, labels, groups = _underfit_by_a_strong_penalty()
+    path = regularisation_path(x, labels, groups, (0.001, 1.0, 10.0))
+    assert list(path["C"]) == [0.001, 1.0, 10.0]
+    best = path["accuracy"].idxmax()
+    assert path.loc[best, "plausible"] and not path.loc[0, "plausible"]  # the underfit strength is told apart
+    assert path.loc[2, "accuracy"] == fit_probe(x, labels, groups, C=10.0)["accuracy"]
+    assert (path["accuracy_low"] <= path["accuracy"]).all() and (path["accuracy"] <= path["accuracy_high"]).all()
+
+
+def test_regularisation_paths_draw_each_specimen_and_twin_on_a_log_axis():
+    rows = [dict(task=task, specimen=f"FBT s{s}", model=model, C=c, accuracy=a, plausible=c >= 1.0)
+            for task in ("delayed_memory", "multi_register") for s in (0, 8)
+            for model, base in (("trained", 0.9), ("random init", 0.6))
+            for c, a in zip((0.01, 1.0, 10.0), (base - 0.1, base, base + 0.02))]
+    fig = wb.plots.regularisation_paths(pd.DataFrame(rows), threshold=0.95)
+    assert len(fig.axes) == 2 and fig.axes[0].get_xscale() == "log"
+    lines = [line for line in fig.axes[0].lines if line.get_linestyle() in ("-", "--")]
+    assert len(lines) == 4  # two specimens, each trained (solid) and twin (dashed)
+    solid = next(line for line in lines if line.get_label() == "FBT s0")
+    assert list(solid.get_ydata()) == pytest.approx([0.8, 0.9, 0.92])
+    assert any(line.get_ydata()[0] == 0.95 for line in fig.axes[0].lines)  # the claim's bar
+    moved = pd.DataFrame(rows).assign(accuracy=lambda d: d["accuracy"] - 0.2)  # the lines follow the numbers
+    again = next(line for line in wb.plots.regularisation_paths(moved).axes[0].lines if line.get_label() == "FBT s0")
+    assert list(again.get_ydata()) == pytest.approx([0.6, 0.7, 0.72])

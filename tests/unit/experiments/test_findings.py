@@ -19,9 +19,12 @@ pytestmark = pytest.mark.skipif(not SUMMARIES, reason="no recipe has been reprod
 def test_every_shipped_recipe_says_its_finding_in_words():
     table = E.findings_table(SUMMARIES)
     assert list(table.columns) == ["recipe", "kind", "paper", "ours", "verdict", "finding"]
-    assert list(table["recipe"]) == list(SUMMARIES)
+    claims = table[table["kind"] != "extension"]
+    assert list(claims["recipe"]) == list(SUMMARIES)
     for row in table.itertuples():
         assert row.ours and row.finding.endswith(".") and "nan" not in row.finding, row.recipe
+        if row.kind == "extension":
+            continue
         assert bool(row.paper) == (E.RECIPES[row.recipe].kind == "paper"), row.recipe  # ours have no paper number
         if row.verdict == "not tested":
             assert row.finding.startswith("Not tested:") or "not tested" in row.finding, row.recipe
@@ -85,3 +88,19 @@ def test_findings_text_prints_each_verdict_over_its_wrapped_sentence():
     assert blocks[0] == f"{table.loc[0, 'recipe']}: {table.loc[0, 'verdict']}"
     assert all(line.startswith("  ") and len(line) <= 60 for line in blocks[1:])
     assert " ".join(line.strip() for line in blocks[1:]) == table.loc[0, "finding"]
+
+
+def test_an_extension_gets_its_own_row_under_its_recipe_and_never_its_verdict():
+    """A rule applied beyond the paper's claim is reported beside the verdict, labelled as an extension."""
+    name = "lrt_memory_sanity" if "lrt_memory_sanity" in SUMMARIES else next(iter(SUMMARIES))
+    summary = copy.deepcopy(SUMMARIES[name])
+    summary["extensions"] = [{"name": "a third task", "verdict": "the claim does not extend to a third task",
+                              "number": "layer-0 accuracy 0.700 (fails)"}]
+    table = E.findings_table({name: summary})
+    assert list(table["kind"]) == [summary.get("kind", E.RECIPES[name].kind), "extension"]
+    claim, extension = table.iloc[0], table.iloc[1]
+    assert claim["verdict"] == core.short_verdict(summary["verdict"])
+    assert extension["recipe"] == name and extension["paper"] == "beyond the claim: a third task"
+    assert extension["verdict"] == "the claim does not extend to a third task"
+    assert extension["ours"] == "layer-0 accuracy 0.700 (fails)" and "a third task" in extension["finding"]
+    assert "beyond the claim: a third task" in E.findings_markdown({name: summary})

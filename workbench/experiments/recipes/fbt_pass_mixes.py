@@ -31,49 +31,20 @@ TEXT = {"seq_len": 512}
 TEXT_UNIGRAM_MARGIN = 0.3  # nats/byte every text model must sit below the unigram loss at its best pass
 
 
-
-
-
-
-
-
-
-
 def build(scale: float) -> list[RunSpec]:
     return mix_runs("mix_", "text", TEXT, steps(100, scale), {m: SEEDS for m in MIXES})
-
 
 
 # ---------------------------------------------------------------------------------------------- analysis
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 def text_setting() -> Setting:
     return Setting("text", lambda b: b.targets, tasks.get("text", **TEXT).unigram_loss(), "unigram loss",
-                   TEXT_UNIGRAM_MARGIN, tuple(MIXES), lambda b: b.tokens.size(1) // 2)
+                   TEXT_UNIGRAM_MARGIN, tuple(MIXES), lambda b: b.tokens.size(1) // 2, accuracy=False)
 
 
 def analyze(ctx: Context) -> Outcome:
     return analyze_mixes(ctx, text_setting())
-
-
-
-
 
 
 RECIPE = Recipe(

@@ -8,8 +8,9 @@ feedback):
 
 - **Mechanism** (from scratch, the registers recipe's schedule: 20 % single-pass, then 75/22/3 per
   batch, prefix mix-in 0.5, aux weight 3, 28,000 steps): FBT as in the paper (GLU: the state on the
-  value path, the token gating it; 2 seeds) and LRT (1 seed). Both are the registers recipe's own
-  specimens, reused (same training), evaluated here under the exact recurrence.
+  value path, the token gating it; 2 seeds) and LRT (2 seeds). The FBTs and the seed-0 LRT are the
+  registers recipe's own specimens, reused (same training); the LRT's seed 1 is trained here the same
+  way. All are evaluated under the exact recurrence.
 - **Training** (fine-tuned ``FINETUNE_STEPS`` steps from the two shipped FBT-GLU 75/22/3 specimens,
   one per seed, AdamW at a constant ``FINETUNE_LR``, fresh data; 2 seeds each): the recipe's mix
   again (the control: the same steps, so any change is the arm's), a larger 3-pass share
@@ -44,19 +45,18 @@ from ...evaluation import hierarchical_difference
 from ...schedules import FixedPoint, Sequential
 from ..common import FBT_MIX, config, steps
 from ..core import EVAL_SEED, Context, Finding, Gate, Outcome, Recipe, RunSpec, lead
+from ..pass_mix_study import AUX_WEIGHT, BATCH, FEEDBACK_START, PREFIX_MIXIN, REGISTERS
+from ..pass_mix_study import STEPS as SCRATCH_STEPS  # the registers recipe's setting and training, from scratch
 
-REGISTERS = {"registers": 2, "writes": 1, "scratch_updates": 8, "scratch_layout": "shuffled"}
 LONG = {**REGISTERS, "scratch_updates": 128}  # T > 1,000: the extrapolation setting
 SHAPE = {"n_layer": 1, "n_head": 2, "n_embd": 64}
 FBT_GLU = {**SHAPE, "mechanism": "fbt"}
 LRT = {**SHAPE, "mechanism": "lrt", "lrt_gamma_init": 0.1, "lrt_kv_init": "uniform"}
-SCRATCH_STEPS, BATCH, AUX_WEIGHT, FEEDBACK_START, PREFIX_MIXIN = 28000, 16, 3.0, 0.2, 0.5  # the registers recipe's
 FINETUNE_STEPS, FINETUNE_LR = 1500, 3e-4
 SEEDS = (0, 1)
-# The LRT has one seed, the registers recipe's cross: a second would cost 28,000 LRT steps, which this session's
-# two shared cores could not fit beside the other arms (its interval is over prompts only)
-MECHANISM_SEEDS = {"fbt_glu": SEEDS, "lrt": (0,)}
-SHIPPED = {"fbt_glu": "reg_75_22_3_s{s}", "lrt": "reg_lrt_75_22_3"}  # the registers recipe's run names
+MECHANISM_SEEDS = {"fbt_glu": SEEDS, "lrt": SEEDS}
+# run names: the registers recipe's (its seed-0 LRT cross has no seed suffix); the LRT's seed 1 is the study's own
+SHIPPED = {"fbt_glu": "reg_75_22_3_s{s}", "lrt": "reg_lrt_75_22_3{suffix}"}
 SPECIMEN = "checkpoints/fbt_pass_mixes_registers/reg_75_22_3_s{seed}"  # relative to the repository root
 FINETUNE_SEED = 100  # fine-tunes draw fresh batches: seed 100 + s, not the stream the specimen trained on
 
@@ -91,7 +91,7 @@ def _scratch_run(arm: str, model: dict, seed: int, n_steps: int) -> RunSpec:
     cfg = config("multi_register", model, n_steps, seed, REGISTERS, schedule="multipass", pass_mix=FBT_MIX,
                  passes=3, feedback_start=FEEDBACK_START, prefix_mixin=PREFIX_MIXIN, aux_weight=AUX_WEIGHT
                  ).replace(batch_size=BATCH)
-    return RunSpec(SHIPPED[arm].format(s=seed), cfg, Sequential())
+    return RunSpec(SHIPPED[arm].format(s=seed, suffix=f"_s{seed}" if seed else ""), cfg, Sequential())
 
 
 def _finetune_run(arm: str, change: dict, seed: int, n_steps: int) -> RunSpec:
@@ -234,7 +234,7 @@ _T = tasks.get("multi_register", **REGISTERS).seq_len
 RECIPE = Recipe(
     "fixed_point_study", CLAIM,
     f"1x64 models on multi_register (2 registers x 1 write among 8 shuffled scratch lines, T = {_T}): mechanism "
-    f"arms (FBT-GLU, 2 seeds; LRT, 1) from scratch under the registers recipe's 75/22/3 schedule, "
+    f"arms (FBT-GLU and LRT, 2 seeds each) from scratch under the registers recipe's 75/22/3 schedule, "
     f"{SCRATCH_STEPS:,} steps; training arms fine-tuned {FINETUNE_STEPS:,} steps from the shipped FBT-GLU "
     "specimens (mix, 50/25/25, random 1..8, phased 88/12, jitter 0.2, fixed point, additive fusion), 2 seeds "
     f"each; duration arms: the mix and the fixed point fine-tuned {DURATION_STEPS:,} steps, 2 seeds each; measured at "
@@ -245,7 +245,6 @@ RECIPE = Recipe(
            "FBT-GLU models, not runs from scratch, so they say what fixes a model that already uses its feedback "
            "at pass 2; the mechanism arms are the only ones trained from scratch. The fine-tune arms differ in "
            "compute per step (a fixed-point step runs up to 40 passes without gradient): the table gives each "
-           "run's FLOPs beside its result, at equal optimiser steps. Two seeds per arm, one for the LRT (the "
-           "registers recipe's cross), whose interval is therefore over prompts only.",
+           "run's FLOPs beside its result, at equal optimiser steps. Two seeds per arm.",
     finding=finding)
 

@@ -11,10 +11,18 @@ specimen that misses its gate is reported with its accuracy and never probed.
 Each model trains on a mix of scratch lengths (0, 8 and 32 label-free lines, drawn per group): the
 short contexts teach the lookup the long ones need, and one model then serves every length, each
 length with its own gate. Two questions, two rules, both fixed here before anything trains:
-(a) the paper's claim, over every gated FBT specimen; (b) ours: is the lift learned? — each trained
-specimen against its untrained twin (same config, random init), whose recurrent step can expose
-the label through the architecture alone. A second arm probes a byte-level FBT language model
-trained on text only (the paper's own setting) on the same delayed-memory prompts.
+(a) the paper's claim, as the paper states it: on its two tasks (completion tracking, delayed memory),
+every gated FBT specimen; the same rule on multi_register, on the LRT specimens and on the text model
+gives **extension** rows of their own ("the claim extends to ..."), never the verdict; (b) ours: is
+the lift learned? — each trained specimen against its untrained twin (same config, random init),
+whose recurrent step can expose the label through the architecture alone. A second arm probes a
+byte-level FBT language model trained on text only (the paper's own setting) on the same
+delayed-memory prompts.
+
+The probe's L2 strength is not fixed: nested grouped cross-validation picks it per fold from a log
+grid (``PROBE_CS``), the control task and the twin are probed at the strengths it picked, and each
+specimen's regularisation path (``path.csv``) shows whether its outcome under rule (a) moves among
+the strengths cross-validation cannot tell apart; if it does, the verdict is inconclusive.
 """
 
 from __future__ import annotations
@@ -25,9 +33,30 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from ... import tasks
-from ...analysis.probes import answer_correct, probe_layers, random_init_model, upper_bound
+from ...analysis.probes import (
+    PROBE_CS,
+    answer_correct,
+    control_labels,
+    control_position,
+    probe_features,
+    probe_layers,
+    random_init_model,
+    regularisation_path,
+    upper_bound,
+)
 from ...model import GPT
-from ..core import EVAL_SEED, Context, Finding, Gate, GateResult, Outcome, Recipe, default_finding, lead
+from ..core import (
+    EVAL_SEED,
+    Context,
+    Extension,
+    Finding,
+    Gate,
+    GateResult,
+    Outcome,
+    Recipe,
+    default_finding,
+    lead,
+)
 from ..probe_specimens import (
     ARM_STEPS,
     ARMS,
@@ -61,22 +90,26 @@ LIFT = 0.95  # (a): layer-0 accuracy after one recurrent step the paper's claim 
 NEAR_MAJORITY = 0.05  # (a): standard prefill within this of majority; (b): a twin "lifts" beyond it
 FAILS = 0.8  # (a): a suffix-1 interval wholly below this does not reproduce
 
-RULE = (f"(a) the paper's claim: reproduces when every gated FBT specimen's layer-0 probe accuracy after one "
-        f"recurrent step (suffix1) is >= {LIFT} while standard prefill stays within {NEAR_MAJORITY} of the majority "
-        f"rate; does not reproduce when a gated FBT specimen's suffix1 layer-0 95 % interval (group bootstrap) lies "
-        f"below {FAILS}; inconclusive otherwise. (b) ours: per task and scratch length, each trained FBT (and, "
-        f"beyond the paper, LRT) specimen against its untrained twin at suffix1, layer 0: the lift is "
-        f"'architectural' when the twin's accuracy interval lies more than {NEAR_MAJORITY} above majority, "
-        f"'learned' when the trained - twin interval lies "
-        f"above 0, 'both' when both hold, 'none' when neither. A specimen is gated by held-out answer accuracy "
-        f">= {COMPETENT} at its scratch length under the condition it is probed in; one that misses is never "
-        f"probed. The text arm is probed only when its held-out loss is >= {TEXT_MARGIN} nats/byte below unigram.")
+PAPER_TASKS = ("completion_tracking", "delayed_memory")  # the tasks the paper's two numbers are about
+# beyond the claim, each with its own row: (label, arm, tasks)
+EXTENSIONS = (("multi_register (FBT)", "fbt", ("multi_register",)), ("LRT", "lrt", PROBE_TASKS),
+              ("the text-only FBT", "text fbt", ("delayed_memory",)))
 
-
-
-
-
-
+RULE = (f"(a) the paper's claim, on its two tasks ({', '.join(PAPER_TASKS)}): a gated FBT specimen 'lifts' when its "
+        f"layer-0 probe accuracy after one recurrent step (suffix1) is >= {LIFT} while standard prefill stays within "
+        f"{NEAR_MAJORITY} of the majority rate, and 'fails' when its suffix1 layer-0 95 % interval (group bootstrap) "
+        f"lies below {FAILS}; reproduces when every specimen lifts, does not reproduce when one fails, inconclusive "
+        f"otherwise. The probe's inverse L2 strength is chosen by nested grouped cross-validation from "
+        f"{list(PROBE_CS)}; the verdict holds only if no specimen's outcome changes among the strengths of its "
+        f"regularisation path that cross-validation cannot tell from the best (their interval holds the best "
+        f"accuracy), else inconclusive: it flips with the L2 strength. Extensions, each its own row and never the "
+        f"verdict: the same rule on {', '.join(e[0] for e in EXTENSIONS)} ('extends to' / 'does not extend to'). "
+        f"(b) ours: per task and scratch length, each trained FBT (and, beyond the paper, LRT) specimen against its "
+        f"untrained twin at suffix1, layer 0: the lift is 'architectural' when the twin's accuracy interval lies "
+        f"more than {NEAR_MAJORITY} above majority, 'learned' when the trained - twin interval lies above 0, 'both' "
+        f"when both hold, 'none' when neither. A specimen is gated by held-out answer accuracy >= {COMPETENT} at its "
+        f"scratch length under the condition it is probed in; one that misses is never probed. The text arm is "
+        f"probed only when its held-out loss is >= {TEXT_MARGIN} nats/byte below unigram.")
 
 
 def specimen_gate(task: str, arm: str, scratch: int) -> Gate:
@@ -85,15 +118,9 @@ def specimen_gate(task: str, arm: str, scratch: int) -> Gate:
                 f"{GATE_CONDITION[arm]}", ">=", COMPETENT)
 
 
-GATED_FBT = "gated FBT specimens"
+GATED_FBT = "gated FBT specimens of the paper's tasks"
 TEXT_GATE = Gate("text_fbt below unigram", "unigram loss - held-out loss (nats/byte, multipass 2)", ">=",
                  TEXT_MARGIN)
-
-
-
-
-
-
 
 
 def answer_accuracies(model: GPT, task: str, arm: str, scratch: int, seed: int = EVAL_SEED, n: int = GATE_N,
@@ -103,17 +130,24 @@ def answer_accuracies(model: GPT, task: str, arm: str, scratch: int, seed: int =
     return {c: float(answer_correct(model, batch, c).mean()) for c in conditions or ANSWER_CONDITIONS[arm]}
 
 
-def _probe(model: GPT, task: tasks.Task, n: int, seed: int) -> pd.DataFrame:
-    """Every depth x condition with control task and twin, plus the fed-back upper bound as columns."""
+def _probe(model: GPT, task: tasks.Task, n: int, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Every depth x condition with control task and twin (L2 strength by nested CV), plus the fed-back upper
+    bound as columns; and the layer-0 suffix1 regularisation path of the trained model and its twin."""
     batch = task.sample(n, seed, "val")
-    frame = probe_layers(model, batch, CONDITIONS, seed=seed, random_baseline=True)
+    frame = probe_layers(model, batch, CONDITIONS, seed=seed, random_baseline=True, C=PROBE_CS)
+    twin = random_init_model(model, seed)
     bound = upper_bound(model, batch, seed=seed)
     frame["task"] = task.name
     frame["upper_bound"], frame["upper_bound_low"] = bound["accuracy"], bound["accuracy_low"]
     frame["upper_bound_high"] = bound["accuracy_high"]
-    twin_bound = upper_bound(random_init_model(model, seed), batch, seed=seed)
-    frame["twin_upper_bound"] = twin_bound["accuracy"]
-    return frame
+    frame["twin_upper_bound"] = upper_bound(twin, batch, seed=seed)["accuracy"]
+    position = control_position(batch)
+    control = None if position is None else control_labels(batch, position, seed=seed)
+    groups = batch.groups.cpu().numpy()
+    path = pd.concat([regularisation_path(probe_features(m, batch, "suffix1")[0].numpy(), batch.labels.cpu().numpy(),
+                                          groups, PROBE_CS, control_labels=control, seed=seed).assign(model=name)
+                      for name, m in (("trained", model), ("random init", twin))], ignore_index=True)
+    return frame, path.assign(task=task.name)
 
 
 def lift_source(row: pd.Series) -> str:
@@ -124,16 +158,61 @@ def lift_source(row: pd.Series) -> str:
             (False, False): "none"}[(bool(architectural), bool(learned))]
 
 
-def claim_verdict(rows: pd.DataFrame) -> str:
-    """Rule (a) over the gated FBT specimens' layer-0 rows (suffix1 and standard)."""
-    suffix1 = rows[rows["condition"] == "suffix1"]
-    standard = rows[rows["condition"] == "standard"]
-    if suffix1.empty:
-        return "not tested: no gated FBT specimen"
-    if (suffix1["accuracy_high"] < FAILS).any():
+def lift_outcome(accuracy: float, high: float, standard_gap: float) -> str:
+    """Rule (a) on one specimen: "lifts", "fails" or "between" (its suffix1 layer-0 accuracy and interval top,
+    and how far standard prefill sits from the majority rate)."""
+    if high < FAILS:
+        return "fails"
+    return "lifts" if accuracy >= LIFT and abs(standard_gap) <= NEAR_MAJORITY else "between"
+
+
+def specimen_outcomes(rows: pd.DataFrame, path: pd.DataFrame) -> pd.DataFrame:
+    """Rule (a) per specimen: one row per (run, scratch length) of the trained layer-0 ``rows``, with its outcome
+    at the cross-validated strength and at every plausible strength of its ``path``, and whether it flips."""
+    out = []
+    if rows.empty:
+        return pd.DataFrame(columns=OUTCOME_COLUMNS)
+    for (run, arm, task, scratch), sub in rows.groupby(["run", "arm", "task", "scratch_updates"], sort=False):
+        s1 = sub[sub["condition"] == "suffix1"].iloc[0]
+        gap = float(sub[sub["condition"] == "standard"].iloc[0]["accuracy"] - s1["majority"])
+        chosen = lift_outcome(s1["accuracy"], s1["accuracy_high"], gap)
+        on_path = path[(path["run"] == run) & (path["scratch_updates"] == scratch) & (path["model"] == "trained")
+                       & path["plausible"]]
+        along = {float(r.C): lift_outcome(r.accuracy, r.accuracy_high, gap) for r in on_path.itertuples()}
+        out.append({"run": run, "arm": arm, "task": task, "scratch_updates": scratch,
+                    "specimen": f"{arm.upper()} {task} s{scratch}", "accuracy": s1["accuracy"],
+                    "accuracy_low": s1["accuracy_low"], "accuracy_high": s1["accuracy_high"], "C": s1["C"],
+                    "outcome": chosen, "path_outcomes": along, "flips": any(v != chosen for v in along.values())})
+    return pd.DataFrame(out, columns=OUTCOME_COLUMNS)
+
+
+OUTCOME_COLUMNS = ["run", "arm", "task", "scratch_updates", "specimen", "accuracy", "accuracy_low", "accuracy_high",
+                   "C", "outcome", "path_outcomes", "flips"]
+
+
+def claim_verdict(outcomes: pd.DataFrame) -> str:
+    """Rule (a) over a set of specimens' outcomes (``specimen_outcomes``)."""
+    if outcomes.empty:
+        return "not tested: no gated specimen"
+    if outcomes["flips"].any():
+        flipped = outcomes[outcomes["flips"]]
+        said = "; ".join(f"{r.specimen}: {r.outcome} at the chosen C={r.C:g}, "
+                         + ", ".join(f"{v} at C={c:g}" for c, v in r.path_outcomes.items() if v != r.outcome)
+                         for r in flipped.itertuples())
+        return f"inconclusive: the verdict flips with the probe's L2 strength ({said})"
+    if (outcomes["outcome"] == "fails").any():
         return "does not reproduce"
-    near = ((standard["accuracy"] - standard["majority"]).abs() <= NEAR_MAJORITY).all()
-    return "reproduces" if (suffix1["accuracy"] >= LIFT).all() and near else "inconclusive"
+    return "reproduces" if (outcomes["outcome"] == "lifts").all() else "inconclusive"
+
+
+def extension_verdict(label: str, verdict: str) -> str:
+    """Rule (a)'s verdict on specimens beyond the paper's claim, worded as an extension."""
+    if verdict.startswith("not tested"):
+        return f"not tested for {label}: no gated specimen"
+    if verdict.startswith("inconclusive"):
+        return f"inconclusive for {label}" + verdict[len("inconclusive"):]
+    return {"reproduces": f"the claim extends to {label}",
+            "does not reproduce": f"the claim does not extend to {label}"}[verdict]
 
 
 def specimens(ctx: Context, n: int = GATE_N) -> pd.DataFrame:
@@ -151,32 +230,52 @@ def specimens(ctx: Context, n: int = GATE_N) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def probes(ctx: Context, table: pd.DataFrame, text_gated: bool, n: int = PROBE_N) -> pd.DataFrame:
-    """Probe rows of every gated specimen (and of the text model when it passed its gate)."""
+def probes(ctx: Context, table: pd.DataFrame, text_gated: bool,
+           n: int = PROBE_N) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Probe rows of every gated specimen (and of the text model when it passed its gate), and their
+    layer-0 suffix1 regularisation paths."""
     jobs = [(r.run, r.arm, r.task, r.scratch_updates, "ascii") for r in table[table["gated"]].itertuples()]
     jobs += [("text_fbt", "text fbt", "delayed_memory", s, "bytes") for s in TEXT_SCRATCH if text_gated]
-    frames = []
+    frames, paths = [], []
     for run, arm, task, scratch, tokenizer in tqdm(jobs, desc="probes", leave=False):
-        frame = _probe(ctx.models[run], probe_task(task, scratch, tokenizer), n, PROBE_SEED)
+        frame, path = _probe(ctx.models[run], probe_task(task, scratch, tokenizer), n, PROBE_SEED)
         frames.append(frame.assign(run=run, arm=arm, scratch_updates=scratch))
+        paths.append(path.assign(run=run, arm=arm, scratch_updates=scratch,
+                                 specimen=f"{arm.upper()} s{scratch}"))
     if not frames:
-        return pd.DataFrame(columns=PROBE_COLUMNS)
+        return pd.DataFrame(columns=PROBE_COLUMNS), pd.DataFrame(columns=PATH_COLUMNS)
     out = pd.concat(frames, ignore_index=True)
     # the twin's own interval joins the trained rows, for rule (b)
     key = ["run", "scratch_updates", "condition", "layer"]
     twin = out[out["model"] == "random init"].set_index(key)["accuracy_low"]
     out["twin_accuracy_low"] = twin.reindex(pd.MultiIndex.from_frame(out[key])).to_numpy()
-    return out[PROBE_COLUMNS]
+    return out[PROBE_COLUMNS], pd.concat(paths, ignore_index=True)[PATH_COLUMNS]
 
 
 PROBE_COLUMNS = ["run", "arm", "task", "scratch_updates", "model", "condition", "layer", "n", "accuracy",
-                 "accuracy_std", "accuracy_low", "accuracy_high", "control_accuracy", "selectivity", "majority",
+                 "accuracy_std", "accuracy_low", "accuracy_high", "control_accuracy", "selectivity", "majority", "C",
                  "twin_accuracy", "twin_accuracy_low", "twin_selectivity", "twin_low", "twin_high", "upper_bound",
                  "upper_bound_low", "upper_bound_high", "twin_upper_bound"]
+PATH_COLUMNS = ["run", "arm", "task", "scratch_updates", "specimen", "model", "C", "accuracy", "accuracy_low",
+                "accuracy_high", "control_accuracy", "selectivity", "plausible"]
+
+
+def verdicts(trained0: pd.DataFrame, path: pd.DataFrame) -> tuple[str, list[Extension], pd.DataFrame]:
+    """Rule (a): the claim's verdict on the paper's tasks, one extension row per ``EXTENSIONS`` entry, and every
+    probed specimen's outcome (``specimen_outcomes``)."""
+    outcomes = specimen_outcomes(trained0, path)
+    claim = outcomes[(outcomes["arm"] == "fbt") & outcomes["task"].isin(PAPER_TASKS)]
+    extensions = []
+    for label, arm, on in EXTENSIONS:
+        rows = outcomes[(outcomes["arm"] == arm) & outcomes["task"].isin(on)]
+        said = ", ".join(f"{r.specimen} {r.accuracy:.3f} ({r.outcome})" for r in rows.itertuples())
+        extensions.append(Extension(label, extension_verdict(label, claim_verdict(rows)),
+                                    f"layer-0 suffix1 accuracy: {said}" if said else "no gated specimen"))
+    return claim_verdict(claim), extensions, outcomes
 
 
 def analyze(ctx: Context) -> Outcome:
-    from ...plots import layer0_comparison, specimen_gates
+    from ...plots import layer0_comparison, regularisation_paths, specimen_gates
 
     table = specimens(ctx, max(32, int(GATE_N * min(1.0, ctx.scale))))
     table.to_csv(ctx.out / "specimens.csv", index=False)
@@ -184,37 +283,46 @@ def analyze(ctx: Context) -> Outcome:
     text_eval = ctx.per_example["text_fbt"]
     text_loss = float(text_eval["nats"].sum() / text_eval["targets"].sum())
     text_gate = TEXT_GATE.check(unigram - text_loss)
-    results = probes(ctx, table, text_gate.passed, max(64, int(PROBE_N * min(1.0, ctx.scale))))
+    results, path = probes(ctx, table, text_gate.passed, max(64, int(PROBE_N * min(1.0, ctx.scale))))
+    path.to_csv(ctx.out / "path.csv", index=False)
+    if not path.empty:
+        regularisation_paths(path, LIFT).savefig(ctx.out / "path.png", dpi=110, bbox_inches="tight")
     trained0 = results[(results["model"] == "trained") & (results["layer"] == 0)]
-    fbt0 = trained0[trained0["arm"] == "fbt"]
     lifts = {arm: {f"{prefix or r['task']} s{r['scratch_updates']}": lift_source(r)
                    for _, r in trained0[(trained0["arm"] == name) & (trained0["condition"] == "suffix1")].iterrows()}
              for arm, name, prefix in (("fbt", "fbt", None), ("lrt", "lrt", None), ("text", "text fbt", "text"))}
-    fbt_gated = table[table["arm"] == "fbt"]["gated"]
-    gate_values = {GATED_FBT: float(fbt_gated.sum())}
-    verdict = (f"{claim_verdict(fbt0)} (over the {int(fbt_gated.sum())} of {len(fbt_gated)} FBT specimens that "
+    paper = table[(table["arm"] == "fbt") & table["task"].isin(PAPER_TASKS)]["gated"]
+    claim, extensions, outcomes = verdicts(trained0, path)
+    verdict = (f"{claim} (over the {int(paper.sum())} of {len(paper)} FBT specimens of the paper's two tasks that "
                "passed their gate)")
     figure = (layer0_comparison(trained0.assign(model=trained0["arm"])) if not trained0.empty
               else specimen_gates(table, COMPETENT))
-    return Outcome(results, figure, _number(table, trained0, lifts, text_gate), verdict, gate_values,
+    return Outcome(results, figure, _number(table, trained0, lifts, text_gate, outcomes), verdict,
+                   {GATED_FBT: float(paper.sum())},
                    chance="the majority label of each task (balanced by construction: 0.5), and the untrained twin",
+                   extensions=extensions,
                    extra={"specimens": json.loads(table.to_json(orient="records")), "lift_source": lifts["fbt"],
                           "lrt_lift_source": lifts["lrt"], "text_lift_source": lifts["text"],
+                          "outcomes": json.loads(outcomes.drop(columns=["path_outcomes"], errors="ignore")
+                                                 .to_json(orient="records")),
                           "text_gate": {"name": text_gate.gate.name, "value": text_gate.value,
                                         "passed": text_gate.passed, "unigram": unigram, "loss": text_loss}})
 
 
-def _lift(rows: pd.DataFrame, label: str, lift: str) -> str:
-    """One specimen's layer-0 numbers in words: standard -> suffix1 with its interval, twin, upper bound."""
+def _lift(rows: pd.DataFrame, label: str, lift: str, outcome: str) -> str:
+    """One specimen's layer-0 numbers in words: standard -> suffix1 with its interval and L2 strength, twin,
+    upper bound, and its outcome under rule (a)."""
     rows = rows.set_index("condition")
     s1 = rows.loc["suffix1"]
     return (f"{label}: layer-0 standard {rows.loc['standard', 'accuracy']:.3f} -> suffix1 {s1['accuracy']:.3f} "
-            f"[{s1['accuracy_low']:.3f}, {s1['accuracy_high']:.3f}], twin {s1['twin_accuracy']:.3f}, "
-            f"upper bound {s1['upper_bound']:.3f}, lift {lift}")
+            f"[{s1['accuracy_low']:.3f}, {s1['accuracy_high']:.3f}] (C={s1['C']:g}, {outcome}), twin "
+            f"{s1['twin_accuracy']:.3f}, upper bound {s1['upper_bound']:.3f}, lift {lift}")
 
 
 def _number(specimens: pd.DataFrame, trained0: pd.DataFrame, lifts: dict[str, dict[str, str]],
-            text_gate: GateResult) -> str:
+            text_gate: GateResult, outcomes: pd.DataFrame) -> str:
+    said = {(r.run, r.scratch_updates): r.outcome + (" but flips with C" if r.flips else "")
+            for r in outcomes.itertuples()}
     parts = []
     for r in specimens[specimens["arm"].isin(FEEDBACK_ARMS)].itertuples():
         key, arm = f"{r.task} s{r.scratch_updates}", r.arm.upper()
@@ -223,40 +331,37 @@ def _number(specimens: pd.DataFrame, trained0: pd.DataFrame, lifts: dict[str, di
             continue
         rows = trained0[(trained0["arm"] == r.arm) & (trained0["task"] == r.task)
                         & (trained0["scratch_updates"] == r.scratch_updates)]
-        parts.append(_lift(rows, f"{arm} {key}", lifts[r.arm][key])
+        parts.append(_lift(rows, f"{arm} {key}", lifts[r.arm][key], said[r.run, r.scratch_updates])
                      + ("" if r.exact_ok else f"; exact answer accuracy {r.answer_sequential:.3f}: unfit for SOFT"))
     if text_gate.passed:
         text0 = trained0[trained0["arm"] == "text fbt"]
         parts += [_lift(text0[text0["scratch_updates"] == s], f"text FBT on delayed_memory s{s}",
-                        lifts["text"][f"text s{s}"]) for s in TEXT_SCRATCH]
+                        lifts["text"][f"text s{s}"], said["text_fbt", s]) for s in TEXT_SCRATCH]
     else:
         parts.append(f"text FBT not probed: {text_gate.describe()}")
     return "; ".join(parts)
 
 
-PAPER_TASKS = ("completion_tracking", "delayed_memory")  # the tasks the paper's two numbers are about
-
-
 def finding(summary: dict, results: pd.DataFrame) -> Finding:
-    """The layer-0 lift after one step on the gated FBT specimens, the paper's two tasks apart, beside the
-    untrained twin and what the same specimens answer under the exact recurrence."""
+    """The layer-0 lift after one step on the gated FBT specimens of the paper's two tasks, then the extensions,
+    beside the untrained twin and what the same specimens answer under the exact recurrence."""
     rows = results[(results["model"] == "trained") & (results["arm"] == "fbt") & (results["layer"] == 0)
                    & (results["condition"] == "suffix1")]
-    gated = [s for s in summary["specimens"] if s["arm"] == "fbt" and s["gated"]]
-    if rows.empty or not gated:
-        return default_finding(summary, results)
-    worst = rows.loc[rows["accuracy"].idxmin()]
     paper = rows[rows["task"].isin(PAPER_TASKS)]
+    gated = [s for s in summary["specimens"] if s["arm"] == "fbt" and s["gated"] and s["task"] in PAPER_TASKS]
+    if paper.empty or not gated:
+        return default_finding(summary, results)
     exact = max(s["answer_sequential"] for s in gated)
-    return Finding(f"layer-0 accuracy after one step {rows['accuracy'].min():.3f}-{rows['accuracy'].max():.3f} "
-                   f"(paper's tasks: {paper['accuracy'].min():.3f}-{paper['accuracy'].max():.3f})",
-                   lead(summary) + f" One recurrent step lifts the label's layer-0 probe accuracy from chance to "
-                   f"{rows['accuracy'].min():.3f}-{rows['accuracy'].max():.3f} on the {len(gated)} competent FBT "
-                   f"specimens; the lowest is {worst['task']} at {worst['scratch_updates']} scratch lines, and on the "
-                   f"paper's two tasks alone it is {paper['accuracy'].min():.3f}. An untrained twin of the same "
-                   f"architecture reads {rows['twin_accuracy'].min():.3f}-{rows['twin_accuracy'].max():.3f}, so much "
-                   f"of the lift comes with the architecture, and none of these specimens answers above {exact:.3f} "
-                   "under its own exact recurrence.")
+    extensions = "; ".join(e["verdict"] for e in summary.get("extensions", []))
+    return Finding(f"layer-0 accuracy after one step {paper['accuracy'].min():.3f}-{paper['accuracy'].max():.3f} "
+                   f"on the paper's tasks",
+                   lead(summary) + f" On the paper's two tasks one recurrent step lifts the label's layer-0 probe "
+                   f"accuracy from chance to {paper['accuracy'].min():.3f}-{paper['accuracy'].max():.3f} on the "
+                   f"{len(gated)} competent FBT specimens (the probe's L2 strength chosen by nested cross-validation); "
+                   f"an untrained twin of the same architecture reads {paper['twin_accuracy'].min():.3f}-"
+                   f"{paper['twin_accuracy'].max():.3f}, so much of the lift comes with the architecture, and none of "
+                   f"these specimens answers above {exact:.3f} under its own exact recurrence. Beyond the claim: "
+                   f"{extensions}.")
 
 
 RECIPE = Recipe(
@@ -268,11 +373,13 @@ RECIPE = Recipe(
     f"{ARM_STEPS['fbt']} / {ARM_STEPS['lrt']} steps of 32 (delayed_memory: a quarter; budget "
     f"{BUDGET_MINUTES:.0f} wall minutes on 2 cores), trained on 0/8/32 scratch "
     f"lines (one length per batch), each length gated; probes at the label-predicting position, every depth, "
-    f"{PROBE_N} examples, grouped 4-fold CV, control task, untrained twin, fed-back upper bound; a byte-level FBT "
+    f"{PROBE_N} examples, grouped 4-fold CV with the L2 strength by nested CV, control task, untrained twin, "
+    "fed-back upper bound, regularisation path; a byte-level FBT "
     "text model (never trained on the tasks) as a second arm.",
     build, analyze,
-    gates=(Gate(GATED_FBT, f"FBT specimens (task x scratch length) whose held-out answer accuracy under suffix1 "
-                           f"is >= {COMPETENT}; rule (a) reads these; each specimen's own gate is in specimens.csv",
+    gates=(Gate(GATED_FBT, f"FBT specimens of {' and '.join(PAPER_TASKS)} (task x scratch length) whose held-out "
+                           f"answer accuracy under suffix1 is >= {COMPETENT}; rule (a) reads these; each "
+                           "specimen's own gate is in specimens.csv",
                 ">=", 1),),
     rule=RULE,
     chance="the majority label of each task (0.5, balanced by construction) and the untrained twin.",
