@@ -103,7 +103,7 @@ def stale(nb: dict) -> list[str]:
             if said != now:
                 problems.append(f"lists {sorted(said)} as {phrase!r}; now {sorted(now)} are")
         leading = LEADING.match(line)  # a line (or a plain-text table row) about one recipe, with a verdict
-        if leading and line[leading.end() - 1:].startswith("[beyond the claim: "):
+        if leading and line[leading.end():].startswith("[beyond the claim: "):
             continue  # an extension's printed finding: checked with the findings below
         if leading and PHRASE.search(line[leading.end():]):
             current = SUMMARIES[leading.group(1)]["verdict"]

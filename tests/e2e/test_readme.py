@@ -43,4 +43,5 @@ def test_the_findings_table_is_the_recipes_own():
 
     block = README.split(E.FINDINGS_BEGIN + "\n", 1)[1].split("\n" + E.results_page.FINDINGS_END, 1)[0]
     assert block == E.findings_markdown(E.shipped_summaries())
-    assert block.count("\n| [") == len(E.shipped_summaries())  # one row per shipped recipe
+    extensions = sum(len(s.get("extensions", [])) for s in E.shipped_summaries().values())
+    assert block.count("\n| [") == len(E.shipped_summaries()) + extensions  # a row per recipe and per extension

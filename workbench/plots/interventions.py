@@ -42,7 +42,9 @@ def swap_flips(swaps: pd.DataFrame, ax: Axes | None = None) -> Figure:
     never = []  # kinds that flip no answer anywhere: no bar to see, so no legend colour; said in words
     for i, kind in enumerate(kinds):
         rate = swaps[f"{kind}_flip"].to_numpy()
-        err = np.vstack([rate - swaps[f"{kind}_low"].to_numpy(), swaps[f"{kind}_high"].to_numpy() - rate])
+        # a bootstrap percentile interval of a mean near 0 or 1 can miss the mean by rounding: never a negative bar
+        err = np.clip(np.vstack([rate - swaps[f"{kind}_low"].to_numpy(), swaps[f"{kind}_high"].to_numpy() - rate]),
+                      0, None)
         visible = bool(np.nan_to_num(swaps[f"{kind}_high"].to_numpy()).any() or np.nan_to_num(rate).any())
         if not visible:
             never.append(kind)

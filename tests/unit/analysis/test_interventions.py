@@ -324,14 +324,3 @@ def test_a_stream_swap_is_pass_two_run_on_the_mates_pass_one_memory():
         iv.label_swap(model, batch, span="everything")
     with pytest.raises(ValueError, match="answer_positions"):
         iv.intervention_effects(model, idx, None, answers[:4])
-
-
-def test_a_design_that_detects_no_use_on_the_positive_control_cannot_say_does_not_use():
-    from workbench.experiments.recipes import causal_use
-
-    swaps = pd.DataFrame({"design": ["site", "stream"], "verdict": ["does not use", "does not use"]})
-    controls = pd.DataFrame({"design": ["site", "stream"], "verdict": ["does not use", "uses"]})
-    out = causal_use.with_positive_control(swaps, controls)
-    assert list(out["verdict"]) == ["not tested: the design detects no use on the positive control", "does not use"]
-    assert list(out["controls_detect"]) == [False, True]
-    assert causal_use.power({"low": 0.0, "high": 0.392}) == pytest.approx(causal_use.POWER_Z * 0.1)
