@@ -477,10 +477,9 @@ def label_swap(model: GPT, batch: Batch, site: str = "memory", seed: int = 0,
     if span not in SPANS:
         raise ValueError(f"span={span!r} is invalid: must be one of {SPANS}")
     check_int("batch_size", batch_size, 1)
-    pairs = {"swap": None, "control": None, "cross": None, "cross_control": None}
-    pairs["swap"], pairs["control"] = mate_rows(batch, seed)
+    pairs = dict(zip(("swap", "control"), mate_rows(batch, seed)))  # kind -> the row each example copies from
     if {"cross", "cross_control"} & set(kinds):
-        pairs["cross"], pairs["cross_control"] = cross_rows(batch, seed)
+        pairs.update(zip(("cross", "cross_control"), cross_rows(batch, seed)))
     answers, foils = label_tokens(batch)
     frames = []
     positions = batch.label_positions.cpu()
@@ -489,7 +488,7 @@ def label_swap(model: GPT, batch: Batch, site: str = "memory", seed: int = 0,
         idx = batch.tokens[rows, : p + 1].to(model.readout_weight.device)
         local = torch.full((len(batch),), -1, dtype=torch.long)
         local[rows] = torch.arange(len(rows))
-        named = {k: Intervention("patch", rows=local[pairs[k][rows]]) for k in pairs if pairs[k] is not None}
+        named = {k: Intervention("patch", rows=local[source[rows]]) for k, source in pairs.items()}
         named.update(mean=Intervention("mean"), zero=Intervention("zero"))
         run = dict(regime="soft", prompt_len=p) if schedule is None else dict(schedule=schedule)
         frame = intervention_effects(model, idx, p if span == "site" else None, answers[rows],

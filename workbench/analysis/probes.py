@@ -419,7 +419,7 @@ def regularisation_path(features: np.ndarray | torch.Tensor, labels: np.ndarray 
                      "selectivity": result["selectivity"]})
     path = pd.DataFrame(rows)
     best = path["accuracy"].max()
-    path["plausible"] = (path["accuracy_low"] <= best) & (best <= path["accuracy_high"])
+    path["plausible"] = path["accuracy_high"] >= best  # its low end is below its own accuracy, so below the best
     return path
 
 

@@ -109,7 +109,7 @@ STEPS = 28000
 
 def registers_runs(scale: float) -> list[RunSpec]:
     """The registers setting's runs (``fbt_pass_mixes_registers``): every mix, 2 seeds each, and the LRT cross;
-    ``causal_use`` reads its FBTs as the positive control (specimens that need their feedback)."""
+    ``fixed_point_study`` trains from scratch under the same setting and training."""
     n = steps(STEPS, scale)
     return [*mix_runs("reg_", "multi_register", REGISTERS, n, {m: SEEDS for m in MIXES}, AUX_WEIGHT),
             cross_run("reg_", "multi_register", REGISTERS, n, AUX_WEIGHT)]

@@ -208,7 +208,6 @@ def specimen_gates(df: pd.DataFrame, threshold: float) -> Figure:
     return fig
 
 
-
 def regularisation_paths(df: pd.DataFrame, threshold: float | None = None) -> Figure:
     """A probe's held-out accuracy against its inverse L2 strength ``C`` (log axis), one line per ``specimen``,
     one panel per ``task``; filled markers are the strengths cross-validation cannot tell from the best
