@@ -138,6 +138,8 @@ _FLAGS: list[tuple[str, str, Any, str]] = [
     ("--pass-mix", "pass_mix", _pass_mix, "multipass: pass-count mix per batch, e.g. 1:0.75,2:0.22,3:0.03"),
     ("--feedback-start", "feedback_start", float, "fraction of steps trained single-pass first"),
     ("--prefix-mixin", "prefix_mixin", float, "fraction of sequences given a random plain prefix"),
+    ("--prefix-draw", "prefix_draw", str, "sequence (one prefix shared by its passes) or pass (a fresh draw "
+                                          "in every pass after the first; multipass)"),
     ("--aux-weight", "aux_weight", float, "multipass: weight of the extra passes' loss"),
     ("--steps", "steps", int, "optimiser steps"),
     ("--batch-size", "batch_size", int, "sequences per step over all processes"),

@@ -39,7 +39,7 @@ Each returns a ``ScheduleOutput`` whose ``loss(targets)`` is that schedule's tra
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -110,7 +110,8 @@ def feedback_mask(batch: int, seq_len: int, plain_prefix: int | torch.Tensor = 0
     CPU tensor by reading it, an accelerator's tensor asynchronously (the device raises at its next
     synchronisation), a ``meta`` tensor or a compiled graph not at all.
     """
-    allowed = f"plain_prefix={plain_prefix!r} is invalid: must be an int >= 0 or a (B,) integer tensor of them"
+    allowed = (f"plain_prefix={plain_prefix!r} is invalid: must be an int >= 0 or a (B,) integer tensor of them "
+               f"(multipass also takes one row per pass that reads memory: a (passes - 1, B) tensor)")
     positions = torch.arange(seq_len, device=device).expand(batch, seq_len)
     if not isinstance(plain_prefix, torch.Tensor):
         if isinstance(plain_prefix, bool) or not isinstance(plain_prefix, (int, np.integer)) or plain_prefix < 0:
@@ -212,16 +213,35 @@ def jacobi_pass(model: GPT, idx: torch.Tensor, memory: torch.Tensor | None, read
     return model.step(idx, memory=None if memory is None else shift_right(memory), memory_mask=reads, kv=kv)
 
 
+def pass_masks(batch: int, seq_len: int, plain_prefix: int | torch.Tensor, passes: int | None,
+               device: torch.device | str | None = None) -> Callable[[int], torch.Tensor]:
+    """Pass k's feedback mask (k = 0 for pass 1). One plain prefix for every pass (an int or a (B,) tensor), or
+    a fresh one for each pass that reads memory: a (passes - 1, B) tensor whose row k - 1 is pass k + 1's
+    (FBT's prefix mix-in drawn per pass, as the paper describes it). Pass 1 reads no memory, whatever its mask."""
+    if not (isinstance(plain_prefix, torch.Tensor) and plain_prefix.ndim == 2):
+        mask = feedback_mask(batch, seq_len, plain_prefix, device)
+        return lambda k: mask
+    rows = None if passes is None else max(passes - 1, 0)
+    if rows is None or tuple(plain_prefix.shape) != (rows, batch):
+        raise ValueError(f"plain_prefix of shape {tuple(plain_prefix.shape)} is invalid: one row per pass that "
+                         f"reads memory must be ({'passes - 1' if rows is None else rows}, {batch})"
+                         + (" and needs a finite number of passes" if rows is None else ""))
+    masks = [feedback_mask(batch, seq_len, row, device) for row in plain_prefix]
+    masks.insert(0, masks[0] if masks else feedback_mask(batch, seq_len, 0, device))
+    return masks.__getitem__
+
+
 def iterate_passes(model: GPT, idx: torch.Tensor, plain_prefix: int | torch.Tensor = 0,
                    passes: int | None = None) -> Iterator[StepOutput]:
-    """Jacobi passes, yielded one at a time (``passes=None``: endlessly), so analysis can stream them."""
+    """Jacobi passes, yielded one at a time (``passes=None``: endlessly), so analysis can stream them.
+    ``plain_prefix``: one for every pass, or one row per pass that reads memory (``pass_masks``)."""
     check_tokens(model.config.vocab_size, idx)
     B, T = idx.shape
-    reads = feedback_mask(B, T, plain_prefix, idx.device)
+    reads = pass_masks(B, T, plain_prefix, passes, idx.device)
     memory = None
     k = 0
     while passes is None or k < passes:
-        out = jacobi_pass(model, idx, memory, reads)
+        out = jacobi_pass(model, idx, memory, reads(k))
         memory = out.memory
         k += 1
         yield out
@@ -233,14 +253,17 @@ def multipass(model: GPT, idx: torch.Tensor, passes: int, plain_prefix: int | to
 
     Objective ``NTP_1 + aux_weight * mean_{k>=2} NTP_k`` (FBT), no detach between passes. With
     ``cache``, the last pass also writes its keys/values and final memory into it (fused prefill).
+    ``plain_prefix``: one for every pass, or a (passes - 1, B) tensor, one row per pass that reads memory.
     """
     check_tokens(model.config.vocab_size, idx)
     check_int("passes", passes, 1, 1_000_000)
     check_float("aux_weight", aux_weight, 0.0, 1e6)
     B, T = idx.shape
-    outs = list(iterate_passes(model, idx, plain_prefix, passes - 1))
-    reads = feedback_mask(B, T, plain_prefix, idx.device)
-    last = jacobi_pass(model, idx, outs[-1].memory if outs else None, reads, kv=cache)
+    reads = pass_masks(B, T, plain_prefix, passes, idx.device)
+    per_pass = isinstance(plain_prefix, torch.Tensor) and plain_prefix.ndim == 2
+    outs = list(iterate_passes(model, idx, plain_prefix[: max(passes - 2, 0)] if per_pass else plain_prefix,
+                               passes - 1))
+    last = jacobi_pass(model, idx, outs[-1].memory if outs else None, reads(passes - 1), kv=cache)
     if cache is not None:
         cache.state = last.memory[:, -1]
     outs.append(last)

@@ -226,13 +226,16 @@ class _Run:
         return self._drawn[1]
 
     def plain_prefix(self, step: int, plan: StepPlan) -> torch.Tensor:
-        """(B,) plain-prefix lengths for the global batch (FBT's prefix mix-in); zeros = none."""
+        """Plain-prefix lengths for the global batch (FBT's prefix mix-in; zeros = none): (B,), one per
+        sequence shared by its passes, or under ``prefix_draw="pass"`` (passes - 1, B), a fresh draw for every
+        pass that reads memory."""
         B, cfg = self.cfg.batch_size, self.cfg
         if not plan.schedule.reads_memory or cfg.prefix_mixin == 0 or plan.seq_len < 2:
             return torch.zeros(B, dtype=torch.long)
         rng = np.random.default_rng([cfg.seed, _PREFIX, step])
-        use = rng.random(B) < cfg.prefix_mixin
-        return torch.from_numpy(np.where(use, rng.integers(1, plan.seq_len, size=B), 0))
+        shape = (plan.passes - 1, B) if cfg.prefix_draw == "pass" else B
+        use = rng.random(shape) < cfg.prefix_mixin
+        return torch.from_numpy(np.where(use, rng.integers(1, plan.seq_len, size=shape), 0))
 
     def micro_batches(self, step: int, plan: StepPlan) -> Iterator[tuple[torch.Tensor, ...]]:
         """This process's micro-batches (tokens, targets, plain prefixes) and the global batch's targets."""
@@ -240,7 +243,7 @@ class _Run:
         tokens, targets = _pad(batch.tokens, plan.seq_len, self.pad_id), _pad(batch.targets, plan.seq_len, -1)
         prefix = self.plain_prefix(step, plan)
         for rows in torch.arange(*self.rows).split(self.micro):
-            yield (tokens[rows].to(self.device), targets[rows].to(self.device), prefix[rows].to(self.device),
+            yield (tokens[rows].to(self.device), targets[rows].to(self.device), prefix[..., rows].to(self.device),
                    targets)
 
     def autocast(self) -> contextlib.AbstractContextManager:

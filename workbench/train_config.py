@@ -18,6 +18,7 @@ from .validation import check_choice, check_float, check_int, fail
 OPTIMIZERS = ("muon", "adamw")
 LR_SCHEDULES = ("wsd", "cosine", "constant")
 DEVICES = ("auto", "cpu", "cuda")
+PREFIX_DRAWS = ("sequence", "pass")
 # Fields that may change between an interrupted run and its resumption: they do not change the
 # trajectory (where it runs, whether a bar is drawn, when a budget stops it).
 # how often a run saves does not change its history (a resumed run is the same run, bit for bit): runtime too
@@ -46,6 +47,9 @@ class TrainConfig(JSONMixin):
     pass_mix: dict[int, float] | None = None  # multipass {passes: prob}, e.g. FBT {1: .75, 2: .22, 3: .03}
     feedback_start: float = 0.0  # fraction of the steps trained single-pass before the schedule (progressive)
     prefix_mixin: float = 0.0  # fraction of sequences given a random plain prefix in passes after the first
+    # "sequence": one prefix per sequence, shared by its passes; "pass": a fresh draw in every pass after the
+    # first (multipass only; the FBT paper's wording, arXiv 2608.08888)
+    prefix_draw: str = "sequence"
     aux_weight: float = 1.0  # multipass: lambda in NTP_1 + lambda * mean_{k>=2} NTP_k
     # --- optimisation ---
     steps: int = 200  # optimiser steps
@@ -101,6 +105,10 @@ class TrainConfig(JSONMixin):
         if self.feedback_start == 1.0:
             fail(f"{c}.feedback_start", self.feedback_start, "must be in [0, 1)")
         check_float(f"{c}.prefix_mixin", self.prefix_mixin, 0.0, 1.0)
+        check_choice(f"{c}.prefix_draw", self.prefix_draw, PREFIX_DRAWS)
+        if self.prefix_draw == "pass" and self.schedule != "multipass":
+            fail(f"{c}.prefix_draw", self.prefix_draw, f"needs schedule='multipass' (the schedule whose passes "
+                 f"read memory one after another), not {self.schedule!r}")
         check_float(f"{c}.aux_weight", self.aux_weight, 0.0, 1e6)
         check_int(f"{c}.steps", self.steps, 1)
         check_int(f"{c}.batch_size", self.batch_size, 1)

@@ -80,6 +80,36 @@ def test_plain_prefix_reads_no_memory(variant):
         torch.testing.assert_close(mp.logits[b:b + 1], ref, rtol=0, atol=ATOL)
 
 
+def test_a_prefix_drawn_per_pass_is_each_pass_under_its_own_mask(variant):
+    """One row per pass that reads memory: pass k is the Jacobi pass under row k - 2's prefix, chained by hand;
+    a per-pass tensor whose rows agree is the shared prefix itself."""
+    cfg = variant_config(variant)
+    model, idx = perturbed_model(cfg), token_batch(cfg)
+    B, T = idx.shape
+    rows = torch.tensor([[2, 6], [0, 3], [5, 1]])  # passes 2, 3, 4
+    out = S.multipass(model, idx, passes=4, plain_prefix=rows)
+    memory = None
+    for k in range(4):
+        reads = S.feedback_mask(B, T, rows[k - 1] if k else 0)
+        step = S.jacobi_pass(model, idx, memory, reads)
+        torch.testing.assert_close(out.pass_logits[k], step.logits, rtol=0, atol=ATOL)
+        memory = step.memory
+    streamed = [o.logits for o in S.iterate_passes(model, idx, rows, passes=4)]
+    for got, want in zip(streamed, out.pass_logits):
+        torch.testing.assert_close(got, want, rtol=0, atol=ATOL)
+    shared = torch.tensor([2, 6])
+    torch.testing.assert_close(S.multipass(model, idx, passes=4, plain_prefix=shared.expand(3, B)).logits,
+                               S.multipass(model, idx, passes=4, plain_prefix=shared).logits, rtol=0, atol=ATOL)
+    if cfg.mechanism != "none":  # the draws matter wherever memory is read
+        assert not torch.equal(out.logits, S.multipass(model, idx, passes=4, plain_prefix=rows[0]).logits)
+    with pytest.raises(ValueError, match=r"plain_prefix of shape \(2, 2\).*\(3, 2\)"):
+        S.multipass(model, idx, passes=4, plain_prefix=rows[:2])
+    with pytest.raises(ValueError, match="finite number of passes"):
+        next(S.iterate_passes(model, idx, rows))
+    with pytest.raises(ValueError, match=r"(?s)plain_prefix=.*\(passes - 1, B\)"):
+        S.sequential(model, idx, plain_prefix=rows)
+
+
 @pytest.mark.parametrize("name", ["lrt_shared_top", "lrt_per_layer_mid", "lrt_kv_only", "lrt_residual_only_gqa"])
 def test_lrt_at_init_is_the_baseline(name):
     cfg = variant_config(name)

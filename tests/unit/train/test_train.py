@@ -46,7 +46,7 @@ FBT_RECIPE = dict(model=dict(TINY_MODEL, mechanism="fbt"), schedule="multipass",
     ("prefix_mixin", 2.0), ("budget_flops", 0.0), ("device", "tpu"), ("log_every", 0), ("seed", -1),
     ("pass_mix", {1: 0.5, 2: 0.4}), ("pass_mix", {0: 1.0}), ("resume", True),
     ("model", {"n_layr": 2}), ("model", {"vocab_size": 10}), ("model", {"n_embd": 30}), ("task", ""),
-    ("compile", "yes"),
+    ("compile", "yes"), ("prefix_draw", "document"),
 ])
 def test_bad_values_name_their_field(field, value):
     # pass_mix is only valid with multipass; give it that so the error is about the mix itself
@@ -210,6 +210,24 @@ def test_pass_mix_draws_are_deterministic_and_follow_the_mix():
     assert freq == pytest.approx({1: 0.5, 2: 0.3, 3: 0.2}, abs=0.08)
     prefix = run.plain_prefix(5, run.plan(5))
     assert prefix.shape == (8,) and 0 < (prefix > 0).sum() < 8 and prefix.max() < 16
+
+
+def test_a_prefix_drawn_per_pass_gives_each_pass_that_reads_memory_its_own():
+    """prefix_draw="pass": a (passes - 1, B) draw per step, deterministic, every sequence prefixed when the
+    mix-in is 1; the shared draw ("sequence", the default) keeps its (B,) draws, so stored runs replay."""
+    cfg = tiny(**{**FBT_RECIPE, "feedback_start": 0.0, "prefix_mixin": 1.0, "prefix_draw": "pass"}, steps=40)
+    run = _Run(cfg, _Processes(torch.device("cpu")))
+    step = next(s for s in range(40) if run.plan(s).passes == 3)
+    prefix = run.plain_prefix(step, run.plan(step))
+    assert prefix.shape == (2, 8) and (prefix > 0).all() and not torch.equal(prefix[0], prefix[1])
+    assert torch.equal(prefix, run.plain_prefix(step, run.plan(step)))
+    shared = _Run(cfg.replace(prefix_draw="sequence"), _Processes(torch.device("cpu")))
+    assert shared.plain_prefix(step, shared.plan(step)).shape == (8,)
+    history = train(cfg.replace(steps=6)).history
+    assert np.isfinite(history["loss"]).all()
+    assert TrainConfig.from_dict({k: v for k, v in tiny().to_dict().items() if k != "prefix_draw"}) == tiny()
+    with pytest.raises(ValueError, match="prefix_draw.*multipass"):
+        tiny(prefix_draw="pass", schedule="interleaved")
 
 
 def test_nan_guard_stops_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
