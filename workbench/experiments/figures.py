@@ -23,8 +23,9 @@ def experiment_figure(tables: Mapping[str, pd.DataFrame], title: str = "") -> Fi
 
     ``pass_dynamics`` (one table, a ``run`` column): ``contraction_curves`` per run; ``traces``:
     ``trace_lengths``; a probe table (``condition``, ``layer``): ``layer0_comparison``; a
-    fixed-point study's runs: ``fixed_point_readability``; a causal-use table (``swap_flip``, with
-    ``distances``): ``causal_use_figure``; an arms table (``arm``, ``metric``, ``value``): ``bar_figure``.
+    fixed-point study's runs: ``fixed_point_readability``; a causal-use table (``swap_flip``, its
+    ``positive control`` rows, with ``distances``): ``causal_use_figure``; an arms table (``arm``,
+    ``metric``, ``value``): ``bar_figure``.
     """
     from .. import plots  # on first use: ``import workbench.experiments`` loads no seaborn
 
@@ -39,8 +40,9 @@ def experiment_figure(tables: Mapping[str, pd.DataFrame], title: str = "") -> Fi
         return plots.layer0_comparison(results)
     if {"accuracy_exact", "lyapunov_top", "family"} <= set(results.columns):  # fixed_point_study's runs
         return plots.fixed_point_readability(results, title=title)
-    if "swap_flip" in results.columns:  # causal_use: swaps, and the LRT ablation by distance
-        swaps = results[results["part"] == "swap"].drop(columns="part")
-        return causal_use_figure(swaps, tables.get("distances", pd.DataFrame(columns=["distance", "position",
-                                                                                       "increase"])))
+    if "swap_flip" in results.columns:  # causal_use: swaps, its positive control, and the LRT ablation by distance
+        swaps, controls = (results[results["part"] == part].drop(columns="part") for part in ("swap",
+                                                                                               "positive control"))
+        return causal_use_figure(swaps, controls, tables.get("distances", pd.DataFrame(
+            columns=["distance", "position", "increase"])))
     return bar_figure(results, title=title)

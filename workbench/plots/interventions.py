@@ -21,14 +21,25 @@ from .base import (
     require_columns,
 )
 
-INTERVENTION_COLORS = {"swap": "#c44e52", "control": "#4c72b0", "mean": "#dd8452", "zero": "#8c8c8c"}
+INTERVENTION_COLORS = {"swap": "#c44e52", "control": "#4c72b0", "cross": "#55a868", "cross_control": "#8172b3",
+                       "mean": "#dd8452", "zero": "#8c8c8c"}
+
+
+def _two_lines(name: str) -> str:
+    """A specimen's name over two tick-label lines: at its first space, else its last underscore."""
+    if " " in name:
+        return name.replace(" ", "\n", 1)
+    head, _, tail = name.rpartition("_")
+    return f"{head}\n{tail}" if head else name
 
 
 def swap_flips(swaps: pd.DataFrame, ax: Axes | None = None) -> Figure:
-    """Answer flip rate per gated specimen and intervention (``causal_use``'s table: ``{kind}_flip`` with
-    ``{kind}_low``/``{kind}_high``), beside the layer-0 probe accuracy and the untrained twin's: a probe
-    that decodes the label while the swap leaves the answer alone shows decodability without use."""
-    fig, axes = new_figure(1, panel=(7.0, 3.8)) if ax is None else (ax.figure, [ax])
+    """Answer flip rate per gated specimen (and design, where a ``design`` column says) and intervention
+    (``causal_use``'s table: ``{kind}_flip`` with ``{kind}_low``/``{kind}_high``), beside the layer-0 probe
+    accuracy and the untrained twin's: a probe that decodes the label while the swap leaves the answer alone
+    shows decodability without use."""
+    # about an inch per specimen and design, so neither the bars nor the two-line tick labels run together
+    fig, axes = new_figure(1, panel=(max(7.0, 1.1 * len(swaps)), 3.8)) if ax is None else (ax.figure, [ax])
     ax = axes[0]
     if swaps.empty:
         empty_panel(ax, "no gated specimen: nothing intervened on")
@@ -52,14 +63,16 @@ def swap_flips(swaps: pd.DataFrame, ax: Axes | None = None) -> Figure:
                                          ("probe_twin_accuracy", "x", "dimgrey", "untrained twin's probe acc.")):
         if column in swaps and swaps[column].notna().any():
             ax.scatter(x + 0.4 - width / 2, swaps[column], marker=marker, color=color, zorder=3, label=label)
-    ax.set_xticks(x, [f"{t}\n{int(s)} scratch" for t, s in zip(swaps["task"], swaps["scratch_updates"])],
-                  fontsize=8, rotation=30, ha="right", rotation_mode="anchor")
+    labels = ([_two_lines(name) + f" {design}" for name, design in zip(swaps["specimen"], swaps["design"])]
+              if {"specimen", "design"} <= set(swaps.columns) else
+              [f"{t}\n{int(s)} scratch" for t, s in zip(swaps["task"], swaps["scratch_updates"])])
+    ax.set_xticks(x, labels, fontsize=7)
     ax.set(ylim=(0, 1.05), ylabel="share of answers / probe accuracy",
            title="does the answer follow the memory? (95 % intervals)")
     if never:
         ax.text(0.5, 0.5, f"{', '.join(never)}: flip no answer of any specimen (rate 0, interval 0)",
                 transform=ax.transAxes, ha="center", va="center", fontsize=8)
-    ax.legend(fontsize=7, ncol=3, loc="lower center", bbox_to_anchor=(0.5, 1.08), frameon=False)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     return fig
 
 

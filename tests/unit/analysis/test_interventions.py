@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -243,7 +245,9 @@ def test_causal_use_decision_rule_and_group_means():
     not_needed = {"low": -0.01, "high": 0.01, "reference": 1.0, "treatment": 1.0}
     assert verdict({"low": -0.02, "high": 0.03}, 0.0, needed, site_moves=0.4) == "does not use"
     assert verdict({"low": -0.02, "high": 0.03}, 0.0, not_needed, site_moves=0.4) == "not tested: feedback not needed"
-    assert verdict({"low": 0.2, "high": 0.9}, 0.8, not_needed, site_moves=0.4) == "not tested: feedback not needed"
+    assert verdict({"low": -0.02, "high": 0.2}, 0.1, not_needed, site_moves=0.4) == "not tested: feedback not needed"
+    # a positive needs no power check: the answer followed the memory, needed or not
+    assert verdict({"low": 0.2, "high": 0.9}, 0.8, not_needed, site_moves=0.4) == "uses"
     assert verdict({"low": -0.02, "high": 0.03}, 0.0, needed, site_moves=0.0).startswith("not tested: no edit")
     assert verdict({"low": 0.2, "high": 0.9}, 0.8, needed, site_moves=0.0) == "uses"  # a positive needs no control
     frame = pd.DataFrame({"intervention": ["swap"] * 4 + ["control"] * 4, "group": [1, 1, 0, 0] * 2,
@@ -324,3 +328,26 @@ def test_a_stream_swap_is_pass_two_run_on_the_mates_pass_one_memory():
         iv.label_swap(model, batch, span="everything")
     with pytest.raises(ValueError, match="answer_positions"):
         iv.intervention_effects(model, idx, None, answers[:4])
+
+
+def test_a_design_that_detects_no_use_on_the_positive_control_cannot_say_does_not_use():
+    from workbench.experiments.recipes import causal_use
+
+    swaps = pd.DataFrame({"design": ["site", "stream"], "verdict": ["does not use", "does not use"]})
+    controls = pd.DataFrame({"design": ["site", "stream"], "verdict": ["does not use", "uses"]})
+    out = causal_use.with_positive_control(swaps, controls)
+    assert list(out["verdict"]) == ["not tested: the design detects no use on the positive control", "does not use"]
+    assert list(out["controls_detect"]) == [False, True]
+    assert causal_use.power({"low": 0.0, "high": 0.392}) == pytest.approx(causal_use.POWER_Z * 0.1)
+    assert math.isnan(causal_use.power({"low": 0.0, "high": 0.0}))  # degenerate: no power to read off it
+
+
+def test_a_task_verdict_is_given_per_design():
+    from workbench.experiments.recipes import causal_use
+
+    rows = pd.DataFrame({"design": ["site", "stream"] * 2, "scratch_updates": [0, 0, 8, 8],
+                         "verdict": ["not tested: feedback not needed", "uses", "not tested: feedback not needed",
+                                     "partly uses"]})
+    assert causal_use.task_verdict(rows) == ("site design: not tested: feedback not needed; stream design: mixed "
+                                             "(s0 uses, s8 partly uses)")
+    assert causal_use.task_verdict(rows.assign(verdict="uses")) == "uses"

@@ -74,7 +74,13 @@ def test_figures_of_the_causal_use_recipe():
     assert fig.axes[0].lines[0].get_ydata().tolist() == pytest.approx([0.15, 0.005])
     from workbench.experiments.recipes.causal_use import causal_use_figure
 
-    fig = causal_use_figure(pd.DataFrame(), pd.DataFrame())
-    assert len(fig.axes) == 3
+    fig = causal_use_figure(pd.DataFrame(), pd.DataFrame(), pd.DataFrame())
+    assert len(fig.axes) == 4  # specimens, positive control, and the two LRT distance panels
+    # the recipe's saved table, read back by content (what load_run / notebook 08 draw): both parts drawn
+    table = pd.concat([swaps.assign(part="swap", specimen="delayed_memory s8", design="stream"),
+                       swaps.assign(part="positive control", specimen="reg_s0", design="site")])
+    fig = wb.experiments.experiment_figure({"results": table, "distances": frame})
+    assert len(fig.axes) == 4 and [len(ax.patches) for ax in fig.axes[:2]] == [4, 4]
+    assert fig.axes[1].get_xticklabels()[0].get_text() == "reg\ns0 site"
     with pytest.raises(ValueError, match="answer_logits"):
         plots.answer_logits(pd.DataFrame({"intervention": []}))

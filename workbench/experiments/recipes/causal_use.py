@@ -15,6 +15,19 @@ sit next to the probe's layer-0 accuracy and the untrained twin's (``layer0_prob
 Only runs the specimen recipe would reuse as they stand
 (trained under its current spec) are read.
 
+Two **designs** per specimen: the memory read at the label position under suffix1 (``site``), and the
+whole memory stream of a 2-pass run (``stream``: every memory read of pass 2, the regime the specimens
+trained in); each with a label-mate swap and its same-label control, and a cross-context swap (another
+group's example of the other label) with its own control. A swap that flips answers beyond its control
+shows use, needed or not; anything short of that is read only where the memory is needed in the design's own
+regime (suffix1 or pass 2 beats the plain pass on the examples scored).
+
+(c) The **positive control**: the same designs on specimens that need their feedback, the FBT
+registers specimens of ``fbt_pass_mixes_registers`` (pass 1 answers 0.7-0.8 of the prompts, pass 2
+all of them). A design that detects use on none of them cannot support "does not use" anywhere;
+beside every interval stands its **power**: the smallest swap - control difference the design
+would detect at its n (80 % power, from the interval's width).
+
 (b) On the LRT text specimens (gated: below the unigram loss by a margin): the memory read at
 position r is mean-ablated and the next-token loss change measured at ``t = r + d - 1``: how far
 back does the recurrent state matter?
@@ -24,6 +37,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -34,7 +48,8 @@ from ...analysis.interventions import ablation_by_distance, label_swap
 from ...analysis.probes import answer_correct
 from ...checkpoint import load_checkpoint, load_metrics
 from ...evaluation import hierarchical_difference
-from .. import probe_specimens, text_arms
+from ...schedules import Multipass
+from .. import pass_mix_study, probe_specimens, text_arms
 from ..core import EVAL_SEED, Context, Finding, Gate, Outcome, Recipe, RunSpec, default_finding
 from ..probe_specimens import (
     COMPETENT,
@@ -49,29 +64,38 @@ from ..probe_specimens import (
 from ..store import EVAL_FILE, up_to_date
 
 SPECIMENS = "layer0_probes"  # the recipe whose FBT specimens are intervened on
+CONTROLS = "fbt_pass_mixes_registers"  # the recipe whose FBT specimens need their feedback: the positive control
 TEXT_SPECIMENS = "lrt_vs_baseline"  # the recipe whose LRT text specimens are ablated
 TEXT_PREFIX = "text_lrt_interleaved_s"
 N = 256  # intervention examples per specimen (whole groups)
 SEED = EVAL_SEED + 2  # held out, and neither the gate's (EVAL_SEED) nor the probe's (EVAL_SEED + 1) examples
-KINDS = ("swap", "control", "mean", "zero")
+KINDS = ("swap", "control", "cross", "cross_control", "mean", "zero")
+# design -> (the condition its memory must beat the plain pass in, the schedule, the span edited)
+DESIGNS = {"site": ("suffix1", None, "site"), "stream": ("multipass2", Multipass(2), "stream")}
+POWER_Z = 2.8  # z(0.975) + z(0.8): a difference this many standard errors away is detected 80 % of the time
 DECISIVE = 0.5  # a swap that flips at least this share of answers: the model answers from the memory
 NEGLIGIBLE = 0.05  # a swap - control interval wholly below this: no use of the memory's label to speak of
 TEXT_N = 32  # held-out windows per text specimen
 MAX_DISTANCE = 16
 TEXT_MARGIN = 1.0  # bits/byte an LRT text specimen must sit below the unigram loss before it is ablated
 
-RULE = (f"Per gated specimen, first two checks that the design could say 'uses': the memory is needed (on the "
-        f"examples scored, the 95 % group interval of suffix1 - standard answer accuracy lies above 0), and an edit of "
-        f"the site moves answers (the mean or zero ablation's flip-rate interval lies above {NEGLIGIBLE}); a specimen "
-        f"failing either is 'not tested' with the reason. Then, on the answer's flip rate (the label's first token "
-        f"against the other label's) under the probe's suffix1 condition: 'uses' when the 95 % hierarchical interval "
-        f"(specimen seeds, then groups) of swap - control flip rate lies above 0 and the swap flips >= {DECISIVE} of "
-        f"the answers; 'partly uses' when the interval lies above 0 and the swap flips fewer; 'does not use' (the "
-        f"label the memory carries) when the interval lies wholly below {NEGLIGIBLE}; 'inconclusive' otherwise. A "
-        f"task's verdict joins its gated specimens' (scratch lengths); a "
-        f"specimen that misses its gate (answer accuracy >= {COMPETENT} under suffix1) is reported, never "
-        f"intervened on. The LRT text part is descriptive (no verdict), measured only on specimens >= {TEXT_MARGIN} "
-        f"bits/byte below unigram.")
+RULE = (f"Per gated specimen and design (site: the memory read at the label position under suffix1; stream: every "
+        f"memory read of a 2-pass run), on the answer's flip rate (the label's first token against the other "
+        f"label's): 'uses' when the 95 % hierarchical interval (specimen seeds, then groups) of label-mate swap - "
+        f"control flip rate lies above 0 and the swap flips >= {DECISIVE} of the answers, 'partly uses' when the "
+        f"interval lies above 0 and the swap flips fewer (the answer followed the memory, needed or not). Anything "
+        f"short of that is read only where the design could have said 'uses', else it is 'not tested' with the "
+        f"reason: the memory is needed (on the examples scored, the 95 % group interval of fed - plain answer "
+        f"accuracy lies above 0, fed being suffix1 or pass 2) and an edit moves answers (the mean or zero "
+        f"ablation's flip-rate interval lies above {NEGLIGIBLE}). Then 'does not use' (the label the memory "
+        f"carries) when the interval lies wholly below {NEGLIGIBLE} and the same design detected use ('uses' or "
+        f"'partly uses') on at least one positive-control specimen ({CONTROLS}'s FBTs, which need their feedback), "
+        f"else 'not tested: the design detects no use on the positive control'; 'inconclusive' otherwise. Each "
+        f"interval is reported with its power (the smallest difference detected 80 % of the time: {POWER_Z} "
+        f"standard errors, from the interval's width) and the cross-context swap beside it. A task's verdict gives, "
+        f"per design, its gated specimens' (one per scratch length); a specimen that misses its gate (answer "
+        f"accuracy >= {COMPETENT} under suffix1) is reported, never intervened on. The LRT text part is "
+        f"descriptive (no verdict), measured only on specimens >= {TEXT_MARGIN} bits/byte below unigram.")
 
 
 def build(scale: float) -> list[RunSpec]:
@@ -113,14 +137,15 @@ def group_means(frame: pd.DataFrame, kind: str, column: str = "flipped") -> np.n
 
 def specimen_verdict(diff: dict[str, float], swap_rate: float, needed: dict[str, float] | None = None,
                      site_moves: float | None = None) -> str:
-    """The rule for one specimen. ``needed``: the interval of suffix1 - standard answer accuracy on the scored
+    """The rule for one specimen. ``needed``: the interval of fed - plain answer accuracy on the scored
     examples (None: not checked, as in a unit test of the flip rule alone); ``site_moves``: the larger lower
-    bound of the mean and zero ablations' flip rates. A negative is only drawn where the memory is needed and
-    an edit of the site can move the answer: otherwise no swap could have flipped anything."""
-    if needed is not None and not needed["low"] > 0:
-        return "not tested: feedback not needed"
+    bound of the mean and zero ablations' flip rates. A swap that flips answers beyond its control shows use
+    whether or not the memory was needed (the answer followed it); anything short of that is only read where
+    the memory is needed and an edit of the site can move the answer: otherwise no swap had to flip anything."""
     if diff["low"] > 0:
         return "uses" if swap_rate >= DECISIVE else "partly uses"
+    if needed is not None and not needed["low"] > 0:
+        return "not tested: feedback not needed"
     if diff["high"] < NEGLIGIBLE:
         if site_moves is not None and not site_moves > NEGLIGIBLE:
             return "not tested: no edit of the site moves the answer"
@@ -128,12 +153,12 @@ def specimen_verdict(diff: dict[str, float], swap_rate: float, needed: dict[str,
     return "inconclusive"
 
 
-def memory_needed(model, batch: tasks.Batch, seed: int) -> dict[str, float]:
-    """On the examples scored: standard and suffix1 answer accuracy, and the 95 % interval over the batch's
-    groups of their difference. A specimen that answers as well without its memory cannot show use by any
-    edit of it."""
+def memory_needed(model, batch: tasks.Batch, seed: int, condition: str = GATE_CONDITION["fbt"]) -> dict[str, float]:
+    """On the examples scored: plain-pass and fed answer accuracy (``condition``: suffix1, or multipass2 for a
+    2-pass run), and the 95 % interval over the batch's groups of their difference. On a specimen that answers as
+    well without its memory, no edit of it has to flip an answer: a swap that flips none says nothing there."""
     standard = answer_correct(model, batch, "standard").astype(np.float64)
-    fed = answer_correct(model, batch, GATE_CONDITION["fbt"]).astype(np.float64)
+    fed = answer_correct(model, batch, condition).astype(np.float64)
     groups = batch.groups.cpu().numpy()
     by_group = lambda values: pd.Series(values).groupby(groups).mean().to_numpy()  # noqa: E731
     diff = hierarchical_difference([by_group(standard)], [by_group(fed)], seed=seed)
@@ -141,9 +166,45 @@ def memory_needed(model, batch: tasks.Batch, seed: int) -> dict[str, float]:
             "high": diff["high"], "mean": diff["mean"]}
 
 
+def power(interval: dict[str, float]) -> float:
+    """The smallest difference a design detects 80 % of the time at its n: ``POWER_Z`` standard errors, the
+    standard error read off the 95 % interval's width (3.92 of them). NaN for an interval of zero width: every
+    resample gave the same difference (e.g. no edit flipped any answer), so the design is degenerate there and
+    its power cannot be read off it."""
+    width = interval["high"] - interval["low"]
+    return POWER_Z * width / 3.92 if width > 0 else math.nan
+
+
+def design_row(model, batch: tasks.Batch, design: str, seed: int) -> dict[str, Any]:
+    """One specimen under one design: flip rates with intervals, swap - control and cross - control with their
+    power, whether the memory is needed, whether an edit moves answers, and the rule's verdict (before the
+    positive control is consulted)."""
+    condition, schedule, span = DESIGNS[design]
+    frame = label_swap(model, batch, kinds=KINDS, schedule=schedule, span=span)
+    per_seed = {kind: [group_means(frame, kind)] for kind in KINDS}  # one specimen seed so far
+    row: dict[str, Any] = {"design": design, "n": int(frame["example"].nunique()),
+                           "groups": int(frame["group"].nunique())}
+    for kind in KINDS:
+        rate = hierarchical_difference([np.zeros_like(per_seed[kind][0])], per_seed[kind], seed=seed)
+        row.update({f"{kind}_flip": rate["mean"], f"{kind}_low": rate["low"], f"{kind}_high": rate["high"],
+                    f"{kind}_logit_change": float(frame.loc[frame["intervention"] == kind,
+                                                            "logit_diff_change"].mean())})
+    diff = hierarchical_difference(per_seed["control"], per_seed["swap"], seed=seed)
+    cross = hierarchical_difference(per_seed["cross_control"], per_seed["cross"], seed=seed)
+    needed = memory_needed(model, batch, seed=seed, condition=condition)
+    site_moves = max(row["mean_low"], row["zero_low"])
+    row.update({"swap_minus_control": diff["mean"], "diff_low": diff["low"], "diff_high": diff["high"],
+                "power": power(diff), "cross_minus_control": cross["mean"], "cross_low": cross["low"],
+                "cross_high": cross["high"], "standard_accuracy": needed["reference"],
+                "fed_accuracy": needed["treatment"], "needed_low": needed["low"], "needed_high": needed["high"],
+                "site_moves": site_moves, "verdict": specimen_verdict(diff, row["swap_flip"], needed, site_moves)})
+    return row
+
+
 def _swap_table(root: Path, scale: float) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Per gated specimen: flip rates with intervals, probe and twin accuracy, verdict; and every specimen's
-    gate. A saved run the specimen recipe would not reuse (trained under another spec) is reported, not read."""
+    """Per gated specimen and design: flip rates with intervals, probe and twin accuracy, verdict; and every
+    specimen's gate. A saved run the specimen recipe would not reuse (trained under another spec) is reported,
+    not read."""
     n, gate_n = max(32, int(N * min(1.0, scale))), max(32, int(GATE_N * min(1.0, scale)))
     specs = {spec.name: spec for spec in probe_specimens.build(scale)}
     rows, gates = [], []
@@ -162,25 +223,54 @@ def _swap_table(root: Path, scale: float) -> tuple[pd.DataFrame, pd.DataFrame]:
         if accuracy < COMPETENT:
             continue
         scored = probe_task(task, scratch).sample(n, SEED, "val")
-        frame = label_swap(model, scored, kinds=KINDS)
-        per_seed = {kind: [group_means(frame, kind)] for kind in KINDS}  # one specimen seed so far
-        row = {"task": task, "scratch_updates": scratch, "seed": seed,
-               "answer_accuracy": accuracy, "n": int(frame["example"].nunique()),
-               "groups": int(frame["group"].nunique()), **probe_row(root, task, scratch)}
-        for kind in KINDS:
-            rate = hierarchical_difference([np.zeros_like(per_seed[kind][0])], per_seed[kind], seed=len(rows))
-            row.update({f"{kind}_flip": rate["mean"], f"{kind}_low": rate["low"], f"{kind}_high": rate["high"],
-                        f"{kind}_logit_change": float(frame.loc[frame["intervention"] == kind,
-                                                                "logit_diff_change"].mean())})
-        diff = hierarchical_difference(per_seed["control"], per_seed["swap"], seed=len(rows))
-        needed = memory_needed(model, scored, seed=len(rows))
-        site_moves = max(row["mean_low"], row["zero_low"])
-        row.update({"swap_minus_control": diff["mean"], "diff_low": diff["low"], "diff_high": diff["high"],
-                    "standard_accuracy": needed["reference"], "fed_accuracy": needed["treatment"],
-                    "needed_low": needed["low"], "needed_high": needed["high"], "site_moves": site_moves,
-                    "verdict": specimen_verdict(diff, row["swap_flip"], needed, site_moves)})
-        rows.append(row)
+        for design in DESIGNS:
+            rows.append({"task": task, "scratch_updates": scratch, "seed": seed, "answer_accuracy": accuracy,
+                         "specimen": f"{task} s{scratch}", **probe_row(root, task, scratch),
+                         **design_row(model, scored, design, seed=len(rows))})
     return pd.DataFrame(rows), pd.DataFrame(gates)
+
+
+def _control_table(root: Path, scale: float) -> pd.DataFrame:
+    """The positive control: every design on the FBT registers specimens that need their feedback (runs of
+    ``CONTROLS`` as it stands), on held-out prompts labelled where the answer is predicted."""
+    specs = [spec for spec in pass_mix_study.registers_runs(scale) if pass_mix_study.is_fbt(spec)
+             and pass_mix_study.mix_of(spec) in pass_mix_study.FEEDBACK_MIXES]
+    n = max(32, int(N * min(1.0, scale)))
+    rows = []
+    for spec in tqdm([s for s in specs if current(root / CONTROLS / s.name, s)], desc="positive control",
+                     leave=False):
+        model = load_checkpoint(root / CONTROLS / spec.name)
+        batch = tasks.get(spec.train.task, **spec.train.task_params, label_at="answer").sample(n, SEED, "val")
+        for design in DESIGNS:
+            rows.append({"task": spec.train.task, "scratch_updates": int(spec.train.task_params["scratch_updates"]),
+                         "seed": spec.train.seed, "specimen": spec.name, **design_row(model, batch, design, len(rows))})
+    return pd.DataFrame(rows)
+
+
+def with_positive_control(swaps: pd.DataFrame, controls: pd.DataFrame) -> pd.DataFrame:
+    """The rule's last clause: a design's "does not use" stands only where that design detected use on at least
+    one positive-control specimen; ``controls_detect`` says, per row, whether it did."""
+    detects = {d: bool(controls[(controls["design"] == d)]["verdict"].isin(("uses", "partly uses")).any())
+               if not controls.empty else False for d in DESIGNS}
+    if swaps.empty:
+        return swaps
+    out = swaps.assign(controls_detect=swaps["design"].map(detects))
+    blind = (out["verdict"] == "does not use") & ~out["controls_detect"]
+    out.loc[blind, "verdict"] = "not tested: the design detects no use on the positive control"
+    return out
+
+
+def task_verdict(rows: pd.DataFrame) -> str:
+    """One task's verdict from its specimens' rows: per design, the verdict its specimens share (or each
+    scratch length's, when they differ); a single verdict when every design agrees."""
+    said = {}
+    for design, mine in rows.groupby("design", sort=False):
+        found = list(dict.fromkeys(mine["verdict"]))
+        said[design] = found[0] if len(found) == 1 else "mixed (" + ", ".join(
+            f"s{r.scratch_updates} {r.verdict}" for r in mine.itertuples()) + ")"
+    if len(set(said.values())) == 1:
+        return next(iter(said.values()))
+    return "; ".join(f"{design} design: {verdict}" for design, verdict in said.items())
 
 
 def text_gate_value(path: Path) -> float:
@@ -229,27 +319,42 @@ def distance_summary(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=DISTANCE_COLUMNS)
 
 
-def causal_use_figure(swaps: pd.DataFrame, distances: pd.DataFrame):
-    """This recipe's figure: the swap flip rates (``plots.swap_flips``) and the LRT ablation by distance
-    (``plots.ablation_distance``) side by side."""
+def causal_use_figure(swaps: pd.DataFrame, controls: pd.DataFrame, distances: pd.DataFrame):
+    """This recipe's figure: the swap flip rates of the probe specimens and of the positive control
+    (``plots.swap_flips``), and the LRT ablation by distance (``plots.ablation_distance``)."""
     import seaborn as sns
     from matplotlib.figure import Figure
 
     from ...plots import STYLE, ablation_distance, swap_flips
 
     with sns.axes_style(STYLE):
-        fig = Figure(figsize=(15.5, 4.2), layout="constrained")
-        grid = fig.add_gridspec(1, 4)
-        swap_ax = fig.add_subplot(grid[0, :2])
-        distance_axes = [fig.add_subplot(grid[0, 2]), fig.add_subplot(grid[0, 3])]
+        fig = Figure(figsize=(15.5, 8.6), layout="constrained")
+        grid = fig.add_gridspec(2, 4)
+        swap_ax, control_ax = fig.add_subplot(grid[0, :]), fig.add_subplot(grid[1, :2])
+        distance_axes = [fig.add_subplot(grid[1, 2]), fig.add_subplot(grid[1, 3])]
     swap_flips(swaps, swap_ax)
+    swap_flips(controls, control_ax)
+    control_ax.set_title(f"positive control: {CONTROLS}'s FBTs, which need their feedback (95 % intervals)")
     ablation_distance(distances, distance_axes)
     return fig
+
+
+def _said(r) -> str:
+    """One specimen under one design, in words: the flips, the difference that decides with its power, the
+    cross-context swap, and whether the memory was needed."""
+    fed = "suffix1" if r.design == "site" else "pass 2"
+    return (f"{r.specimen} {r.design}: swap flips {r.swap_flip:.3f} [{r.swap_low:.3f}, {r.swap_high:.3f}] vs control "
+            f"{r.control_flip:.3f}, swap - control [{r.diff_low:+.3f}, {r.diff_high:+.3f}] ("
+            + ("degenerate: zero width" if math.isnan(r.power) else f"detects >= {r.power:.3f}") + "), "
+            f"cross-context - control [{r.cross_low:+.3f}, {r.cross_high:+.3f}]; plain {r.standard_accuracy:.3f} vs "
+            f"{fed} {r.fed_accuracy:.3f} (needed [{r.needed_low:+.3f}, {r.needed_high:+.3f}]) -> {r.verdict}")
 
 
 def analyze(ctx: Context) -> Outcome:
     root = ctx.out.parent
     swaps, gates = _swap_table(root, ctx.scale)
+    controls = _control_table(root, ctx.scale)
+    swaps = with_positive_control(swaps, controls)
     distances, text_gates = _distance_table(root, ctx.scale)
     summary = distance_summary(distances) if not distances.empty else pd.DataFrame(columns=DISTANCE_COLUMNS)
     verdicts, words = {}, []
@@ -263,18 +368,18 @@ def analyze(ctx: Context) -> Outcome:
             verdicts[task] = "not tested: no gated specimen"
             words.append(f"{task}: no gated specimen{skipped}")
             continue
-        found = list(dict.fromkeys(mine["verdict"]))
-        verdicts[task] = found[0] if len(found) == 1 else "mixed: " + ", ".join(
-            f"s{r.scratch_updates} {r.verdict}" for r in mine.itertuples())
-        words.append(f"{task}: " + ", ".join(
-            f"s{r.scratch_updates} swap flips {r.swap_flip:.3f} [{r.swap_low:.3f}, {r.swap_high:.3f}] vs control "
-            f"{r.control_flip:.3f} [{r.control_low:.3f}, {r.control_high:.3f}], mean {r.mean_flip:.3f}; "
-            + (f"probe {r.probe_accuracy:.3f}, twin {r.probe_twin_accuracy:.3f}" if not math.isnan(r.probe_accuracy)
-               else f"probe not recorded by {SPECIMENS} for these weights")
-            + f"; on these examples standard {r.standard_accuracy:.3f} vs suffix1 {r.fed_accuracy:.3f} (needed: "
-              f"[{r.needed_low:+.3f}, {r.needed_high:+.3f}]), mean / zero ablation flips >= {r.site_moves:.3f}"
-            + f" -> {r.verdict}" for r in mine.itertuples())
-                     + skipped)
+        verdicts[task] = task_verdict(mine)
+        probes = mine.drop_duplicates("scratch_updates")
+        words.append(f"{task}: " + "; ".join(_said(r) for r in mine.itertuples()) + "; layer-0 probe " + ", ".join(
+            f"s{r.scratch_updates} {r.probe_accuracy:.3f} (twin {r.probe_twin_accuracy:.3f})"
+            if not math.isnan(r.probe_accuracy) else f"s{r.scratch_updates} not recorded by {SPECIMENS}"
+            for r in probes.itertuples()) + skipped)
+    detects = {d: not controls.empty and bool(controls[controls["design"] == d]["verdict"]
+                                              .isin(("uses", "partly uses")).any()) for d in DESIGNS}
+    words.append(f"positive control ({CONTROLS}): " + ", ".join(
+        f"{d} design {'detects' if ok else 'detects no'} use" for d, ok in detects.items())
+        + ("; " + "; ".join(_said(r) for r in controls.itertuples()) if not controls.empty else
+           f"; no current run of {CONTROLS}"))
     if not summary.empty:
         near = summary.set_index("distance")["increase"]
         words.append(f"LRT text ({int(summary['seeds'].iloc[0])} seeds), mean-ablating the memory read d back: "
@@ -284,40 +389,66 @@ def analyze(ctx: Context) -> Outcome:
         measured = ", ".join(f"{k} {v:.2f}" for k, v in text_gates.items())
         words.append(f"LRT text: no specimen passed its gate ({measured} bits/byte below unigram, needs >= "
                      f"{TEXT_MARGIN})" if text_gates else f"LRT text: no specimen found under {TEXT_SPECIMENS}")
-    table = pd.concat([swaps.assign(part="swap"), summary.assign(part="lrt_distance")], ignore_index=True)
+    table = pd.concat([swaps.assign(part="swap"), controls.assign(part="positive control"),
+                       summary.assign(part="lrt_distance")], ignore_index=True)
     distances.to_csv(ctx.out / "distances.csv", index=False)  # by position: what the figure's right panels read
-    figure = causal_use_figure(swaps, distances)
+    figure = causal_use_figure(swaps, controls, distances)
     verdict = "; ".join(f"{task}: {v}" for task, v in verdicts.items())
     gated = float(gates["gated"].sum()) if not gates.empty else 0.0
     return Outcome(table, figure, "; ".join(words), verdict, {"gated FBT specimens": gated},
                    chance="a control swap (same label) flips what the swap would without reading the label; the "
                           "untrained twin's probe accuracy is the architecture's free lift",
                    extra={"specimen_gates": gates.to_dict("records"), "task_verdicts": verdicts,
-                          "text_gates": text_gates,
+                          "text_gates": text_gates, "positive_control": detects,
                           "seeds": sorted(int(s) for s in swaps["seed"].unique()) if not swaps.empty else []})
 
 
+def _on(rows: pd.DataFrame, total: int) -> str:
+    """Which specimens under which design, in words: named when few, counted when many."""
+    return "; ".join(f"the {design} design on " + (", ".join(mine["specimen"]) if len(mine) <= 3 else
+                                                    f"{'all ' if len(mine) == total else ''}{len(mine)} specimens")
+                     for design, mine in rows.groupby("design", sort=False))
+
+
 def finding(summary: dict, results: pd.DataFrame) -> Finding:
-    """Per verdict, the specimens it covers, with the numbers that decided it: whether the feedback was needed
-    at all, and how many answers a swap of the memory flipped against its same-label control."""
+    """Per verdict, the specimens and designs it covers, with the numbers that decided it: whether the feedback was
+    needed at all, how many answers a swap flipped against its control, and what the positive control showed."""
     swaps = results[results["part"] == "swap"]
+    controls = results[results["part"] == "positive control"]
     if swaps.empty:
         return default_finding(summary, results)
-    said = []
+    said, total = [], swaps["specimen"].nunique()
     for verdict, rows in swaps.groupby("verdict", sort=False):
-        names = ", ".join(f"{r.task} s{int(r.scratch_updates)}" for r in rows.itertuples())
         if verdict == "not tested: feedback not needed":
-            said.append(f"On {names} the competent specimens answer as well without the memory as with it "
-                        f"(standard {rows['standard_accuracy'].min():.3f}-{rows['standard_accuracy'].max():.3f} vs "
-                        f"one recurrent step {rows['fed_accuracy'].min():.3f}-{rows['fed_accuracy'].max():.3f}), "
-                        "so no edit of the memory could flip an answer: use is not tested there.")
+            said.append(f"With {_on(rows, total)} the specimens answer as well without the memory as with it "
+                        f"(plain {rows['standard_accuracy'].min():.3f}-{rows['standard_accuracy'].max():.3f} vs "
+                        f"fed {rows['fed_accuracy'].min():.3f}-{rows['fed_accuracy'].max():.3f}) and a swap flips "
+                        f"no more answers than its control, so no edit of the memory had to flip one: use is not "
+                        f"tested there.")
         else:
-            said.append(f"On {names} ({verdict}) swapping the memory for a mate's of the other label flips "
-                        f"{rows['swap_flip'].min():.3f}-{rows['swap_flip'].max():.3f} of the answers, a same-label "
-                        f"control {rows['control_flip'].min():.3f}-{rows['control_flip'].max():.3f}.")
+            unneeded = rows[~(rows["needed_low"] > 0)]
+            said.append(f"With {_on(rows, total)} ({verdict}) swapping the memory for a mate's of the other label "
+                        f"flips {rows['swap_flip'].min():.3f}-{rows['swap_flip'].max():.3f} of the answers, a "
+                        f"same-label control {rows['control_flip'].min():.3f}-{rows['control_flip'].max():.3f}"
+                        + (f"; on {len(unneeded)} of them the plain pass answers as well as the fed one (the "
+                           f"model reads the memory it does not need)" if len(unneeded) else "") + ".")
+    if len(controls):
+        detected = controls[controls["verdict"].isin(("uses", "partly uses"))]
+        needed = controls[controls["needed_low"] > 0]
+        contextual = needed[(needed["diff_high"] < 0) & (needed["cross_low"] > 0)]
+        said.append(f"The positive control ({CONTROLS}'s FBTs, which need their feedback: plain "
+                    f"{controls['standard_accuracy'].min():.3f}-{controls['standard_accuracy'].max():.3f}, "
+                    f"pass 2 up to {needed['fed_accuracy'].max() if len(needed) else math.nan:.3f}) shows whether "
+                    f"a design can say yes: "
+                    + (", ".join(f"{r.specimen} ({r.design}) swap - control {r.swap_minus_control:+.3f}"
+                                 for r in detected.itertuples()) if len(detected) else "no design detects use there")
+                    + (f"; on {len(contextual)} others the label-mate swap flips fewer answers than its control "
+                       f"while a cross-context swap flips more than its own (their memory carries the context, "
+                       f"not the label)" if len(contextual) else "")
+                    + "; a design that detects no use there cannot support 'does not use' anywhere.")
     tested = swaps[~swaps["verdict"].str.startswith("not tested")]
     ours = (f"swap flips {tested['swap_flip'].min():.3f}-{tested['swap_flip'].max():.3f}" if len(tested) else
-            f"not tested on {len(swaps)} of {len(swaps)} specimens")
+            f"not tested on {len(swaps)} of {len(swaps)} specimen designs")
     return Finding(ours, " ".join(said))
 
 
@@ -325,10 +456,12 @@ RECIPE = Recipe(
     "causal_use",
     "Ours, beyond the papers: the FBT paper's layer-0 probe (99.6 % / 100 % after one recurrent step, arXiv "
     "2608.08888, appendix F) shows decodability, not use; does the model use the label its memory carries?",
-    f"Every gated FBT specimen of {SPECIMENS} (task x scratch length): the memory read at the label position "
-    f"swapped with a group mate's of the other label vs a same-label control, mean and zero ablation, {N} held-out "
-    f"examples each under suffix1; the LRT text specimens of {TEXT_SPECIMENS}: the memory mean-ablated d = 1.."
-    f"{MAX_DISTANCE} positions back, {TEXT_N} windows each, exact recurrence.",
+    f"Every gated FBT specimen of {SPECIMENS} (task x scratch length), two designs: the memory read at the label "
+    f"position under suffix1, and the whole memory stream of a 2-pass run; each swapped with a group mate's of the "
+    f"other label vs a same-label control, with another context's (cross-context) vs its control, mean and zero "
+    f"ablation, {N} held-out examples each; the positive control: the same designs on {CONTROLS}'s FBTs (75/25, "
+    f"75/22/3, 2 seeds each), which need their feedback; the LRT text specimens of {TEXT_SPECIMENS}: the memory "
+    f"mean-ablated d = 1..{MAX_DISTANCE} positions back, {TEXT_N} windows each, exact recurrence.",
     build, analyze,
     gates=(Gate("gated FBT specimens", f"FBT specimens of {SPECIMENS} whose held-out answer accuracy under suffix1 is "
                 f">= {COMPETENT} (the specimens' own gates)", ">=", 1),),
@@ -336,4 +469,4 @@ RECIPE = Recipe(
     chance="the control swap's flip rate (a same-label memory), and the untrained twin's probe accuracy.",
     caveat="The specimens come from one training seed per task, so the intervals resample groups of examples, not "
            "training seeds: a verdict speaks for these specimens, not for FBT training in general.",
-    kind="exploratory", reads=(SPECIMENS, TEXT_SPECIMENS), finding=finding)
+    kind="exploratory", reads=(SPECIMENS, CONTROLS, TEXT_SPECIMENS), finding=finding)
