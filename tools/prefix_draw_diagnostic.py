@@ -7,7 +7,7 @@ model, steps, seed) with the prefix drawn for every sequence in every pass after
 (``prefix_draw="pass"``, ``prefix_mixin=1``) and measures both on the same held-out gate prompts, side by side.
 A diagnostic for the next retraining of the recipe, not a recipe: nothing here writes to ``checkpoints/``.
 
-    python tools/prefix_draw_diagnostic.py --out runs/prefix_draw     # resumable; ~10 CPU-minutes to train
+    python tools/prefix_draw_diagnostic.py --out runs/prefix_draw     # resumable; 45 min on one core here
 """
 
 from __future__ import annotations
