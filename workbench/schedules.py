@@ -260,13 +260,13 @@ def multipass(model: GPT, idx: torch.Tensor, passes: int, plain_prefix: int | to
     check_float("aux_weight", aux_weight, 0.0, 1e6)
     B, T = idx.shape
     reads = pass_masks(B, T, plain_prefix, passes, idx.device)
-    per_pass = isinstance(plain_prefix, torch.Tensor) and plain_prefix.ndim == 2
-    outs = list(iterate_passes(model, idx, plain_prefix[: max(passes - 2, 0)] if per_pass else plain_prefix,
-                               passes - 1))
-    last = jacobi_pass(model, idx, outs[-1].memory if outs else None, reads(passes - 1), kv=cache)
+    outs: list[StepOutput] = []
+    for k in range(passes):  # the last pass alone writes the cache
+        outs.append(jacobi_pass(model, idx, outs[-1].memory if outs else None, reads(k),
+                                kv=cache if k == passes - 1 else None))
+    last = outs[-1]
     if cache is not None:
         cache.state = last.memory[:, -1]
-    outs.append(last)
     weights = [1.0] + ([aux_weight / (passes - 1)] * (passes - 1) if passes > 1 else [])
     return ScheduleOutput(last.logits, [o.logits for o in outs], last.memory, [None] * passes, weights,
                           "multipass")

@@ -25,12 +25,20 @@ INTERVENTION_COLORS = {"swap": "#c44e52", "control": "#4c72b0", "cross": "#55a86
                        "mean": "#dd8452", "zero": "#8c8c8c"}
 
 
-def _two_lines(name: str) -> str:
-    """A specimen's name over two tick-label lines: at its first space, else its last underscore."""
-    if " " in name:
-        return name.replace(" ", "\n", 1)
-    head, _, tail = name.rpartition("_")
-    return f"{head}\n{tail}" if head else name
+def _tick_label(name: str, width: int = 12) -> str:
+    """A specimen's name as tick-label lines: its last word (after the last space, else the last underscore: the
+    scratch length or seed) on a line of its own, the rest wrapped at underscores to ``width`` characters, so
+    neighbouring labels never touch."""
+    head, _, tail = name.rpartition(" ") if " " in name else name.rpartition("_")
+    if not head:
+        return name
+    lines: list[str] = []
+    for word in head.split("_"):
+        if lines and len(lines[-1]) + 1 + len(word) <= width:
+            lines[-1] += f"_{word}"
+        else:
+            lines.append(word)
+    return "\n".join([*lines, tail])
 
 
 def swap_flips(swaps: pd.DataFrame, ax: Axes | None = None) -> Figure:
@@ -63,7 +71,7 @@ def swap_flips(swaps: pd.DataFrame, ax: Axes | None = None) -> Figure:
                                          ("probe_twin_accuracy", "x", "dimgrey", "untrained twin's probe acc.")):
         if column in swaps and swaps[column].notna().any():
             ax.scatter(x + 0.4 - width / 2, swaps[column], marker=marker, color=color, zorder=3, label=label)
-    labels = ([_two_lines(name) + f" {design}" for name, design in zip(swaps["specimen"], swaps["design"])]
+    labels = ([_tick_label(name) + f" {design}" for name, design in zip(swaps["specimen"], swaps["design"])]
               if {"specimen", "design"} <= set(swaps.columns) else
               [f"{t}\n{int(s)} scratch" for t, s in zip(swaps["task"], swaps["scratch_updates"])])
     ax.set_xticks(x, labels, fontsize=7)
@@ -95,9 +103,9 @@ def ablation_distance(frame: pd.DataFrame, axes: Sequence[Axes] | None = None) -
         axes[0].plot(by_d.index, by_d.to_numpy(), "o-", ms=3, color=color, label=str(name))
         first = rows[rows["distance"] == 1].groupby("position")["increase"].mean()
         axes[1].plot(first.index, first.to_numpy(), color=color, lw=1, label=str(name))
-    for ax in axes:
+    for ax in axes:  # few ticks: the panels are narrow and positions run to three digits
         ax.axhline(0.0, color="black", lw=0.8, ls=":")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=5, integer=True))
     axes[0].set(xlabel="d: the ablated memory lies d positions back", ylabel="loss increase at t (nats)",
                 title="memory ablated d back")
     axes[1].set(xlabel="position t (reads the ablated memory)", ylabel="loss increase at t (nats)",

@@ -227,6 +227,29 @@ def test_swap_flips_shows_scratch_as_ints_and_no_legend_colour_without_a_bar():
     assert labels == ["swap flip rate", "zero flip rate"]
 
 
+def _overlapping_ticks(ax) -> list[tuple[str, str]]:
+    """Neighbouring x tick labels whose drawn boxes overlap (after a draw, in display pixels)."""
+    ax.figure.canvas.draw()
+    boxes = [(t.get_text(), t.get_window_extent()) for t in ax.get_xticklabels() if t.get_visible() and t.get_text()]
+    return [(a, b) for (a, ba), (b, bb) in zip(boxes, boxes[1:]) if ba.x1 > bb.x0]
+
+
+def test_causal_use_figure_tick_labels_do_not_run_together():
+    from workbench.experiments.recipes.causal_use import causal_use_figure
+
+    names = [f"{t} s{n}" for t in ("completion_tracking", "delayed_memory", "multi_register") for n in (0, 8, 32)]
+    swaps = pd.DataFrame([{"task": n.split()[0], "scratch_updates": 0, "specimen": n, "design": d,
+                           **{f"{k}_{c}": 0.5 for k in ("swap", "control") for c in ("flip", "low", "high")}}
+                          for n in names[:7] for d in ("site", "stream")])
+    controls = swaps.head(8).assign(specimen=[f"reg_75_22_3_s{i % 2}" for i in range(8)])
+    distances = pd.DataFrame([{"run": f"lrt_s{s}", "distance": d, "position": p, "increase": 0.1}
+                              for s in range(3) for d in range(1, 17) for p in range(2, 130)])
+    fig = causal_use_figure(swaps, controls, distances)
+    assert fig.axes[0].get_xticklabels()[0].get_text() == "completion\ntracking\ns0 site"
+    assert {len(ax.get_xticklabels()) > 1 for ax in fig.axes} == {True}
+    assert [_overlapping_ticks(ax) for ax in fig.axes] == [[]] * len(fig.axes)
+
+
 def test_contraction_curves_log_pass_axis_shows_training_depths_and_marks_exact_zeros(runs):
     long = {name: pd.DataFrame({"pass": np.arange(1, 104), "delta": np.geomspace(1, 1e-6, 103),
                                 "fixed_point_distance": np.r_[np.geomspace(1, 1e-6, 50), np.zeros(53)]})

@@ -247,14 +247,18 @@ def _control_table(root: Path, scale: float) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def control_detects(controls: pd.DataFrame) -> dict[str, bool]:
+    """Per design, whether it detected use ('uses' or 'partly uses') on at least one positive-control specimen."""
+    return {d: not controls.empty and bool(controls[controls["design"] == d]["verdict"]
+                                           .isin(("uses", "partly uses")).any()) for d in DESIGNS}
+
+
 def with_positive_control(swaps: pd.DataFrame, controls: pd.DataFrame) -> pd.DataFrame:
     """The rule's last clause: a design's "does not use" stands only where that design detected use on at least
     one positive-control specimen; ``controls_detect`` says, per row, whether it did."""
-    detects = {d: bool(controls[(controls["design"] == d)]["verdict"].isin(("uses", "partly uses")).any())
-               if not controls.empty else False for d in DESIGNS}
     if swaps.empty:
         return swaps
-    out = swaps.assign(controls_detect=swaps["design"].map(detects))
+    out = swaps.assign(controls_detect=swaps["design"].map(control_detects(controls)))
     blind = (out["verdict"] == "does not use") & ~out["controls_detect"]
     out.loc[blind, "verdict"] = "not tested: the design detects no use on the positive control"
     return out
@@ -374,8 +378,7 @@ def analyze(ctx: Context) -> Outcome:
             f"s{r.scratch_updates} {r.probe_accuracy:.3f} (twin {r.probe_twin_accuracy:.3f})"
             if not math.isnan(r.probe_accuracy) else f"s{r.scratch_updates} not recorded by {SPECIMENS}"
             for r in probes.itertuples()) + skipped)
-    detects = {d: not controls.empty and bool(controls[controls["design"] == d]["verdict"]
-                                              .isin(("uses", "partly uses")).any()) for d in DESIGNS}
+    detects = control_detects(controls)
     words.append(f"positive control ({CONTROLS}): " + ", ".join(
         f"{d} design {'detects' if ok else 'detects no'} use" for d, ok in detects.items())
         + ("; " + "; ".join(_said(r) for r in controls.itertuples()) if not controls.empty else
