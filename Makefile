@@ -36,10 +36,11 @@ lab-headless:
 
 ## ruff, then every tier (tests/unit, invariants, specimens, e2e with the browser) and the notebooks under nbval,
 ## in one worker per core (pytest-xdist; WORKERS=1 for one process). A notebook's cells stay on one worker.
+## The 30 slowest tests are listed at the end, so a CI log shows where the suite's time goes.
 WORKERS ?= auto
 test: install
 	$(VENV)/bin/ruff check workbench tests
-	$(PY) -m pytest tests $(if $(wildcard notebooks/*.ipynb),notebooks $(NBVAL),) -n $(WORKERS) --dist loadfile
+	$(PY) -m pytest tests $(if $(wildcard notebooks/*.ipynb),notebooks $(NBVAL),) -n $(WORKERS) --dist loadfile --durations=30
 
 ## the quick loop while coding: unit + invariant tests without the costly marks (under 5 minutes on 2 cores)
 test-fast: install
