@@ -12,6 +12,10 @@ them. Each function there asks ``ENABLED`` and, when set (the default), runs its
 - ``per_head``: the rotary tables laid out per head once per forward, so the products with the
   queries and keys run one long inner loop instead of a broadcast over heads.
 - ``apply_rotary``: the rotation summed in place into buffers no backward reads.
+- ``lrt_layers`` / ``doubled``: LRT's per-layer parameters and hook states looked up once per forward (indexing
+  a parameter vector is an op and indexing a ``ModuleList`` a few microseconds, which a decoded token would
+  otherwise pay in every block), and its gates' ``2 * sigmoid`` as a sum (a product with a Python scalar
+  costs about twice as much on a CPU; doubling is exact either way).
 - ``stored_once``: under ``torch.compile``, marks the rotary tables as costly so inductor stores them
   once instead of recomputing a cos and a sin per element of every query and key.
 
@@ -139,3 +143,20 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     """``functional.apply_rotary``'s ops, the products summed in place into buffers no backward reads."""
     swapped = x.roll(x.size(-1) // 2, dims=-1)
     return (x * cos).add_(swapped.mul_(sin))
+
+
+def lrt_layers(lrt, memo: dict) -> list[tuple]:
+    """``LRT._layer``'s ``(alpha, gamma, gate weight, hooked)`` for every layer, looked up at the forward's first
+    block and kept in its ``memo``."""
+    if "lrt" not in memo:
+        n = len(lrt.hook_read)
+        alpha = lrt.alpha.unbind() if lrt.injects_residual else (None,) * n
+        gamma = lrt.gamma.unbind() if lrt.injects_residual else (None,) * n
+        weights = [lin.weight for lin in lrt.gates] if lrt.injects_kv else [None] * n
+        memo["lrt"] = list(zip(alpha, gamma, weights, [hook.active for hook in lrt.hook_read]))
+    return memo["lrt"]
+
+
+def doubled(x: torch.Tensor) -> torch.Tensor:
+    """``2 * x``, exactly, as ``x + x``."""
+    return x + x

@@ -36,6 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import config as config_module
+from . import fast
 from .config import ModelConfig
 from .functional import glu_state, norm, residual_inject, uniform_init_
 from .hooks import HookPoint
@@ -167,41 +168,39 @@ class LRT(Mechanism):
     def inject_residual(self, layer: int, x: torch.Tensor, feedback: Feedback) -> torch.Tensor:
         if not self.injects_residual:
             return x
-        looked_up = self._look_up(feedback.memo)
-        memory = self._read(layer, feedback, looked_up)
-        return residual_inject(x, looked_up.alpha[layer], looked_up.gamma[layer], memory)
+        alpha, gamma, _, _ = self._layer(layer, feedback.memo)
+        return residual_inject(x, alpha, gamma, self._read(layer, feedback))
 
     def inject_kv(self, layer: int, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                   feedback: Feedback) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         if not self.injects_kv:
             return k, v, None
         B, T = x.shape[:2]
-        looked_up = self._look_up(feedback.memo)
-        sig = torch.sigmoid(F.linear(x[..., : self.gate_channels], looked_up.gate_weights[layer]))
-        gates = (sig + sig).view(B, T, 2, self.kv_heads, 1)  # 2 * sigmoid exactly; a scalar product costs twice
+        _, _, gate_weight, _ = self._layer(layer, feedback.memo)
+        sig = torch.sigmoid(F.linear(x[..., : self.gate_channels], gate_weight))
+        gates = (fast.doubled(sig) if fast.ENABLED else 2 * sig).view(B, T, 2, self.kv_heads, 1)
         g_local, g_feedback = gates.unbind(2)
-        m = self._read(layer, feedback, looked_up)
+        m = self._read(layer, feedback)
         if m is None:  # zero memory contributes nothing, so a plain pass skips the projection
             return g_local * k, g_local * v, gates
-        k_rec, v_rec = self._project(layer, m, feedback.memo, looked_up)
+        k_rec, v_rec = self._project(layer, m, feedback.memo)
         return g_local * k + g_feedback * k_rec, g_local * v + g_feedback * v_rec, gates
 
-    def _look_up(self, memo: dict) -> _LookedUp:
-        """This forward's per-layer parameters and hook states, looked up at its first block."""
-        if "lrt" not in memo:
-            memo["lrt"] = _LookedUp(
-                alpha=self.alpha.unbind() if self.injects_residual else (),
-                gamma=self.gamma.unbind() if self.injects_residual else (),
-                gate_weights=[lin.weight for lin in self.gates] if self.injects_kv else [],
-                hooked=[hook.active for hook in self.hook_read])
-        return memo["lrt"]
+    def _layer(self, layer: int, memo: dict) -> tuple[Any, Any, Any, bool]:
+        """Block ``layer``'s ``(alpha, gamma, gate weight, whether a hook listens at hook_read.{layer})``; None
+        for a part this LRT does not inject. The fast path looks them up once per forward (``fast.lrt_layers``)."""
+        if fast.ENABLED:
+            return fast.lrt_layers(self, memo)[layer]
+        return (self.alpha[layer] if self.injects_residual else None,
+                self.gamma[layer] if self.injects_residual else None,
+                self.gates[layer].weight if self.injects_kv else None, self.hook_read[layer].active)
 
-    def _read(self, layer: int, feedback: Feedback, looked_up: _LookedUp) -> torch.Tensor | None:
+    def _read(self, layer: int, feedback: Feedback) -> torch.Tensor | None:
         """The memory layer ``layer`` injects (plain positions zeroed), through its hook point when a hook
         listens; memoised so the residual and K/V injections of one layer see one (possibly edited) read.
         An edit cannot make a plain position read memory: the mask applies again after the hook."""
         m = feedback.masked_memory()
-        if m is None or not looked_up.hooked[layer]:
+        if m is None or not self._layer(layer, feedback.memo)[3]:
             return m
         key = ("read", layer)
         if key not in feedback.memo:
@@ -209,28 +208,16 @@ class LRT(Mechanism):
             feedback.memo[key] = edited if feedback.mask is None else edited * feedback.mask.unsqueeze(-1).to(m.dtype)
         return feedback.memo[key]
 
-    def _project(self, layer: int, m: torch.Tensor, memo: dict,
-                 looked_up: _LookedUp) -> tuple[torch.Tensor, torch.Tensor]:
+    def _project(self, layer: int, m: torch.Tensor, memo: dict) -> tuple[torch.Tensor, torch.Tensor]:
         """Recurrent keys/values (B, T, kv_heads, head_dim); a shared projection is computed once per forward
         (once per layer for a layer whose read a hook may have edited)."""
         proj = 0 if len(self.rec_k) == 1 else layer
-        key = ("rec_kv", proj, layer if looked_up.hooked[layer] else None)
+        key = ("rec_kv", proj, layer if self._layer(layer, memo)[3] else None)
         if key not in memo:
             shape = (*m.shape[:2], self.kv_heads, self.head_dim)
             k_rec, v_rec = F.linear(m, self.rec_k[proj].weight), F.linear(m, self.rec_v[proj].weight)
             memo[key] = (k_rec.view(shape), v_rec.view(shape))
         return memo[key]
-
-
-@dataclass
-class _LookedUp:
-    """What every block of one LRT forward reads, looked up once: indexing a parameter vector is an op, and
-    indexing a ``ModuleList`` a few microseconds, which a decoded token would pay in every block."""
-
-    alpha: tuple[torch.Tensor, ...]  # alpha_l per layer (empty without residual injection)
-    gamma: tuple[torch.Tensor, ...]
-    gate_weights: list[torch.Tensor]  # per layer (empty without K/V injection)
-    hooked: list[bool]  # whether a hook listens at hook_read.{l}
 
 
 class FBT(Mechanism):

@@ -68,3 +68,25 @@ def test_the_switch_is_restored_after_an_error():
     with pytest.raises(RuntimeError), fast.disabled():
         raise RuntimeError
     assert fast.ENABLED
+
+
+@pytest.mark.parametrize("inject", [("kv", "residual"), ("kv",), ("residual",)])
+def test_an_lrt_with_an_edited_read_is_the_same_on_both_paths(inject):
+    """LRT's per-forward lookups (``fast.lrt_layers``) see the hook at one layer's read, as the plain path does."""
+    torch.manual_seed(0)
+    config = wb.ModelConfig(vocab_size=23, n_layer=3, n_head=2, n_embd=16, seq_len=9, mechanism="lrt",
+                            lrt_inject=inject, lrt_gamma_init=0.5)
+    m = wb.build_model(config, dtype=torch.float64)
+    with torch.no_grad():
+        for p in m.parameters():
+            p.add_(0.05 * torch.randn_like(p))  # off the init (zero output projections, zero gates)
+    idx = torch.randint(0, 23, (2, 9))
+
+    def run():
+        with wb.with_hooks(m, {"mechanism.hook_read.1": lambda x, hook: 3.0 * x}):
+            edited = wb.schedules.Multipass(2).run(m, idx).logits
+        return edited, wb.schedules.Multipass(2).run(m, idx).logits
+
+    (edited_on, clean_on), (edited_off, clean_off) = _both(run)
+    assert torch.equal(edited_on, edited_off) and torch.equal(clean_on, clean_off)
+    assert not torch.allclose(edited_on, clean_on)  # the edit reached the model on both paths
