@@ -205,6 +205,9 @@ def test_study_rule_and_arms():
     steps = {study.arm_of(r): r.train.steps for r in study.build(1.0)}  # the duration family: 3x the steps
     assert steps[("duration", "ft_fixed_point_4500")] == steps[("duration", "ft_mix_4500")] == 3 * steps[
         ("training", "ft_fixed_point")] == 4500
+    sequential = [r for r in runs if study.arm_of(r) == ("training", "ft_sequential")]
+    assert [(r.train.schedule, r.train.prefix_mixin) for r in sequential] == [("sequential", 0.0)] * 2  # the exact
+    assert [r.train.init_from for r in sequential] == [study.SPECIMEN.format(seed=s) for s in study.SEEDS]  # recurrence
 
 
 # ------------------------------------------------------------------------------------------ figures

@@ -21,17 +21,20 @@ feedback):
   without gradient until the residual falls below 1e-3, one pass with gradient from there), and
   the additive fusion (ours: the same matrices, the token added back onto the value path,
   ``u = norm(e + (W_U m) * sigmoid(W_G e))``), fine-tuned from the GLU weights under the
-  recipe's mix.
+  recipe's mix, and the exact recurrence trained directly (``ft_sequential``: the ``sequential``
+  schedule, one token at a time through the KV cache with the memory carried, backpropagated through
+  all 138 positions: the recurrence the evaluation runs, not a pass map that converges to it; about
+  eight times a 3-pass step's time on a CPU, where its small per-token forwards cannot fill the cores).
 - **Duration** (the same fine-tunes at ``DURATION_STEPS``, three times the steps): training at the fixed
   point against the recipe's mix at equal steps, 2 seeds each. After 1,500 steps the fixed-point arm
   helped most and was still rising in the issue's pilot: does more of it reach a readable fixed point?
 
 Not run (budget: two shared cores): the additive fusion and a second LRT seed trained from scratch
-(28,000 steps each), a short sequential window (truncated recurrence: a token-by-token forward per
-position), and the phased reading from scratch (the fine-tune arm tests the phase it adds). Every
-measurement is on held-out prompts of the training length (T = 138) and, as an extrapolation (no
-run trained there), on prompts of 128 scratch lines (T > 1,000), where no measured position is
-exact by causality before pass T.
+(28,000 steps each), a recurrence window shorter than the prompt (truncated backpropagation; the
+sequential arm backpropagates through the whole prompt), and the phased reading from scratch (the
+fine-tune arm tests the phase it adds). Every measurement is on held-out prompts of the training
+length (T = 138) and, as an extrapolation (no run trained there), on prompts of 128 scratch
+lines (T > 1,000), where no measured position is exact by causality before pass T.
 """
 
 from __future__ import annotations
@@ -70,6 +73,7 @@ TRAINING_ARMS = {
     "ft_jitter_0.2": {"pass_mix": FBT_MIX, "fbt_jitter": 0.2},
     "ft_fixed_point": {"fixed_point": FixedPoint(40)},
     "ft_additive": {"pass_mix": FBT_MIX, "fbt_fusion": "additive"},
+    "ft_sequential": {"sequential": True},
 }
 # Duration: the one arm that helped most after FINETUNE_STEPS (training at the fixed point, still rising over its
 # last quarter in the issue's pilot) run three times as long, beside the recipe's mix for the same steps (its control)
@@ -96,7 +100,9 @@ def _scratch_run(arm: str, model: dict, seed: int, n_steps: int) -> RunSpec:
 
 def _finetune_run(arm: str, change: dict, seed: int, n_steps: int) -> RunSpec:
     model = {**FBT_GLU, **{k: change[k] for k in ("fbt_jitter", "fbt_fusion") if k in change}}
-    if "fixed_point" in change:
+    if change.get("sequential"):  # the exact recurrence itself, backpropagated through every position
+        schedule = {"schedule": "sequential", "prefix_mixin": 0.0}
+    elif "fixed_point" in change:
         schedule = {"schedule": "fixed_point", "passes": change["fixed_point"].passes, "aux_weight": 1.0,
                     "prefix_mixin": 0.0}
     else:
@@ -236,7 +242,8 @@ RECIPE = Recipe(
     f"1x64 models on multi_register (2 registers x 1 write among 8 shuffled scratch lines, T = {_T}): mechanism "
     f"arms (FBT-GLU and LRT, 2 seeds each) from scratch under the registers recipe's 75/22/3 schedule, "
     f"{SCRATCH_STEPS:,} steps; training arms fine-tuned {FINETUNE_STEPS:,} steps from the shipped FBT-GLU "
-    "specimens (mix, 50/25/25, random 1..8, phased 88/12, jitter 0.2, fixed point, additive fusion), 2 seeds "
+    "specimens (mix, 50/25/25, random 1..8, phased 88/12, jitter 0.2, fixed point, additive fusion, the exact "
+    "recurrence itself), 2 seeds "
     f"each; duration arms: the mix and the fixed point fine-tuned {DURATION_STEPS:,} steps, 2 seeds each; measured at "
     f"T = {_T} and, untrained there, at 128 scratch lines (T = {tasks.get('multi_register', **LONG).seq_len}).",
     build, analyze, gates=GATES, rule=RULE, kind="exploratory",
