@@ -9,15 +9,10 @@ must pass, one with an error and a widget that responds to nothing must fail for
 
 Bounded: one server and one browser for the module, notebooks in sequence, at most
 WORKBENCH_BROWSER_NOTEBOOK_SECONDS (180) per notebook and WORKBENCH_BROWSER_BUDGET_SECONDS (600)
-for everything; notebooks left when the budget is spent are skipped, saying so. The notebooks run in a
-rotated order that starts at one chosen by the commit under test, so on a machine where the budget runs out
-the skipped notebooks differ from commit to commit and none goes untested in the browser for long.
+for everything; notebooks left when the budget is spent are skipped, saying so.
 """
 
 from __future__ import annotations
-
-import subprocess
-from pathlib import Path
 
 import pytest
 
@@ -25,34 +20,7 @@ from tools import browser as driver
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-
-
-def rotated(notebooks: list[Path], commit: str) -> list[Path]:
-    """``notebooks`` in order, starting at the one the hex ``commit`` picks (unchanged without a commit)."""
-    if not notebooks or not commit:
-        return notebooks
-    start = int(commit[:8], 16) % len(notebooks)
-    return notebooks[start:] + notebooks[:start]
-
-
-def _commit() -> str:
-    """HEAD of the repository under test ('' outside a git checkout): the same on every xdist worker."""
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=driver.NOTEBOOKS, capture_output=True, text=True,
-                             timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    return out.stdout.strip() if out.returncode == 0 else ""
-
-
-NOTEBOOKS = rotated(sorted(driver.NOTEBOOKS.glob("*.ipynb")), _commit())
-
-
-def test_the_rotation_keeps_every_notebook_once_in_order():
-    names = [Path(f"{i:02d}.ipynb") for i in range(5)]
-    assert rotated(names, "") == names
-    assert rotated(names, "00000003") == names[3:] + names[:3]
-    assert sorted(rotated(names, "ffffffff")) == names and rotated([], "ab") == []
+NOTEBOOKS = sorted(driver.NOTEBOOKS.glob("*.ipynb"))
 
 
 def _deadline(budget: driver.Deadline) -> driver.Deadline:
