@@ -145,7 +145,7 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     return (x * cos).add_(swapped.mul_(sin))
 
 
-def lrt_layers(lrt, memo: dict) -> list[tuple]:
+def lrt_layers(lrt: torch.nn.Module, memo: dict) -> list[tuple]:
     """``LRT._layer``'s ``(alpha, gamma, gate weight, hooked)`` for every layer, looked up at the forward's first
     block and kept in its ``memo``."""
     if "lrt" not in memo:

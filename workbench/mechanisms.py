@@ -168,22 +168,22 @@ class LRT(Mechanism):
     def inject_residual(self, layer: int, x: torch.Tensor, feedback: Feedback) -> torch.Tensor:
         if not self.injects_residual:
             return x
-        alpha, gamma, _, _ = self._layer(layer, feedback.memo)
-        return residual_inject(x, alpha, gamma, self._read(layer, feedback))
+        alpha, gamma, _, hooked = self._layer(layer, feedback.memo)
+        return residual_inject(x, alpha, gamma, self._read(layer, feedback, hooked))
 
     def inject_kv(self, layer: int, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                   feedback: Feedback) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         if not self.injects_kv:
             return k, v, None
         B, T = x.shape[:2]
-        _, _, gate_weight, _ = self._layer(layer, feedback.memo)
+        _, _, gate_weight, hooked = self._layer(layer, feedback.memo)
         sig = torch.sigmoid(F.linear(x[..., : self.gate_channels], gate_weight))
         gates = (fast.doubled(sig) if fast.ENABLED else 2 * sig).view(B, T, 2, self.kv_heads, 1)
         g_local, g_feedback = gates.unbind(2)
-        m = self._read(layer, feedback)
+        m = self._read(layer, feedback, hooked)
         if m is None:  # zero memory contributes nothing, so a plain pass skips the projection
             return g_local * k, g_local * v, gates
-        k_rec, v_rec = self._project(layer, m, feedback.memo)
+        k_rec, v_rec = self._project(layer, m, feedback.memo, hooked)
         return g_local * k + g_feedback * k_rec, g_local * v + g_feedback * v_rec, gates
 
     def _layer(self, layer: int, memo: dict) -> tuple[Any, Any, Any, bool]:
@@ -195,12 +195,13 @@ class LRT(Mechanism):
                 self.gamma[layer] if self.injects_residual else None,
                 self.gates[layer].weight if self.injects_kv else None, self.hook_read[layer].active)
 
-    def _read(self, layer: int, feedback: Feedback) -> torch.Tensor | None:
+    def _read(self, layer: int, feedback: Feedback, hooked: bool) -> torch.Tensor | None:
         """The memory layer ``layer`` injects (plain positions zeroed), through its hook point when a hook
-        listens; memoised so the residual and K/V injections of one layer see one (possibly edited) read.
-        An edit cannot make a plain position read memory: the mask applies again after the hook."""
+        listens (``hooked``, from ``_layer``); memoised so the residual and K/V injections of one layer see
+        one (possibly edited) read. An edit cannot make a plain position read memory: the mask applies again
+        after the hook."""
         m = feedback.masked_memory()
-        if m is None or not self._layer(layer, feedback.memo)[3]:
+        if m is None or not hooked:
             return m
         key = ("read", layer)
         if key not in feedback.memo:
@@ -208,11 +209,11 @@ class LRT(Mechanism):
             feedback.memo[key] = edited if feedback.mask is None else edited * feedback.mask.unsqueeze(-1).to(m.dtype)
         return feedback.memo[key]
 
-    def _project(self, layer: int, m: torch.Tensor, memo: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    def _project(self, layer: int, m: torch.Tensor, memo: dict, hooked: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """Recurrent keys/values (B, T, kv_heads, head_dim); a shared projection is computed once per forward
         (once per layer for a layer whose read a hook may have edited)."""
         proj = 0 if len(self.rec_k) == 1 else layer
-        key = ("rec_kv", proj, layer if self._layer(layer, memo)[3] else None)
+        key = ("rec_kv", proj, layer if hooked else None)
         if key not in memo:
             shape = (*m.shape[:2], self.kv_heads, self.head_dim)
             k_rec, v_rec = F.linear(m, self.rec_k[proj].weight), F.linear(m, self.rec_v[proj].weight)
