@@ -523,7 +523,9 @@ def readability_table(model: GPT, batch: tasks.Batch, dynamics_examples: int = 6
     1-3 and under the exact recurrence, the distance from pass 3 to the fixed point, the top Lyapunov exponent
     (mean over examples, with its range), the residual's behaviour over the pass window, and, when the exact
     recurrence reads at least ``readable`` and ``long_batch`` is given, the same on those long prompts after
-    ``long_passes`` fused passes and under the exact recurrence. ``window_passes`` (default 3T/4) and
+    ``long_passes`` fused passes and under the exact recurrence. The long prompts' pass-2 accuracy is reported for
+    every model given ``long_batch``: where it fails too, the long columns measure length generalisation, not the
+    fixed point. ``window_passes`` (default 3T/4) and
     ``lyapunov_from`` (default T/2) shorten the pass window and the Lyapunov horizon (a smoke run)."""
     idx, targets = batch.tokens, batch.targets
     T = idx.size(1)
@@ -544,7 +546,11 @@ def readability_table(model: GPT, batch: tasks.Batch, dynamics_examples: int = 6
     final = exps[exps["horizon"] == exps["horizon"].max()]["exponent"]
     row["lyapunov_top"], row["lyapunov_min"], row["lyapunov_max"] = (float(final.mean()), float(final.min()),
                                                                      float(final.max()))
-    row["long_accuracy_exact"] = row["long_accuracy_fused"] = math.nan
+    row["long_accuracy_pass2"] = row["long_accuracy_exact"] = row["long_accuracy_fused"] = math.nan
+    if long_batch is not None:  # the trained depth first: a model that cannot answer there at all is no test
+        with torch.no_grad(), eval_mode(model):
+            long_pass2 = schedules.multipass(model, long_batch.tokens, passes=2)
+        row["long_accuracy_pass2"] = float(_example_scores(long_pass2.logits, long_batch.targets)[1].mean())
     if long_batch is not None and row["accuracy_exact"] >= readable:
         with torch.no_grad(), eval_mode(model):
             exact_long = schedules.sequential(model, long_batch.tokens)

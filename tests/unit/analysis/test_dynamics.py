@@ -121,6 +121,26 @@ def test_fixed_point_quality_reaches_the_exact_recurrence_at_T_passes():
     assert first.loc[first["position"] < 2, "distance"].max() < 1e-12 and first["distance"].max() > 1e-6
 
 
+def test_readability_table_measures_the_long_prompts_trained_depth_for_every_model():
+    """The long prompts' pass-2 accuracy is measured whatever the model reads at its fixed point (where it fails, the
+    long columns measure length generalisation); the exact and fused long columns only for a readable model."""
+    task = wb.tasks.get("multi_register", registers=2, writes=1, scratch_updates=0)
+    long_task = wb.tasks.get("multi_register", registers=2, writes=1, scratch_updates=8)
+    model = perturbed_model(small_config("fbt", n_layer=1, vocab_size=task.vocab_size, seq_len=256)).eval()
+    batch, long_batch = task.sample(8, 0, "val"), long_task.sample(4, 1, "val")
+    sizes = dict(dynamics_examples=4, lyapunov_examples=2, long_passes=3, window_passes=8,
+                 lyapunov_from=batch.tokens.size(1) - 4)
+    unread = dyn.readability_table(model, batch, readable=2.0, long_batch=long_batch, **sizes).iloc[0]
+    logits = S.Multipass(2).run(model, long_batch.tokens).logits
+    scored = long_batch.targets >= 0
+    expected = ((logits.argmax(-1) == long_batch.targets) | ~scored).all(1).double().mean().item()
+    assert unread["long_accuracy_pass2"] == pytest.approx(expected, abs=1e-12)
+    assert math.isnan(unread["long_accuracy_exact"]) and math.isnan(unread["long_accuracy_fused"])
+    read = dyn.readability_table(model, batch, readable=-1.0, long_batch=long_batch, **sizes).iloc[0]
+    assert 0 <= read["long_accuracy_exact"] <= 1 and 0 <= read["long_accuracy_fused"] <= 1
+    assert math.isnan(dyn.readability_table(model, batch, **sizes).iloc[0]["long_accuracy_pass2"])
+
+
 # ------------------------------------------------------------------------------------------ lens
 def test_lens_final_depth_reads_the_model_and_the_tuned_lens_is_exact_at_the_top():
     model, idx = _model("fbt"), _idx()
@@ -199,9 +219,17 @@ def test_study_rule_and_arms():
     assert study.decide("x", [0.1, 0.1], {"low": -0.1, "high": 0.1}) == "no effect detected"
     assert study.decide("x", [0.0, 0.0], {"low": 0.0, "high": 0.0}).startswith("no effect detected (degenerate")
     runs = study.build(0.001)
-    assert {study.arm_of(r) for r in runs} == {("mechanism", a) for a in study.MECHANISM_ARMS} | {
-        (family, a) for family, (arms, _) in study.FAMILY_ARMS.items() for a in arms}
-    assert all(r.train.init_from for r in runs if study.arm_of(r)[0] != "mechanism")
+    assert {study.arm_of(r) for r in runs} == {("scratch", a) for a in study.SCRATCH_ARMS} | {
+        (family, a) for family, (arms, _, _) in study.FAMILY_ARMS.items() for a in arms}
+    assert all(r.train.init_from for r in runs if study.arm_of(r)[0] != "scratch")
+    assert all(r.train.init_from is None for r in runs if study.arm_of(r)[0] == "scratch")
+    # the additive family starts from the additive FBTs trained from scratch, and fuses additively
+    additive = [r for r in runs if study.arm_of(r)[0] == "additive"]
+    assert {r.train.init_from for r in additive} == {study.ADDITIVE_SPECIMEN.format(seed=s) for s in study.SEEDS}
+    assert {r.train.model["fbt_fusion"] for r in additive} == {"additive"}
+    scratch = {study.arm_of(r)[1]: r.train for r in runs if study.arm_of(r)[0] == "scratch"}
+    assert scratch["fbt_additive"].model == {**scratch["fbt_glu"].model, "fbt_fusion": "additive"}
+    assert scratch["fbt_additive"].replace(model=scratch["fbt_glu"].model) == scratch["fbt_glu"]  # only the fusion
     steps = {study.arm_of(r): r.train.steps for r in study.build(1.0)}  # the duration family: 3x the steps
     assert steps[("duration", "ft_fixed_point_4500")] == steps[("duration", "ft_mix_4500")] == 3 * steps[
         ("training", "ft_fixed_point")] == 4500
@@ -226,6 +254,18 @@ def test_dynamics_figures_draw_what_they_are_given():
     lens = dyn.fed_back_lens(model, idx, where, idx[:, -1], passes=3)["lens"]
     fig = wb.plots.lens_by_pass({"a": lens, "b": lens})
     assert len([a for a in fig.axes if a.get_title() in ("a", "b")]) == 2
+
+
+def test_study_competence_refuses_arms_that_do_not_need_or_use_their_feedback():
+    """An arm that answers at pass 1 cannot show a readable *fed-back* fixed point; a reference that does not answer
+    at pass 2 is no baseline for a fine-tune; an arm may trade pass 2 away (training at the fixed point does)."""
+    def rows(pass1, pass2):
+        return pd.DataFrame({"accuracy_pass1": pass1, "accuracy_pass2": pass2})
+
+    assert study.competence(rows([0.80, 0.75], [1.0, 0.99]), "a", reference=True) is None
+    assert "answers without its feedback" in study.competence(rows([0.80, 0.93], [1.0, 1.0]), "a", reference=False)
+    assert "pass-2 accuracy 0.900" in study.competence(rows([0.8, 0.8], [1.0, 0.9]), "ref", reference=True)
+    assert study.competence(rows([0.8, 0.8], [1.0, 0.5]), "a", reference=False) is None
 
 
 def test_the_study_figure_draws_each_arm_and_is_the_experiment_figure_of_its_table():

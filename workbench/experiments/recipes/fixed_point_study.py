@@ -3,14 +3,16 @@
 Every FBT specimen of the registers setting (``fbt_pass_mixes_registers``) answers at its trained
 depth (pass 2) and fails under its own exact recurrence, although its pass map contracts: the
 fixed point it converges to is one it cannot read. The LRT trained the same way reads its fixed
-point. Which factor decides? Two families of arms, all on the registers setting (it needs the
+point. Which factor decides? Four families of arms, all on the registers setting (it needs the
 feedback):
 
-- **Mechanism** (from scratch, the registers recipe's schedule: 20 % single-pass, then 75/22/3 per
-  batch, prefix mix-in 0.5, aux weight 3, 28,000 steps): FBT as in the paper (GLU: the state on the
-  value path, the token gating it; 2 seeds) and LRT (2 seeds). The FBTs and the seed-0 LRT are the
-  registers recipe's own specimens, reused (same training); the LRT's seed 1 is trained here the same
-  way. All are evaluated under the exact recurrence.
+- **From scratch** (the registers recipe's schedule: 20 % single-pass, then 75/22/3 per batch, prefix
+  mix-in 0.5, aux weight 3, 28,000 steps), the mechanism varied: FBT as in the paper (GLU: the state on
+  the value path, the token gating it; the reference), LRT, and the additive fusion (ours: the same
+  matrices, the token added back onto the value path, ``u = norm(e + (W_U m) * sigmoid(W_G e))``, the
+  way LRT adds its memory to an intact stream), 2 seeds each. The FBTs and the seed-0 LRT are the
+  registers recipe's own specimens, reused (same training); the LRT's seed 1 and the additive FBTs are
+  trained here. All are evaluated under the exact recurrence.
 - **Training** (fine-tuned ``FINETUNE_STEPS`` steps from the two shipped FBT-GLU 75/22/3 specimens,
   one per seed, AdamW at a constant ``FINETUNE_LR``, fresh data; 2 seeds each): the recipe's mix
   again (the control: the same steps, so any change is the arm's), a larger 3-pass share
@@ -28,13 +30,21 @@ feedback):
 - **Duration** (the same fine-tunes at ``DURATION_STEPS``, three times the steps): training at the fixed
   point against the recipe's mix at equal steps, 2 seeds each. After 1,500 steps the fixed-point arm
   helped most and was still rising in the issue's pilot: does more of it reach a readable fixed point?
+- **Additive** (fine-tuned ``FINETUNE_STEPS`` steps from the two additive FBTs trained from scratch): the
+  recipe's mix again (the control), training at the fixed point and randomised pass counts (the two
+  training changes that helped the GLU most): does the token kept on the value path combine with
+  training in depth?
 
-Not run (budget: two shared cores): the additive fusion and a second LRT seed trained from scratch
-(28,000 steps each), a recurrence window shorter than the prompt (truncated backpropagation; the
-sequential arm backpropagates through the whole prompt), and the phased reading from scratch (the
-fine-tune arm tests the phase it adds). Every measurement is on held-out prompts of the training
-length (T = 138) and, as an extrapolation (no run trained there), on prompts of 128 scratch
-lines (T > 1,000), where no measured position is exact by causality before pass T.
+Every arm must need its feedback (pass-1 answer accuracy below ``NEEDS_FEEDBACK``) and a fine-tune
+family's reference must also answer at its trained depth (pass 2), or the arm is "not tested"
+(``competence``).
+
+Not run (budget: two shared cores): a recurrence window shorter than the prompt (truncated
+backpropagation; the sequential arm backpropagates through the whole prompt), the phased reading from
+scratch (the fine-tune arm tests the phase it adds), and any training on prompts longer than 1,000
+tokens. Every measurement is on held-out prompts of the training length (T = 138) and, as an
+extrapolation (no run trained there), on prompts of 128 scratch lines (T > 1,000), where no measured
+position is exact by causality before pass T.
 """
 
 from __future__ import annotations
@@ -57,14 +67,18 @@ FBT_GLU = {**SHAPE, "mechanism": "fbt"}
 LRT = {**SHAPE, "mechanism": "lrt", "lrt_gamma_init": 0.1, "lrt_kv_init": "uniform"}
 FINETUNE_STEPS, FINETUNE_LR = 1500, 3e-4
 SEEDS = (0, 1)
-MECHANISM_SEEDS = {"fbt_glu": SEEDS, "lrt": SEEDS}
-# run names: the registers recipe's (its seed-0 LRT cross has no seed suffix); the LRT's seed 1 is the study's own
-SHIPPED = {"fbt_glu": "reg_75_22_3_s{s}", "lrt": "reg_lrt_75_22_3{suffix}"}
-SPECIMEN = "checkpoints/fbt_pass_mixes_registers/reg_75_22_3_s{seed}"  # relative to the repository root
+FBT_ADDITIVE = {**FBT_GLU, "fbt_fusion": "additive"}
+# run names: the registers recipe's (its seed-0 LRT cross has no seed suffix); the LRT's seed 1 and the additive FBTs
+# are the study's own
+SHIPPED = {"fbt_glu": "reg_75_22_3_s{s}", "lrt": "reg_lrt_75_22_3{suffix}", "fbt_additive": "reg_add_75_22_3_s{s}"}
+# the specimens the fine-tunes start from, relative to the repository root
+SPECIMEN = "checkpoints/fbt_pass_mixes_registers/reg_75_22_3_s{seed}"
+ADDITIVE_SPECIMEN = "checkpoints/fixed_point_study/reg_add_75_22_3_s{seed}"
 FINETUNE_SEED = 100  # fine-tunes draw fresh batches: seed 100 + s, not the stream the specimen trained on
 
 # The arms: (name, family, what it varies). The first of each family is that family's reference.
-MECHANISM_ARMS = {"fbt_glu": FBT_GLU, "lrt": LRT}
+# From scratch: arm -> (model, pass mix after the plain phase), the registers recipe's training; the mechanism varies
+SCRATCH_ARMS = {"fbt_glu": (FBT_GLU, FBT_MIX), "lrt": (LRT, FBT_MIX), "fbt_additive": (FBT_ADDITIVE, FBT_MIX)}
 TRAINING_ARMS = {
     "ft_mix": {"pass_mix": FBT_MIX},
     "ft_share_50_25_25": {"pass_mix": {1: 0.5, 2: 0.25, 3: 0.25}},
@@ -80,25 +94,37 @@ TRAINING_ARMS = {
 DURATION_STEPS = 3 * FINETUNE_STEPS
 DURATION_ARMS = {f"ft_mix_{DURATION_STEPS}": TRAINING_ARMS["ft_mix"],
                  f"ft_fixed_point_{DURATION_STEPS}": TRAINING_ARMS["ft_fixed_point"]}
-FAMILY_ARMS = {"training": (TRAINING_ARMS, FINETUNE_STEPS), "duration": (DURATION_ARMS, DURATION_STEPS)}
-REFERENCE = {"mechanism": "fbt_glu", "training": "ft_mix", "duration": f"ft_mix_{DURATION_STEPS}"}
+# Additive: the training changes that helped the GLU most (the fixed point, random depths), fine-tuned from the
+# additive FBTs trained from scratch, beside the recipe's mix for the same steps: does the token kept on the value
+# path combine with training in depth?
+ADDITIVE_ARMS = {"add_ft_mix": {**TRAINING_ARMS["ft_mix"], "fbt_fusion": "additive"},
+                 "add_ft_fixed_point": {**TRAINING_ARMS["ft_fixed_point"], "fbt_fusion": "additive"},
+                 "add_ft_random_1_8": {**TRAINING_ARMS["ft_random_1_8"], "fbt_fusion": "additive"}}
+# family: (its arms, their fine-tune steps, the specimens they start from)
+FAMILY_ARMS = {"training": (TRAINING_ARMS, FINETUNE_STEPS, SPECIMEN),
+               "duration": (DURATION_ARMS, DURATION_STEPS, SPECIMEN),
+               "additive": (ADDITIVE_ARMS, FINETUNE_STEPS, ADDITIVE_SPECIMEN)}
+REFERENCE = {"scratch": "fbt_glu", "training": "ft_mix", "duration": f"ft_mix_{DURATION_STEPS}",
+             "additive": "add_ft_mix"}
 
+FAMILY_WORDS = {"scratch": "change from scratch", "training": "fine-tune", "duration": "longer fine-tune",
+                "additive": "fine-tune of the additive FBTs"}
 READABLE = 0.95  # exact-recurrence answer accuracy a readable fixed point reaches, every seed
 NEEDS_FEEDBACK = 0.9  # the reference's pass-1 answer accuracy must stay below this: the feedback is needed
 TRAINED_DEPTH = 0.95  # ... and its pass-2 answer accuracy at least this: it uses its feedback where trained
 DYNAMICS_EXAMPLES, LONG_EXAMPLES, LONG_PASSES = 64, 16, 1000
 
 
-def _scratch_run(arm: str, model: dict, seed: int, n_steps: int) -> RunSpec:
-    """The registers recipe's run of this mechanism and seed, under its name (so the shipped specimen is
-    reused, not retrained), evaluated under the exact recurrence."""
-    cfg = config("multi_register", model, n_steps, seed, REGISTERS, schedule="multipass", pass_mix=FBT_MIX,
-                 passes=3, feedback_start=FEEDBACK_START, prefix_mixin=PREFIX_MIXIN, aux_weight=AUX_WEIGHT
+def _scratch_run(arm: str, model: dict, mix: dict[int, float], seed: int, n_steps: int) -> RunSpec:
+    """The registers recipe's run of this model, mix and seed, under its name (so a shipped specimen is reused, not
+    retrained), evaluated under the exact recurrence."""
+    cfg = config("multi_register", model, n_steps, seed, REGISTERS, schedule="multipass", pass_mix=mix,
+                 passes=max(mix), feedback_start=FEEDBACK_START, prefix_mixin=PREFIX_MIXIN, aux_weight=AUX_WEIGHT
                  ).replace(batch_size=BATCH)
     return RunSpec(SHIPPED[arm].format(s=seed, suffix=f"_s{seed}" if seed else ""), cfg, Sequential())
 
 
-def _finetune_run(arm: str, change: dict, seed: int, n_steps: int) -> RunSpec:
+def _finetune_run(arm: str, change: dict, seed: int, n_steps: int, specimen: str = SPECIMEN) -> RunSpec:
     model = {**FBT_GLU, **{k: change[k] for k in ("fbt_jitter", "fbt_fusion") if k in change}}
     if change.get("sequential"):  # the exact recurrence itself, backpropagated through every position
         schedule = {"schedule": "sequential", "prefix_mixin": 0.0}
@@ -110,26 +136,26 @@ def _finetune_run(arm: str, change: dict, seed: int, n_steps: int) -> RunSpec:
         schedule = {"schedule": "multipass", "pass_mix": mix, "passes": max(mix), "aux_weight": AUX_WEIGHT,
                     "prefix_mixin": PREFIX_MIXIN}
     cfg = config("multi_register", model, n_steps, FINETUNE_SEED + seed, REGISTERS, optimizer="adamw",
-                 lr=FINETUNE_LR, lr_schedule="constant", init_from=SPECIMEN.format(seed=seed), **schedule
+                 lr=FINETUNE_LR, lr_schedule="constant", init_from=specimen.format(seed=seed), **schedule
                  ).replace(batch_size=BATCH)
     return RunSpec(f"{arm}_s{seed}", cfg, Sequential())
 
 
 def build(scale: float) -> list[RunSpec]:
-    runs = [_scratch_run(arm, model, s, steps(SCRATCH_STEPS, scale)) for arm, model in MECHANISM_ARMS.items()
-            for s in MECHANISM_SEEDS[arm]]
-    runs += [_finetune_run(arm, change, s, steps(n_steps, scale)) for arms, n_steps in FAMILY_ARMS.values()
-             for arm, change in arms.items() for s in SEEDS]
+    runs = [_scratch_run(arm, model, mix, s, steps(SCRATCH_STEPS, scale))
+            for arm, (model, mix) in SCRATCH_ARMS.items() for s in SEEDS]
+    runs += [_finetune_run(arm, change, s, steps(n_steps, scale), specimen)
+             for arms, n_steps, specimen in FAMILY_ARMS.values() for arm, change in arms.items() for s in SEEDS]
     return runs
 
 
 def arm_of(spec: RunSpec) -> tuple[str, str]:
     """(family, arm) of a run, from its name."""
-    for family, (arms, _) in FAMILY_ARMS.items():
+    for family, (arms, _, _) in FAMILY_ARMS.items():
         for arm in arms:
             if spec.name.startswith(arm + "_s"):
                 return family, arm
-    return "mechanism", "lrt" if spec.name.startswith("reg_lrt") else "fbt_glu"
+    return "scratch", next(arm for arm, name in SHIPPED.items() if spec.name.startswith(name.split("{")[0]))
 
 
 def decide(arm: str, accuracies: list[float], interval: dict[str, float]) -> str:
@@ -143,6 +169,19 @@ def decide(arm: str, accuracies: list[float], interval: dict[str, float]) -> str
     if interval["low"] == interval["high"]:  # every resample the same: both arms score alike on every prompt
         return "no effect detected (degenerate: a zero-width interval, the arms agree on every prompt)"
     return "no effect detected"
+
+
+def competence(rows: pd.DataFrame, arm: str, reference: bool) -> str | None:
+    """Why an arm's runs cannot say anything about reading a fed-back fixed point, or None. Every arm must need its
+    feedback (pass-1 accuracy, best seed, below ``NEEDS_FEEDBACK``): a readable fixed point of a model that answers
+    without it shows nothing. A reference must also answer where it was trained to use the feedback (pass 2, worst
+    seed, at least ``TRAINED_DEPTH``); an arm need not (training at the fixed point may trade pass 2 for it). A
+    family's arms are read only when its reference passes."""
+    if rows["accuracy_pass1"].max() >= NEEDS_FEEDBACK:
+        return f"{arm} answers without its feedback (pass-1 accuracy {rows['accuracy_pass1'].max():.3f})"
+    if reference and rows["accuracy_pass2"].min() < TRAINED_DEPTH:
+        return f"{arm} does not answer at its trained depth (pass-2 accuracy {rows['accuracy_pass2'].min():.3f})"
+    return None
 
 
 def analyze(ctx: Context) -> Outcome:
@@ -174,7 +213,10 @@ def analyze(ctx: Context) -> Outcome:
             accs = [float(examples[n].mean()) for n in runs]
             interval = hierarchical_difference(ref, [examples[n] for n in runs], seed=i) if arm != reference \
                 else {"mean": 0.0, "low": 0.0, "high": 0.0, "seeds": len(runs)}
-            verdict = "reference" if arm == reference else decide(arm, accs, interval)
+            unfit = (competence(table[table["run"].isin(names[reference])], reference, True)
+                     or competence(table[table["run"].isin(runs)], arm, False))
+            verdict = "reference" if arm == reference else f"not tested: {unfit}" if unfit else decide(
+                arm, accs, interval)
             verdicts[arm] = verdict
             rows.append({"family": family, "arm": arm, "seeds": len(runs), "exact_accuracy": float(np.mean(accs)),
                          "exact_accuracy_worst": min(accs), "diff_vs_reference": interval["mean"],
@@ -205,18 +247,28 @@ def finding(summary: dict, results: pd.DataFrame) -> Finding:
     """The mechanism arms' exact-recurrence accuracy, then the FBT training change that helped most (each family's
     best), each against its reference at equal steps and beside the readable bar."""
     arms = pd.DataFrame(summary["arms"]).set_index("arm")
-    fbt, lrt = arms.loc[REFERENCE["mechanism"]], arms.loc["lrt"]
-    changes = arms[(arms["family"] != "mechanism") & (arms["verdict"] != "reference")]
+    fbt, lrt = arms.loc[REFERENCE["scratch"]], arms.loc["lrt"]
+    changes = arms[(arms.index != "lrt") & (arms["verdict"] != "reference")]
     best = changes.sort_values("exact_accuracy_worst", ascending=False)
     said = [f" Under its own exact recurrence the LRT answers {lrt['exact_accuracy']:.3f} and FBT as trained "
             f"{fbt['exact_accuracy']:.3f}."]
+    reading = arms.index[arms["exact_accuracy_worst"] >= READABLE].tolist()  # what reads, whatever it is compared to
+    said.append(f" Every seed reads its fixed point (>= {READABLE}) in {len(reading)} of {len(arms)} arms: "
+                + (", ".join(reading) if reading else "none") + ".")
     for arm, row in best.groupby("family", sort=False).head(1).iterrows():
-        said.append(f" The {row['family']} change that helped FBT most, {arm}, reaches {row['exact_accuracy']:.3f} "
-                    f"(worst seed {row['exact_accuracy_worst']:.3f}; {row['diff_vs_reference']:+.3f} "
-                    f"[{row['ci_low']:+.3f}, {row['ci_high']:+.3f}] over {REFERENCE[row['family']]} at equal steps, "
-                    f"not equal FLOPs), " + ("at the readable bar." if row["exact_accuracy_worst"] >= READABLE else
-                                             f"{READABLE - row['exact_accuracy_worst']:.3f} short of the {READABLE} "
-                                             "bar."))
+        ref = arms.loc[REFERENCE[row["family"]]]
+        bar = ("at the readable bar" if row["exact_accuracy_worst"] >= READABLE else
+               f"{READABLE - row['exact_accuracy_worst']:.3f} short of the {READABLE} bar")
+        said.append(f" The {FAMILY_WORDS[row['family']]} that helped FBT most, {arm}, reaches "
+                    f"{row['exact_accuracy']:.3f} (worst seed {row['exact_accuracy_worst']:.3f}, {bar}; "
+                    f"{row['diff_vs_reference']:+.3f} [{row['ci_low']:+.3f}, {row['ci_high']:+.3f}] over {ref.name}, "
+                    f"which reaches {ref['exact_accuracy']:.3f}, at equal steps: {row['verdict']}).")
+    if "long_accuracy_pass2" in results:
+        long = results["long_accuracy_pass2"].max()
+        said.append(f" On prompts of {summary['long_seq_len']:,} tokens (no run trained there) the best run answers "
+                    f"{long:.3f} at pass 2, its trained depth, " + (
+                        "so the long-prompt columns measure length generalisation, not the fixed point."
+                        if long < TRAINED_DEPTH else "so the long-prompt columns can test the fixed point there."))
     top = best.iloc[0]
     return Finding(f"exact accuracy: LRT {lrt['exact_accuracy']:.3f}, FBT {fbt['exact_accuracy']:.3f}, best FBT "
                    f"change {top.name} {top['exact_accuracy']:.3f}", lead(summary) + "".join(said))
@@ -225,12 +277,14 @@ def finding(summary: dict, results: pd.DataFrame) -> Finding:
 CLAIM = ("Ours, beyond the papers: which factor lets an FBT read the fixed point its pass map converges to "
          "(the exact recurrence SOFT decoding and long fused prefills run), as the LRT does.")
 RULE = (f"Per arm, the exact-recurrence answer accuracy on the 256 held-out prompts minus its family's reference "
-        f"({REFERENCE['mechanism']} from scratch; {REFERENCE['training']}, the same fine-tune steps on the "
+        f"({REFERENCE['scratch']} from scratch; {REFERENCE['training']}, the same fine-tune steps on the "
         f"recipe's own mix), with a 95 % hierarchical bootstrap interval over seeds, then prompts. 'makes the fixed "
         f"point readable' when the interval lies above 0 and every seed answers >= {READABLE} under the exact "
         "recurrence; 'helps, not readable' when the interval lies above 0 only; 'hurts' when it lies below 0; "
         "'no effect detected' otherwise (marked degenerate when the interval has zero width: the arms agree on "
-        "every prompt). Not tested when a gate fails.")
+        f"every prompt). Per arm, 'not tested' when its runs answer without their feedback (pass-1 accuracy, best "
+        f"seed, >= {NEEDS_FEEDBACK}) or its family's reference fails that or answers below {TRAINED_DEPTH} at pass "
+        "2; the whole study is not tested when a gate fails.")
 GATES = (Gate("reference needs feedback", f"pass-1 (STANDARD) answer accuracy of the {REFERENCE['training']} "
               "runs, best seed: the feedback is needed to answer", "<", NEEDS_FEEDBACK),
          Gate("reference uses feedback at its trained depth", f"pass-2 answer accuracy of the "
@@ -239,18 +293,19 @@ GATES = (Gate("reference needs feedback", f"pass-1 (STANDARD) answer accuracy of
 _T = tasks.get("multi_register", **REGISTERS).seq_len
 RECIPE = Recipe(
     "fixed_point_study", CLAIM,
-    f"1x64 models on multi_register (2 registers x 1 write among 8 shuffled scratch lines, T = {_T}): mechanism "
-    f"arms (FBT-GLU and LRT, 2 seeds each) from scratch under the registers recipe's 75/22/3 schedule, "
-    f"{SCRATCH_STEPS:,} steps; training arms fine-tuned {FINETUNE_STEPS:,} steps from the shipped FBT-GLU "
+    f"1x64 models on multi_register (2 registers x 1 write among 8 shuffled scratch lines, T = {_T}): from scratch "
+    f"under the registers recipe's 75/22/3 schedule, {SCRATCH_STEPS:,} steps, FBT-GLU, LRT and the additive FBT "
+    f"(2 seeds each); training arms fine-tuned {FINETUNE_STEPS:,} steps from the shipped FBT-GLU "
     "specimens (mix, 50/25/25, random 1..8, phased 88/12, jitter 0.2, fixed point, additive fusion, the exact "
-    "recurrence itself), 2 seeds "
-    f"each; duration arms: the mix and the fixed point fine-tuned {DURATION_STEPS:,} steps, 2 seeds each; measured at "
-    f"T = {_T} and, untrained there, at 128 scratch lines (T = {tasks.get('multi_register', **LONG).seq_len}).",
+    f"recurrence itself), 2 seeds each; duration arms: the mix and the fixed point fine-tuned {DURATION_STEPS:,} "
+    f"steps, 2 seeds each; additive arms: the mix, the fixed point and random 1..8 fine-tuned {FINETUNE_STEPS:,} "
+    f"steps from the additive FBTs, 2 seeds each; measured at T = {_T} and, untrained there, at 128 scratch lines "
+    f"(T = {tasks.get('multi_register', **LONG).seq_len}).",
     build, analyze, gates=GATES, rule=RULE, kind="exploratory",
     chance="0.5: the answer is one of two balanced values.",
-    caveat="A fractional design: the training factors (the additive fusion included) are fine-tunes of trained "
-           "FBT-GLU models, not runs from scratch, so they say what fixes a model that already uses its feedback "
-           "at pass 2; the mechanism arms are the only ones trained from scratch. The fine-tune arms differ in "
+    caveat="A fractional design: the training factors are fine-tunes of trained models (FBT-GLU, or the additive "
+           "FBTs), not runs from scratch, so they say what fixes a model that already uses its feedback at pass 2; "
+           "only the mechanism is varied from scratch. The fine-tune arms differ in "
            "compute per step (a fixed-point step runs up to 40 passes without gradient): the table gives each "
            "run's FLOPs beside its result, at equal optimiser steps. Two seeds per arm.",
     finding=finding)
