@@ -176,12 +176,23 @@ def write_file(path: Path, data: bytes) -> None:
         os.fsync(f.fileno())
 
 
+def _umask() -> int:
+    """The process umask (Python can only read it by setting it, so it is put straight back)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
     """Write through a temporary file and rename it into place: a reader sees the old file or the new one,
-    never half of one, and the temporary never outlives a failure."""
+    never half of one, and the temporary never outlives a failure. The file gets the permissions a plain
+    ``open(path, "w")`` would leave: a replaced file keeps its own, a new one follows the umask (mkstemp's
+    temporary is 0600, which would hide the file from every other account)."""
     path = Path(path)
+    mode = path.stat().st_mode & 0o7777 if path.is_file() else 0o666 & ~_umask()
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
@@ -427,9 +438,7 @@ def _locked_temporary(path: Path) -> tuple[Path, int]:
             continue
         try:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(lock, 0o777 & ~umask)  # mkdtemp makes 0700; the swapped-in directory must read like any other
+            os.chmod(lock, 0o777 & ~_umask())  # mkdtemp makes 0700; the swapped-in directory must read like any other
             tmp = path.parent / f".{path.name}.tmp-{staging.name[len(path.name) + 6:]}"
             os.rename(staging, tmp)
             return tmp, lock

@@ -209,3 +209,15 @@ def test_a_saved_checkpoint_directory_has_the_usual_permissions(tmp_path):
     umask = os.umask(0)
     os.umask(umask)
     assert (tmp_path / "ck").stat().st_mode & 0o777 == 0o777 & ~umask
+
+
+def test_an_atomically_written_file_has_the_permissions_a_plain_write_leaves(tmp_path):
+    """A new file follows the umask (not mkstemp's 0600); a replaced one keeps the mode it had."""
+    umask = os.umask(0)
+    os.umask(umask)
+    store.write_json_atomic(tmp_path / "summary.json", {"v": 1})
+    assert (tmp_path / "summary.json").stat().st_mode & 0o777 == 0o666 & ~umask
+    os.chmod(tmp_path / "summary.json", 0o640)
+    store.write_bytes_atomic(tmp_path / "summary.json", b"{}")
+    assert (tmp_path / "summary.json").stat().st_mode & 0o777 == 0o640
+    assert (tmp_path / "summary.json").read_bytes() == b"{}" and sorted(os.listdir(tmp_path)) == ["summary.json"]
