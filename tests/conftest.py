@@ -83,3 +83,11 @@ def pytest_collection_modifyitems(config, items) -> None:
             item.add_marker("notebooks")
         elif path.relative_to(TESTS).parts[0] in TIER_MARKS:
             item.add_marker(TIER_MARKS[path.relative_to(TESTS).parts[0]])
+
+
+def overlapping_ticks(ax) -> list[tuple[str, str]]:
+    """Neighbouring x tick labels whose drawn boxes overlap (after a draw, in display pixels): a figure test's
+    check that its labels can be read."""
+    ax.figure.canvas.draw()
+    boxes = [(t.get_text(), t.get_window_extent()) for t in ax.get_xticklabels() if t.get_visible() and t.get_text()]
+    return [(a, b) for (a, ba), (b, bb) in zip(boxes, boxes[1:]) if ba.x1 > bb.x0]

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping
 
 import numpy as np
@@ -116,9 +117,9 @@ def fixed_point_readability(table: pd.DataFrame, title: str = "", readable: floa
                      "lyapunov_top"], "fixed_point_readability")
     arms = list(dict.fromkeys(table["arm"]))
     families = [table.loc[table["arm"] == a, "family"].iloc[0] for a in arms]
-    with sns.axes_style(STYLE):
-        fig = Figure(figsize=(13, 4.6), layout="constrained")
-        ax, lx = fig.subplots(1, 2, gridspec_kw={"width_ratios": [3, 1.3]})
+    with sns.axes_style(STYLE):  # wide enough that every arm's tick label has room, whatever the number of arms
+        fig = Figure(figsize=(max(13.0, 5.0 + 0.8 * len(arms)), 5.2), layout="constrained")
+        ax, lx = fig.subplots(1, 2, gridspec_kw={"width_ratios": [4, 1.1]})
     columns = {"accuracy_pass1": ("pass 1 (STANDARD)", "#bbbbbb"), "accuracy_pass2": ("pass 2", "#7fa7d6"),
                "accuracy_pass3": ("pass 3", "#3d6fb0"), "accuracy_exact": ("exact recurrence", "#d1495b")}
     width = 0.8 / len(columns)
@@ -128,19 +129,18 @@ def fixed_point_readability(table: pd.DataFrame, title: str = "", readable: floa
             x = i - 0.4 + width * (j + 0.5)
             ax.bar(x, values.mean(), width, color=colour, label=label if i == 0 else None)
             ax.scatter(np.full(len(values), x), values, color="black", s=8, zorder=3)
-    ax.axhline(readable, color="#d1495b", ls="--", lw=1)
-    ax.axhline(0.5, color="grey", ls=":", lw=1)
-    ax.text(len(arms) - 0.5, readable, f"readable {readable:g}", ha="right", va="bottom", fontsize=8, color="#d1495b")
-    ax.text(len(arms) - 0.5, 0.5, "chance 0.5", ha="right", va="bottom", fontsize=8, color="grey")
+    ax.axhline(readable, color="#d1495b", ls="--", lw=1, label=f"readable bar {readable:g}")  # in the legend: a
+    ax.axhline(0.5, color="grey", ls=":", lw=1, label="chance 0.5")  # label on the plot would sit on the bars
     for i in range(1, len(arms)):
         if families[i] != families[i - 1]:
             ax.axvline(i - 0.5, color="black", lw=0.6)
-    ax.set_xticks(range(len(arms)), [a.removeprefix("ft_").replace("_", " ") for a in arms], fontsize=8,
-                  rotation=20, ha="right")
+    # wrapped at spaces, upright: rotated labels of this many arms run into each other
+    ax.set_xticks(range(len(arms)), [textwrap.fill(a.removeprefix("ft_").replace("_", " "), 8,
+                                                   break_long_words=False) for a in arms], fontsize=7.5)
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("answer accuracy (held-out prompts)")
     ax.set_title("  |  ".join(dict.fromkeys(families)) + " (families, left to right)", fontsize=9)
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=4, fontsize=8, frameon=False)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=6, fontsize=8, frameon=False)
     for i, arm in enumerate(arms):
         values = table.loc[table["arm"] == arm, "lyapunov_top"].to_numpy()
         lx.scatter(values, np.full(len(values), i), color="#3d6fb0", s=14)

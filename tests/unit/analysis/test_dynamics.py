@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import workbench as wb
-from conftest import perturbed_model, small_config
+from conftest import overlapping_ticks, perturbed_model, small_config
 from workbench import schedules as S
 from workbench.analysis import dynamics as dyn
 from workbench.analysis.cache import run_with_cache
@@ -281,3 +281,17 @@ def test_the_study_figure_draws_each_arm_and_is_the_experiment_figure_of_its_tab
     exact_heights = [b.get_height() for b in bars[12:]]  # the exact-recurrence bars, drawn last
     assert exact_heights == [0.0, 1.0, 0.0, 0.7]
     assert len(wb.experiments.experiment_figure({"results": table}).axes) == len(fig.axes)
+
+
+def test_the_study_figure_labels_do_not_run_together_with_the_shipped_arms():
+    """Every arm of the study as it stands, two seeds each: the tick labels stay apart, and the readable bar and
+    chance line are named in the legend, not written over the bars."""
+    arms = [(a, "scratch") for a in study.SCRATCH_ARMS] + [
+        (a, family) for family, (group, _, _) in study.FAMILY_ARMS.items() for a in group]
+    table = pd.DataFrame([{"arm": arm, "family": family, "accuracy_pass1": 0.8, "accuracy_pass2": 1.0,
+                           "accuracy_pass3": 0.9, "accuracy_exact": 0.5, "lyapunov_top": -0.05, "seed": s}
+                          for arm, family in arms for s in (0, 1)])
+    ax = wb.plots.fixed_point_readability(table, "t").axes[0]
+    assert len(ax.get_xticklabels()) == len(arms) and overlapping_ticks(ax) == []
+    assert {"readable bar 0.95", "chance 0.5"} <= {t.get_text() for t in ax.get_legend().get_texts()}
+    assert not [t for t in ax.texts if t.get_text()]  # nothing written inside the panel

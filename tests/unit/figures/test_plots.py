@@ -11,7 +11,7 @@ import pytest
 import torch
 from matplotlib.figure import Figure
 
-from conftest import perturbed_model, small_config
+from conftest import overlapping_ticks, perturbed_model, small_config
 from workbench import plots
 from workbench.analysis.contraction import memory_trajectory, pass_dynamics, sensitivity
 
@@ -227,13 +227,6 @@ def test_swap_flips_shows_scratch_as_ints_and_no_legend_colour_without_a_bar():
     assert labels == ["swap flip rate", "zero flip rate"]
 
 
-def _overlapping_ticks(ax) -> list[tuple[str, str]]:
-    """Neighbouring x tick labels whose drawn boxes overlap (after a draw, in display pixels)."""
-    ax.figure.canvas.draw()
-    boxes = [(t.get_text(), t.get_window_extent()) for t in ax.get_xticklabels() if t.get_visible() and t.get_text()]
-    return [(a, b) for (a, ba), (b, bb) in zip(boxes, boxes[1:]) if ba.x1 > bb.x0]
-
-
 def test_causal_use_figure_tick_labels_do_not_run_together():
     from workbench.experiments.recipes.causal_use import causal_use_figure
 
@@ -247,7 +240,7 @@ def test_causal_use_figure_tick_labels_do_not_run_together():
     fig = causal_use_figure(swaps, controls, distances)
     assert fig.axes[0].get_xticklabels()[0].get_text() == "completion\ntracking\ns0 site"
     assert {len(ax.get_xticklabels()) > 1 for ax in fig.axes} == {True}
-    assert [_overlapping_ticks(ax) for ax in fig.axes] == [[]] * len(fig.axes)
+    assert [overlapping_ticks(ax) for ax in fig.axes] == [[]] * len(fig.axes)
 
 
 def test_contraction_curves_log_pass_axis_shows_training_depths_and_marks_exact_zeros(runs):
