@@ -190,7 +190,8 @@ def load_nanochat(path: str | os.PathLike) -> ModuleType:
     its ``nanochat/`` folder, or ``nanochat/gpt.py`` itself. Never vendored here."""
     root = Path(path)
     root = root.parent if root.name == "gpt.py" else root
-    root = root.parent if root.name == "nanochat" else root
+    # the package folder itself (holding gpt.py), not a clone that git named nanochat too (holding nanochat/gpt.py)
+    root = root.parent if (root / "gpt.py").is_file() else root
     if not (root / "nanochat" / "gpt.py").is_file():
         raise ValueError(f"nanochat={str(path)!r} is invalid: must be nanochat's repository (holding nanochat/gpt.py)")
     sys.path.insert(0, str(root))

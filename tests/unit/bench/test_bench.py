@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -116,6 +117,20 @@ class GPT(nn.Module):  # nanochat's interface: built on meta, init_weights(), mo
 def test_load_nanochat_names_what_it_needs(tmp_path):
     with pytest.raises(ValueError, match="nanochat=.*holding nanochat/gpt.py"):
         bench.load_nanochat(tmp_path)
+
+
+@pytest.mark.parametrize("given", ["repo", "repo/nanochat", "repo/nanochat/gpt.py"])
+def test_load_nanochat_takes_a_clone_git_named_nanochat(tmp_path, monkeypatch, given):
+    """``git clone`` names the repository ``nanochat`` and its package is ``nanochat/`` too: the repository, the
+    package folder and ``gpt.py`` all load the same module."""
+    package = tmp_path / "nanochat" / "nanochat"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "gpt.py").write_text(STUB_NANOCHAT)
+    for name in ("nanochat", "nanochat.gpt"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    module = bench.load_nanochat(tmp_path / given.replace("repo", "nanochat", 1))
+    assert Path(module.__file__) == package / "gpt.py"
 
 
 @pytest.mark.slow
