@@ -277,14 +277,14 @@ def finding(summary: dict, results: pd.DataFrame) -> Finding:
 CLAIM = ("Ours, beyond the papers: which factor lets an FBT read the fixed point its pass map converges to "
          "(the exact recurrence SOFT decoding and long fused prefills run), as the LRT does.")
 RULE = (f"Per arm, the exact-recurrence answer accuracy on the 256 held-out prompts minus its family's reference "
-        f"({REFERENCE['scratch']} from scratch; {REFERENCE['training']}, the same fine-tune steps on the "
-        f"recipe's own mix), with a 95 % hierarchical bootstrap interval over seeds, then prompts. 'makes the fixed "
-        f"point readable' when the interval lies above 0 and every seed answers >= {READABLE} under the exact "
-        "recurrence; 'helps, not readable' when the interval lies above 0 only; 'hurts' when it lies below 0; "
-        "'no effect detected' otherwise (marked degenerate when the interval has zero width: the arms agree on "
-        f"every prompt). Per arm, 'not tested' when its runs answer without their feedback (pass-1 accuracy, best "
-        f"seed, >= {NEEDS_FEEDBACK}) or its family's reference fails that or answers below {TRAINED_DEPTH} at pass "
-        "2; the whole study is not tested when a gate fails.")
+        f"({REFERENCE['scratch']} from scratch; for a fine-tune family the same fine-tune steps on the recipe's own "
+        f"mix: {', '.join(REFERENCE[f] for f in FAMILY_ARMS)}), with a 95 % hierarchical bootstrap interval over "
+        f"seeds, then prompts. 'makes the fixed point readable' when the interval lies above 0 and every seed "
+        f"answers >= {READABLE} under the exact recurrence; 'helps, not readable' when the interval lies above 0 "
+        "only; 'hurts' when it lies below 0; 'no effect detected' otherwise (marked degenerate when the interval has "
+        "zero width: the arms agree on every prompt). Per arm, 'not tested' when its runs answer without their "
+        f"feedback (pass-1 accuracy, best seed, >= {NEEDS_FEEDBACK}) or its family's reference fails that or answers "
+        f"below {TRAINED_DEPTH} at pass 2; the whole study is not tested when a gate fails.")
 GATES = (Gate("reference needs feedback", f"pass-1 (STANDARD) answer accuracy of the {REFERENCE['training']} "
               "runs, best seed: the feedback is needed to answer", "<", NEEDS_FEEDBACK),
          Gate("reference uses feedback at its trained depth", f"pass-2 answer accuracy of the "
