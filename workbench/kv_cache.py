@@ -13,6 +13,9 @@ the decoding caches also satisfy ``DecodeCache`` (a cursor ``pos`` with ``rewind
   step writes at the positions it is given and attends to every slot under a position mask, so no
   Python integer (a write cursor, a length) enters the step and ``torch.compile`` traces one graph
   for every token.
+- ``PurePrefix``: a cache's first positions, extended by concatenation and never written in place, so a
+  stretch of the recurrence is a pure function of the memory it starts from (``schedules.continuation``:
+  what Jacobians, Lyapunov exponents and power iterations differentiate, again and again).
 - ``KVBuffer``: the interleaved-training buffer. It holds K/V for every position in S strided
   groups (group s = positions s, s+S, ...); refining group s replaces that group outright (no
   detach, so gradients flow through earlier refinements, and no copy of the whole buffer) and
@@ -143,6 +146,33 @@ class StaticKVCache(_Preallocated):
 
     def advance(self, n: int) -> None:
         """Nothing to do: positions, not a cursor, say where each step writes."""
+
+
+class PurePrefix:
+    """Positions ``< t`` of a cache, then every position written after them, appended by concatenation.
+
+    Nothing is written in place and the source cache is only read, so calling the same stretch of the
+    recurrence again (or under ``torch.func`` transforms) always starts from the same prefix; the tangent
+    of a memory flows through the keys/values later positions attend to as well as through the memory chain.
+    ``state`` is the memory position ``t`` reads (a ``DecodeCache``'s, for ``schedules.carry``).
+    """
+
+    def __init__(self, cache: KVCache, t: int, state: torch.Tensor | None) -> None:
+        self.k = [k[:, :, :t] for k in cache.k]
+        self.v = [v[:, :, :t] for v in cache.v]
+        self.pos, self.state = t, state
+
+    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor,
+               positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, Mask]:
+        self.k[layer] = torch.cat([self.k[layer], k], dim=2)
+        self.v[layer] = torch.cat([self.v[layer], v], dim=2)
+        return self.k[layer], self.v[layer], None
+
+    def advance(self, n: int) -> None:
+        self.pos += n
+
+    def rewind(self, position: int) -> None:
+        raise ValueError("a PurePrefix only grows: build a new one from the source cache to start again")
 
 
 def interleave(groups: list[torch.Tensor], dim: int, length: int) -> torch.Tensor:

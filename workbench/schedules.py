@@ -39,6 +39,7 @@ Each returns a ``ScheduleOutput`` whose ``loss(targets)`` is that schedule's tra
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -47,7 +48,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .kv_cache import DecodeCache, KVBuffer, KVCache, interleave
+from .kv_cache import DecodeCache, KVBuffer, KVCache, PurePrefix, interleave
 from .metrics import token_losses
 from .model import GPT, StepOutput
 from .validation import check_float, check_int, check_tokens
@@ -175,6 +176,22 @@ def recur(model: GPT, idx: torch.Tensor, cache: DecodeCache, start: int = 0, sto
         logits.append(out.logits)
         memory.append(out.memory)
     return torch.cat(logits, dim=1), torch.cat(memory, dim=1)
+
+
+def continuation(model: GPT, idx: torch.Tensor, cache: KVCache, start: int,
+                 stop: int) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The exact recurrence over positions ``start..stop-1`` as a pure function of the memory ``start`` reads:
+    (B, D) -> the memories (B, n, D) of those positions, through ``recur`` over a ``PurePrefix`` of ``cache``
+    (which holds positions ``< start``). Nothing is written, so the map can be called again and again and
+    differentiated by ``torch.func``: the one-step Jacobians, Lyapunov exponents and power iterations of the
+    analyses are all this function."""
+    check_int("start", start, 1, idx.size(1) - 1)
+    check_int("stop", stop, start + 1, idx.size(1))
+
+    def run(memory: torch.Tensor) -> torch.Tensor:
+        return recur(model, idx, PurePrefix(cache, start, memory), start, stop)[1]
+
+    return run
 
 
 def _chunked(model: GPT, idx: torch.Tensor, chunk: int, plain_prefix: int | torch.Tensor,
@@ -401,6 +418,17 @@ class Schedule:
         """Training FLOPs (forward + backward) of one batch: the one step-FLOPs account."""
         return self.pass_equivalents() * model.flops_per_token(seq_len) * batch * seq_len
 
+    def anchored(self, position: int) -> Schedule:
+        """This value with any position it gives relative to the position read (a probe's label) made absolute
+        (``Prefilled(..., suffix=k)``: the last k tokens up to ``position`` recur). Other values are themselves."""
+        return self
+
+    def recurs_from(self, seq_len: int) -> int | None:
+        """Where this value is a plain pass followed by the exact recurrence: the first position that recurs
+        (``seq_len``: none does), or None when it computes a sequence another way. A caller that already ran
+        the plain pass (a probe) continues it token by token instead of running the value again."""
+        return None
+
     @property
     def knob(self) -> int | None:
         return None if self.knob_name is None else getattr(self, self.knob_name)
@@ -424,6 +452,9 @@ class Single(Schedule):
     def run(self, model: GPT, idx: torch.Tensor, plain_prefix: int | torch.Tensor = 0) -> ScheduleOutput:
         return single(model, idx)
 
+    def recurs_from(self, seq_len: int) -> int | None:
+        return seq_len
+
     def prefill(self, model: GPT, idx: torch.Tensor, cache: DecodeCache) -> ScheduleOutput:
         out = model.step(idx, kv=cache)
         cache.state = out.memory[:, -1]
@@ -437,6 +468,9 @@ class Sequential(Schedule):
 
     def run(self, model: GPT, idx: torch.Tensor, plain_prefix: int | torch.Tensor = 0) -> ScheduleOutput:
         return sequential(model, idx, plain_prefix)
+
+    def recurs_from(self, seq_len: int) -> int | None:
+        return min(1, seq_len)  # position 0 has no predecessor: it is computed as the plain pass computes it
 
     def prefill(self, model: GPT, idx: torch.Tensor, cache: DecodeCache) -> ScheduleOutput:
         return sequential(model, idx, cache=cache)
@@ -633,12 +667,15 @@ class Prefilled(Schedule):
     left (``Sequential()``) or not (``Single()``). The decoding regimes are such values (``regime``):
     SOFT is ``Prefilled(Single())``, FUSED ``Prefilled(Multipass(1 + prefill_passes))``; teacher-forced,
     ``run`` computes what ``generate`` computes on a greedy continuation, bit for bit. ``prompt_len``
-    is needed to run a whole sequence, not to generate (the prompt is what is given).
+    is needed to run a whole sequence, not to generate (the prompt is what is given). ``suffix=k`` gives it
+    relative to the position read instead: the last k tokens up to it are the continuation (a probe's k-step
+    recurrent suffix, ``anchored`` to each label position; run on a whole sequence, to its last position).
     """
 
     prefill_with: Schedule = field(default_factory=lambda: Single())
     then: Schedule = field(default_factory=lambda: Sequential())
     prompt_len: int | None = None
+    suffix: int | None = None
     name: ClassVar[str] = "prefilled"
     can_prefill: ClassVar[bool] = True  # its prefill part fills the cache (generate continues as ``then``)
 
@@ -651,12 +688,30 @@ class Prefilled(Schedule):
                              "Sequential() (reading memory) or Single() (not)")
         if self.prompt_len is not None:
             check_int("prompt_len", self.prompt_len, 1, 1_000_000)
+        if self.suffix is not None:
+            check_int("suffix", self.suffix, 1, 1_000_000)
+            if self.prompt_len is not None:
+                raise ValueError(f"suffix={self.suffix!r} is invalid with prompt_len={self.prompt_len!r}: give the "
+                                 "prompt's length or the suffix's, not both")
+
+    def anchored(self, position: int) -> Schedule:
+        check_int("position", position, 0)
+        if self.suffix is None:
+            return self
+        return dataclasses.replace(self, prompt_len=max(position - self.suffix + 1, 1), suffix=None)
+
+    def recurs_from(self, seq_len: int) -> int | None:
+        if self.prefill_with != Single():
+            return None
+        return self.anchored(seq_len - 1)._prompt_len(seq_len) if self.then.reads_memory else seq_len
 
     @property
     def reads_memory(self) -> bool:  # type: ignore[override]
         return self.prefill_with.reads_memory or self.then.reads_memory
 
     def _prompt_len(self, seq_len: int) -> int:
+        if self.suffix is not None:  # a whole sequence ends at the position read
+            return self.anchored(seq_len - 1)._prompt_len(seq_len)
         if self.prompt_len is None:
             raise ValueError(f"{self.label} needs prompt_len to run a whole sequence: Prefilled(..., prompt_len=P)")
         check_int("prompt_len", self.prompt_len, 1, seq_len)
@@ -692,11 +747,13 @@ class Prefilled(Schedule):
 
     @property
     def label(self) -> str:
+        if self.suffix is not None:
+            return f"{self.prefill_with.label} prefill, then {self.then.label} over the last {self.suffix}"
         return f"{self.prefill_with.label} prefill, then {self.then.label}"
 
     def to_dict(self) -> dict[str, Any]:
         return {"schedule": self.name, "prefill": self.prefill_with.to_dict(), "then": self.then.to_dict(),
-                "prompt_len": self.prompt_len}
+                "prompt_len": self.prompt_len, **({} if self.suffix is None else {"suffix": self.suffix})}
 
 
 REGIMES = ("standard", "soft", "fused")
@@ -713,6 +770,42 @@ def regime(name: str, prefill_passes: int = 1, prompt_len: int | None = None) ->
         return Single()
     prefill_with = Single() if name == "soft" else Multipass(1 + prefill_passes)
     return Prefilled(prefill_with, Sequential(), prompt_len)
+
+
+CONDITION_FORMS = ("standard", "sequential", "suffixK (K >= 1 fused tokens, e.g. suffix1)",
+                   "multipassK (K >= 1 Jacobi passes, e.g. multipass3)")
+_CONDITION = re.compile(r"(standard|sequential)|(suffix|multipass)([1-9]\d*)")
+
+
+def condition(name: str | Schedule) -> Schedule:
+    """A probe's prefill condition as a value (a value is itself): ``standard`` = ``Single()``; ``sequential``
+    = ``Sequential()``; ``multipassK`` = ``Multipass(K)``; ``suffixK`` = ``Prefilled(Single(), Sequential(),
+    suffix=K)``, a plain prefill then the exact recurrence over the last K tokens up to the position read
+    (SOFT decoding from there). Names are the tables' labels (``condition_name``)."""
+    if isinstance(name, Schedule):
+        return name
+    match = _CONDITION.fullmatch(name) if isinstance(name, str) else None
+    if match is None:
+        raise ValueError(f"conditions={name!r} is invalid: each condition must be a schedule value or one of the "
+                         f"forms {', '.join(CONDITION_FORMS)}")
+    if match.group(1):
+        return Single() if match.group(1) == "standard" else Sequential()
+    k = int(match.group(3))
+    return Multipass(k) if match.group(2) == "multipass" else Prefilled(Single(), Sequential(), suffix=k)
+
+
+def condition_name(value: str | Schedule) -> str:
+    """How probe tables name a condition: the four named forms by their names, any other value by its label."""
+    value = condition(value)
+    if value == Single():
+        return "standard"
+    if value == Sequential():
+        return "sequential"
+    if isinstance(value, Multipass) and value == Multipass(value.passes):
+        return f"multipass{value.passes}"
+    if isinstance(value, Prefilled) and value.suffix is not None and value == Prefilled(suffix=value.suffix):
+        return f"suffix{value.suffix}"
+    return value.label
 
 
 # every schedule by name (a pass mix is a multipass schedule with a mix); each class knows its own knob
@@ -733,12 +826,13 @@ def parse(schedule: str | Schedule | dict[str, Any], *, passes: int | None = Non
         spec = dict(schedule)
         name = spec.pop("schedule", "single")
         if name == Prefilled.name:
-            unknown = sorted(set(spec) - {"prefill", "then", "prompt_len"})
+            unknown = sorted(set(spec) - {"prefill", "then", "prompt_len", "suffix"})
             if unknown:
-                raise ValueError(f"schedule={schedule!r} is invalid: prefilled takes prefill, then and prompt_len, "
-                                 f"not {unknown}")
+                raise ValueError(f"schedule={schedule!r} is invalid: prefilled takes prefill, then, prompt_len and "
+                                 f"suffix, not {unknown}")
             return Prefilled(parse(spec.get("prefill", {"schedule": "single"})),
-                             parse(spec.get("then", {"schedule": "sequential"})), spec.get("prompt_len"))
+                             parse(spec.get("then", {"schedule": "sequential"})), spec.get("prompt_len"),
+                             spec.get("suffix"))
         own = {KNOBS.get(name)} | ({"aux_weight"} if name in ("multipass", "fixed_point") else set()) \
             | ({"pass_mix", "passes"} if name == "multipass" else set())
         unknown = set(spec) - own - {"plain_prefix"}  # plain_prefix: a key old stored forms carry, unused

@@ -99,13 +99,15 @@ class StepPlan:
         return self.schedule.jacobi_passes
 
 
-FINE_TUNABLE = ("fbt_jitter", "fbt_fusion")  # model fields a fine-tune may change (TrainConfig.init_from)
+# model fields a fine-tune may change (TrainConfig.init_from): none changes which parameters there are
+FINE_TUNABLE = ("fbt_jitter", "fbt_fusion", "seq_len")
 
 
 def _start_from(model: GPT, path: str) -> None:
     """Copy a saved checkpoint's weights into ``model`` (``TrainConfig.init_from``): the same parameters, every
     model field equal but those that change how the weights are used, not which there are (``FINE_TUNABLE``:
-    a fine-tune may train with other jitter, or fuse the same matrices another way)."""
+    a fine-tune may train with other jitter, fuse the same matrices another way, or train at another length: rotary
+    positions are computed, not learned)."""
     source = load_checkpoint(path)
     kept = {name: getattr(model.config, name) for name in FINE_TUNABLE}
     if dataclasses.replace(source.config, **kept) != model.config:

@@ -178,3 +178,23 @@ def test_soft_is_the_recurrence_with_a_plain_prefix_and_a_suffix_condition_is_so
     assert suffix == S.Prefilled(S.Single(), S.Sequential(), prompt_len=5)
     torch.testing.assert_close(suffix.run(model, idx).logits, S.sequential(model, idx, plain_prefix=5).logits,
                                rtol=0, atol=ATOL)
+
+
+def test_the_pure_continuation_is_the_recurrence_and_writes_nothing(variant):
+    """``continuation`` (what every Jacobian and Lyapunov exponent differentiates) continues the exact recurrence
+    from a cache's prefix, leaves that cache as it was, and gives the same memories when called again."""
+    cfg = variant_config(variant)
+    model, idx = perturbed_model(cfg), token_batch(cfg)
+    T, t = idx.size(1), 3
+    exact = S.sequential(model, idx).memory
+    cache = model.new_kv_cache(idx.size(0), T)
+    S.sequential(model, idx[:, :t], cache=cache)
+    before = [k.clone() for k in cache.k], cache.pos, cache.state.clone()
+    run = S.continuation(model, idx, cache, t, T)
+    first, again = run(cache.state), run(cache.state)
+    torch.testing.assert_close(first, exact[:, t:], rtol=0, atol=ATOL)
+    assert torch.equal(first, again)
+    assert all(torch.equal(a, b) for a, b in zip(before[0], cache.k)) and cache.pos == before[1]
+    assert torch.equal(cache.state, before[2])
+    with pytest.raises(ValueError, match="stop"):
+        S.continuation(model, idx, cache, t, T + 1)

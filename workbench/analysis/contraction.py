@@ -39,7 +39,6 @@ from tqdm.auto import tqdm
 from .. import schedules
 from ..decode import generate
 from ..hooks import with_hooks
-from ..kv_cache import KVCache, Mask
 from ..metrics import token_losses
 from ..model import GPT, eval_mode
 from ..validation import check_int, check_tokens
@@ -149,17 +148,6 @@ def pass_dynamics(model: GPT, idx: torch.Tensor, passes: int = 1000, targets: to
 
 
 # ---------------------------------------------------------------------------------------------- sensitivity
-def step_on(model: GPT, idx: torch.Tensor, cache: KVCache, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Continue the exact recurrence in ``cache`` over positions ``start..stop-1``, one token at a time.
-
-    Every position here reads the carried state (callers start after position 0 with no plain
-    prefix). Returns the memory (B, n, D) and logits (B, n, V) of those positions: ``schedules.recur``
-    in the order the analyses unpack.
-    """
-    logits, memory = schedules.recur(model, idx, cache, start, stop)
-    return memory, logits
-
-
 def _unit_directions(shape: tuple[int, int], seed: int, like: torch.Tensor) -> torch.Tensor:
     """One random unit vector per example, reproducible from ``seed`` whatever the device."""
     direction = torch.randn(shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
@@ -196,8 +184,8 @@ def sensitivity(model: GPT, idx: torch.Tensor, t0: int, max_distance: int | None
         schedules.sequential(model, idx[:, :t0 + 1], cache=clean)
         nudged = copy.deepcopy(clean)
         nudged.state = nudged.state + eps * _unit_directions(tuple(nudged.state.shape), seed, nudged.state)
-        memory, logits = step_on(model, idx, clean, t0 + 1, stop)
-        memory_p, logits_p = step_on(model, idx, nudged, t0 + 1, stop)
+        logits, memory = schedules.recur(model, idx, clean, t0 + 1, stop)
+        logits_p, memory_p = schedules.recur(model, idx, nudged, t0 + 1, stop)
     scale = eps * math.sqrt(B)
 
     def effect(a: torch.Tensor, b: torch.Tensor) -> list[float]:
@@ -210,25 +198,6 @@ def sensitivity(model: GPT, idx: torch.Tensor, t0: int, max_distance: int | None
 
 
 # ---------------------------------------------------------------------------------------------- jacobian
-class _FrozenPrefix:
-    """A key/value store holding positions 0..t-1 fixed: each query at t attends to them and itself.
-
-    Pure (nothing is written), so the one-step map can be called again and again under autograd
-    transforms without the KV cache's write cursor or in-place writes getting in the way.
-    """
-
-    def __init__(self, cache: KVCache, t: int) -> None:
-        self.k = [k[:, :, :t] for k in cache.k]
-        self.v = [v[:, :, :t] for v in cache.v]
-
-    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor,
-               positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, Mask]:
-        return torch.cat([self.k[layer], k], dim=2), torch.cat([self.v[layer], v], dim=2), None
-
-    def advance(self, n: int) -> None:
-        """Nothing to advance: the prefix never changes."""
-
-
 @torch.no_grad()
 def jacobian_power_iteration(model: GPT, idx: torch.Tensor, t: int, iters: int = 50,
                              seed: int = 0) -> dict[str, object]:
@@ -251,11 +220,10 @@ def jacobian_power_iteration(model: GPT, idx: torch.Tensor, t: int, iters: int =
     with eval_mode(model):
         cache = model.new_kv_cache(B, t)
         schedules.sequential(model, idx[:, :t], cache=cache)
-        prefix, point = _FrozenPrefix(cache, t), cache.state
-        token, position = idx[:, t:t + 1], torch.tensor([t], device=idx.device)
+        point, step = cache.state, schedules.continuation(model, idx, cache, t, t + 1)
 
         def one_step(memory: torch.Tensor) -> torch.Tensor:
-            return model.step(token, memory=memory[:, None], positions=position, kv=prefix).memory[:, 0]
+            return step(memory)[:, 0]
 
         # The fused attention kernels have no second derivative; the math kernel is plain matmuls
         # and softmax, which autograd differentiates twice.

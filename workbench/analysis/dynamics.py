@@ -45,7 +45,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from .. import schedules, tasks
 from ..functional import norm
-from ..kv_cache import KVCache, Mask
+from ..kv_cache import KVCache
 from ..metrics import token_losses
 from ..model import GPT, eval_mode
 from ..validation import check_int, check_tokens
@@ -72,47 +72,11 @@ def _check_window(T: int, t0: int, horizon: int) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- pure prefix
-class _GrowingPrefix:
-    """A key/value store that holds positions ``< t`` and appends each new one by concatenation.
-
-    Nothing is written in place, so a whole stretch of the recurrence is a pure function of the
-    memory it starts from, which ``torch.func`` can differentiate: the tangent then flows through
-    the keys/values later positions attend to, not only through the memory chain.
-    """
-
-    def __init__(self, cache: KVCache, t: int) -> None:
-        self.k = [k[:, :, :t] for k in cache.k]
-        self.v = [v[:, :, :t] for v in cache.v]
-
-    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor,
-               positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, Mask]:
-        self.k[layer] = torch.cat([self.k[layer], k], dim=2)
-        self.v[layer] = torch.cat([self.v[layer], v], dim=2)
-        return self.k[layer], self.v[layer], None
-
-    def advance(self, n: int) -> None:
-        """Nothing to advance: the store grows as it is written."""
-
-
 def _exact_prefix(model: GPT, idx: torch.Tensor, t: int) -> tuple[KVCache, torch.Tensor]:
     """The exact recurrence over positions ``< t``: its cache and the memory position ``t`` reads."""
     cache = model.new_kv_cache(idx.size(0), t)
     schedules.sequential(model, idx[:, :t], cache=cache)
     return cache, cache.state
-
-
-def _continuation(model: GPT, idx: torch.Tensor, cache: KVCache, start: int, stop: int):
-    """The recurrence over positions ``start..stop-1`` as a pure function of the memory ``start`` reads."""
-    positions = [torch.tensor([t], device=idx.device) for t in range(start, stop)]
-
-    def run(memory: torch.Tensor) -> torch.Tensor:
-        store, out = _GrowingPrefix(cache, start), []
-        for i, t in enumerate(range(start, stop)):
-            memory = model.step(idx[:, t:t + 1], memory=memory[:, None], positions=positions[i], kv=store).memory[:, 0]
-            out.append(memory)
-        return torch.stack(out, dim=1)  # (B, n, D)
-
-    return run
 
 
 def _pushforward(fn, point: torch.Tensor):
@@ -147,7 +111,7 @@ def tangent_map(model: GPT, idx: torch.Tensor, t0: int, horizon: int, directions
         raise ValueError(f"directions must have shape ({B}, {D}, k), got {tuple(directions.shape)}")
     model64 = _float64(model)
     cache, point = _exact_prefix(model64, idx, t0 + 1)
-    fn = _continuation(model64, idx, cache, t0 + 1, t0 + 1 + horizon)
+    fn = schedules.continuation(model64, idx, cache, t0 + 1, t0 + 1 + horizon)
     with torch.enable_grad(), sdpa_kernel(SDPBackend.MATH):  # the fused kernels have no second derivative
         push = _pushforward(fn, point)
         columns = [push(directions[..., i].to(point)) for i in range(directions.size(-1))]
@@ -227,13 +191,10 @@ def recurrence_jacobians(model: GPT, idx: torch.Tensor, positions: Sequence[int]
     D = model.config.n_embd
     out = []
     for t in positions:
-        def one_step(m: torch.Tensor, t: int = t) -> torch.Tensor:
-            return model64.step(idx[:, t:t + 1], memory=m[:, None], positions=torch.tensor([t], device=idx.device),
-                                kv=_GrowingPrefix(cache, t)).memory[:, 0]
-
+        one_step = schedules.continuation(model64, idx, cache, t, t + 1)
         with torch.enable_grad():
             _, pullback = torch.func.vjp(one_step, memory[:, t - 1])
-            rows = [pullback(torch.eye(D, dtype=torch.float64)[i].expand(B, D))[0] for i in range(D)]
+            rows = [pullback(torch.eye(D, dtype=torch.float64)[i].expand(B, 1, D))[0] for i in range(D)]
         out.append(torch.stack(rows, dim=1))  # row i: d m_t[i] / d m_{t-1}
     return torch.stack(out, dim=1).detach()
 

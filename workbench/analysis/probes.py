@@ -12,7 +12,9 @@ task with ``labels`` and ``label_positions``, under several **prefill conditions
 - ``sequential``: the full recurrence (every position after the first reads its predecessor);
 - ``multipassK``: K Jacobi passes (``schedules.multipass``), pass 1 plain.
 
-Each condition is a schedule value (``condition_schedule``); the names label the tables.
+Each condition is a schedule value (``schedules.condition``: ``suffixK`` is ``Prefilled(Single(),
+Sequential(), suffix=K)``, anchored at each label position) and any schedule value is a condition; the
+names label the tables (``schedules.condition_name``).
 
 Depth 0 is the input vector after fusion (``hook_input``), depth l the output of block l.
 
@@ -35,7 +37,6 @@ per-example ``plain_prefix``), at the cost of one plain pass plus k single-token
 from __future__ import annotations
 
 import dataclasses
-import re
 import warnings
 from collections.abc import Sequence
 
@@ -55,10 +56,9 @@ from ..validation import check_int, fail
 
 DEFAULT_CONDITIONS = ("standard", "suffix1", "suffix2", "suffix4", "sequential")
 DEFAULT_N = 1600  # examples drawn from a task: 400 held out per fold; accuracy near chance has a ~1-point std error
-CONDITION_FORMS = ("standard", "sequential", "suffixK (K >= 1 fused tokens, e.g. suffix1)",
-                   "multipassK (K >= 1 Jacobi passes, e.g. multipass3)")
+CONDITION_FORMS = schedules.CONDITION_FORMS
+Condition = str | schedules.Schedule  # a name (the tables' label) or any schedule value
 KINDS = ("classification", "regression")
-_CONDITION = re.compile(r"(standard|sequential)|(suffix|multipass)([1-9]\d*)")
 
 # DataFrame columns per kind: score, its spread over folds, control score, trivial baseline.
 _METRICS = {
@@ -73,17 +73,20 @@ def _check_kind(kind: str) -> None:
         fail("kind", kind, f"must be one of {KINDS}")
 
 
-def parse_condition(condition: str) -> tuple[str, int]:
-    """``"suffix2"`` -> ``("suffix", 2)``; ``"standard"`` -> ``("standard", 0)``.
+def parse_condition(condition: Condition) -> schedules.Schedule:
+    """A prefill condition as its schedule value (``schedules.condition``): ``"suffix2"`` ->
+    ``Prefilled(Single(), Sequential(), suffix=2)``, ``"standard"`` -> ``Single()``; a value is itself.
 
     Raises a ValueError listing the allowed forms, so a typo in a sweep fails before any forward.
     """
-    match = _CONDITION.fullmatch(condition) if isinstance(condition, str) else None
-    if match is None:
-        fail("conditions", condition, f"each condition must be one of the forms {', '.join(CONDITION_FORMS)}")
-    if match.group(1):
-        return match.group(1), 0
-    return match.group(2), int(match.group(3))
+    return schedules.condition(condition)
+
+
+def _named(conditions: Sequence[Condition]) -> dict[str, schedules.Schedule]:
+    """``{table label: value}`` of the conditions asked for, validated before any forward."""
+    if isinstance(conditions, (str, schedules.Schedule)) or not conditions:
+        fail("conditions", conditions, "must be a non-empty sequence of conditions")
+    return {schedules.condition_name(c): parse_condition(c) for c in conditions}
 
 
 def _check_batch(batch: Batch) -> None:
@@ -111,7 +114,7 @@ def _recurrent_suffix(model: GPT, idx: torch.Tensor, cache: KVCache, plain_memor
     schedules.recur(model, idx, cache, start)
 
 
-def _group_features(model: GPT, idx: torch.Tensor, parsed: dict[str, tuple[str, int]]) -> dict[str, torch.Tensor]:
+def _group_features(model: GPT, idx: torch.Tensor, values: dict[str, schedules.Schedule]) -> dict[str, torch.Tensor]:
     """Features (L + 1, B, D) at the last position of ``idx`` (every row's label position) per condition."""
     names = residual_names(model.config.n_layer)
     last: dict[str, torch.Tensor] = {}
@@ -126,47 +129,44 @@ def _group_features(model: GPT, idx: torch.Tensor, parsed: dict[str, tuple[str, 
     if getattr(model.config, "mechanism", None) == "none":  # no memory to read: every condition is the plain pass
         with with_hooks(model, [(name, keep_last) for name in names]):
             model.step(idx)
-        return dict.fromkeys(parsed, snapshot())
-    # First fused position of each recurrent condition (position 0 never reads memory).
-    starts = {c: 1 if kind == "sequential" else max(T - k, 1)
-              for c, (kind, k) in parsed.items() if kind in ("suffix", "sequential")}
+        return dict.fromkeys(values, snapshot())
+    # First recurrent position of each "plain, then the exact recurrence" condition (T: none recurs); any other
+    # value is run whole, and its last forward ends at the label position.
+    starts = {c: value.anchored(T - 1).recurs_from(T) for c, value in values.items()}
+    recurrent = {c: start for c, start in starts.items() if start is not None}
     result: dict[str, torch.Tensor] = {}
     with with_hooks(model, [(name, keep_last) for name in names]):
-        cache = model.new_kv_cache(B, T) if starts else None
+        cache = model.new_kv_cache(B, T) if any(start < T for start in recurrent.values()) else None
         plain = model.step(idx, kv=cache)
         standard = snapshot()
         # Latest start first: each rewind then only overwrites cache entries that the later, longer
         # suffixes recompute before reading them.
-        for condition in sorted(starts, key=starts.get, reverse=True):
-            if starts[condition] >= T:  # the label is at position 0: nothing before it to recur over
+        for condition in sorted(recurrent, key=recurrent.get, reverse=True):
+            if recurrent[condition] >= T:  # nothing recurs (standard, or the label at position 0)
                 result[condition] = standard
                 continue
-            _recurrent_suffix(model, idx, cache, plain.memory, starts[condition])
+            _recurrent_suffix(model, idx, cache, plain.memory, recurrent[condition])
             result[condition] = snapshot()
-        for condition, (kind, k) in parsed.items():
-            if kind == "multipass":
-                schedules.multipass(model, idx, passes=k)
-                result[condition] = snapshot()
-            elif kind == "standard":
-                result[condition] = standard
+        for condition in values.keys() - recurrent.keys():
+            values[condition].anchored(T - 1).run(model, idx)
+            result[condition] = snapshot()
     return result
 
 
 @torch.no_grad()
-def condition_features(model: GPT, batch: Batch, conditions: Sequence[str] = DEFAULT_CONDITIONS, *,
+def condition_features(model: GPT, batch: Batch, conditions: Sequence[Condition] = DEFAULT_CONDITIONS, *,
                        batch_size: int = 1024) -> dict[str, torch.Tensor]:
-    """Residual features at every example's label position, per condition: ``{condition: (L + 1, n, D)}``.
+    """Residual features at every example's label position, per condition: ``{name: (L + 1, n, D)}``, keyed by
+    each condition's table label (``schedules.condition_name``; a name given is its own label).
 
     Conditions share their forwards (one plain pass per chunk serves ``standard`` and seeds every
     recurrent suffix). Examples are grouped by label position and each group is cut to its label
     position: the model is causal, so right padding and the label token never matter, and every
     forward of a group ends exactly where the probe reads. ``batch_size`` bounds memory, not results.
     """
+    parsed = _named(conditions)
     _check_batch(batch)
     check_int("batch_size", batch_size, 1)
-    parsed = {c: parse_condition(c) for c in conditions}
-    if not parsed:
-        fail("conditions", conditions, "must name at least one condition")
     weight = model.readout_weight
     L, D, n = model.config.n_layer, model.config.n_embd, len(batch)
     dtype = torch.float64 if weight.dtype == torch.float64 else torch.float32  # numpy has no bfloat16
@@ -182,33 +182,27 @@ def condition_features(model: GPT, batch: Batch, conditions: Sequence[str] = DEF
     return out
 
 
-def probe_features(model: GPT, batch: Batch, condition: str = "standard", *, batch_size: int = 1024) -> torch.Tensor:
+def probe_features(model: GPT, batch: Batch, condition: Condition = "standard", *,
+                   batch_size: int = 1024) -> torch.Tensor:
     """Residual features (L + 1, n, D) at every example's label position under one prefill condition.
 
     Depth 0 is the input vector after fusion, depth l the output of block l; see the module docstring
     for the conditions. For several conditions at once, ``condition_features`` shares the forwards.
     """
-    return condition_features(model, batch, (condition,), batch_size=batch_size)[condition]
+    return condition_features(model, batch, (condition,), batch_size=batch_size)[schedules.condition_name(condition)]
 
 
-def condition_schedule(condition: str, label_pos: int) -> schedules.Schedule:
-    """A prefill condition as the schedule value it names, for examples whose label sits at ``label_pos``:
-    ``standard`` = ``Single()``; ``sequential`` = ``Sequential()``; ``multipassK`` = ``Multipass(K)``;
-    ``suffixK`` = ``Prefilled(Single(), Sequential(), prompt_len=label_pos - K + 1)`` (a plain prefill up
-    to K tokens before the label, then the exact recurrence: SOFT decoding from there)."""
-    kind, k = parse_condition(condition)
+def condition_schedule(condition: Condition, label_pos: int) -> schedules.Schedule:
+    """A prefill condition as the schedule value it runs for examples whose label sits at ``label_pos``: its
+    value ``anchored`` there (``suffixK`` = ``Prefilled(Single(), Sequential(), prompt_len=label_pos - K + 1)``,
+    a plain prefill up to K tokens before the label, then the exact recurrence: SOFT decoding from there)."""
     check_int("label_pos", label_pos, 0)
-    if kind == "standard":
-        return schedules.Single()
-    if kind == "multipass":
-        return schedules.Multipass(k)
-    if kind == "sequential":
-        return schedules.Sequential()
-    return schedules.Prefilled(schedules.Single(), schedules.Sequential(), max(label_pos - k + 1, 1))
+    return parse_condition(condition).anchored(label_pos)
 
 
 @torch.no_grad()
-def answer_correct(model: GPT, batch: Batch, condition: str = "standard", *, batch_size: int = 256) -> np.ndarray:
+def answer_correct(model: GPT, batch: Batch, condition: Condition = "standard", *,
+                   batch_size: int = 256) -> np.ndarray:
     """Per example (n,) bool: is every answer target right when the sequence is computed under
     ``condition`` (the probe's prefill, then the same recurrence through the answer)?
 
@@ -218,7 +212,7 @@ def answer_correct(model: GPT, batch: Batch, condition: str = "standard", *, bat
     """
     _check_batch(batch)
     check_int("batch_size", batch_size, 1)
-    parse_condition(condition)
+    value = parse_condition(condition)
     weight = model.readout_weight
     correct = np.zeros(len(batch), dtype=bool)
     positions = batch.label_positions.cpu()
@@ -227,7 +221,7 @@ def answer_correct(model: GPT, batch: Batch, condition: str = "standard", *, bat
             for chunk in (positions == pos).nonzero().squeeze(1).split(batch_size):
                 T = int(batch.lengths[chunk].max())
                 targets = batch.targets[chunk, :T]
-                logits = condition_schedule(condition, pos).run(model, batch.tokens[chunk, :T].to(weight.device)).logits
+                logits = value.anchored(pos).run(model, batch.tokens[chunk, :T].to(weight.device)).logits
                 hits = (logits.argmax(-1).cpu() == targets) | (targets < 0)
                 correct[chunk.numpy()] = hits.all(1).numpy()
     return correct
@@ -521,7 +515,7 @@ def random_init_model(model: GPT, seed: int = 0) -> GPT:
     return twin.eval()
 
 
-def probe_layers(model: GPT, task_or_batch: Task | Batch, conditions: Sequence[str] = DEFAULT_CONDITIONS, *,
+def probe_layers(model: GPT, task_or_batch: Task | Batch, conditions: Sequence[Condition] = DEFAULT_CONDITIONS, *,
                  n: int | None = None, seed: int = 0, split: str = "val", kind: str = "classification",
                  labels: np.ndarray | torch.Tensor | None = None, control: bool | int = True,
                  random_baseline: bool = True, folds: int = 4, C: float | Sequence[float] = 0.1,
@@ -549,10 +543,7 @@ def probe_layers(model: GPT, task_or_batch: Task | Batch, conditions: Sequence[s
     probe's strengths, fold by fold (a weaker penalty lifts them too).
     """
     _check_kind(kind)
-    if not conditions:
-        fail("conditions", conditions, "must name at least one condition")
-    for c in conditions:
-        parse_condition(c)
+    names = list(_named(conditions))
     if isinstance(task_or_batch, Task):
         batch = task_or_batch.sample(DEFAULT_N if n is None else n, seed=seed, split=split)
         task_name = task_or_batch.name
@@ -575,7 +566,7 @@ def probe_layers(model: GPT, task_or_batch: Task | Batch, conditions: Sequence[s
     fits = {}
     for model_name, m in models:
         feats = condition_features(m, batch, conditions, batch_size=batch_size)
-        for condition in conditions:
+        for condition in names:
             for layer, x in enumerate(feats[condition]):
                 # the twin is probed at the strengths the trained probe chose, fold by fold
                 chosen = fits["trained", condition, layer]["fold_C"] if model_name == "random init" else None

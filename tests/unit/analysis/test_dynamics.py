@@ -220,7 +220,7 @@ def test_study_rule_and_arms():
     assert study.decide("x", [0.0, 0.0], {"low": 0.0, "high": 0.0}).startswith("no effect detected (degenerate")
     runs = study.build(0.001)
     assert {study.arm_of(r) for r in runs} == {("scratch", a) for a in study.SCRATCH_ARMS} | {
-        (family, a) for family, (arms, _, _) in study.FAMILY_ARMS.items() for a in arms}
+        (family, a) for family, group in study.FAMILY_ARMS.items() for a in group.arms}
     assert all(r.train.init_from for r in runs if study.arm_of(r)[0] != "scratch")
     assert all(r.train.init_from is None for r in runs if study.arm_of(r)[0] == "scratch")
     # the additive family starts from the additive FBTs trained from scratch, and fuses additively
@@ -287,7 +287,7 @@ def test_the_study_figure_labels_do_not_run_together_with_the_shipped_arms():
     """Every arm of the study as it stands, two seeds each: the tick labels stay apart, and the readable bar and
     chance line are named in the legend, not written over the bars."""
     arms = [(a, "scratch") for a in study.SCRATCH_ARMS] + [
-        (a, family) for family, (group, _, _) in study.FAMILY_ARMS.items() for a in group]
+        (a, family) for family, group in study.FAMILY_ARMS.items() for a in group.arms]
     table = pd.DataFrame([{"arm": arm, "family": family, "accuracy_pass1": 0.8, "accuracy_pass2": 1.0,
                            "accuracy_pass3": 0.9, "accuracy_exact": 0.5, "lyapunov_top": -0.05, "seed": s}
                           for arm, family in arms for s in (0, 1)])

@@ -103,7 +103,14 @@ def test_bad_input_is_refused():
         parse_condition("suffix0")
     with pytest.raises(ValueError, match="multipassK"):
         parse_condition("recurrent")
-    assert parse_condition("suffix12") == ("suffix", 12) and parse_condition("sequential") == ("sequential", 0)
+    with pytest.raises(ValueError, match="non-empty sequence"):
+        condition_features(None, None, "suffix1")  # a bare name is not a sequence of conditions
+    S = wb.schedules
+    assert parse_condition("suffix12") == S.Prefilled(S.Single(), S.Sequential(), suffix=12)
+    assert parse_condition("sequential") == S.Sequential() and parse_condition("multipass3") == S.Multipass(3)
+    for name in ("standard", "sequential", "suffix12", "multipass3"):  # the tables' labels survive the round trip
+        assert S.condition_name(parse_condition(name)) == name
+        assert S.parse(parse_condition(name).to_dict()) == parse_condition(name)
     x, labels, groups, _ = _synthetic()
     with pytest.raises(ValueError, match="kind"):
         fit_probe(x, labels, groups, kind="ordinal")
@@ -142,6 +149,33 @@ def test_conditions_are_the_exact_recurrences(arith_batch, mechanism, overrides)
                                    **tight)
     assert (feats["suffix1"] - feats["standard"]).abs().max() > 1e-3  # the recurrence did change something
     torch.testing.assert_close(probe_features(model, arith_batch, "suffix2"), feats["suffix2"], rtol=0, atol=0)
+    # a schedule value is a condition: the named forms' values give their features, under their names
+    S = wb.schedules
+    values = condition_features(model, arith_batch, (S.Single(), S.Prefilled(suffix=2), S.Multipass(3)), batch_size=4)
+    assert list(values) == ["standard", "suffix2", "multipass3"]
+    for name, feat in values.items():
+        torch.testing.assert_close(feat, feats[name], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("mechanism", ["fbt", "lrt"])
+def test_any_schedule_value_is_a_condition_computed_as_the_value_runs(arith_batch, mechanism):
+    """A value outside the four named forms (here FUSED: a 3-pass prefill, then the exact recurrence over the last
+    two tokens; and blockwise) is run whole, per label position: its features are its own run's, under its label."""
+    S = wb.schedules
+    overrides = {"lrt_source_layer": 1} if mechanism == "lrt" else {}
+    model = perturbed_model(small_config(mechanism, vocab_size=VOCAB, seq_len=64, **overrides))
+    fused, blocks = S.Prefilled(S.Multipass(3), S.Sequential(), suffix=2), S.Blockwise(3)
+    feats = condition_features(model, arith_batch, (fused, blocks, "suffix2"), batch_size=4)
+    assert set(feats) == {fused.label, blocks.label, "suffix2"}
+    names = residual_names(model.config.n_layer)
+    for value in (fused, blocks):
+        for pos in arith_batch.label_positions.unique().tolist():
+            rows = (arith_batch.label_positions == pos).nonzero().squeeze(1)
+            idx = arith_batch.tokens[rows, : pos + 1]
+            _, cache = run_with_cache(model, idx, value.anchored(pos), names_filter=names)
+            expected = cache.accumulated_resid()[:, :, -1]
+            torch.testing.assert_close(feats[value.label][:, rows], expected, rtol=0, atol=1e-9)
+    assert (feats[fused.label] - feats["suffix2"]).abs().max() > 1e-6  # the multipass prefix changed the state
 
 
 def test_a_model_without_memory_gives_every_condition_the_plain_pass(arith_batch):
@@ -278,6 +312,8 @@ def test_answer_correct_is_the_condition_computed_exactly(mechanism):
                               ("multipass2", {"schedule": "multipass", "passes": 2})):
             expected = per_example_metrics(model, sub, **kw)["answer_correct"].to_numpy()
             assert np.array_equal(answer_correct(model, sub, condition, batch_size=5), expected), condition
+            value = parse_condition(condition)  # the condition's schedule value scores the same
+            assert np.array_equal(answer_correct(model, sub, value, batch_size=5), expected), condition
 
 
 def test_upper_bound_reads_the_top_layer_one_before_the_label():

@@ -49,6 +49,8 @@ position is exact by causality before pass T.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 import pandas as pd
 
@@ -100,15 +102,35 @@ DURATION_ARMS = {f"ft_mix_{DURATION_STEPS}": TRAINING_ARMS["ft_mix"],
 ADDITIVE_ARMS = {"add_ft_mix": {**TRAINING_ARMS["ft_mix"], "fbt_fusion": "additive"},
                  "add_ft_fixed_point": {**TRAINING_ARMS["ft_fixed_point"], "fbt_fusion": "additive"},
                  "add_ft_random_1_8": {**TRAINING_ARMS["ft_random_1_8"], "fbt_fusion": "additive"}}
-# family: (its arms, their fine-tune steps, the specimens they start from)
-FAMILY_ARMS = {"training": (TRAINING_ARMS, FINETUNE_STEPS, SPECIMEN),
-               "duration": (DURATION_ARMS, DURATION_STEPS, SPECIMEN),
-               "additive": (ADDITIVE_ARMS, FINETUNE_STEPS, ADDITIVE_SPECIMEN)}
-REFERENCE = {"scratch": "fbt_glu", "training": "ft_mix", "duration": f"ft_mix_{DURATION_STEPS}",
-             "additive": "add_ft_mix"}
+# Long: the additive FBTs that read their fixed point at T = 138 (random depths 1..8) fine-tuned on prompts of 128
+# scratch lines (T > 1,000), where no run of the other families answers even at pass 2: the recipe's mix (the control)
+# against random depths 1..8 again. A batch of LONG_BATCH such prompts holds ~6x the tokens of a registers batch.
+LONG_STEPS, LONG_BATCH = 1000, 8
+LONG_ARMS = {"long_mix": ADDITIVE_ARMS["add_ft_mix"], "long_random_1_8": ADDITIVE_ARMS["add_ft_random_1_8"]}
+LONG_SPECIMEN = "checkpoints/fixed_point_study/add_ft_random_1_8_s{seed}"
+
+
+@dataclass(frozen=True)
+class Family:
+    """A fine-tune family: its arms (the first is its reference), their steps, the specimens they start from
+    (``{seed}`` filled in), the task setting they train and are scored on, and the batch size."""
+
+    arms: dict[str, dict]
+    steps: int
+    specimen: str
+    setting: dict = field(default_factory=lambda: REGISTERS)
+    batch: int = BATCH
+
+
+FAMILY_ARMS = {"training": Family(TRAINING_ARMS, FINETUNE_STEPS, SPECIMEN),
+               "duration": Family(DURATION_ARMS, DURATION_STEPS, SPECIMEN),
+               "additive": Family(ADDITIVE_ARMS, FINETUNE_STEPS, ADDITIVE_SPECIMEN),
+               "long": Family(LONG_ARMS, LONG_STEPS, LONG_SPECIMEN, LONG, LONG_BATCH)}
+REFERENCE = {"scratch": "fbt_glu", **{family: next(iter(f.arms)) for family, f in FAMILY_ARMS.items()}}
 
 FAMILY_WORDS = {"scratch": "change from scratch", "training": "fine-tune", "duration": "longer fine-tune",
-                "additive": "fine-tune of the additive FBTs"}
+                "additive": "fine-tune of the additive FBTs",
+                "long": "fine-tune of the readable additive FBTs on > 1,000-token prompts"}
 READABLE = 0.95  # exact-recurrence answer accuracy a readable fixed point reaches, every seed
 NEEDS_FEEDBACK = 0.9  # the reference's pass-1 answer accuracy must stay below this: the feedback is needed
 TRAINED_DEPTH = 0.95  # ... and its pass-2 answer accuracy at least this: it uses its feedback where trained
@@ -124,7 +146,7 @@ def _scratch_run(arm: str, model: dict, seed: int, n_steps: int) -> RunSpec:
     return RunSpec(SHIPPED[arm].format(s=seed, suffix=f"_s{seed}" if seed else ""), cfg, Sequential())
 
 
-def _finetune_run(arm: str, change: dict, seed: int, n_steps: int, specimen: str) -> RunSpec:
+def _finetune_run(arm: str, change: dict, seed: int, family: Family, n_steps: int) -> RunSpec:
     model = {**FBT_GLU, **{k: change[k] for k in ("fbt_jitter", "fbt_fusion") if k in change}}
     if change.get("sequential"):  # the exact recurrence itself, backpropagated through every position
         schedule = {"schedule": "sequential", "prefix_mixin": 0.0}
@@ -135,24 +157,24 @@ def _finetune_run(arm: str, change: dict, seed: int, n_steps: int, specimen: str
         mix = change["pass_mix"]
         schedule = {"schedule": "multipass", "pass_mix": mix, "passes": max(mix), "aux_weight": AUX_WEIGHT,
                     "prefix_mixin": PREFIX_MIXIN}
-    cfg = config("multi_register", model, n_steps, FINETUNE_SEED + seed, REGISTERS, optimizer="adamw",
-                 lr=FINETUNE_LR, lr_schedule="constant", init_from=specimen.format(seed=seed), **schedule
-                 ).replace(batch_size=BATCH)
+    cfg = config("multi_register", model, n_steps, FINETUNE_SEED + seed, family.setting, optimizer="adamw",
+                 lr=FINETUNE_LR, lr_schedule="constant", init_from=family.specimen.format(seed=seed), **schedule
+                 ).replace(batch_size=family.batch)
     return RunSpec(f"{arm}_s{seed}", cfg, Sequential())
 
 
 def build(scale: float) -> list[RunSpec]:
     runs = [_scratch_run(arm, model, s, steps(SCRATCH_STEPS, scale)) for arm, model in SCRATCH_ARMS.items()
             for s in SEEDS]
-    runs += [_finetune_run(arm, change, s, steps(n_steps, scale), specimen)
-             for arms, n_steps, specimen in FAMILY_ARMS.values() for arm, change in arms.items() for s in SEEDS]
+    runs += [_finetune_run(arm, change, s, family, steps(family.steps, scale))
+             for family in FAMILY_ARMS.values() for arm, change in family.arms.items() for s in SEEDS]
     return runs
 
 
 def arm_of(spec: RunSpec) -> tuple[str, str]:
     """(family, arm) of a run, from its name."""
-    for family, (arms, _, _) in FAMILY_ARMS.items():
-        for arm in arms:
+    for family, group in FAMILY_ARMS.items():
+        for arm in group.arms:
             if spec.name.startswith(arm + "_s"):
                 return family, arm
     return "scratch", next(arm for arm, name in SHIPPED.items() if spec.name.startswith(name.split("{")[0]))
