@@ -479,14 +479,17 @@ def _accuracy_interval(correct: np.ndarray, seed: int = 0, n: int = 2000) -> tup
 def readability_table(model: GPT, batch: tasks.Batch, dynamics_examples: int = 64, readable: float = 0.95,
                       long_batch: tasks.Batch | None = None, long_passes: int = 1000,
                       lyapunov_examples: int = 8, window_passes: int | None = None,
-                      lyapunov_from: int | None = None) -> pd.DataFrame:
+                      lyapunov_from: int | None = None, long_fused_examples: int | None = None) -> pd.DataFrame:
     """One row of the fixed-point study for ``model`` on held-out ``batch``: label loss and accuracy at passes
     1-3 and under the exact recurrence, the distance from pass 3 to the fixed point, the top Lyapunov exponent
     (mean over examples, with its range), the residual's behaviour over the pass window, and, when the exact
     recurrence reads at least ``readable`` and ``long_batch`` is given, the same on those long prompts after
-    ``long_passes`` fused passes and under the exact recurrence. The long prompts' pass-2 accuracy is reported for
-    every model given ``long_batch``: where it fails too, the long columns measure length generalisation, not the
-    fixed point. ``window_passes`` (default 3T/4) and
+    ``long_passes`` fused passes (on the first ``long_fused_examples`` long prompts; default all) and under the exact
+    recurrence. The long prompts' pass-1 and pass-2 accuracies are reported for every model given ``long_batch``
+    (does it need its feedback there, and answer at its trained depth?), and the long columns are measured only
+    where pass 2 reaches ``readable`` too: a
+    model that cannot answer the long prompts at its trained depth would make them measure length generalisation,
+    not the fixed point (NaN, not a number that reads as one). ``window_passes`` (default 3T/4) and
     ``lyapunov_from`` (default T/2) shorten the pass window and the Lyapunov horizon (a smoke run)."""
     idx, targets = batch.tokens, batch.targets
     T = idx.size(1)
@@ -507,17 +510,21 @@ def readability_table(model: GPT, batch: tasks.Batch, dynamics_examples: int = 6
     final = exps[exps["horizon"] == exps["horizon"].max()]["exponent"]
     row["lyapunov_top"], row["lyapunov_min"], row["lyapunov_max"] = (float(final.mean()), float(final.min()),
                                                                      float(final.max()))
-    row["long_accuracy_pass2"] = row["long_accuracy_exact"] = row["long_accuracy_fused"] = math.nan
-    if long_batch is not None:  # the trained depth first: a model that cannot answer there at all is no test
+    for column in ("long_accuracy_pass1", "long_accuracy_pass2", "long_accuracy_exact", "long_accuracy_fused"):
+        row[column] = math.nan
+    if long_batch is None:
+        return pd.DataFrame([row])
+    tokens, targets = long_batch.tokens, long_batch.targets
+    with torch.no_grad(), eval_mode(model):  # the trained depth first: a model that cannot answer there is no test
+        for k, out in enumerate(schedules.iterate_passes(model, tokens, 0, 2), start=1):
+            row[f"long_accuracy_pass{k}"] = float(_example_scores(out.logits, targets)[1].mean())
+    if min(row["accuracy_exact"], row["long_accuracy_pass2"]) >= readable:
+        fused_tokens = tokens[:long_fused_examples]
         with torch.no_grad(), eval_mode(model):
-            long_pass2 = schedules.multipass(model, long_batch.tokens, passes=2)
-        row["long_accuracy_pass2"] = float(_example_scores(long_pass2.logits, long_batch.targets)[1].mean())
-    if long_batch is not None and row["accuracy_exact"] >= readable:
-        with torch.no_grad(), eval_mode(model):
-            exact_long = schedules.sequential(model, long_batch.tokens)
+            exact_long = schedules.sequential(model, tokens)
             fused = None
-            for fused in schedules.iterate_passes(model, long_batch.tokens, 0, long_passes):  # noqa: B007
+            for fused in schedules.iterate_passes(model, fused_tokens, 0, long_passes):  # noqa: B007
                 pass  # only the last pass is kept: 1,000 passes of logits would not fit in memory
-        row["long_accuracy_exact"] = float(_example_scores(exact_long.logits, long_batch.targets)[1].mean())
-        row["long_accuracy_fused"] = float(_example_scores(fused.logits, long_batch.targets)[1].mean())
+        row["long_accuracy_exact"] = float(_example_scores(exact_long.logits, targets)[1].mean())
+        row["long_accuracy_fused"] = float(_example_scores(fused.logits, targets[:long_fused_examples])[1].mean())
     return pd.DataFrame([row])

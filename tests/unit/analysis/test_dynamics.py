@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -131,13 +132,24 @@ def test_readability_table_measures_the_long_prompts_trained_depth_for_every_mod
     sizes = dict(dynamics_examples=4, lyapunov_examples=2, long_passes=3, window_passes=8,
                  lyapunov_from=batch.tokens.size(1) - 4)
     unread = dyn.readability_table(model, batch, readable=2.0, long_batch=long_batch, **sizes).iloc[0]
-    logits = S.Multipass(2).run(model, long_batch.tokens).logits
     scored = long_batch.targets >= 0
-    expected = ((logits.argmax(-1) == long_batch.targets) | ~scored).all(1).double().mean().item()
-    assert unread["long_accuracy_pass2"] == pytest.approx(expected, abs=1e-12)
+    for k in (1, 2):  # does it need its feedback on the long prompts, and answer there at its trained depth?
+        logits = S.Multipass(k).run(model, long_batch.tokens).logits
+        expected = ((logits.argmax(-1) == long_batch.targets) | ~scored).all(1).double().mean().item()
+        assert unread[f"long_accuracy_pass{k}"] == pytest.approx(expected, abs=1e-12)
     assert math.isnan(unread["long_accuracy_exact"]) and math.isnan(unread["long_accuracy_fused"])
     read = dyn.readability_table(model, batch, readable=-1.0, long_batch=long_batch, **sizes).iloc[0]
     assert 0 <= read["long_accuracy_exact"] <= 1 and 0 <= read["long_accuracy_fused"] <= 1
+    # the fused passes on the first prompts only: the exact column keeps every prompt
+    first = dyn.readability_table(model, batch, readable=-1.0, long_batch=long_batch, long_fused_examples=1,
+                                  **sizes).iloc[0]
+    assert first["long_accuracy_exact"] == read["long_accuracy_exact"] and first["long_accuracy_fused"] in (0.0, 1.0)
+    # a model that reads its fixed point (here: no target scored, so every prompt counts as answered) but not the
+    # long prompts at pass 2: its long columns are not measured
+    unscored = dataclasses.replace(batch, targets=torch.full_like(batch.targets, -1))
+    gated = dyn.readability_table(model, unscored, readable=0.5, long_batch=long_batch, **sizes).iloc[0]
+    assert gated["accuracy_exact"] == 1.0 and gated["long_accuracy_pass2"] < 0.5
+    assert math.isnan(gated["long_accuracy_exact"]) and math.isnan(gated["long_accuracy_fused"])
     assert math.isnan(dyn.readability_table(model, batch, **sizes).iloc[0]["long_accuracy_pass2"])
 
 
@@ -233,6 +245,11 @@ def test_study_rule_and_arms():
     steps = {study.arm_of(r): r.train.steps for r in study.build(1.0)}  # the duration family: 3x the steps
     assert steps[("duration", "ft_fixed_point_4500")] == steps[("duration", "ft_mix_4500")] == 3 * steps[
         ("training", "ft_fixed_point")] == 4500
+    long = [r for r in runs if study.arm_of(r)[0] == "long"]  # trained where no other run answers: T > 1,000
+    assert {r.train.init_from for r in long} == {study.LONG_SPECIMEN.format(seed=s) for s in study.SEEDS}
+    assert {r.train.task_params["scratch_updates"] for r in long} == {128} and {r.train.batch_size for r in long} == {
+        study.LONG_BATCH}
+    assert {r.eval_batch().tokens.size(1) for r in long} == {wb.tasks.get("multi_register", **study.LONG).seq_len}
     sequential = [r for r in runs if study.arm_of(r) == ("training", "ft_sequential")]
     assert [(r.train.schedule, r.train.prefix_mixin) for r in sequential] == [("sequential", 0.0)] * 2  # the exact
     assert [r.train.init_from for r in sequential] == [study.SPECIMEN.format(seed=s) for s in study.SEEDS]  # recurrence
@@ -266,6 +283,24 @@ def test_study_competence_refuses_arms_that_do_not_need_or_use_their_feedback():
     assert "answers without its feedback" in study.competence(rows([0.80, 0.93], [1.0, 1.0]), "a", reference=False)
     assert "pass-2 accuracy 0.900" in study.competence(rows([0.8, 0.8], [1.0, 0.9]), "ref", reference=True)
     assert study.competence(rows([0.8, 0.8], [1.0, 0.5]), "a", reference=False) is None
+    # the long family reads both on the long prompts
+    long = rows([0.8, 0.8], [1.0, 1.0]).assign(long_accuracy_pass1=[0.5, 0.6], long_accuracy_pass2=[0.9, 1.0])
+    assert study.competence(long, "ref", reference=True) is None
+    assert "on the long prompts (pass-2 accuracy 0.900)" in study.competence(long, "ref", True, where="long_")
+
+
+def test_the_specimen_bar_needs_feedback_and_a_readable_fixed_point_at_both_lengths_and_after_fused_passes():
+    good = {"run": "good", "accuracy_pass1": 0.8, "long_accuracy_pass1": 0.7, "accuracy_exact": 0.99,
+            "long_accuracy_exact": float("nan"), "long_accuracy_fused": 0.97}
+    table = pd.DataFrame([good, {**good, "run": "no_feedback_needed", "long_accuracy_pass1": 0.95},
+                          {**good, "run": "fused_fails", "long_accuracy_fused": 0.5},
+                          {**good, "run": "short_only", "accuracy_exact": 0.9},
+                          {**good, "run": "measured_here", "long_accuracy_exact": 0.96},
+                          {**good, "run": "unmeasured_long", "long_accuracy_fused": float("nan")}])
+    # the long exact accuracy: a trained-there run's own evaluation, else the column measured in the analysis
+    assert study.specimen_runs(table, {"good": 0.96, "fused_fails": 1.0, "short_only": 1.0}) == ["good",
+                                                                                                  "measured_here"]
+    assert study.specimen_runs(table, {"good": 0.9}) == ["measured_here"]
 
 
 def test_the_study_figure_draws_each_arm_and_is_the_experiment_figure_of_its_table():

@@ -393,3 +393,19 @@ def test_a_stored_config_with_the_retired_poison_step_reads_as_the_same_run():
     assert TrainConfig.from_dict(stored) == tiny()
     with pytest.raises(ValueError, match="poison_step=7 .*retired"):
         TrainConfig.from_dict({**stored, "poison_step": 7})
+
+
+def test_a_fine_tune_starts_from_the_saved_weights_at_another_length_and_fusion_only(tmp_path):
+    """``init_from`` copies a checkpoint's weights; a fine-tune may change what does not change which parameters
+    there are (the length: rotary positions are computed; the jitter; the FBT fusion), nothing else."""
+    source = tmp_path / "source"
+    train(tiny(model=dict(TINY_MODEL, mechanism="fbt"), steps=2, out_dir=str(source)))
+    saved = load_checkpoint(source / "checkpoint")
+    longer = dict(TINY_TASK, length=40)
+    result = train(tiny(model=dict(TINY_MODEL, mechanism="fbt", fbt_fusion="additive"), task_params=longer, steps=1,
+                        optimizer="adamw", lr=1e-12, init_from=str(source / "checkpoint")))
+    assert result.model.config.seq_len > saved.config.seq_len and result.model.config.fbt_fusion == "additive"
+    for name, weight in saved.state_dict().items():
+        torch.testing.assert_close(result.model.state_dict()[name], weight, rtol=0, atol=1e-9)
+    with pytest.raises(ValueError, match="init_from"):
+        train(tiny(model=dict(TINY_MODEL, mechanism="fbt", n_embd=16), steps=1, init_from=str(source / "checkpoint")))
