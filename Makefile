@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 PORT ?= 8888
 NBVAL := --nbval-lax --nbval-sanitize-with tests/nbval_sanitize.cfg
 
-.PHONY: install lab lab-headless test test-fast bench gpu-check report reproduce clean
+.PHONY: install lab lab-headless test test-fast bench bench-versions gpu-check report reproduce clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -54,6 +54,10 @@ screens: install
 ## rows timing their training steps beside ours, in the same rounds
 bench: install
 	$(if $(NANOGPT),WORKBENCH_NANOGPT=$(NANOGPT) ,)$(if $(NANOCHAT),WORKBENCH_NANOCHAT=$(NANOCHAT) ,)$(PY) -m workbench bench
+
+## every bench row of revision BEFORE beside the working tree's, in one process, alternating (BEFORE=<git rev>)
+bench-versions: install
+	$(PY) tools/bench_versions.py $(BEFORE)
 
 ## on a CUDA machine: float32 invariants, a bf16 step per mechanism and schedule, compiled decode, d12 MFU
 gpu-check: install

@@ -380,6 +380,55 @@ def run_benchmarks(quick: bool = False, threads: int = 2, nanogpt: str | os.Path
     return _table(train_rows + inference_rows + probe_rows, times, matmul)
 
 
+SLOWER = 1.02  # a row of ``versions_side_by_side`` whose after / before exceeds this got slower (issue 32's bar)
+
+
+def _rows_of(bench: ModuleType, quick: bool, threads: int) -> list[tuple[list, int]]:
+    """The rows a version's ``run_benchmarks`` builds, in the groups and rounds it measures them, timing nothing
+    (its ``measure`` swapped for a recorder for the call; the peers' rows left out: they are not ours)."""
+    groups: list[tuple[list, int]] = []
+
+    def record(rows: list, rounds: int):
+        groups.append((rows, rounds))
+        timed = [r.name for r in rows if r.timing_of is None]
+        return bench.Timings({n: [1.0] for n in timed}, {n: [None] for n in timed})
+
+    measure_of, peers = bench.measure, {k: os.environ.pop(k, None) for k in ("WORKBENCH_NANOGPT", "WORKBENCH_NANOCHAT")}
+    bench.measure = record
+    try:
+        bench.run_benchmarks(quick=quick, threads=threads)
+    finally:
+        bench.measure = measure_of
+        os.environ.update({k: v for k, v in peers.items() if v is not None})
+    return groups
+
+
+def versions_side_by_side(before: ModuleType, after: ModuleType, quick: bool = False, threads: int = 2) -> pd.DataFrame:
+    """Every timed row of two versions' ``make bench`` (``before`` and ``after``: their ``workbench.bench`` modules,
+    e.g. an old revision imported under another package name), measured in one process, each row's two versions
+    alternating round by round (``measure``), so the machine's load hits both alike. One record per row both
+    versions have: fastest ``before_ms`` / ``after_ms``, their ratio, and ``slower`` when it exceeds ``SLOWER``;
+    a row only one version has is listed with the other's time missing."""
+    torch.set_num_threads(threads)
+    records = []
+    for (old_rows, rounds), (new_rows, _) in zip(_rows_of(before, quick, threads), _rows_of(after, quick, threads),
+                                                 strict=True):
+        old = {r.name: r for r in old_rows if r.timing_of is None}
+        new = {r.name: r for r in new_rows if r.timing_of is None}
+        pairs = [name for name in new if name in old]
+        timed = [Row(f"{side}: {name}", rows[name].fn, unit=rows[name].unit, per=rows[name].per,
+                     rounds=rows[name].rounds) for name in pairs for side, rows in (("before", old), ("after", new))]
+        timings = measure(timed, rounds)
+        for name in pairs:
+            before_ms, after_ms = (1000 * min(timings.seconds[f"{side}: {name}"]) for side in ("before", "after"))
+            records.append({"benchmark": name, "per": new[name].unit, "before_ms": before_ms, "after_ms": after_ms,
+                            "after/before": after_ms / before_ms, "slower": bool(after_ms / before_ms > SLOWER)})
+        records += [{"benchmark": name, "per": rows[name].unit, "only in": side}  # nothing to compare it with
+                    for side, rows, other in (("before", old, new), ("after", new, old)) for name in rows
+                    if name not in other]
+    return pd.DataFrame.from_records(records)
+
+
 def _probe_sweep_fn(n: int) -> Callable[[], object]:
     """The analysis issue's target (under 30 s for 1,600 examples): every depth x 4 prefill conditions."""
     from .analysis import probe_layers

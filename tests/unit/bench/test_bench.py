@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import types
 from pathlib import Path
 
 import pandas as pd
@@ -146,3 +147,42 @@ def test_quick_bench_reports_the_nanochat_rows(tmp_path, monkeypatch):
         assert side["reference"] == f"train step {shape} nanochat" and side["ms"] == table.loc[ours, "ms"]
         assert side["ratio"] == pytest.approx(table.loc[ours, "ms"] / table.loc[side["reference"], "ms"])
     assert str(tmp_path) not in sys.path  # imported from the user's copy, then the path is put back
+
+
+def _version(names: list[str], calls: list[str]):
+    """A stand-in for a version's bench module: ``run_benchmarks`` builds rows that log their calls and measures them
+    through the module's own ``measure``, as the real one does (two groups, the second with a derived row)."""
+    version = types.SimpleNamespace(Timings=bench.Timings, measure=None)
+
+    def row(name: str) -> bench.Row:
+        return bench.Row(name, lambda: calls.append(name))
+
+    def run_benchmarks(quick: bool, threads: int):
+        version.measure([row(n) for n in names[:-1]], 2)
+        version.measure([row(names[-1]), bench.Row("derived", None, timing_of=names[-1])], 3)
+
+    version.run_benchmarks = run_benchmarks
+    return version
+
+
+def test_two_versions_side_by_side_time_every_shared_row_alternating_and_list_the_rest():
+    """Every row both versions have is timed, the two versions alternating within each round; a row only one has
+    is listed, not compared; derived rows (another row's timings) are not timed again."""
+    before_calls, after_calls = [], []
+    before, after = _version(["a", "old only", "c"], before_calls), _version(["a", "new only", "c"], after_calls)
+    after.measure = bench.measure  # the side-by-side run times with the current version's measure
+    table = bench.versions_side_by_side(before, after, quick=True, threads=1).set_index("benchmark")
+    compared = table.dropna(subset=["after/before"])
+    assert list(compared.index) == ["a", "c"] and (compared[["before_ms", "after_ms"]] > 0).all().all()
+    assert table.loc["old only", "only in"] == "before" and table.loc["new only", "only in"] == "after"
+    assert "derived" not in table.index
+    assert before_calls == ["a"] * 3 + ["c"] * 4 and after_calls == ["a"] * 3 + ["c"] * 4  # warm-up + rounds
+    assert compared["slower"].tolist() == (compared["after/before"] > bench.SLOWER).tolist()
+
+
+@pytest.mark.slow
+def test_the_real_bench_side_by_side_with_itself_pairs_every_timed_row():
+    table = bench.versions_side_by_side(bench, bench, quick=True, threads=1)
+    timed = {r.name for rows, _ in bench._rows_of(bench, quick=True, threads=1) for r in rows if r.timing_of is None}
+    assert set(table["benchmark"]) == timed and "only in" not in table
+    assert (table["after/before"] > 0).all()

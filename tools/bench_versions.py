@@ -1,0 +1,63 @@
+"""``make bench`` for two revisions in one process: python tools/bench_versions.py BEFORE [AFTER] [--quick].
+
+Issue 32's bar is "no row more than 2 % slower than before", which only a side-by-side run can check on a
+shared machine (a neighbour moves timings taken minutes apart by +-10 %). BEFORE's ``workbench`` package is
+taken from git (``git archive``) into a temporary folder as ``workbench_before`` (the package imports itself
+relatively, so it runs under that name); AFTER is the working tree's ``workbench`` unless a revision is given.
+Every row both versions have is timed by ``workbench.bench.versions_side_by_side``, alternating round by round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import io
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def package_at(revision: str, name: str, into: Path):
+    """Import the ``workbench`` package of ``revision`` as ``name`` (extracted under ``into``)."""
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", revision, "workbench"], check=True,
+                             capture_output=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(into / revision.replace("/", "_"), filter="data")
+    folder = into / revision.replace("/", "_")
+    (folder / "workbench").rename(folder / name)
+    sys.path.insert(0, str(folder))
+    return importlib.import_module(f"{name}.bench")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("before", help="git revision of the version to compare against")
+    parser.add_argument("after", nargs="?", default=None, help="git revision (default: the working tree)")
+    parser.add_argument("--quick", action="store_true", help="the test suite's sizes and one round")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--csv", type=Path, default=None, help="also write the table here")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        before = package_at(args.before, "workbench_before", Path(tmp))
+        if args.after is None:
+            sys.path.insert(0, str(ROOT))
+            after = importlib.import_module("workbench.bench")
+        else:
+            after = package_at(args.after, "workbench_after", Path(tmp))
+        table = after.versions_side_by_side(before, after, quick=args.quick, threads=args.threads)
+    if args.csv is not None:
+        table.to_csv(args.csv, index=False)
+    print(table.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
+    compared = table.dropna(subset=["after/before"])
+    worst = compared.loc[compared["after/before"].idxmax()]
+    print(f"\n{len(compared)} rows compared; slowest change: {worst['benchmark']} x{worst['after/before']:.3f}; "
+          f"{int(compared['slower'].sum())} rows more than {after.SLOWER - 1:.0%} slower")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
