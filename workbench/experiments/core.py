@@ -122,12 +122,19 @@ class RunSpec:
     # the schedule the recorded metric is measured under: a Schedule value (its JSON form is parsed once, here)
     eval_schedule: schedules.Schedule = field(default_factory=schedules.Single)
     eval_size: int = 256
+    # the task setting the recorded metric is measured on (None: the one it trains on); a run trained on a mix of
+    # lengths is scored on the length its recipe asks about
+    eval_task_params: dict | None = None
 
     def __post_init__(self) -> None:
         self.eval_schedule = schedules.parse(self.eval_schedule)
 
+    def eval_task(self) -> tasks.Task:
+        return tasks.get(self.train.task, **(self.train.task_params if self.eval_task_params is None
+                                             else self.eval_task_params))
+
     def eval_batch(self) -> tasks.Batch:
-        return tasks.get(self.train.task, **self.train.task_params).sample(self.eval_size, EVAL_SEED, "val")
+        return self.eval_task().sample(self.eval_size, EVAL_SEED, "val")
 
 
 @dataclass

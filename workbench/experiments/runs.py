@@ -18,7 +18,6 @@ from typing import Any
 
 import pandas as pd
 
-from .. import tasks
 from .._version import __version__
 from ..checkpoint import load_checkpoint, load_metrics, save_checkpoint
 from ..evaluation import per_example_metrics, summarize
@@ -47,23 +46,23 @@ def evaluate_run(model: GPT, spec: RunSpec) -> pd.DataFrame:
 def reference_metrics(model: GPT, spec: RunSpec) -> dict[str, float]:
     """The recorded evaluation recomputed in float64 on a copy: the well-conditioned number tests pin."""
     double = copy.deepcopy(model).to("cpu").double()
-    task = tasks.get(spec.train.task, **spec.train.task_params)
-    return summarize(evaluate_run(double, spec), getattr(task, "bytes_per_token", 1.0))
+    return summarize(evaluate_run(double, spec), getattr(spec.eval_task(), "bytes_per_token", 1.0))
 
 
 def spec_of(path: Path) -> RunSpec:
     """The ``RunSpec`` a saved run was trained and evaluated under, from its metrics.json."""
     m = load_metrics(path)
-    return RunSpec(m["run"], TrainConfig.from_dict(m["train_config"]), m["eval_schedule"], m["eval_size"])
+    return RunSpec(m["run"], TrainConfig.from_dict(m["train_config"]), m["eval_schedule"], m["eval_size"],
+                   m.get("eval_task_params"))
 
 
 def _evaluation(model: GPT, spec: RunSpec, per_example: pd.DataFrame) -> dict[str, Any]:
     """The evaluation part of a run's metrics: the summary of its per-example evaluation, the float64
     reference, and under which schedule, on how many examples, from which seed."""
-    task = tasks.get(spec.train.task, **spec.train.task_params)
-    return {"eval": summarize(per_example, getattr(task, "bytes_per_token", 1.0)),
+    return {"eval": summarize(per_example, getattr(spec.eval_task(), "bytes_per_token", 1.0)),
             "eval_float64": reference_metrics(model, spec), "eval_schedule": spec.eval_schedule.to_dict(),
-            "eval_size": spec.eval_size, "eval_seed": EVAL_SEED}
+            "eval_size": spec.eval_size, "eval_seed": EVAL_SEED,
+            **({} if spec.eval_task_params is None else {"eval_task_params": spec.eval_task_params})}
 
 
 def _copy_shared(spec: RunSpec, path: Path) -> bool:

@@ -77,5 +77,7 @@ def up_to_date(path: Path, spec: RunSpec) -> bool:
         same_eval = schedules.parse(stored.get("eval_schedule", {})) == spec.eval_schedule
     except (TypeError, ValueError):
         return False
-    return (same_trajectory(stored.get("train_config", {}), spec.train) and same_eval
+    same_setting = json.loads(json.dumps(stored.get("eval_task_params"))) == json.loads(json.dumps(
+        spec.eval_task_params))  # as JSON: tuples in a spec are lists once stored
+    return (same_trajectory(stored.get("train_config", {}), spec.train) and same_eval and same_setting
             and stored.get("package_version") == __version__ and stored.get("eval_size") == spec.eval_size)

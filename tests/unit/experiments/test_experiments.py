@@ -224,3 +224,30 @@ def test_a_run_another_recipe_trained_is_reused_under_this_recipes_evaluation(tm
     assert second["evaluated_by"] == "second" and second["recipe"] == "first"
     assert second["train"] == first["train"] and S.parse(second["eval_schedule"]) == S.Sequential()
     assert second["eval"] != first["eval"]  # an LRT evaluated with and without its memory
+
+
+def test_a_run_scored_on_another_setting_records_it_and_a_changed_setting_is_not_up_to_date(tmp_path, monkeypatch):
+    """``RunSpec.eval_task_params``: a run trained on one setting (here a mix of lengths) is scored on the one its
+    recipe asks about; its metrics record the setting, ``spec_of`` reads it back, and a spec scored elsewhere is not
+    the same run."""
+    from workbench.experiments.runs import spec_of
+    from workbench.experiments.store import up_to_date
+
+    trained, scored = {"p": 5, "length": 8}, {"p": 5, "length": 12}
+
+    def recipe(eval_task_params: dict | None) -> E.Recipe:
+        def build(scale: float) -> list[E.RunSpec]:
+            cfg = E.config("running_sum", E.SMALL_MODEL, 2, 0, trained)
+            return [E.RunSpec("run_s0", cfg, eval_size=16, eval_task_params=eval_task_params)]
+
+        tiny = _tiny_recipe(-1.0)
+        return E.Recipe("tiny", tiny.claim, tiny.setting, build, tiny.analyze, gates=tiny.gates, rule=tiny.rule,
+                        chance=tiny.chance)
+
+    monkeypatch.setitem(E.RECIPES, "tiny", recipe(scored))
+    spec = E.RECIPES["tiny"].build(1.0)[0]
+    assert spec.eval_batch().tokens.size(1) > E.RunSpec("x", spec.train).eval_batch().tokens.size(1)
+    E.reproduce("tiny", root=tmp_path / "ck", scratch=tmp_path / "runs")
+    path = tmp_path / "ck" / "tiny" / "run_s0"
+    assert load_metrics(path)["eval_task_params"] == scored and spec_of(path).eval_task_params == scored
+    assert up_to_date(path, spec) and not up_to_date(path, E.RunSpec("run_s0", spec.train, eval_size=16))

@@ -36,8 +36,9 @@ feedback):
   training in depth?
 
 - **Long** (fine-tuned ``LONG_STEPS`` steps, batch ``LONG_BATCH``, from the two additive FBTs trained with random
-  depths, the arm that reads its fixed point at T = 138, on prompts of 128 scratch lines, T > 1,000): the recipe's
-  mix again (the control) and random depths 1..8 again. No run trained at T = 138 answers there even at pass 2, so
+  depths, the arm that reads its fixed point at T = 138, towards prompts of 128 scratch lines, T > 1,000, under a
+  length curriculum: 8, 32 or 128 lines drawn per batch): the recipe's mix again (the control) and random depths
+  1..8 again. No run trained at T = 138 answers there even at pass 2, so
   this family is the one that can test a fixed point on prompts where no measured position is exact by causality
   before pass T; its arms are scored (and their competence read) on those prompts.
 
@@ -112,10 +113,13 @@ DURATION_ARMS = {f"ft_mix_{DURATION_STEPS}": TRAINING_ARMS["ft_mix"],
 ADDITIVE_ARMS = {"add_ft_mix": {**TRAINING_ARMS["ft_mix"], "fbt_fusion": "additive"},
                  "add_ft_fixed_point": {**TRAINING_ARMS["ft_fixed_point"], "fbt_fusion": "additive"},
                  "add_ft_random_1_8": {**TRAINING_ARMS["ft_random_1_8"], "fbt_fusion": "additive"}}
-# Long: the additive FBTs that read their fixed point at T = 138 (random depths 1..8) fine-tuned on prompts of 128
-# scratch lines (T > 1,000), where no run of the other families answers even at pass 2: the recipe's mix (the control)
-# against random depths 1..8 again. A batch of LONG_BATCH such prompts holds ~6x the tokens of a registers batch.
-LONG_STEPS, LONG_BATCH = 1000, 8
+# Long: the additive FBTs that read their fixed point at T = 138 (random depths 1..8) fine-tuned towards prompts of
+# 128 scratch lines (T > 1,000), where no run of the other families answers even at pass 2: the recipe's mix (the
+# control) against random depths 1..8 again. A length curriculum, one length drawn per batch (8, 32 or 128 lines,
+# as the probe recipes train): 1,000 steps on 128 lines alone (batch 8) left every depth at chance on them (0.50-0.56
+# on 32 prompts), so the shorter lengths teach the lookup the long one needs. Scored on 128 lines only.
+LONG_STEPS, LONG_BATCH = 2000, 8
+LONG_CURRICULUM = {**REGISTERS, "scratch_updates": [8, 32, 128], "scratch_draw": "batch"}
 LONG_ARMS = {"long_mix": ADDITIVE_ARMS["add_ft_mix"], "long_random_1_8": ADDITIVE_ARMS["add_ft_random_1_8"]}
 LONG_SPECIMEN = "checkpoints/fixed_point_study/add_ft_random_1_8_s{seed}"
 
@@ -123,19 +127,21 @@ LONG_SPECIMEN = "checkpoints/fixed_point_study/add_ft_random_1_8_s{seed}"
 @dataclass(frozen=True)
 class Family:
     """A fine-tune family: its arms (the first is its reference), their steps, the specimens they start from
-    (``{seed}`` filled in), the task setting they train and are scored on, and the batch size."""
+    (``{seed}`` filled in), the task setting they train on, the batch size, and the setting they are scored on
+    (None: the one they train on)."""
 
     arms: dict[str, dict]
     steps: int
     specimen: str
     setting: dict = field(default_factory=lambda: REGISTERS)
     batch: int = BATCH
+    scored_on: dict | None = None
 
 
 FAMILY_ARMS = {"training": Family(TRAINING_ARMS, FINETUNE_STEPS, SPECIMEN),
                "duration": Family(DURATION_ARMS, DURATION_STEPS, SPECIMEN),
                "additive": Family(ADDITIVE_ARMS, FINETUNE_STEPS, ADDITIVE_SPECIMEN),
-               "long": Family(LONG_ARMS, LONG_STEPS, LONG_SPECIMEN, LONG, LONG_BATCH)}
+               "long": Family(LONG_ARMS, LONG_STEPS, LONG_SPECIMEN, LONG_CURRICULUM, LONG_BATCH, LONG)}
 REFERENCE = {"scratch": "fbt_glu", **{family: next(iter(f.arms)) for family, f in FAMILY_ARMS.items()}}
 
 FAMILY_WORDS = {"scratch": "change from scratch", "training": "fine-tune", "duration": "longer fine-tune",
@@ -171,7 +177,7 @@ def _finetune_run(arm: str, change: dict, seed: int, family: Family, n_steps: in
     cfg = config("multi_register", model, n_steps, FINETUNE_SEED + seed, family.setting, optimizer="adamw",
                  lr=FINETUNE_LR, lr_schedule="constant", init_from=family.specimen.format(seed=seed), **schedule
                  ).replace(batch_size=family.batch)
-    return RunSpec(f"{arm}_s{seed}", cfg, Sequential())
+    return RunSpec(f"{arm}_s{seed}", cfg, Sequential(), eval_task_params=family.scored_on)
 
 
 def build(scale: float) -> list[RunSpec]:
@@ -291,7 +297,7 @@ def analyze(ctx: Context) -> Outcome:
     figure = fixed_point_readability(table, f"What makes a fed-back fixed point readable? verdict: {verdict}",
                                      readable=READABLE)
     return Outcome(table, figure, number, verdict, gates, chance="0.5: the answer is one of two balanced values",
-                   extra={"arms": arms.to_dict(orient="records"), "readable_arms": readable, "specimens": specimens,
+                   extra={"arms": arms.to_dict(orient="records"), "readable_arms": readable, "specimen_runs": specimens,
                           "long_seq_len": int(long_batch.tokens.size(1))})
 
 
@@ -322,10 +328,10 @@ def finding(summary: dict, results: pd.DataFrame) -> Finding:
                     f"{long:.3f} at pass 2, its trained depth" + (
                         ": those runs do not generalise in length, so their fixed point is not tested there."
                         if long < TRAINED_DEPTH else "."))
-    if "specimens" in summary:
+    if "specimen_runs" in summary:
         said.append(f" Runs that need their feedback and read their fixed point at both lengths and after "
                     f"{LONG_PASSES:,} fused passes on the long prompts (the specimen bar): "
-                    + (", ".join(summary["specimens"]) or "none") + ".")
+                    + (", ".join(summary["specimen_runs"]) or "none") + ".")
     top = best.iloc[0]
     return Finding(f"exact accuracy: LRT {lrt['exact_accuracy']:.3f}, FBT {fbt['exact_accuracy']:.3f}, best FBT "
                    f"change {top.name} {top['exact_accuracy']:.3f}", lead(summary) + "".join(said))
@@ -359,8 +365,9 @@ RECIPE = Recipe(
     f"recurrence itself), 2 seeds each; duration arms: the mix and the fixed point fine-tuned {DURATION_STEPS:,} "
     f"steps, 2 seeds each; additive arms: the mix, the fixed point and random 1..8 fine-tuned {FINETUNE_STEPS:,} "
     f"steps from the additive FBTs, 2 seeds each; long arms: the mix and random 1..8 fine-tuned {LONG_STEPS:,} steps "
-    f"(batch {LONG_BATCH}) from the additive random-depth runs at 128 scratch lines "
-    f"(T = {tasks.get('multi_register', **LONG).seq_len}), 2 seeds each; every run measured at T = {_T} and there.",
+    f"(batch {LONG_BATCH}, 8, 32 or 128 scratch lines per batch) from the additive random-depth runs, scored at 128 "
+    f"lines (T = {tasks.get('multi_register', **LONG).seq_len}), 2 seeds each; every run measured at T = {_T} and "
+    "there.",
     build, analyze, gates=GATES, rule=RULE, kind="exploratory",
     chance="0.5: the answer is one of two balanced values.",
     caveat="A fractional design: the training factors are fine-tunes of trained models (FBT-GLU, or the additive "
