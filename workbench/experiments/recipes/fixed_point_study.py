@@ -118,7 +118,7 @@ ADDITIVE_ARMS = {"add_ft_mix": {**TRAINING_ARMS["ft_mix"], "fbt_fusion": "additi
 # control) against random depths 1..8 again. A length curriculum, one length drawn per batch (8, 32 or 128 lines,
 # as the probe recipes train): 1,000 steps on 128 lines alone (batch 8) left every depth at chance on them (0.50-0.56
 # on 32 prompts), so the shorter lengths teach the lookup the long one needs. Scored on 128 lines only.
-LONG_STEPS, LONG_BATCH = 2000, 8
+LONG_STEPS, LONG_BATCH = 1000, 8
 LONG_CURRICULUM = {**REGISTERS, "scratch_updates": [8, 32, 128], "scratch_draw": "batch"}
 LONG_ARMS = {"long_mix": ADDITIVE_ARMS["add_ft_mix"], "long_random_1_8": ADDITIVE_ARMS["add_ft_random_1_8"]}
 LONG_SPECIMEN = "checkpoints/fixed_point_study/add_ft_random_1_8_s{seed}"
