@@ -84,7 +84,7 @@ def parse_condition(condition: Condition) -> schedules.Schedule:
 
 def _named(conditions: Sequence[Condition]) -> dict[str, schedules.Schedule]:
     """``{table label: value}`` of the conditions asked for, validated before any forward."""
-    if isinstance(conditions, (str, schedules.Schedule)) or not conditions:
+    if isinstance(conditions, str) or not isinstance(conditions, Sequence) or not conditions:  # one bare condition
         fail("conditions", conditions, "must be a non-empty sequence of conditions")
     return {schedules.condition_name(c): parse_condition(c) for c in conditions}
 

@@ -221,7 +221,7 @@ def test_prefilled_round_trips_and_refuses_what_it_cannot_compute():
 @pytest.mark.parametrize("spec,message", [
     ({"schedule": "sequential", "passes": 3}, "sequential takes no parameter, not \\['passes'\\]"),
     ({"schedule": "interleaved", "block": 3}, "interleaved takes \\['subsets'\\], not \\['block'\\]"),
-    ({"schedule": "prefilled", "passes": 3}, "prefilled takes prefill, then and prompt_len"),
+    ({"schedule": "prefilled", "passes": 3}, "prefilled takes prefill, then, prompt_len and suffix"),
 ])
 def test_the_json_form_refuses_another_schedules_knob(spec, message):
     """A knob the schedule does not have would be silently dropped: the one parser refuses it."""
