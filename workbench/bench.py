@@ -27,6 +27,7 @@ import contextlib
 import importlib.util
 import io
 import os
+import re
 import statistics
 import sys
 import time
@@ -403,18 +404,20 @@ def _rows_of(bench: ModuleType, quick: bool, threads: int) -> list[tuple[list, i
     return groups
 
 
-def versions_side_by_side(before: ModuleType, after: ModuleType, quick: bool = False, threads: int = 2) -> pd.DataFrame:
+def versions_side_by_side(before: ModuleType, after: ModuleType, quick: bool = False, threads: int = 2,
+                          skip: str | None = None) -> pd.DataFrame:
     """Every timed row of two versions' ``make bench`` (``before`` and ``after``: their ``workbench.bench`` modules,
     e.g. an old revision imported under another package name), measured in one process, each row's two versions
     alternating round by round (``measure``), so the machine's load hits both alike. One record per row both
     versions have: fastest ``before_ms`` / ``after_ms``, their ratio, and ``slower`` when it exceeds ``SLOWER``;
-    a row only one version has is listed with the other's time missing."""
+    a row only one version has is listed with the other's time missing. ``skip``: a regular expression; the rows
+    whose names it matches are not timed (e.g. ``"compiled"``: a compiled row's warm-up compiles, ~1 min each)."""
     torch.set_num_threads(threads)
     records = []
     for (old_rows, rounds), (new_rows, _) in zip(_rows_of(before, quick, threads), _rows_of(after, quick, threads),
                                                  strict=True):
-        old = {r.name: r for r in old_rows if r.timing_of is None}
-        new = {r.name: r for r in new_rows if r.timing_of is None}
+        old, new = ({r.name: r for r in rows if r.timing_of is None and not (skip and re.search(skip, r.name))}
+                    for rows in (old_rows, new_rows))
         pairs = [name for name in new if name in old]
         timed = [Row(f"{side}: {name}", rows[name].fn, unit=rows[name].unit, per=rows[name].per,
                      rounds=rows[name].rounds) for name in pairs for side, rows in (("before", old), ("after", new))]

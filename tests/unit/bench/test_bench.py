@@ -178,6 +178,9 @@ def test_two_versions_side_by_side_time_every_shared_row_alternating_and_list_th
     assert "derived" not in table.index
     assert before_calls == ["a"] * 3 + ["c"] * 4 and after_calls == ["a"] * 3 + ["c"] * 4  # warm-up + rounds
     assert compared["slower"].tolist() == (compared["after/before"] > bench.SLOWER).tolist()
+    before_calls.clear()
+    skipped = bench.versions_side_by_side(before, after, quick=True, threads=1, skip="^c$")
+    assert "c" not in set(skipped["benchmark"]) and "c" not in before_calls  # never called: no warm-up either
 
 
 @pytest.mark.slow
