@@ -315,6 +315,11 @@ def finding(summary: dict, results: pd.DataFrame) -> Finding:
                 + (", ".join(reading) if reading else "none") + ".")
     for arm, row in best.groupby("family", sort=False).head(1).iterrows():
         ref = arms.loc[REFERENCE[row["family"]]]
+        if row["verdict"].startswith("not tested"):  # no comparison is read: say why, and what the runs answer
+            said.append(f" The {FAMILY_WORDS[row['family']]} is {row['verdict']}; under the exact recurrence its "
+                        f"runs answer {row['exact_accuracy']:.3f} ({arm}) and {ref['exact_accuracy']:.3f} "
+                        f"({ref.name}), chance 0.5.")
+            continue
         bar = ("at the readable bar" if row["exact_accuracy_worst"] >= READABLE else
                f"{READABLE - row['exact_accuracy_worst']:.3f} short of the {READABLE} bar")
         said.append(f" The {FAMILY_WORDS[row['family']]} that helped FBT most, {arm}, reaches "
