@@ -26,7 +26,8 @@ Decoding and probing are written in the same values, never re-implemented by the
 ``decode.generate`` does. The decoding regimes are ``regime(...)``: STANDARD = ``Single()``, SOFT =
 ``Prefilled(Single())`` (equal to ``Sequential`` with ``plain_prefix`` = the prompt's length, but
 computed as the decoder does, bit for bit), FUSED = ``Prefilled(Multipass(1 + prefill_passes))``; a
-probe's k-step recurrent suffix is SOFT from ``label_pos - k + 1``. Every value says which positions
+probe's k-step recurrent suffix is SOFT from ``label_pos - k + 1``, ``Prefilled(suffix=k)`` anchored at each label
+(``condition`` reads the probes' condition names; any value is a probe condition). Every value says which positions
 read memory (``reads``), how it fills a KV cache (``prefill``), what a training batch runs (``draw``)
 and which pass losses are its final estimate (``final_passes``), so no caller asks which class it
 holds. One carry step (``carry``) and one Jacobi pass (``jacobi_pass``) underlie all of them.
