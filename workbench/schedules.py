@@ -704,7 +704,7 @@ class Prefilled(Schedule):
     def recurs_from(self, seq_len: int) -> int | None:
         if self.prefill_with != Single():
             return None
-        return self.anchored(seq_len - 1)._prompt_len(seq_len) if self.then.reads_memory else seq_len
+        return self._prompt_len(seq_len) if self.then.reads_memory else seq_len
 
     @property
     def reads_memory(self) -> bool:  # type: ignore[override]

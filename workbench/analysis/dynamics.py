@@ -487,10 +487,10 @@ def readability_table(model: GPT, batch: tasks.Batch, dynamics_examples: int = 6
     ``long_passes`` fused passes (on the first ``long_fused_examples`` long prompts; default all) and under the exact
     recurrence. The long prompts' pass-1 and pass-2 accuracies are reported for every model given ``long_batch``
     (does it need its feedback there, and answer at its trained depth?), and the long columns are measured only
-    where pass 2 reaches ``readable`` too: a
-    model that cannot answer the long prompts at its trained depth would make them measure length generalisation,
-    not the fixed point (NaN, not a number that reads as one). ``window_passes`` (default 3T/4) and
-    ``lyapunov_from`` (default T/2) shorten the pass window and the Lyapunov horizon (a smoke run)."""
+    where pass 2 reaches ``readable`` too: a model that cannot answer the long prompts at its trained depth would
+    make them measure length generalisation, not the fixed point (NaN, not a number that reads as one).
+    ``window_passes`` (default 3T/4) and ``lyapunov_from`` (default T/2) shorten the pass window and the Lyapunov
+    horizon (a smoke run)."""
     idx, targets = batch.tokens, batch.targets
     T = idx.size(1)
     quality = fixed_point_quality(model, idx, targets, 3).per_example

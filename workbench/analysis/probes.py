@@ -131,8 +131,9 @@ def _group_features(model: GPT, idx: torch.Tensor, values: dict[str, schedules.S
             model.step(idx)
         return dict.fromkeys(values, snapshot())
     # First recurrent position of each "plain, then the exact recurrence" condition (T: none recurs); any other
-    # value is run whole, and its last forward ends at the label position.
-    starts = {c: value.anchored(T - 1).recurs_from(T) for c, value in values.items()}
+    # value is run whole, and its last forward ends at the label position. Each row ends at its label, so a value
+    # given relative to the position read (a suffix) is anchored there by running on the whole row.
+    starts = {c: value.recurs_from(T) for c, value in values.items()}
     recurrent = {c: start for c, start in starts.items() if start is not None}
     result: dict[str, torch.Tensor] = {}
     with with_hooks(model, [(name, keep_last) for name in names]):
@@ -148,7 +149,7 @@ def _group_features(model: GPT, idx: torch.Tensor, values: dict[str, schedules.S
             _recurrent_suffix(model, idx, cache, plain.memory, recurrent[condition])
             result[condition] = snapshot()
         for condition in values.keys() - recurrent.keys():
-            values[condition].anchored(T - 1).run(model, idx)
+            values[condition].run(model, idx)
             result[condition] = snapshot()
     return result
 
