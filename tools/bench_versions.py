@@ -40,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="the test suite's sizes and one round")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--skip", default=None, help="leave out the rows whose names match this regular expression")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="time every row this many rounds (default: each group's own count)")
     parser.add_argument("--csv", type=Path, default=None, help="also write the table here")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
@@ -49,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
             after = importlib.import_module("workbench.bench")
         else:
             after = package_at(args.after, "workbench_after", Path(tmp))
-        table = after.versions_side_by_side(before, after, quick=args.quick, threads=args.threads, skip=args.skip)
+        table = after.versions_side_by_side(before, after, quick=args.quick, threads=args.threads, skip=args.skip,
+                                            rounds=args.rounds)
     if args.csv is not None:
         table.to_csv(args.csv, index=False)
     print(table.to_string(index=False, float_format=lambda x: f"{x:.4g}"))

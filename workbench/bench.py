@@ -43,6 +43,7 @@ from . import fast, schedules
 from .config import ModelConfig
 from .decode import generate
 from .model import GPT, build_model
+from .validation import check_int
 
 
 @dataclass
@@ -405,23 +406,28 @@ def _rows_of(bench: ModuleType, quick: bool, threads: int) -> list[tuple[list, i
 
 
 def versions_side_by_side(before: ModuleType, after: ModuleType, quick: bool = False, threads: int = 2,
-                          skip: str | None = None) -> pd.DataFrame:
+                          skip: str | None = None, rounds: int | None = None) -> pd.DataFrame:
     """Every timed row of two versions' ``make bench`` (``before`` and ``after``: their ``workbench.bench`` modules,
     e.g. an old revision imported under another package name), measured in one process, each row's two versions
     alternating round by round (``measure``), so the machine's load hits both alike. One record per row both
     versions have: fastest ``before_ms`` / ``after_ms``, their ratio, and ``slower`` when it exceeds ``SLOWER``;
     a row only one version has is listed with the other's time missing. ``skip``: a regular expression; the rows
-    whose names it matches are not timed (e.g. ``"compiled"``: a compiled row's warm-up compiles, ~1 min each)."""
+    whose names it matches are not timed (e.g. ``"compiled"``: a compiled row's warm-up compiles, ~1 min each).
+    ``rounds``: every group timed this many rounds instead of its own count (a few flagged rows re-measured with many
+    rounds, to tell a real change from the machine's spread)."""
     torch.set_num_threads(threads)
     records = []
-    for (old_rows, rounds), (new_rows, _) in zip(_rows_of(before, quick, threads), _rows_of(after, quick, threads),
-                                                 strict=True):
+    if rounds is not None:
+        check_int("rounds", rounds, 1, 10_000)
+    for (old_rows, own_rounds), (new_rows, _) in zip(_rows_of(before, quick, threads),
+                                                     _rows_of(after, quick, threads), strict=True):
         old, new = ({r.name: r for r in rows if r.timing_of is None and not (skip and re.search(skip, r.name))}
                     for rows in (old_rows, new_rows))
         pairs = [name for name in new if name in old]
         timed = [Row(f"{side}: {name}", rows[name].fn, unit=rows[name].unit, per=rows[name].per,
-                     rounds=rows[name].rounds) for name in pairs for side, rows in (("before", old), ("after", new))]
-        timings = measure(timed, rounds)
+                     rounds=None if rounds else rows[name].rounds)
+                 for name in pairs for side, rows in (("before", old), ("after", new))]
+        timings = measure(timed, rounds or own_rounds)
         for name in pairs:
             before_ms, after_ms = (1000 * min(timings.seconds[f"{side}: {name}"]) for side in ("before", "after"))
             records.append({"benchmark": name, "per": new[name].unit, "before_ms": before_ms, "after_ms": after_ms,

@@ -181,6 +181,11 @@ def test_two_versions_side_by_side_time_every_shared_row_alternating_and_list_th
     before_calls.clear()
     skipped = bench.versions_side_by_side(before, after, quick=True, threads=1, skip="^c$")
     assert "c" not in set(skipped["benchmark"]) and "c" not in before_calls  # never called: no warm-up either
+    before_calls.clear()
+    bench.versions_side_by_side(before, after, quick=True, threads=1, rounds=5)  # every group: 5 rounds, not its own
+    assert before_calls == ["a"] * 6 + ["c"] * 6
+    with pytest.raises(ValueError, match="rounds"):
+        bench.versions_side_by_side(before, after, quick=True, threads=1, rounds=0)
 
 
 @pytest.mark.slow
