@@ -26,8 +26,7 @@ the layers below it. The order, lowest first, is what the code needs, not a wish
    and the schedules' knob letters) and ``diagrams`` draws the schedules' rules with it.
 9. **experiments**: recipes train (``train``), measure (``analysis``) and draw (``plots``); the
    results page and compute accounting the notebooks read (``results_table``) read what recipes
-   wrote, so they live here too. ``analysis.results``, its old address, is an alias of that module
-   and is placed here with it: a name, not a module of the analysis layer.
+   wrote, so they live here too (its old address ``analysis.results`` is retired, not aliased).
 10. **notebook front-ends**: ``widgets`` show experiments, analyses and figures; ``exercises``
     check a learner's code against analysis and model functions.
 11. **entry points**: ``bench``, ``cli``, ``__main__`` and the package ``__init__`` (the facade
@@ -60,8 +59,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("train", ("workbench.train",)),
     ("analysis", ("workbench.analysis",)),
     ("figures", ("workbench.plots", "workbench.diagrams")),
-    # analysis.results: the old address of experiments.results_table, the same module object (see its doc)
-    ("experiments", ("workbench.experiments", "workbench.analysis.results")),
+    ("experiments", ("workbench.experiments",)),
     ("notebook front-ends", ("workbench.widgets", "workbench.exercises")),
     ("entry points", ("workbench.bench", "workbench.cli", "workbench.__main__", "workbench")),
 ]
@@ -157,13 +155,11 @@ def test_layers_cover_subpackages_and_put_the_package_facade_on_top():
     assert layer_of("workbench") == len(LAYERS) - 1 and layer_of("workbench.nonexistent") is None
 
 
-def test_the_old_results_address_is_an_alias_not_a_module_of_the_analysis_layer():
-    """``workbench.analysis.results`` sits in the experiments layer only because it is that layer's module
-    under its old name; were it code of its own, it would belong to analysis and import upwards."""
-    import workbench.analysis.results as old
-    from workbench.experiments import results_table
-
-    assert old is results_table
+def test_the_old_results_address_is_retired_with_the_new_one_in_its_error():
+    """``workbench.analysis.results`` was an upward alias of ``experiments.results_table`` (a second address for one
+    module); importing it now fails and names the module to import instead."""
+    with pytest.raises(ImportError, match=r"workbench\.experiments\.results_table"):
+        import workbench.analysis.results  # noqa: F401
 
 
 @pytest.mark.subprocess

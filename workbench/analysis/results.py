@@ -1,13 +1,8 @@
-"""The old address of ``workbench.experiments.results_table`` (the results page and compute accounting).
+"""Retired: the results page and compute accounting live in ``workbench.experiments.results_table``.
 
-That module reads what recipes wrote, so it lives in ``experiments``, above ``analysis``; this name
-stays so that ``import workbench.analysis.results`` and ``wb.analysis.results`` in notebooks keep
-working, and it is the same module object there, not a copy (patching one patches the other).
-``tests/test_layering.py`` places this alias in the experiments layer, with what it names.
+They read what recipes wrote, so they belong above ``analysis``; an alias here kept a second, upward
+address alive (issue 32: no upward aliases). Importing this name fails with the new address.
 """
 
-import sys
-
-from ..experiments import results_table
-
-sys.modules[__name__] = results_table
+raise ImportError("workbench.analysis.results was retired: import workbench.experiments.results_table "
+                  "(the same functions: summary_table, recipe_tables, run_compute, ...)")

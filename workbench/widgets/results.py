@@ -108,7 +108,7 @@ def recipe_explorer(summaries: Mapping[str, Mapping[str, Any]], tables: Mapping[
     """One recipe at a time: its claim, setting, our number and verdict, its results table and figure.
 
     ``summaries``: recipe -> ``summary.json`` contents (``experiments.ensure``); ``tables``: recipe
-    -> the tables it wrote (``analysis.results.recipe_tables``). The table shows at most
+    -> the tables it wrote (``experiments.results_table.recipe_tables``). The table shows at most
     ``max_rows`` rows (the full one is the recipe's ``results.csv``).
     """
     if not summaries:

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from workbench import widgets
-from workbench.analysis import results
+from workbench.experiments import results_table as results
 
 GATES = [{"name": "baseline learned", "quantity": "accuracy minus chance", "value": 0.03, "op": ">=",
           "threshold": 0.1, "passed": False},

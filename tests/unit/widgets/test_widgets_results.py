@@ -13,7 +13,7 @@ import pytest
 
 import workbench as wb
 from workbench import experiments, plots, schedules, tasks, widgets
-from workbench.analysis import results
+from workbench.experiments import results_table as results
 from workbench.model import build_model
 from workbench.train_config import TrainConfig
 
