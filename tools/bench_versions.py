@@ -42,6 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip", default=None, help="leave out the rows whose names match this regular expression")
     parser.add_argument("--rounds", type=int, default=None,
                         help="time every row this many rounds (default: each group's own count)")
+    parser.add_argument("--control", action="store_true",
+                        help="also time a second copy of AFTER (A/A): the spread the same code shows in this run")
     parser.add_argument("--csv", type=Path, default=None, help="also write the table here")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
@@ -52,14 +54,15 @@ def main(argv: list[str] | None = None) -> int:
         else:
             after = package_at(args.after, "workbench_after", Path(tmp))
         table = after.versions_side_by_side(before, after, quick=args.quick, threads=args.threads, skip=args.skip,
-                                            rounds=args.rounds)
+                                            rounds=args.rounds, control=args.control)
     if args.csv is not None:
         table.to_csv(args.csv, index=False)
     print(table.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
     compared = table.dropna(subset=["after/before"])
     worst = compared.loc[compared["after/before"].idxmax()]
     print(f"\n{len(compared)} rows compared; slowest change: {worst['benchmark']} x{worst['after/before']:.3f}; "
-          f"{int(compared['slower'].sum())} rows more than {after.SLOWER - 1:.0%} slower")
+          f"{int(compared['slower'].sum())} rows more than {after.SLOWER - 1:.0%} slower"
+          + (f", {int(compared['beyond_spread'].sum())} of them beyond the A/A spread" if args.control else ""))
     return 0
 
 

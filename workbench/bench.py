@@ -406,7 +406,7 @@ def _rows_of(bench: ModuleType, quick: bool, threads: int) -> list[tuple[list, i
 
 
 def versions_side_by_side(before: ModuleType, after: ModuleType, quick: bool = False, threads: int = 2,
-                          skip: str | None = None, rounds: int | None = None) -> pd.DataFrame:
+                          skip: str | None = None, rounds: int | None = None, control: bool = False) -> pd.DataFrame:
     """Every timed row of two versions' ``make bench`` (``before`` and ``after``: their ``workbench.bench`` modules,
     e.g. an old revision imported under another package name), measured in one process, each row's two versions
     alternating round by round (``measure``), so the machine's load hits both alike. One record per row both
@@ -414,26 +414,35 @@ def versions_side_by_side(before: ModuleType, after: ModuleType, quick: bool = F
     a row only one version has is listed with the other's time missing. ``skip``: a regular expression; the rows
     whose names it matches are not timed (e.g. ``"compiled"``: a compiled row's warm-up compiles, ~1 min each).
     ``rounds``: every group timed this many rounds instead of its own count (a few flagged rows re-measured with many
-    rounds, to tell a real change from the machine's spread)."""
+    rounds, to tell a real change from the machine's spread).
+    ``control``: also time a second, separately built copy of every ``after`` row in the same rounds (an A/A
+    comparison): ``again/after`` is what the same code measures against itself here, and ``beyond_spread`` marks
+    a ``slower`` row whose slow-down exceeds that spread (on a shared machine the spread can exceed the 2 % bar)."""
     torch.set_num_threads(threads)
     records = []
     if rounds is not None:
         check_int("rounds", rounds, 1, 10_000)
-    for (old_rows, own_rounds), (new_rows, _) in zip(_rows_of(before, quick, threads),
-                                                     _rows_of(after, quick, threads), strict=True):
-        old, new = ({r.name: r for r in rows if r.timing_of is None and not (skip and re.search(skip, r.name))}
-                    for rows in (old_rows, new_rows))
+    versions = [("before", before), ("after", after)] + ([("again", after)] if control else [])
+    for groups in zip(*(_rows_of(version, quick, threads) for _, version in versions), strict=True):
+        rows = {side: {r.name: r for r in group if r.timing_of is None and not (skip and re.search(skip, r.name))}
+                for (side, _), (group, _) in zip(versions, groups, strict=True)}
+        old, new = rows["before"], rows["after"]
         pairs = [name for name in new if name in old]
-        timed = [Row(f"{side}: {name}", rows[name].fn, unit=rows[name].unit, per=rows[name].per,
-                     rounds=None if rounds else rows[name].rounds)
-                 for name in pairs for side, rows in (("before", old), ("after", new))]
-        timings = measure(timed, rounds or own_rounds)
+        timed = [Row(f"{side}: {name}", rows[side][name].fn, unit=new[name].unit, per=new[name].per,
+                     rounds=None if rounds else new[name].rounds) for name in pairs for side in rows]
+        timings = measure(timed, rounds or groups[0][1])
         for name in pairs:
-            before_ms, after_ms = (1000 * min(timings.seconds[f"{side}: {name}"]) for side in ("before", "after"))
-            records.append({"benchmark": name, "per": new[name].unit, "before_ms": before_ms, "after_ms": after_ms,
-                            "after/before": after_ms / before_ms, "slower": bool(after_ms / before_ms > SLOWER)})
-        records += [{"benchmark": name, "per": rows[name].unit, "only in": side}  # nothing to compare it with
-                    for side, rows, other in (("before", old, new), ("after", new, old)) for name in rows
+            ms = {side: 1000 * min(timings.seconds[f"{side}: {name}"]) for side in rows}
+            ratio = ms["after"] / ms["before"]
+            record = {"benchmark": name, "per": new[name].unit, "before_ms": ms["before"], "after_ms": ms["after"],
+                      "after/before": ratio, "slower": bool(ratio > SLOWER)}
+            if control:
+                spread = max(ms["again"] / ms["after"], ms["after"] / ms["again"])
+                record |= {"again_ms": ms["again"], "again/after": ms["again"] / ms["after"],
+                           "beyond_spread": bool(ratio > SLOWER and ratio > spread)}
+            records.append(record)
+        records += [{"benchmark": name, "per": side_rows[name].unit, "only in": side}  # nothing to compare it with
+                    for side, side_rows, other in (("before", old, new), ("after", new, old)) for name in side_rows
                     if name not in other]
     return pd.DataFrame.from_records(records)
 

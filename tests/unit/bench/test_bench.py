@@ -6,6 +6,7 @@ import sys
 import types
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -186,6 +187,14 @@ def test_two_versions_side_by_side_time_every_shared_row_alternating_and_list_th
     assert before_calls == ["a"] * 6 + ["c"] * 6
     with pytest.raises(ValueError, match="rounds"):
         bench.versions_side_by_side(before, after, quick=True, threads=1, rounds=0)
+    # the A/A control: a second copy of every after row, timed in the same rounds, and the spread it shows
+    after_calls.clear()
+    checked = bench.versions_side_by_side(before, after, quick=True, threads=1, control=True).set_index("benchmark")
+    assert after_calls == ["a"] * 6 + ["c"] * 8  # after and its copy: warm-up + rounds each
+    compared = checked.dropna(subset=["after/before"])
+    assert (compared["again/after"] > 0).all()
+    spread = np.maximum(compared["again/after"], 1 / compared["again/after"])
+    assert compared["beyond_spread"].tolist() == (compared["slower"] & (compared["after/before"] > spread)).tolist()
 
 
 @pytest.mark.slow
