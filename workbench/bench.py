@@ -416,8 +416,9 @@ def versions_side_by_side(before: ModuleType, after: ModuleType, quick: bool = F
     ``rounds``: every group timed this many rounds instead of its own count (a few flagged rows re-measured with many
     rounds, to tell a real change from the machine's spread).
     ``control``: also time a second, separately built copy of every ``after`` row in the same rounds (an A/A
-    comparison): ``again/after`` is what the same code measures against itself here, and ``beyond_spread`` marks
-    a ``slower`` row whose slow-down exceeds that spread (on a shared machine the spread can exceed the 2 % bar)."""
+    comparison): ``again/after`` is what the same code measures against itself here, ``best/before`` the faster
+    of the two copies against ``before``, and ``beyond_spread`` marks a row where even that exceeds both ``SLOWER``
+    and the A/A spread (on a shared machine the spread can exceed the 2 % bar)."""
     torch.set_num_threads(threads)
     records = []
     if rounds is not None:
@@ -438,8 +439,9 @@ def versions_side_by_side(before: ModuleType, after: ModuleType, quick: bool = F
                       "after/before": ratio, "slower": bool(ratio > SLOWER)}
             if control:
                 spread = max(ms["again"] / ms["after"], ms["after"] / ms["again"])
-                record |= {"again_ms": ms["again"], "again/after": ms["again"] / ms["after"],
-                           "beyond_spread": bool(ratio > SLOWER and ratio > spread)}
+                best = min(ms["after"], ms["again"]) / ms["before"]
+                record |= {"again_ms": ms["again"], "again/after": ms["again"] / ms["after"], "best/before": best,
+                           "beyond_spread": bool(best > SLOWER and best > spread)}
             records.append(record)
         records += [{"benchmark": name, "per": side_rows[name].unit, "only in": side}  # nothing to compare it with
                     for side, side_rows, other in (("before", old, new), ("after", new, old)) for name in side_rows

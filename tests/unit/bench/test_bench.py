@@ -194,7 +194,9 @@ def test_two_versions_side_by_side_time_every_shared_row_alternating_and_list_th
     compared = checked.dropna(subset=["after/before"])
     assert (compared["again/after"] > 0).all()
     spread = np.maximum(compared["again/after"], 1 / compared["again/after"])
-    assert compared["beyond_spread"].tolist() == (compared["slower"] & (compared["after/before"] > spread)).tolist()
+    best = np.minimum(compared["after_ms"], compared["again_ms"]) / compared["before_ms"]
+    assert np.allclose(compared["best/before"], best)
+    assert compared["beyond_spread"].tolist() == ((best > bench.SLOWER) & (best > spread)).tolist()
 
 
 @pytest.mark.slow
