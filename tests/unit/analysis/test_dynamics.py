@@ -242,6 +242,9 @@ def test_study_rule_and_arms():
     scratch = {study.arm_of(r)[1]: r.train for r in runs if study.arm_of(r)[0] == "scratch"}
     assert scratch["fbt_additive"].model == {**scratch["fbt_glu"].model, "fbt_fusion": "additive"}
     assert scratch["fbt_additive"].replace(model=scratch["fbt_glu"].model) == scratch["fbt_glu"]  # only the fusion
+    # the phased reading: after the same plain phase, every batch fed back (2-pass, 3 % 3-pass); nothing else differs
+    assert scratch["fbt_glu_phased"].pass_mix == study.PHASED_MIX and 1 not in study.PHASED_MIX
+    assert scratch["fbt_glu_phased"].replace(pass_mix=scratch["fbt_glu"].pass_mix) == scratch["fbt_glu"]
     steps = {study.arm_of(r): r.train.steps for r in study.build(1.0)}  # the duration family: 3x the steps
     assert steps[("duration", "ft_fixed_point_4500")] == steps[("duration", "ft_mix_4500")] == 3 * steps[
         ("training", "ft_fixed_point")] == 4500

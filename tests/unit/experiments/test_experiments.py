@@ -4,6 +4,7 @@ re-checked in tests/specimens/test_specimens_metrics.py, every recipe end to end
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +25,8 @@ def test_every_recipe_states_its_test_before_running():
     for r in E.RECIPES.values():
         assert r.claim and r.setting and r.rule and r.chance, r.name
         assert r.gates or r.kind != "paper", r.name
+        for field in ("claim", "setting", "rule", "chance", "caveat", "paper"):  # a missing f prefix shows its braces
+            assert not re.search(r"\{[A-Za-z_][^}]*\}", getattr(r, field)), (r.name, field, getattr(r, field))
 
 
 def _tiny_recipe(threshold: float) -> E.Recipe:

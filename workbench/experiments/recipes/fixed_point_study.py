@@ -10,9 +10,12 @@ feedback):
   mix-in 0.5, aux weight 3, 28,000 steps), the mechanism varied: FBT as in the paper (GLU: the state on
   the value path, the token gating it; the reference), LRT, and the additive fusion (ours: the same
   matrices, the token added back onto the value path, ``u = norm(e + (W_U m) * sigmoid(W_G e))``, the
-  way LRT adds its memory to an intact stream), 2 seeds each. The FBTs and the seed-0 LRT are the
-  registers recipe's own specimens, reused (same training); the LRT's seed 1 and the additive FBTs are
-  trained here. All are evaluated under the exact recurrence.
+  way LRT adds its memory to an intact stream), 2 seeds each; and one training change, FBT-GLU under the
+  phased reading of the paper's progressive schedule (after the same plain phase every batch is fed back:
+  2-pass batches with a 3 % share of 3-pass ones, where the recipe's mix keeps 75 % plain batches to the
+  end). The FBT-GLUs and the seed-0 LRT are the registers recipe's own specimens, reused (same training);
+  the LRT's seed 1, the additive and the phased FBTs are trained here. All are evaluated under the exact
+  recurrence.
 - **Training** (fine-tuned ``FINETUNE_STEPS`` steps from the two shipped FBT-GLU 75/22/3 specimens,
   one per seed, AdamW at a constant ``FINETUNE_LR``, fresh data; 2 seeds each): the recipe's mix
   again (the control: the same steps, so any change is the arm's), a larger 3-pass share
@@ -51,11 +54,10 @@ A run meets the **specimen bar** (``specimen_runs``) when it needs its feedback 
 passes on them.
 
 Not run (budget: two shared cores): a recurrence window shorter than the prompt (truncated
-backpropagation; the sequential arm backpropagates through the whole prompt) and the phased reading from
-scratch (the fine-tune arm tests the phase it adds). Every run is measured on held-out prompts of the
-registers length (T = 138) and on prompts of 128 scratch lines (T > 1,000): passes 1-2 always, the exact
-recurrence and ``LONG_PASSES`` fused passes where the run reads its fixed point at T = 138 and answers the long
-prompts at pass 2 (otherwise those columns would measure length generalisation).
+backpropagation; the sequential arm backpropagates through the whole prompt). Every run is measured on
+held-out prompts of the registers length (T = 138) and on prompts of 128 scratch lines (T > 1,000): passes
+1-2 always, the exact recurrence and ``LONG_PASSES`` fused passes where the run reads its fixed point at
+T = 138 and answers the long prompts at pass 2 (otherwise those columns would measure length generalisation).
 """
 
 from __future__ import annotations
@@ -83,15 +85,21 @@ SEEDS = (0, 1)
 FBT_ADDITIVE = {**FBT_GLU, "fbt_fusion": "additive"}
 # run names: the registers recipe's (its seed-0 LRT cross has no seed suffix); the LRT's seed 1 and the additive FBTs
 # are the study's own
-SHIPPED = {"fbt_glu": "reg_75_22_3_s{s}", "lrt": "reg_lrt_75_22_3{suffix}", "fbt_additive": "reg_add_75_22_3_s{s}"}
+SHIPPED = {"fbt_glu": "reg_75_22_3_s{s}", "lrt": "reg_lrt_75_22_3{suffix}", "fbt_additive": "reg_add_75_22_3_s{s}",
+           "fbt_glu_phased": "reg_phased_97_3_s{s}"}
 # the specimens the fine-tunes start from, relative to the repository root
 SPECIMEN = "checkpoints/fbt_pass_mixes_registers/reg_75_22_3_s{seed}"
 ADDITIVE_SPECIMEN = "checkpoints/fixed_point_study/reg_add_75_22_3_s{seed}"
 FINETUNE_SEED = 100  # fine-tunes draw fresh batches: seed 100 + s, not the stream the specimen trained on
 
 # The arms: (name, family, what it varies). The first of each family is that family's reference.
-# From scratch, under the registers recipe's training: the mechanism varies
-SCRATCH_ARMS = {"fbt_glu": FBT_GLU, "lrt": LRT, "fbt_additive": FBT_ADDITIVE}
+# From scratch: (model, pass mix after the plain phase). The registers recipe's training with the mechanism varied,
+# and the paper's progressive schedule read as phases: after the plain phase every batch is fed back, 2-pass batches
+# with "a small fraction (e.g. 3 %)" of 3-pass ones (the paper's words; the fine-tune arm below keeps the recipe's
+# 22:3 ratio instead), where the recipe's mix keeps 75 % plain batches to the end
+PHASED_MIX = {2: 0.97, 3: 0.03}
+SCRATCH_ARMS = {"fbt_glu": (FBT_GLU, FBT_MIX), "lrt": (LRT, FBT_MIX), "fbt_additive": (FBT_ADDITIVE, FBT_MIX),
+                "fbt_glu_phased": (FBT_GLU, PHASED_MIX)}
 TRAINING_ARMS = {
     "ft_mix": {"pass_mix": FBT_MIX},
     "ft_share_50_25_25": {"pass_mix": {1: 0.5, 2: 0.25, 3: 0.25}},
@@ -154,10 +162,10 @@ TRAINED_DEPTH = 0.95  # ... and its pass-2 answer accuracy at least this: it use
 DYNAMICS_EXAMPLES, LONG_EXAMPLES, LONG_FUSED, LONG_PASSES = 64, 64, 16, 1000
 
 
-def _scratch_run(arm: str, model: dict, seed: int, n_steps: int) -> RunSpec:
-    """The registers recipe's run of this model and seed, under its name (so a shipped specimen is reused, not
-    retrained), evaluated under the exact recurrence."""
-    cfg = config("multi_register", model, n_steps, seed, REGISTERS, schedule="multipass", pass_mix=FBT_MIX,
+def _scratch_run(arm: str, model: dict, mix: dict[int, float], seed: int, n_steps: int) -> RunSpec:
+    """The registers recipe's run of this model, pass mix and seed, under its name (so a shipped specimen is reused,
+    not retrained), evaluated under the exact recurrence."""
+    cfg = config("multi_register", model, n_steps, seed, REGISTERS, schedule="multipass", pass_mix=mix,
                  passes=3, feedback_start=FEEDBACK_START, prefix_mixin=PREFIX_MIXIN, aux_weight=AUX_WEIGHT
                  ).replace(batch_size=BATCH)
     return RunSpec(SHIPPED[arm].format(s=seed, suffix=f"_s{seed}" if seed else ""), cfg, Sequential())
@@ -181,8 +189,8 @@ def _finetune_run(arm: str, change: dict, seed: int, family: Family, n_steps: in
 
 
 def build(scale: float) -> list[RunSpec]:
-    runs = [_scratch_run(arm, model, s, steps(SCRATCH_STEPS, scale)) for arm, model in SCRATCH_ARMS.items()
-            for s in SEEDS]
+    runs = [_scratch_run(arm, model, mix, s, steps(SCRATCH_STEPS, scale))
+            for arm, (model, mix) in SCRATCH_ARMS.items() for s in SEEDS]
     runs += [_finetune_run(arm, change, s, family, steps(family.steps, scale))
              for family in FAMILY_ARMS.values() for arm, change in family.arms.items() for s in SEEDS]
     return runs
@@ -364,8 +372,9 @@ _T = tasks.get("multi_register", **REGISTERS).seq_len
 RECIPE = Recipe(
     "fixed_point_study", CLAIM,
     f"1x64 models on multi_register (2 registers x 1 write among 8 shuffled scratch lines, T = {_T}): from scratch "
-    f"under the registers recipe's 75/22/3 schedule, {SCRATCH_STEPS:,} steps, FBT-GLU, LRT and the additive FBT "
-    f"(2 seeds each); training arms fine-tuned {FINETUNE_STEPS:,} steps from the shipped FBT-GLU "
+    f"under the registers recipe's 75/22/3 schedule, {SCRATCH_STEPS:,} steps, FBT-GLU, LRT and the additive FBT, "
+    f"and FBT-GLU under the phased schedule ({PHASED_MIX[2]:.0%} 2-pass / {PHASED_MIX[3]:.0%} 3-pass after the "
+    f"plain phase) (2 seeds each); training arms fine-tuned {FINETUNE_STEPS:,} steps from the shipped FBT-GLU "
     "specimens (mix, 50/25/25, random 1..8, phased 88/12, jitter 0.2, fixed point, additive fusion, the exact "
     f"recurrence itself), 2 seeds each; duration arms: the mix and the fixed point fine-tuned {DURATION_STEPS:,} "
     f"steps, 2 seeds each; additive arms: the mix, the fixed point and random 1..8 fine-tuned {FINETUNE_STEPS:,} "
@@ -377,7 +386,7 @@ RECIPE = Recipe(
     chance="0.5: the answer is one of two balanced values.",
     caveat="A fractional design: the training factors are fine-tunes of trained models (FBT-GLU, or the additive "
            "FBTs), not runs from scratch, so they say what fixes a model that already uses its feedback at pass 2; "
-           "only the mechanism is varied from scratch. The fine-tune arms differ in "
+           "only the mechanism and the phased schedule are varied from scratch. The fine-tune arms differ in "
            "compute per step (a fixed-point step runs up to 40 passes without gradient): the table gives each "
            "run's FLOPs beside its result, at equal optimiser steps. Two seeds per arm.",
     finding=finding)
