@@ -3,7 +3,7 @@
 Every FBT specimen of the registers setting (``fbt_pass_mixes_registers``) answers at its trained
 depth (pass 2) and fails under its own exact recurrence, although its pass map contracts: the
 fixed point it converges to is one it cannot read. The LRT trained the same way reads its fixed
-point. Which factor decides? Four families of arms, all on the registers setting (it needs the
+point. Which factor decides? Five families of arms, all on the registers setting (it needs the
 feedback):
 
 - **From scratch** (the registers recipe's schedule: 20 % single-pass, then 75/22/3 per batch, prefix
@@ -83,8 +83,8 @@ LRT = {**SHAPE, "mechanism": "lrt", "lrt_gamma_init": 0.1, "lrt_kv_init": "unifo
 FINETUNE_STEPS, FINETUNE_LR = 1500, 3e-4
 SEEDS = (0, 1)
 FBT_ADDITIVE = {**FBT_GLU, "fbt_fusion": "additive"}
-# run names: the registers recipe's (its seed-0 LRT cross has no seed suffix); the LRT's seed 1 and the additive FBTs
-# are the study's own
+# run names: the registers recipe's (its seed-0 LRT cross has no seed suffix); the LRT's seed 1, the additive and the
+# phased FBTs are the study's own
 SHIPPED = {"fbt_glu": "reg_75_22_3_s{s}", "lrt": "reg_lrt_75_22_3{suffix}", "fbt_additive": "reg_add_75_22_3_s{s}",
            "fbt_glu_phased": "reg_phased_97_3_s{s}"}
 # the specimens the fine-tunes start from, relative to the repository root
