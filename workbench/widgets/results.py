@@ -124,7 +124,9 @@ def recipe_explorer(summaries: Mapping[str, Mapping[str, Any]], tables: Mapping[
 
     def render(recipe: str) -> tuple[Figure, str]:
         s = summaries[recipe]
-        table = tables[recipe]["results"].to_html(index=False, max_rows=max_rows, float_format=format_number, border=0)
+        # a recipe's table mixes row kinds (causal_use: sites, streams, text ablations): a cell a kind lacks is blank
+        table = tables[recipe]["results"].to_html(index=False, max_rows=max_rows, float_format=format_number,
+                                                  border=0, na_rep="")
         gates = gates_table({recipe: s})
         gate_html = "" if gates.empty else "gates (all must pass before a verdict):" + gates.drop(
             columns="recipe").to_html(index=False, float_format=format_number, border=0)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -202,6 +203,9 @@ def test_recipe_explorer_switches_recipe(root):
     explorer.controls["recipe"].value = "fbt_pass_mixes"
     assert "verdict <b>does not reproduce</b>" in explorer.summary.value and "75/25 diverges" in explorer.summary.value
     assert len(explorer.figure.axes) == 3  # contraction curves with a loss panel
+    mixed = {"results": ARMS.assign(flips=[0.625, np.nan], nats=[np.nan, 0.875])}
+    blank = widgets.recipe_explorer({"lrt_vs_baseline": SUMMARY}, {"lrt_vs_baseline": mixed}).summary.value
+    assert "NaN" not in blank and "0.625" in blank and "0.875" in blank  # a cell a row kind lacks reads blank
     with pytest.raises(ValueError, match="tables"):
         widgets.recipe_explorer(summaries, {})
     with pytest.raises(ValueError, match="verdict"):
