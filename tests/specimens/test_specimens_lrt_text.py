@@ -16,6 +16,7 @@ import json
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -67,3 +68,17 @@ def test_specimen_bpb_holds_on_a_fresh_slice(recipe, run):
     if "blockwise" not in run:
         unigram = task.unigram_loss() / math.log(2)
         assert unigram - bpb >= text.UNIGRAM_MARGIN - MARGIN, f"{recipe}/{run}: {bpb:.3f} vs unigram {unigram:.3f}"
+
+
+@pytest.mark.parametrize("name,arm", [("lrt_vs_baseline", "baseline"), ("schedules", "lrt_interleaved")])
+def test_the_flattened_gate_is_the_shipped_curves_own(name, arm):
+    """The 'flattened' gate read from the shipped runs' held-out curves (evaluations recorded during training, not
+    a sample one can redraw): recomputed from each run's history, it is the recorded value and within the gate."""
+    from workbench.experiments.common import last_quarter_improvement
+
+    runs = [spec.name for spec in RECIPES[name].build(1.0) if spec.name.startswith(f"text_{arm}_s")]
+    worst = max(last_quarter_improvement(pd.read_csv(checkpoints_root() / name / r / "history.csv"), "val_bpb")
+                for r in runs)
+    (gate,) = [g for g in json.loads(SHIPPED[name].read_text())["gates"] if g["name"].endswith("flattened")]
+    assert worst == pytest.approx(gate["value"], abs=1e-12) and gate["passed"] == (worst <= text.FLAT)
+    assert worst <= text.FLAT, f"{name}: the shipped {arm} curves fell {worst:.4f} over their last quarter"

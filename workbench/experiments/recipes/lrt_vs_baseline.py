@@ -28,6 +28,7 @@ from ..text_arms import (
     CURVE_MARKS,
     FLAT,
     KNOWN_DIFFERENCES,
+    LR_SCHEDULE,
     SEEDS,
     TEXT,
     TREATMENT,
@@ -130,8 +131,8 @@ RECIPE = Recipe(
     "d20 shape.",
     f"Byte-level 4x64 models on the stdlib corpus at context {TEXT['seq_len']}, baseline vs LRT interleaved S=2 "
     f"(reference-code training treatment), each given the FLOPs of {BASE_STEPS} baseline steps of "
-    f"{BATCH} windows, {len(SEEDS)} seeds; held-out BPB curves at {CURVE_MARKS} FLOP marks, the final point "
-    "evaluated with the exact recurrence.",
+    f"{BATCH} windows at a {LR_SCHEDULE} learning rate, {len(SEEDS)} seeds; held-out BPB curves at {CURVE_MARKS} "
+    "FLOP marks, the final point evaluated with the exact recurrence.",
     lambda scale: text_runs(("baseline", "lrt_interleaved"), scale), analyze,
     gates=(Gate("baseline below unigram", "unigram BPB minus the baseline's held-out BPB (bits/byte, exact)", ">=",
                 UNIGRAM_MARGIN),

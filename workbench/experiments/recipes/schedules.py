@@ -19,6 +19,7 @@ from ..text_arms import (
     BATCH,
     FLAT,
     KNOWN_DIFFERENCES,
+    LR_SCHEDULE,
     SEEDS,
     TEXT,
     TREATMENT,
@@ -72,8 +73,8 @@ RECIPE = Recipe(
     "Interleaved training clearly beats block-wise training (the paper's ablation at matched compute).",
     f"The lrt_vs_baseline text specimens (4x64 bytes, context {TEXT['seq_len']}): LRT trained interleaved S=2 "
     f"vs block-wise (block {ARMS['lrt_blockwise'][1]['block']}), each at the FLOPs of {BASE_STEPS} baseline "
-    f"steps of {BATCH} windows, {len(SEEDS)} seeds, evaluated with the exact recurrence and under their own "
-    "schedule.",
+    f"steps of {BATCH} windows at a {LR_SCHEDULE} learning rate, {len(SEEDS)} seeds, evaluated with the exact "
+    "recurrence and under their own schedule.",
     lambda scale: text_runs(SCHEDULE_ARMS, scale), analyze,
     gates=(Gate("interleaved below unigram", "unigram BPB minus LRT interleaved's held-out BPB (bits/byte, exact)",
                 ">=", UNIGRAM_MARGIN),
