@@ -22,7 +22,7 @@ The model knows nothing of sampling; this module knows nothing of how memory is 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -33,16 +33,25 @@ from .validation import check_float, check_int, check_tokens
 REGIMES = schedules.REGIMES
 
 
+Generators = torch.Generator | Sequence[torch.Generator] | None
+
+
 def sample_next(logits: torch.Tensor, temperature: float = 0.0, top_k: int | None = None,
-                generator: torch.Generator | None = None) -> torch.Tensor:
-    """Next token ids (B,) from last-position logits (B, V): greedy at temperature 0."""
+                generator: Generators = None) -> torch.Tensor:
+    """Next token ids (B,) from last-position logits (B, V): greedy at temperature 0.
+
+    ``generator``: one for the batch, or one per row (B of them), so that a row's draws do not depend on
+    which other rows are decoded beside it (a sequence decoded alone or in any batch samples the same)."""
     if temperature == 0.0:
         return logits.argmax(dim=-1)
     logits = logits.float() / temperature
     if top_k is not None:
         kth = torch.topk(logits, min(top_k, logits.size(-1)), dim=-1).values[:, -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
-    return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator).squeeze(-1)
+    probs = logits.softmax(dim=-1)
+    if generator is None or isinstance(generator, torch.Generator):
+        return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    return torch.cat([torch.multinomial(row, 1, generator=g) for row, g in zip(probs, generator)])
 
 
 def _validate(model: GPT, prompt: torch.Tensor, max_new_tokens: int, regime: str | schedules.Schedule,
@@ -72,7 +81,7 @@ def compiled_carry() -> Callable[..., StepOutput]:
 @torch.no_grad()
 def generate(model: GPT, prompt: torch.Tensor, max_new_tokens: int, regime: str | schedules.Schedule = "standard",
              prefill_passes: int = 1, temperature: float = 0.0, top_k: int | None = None,
-             eos: int | None = None, generator: torch.Generator | None = None,
+             eos: int | None = None, generator: Generators = None,
              return_logits: bool = False, compile: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Continue ``prompt`` (B, T) by up to ``max_new_tokens``: returns (B, T + new) like Hugging Face.
 
@@ -84,9 +93,15 @@ def generate(model: GPT, prompt: torch.Tensor, max_new_tokens: int, regime: str 
     or ``Single()``, ``Sequential()``, ``Multipass(K)`` for the prompt, the tokens then reading memory
     unless the value is ``Single()``).
     ``compile``: compile the per-token step (see the module docstring); the prefill stays eager.
+    ``generator``: sampling's random source, one for the batch or one per row (``sample_next``).
     """
     value = _validate(model, prompt, max_new_tokens, regime, prefill_passes, temperature, top_k, eos)
     B, P = prompt.shape
+    if not (generator is None or isinstance(generator, torch.Generator)
+            or (isinstance(generator, Sequence) and len(generator) == B
+                and all(isinstance(g, torch.Generator) for g in generator))):
+        raise ValueError(f"generator={generator!r} is invalid: must be None, one torch.Generator, or one per prompt "
+                         f"row ({B})")
     if compile and not isinstance(model, GPT):
         raise ValueError(f"compile=True needs a workbench GPT (its fixed-shape cache), got {type(model).__name__}")
     length = P + max_new_tokens

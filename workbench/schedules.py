@@ -722,8 +722,12 @@ class Prefilled(Schedule):
         check_tokens(model.config.vocab_size, idx)
         B, T = idx.shape
         P = self._prompt_len(T)
-        cache = model.new_kv_cache(B, T)
-        out = self.prefill(model, idx[:, :P], cache)
+        return self._through(model, idx, model.new_kv_cache(B, T), P)
+
+    def _through(self, model: GPT, idx: torch.Tensor, cache: DecodeCache, P: int) -> ScheduleOutput:
+        """The first ``P`` positions by ``prefill_with``, the rest of ``idx`` token by token as ``then``."""
+        B, T = idx.shape
+        out = self.prefill_with.prefill(model, idx[:, :P], cache)
         if P == T:
             return out
         reads = None if self.then.reads_memory else torch.zeros(B, T, dtype=torch.bool, device=idx.device)
@@ -732,7 +736,11 @@ class Prefilled(Schedule):
         return ScheduleOutput(logits, [logits], memory, [None], [1.0], self.name)
 
     def prefill(self, model: GPT, idx: torch.Tensor, cache: DecodeCache) -> ScheduleOutput:
-        return self.prefill_with.prefill(model, idx, cache)
+        """Fill ``cache`` with the prompt ``idx``: all of it by ``prefill_with``, or, with ``suffix=k``, its last k
+        tokens already token by token as ``then`` (so feedback acts on the first generated token too: SOFT
+        decoding started inside the prompt, ``generate(..., regime=condition("suffix1"))``)."""
+        T = idx.size(1)
+        return self._through(model, idx, cache, T if self.suffix is None else self._prompt_len(T))
 
     def reads(self, batch: int, seq_len: int, plain_prefix: int | torch.Tensor = 0,
               device: torch.device | str | None = None) -> torch.Tensor:

@@ -168,6 +168,22 @@ def test_a_regime_value_run_teacher_forced_is_generate_bit_for_bit(variant, regi
     assert torch.equal(again[0], tokens) and torch.equal(again[1], chosen)  # generate takes the value itself
 
 
+@pytest.mark.parametrize("k", [1, 3])
+def test_a_suffix_condition_decodes_soft_started_inside_the_prompt(variant, k):
+    """``generate(..., regime=condition("suffixK"))`` prefills the prompt but its last K tokens plainly and runs
+    those by the recurrence: bit for bit SOFT with a prompt K tokens shorter, run teacher-forced."""
+    cfg = variant_config(variant)
+    model, idx = perturbed_model(cfg), token_batch(cfg)
+    P = 6
+    tokens, chosen = wb.generate(model, idx[:, :P], max_new_tokens=4, regime=S.condition(f"suffix{k}"),
+                                 return_logits=True)
+    with torch.no_grad():
+        logits = S.Prefilled(S.Single(), S.Sequential(), prompt_len=P - k).run(model, tokens).logits
+    assert torch.equal(logits[:, P - 1:-1], chosen)
+    soft = wb.generate(model, idx[:, :P], max_new_tokens=1, regime="soft", return_logits=True)[1]
+    assert cfg.mechanism == "none" or not torch.equal(soft[:, 0], chosen[:, 0])  # the first token reads feedback
+
+
 def test_soft_is_the_recurrence_with_a_plain_prefix_and_a_suffix_condition_is_soft_from_there(variant):
     cfg = variant_config(variant)
     model, idx = perturbed_model(cfg), token_batch(cfg)

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from workbench import tasks
-from workbench.analysis.traces import trace_lengths
+from workbench.analysis.traces import first_decisions, trace_lengths
 from workbench.experiments import checkpoints_root, load_run
 from workbench.experiments.recipes import reasoning_traces as recipe
 
@@ -52,7 +52,8 @@ def test_every_run_of_the_recipe_is_shipped_and_the_gate_was_recorded():
 @pytest.mark.parametrize("run", FBT_RUNS)
 def test_specimen_gate_holds_on_a_fresh_sample(run):
     torch.set_num_threads(1)
-    recorded = next(r["accuracy"] for r in _summary()["per_seed"] if r["run"] == run and r["regime"] == "standard")
+    recorded = next(r["accuracy"] for r in _summary()["per_seed"]
+                    if r["run"] == run and r["regime"] == "standard" and r["decoding"] == "greedy")
     task = tasks.get("arith_cot", **recipe.TASK)
     fresh = trace_lengths(load_run(recipe.RECIPE.name, run), task, ("standard",), n=FRESH_N, seed=FRESH_SEED,
                           max_new_tokens=task.seq_len)
@@ -62,3 +63,15 @@ def test_specimen_gate_holds_on_a_fresh_sample(run):
         assert value >= recipe.COMPETENT - MARGIN, message
     else:
         assert value < recipe.COMPETENT + MARGIN, message
+
+
+@pytest.mark.parametrize("run", FBT_RUNS[:1])
+def test_the_verdicts_soft_can_change_the_first_decision_and_the_papers_cannot(run):
+    """The design check the rule reads, on fresh questions: the paper's SOFT makes STANDARD's first decision by
+    construction; the verdict's SOFT (started at the prompt's last token) reads feedback there."""
+    torch.set_num_threads(1)
+    task = tasks.get("arith_cot", **recipe.TASK)
+    regimes = {r: recipe.REGIMES[r] for r in ("standard", "soft", recipe.VERDICT_REGIME)}
+    first = first_decisions(load_run(recipe.RECIPE.name, run), task, regimes, n=64, seed=FRESH_SEED)
+    gap = first.groupby("regime")["max_logprob_gap"].max()
+    assert gap["soft"] < 1e-9 and gap[recipe.VERDICT_REGIME] > recipe.SEPARABLE

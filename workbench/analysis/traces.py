@@ -14,14 +14,16 @@ padding a prompt would put pad tokens between the question and the continuation.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 import torch
 
+from .. import schedules
 from ..decode import REGIMES, generate
 from ..model import GPT, eval_mode
+from ..schedules import Schedule
 from ..stats import STATISTICS, bootstrap
 from ..tasks import ANSWER_MARKER, Task
 from ..validation import check_int
@@ -61,10 +63,24 @@ def read_trace(task: Task, generated: list[int], answer: int) -> dict[str, objec
             "correct": answered and bool(task.check_answer(text, answer)), "text": text}
 
 
-def _check_regimes(regimes: Sequence[str]) -> None:
+Regimes = Sequence[str] | Mapping[str, Schedule]
+
+
+def regime_values(regimes: Regimes, prefill_passes: int = 1) -> dict[str, Schedule]:
+    """``regimes`` as {label: schedule value}: names of ``decode.REGIMES`` (FUSED with ``prefill_passes``), or a
+    mapping from a label of one's own to any value ``generate`` takes (``{"soft_last": condition("suffix1")}``:
+    SOFT started at the prompt's last token)."""
+    if isinstance(regimes, Mapping):
+        bad = [k for k, v in regimes.items() if not isinstance(k, str) or not getattr(v, "can_prefill", False)]
+        if bad or not regimes:
+            raise ValueError(f"regimes={dict(regimes)!r} is invalid: must map labels to schedule values that fill a "
+                             "KV cache (schedules.regime(...), schedules.condition('suffix1'), ...)")
+        return dict(regimes)
     unknown = [r for r in regimes if r not in REGIMES]
-    if unknown or not regimes:
-        raise ValueError(f"regimes={tuple(regimes)!r} is invalid: each must be one of {REGIMES}")
+    if unknown or not regimes or isinstance(regimes, str):
+        raise ValueError(f"regimes={regimes!r} is invalid: each must be one of {REGIMES} (or pass a mapping "
+                         "from labels to schedule values)")
+    return {r: schedules.regime(r, prefill_passes) for r in regimes}
 
 
 def _prompts(task: Task, n: int, seed: int, split: str):
@@ -81,7 +97,7 @@ def _prompts(task: Task, n: int, seed: int, split: str):
     return batch, prompts, by_length
 
 
-def first_decisions(model: GPT, task: Task, regimes: Sequence[str] = ("standard", "soft"), *, n: int = 64,
+def first_decisions(model: GPT, task: Task, regimes: Regimes = ("standard", "soft"), *, n: int = 64,
                     seed: int = 0, split: str = "val", prefill_passes: int = 1) -> pd.DataFrame:
     """The first token each regime would write after each prompt, and how far its log-probabilities lie from
     the first regime's: a trace's first verbosity decision ("answer now" or "write a line") is made here.
@@ -89,43 +105,51 @@ def first_decisions(model: GPT, task: Task, regimes: Sequence[str] = ("standard"
     Why: a regime that prefills the prompt as another does (SOFT's prefill is STANDARD's plain pass)
     makes the same first decision by construction, so it can differ only in what follows; a design
     whose traces are decided at the first token then cannot separate the two, whatever the models.
+    ``regimes``: names or {label: schedule value} (``regime_values``).
     Columns: ``regime``, ``example``, ``first_token`` (the greedy choice), ``max_logprob_gap`` (the
-    largest absolute difference of the first token's log-probabilities from ``regimes[0]``'s).
+    largest absolute difference of the first token's log-probabilities from the first regime's).
     """
-    _check_regimes(regimes)
+    values = regime_values(regimes, prefill_passes)
     _, prompts, by_length = _prompts(task, n, seed, split)
     device = model.readout_weight.device
-    logprobs: dict[str, dict[int, torch.Tensor]] = {r: {} for r in regimes}
+    logprobs: dict[str, dict[int, torch.Tensor]] = {r: {} for r in values}
     with eval_mode(model):
-        for regime in regimes:
+        for regime, value in values.items():
             for examples in by_length.values():
                 prompt = torch.tensor([prompts[i] for i in examples], dtype=torch.long, device=device)
-                _, logits = generate(model, prompt, 1, regime=regime, prefill_passes=prefill_passes,
-                                     return_logits=True)
+                _, logits = generate(model, prompt, 1, regime=value, return_logits=True)
                 for i, row in zip(examples, torch.log_softmax(logits[:, 0].double(), dim=-1).cpu()):
                     logprobs[regime][i] = row
-    first = logprobs[regimes[0]]
+    first = logprobs[next(iter(values))]
     return pd.DataFrame([{"regime": r, "example": i, "first_token": int(lp.argmax()),
                           "max_logprob_gap": float((lp - first[i]).abs().max())}
-                         for r in regimes for i, lp in sorted(logprobs[r].items())])
+                         for r in values for i, lp in sorted(logprobs[r].items())])
 
 
-def trace_lengths(model: GPT, task: Task, regimes: Sequence[str] = REGIMES, *, n: int = 64, seed: int = 0,
+def example_generator(seed: int, example: int, device: torch.device | str | None = None) -> torch.Generator:
+    """The random source of one example's sampled trace: seeded by (``seed``, ``example``) alone."""
+    return torch.Generator(device=device).manual_seed(int(np.random.SeedSequence([seed, example]).generate_state(1)[0]))
+
+
+def trace_lengths(model: GPT, task: Task, regimes: Regimes = REGIMES, *, n: int = 64, seed: int = 0,
                   split: str = "val", max_new_tokens: int = 64, prefill_passes: int = 1, temperature: float = 0.0,
                   top_k: int | None = None) -> pd.DataFrame:
     """Decode ``n`` of the task's prompts under each regime; one row per (regime, example).
 
     ``task`` must carry prompts and an exact answer check (``arith_cot``). Examples are drawn with
     ``seed`` from ``split`` ("val": questions a trained model never saw); the same examples under
-    every regime, so regimes compare pairwise. ``prefill_passes`` is the ``fused`` regime's number
-    of fused prefill passes; sampling at ``temperature > 0`` is seeded with ``seed``.
+    every regime, so regimes compare pairwise. ``regimes``: names or {label: schedule value}
+    (``regime_values``); ``prefill_passes`` is the ``fused`` regime's number of fused prefill passes.
+    Sampling at ``temperature > 0`` draws each example from its own generator (``example_generator``):
+    an example samples the same whatever else is decoded with it, and every regime starts it from the
+    same random numbers (common random numbers: the regimes' differences are the models', not the draws').
 
     Columns: ``regime``, ``example`` (index in the batch), ``length`` (tokens before the answer
     marker, or every generated token when there is none), ``lines`` (intermediate lines among
     them), ``answered`` (a complete answer line was
     written), ``correct`` (the task's exact check), ``text`` (the continuation up to its answer line).
     """
-    _check_regimes(regimes)
+    values = regime_values(regimes, prefill_passes)
     if not callable(getattr(task, "check_answer", None)):
         raise ValueError(f"task={task!r} has no check_answer: trace lengths need a task with exact answers "
                          f"(e.g. arith_cot)")
@@ -135,15 +159,13 @@ def trace_lengths(model: GPT, task: Task, regimes: Sequence[str] = REGIMES, *, n
     eos = getattr(task, "eos_id", None)  # a task that marks its end lets decoding stop there
     rows = []
     with eval_mode(model):
-        for regime in regimes:
-            generator = None
-            if temperature > 0:
-                generator = torch.Generator(device=device).manual_seed(seed)
+        for regime, value in values.items():
             traces: dict[int, dict[str, object]] = {}
             for length, examples in by_length.items():
                 prompt = torch.tensor([prompts[i] for i in examples], dtype=torch.long, device=device)
-                out = generate(model, prompt, max_new_tokens, regime=regime, prefill_passes=prefill_passes,
-                               temperature=temperature, top_k=top_k, eos=eos, generator=generator)
+                generators = [example_generator(seed, i, device) for i in examples] if temperature > 0 else None
+                out = generate(model, prompt, max_new_tokens, regime=value, temperature=temperature, top_k=top_k,
+                               eos=eos, generator=generators)
                 for i, generated in zip(examples, out[:, length:].tolist()):
                     traces[i] = read_trace(task, generated, int(batch.labels[i]))
             rows.extend({"regime": regime, "example": i, **traces[i]} for i in sorted(traces))

@@ -126,7 +126,8 @@ def bar_figure(table: pd.DataFrame, title: str, floors: dict[str, tuple[float, s
 
 def describe(arm: str, interval: dict[str, float], unit: str) -> str:
     seeds = f", {interval['seeds']} seeds" if "seeds" in interval else ""
-    return f"{arm}: {interval['mean']:+.4f} {unit} [{interval['low']:+.4f}, {interval['high']:+.4f}{seeds}]"
+    unit = f" {unit}" if unit else ""
+    return f"{arm}: {interval['mean']:+.4f}{unit} [{interval['low']:+.4f}, {interval['high']:+.4f}{seeds}]"
 
 
 def combine(verdicts: list[str]) -> str:

@@ -11,9 +11,16 @@ answer follows the marker ``####``::
     $                      <- only with eos=True: the end-of-sequence marker
 
 Training traces mix three verbosities: every step written, some steps skipped (each kept with
-probability 1/2), answer only. Every trace is correct, so how much to write before the marker is
-the model's free choice, and the number of tokens it spends there (``trace_length``) measures how
-much it reasons out loud rather than in its hidden state.
+probability 1/2), answer only (``verbosity="mixed"``; ``"full_or_skip"`` leaves answer-only out, so
+most traces write a line and a median length says something). Every trace is correct, so how much
+to write before the marker is the model's free choice, and the number of tokens it spends there
+(``trace_length``) measures how much it reasons out loud rather than in its hidden state.
+
+``skip_trivial=k`` makes the choice of what to write partly predictable from the problem: an
+operation whose operand is at most ``k`` (``+1``, ``-2``: one a reader does in their head) is never
+written out, in every verbosity; its result is folded into the next line. Whether a line comes
+next is then a property of the question, and a model that carries the partial result in its
+state has a reason to write less. ``0`` (the default) folds nothing, the data of existing checkpoints.
 
 ``eos=True`` ends every text with ``EOS_MARKER`` after the answer line, so a trained model says when
 it is done and decoding (``generate(..., eos=task.eos_id)``) stops there instead of running on to
@@ -33,7 +40,7 @@ from .tokenizers import CharTokenizer
 
 ANSWER_MARKER = "####"
 EOS_MARKER = "$"  # never written otherwise by this task
-VERBOSITIES = ("mixed", "full", "skip", "answer")
+VERBOSITIES = ("mixed", "full", "skip", "answer", "full_or_skip")
 LOSS_ON = ("completion", "answer", "all")
 _ANSWER = re.compile(re.escape(ANSWER_MARKER) + r" *(-?\d+)")
 
@@ -50,13 +57,15 @@ class ArithCoT(Task):
     name = "arith_cot"
 
     def __init__(self, steps: int = 3, max_value: int = 99, verbosity: str = "mixed",
-                 loss_on: str = "completion", eos: bool = False) -> None:
+                 loss_on: str = "completion", eos: bool = False, skip_trivial: int = 0) -> None:
         check_int(self.name, "steps", steps, 1, 32)
         check_int(self.name, "max_value", max_value, 1, 10**6)
         check_choice(self.name, "verbosity", verbosity, VERBOSITIES)
         check_choice(self.name, "loss_on", loss_on, LOSS_ON)
         if not isinstance(eos, bool):
             fail(self.name, "eos", eos, "must be a bool")
+        check_int(self.name, "skip_trivial", skip_trivial, 0, max_value - 1)
+        self.skip_trivial = int(skip_trivial)
         self.steps, self.max_value = int(steps), int(max_value)
         self.verbosity, self.loss_on, self.eos = verbosity, loss_on, eos
         self.tokenizer = CharTokenizer()
@@ -65,6 +74,8 @@ class ArithCoT(Task):
                        "loss_on": loss_on}
         if eos:  # absent when off, so the params (and run configs) of existing checkpoints stay as they were
             self.params["eos"] = True
+        if skip_trivial:  # likewise
+            self.params["skip_trivial"] = self.skip_trivial
         # Longest text: every number at full width and every step written.
         d = len(str(self.max_value))
         expr = [(k + 1) * d + k for k in range(self.steps + 1)]  # an expression with k operations
@@ -87,14 +98,31 @@ class ArithCoT(Task):
             ops.append(op)
         return operands, ops
 
-    def _kept_steps(self, rng: np.random.Generator) -> list[bool]:
-        """Which of the ``steps - 1`` intermediate lines this trace writes."""
+    def _kept_steps(self, rng: np.random.Generator, operands: list[int]) -> list[bool]:
+        """Which of the ``steps - 1`` intermediate lines this trace writes: the verbosity's choice, less every
+        line after a trivial operation (``skip_trivial``)."""
         verbosity = self.verbosity
         if verbosity == "mixed":
             verbosity = VERBOSITIES[1 + int(rng.integers(3))]
+        elif verbosity == "full_or_skip":
+            verbosity = VERBOSITIES[1 + int(rng.integers(2))]
         if verbosity == "skip":
-            return [bool(b) for b in rng.integers(0, 2, size=self.steps - 1)]
-        return [verbosity == "full"] * (self.steps - 1)
+            kept = [bool(b) for b in rng.integers(0, 2, size=self.steps - 1)]
+        else:
+            kept = [verbosity == "full"] * (self.steps - 1)
+        return [keep and not trivial for keep, trivial in zip(kept, self._trivial(operands))]
+
+    def _trivial(self, operands: list[int]) -> list[bool]:
+        """Per intermediate line (after operations 1 .. steps - 1): is its operation's operand <= skip_trivial?"""
+        return [x <= self.skip_trivial for x in operands[1:self.steps]]
+
+    def trivial(self, prompt: str) -> list[bool]:
+        """Per intermediate line of ``prompt``'s trace (after operations 1 .. steps - 1): is its operation
+        trivial, so the line is never written (``skip_trivial``)? Reads the question itself, not a trace."""
+        operands = [int(x) for x in re.findall(r"\d+", prompt)]
+        if len(operands) != self.steps + 1:
+            raise ValueError(f"prompt={prompt!r} is invalid: must be a question of {self.steps} operations")
+        return self._trivial(operands)
 
     def _example(self, rng: np.random.Generator) -> tuple[str, str, int]:
         operands, ops = self._problem(rng)
@@ -106,8 +134,8 @@ class ArithCoT(Task):
             return str(values[k]) + "".join(f"{op}{x}" for op, x in zip(ops[k:], operands[k + 1:]))
 
         prompt = f"Q: {expression(0)}\n"
-        trace = "".join(f"> {expression(k)}\n" for k, keep in zip(range(1, self.steps), self._kept_steps(rng))
-                        if keep)
+        trace = "".join(f"> {expression(k)}\n" for k, keep in zip(range(1, self.steps),
+                                                                 self._kept_steps(rng, operands)) if keep)
         end = EOS_MARKER if self.eos else ""
         return prompt, f"{prompt}{trace}{ANSWER_MARKER} {values[-1]}\n{end}", values[-1]
 

@@ -261,3 +261,46 @@ def test_the_traces_rule_refuses_a_design_that_cannot_separate_the_regimes():
                                                         "median-length interval has zero width (+0 tokens on every "
                                                         "resample)")
     assert recipe.decide({**shorter, "seeds": 2}, fine, first_gap=1e-9).startswith("not tested: seeds = 2")
+
+
+def test_soft_started_at_the_prompts_last_token_acts_on_the_first_decision(model, task):
+    """``condition("suffix1")`` as a decoding regime fuses the prompt's last token already, so the first token reads
+    feedback (the verdict's SOFT in reasoning_traces); the paper's SOFT does not."""
+    S = wb.schedules
+    first = first_decisions(model, task, {"standard": S.regime("standard"), "soft": S.regime("soft"),
+                                          "soft_last": S.condition("suffix1")}, n=12, seed=3)
+    by = {r: g.reset_index(drop=True) for r, g in first.groupby("regime")}
+    assert by["soft"]["max_logprob_gap"].max() < 1e-9
+    assert by["soft_last"]["max_logprob_gap"].max() > 1e-3
+
+
+def test_regimes_by_label_decode_what_their_schedule_values_decode(model, task):
+    """A mapping {label: value} decodes like the named regime of the same value, labelled as given."""
+    named = trace_lengths(model, task, ("soft",), n=4, seed=0, max_new_tokens=8)
+    labelled = trace_lengths(model, task, {"mine": wb.schedules.regime("soft")}, n=4, seed=0, max_new_tokens=8)
+    assert set(labelled["regime"]) == {"mine"}
+    pd.testing.assert_frame_equal(named.drop(columns="regime"), labelled.drop(columns="regime"))
+    for bad in ("soft", {"x": "soft"}, {}):
+        with pytest.raises(ValueError, match="regimes="):
+            trace_lengths(model, task, bad, n=2)
+
+
+def test_trivial_lines_are_read_off_the_question():
+    from workbench.experiments.recipes import reasoning_traces as recipe
+
+    task = tasks.get("arith_cot", **recipe.TASK)
+    frame = pd.DataFrame({"example": [0, 0, 1], "lines": [0, 3, 1]})
+    flags = recipe.written_trivial(frame, task, 2)
+    allowed = [sum(not t for t in task.trivial(p)) for p in task.sample(2, seed=recipe.EVAL_SEED, split="val").prompts]
+    assert flags.tolist() == [0 > allowed[0], 3 > allowed[0], 1 > allowed[1]] and flags[1]
+
+
+def test_a_sampled_trace_does_not_depend_on_what_is_decoded_beside_it(model, task):
+    """Each example samples from its own generator: a subset of the questions, decoded in other batches, gets the
+    very same sampled traces; another seed gets others."""
+    whole = trace_lengths(model, task, ("standard", "soft"), n=12, seed=3, max_new_tokens=12, temperature=1.0)
+    part = trace_lengths(model, task, ("standard", "soft"), n=5, seed=3, max_new_tokens=12, temperature=1.0)
+    merged = part.merge(whole, on=["regime", "example"])
+    assert len(merged) == 10 and (merged["text_x"] == merged["text_y"]).all()
+    other = trace_lengths(model, task, ("standard",), n=12, seed=4, max_new_tokens=12, temperature=1.0)
+    assert other["text"].tolist() != whole[whole["regime"] == "standard"]["text"].tolist()

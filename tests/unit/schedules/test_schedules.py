@@ -55,11 +55,16 @@ def test_generation_stops_at_eos_and_pads():
     sampled = wb.generate(model, prompt, 5, temperature=1.0, top_k=3, generator=torch.Generator().manual_seed(0))
     again = wb.generate(model, prompt, 5, temperature=1.0, top_k=3, generator=torch.Generator().manual_seed(0))
     assert torch.equal(sampled, again) and sampled.shape == (3, 8)
+    rows = [torch.Generator().manual_seed(10 + i) for i in range(3)]
+    per_row = wb.generate(model, prompt, 5, temperature=1.0, generator=rows)
+    alone = wb.generate(model, prompt[1:2], 5, temperature=1.0, generator=[torch.Generator().manual_seed(11)])
+    assert torch.equal(per_row[1:2], alone)  # a row with its own generator samples the same in any batch
 
 
 @pytest.mark.parametrize("kwargs,field", [
     (dict(regime="hard"), "regime"), (dict(max_new_tokens=-1), "max_new_tokens"),
-    (dict(prefill_passes=0), "prefill_passes"), (dict(temperature=-1.0), "temperature")])
+    (dict(prefill_passes=0), "prefill_passes"), (dict(temperature=-1.0), "temperature"),
+    (dict(temperature=1.0, generator=[torch.Generator()] * 2), "generator")])
 def test_generate_validates(kwargs, field):
     model = wb.build_model(small_config())
     args = dict(max_new_tokens=2) | kwargs

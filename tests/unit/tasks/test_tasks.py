@@ -244,6 +244,29 @@ def test_arith_cot_traces_are_correct_and_mix_verbosities() -> None:
     assert not task.check_answer("no answer", 3)
 
 
+def test_arith_cot_never_writes_a_trivial_step_and_skip_trivial_0_changes_nothing() -> None:
+    """skip_trivial=k folds every operation with an operand <= k into the next line, in every verbosity, so
+    whether a line comes is partly a property of the question; 0 is the data of existing checkpoints."""
+    folded = tasks.get("arith_cot", steps=4, max_value=50, verbosity="full", skip_trivial=9)
+    batch = folded.sample(200, seed=1)
+    skipped = 0
+    for text, prompt in zip(batch.texts, batch.prompts):
+        trivial = folded.trivial(prompt)
+        lines = text[len(prompt):].splitlines()[:-1]
+        assert len(lines) == sum(not t for t in trivial)  # full verbosity: every non-trivial step, no other
+        skipped += sum(trivial)
+        assert all(eval(line[2:]) == eval(prompt[3:]) for line in lines)  # still correct, only folded
+    assert skipped > 50 and folded.params["skip_trivial"] == 9
+    plain, zero = (tasks.get("arith_cot", steps=3, max_value=19, **kw) for kw in ({}, {"skip_trivial": 0}))
+    assert "skip_trivial" not in zero.params and plain.sample(64, 2).texts == zero.sample(64, 2).texts
+    assert zero.trivial("Q: 5+1-3+2\n") == [False, False]
+    assert tasks.get("arith_cot", steps=3, max_value=19, skip_trivial=1).trivial("Q: 5+1-3+2\n") == [True, False]
+    with pytest.raises(ValueError, match="skip_trivial=19"):
+        tasks.get("arith_cot", max_value=19, skip_trivial=19)
+    with pytest.raises(ValueError, match="prompt="):
+        zero.trivial("Q: 5+1\n")
+
+
 def test_arith_cot_seq_len_is_tight() -> None:
     task = tasks.get("arith_cot", steps=2, max_value=9, verbosity="full")
     batch = task.sample(200, seed=0)

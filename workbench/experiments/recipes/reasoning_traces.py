@@ -3,17 +3,32 @@
 The paper reports that under SOFT decoding base models write shorter reasoning traces (median
 length) at equal or better accuracy. A comparison of trace lengths means something only when the
 model answers: the specimen is an FBT model trained on an easier ``arith_cot`` (3 chained +/- on
-numbers up to ``MAX_VALUE``), gated on held-out STANDARD accuracy, beside a baseline of the same
-shape trained on the same data without feedback. Every training trace is correct whatever its
-verbosity (full / skipped / answer-only, a third each), and the task ends each text with an
+numbers up to ``TASK["max_value"]``), gated on held-out STANDARD accuracy, beside a baseline of the
+same shape trained on the same data without feedback. Every training trace is correct whatever its
+verbosity (full or skipped, half each), and the task ends each text with an
 end-of-sequence marker, so how much a model writes before the answer is its free choice and
 decoding stops where it says it is done.
 
-The decision rule is ``decide`` below, fixed before any model was trained: the median-length
-interval must lie below 0 and the accuracy interval may not lie below STANDARD's by more than
-``ACCURACY_MARGIN``. Intervals come from ``analysis.traces.compare_regimes``: a hierarchical
-bootstrap over seeds, then examples, paired by both (the regimes decode the same weights on the
-same questions).
+The design is one where the claim can show (the first one could not, by construction):
+- **skipping is predictable from the problem**: an operation with an operand of at most
+  ``TASK["skip_trivial"]`` is never written out (``arith_cot``'s ``skip_trivial``), so whether a line
+  comes next depends on the question, and a state that carries the partial result has a reason to
+  let the model write less;
+- **sampling as well as greedy decoding**: greedy decoding picks the likeliest verbosity at every
+  line and turned the mix into full traces in every regime; the verdict reads sampling at
+  temperature ``TEMPERATURE`` (each model's own verbosity distribution), greedy is reported beside;
+- **SOFT acting on the first decision**: the paper's SOFT prefills the prompt plainly, so the first
+  generated token ("write a line" or "answer now") comes from the plain pass and is STANDARD's by
+  construction. The verdict reads SOFT started at the prompt's last token (``soft_last`` =
+  ``schedules.condition("suffix1")`` as a decoding regime: that token already reads its
+  predecessor's memory); the paper's SOFT is a row of its own.
+
+The decision rule is ``decide`` below, fixed before any model was trained: first the check that the
+design separates the regimes (``soft_last``'s first decision must differ from STANDARD's somewhere,
+and the length interval may not have zero width), then the median-length interval must lie below 0
+and the accuracy interval may not lie below STANDARD's by more than ``ACCURACY_MARGIN``. Intervals
+come from ``analysis.traces.compare_regimes``: a hierarchical bootstrap over seeds, then examples,
+paired by both (the regimes decode the same weights on the same questions).
 """
 
 from __future__ import annotations
@@ -30,29 +45,37 @@ from ...analysis.traces import (
     training_traces,
 )
 from ...evaluation import MIN_SEEDS
-from ...schedules import Multipass
+from ...schedules import Multipass, condition, regime
 from ..common import FBT_MIX, SMALL_MODEL, config, describe, steps
 from ..core import EVAL_SEED, Context, Finding, Gate, Outcome, Recipe, RunSpec, lead
 
-TASK = {"steps": 3, "max_value": 19, "eos": True}  # easier than the default (3 steps, operands <= 99)
+# easier than the default (3 steps, operands <= 99); an operand <= 3 is never written out (42 % of the lines).
+# Full or skipped traces, no answer-only ones: with them (and the folded lines) 56 % of the training traces wrote
+# no line, so every regime's median trace was 0 tokens and the median could not move.
+TASK = {"steps": 3, "max_value": 19, "eos": True, "skip_trivial": 3, "verbosity": "full_or_skip"}
 FBT = {**SMALL_MODEL, "mechanism": "fbt"}
 BASELINE = {**SMALL_MODEL, "tie_embeddings": True}  # the FBT model's shape without feedback
 SEEDS = (0, 1, 2)  # FBT seeds: the regimes are compared on these
 BASELINE_SEEDS = (0,)  # context only (no decision rests on it): the training budget goes to the FBT seeds
-TRAIN_STEPS = 2000
-REGIMES = ("standard", "soft", "fused")
+TRAIN_STEPS = 5000  # at 2000 the folded lines left STANDARD at 0.44-0.50 (a trial run: 0.92 at 5000)
 PREFILL_PASSES = 2  # FUSED: fused prefill passes after the plain one (3 in all; training drew up to 3)
-N_EXAMPLES = 200  # held-out questions decoded per run and regime at scale 1
-COMPETENT = 0.8  # held-out STANDARD accuracy every FBT seed needs
+VERDICT_REGIME = "soft_last"  # the SOFT the verdict reads: started at the prompt's last token
+REGIMES = {"standard": regime("standard"), "soft": regime("soft"), VERDICT_REGIME: condition("suffix1"),
+           "fused": regime("fused", PREFILL_PASSES)}
+TEMPERATURE = 1.0  # the verdict's decoding: sampling from the model's own distribution
+DECODINGS = {"sampled": TEMPERATURE, "greedy": 0.0}  # decoding -> temperature; the first is the verdict's
+N_EXAMPLES = 200  # held-out questions decoded per run, regime and decoding at scale 1
+COMPETENT = 0.8  # held-out STANDARD accuracy (greedy) every FBT seed needs
 ACCURACY_MARGIN = 0.05  # SOFT may not be worse than STANDARD by more than this (accuracy, absolute)
 GATE = "fbt STANDARD accuracy"
 SEPARABLE = 1e-6  # first-token log-probabilities of SOFT and STANDARD closer than this: the same first decision
 
 
 def build(scale: float) -> list[RunSpec]:
+    # the paper's FBT recipe read as the paper words it: a fresh plain prefix in every pass after the first
     fbt = [RunSpec(f"fbt_s{seed}", config("arith_cot", FBT, steps(TRAIN_STEPS, scale), seed, TASK,
                                            schedule="multipass", pass_mix=FBT_MIX, passes=3, feedback_start=0.3,
-                                           prefix_mixin=0.5),
+                                           prefix_mixin=0.5, prefix_draw="pass"),
                    Multipass(2)) for seed in SEEDS]
     return fbt + [RunSpec(f"baseline_s{seed}", config("arith_cot", BASELINE, steps(TRAIN_STEPS, scale), seed, TASK))
                   for seed in BASELINE_SEEDS]
@@ -88,6 +111,15 @@ def decide(length: dict[str, float], accuracy: dict[str, float], first_gap: floa
     return "inconclusive"
 
 
+def written_trivial(traces: pd.DataFrame, task: tasks.Task, n: int) -> pd.Series:
+    """Per trace: did it write more intermediate lines than its question has non-trivial operations (a line
+    training never writes)? Why: the design's premise is that skipping is predictable from the problem; a
+    model that writes trivial lines has not learned the part of the choice the question decides."""
+    prompts = task.sample(n, seed=EVAL_SEED, split="val").prompts
+    allowed = [sum(not t for t in task.trivial(p)) for p in prompts]
+    return traces["lines"] > traces["example"].map(lambda i: allowed[i])
+
+
 def analyze(ctx: Context) -> Outcome:
     from ...plots import trace_lengths as plot_traces
 
@@ -96,59 +128,79 @@ def analyze(ctx: Context) -> Outcome:
     frames, firsts = [], []
     for name, model in ctx.models.items():
         fbt = name.startswith("fbt_")
-        frame = trace_lengths(model, task, REGIMES if fbt else ("standard",), n=n, seed=EVAL_SEED,
-                              max_new_tokens=task.seq_len, prefill_passes=PREFILL_PASSES)
-        frames.append(frame.assign(run=name, arm="fbt" if fbt else "baseline"))
-        if fbt:  # can the regimes differ at all? SOFT's first decision against STANDARD's, on the same problems
-            firsts.append(first_decisions(model, task, ("standard", "soft"), n=n, seed=EVAL_SEED).assign(run=name))
+        regimes = REGIMES if fbt else {"standard": REGIMES["standard"]}
+        for decoding, temperature in DECODINGS.items():
+            frame = trace_lengths(model, task, regimes, n=n, seed=EVAL_SEED, max_new_tokens=task.seq_len,
+                                  temperature=temperature)
+            frames.append(frame.assign(run=name, arm="fbt" if fbt else "baseline", decoding=decoding))
+        if fbt:  # can the regimes differ at all? each SOFT's first decision against STANDARD's, on the same problems
+            firsts.append(first_decisions(model, task, {r: REGIMES[r] for r in ("standard", "soft", VERDICT_REGIME)},
+                                          n=n, seed=EVAL_SEED).assign(run=name))
     traces = pd.concat(frames, ignore_index=True)
+    traces["written_trivial"] = written_trivial(traces, task, n)
     traces.to_csv(ctx.out / "traces.csv", index=False)
     fbt = traces[traces["arm"] == "fbt"]
-    table = compare_regimes(fbt)
-    shown = pd.concat([fbt, traces[traces["arm"] == "baseline"].assign(regime="baseline"),
+    table = pd.concat([compare_regimes(fbt[fbt["decoding"] == d]).assign(decoding=d) for d in DECODINGS],
+                      ignore_index=True)
+    verdict_decoding = next(iter(DECODINGS))
+    sampled = traces[traces["decoding"] == verdict_decoding]
+    shown = pd.concat([sampled[sampled["arm"] == "fbt"],
+                       sampled[sampled["arm"] == "baseline"].assign(regime="baseline"),
                        training_traces(task, n=2000, seed=0)], ignore_index=True)
     lines = line_distribution(shown)
     lines.to_csv(ctx.out / "lines.csv", index=False)
-    per_seed = summarize_traces(traces, by=("arm", "run", "regime"))
+    per_seed = summarize_traces(traces, by=("arm", "run", "decoding", "regime"))
     per_seed.to_csv(ctx.out / "per_seed.csv", index=False)
-    rows = table.set_index(["regime", "quantity"])
+    rows = table.set_index(["decoding", "regime", "quantity"])
 
-    def interval(regime: str, quantity: str) -> dict[str, float]:
-        row = rows.loc[(regime, quantity)]
+    def interval(regime: str, quantity: str, decoding: str = verdict_decoding) -> dict[str, float]:
+        row = rows.loc[(decoding, regime, quantity)]
         return {"mean": float(row["diff"]), "low": float(row["low"]), "high": float(row["high"]),
                 "seeds": int(row["seeds"])}
 
-    length, accuracy = interval("soft", "median_length"), interval("soft", "accuracy")
     first = pd.concat(firsts, ignore_index=True)
     first.to_csv(ctx.out / "first_decisions.csv", index=False)
-    soft_first = first[first["regime"] == "soft"]
-    first_gap = float(soft_first["max_logprob_gap"].max())
-    same_choice = float((soft_first["first_token"].to_numpy()
-                         == first[first["regime"] == "standard"]["first_token"].to_numpy()).mean())
+    standard_first = first[first["regime"] == "standard"]["first_token"].to_numpy()
+    gaps, same = {}, {}
+    for r in ("soft", VERDICT_REGIME):
+        part = first[first["regime"] == r]
+        gaps[r] = float(part["max_logprob_gap"].max())
+        same[r] = float((part["first_token"].to_numpy() == standard_first).mean())
+    decisions = {(d, r): decide(interval(r, "median_length", d), interval(r, "accuracy", d), gaps[r])
+                 for d in DECODINGS for r in ("soft", VERDICT_REGIME)}
+    length, accuracy = interval(VERDICT_REGIME, "median_length"), interval(VERDICT_REGIME, "accuracy")
+    greedy_standard = fbt[(fbt["decoding"] == "greedy") & (fbt["regime"] == "standard")]
+    trivial = float(greedy_standard["written_trivial"].mean())
     number = "; ".join([
-        describe("median trace soft - standard", length, "tokens"),
-        describe("accuracy soft - standard", accuracy, ""),
-        describe("median trace fused - standard", interval("fused", "median_length"), "tokens"),
-        ", ".join(f"{r} accuracy {rows.loc[(r, 'accuracy'), 'value']:.3f} median "
-                  f"{rows.loc[(r, 'median_length'), 'value']:g} tokens" for r in REGIMES),
-        f"SOFT's first token: log-probabilities within {first_gap:.2g} of STANDARD's, the same choice on "
-        f"{same_choice:.3f} of the problems",
-        f"SOFT's accuracy cost (its own finding): {accuracy['mean']:+.3f} [{accuracy['low']:+.3f}, "
-        f"{accuracy['high']:+.3f}]"])
-    standard = fbt[fbt["regime"] == "standard"].groupby("run")["correct"].mean()
-    keep = ["arm", "run", "regime", "n", "accuracy", "median_length", "answered"]
+        describe(f"median trace {VERDICT_REGIME} - standard ({verdict_decoding})", length, "tokens"),
+        describe(f"accuracy {VERDICT_REGIME} - standard ({verdict_decoding})", accuracy, ""),
+        *(f"{d}: " + ", ".join(f"{r} accuracy {rows.loc[(d, r, 'accuracy'), 'value']:.3f} median "
+                               f"{rows.loc[(d, r, 'median_length'), 'value']:g} tokens" for r in REGIMES)
+          for d in DECODINGS),
+        *(f"the paper's SOFT ({d}): {decisions[d, 'soft']}" for d in DECODINGS),
+        f"{VERDICT_REGIME} greedy: {decisions['greedy', VERDICT_REGIME]}",
+        *(f"{r}'s first token: log-probabilities within {gaps[r]:.2g} of STANDARD's, the same choice on "
+          f"{same[r]:.3f} of the problems" for r in gaps),
+        f"STANDARD greedy traces that write a trivial line (never in training): {trivial:.3f}",
+        "SOFT's accuracy cost (its own finding, the paper's SOFT minus STANDARD): " + ", ".join(
+            describe(d, interval("soft", "accuracy", d), "") for d in DECODINGS)])
     answers = task.sample(n, seed=EVAL_SEED, split="val").labels
     chance = float(answers.bincount().max()) / len(answers)
-    return Outcome(table, plot_traces(shown, lines), number, decide(length, accuracy, first_gap),
-                   {GATE: float(standard.min())},
+    return Outcome(table, plot_traces(shown, lines), number, decisions[verdict_decoding, VERDICT_REGIME],
+                   {GATE: float(greedy_standard.groupby("run")["correct"].mean().min())},
                    chance=f"accuracy {chance:.3f}: always the most frequent held-out answer",
-                   extra={"per_seed": per_seed[keep].to_dict("records"), "first_gap": first_gap,
-                          "first_same_choice": same_choice, "soft_accuracy": accuracy})
+                   extra={"per_seed": per_seed.to_dict("records"), "first_gap": gaps[VERDICT_REGIME],
+                          "first_gaps": gaps, "first_same_choice": same,
+                          "decisions": {f"{r} {d}": v for (d, r), v in decisions.items()},
+                          "written_trivial": trivial, "soft_accuracy": interval("soft", "accuracy"),
+                          "verdict_accuracy": accuracy})
 
 
 def finding(summary: dict, results: pd.DataFrame) -> Finding:
-    """Each regime's median trace and accuracy against STANDARD's, with the intervals the verdict read."""
-    rows = results.set_index(["regime", "quantity"])
+    """The verdict's SOFT against STANDARD under sampling (median trace, accuracy), the paper's SOFT beside, and
+    SOFT's accuracy cost."""
+    decoding = next(iter(DECODINGS))
+    rows = results[results["decoding"] == decoding].set_index(["regime", "quantity"])
 
     def change(regime: str, quantity: str, digits: int) -> str:
         r = rows.loc[(regime, quantity)]
@@ -156,13 +208,18 @@ def finding(summary: dict, results: pd.DataFrame) -> Finding:
 
     base = {q: rows.loc[("standard", q), "value"] for q in ("median_length", "accuracy")}
     costs = rows.loc[("soft", "accuracy"), "high"] < 0
-    return Finding(f"median trace {change('soft', 'median_length', 1)} tokens, accuracy "
-                   f"{change('soft', 'accuracy', 3)} (SOFT minus STANDARD)",
-                   lead(summary) + f" Under SOFT the median trace changes by {change('soft', 'median_length', 1)} "
-                   f"tokens from STANDARD's {base['median_length']:g}. A finding of its own: SOFT's accuracy "
-                   f"differs from STANDARD's {base['accuracy']:.3f} by {change('soft', 'accuracy', 3)}"
+    greedy = results[results["decoding"] == "greedy"].set_index(["regime", "quantity"]).loc[("soft", "accuracy")]
+    return Finding(f"median trace {change(VERDICT_REGIME, 'median_length', 1)} tokens, accuracy "
+                   f"{change(VERDICT_REGIME, 'accuracy', 3)} ({VERDICT_REGIME} minus STANDARD, {decoding})",
+                   lead(summary) + f" Sampling at temperature {TEMPERATURE:g}, SOFT started at the prompt's last "
+                   f"token changes the median trace by {change(VERDICT_REGIME, 'median_length', 1)} tokens from "
+                   f"STANDARD's {base['median_length']:g}, and the paper's SOFT by "
+                   f"{change('soft', 'median_length', 1)}. A finding of its own: the paper's SOFT changes "
+                   f"STANDARD's accuracy {base['accuracy']:.3f} by {change('soft', 'accuracy', 3)}"
                    + (", a cost (the interval lies below 0)" if costs else "")
-                   + f"; FUSED's by {change('fused', 'accuracy', 3)}, with {change('fused', 'median_length', 1)} "
+                   + f" (greedy: {greedy['diff']:+.3f} [{greedy['low']:+.3f}, {greedy['high']:+.3f}]"
+                   + (", a cost" if greedy["high"] < 0 else "")
+                   + f"); FUSED by {change('fused', 'accuracy', 3)}, with {change('fused', 'median_length', 1)} "
                    "tokens.")
 
 
@@ -170,22 +227,27 @@ RECIPE = Recipe(
     "reasoning_traces",
     "Under SOFT decoding, base models write shorter reasoning traces (median length) at equal or better accuracy.",
     f"FBT 2x64 (and a no-feedback baseline of the same shape) on arith_cot with 3 steps on numbers <= "
-    f"{TASK['max_value']}, an end marker and mixed verbosity (full / skipped / answer-only), {TRAIN_STEPS} steps, "
-    f"{len(SEEDS)} FBT seeds ({len(BASELINE_SEEDS)} baseline); greedy decoding of {N_EXAMPLES} held-out problems "
-    f"per regime.",
+    f"{TASK['max_value']}, an end marker, full or skipped traces (half each) and every operation with an "
+    f"operand <= {TASK['skip_trivial']} left unwritten (skipping predictable from the problem), the prefix drawn in "
+    f"every pass, {TRAIN_STEPS} steps, {len(SEEDS)} FBT seeds ({len(BASELINE_SEEDS)} baseline); {N_EXAMPLES} "
+    f"held-out problems per regime, sampled at temperature {TEMPERATURE:g} (the verdict) and greedy; SOFT as the "
+    f"paper's and started at the prompt's last token ({VERDICT_REGIME}, the verdict's).",
     build, analyze,
-    gates=(Gate(GATE, "worst FBT seed's held-out answer accuracy under STANDARD decoding", ">=", COMPETENT),),
-    rule=f"First, whether the design can separate the regimes: not tested when SOFT's first-token log-probabilities "
-         f"lie within {SEPARABLE:g} of STANDARD's on every problem and seed (the same first verbosity decision by "
-         "construction) or the median-length interval has zero width. Then reproduces when the hierarchical 95 % "
-         f"interval (seeds, then examples, paired) of SOFT minus STANDARD "
-         f"median trace length lies below 0 and the one of SOFT minus STANDARD accuracy does not reach below "
-         f"-{ACCURACY_MARGIN}; does not reproduce when the length interval does not reach below 0 or the accuracy "
-         f"interval lies below -{ACCURACY_MARGIN}; inconclusive otherwise; not tested with fewer than {MIN_SEEDS} "
-         f"seeds or when the gate fails.",
+    gates=(Gate(GATE, "worst FBT seed's held-out answer accuracy under STANDARD greedy decoding", ">=", COMPETENT),),
+    rule=f"Read on {VERDICT_REGIME} (SOFT started at the prompt's last token, so the first verbosity decision reads "
+         f"feedback too) sampled at temperature {TEMPERATURE:g}. First, whether the design can separate the regimes: "
+         f"not tested when {VERDICT_REGIME}'s first-token log-probabilities lie within {SEPARABLE:g} of STANDARD's "
+         "on every problem and seed (the same first verbosity decision by construction) or the median-length "
+         "interval has zero width. Then reproduces when the hierarchical 95 % interval (seeds, then examples, "
+         f"paired) of {VERDICT_REGIME} minus STANDARD median trace length lies below 0 and the one of their accuracy "
+         f"does not reach below -{ACCURACY_MARGIN}; does not reproduce when the length interval does not reach below "
+         f"0 or the accuracy interval lies below -{ACCURACY_MARGIN}; inconclusive otherwise; not tested with fewer "
+         f"than {MIN_SEEDS} seeds or when the gate fails. The paper's SOFT (greedy and sampled) and {VERDICT_REGIME} "
+         "greedy get the same rule as rows of their own, never the verdict.",
     chance=f"the share of the most frequent answer among the held-out questions (answers lie in "
            f"0..{TASK['max_value']}).",
     caveat="Trace length is tokens before the answer marker. Greedy decoding picks the likeliest verbosity at each "
            "line, so a mix of verbosities in training need not give a mix in decoding: lines.csv and the figure's "
-           "third panel set each regime's lines written beside the training mix.",
+           "third panel set each regime's sampled lines beside the training mix. The paper's SOFT prefills the "
+           "prompt plainly, so its first generated token is STANDARD's by construction.",
     paper="Under SOFT decoding, models write shorter reasoning traces at equal or better accuracy", finding=finding)
