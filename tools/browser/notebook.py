@@ -291,9 +291,23 @@ def _interact(page: Any, output: Any, check: WidgetCheck, deadline: Deadline, st
     _wait_idle(page, deadline, state, max(change_seconds, 30), f"cell {check.cell}'s redraw")
     # the redraw may arrive in parts (summary, then image): describe the settled state
     check.before, check.after = _excerpts(before, output.evaluate(DISPLAY))
-    output.screenshot(path=str(shot), timeout=deadline.ms(30))
+    _output_screenshot(page, output, shot, deadline)
     check.screenshot = str(shot)
     report.screenshots.append(str(shot))
+
+
+def _output_screenshot(page: Any, output: Any, path: Path, deadline: Any) -> None:
+    """One cell's output in one picture: the window made taller than the output first, since JupyterLab's panel
+    clips what lies below the window (an element screenshot would show its lower part blank)."""
+    box = output.bounding_box(timeout=deadline.ms(10)) or {"height": 0}
+    page.set_viewport_size({"width": VIEWPORT["width"],
+                            "height": int(min(max(VIEWPORT["height"], box["height"] + 200), MAX_SCREENSHOT_HEIGHT))})
+    try:
+        output.scroll_into_view_if_needed(timeout=deadline.ms(10))
+        page.wait_for_timeout(300)
+        output.screenshot(path=str(path), timeout=deadline.ms(30))
+    finally:
+        page.set_viewport_size(VIEWPORT)
 
 
 def _full_screenshot(page: Any, path: Path, report: NotebookReport, notebook: Any = None) -> None:

@@ -41,9 +41,12 @@ from ..model import GPT
 
 Render = Callable[..., tuple[Figure, str]]
 
-# The summary's frame: text wraps, a wide table scrolls inside it, table cells are padded apart.
-SUMMARY_CSS = (".wb-summary{max-width:100%;overflow-x:auto;white-space:normal;line-height:1.45}"
-               ".wb-summary table{border-collapse:collapse;margin:4px 0}"
+# The summary's frame: text wraps at the output's width, a wide table scrolls on its own, table cells are padded
+# apart. The frame asks for no width of its own (width 0, min-width 100 %), so its widest table cannot widen the
+# widget's flex box and push the text past the output's right edge.
+SUMMARY_CSS = (".wb-summary{width:0;min-width:100%;box-sizing:border-box;white-space:normal;"
+               "overflow-wrap:anywhere;line-height:1.45}"
+               ".wb-summary table{border-collapse:collapse;margin:4px 0;display:block;max-width:100%;overflow-x:auto}"
                ".wb-summary th,.wb-summary td{padding:2px 12px 2px 0;text-align:left;vertical-align:top;"
                "white-space:nowrap}"
                ".wb-summary pre{white-space:pre-wrap;word-break:break-word}")

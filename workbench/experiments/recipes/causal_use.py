@@ -338,7 +338,7 @@ def causal_use_figure(swaps: pd.DataFrame, controls: pd.DataFrame, distances: pd
         distance_axes = [fig.add_subplot(grid[1, 2]), fig.add_subplot(grid[1, 3])]
     swap_flips(swaps, swap_ax)
     swap_flips(controls, control_ax)
-    control_ax.set_title(f"positive control: {CONTROLS}'s FBTs, which need their feedback (95 % intervals)")
+    control_ax.set_title(f"positive control: {CONTROLS}'s FBTs,\nwhich need their feedback (95 % intervals)")
     ablation_distance(distances, distance_axes)
     return fig
 
