@@ -1,11 +1,12 @@
 """Every recipe end to end at smoke scale: trains, writes its results, is up to date afterwards, and
 RESULTS.md shows it.
 
-The three FBT studies (``HEAVY``) run from ``test_recipes_smoke_fbt.py``: a file of their own, so that
-pytest-xdist's ``--dist loadfile`` gives them a worker of their own instead of queueing every recipe on
-one. That a second ``reproduce`` trains nothing and reaches the same numbers is the runner's property,
-checked end to end once, on a recipe that trains (``test_a_second_reproduce_...``); for every recipe the
-check is that each of its runs is reusable as saved.
+The three FBT studies (``HEAVY``) run from files of their own, so that pytest-xdist's ``--dist loadfile``
+spreads them over the workers instead of queueing every recipe on one: ``fixed_point_study`` (the longest,
+about 15 minutes on one core) from ``test_recipes_smoke_fixed_point.py``, the other two from
+``test_recipes_smoke_fbt.py``. That a second ``reproduce`` trains nothing and reaches the same numbers is the
+runner's property, checked end to end once, on a recipe that trains (``test_a_second_reproduce_...``); for
+every recipe the check is that each of its runs is reusable as saved.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from workbench.checkpoint import load_metrics
 from workbench.experiments.runs import reusable
 
 HEAVY = ("fbt_pass_mixes", "fbt_pass_mixes_registers", "fixed_point_study")
+LONGEST = "fixed_point_study"  # one of HEAVY, alone in its file
 
 
 def check_recipe(tmp_path: Path, name: str) -> E.Outcome:
