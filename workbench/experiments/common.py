@@ -16,7 +16,7 @@ from ..evaluation import hierarchical_difference
 from ..model import build_model
 from ..stats import MIN_SEEDS
 from ..train import TrainConfig
-from .core import Context, RunSpec
+from .core import EVAL_SIZE, Context, RunSpec
 
 SMALL_MODEL = {"n_layer": 2, "n_head": 2, "n_embd": 64}
 LRT_MODEL = {**SMALL_MODEL, "mechanism": "lrt", "lrt_gamma_init": 0.1}
@@ -29,6 +29,16 @@ LEARNED_MARGIN = 0.10  # an arm "learned" a running_sum when its accuracy is thi
 
 def steps(base: float, scale: float) -> int:
     return max(2, int(round(base * scale)))
+
+
+SMOKE_EVAL_SIZE = 32
+
+
+def eval_size(scale: float) -> int:
+    """Held-out examples of a run's recorded evaluation: all ``EVAL_SIZE`` at scale >= 1, ``SMOKE_EVAL_SIZE`` below
+    (the test suite's scale), where an evaluation under the exact recurrence, in float32 and again in float64, on
+    prompts of over 1,000 tokens costs far more than the run's few training steps."""
+    return EVAL_SIZE if scale >= 1 else SMOKE_EVAL_SIZE
 
 
 def step_flops(cfg: TrainConfig, schedule: schedules.Schedule | None = None) -> float:

@@ -113,6 +113,9 @@ def default_finding(summary: Mapping[str, Any], results: pd.DataFrame) -> Findin
     return Finding(short_verdict(summary["verdict"]), lead(summary) or f"Verdict: {summary['verdict']}.")
 
 
+EVAL_SIZE = 256  # held-out examples of a run's recorded evaluation
+
+
 @dataclass
 class RunSpec:
     """One trained model of a recipe and the fixed evaluation its recorded metric comes from."""
@@ -121,7 +124,7 @@ class RunSpec:
     train: TrainConfig
     # the schedule the recorded metric is measured under: a Schedule value (its JSON form is parsed once, here)
     eval_schedule: schedules.Schedule = field(default_factory=schedules.Single)
-    eval_size: int = 256
+    eval_size: int = EVAL_SIZE
     # the task setting the recorded metric is measured on (None: the one it trains on); a run trained on a mix of
     # lengths is scored on the length its recipe asks about
     eval_task_params: dict | None = None
