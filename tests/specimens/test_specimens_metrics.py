@@ -8,7 +8,7 @@ import pytest
 
 from workbench import experiments as E
 from workbench.checkpoint import load_checkpoint, load_metrics
-from workbench.experiments.runs import spec_of
+from workbench.experiments.runs import reusable, spec_of
 
 SHIPPED = sorted(p.parent for p in (Path(__file__).resolve().parents[2] / "checkpoints").glob("*/*/metrics.json"))
 
@@ -35,3 +35,14 @@ def test_every_shipped_checkpoint_carries_its_manifest():
     configs = sorted(E.checkpoints_root().rglob("config.json"))
     bare = [str(c.parent) for c in configs if not (c.parent / "manifest.json").is_file()]
     assert configs and not bare, bare
+
+
+@pytest.mark.parametrize("name", sorted(E.RECIPES))
+def test_every_shipped_run_is_the_one_its_recipe_would_train_now(name):
+    """A recipe whose code changed (its steps, its model, its evaluation) makes its shipped runs stale: the next
+    ``reproduce`` would retrain them, and the results, RESULTS.md and the notebooks would describe models the
+    recipe no longer builds. Every shipped recipe's runs must be reusable as they stand."""
+    if not (E.checkpoints_root() / name / "summary.json").is_file():
+        pytest.skip(f"{name} is not shipped")
+    stale = [s.name for s in E.RECIPES[name].build(1.0) if not reusable(E.checkpoints_root() / name / s.name, s)]
+    assert not stale, f"{name}: stale runs {stale}; retrain with python -m workbench reproduce {name}"
