@@ -1,11 +1,12 @@
-"""Does FBT's prefix mix-in, drawn as the paper words it, gate the completion specimens at 8 and 32 lines?
+"""How much of FBT's prefix mix-in do the completion specimens at 8 and 32 lines need to pass their gate?
 
-The shipped ``layer0_probes`` completion FBT draws one plain prefix per sequence for half the sequences,
-shared by all its passes; its answers break after a few fused tokens on the long prompts (suffix1 accuracy
-below the 0.95 competence check at 8 and 32 scratch lines). This trains the same specimen (same task mix,
-model, steps, seed) with the prefix drawn for every sequence in every pass after the first
-(``prefix_draw="pass"``, ``prefix_mixin=1``) and measures both on the same held-out gate prompts, side by side.
-A diagnostic for the next retraining of the recipe, not a recipe: nothing here writes to ``checkpoints/``.
+The ``layer0_probes`` completion FBT once drew one plain prefix per sequence for half the sequences, shared by
+all its passes, and its answers broke after a few fused tokens on the long prompts (suffix1 accuracy 0.473 /
+0.445, below the 0.95 competence check). The recipe now draws the prefix afresh in every pass
+(``prefix_draw="pass"``) for half the sequences (``prefix_mixin=0.5``). This trains the same specimen (same
+task mix, model, steps, seed) with the prefix drawn for every sequence in every pass (``prefix_mixin=1``) and
+measures both on the same held-out gate prompts, side by side. A diagnostic, not a recipe: nothing here writes
+to ``checkpoints/``.
 
     python tools/prefix_draw_diagnostic.py --out runs/prefix_draw     # resumable; 45 min on one core here
 """
@@ -31,7 +32,7 @@ TASK = "completion_tracking"
 def variant(out: Path) -> torch.nn.Module:
     """The specimen's own config with the prefix drawn in every pass, trained (or resumed) under ``out``."""
     spec = next(s for s in P.build(1.0) if s.name == P.run_name(TASK, "fbt"))
-    cfg = spec.train.replace(prefix_draw="pass", prefix_mixin=1.0, out_dir=str(out), checkpoint_every=100,
+    cfg = spec.train.replace(prefix_mixin=1.0, out_dir=str(out), checkpoint_every=100,
                              resume=(out / "checkpoint").is_dir(), progress=True)
     return train(cfg).model
 
@@ -55,7 +56,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     shipped = load_checkpoint(checkpoints_root() / "layer0_probes" / P.run_name(TASK, "fbt"))
-    table = gates({"shipped (per sequence, half)": shipped, "per pass, every sequence": variant(args.out)}, args.n)
+    table = gates({"shipped (per pass, half)": shipped, "per pass, every sequence": variant(args.out)}, args.n)
     wide = table.pivot_table(index=["scratch", "condition"], columns="model", values="accuracy")
     print(f"{TASK} FBT answer accuracy, {args.n} held-out prompts per length (competence check: "
           f">= {P.COMPETENT} under suffix1)")

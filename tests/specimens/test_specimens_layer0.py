@@ -52,16 +52,17 @@ def test_the_shipped_specimens_come_from_one_invocation():
     assert set(summary["trained_runs"]) == set(summary["runs"]) and summary["jobs"] == 2
 
 
-SPECIMENS = [(s["task"], s["arm"], s["scratch_updates"]) for s in _summary()["specimens"]] if SUMMARY.is_file() else []
+SPECIMENS = ([(s["task"], s["arm"], s["seed"], s["scratch_updates"]) for s in _summary()["specimens"]]
+             if SUMMARY.is_file() else [])
 
 
-@pytest.mark.parametrize("task,arm,scratch", SPECIMENS)
-def test_specimen_gate_holds_on_a_fresh_sample(task, arm, scratch):
+@pytest.mark.parametrize("task,arm,seed,scratch", SPECIMENS)
+def test_specimen_gate_holds_on_a_fresh_sample(task, arm, seed, scratch):
     torch.set_num_threads(1)
     recorded = next(s for s in _summary()["specimens"]
-                    if (s["task"], s["arm"], s["scratch_updates"]) == (task, arm, scratch))
-    model = load_run(recipe.RECIPE.name, recipe.run_name(task, arm))
-    gate = recipe.specimen_gate(task, arm, scratch)
+                    if (s["task"], s["arm"], s["seed"], s["scratch_updates"]) == (task, arm, seed, scratch))
+    model = load_run(recipe.RECIPE.name, recipe.run_name(task, arm, seed))
+    gate = recipe.specimen_gate(task, arm, scratch, seed)
     condition = recipe.GATE_CONDITION[arm]
     value = recipe.answer_accuracies(model, task, arm, scratch, seed=FRESH_SEED, n=FRESH_N,
                                      conditions=(condition,))[condition]
@@ -88,19 +89,19 @@ def test_text_model_gate_holds_on_a_fresh_sample():
 
 
 PROBE_FRESH_N = 400  # 100 examples held out per fold: a 0.95 accuracy has a standard error of ~0.011
-OUTCOMES = [(o["task"], o["arm"], o["scratch_updates"]) for o in _summary().get("outcomes", [])
+OUTCOMES = [(o["task"], o["arm"], o["seed"], o["scratch_updates"]) for o in _summary().get("outcomes", [])
             if o["arm"] == "fbt"] if SUMMARY.is_file() else []
 
 
-@pytest.mark.parametrize("task,arm,scratch", OUTCOMES)
-def test_rule_a_outcome_holds_on_a_fresh_sample(task, arm, scratch):
+@pytest.mark.parametrize("task,arm,seed,scratch", OUTCOMES)
+def test_rule_a_outcome_holds_on_a_fresh_sample(task, arm, seed, scratch):
     """Each FBT specimen's layer-0 suffix1 probe (L2 strength by nested CV) re-read on examples no probe saw:
     one recorded as lifting still clears the claim's bar within the sampling margin, one recorded as failing
     still sits below the failing bar, one in between stays between."""
     torch.set_num_threads(1)
     recorded = next(o for o in _summary()["outcomes"]
-                    if (o["task"], o["arm"], o["scratch_updates"]) == (task, arm, scratch))
-    model = load_run(recipe.RECIPE.name, recipe.run_name(task, arm))
+                    if (o["task"], o["arm"], o["seed"], o["scratch_updates"]) == (task, arm, seed, scratch))
+    model = load_run(recipe.RECIPE.name, recipe.run_name(task, arm, seed))
     batch = recipe.probe_task(task, scratch).sample(PROBE_FRESH_N, FRESH_SEED, "val")
     features = probe_features(model, batch, "suffix1")[0].numpy()
     value = fit_probe(features, batch.labels.numpy(), batch.groups.numpy(), C=PROBE_CS)["accuracy"]

@@ -150,6 +150,7 @@ class Context:
     per_example: dict[str, pd.DataFrame]
     out: Any  # Path of checkpoints/RECIPE
     scale: float
+    jobs: int = 1  # worker processes an analysis may use for independent work (``reproduce(jobs=...)``)
 
 
 @dataclass

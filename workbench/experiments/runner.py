@@ -70,7 +70,7 @@ def reproduce(name: str, root: str | Path | None = None, scale: float = 1.0, for
     for n, spec in tqdm(runs.items(), desc=name, leave=False):
         models[n], per_example[n] = train_run(spec, out / n, scratch, force)
     trained = time.perf_counter() - started
-    outcome = recipe.analyze(Context(recipe, runs, models, per_example, out, scale))
+    outcome = recipe.analyze(Context(recipe, runs, models, per_example, out, scale, jobs))
     gates, outcome.verdict = apply_gates(recipe, outcome.gate_values, outcome.verdict)
     outcome.table.to_csv(out / "results.csv", index=False)
     outcome.figure.savefig(out / "results.png", dpi=110, bbox_inches="tight")

@@ -179,23 +179,26 @@ def accuracy_vs_scratch(df: pd.DataFrame, condition: str = "suffix1", depth: int
     return fig
 
 
-def specimen_gates(df: pd.DataFrame, threshold: float) -> Figure:
+def specimen_gates(df: pd.DataFrame, threshold: float, by: str = "arm") -> Figure:
     """Each specimen's competence before it is probed: answer accuracy per scratch length and arm.
 
-    Bars: accuracy under the condition the gate reads (``gate_value``); black dots: under the exact
-    recurrence (``answer_sequential``, where measured); dashed: the gate's ``threshold``. One panel
-    per task. A bar below the line is a specimen that is reported, never probed.
+    Bars: accuracy under the condition the gate reads (``gate_value``), one colour per value of the
+    ``by`` column ("label" tells an arm's seeds apart); black dots: under the exact recurrence
+    (``answer_sequential``, where measured); dashed: the gate's ``threshold``. One panel per task. A bar
+    below the line is a specimen that is reported, never probed.
     """
-    require_columns(df, ["task", "arm", "scratch_updates", "gate_value"], "specimen_gates")
+    require_columns(df, ["task", by, "scratch_updates", "gate_value"], "specimen_gates")
+    if df.duplicated(["task", by, "scratch_updates"]).any():
+        raise ValueError(f"by={by!r} is invalid: it leaves two specimens in one bar (try by='label')")
     tasks = in_order(df["task"])
     fig, axes = new_figure(len(tasks), panel=(4.0, 3.4))
-    arms = in_order(df["arm"])
+    arms = in_order(df[by])
     width = 0.8 / len(arms)
     for ax, task in zip(axes, tasks):
         sub = df[df["task"] == task]
         lengths = sorted(sub["scratch_updates"].unique())
         for a, (arm, color) in enumerate(zip(arms, sns.color_palette("deep", n_colors=len(arms)))):
-            rows = sub[sub["arm"] == arm].set_index("scratch_updates").reindex(lengths)
+            rows = sub[sub[by] == arm].set_index("scratch_updates").reindex(lengths)
             x = np.arange(len(lengths)) - 0.4 + width * (a + 0.5)
             ax.bar(x, rows["gate_value"], width=width * 0.9, color=color, label=str(arm))
             if "answer_sequential" in rows:

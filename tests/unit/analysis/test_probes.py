@@ -395,6 +395,16 @@ def test_specimen_gates_draws_each_gate_against_its_threshold():
     assert any(line.get_ydata()[0] == 0.95 for line in fig.axes[0].lines)
 
 
+def test_specimen_gates_colours_seeds_by_label_and_refuses_two_specimens_in_one_bar():
+    df = pd.DataFrame([dict(task="delayed_memory", arm="fbt", label=label, scratch_updates=s, gate_value=v)
+                       for label, values in (("fbt", (1.0, 0.9)), ("fbt seed 1", (0.8, 0.7)))
+                       for s, v in zip((0, 8), values)])
+    with pytest.raises(ValueError, match="by='arm' is invalid"):
+        wb.plots.specimen_gates(df, 0.95)
+    fig = wb.plots.specimen_gates(df, 0.95, by="label")
+    assert [p.get_height() for p in fig.axes[0].patches] == pytest.approx([1.0, 0.9, 0.8, 0.7])
+
+
 # ---------------------------------------------------------------------------------------------- L2 strength
 def _underfit_by_a_strong_penalty(seed: int = 0):
     """Many weak features that only a weak penalty can add up: C = 0.001 underfits, C = 10 does not."""

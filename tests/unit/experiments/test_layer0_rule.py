@@ -13,8 +13,8 @@ def _rows(specimens: dict[tuple[str, str, int], tuple[float, float]], standard: 
     """Trained layer-0 rows: per (arm, task, scratch) its suffix1 (accuracy, interval top), standard at ``standard``."""
     rows = []
     for (arm, task, scratch), (accuracy, high) in specimens.items():
-        base = {"run": f"{task}_{arm}", "arm": arm, "task": task, "scratch_updates": scratch, "majority": 0.5,
-                "C": 0.1, "model": "trained", "layer": 0}
+        base = {"run": f"{task}_{arm}", "arm": arm, "seed": 0, "task": task, "scratch_updates": scratch,
+                "majority": 0.5, "C": 0.1, "model": "trained", "layer": 0}
         rows.append({**base, "condition": "suffix1", "accuracy": accuracy, "accuracy_low": accuracy - 0.01,
                      "accuracy_high": high})
         rows.append({**base, "condition": "standard", "accuracy": standard, "accuracy_low": standard - 0.01,

@@ -58,6 +58,7 @@ from ..core import (
     lead,
 )
 from ..probe_specimens import (
+    ARM_SEEDS,
     ARM_STEPS,
     ARMS,
     COMPETENT,
@@ -72,13 +73,15 @@ from ..probe_specimens import (
     gate_batch,
     probe_task,
     run_name,
+    specimen_label,
 )
 
 CONDITIONS = ("standard", "suffix1", "suffix2", "suffix4", "sequential")
 FEEDBACK_ARMS = ("fbt", "lrt")
 # Training minutes of the whole recipe on 2 quiet cores: its runs' CPU times packed on 2 one-thread workers
-# (the summary's quiet_wall_minutes; on a shared machine the wall clock would measure the other load too).
-BUDGET_MINUTES = 30.0
+# (the summary's quiet_wall_minutes; on a shared machine the wall clock would measure the other load too). 30
+# minutes until FBT got a second seed per task.
+BUDGET_MINUTES = 40.0
 ANSWER_CONDITIONS = {"baseline": ("standard",), "fbt": ("standard", "suffix1", "multipass2", "sequential"),
                      "lrt": ("standard", "suffix1", "multipass2", "sequential")}
 TEXT_SCRATCH = (0, 8)
@@ -112,8 +115,8 @@ RULE = (f"(a) the paper's claim, on its two tasks ({', '.join(PAPER_TASKS)}): a 
         f"probed only when its held-out loss is >= {TEXT_MARGIN} nats/byte below unigram.")
 
 
-def specimen_gate(task: str, arm: str, scratch: int) -> Gate:
-    return Gate(f"{run_name(task, arm)} s{scratch} answer accuracy",
+def specimen_gate(task: str, arm: str, scratch: int, seed: int = 0) -> Gate:
+    return Gate(f"{run_name(task, arm, seed)} s{scratch} answer accuracy",
                 f"held-out answer accuracy, {GATE_N} examples with {scratch} scratch lines, under "
                 f"{GATE_CONDITION[arm]}", ">=", COMPETENT)
 
@@ -172,22 +175,23 @@ def specimen_outcomes(rows: pd.DataFrame, path: pd.DataFrame) -> pd.DataFrame:
     out = []
     if rows.empty:
         return pd.DataFrame(columns=OUTCOME_COLUMNS)
-    for (run, arm, task, scratch), sub in rows.groupby(["run", "arm", "task", "scratch_updates"], sort=False):
+    for (run, arm, seed, task, scratch), sub in rows.groupby(["run", "arm", "seed", "task", "scratch_updates"],
+                                                             sort=False):
         s1 = sub[sub["condition"] == "suffix1"].iloc[0]
         gap = float(sub[sub["condition"] == "standard"].iloc[0]["accuracy"] - s1["majority"])
         chosen = lift_outcome(s1["accuracy"], s1["accuracy_high"], gap)
         on_path = path[(path["run"] == run) & (path["scratch_updates"] == scratch) & (path["model"] == "trained")
                        & path["plausible"]]
         along = {float(r.C): lift_outcome(r.accuracy, r.accuracy_high, gap) for r in on_path.itertuples()}
-        out.append({"run": run, "arm": arm, "task": task, "scratch_updates": scratch,
-                    "specimen": f"{arm.upper()} {task} s{scratch}", "accuracy": s1["accuracy"],
+        out.append({"run": run, "arm": arm, "seed": seed, "task": task, "scratch_updates": scratch,
+                    "specimen": f"{arm.upper()} {_key(task, scratch, seed)}", "accuracy": s1["accuracy"],
                     "accuracy_low": s1["accuracy_low"], "accuracy_high": s1["accuracy_high"], "C": s1["C"],
                     "outcome": chosen, "path_outcomes": along, "flips": any(v != chosen for v in along.values())})
     return pd.DataFrame(out, columns=OUTCOME_COLUMNS)
 
 
-OUTCOME_COLUMNS = ["run", "arm", "task", "scratch_updates", "specimen", "accuracy", "accuracy_low", "accuracy_high",
-                   "C", "outcome", "path_outcomes", "flips"]
+OUTCOME_COLUMNS = ["run", "arm", "seed", "task", "scratch_updates", "specimen", "accuracy", "accuracy_low",
+                   "accuracy_high", "C", "outcome", "path_outcomes", "flips"]
 
 
 def claim_verdict(outcomes: pd.DataFrame) -> str:
@@ -216,32 +220,55 @@ def extension_verdict(label: str, verdict: str) -> str:
 
 
 def specimens(ctx: Context, n: int = GATE_N) -> pd.DataFrame:
-    """One row per (task, arm, scratch length): answer accuracy under each condition, and the gate."""
+    """One row per (task, arm, seed, scratch length): answer accuracy under each condition, and the gate."""
     rows = []
-    for task, arm, scratch in tqdm([(t, a, s) for t in PROBE_TASKS for a in ARMS for s in SCRATCH],
-                                   desc="gates", leave=False):
-        answers = answer_accuracies(ctx.models[run_name(task, arm)], task, arm, scratch, n=n)
-        gate = specimen_gate(task, arm, scratch).check(answers[GATE_CONDITION[arm]])
+    for task, arm, seed, scratch in tqdm([(t, a, sd, s) for t in PROBE_TASKS for a in ARMS for sd in ARM_SEEDS[a]
+                                          for s in SCRATCH], desc="gates", leave=False):
+        answers = answer_accuracies(ctx.models[run_name(task, arm, seed)], task, arm, scratch, n=n)
+        gate = specimen_gate(task, arm, scratch, seed).check(answers[GATE_CONDITION[arm]])
         exact = answers.get("sequential", answers["standard"])  # a baseline's exact schedule is its plain pass
-        rows.append({"run": run_name(task, arm), "task": task, "arm": arm, "scratch_updates": scratch,
+        rows.append({"run": run_name(task, arm, seed), "task": task, "arm": arm, "seed": seed,
+                     "label": specimen_label(arm, seed), "scratch_updates": scratch,
                      "gate": gate.gate.name, "gate_condition": GATE_CONDITION[arm], "gate_value": gate.value,
                      "gated": gate.passed, "exact_ok": exact >= COMPETENT,
                      **{f"answer_{c}": v for c, v in answers.items()}})
     return pd.DataFrame(rows)
 
 
+def _probe_saved(path: str, task: str, scratch: int, tokenizer: str, n: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``_probe`` of one saved specimen in a worker process of one torch thread (``Context.jobs`` > 1): the
+    worker loads the checkpoint the runner saved, so no model crosses a process boundary."""
+    import torch
+
+    from ...checkpoint import load_checkpoint
+
+    torch.set_num_threads(1)
+    return _probe(load_checkpoint(path), probe_task(task, scratch, tokenizer), n, PROBE_SEED)
+
+
 def probes(ctx: Context, table: pd.DataFrame, text_gated: bool,
            n: int = PROBE_N) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Probe rows of every gated specimen (and of the text model when it passed its gate), and their
-    layer-0 suffix1 regularisation paths."""
-    jobs = [(r.run, r.arm, r.task, r.scratch_updates, "ascii") for r in table[table["gated"]].itertuples()]
-    jobs += [("text_fbt", "text fbt", "delayed_memory", s, "bytes") for s in TEXT_SCRATCH if text_gated]
+    layer-0 suffix1 regularisation paths; ``ctx.jobs`` > 1 probes that many specimens at a time."""
+    jobs = [(r.run, r.arm, r.seed, r.label, r.task, r.scratch_updates, "ascii")
+            for r in table[table["gated"]].itertuples()]
+    jobs += [("text_fbt", "text fbt", 0, "text fbt", "delayed_memory", s, "bytes") for s in TEXT_SCRATCH
+             if text_gated]
+    if ctx.jobs > 1 and len(jobs) > 1:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(min(ctx.jobs, len(jobs)), mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = [pool.submit(_probe_saved, str(ctx.out / j[0]), j[4], j[5], j[6], n) for j in jobs]
+            done = [f.result() for f in tqdm(futures, desc="probes", leave=False)]
+    else:
+        done = [_probe(ctx.models[j[0]], probe_task(j[4], j[5], j[6]), n, PROBE_SEED)
+                for j in tqdm(jobs, desc="probes", leave=False)]
     frames, paths = [], []
-    for run, arm, task, scratch, tokenizer in tqdm(jobs, desc="probes", leave=False):
-        frame, path = _probe(ctx.models[run], probe_task(task, scratch, tokenizer), n, PROBE_SEED)
-        frames.append(frame.assign(run=run, arm=arm, scratch_updates=scratch))
-        paths.append(path.assign(run=run, arm=arm, scratch_updates=scratch,
-                                 specimen=f"{arm.upper()} s{scratch}"))
+    for (run, arm, seed, label, _, scratch, _), (frame, path) in zip(jobs, done):
+        frames.append(frame.assign(run=run, arm=arm, seed=seed, label=label, scratch_updates=scratch))
+        paths.append(path.assign(run=run, arm=arm, seed=seed, scratch_updates=scratch,
+                                 specimen=f"{arm.upper()} {_key('', scratch, seed)}"))
     if not frames:
         return pd.DataFrame(columns=PROBE_COLUMNS), pd.DataFrame(columns=PATH_COLUMNS)
     out = pd.concat(frames, ignore_index=True)
@@ -252,11 +279,12 @@ def probes(ctx: Context, table: pd.DataFrame, text_gated: bool,
     return out[PROBE_COLUMNS], pd.concat(paths, ignore_index=True)[PATH_COLUMNS]
 
 
-PROBE_COLUMNS = ["run", "arm", "task", "scratch_updates", "model", "condition", "layer", "n", "accuracy",
-                 "accuracy_std", "accuracy_low", "accuracy_high", "control_accuracy", "selectivity", "majority", "C",
+PROBE_COLUMNS = ["run", "arm", "seed", "label", "task", "scratch_updates", "model", "condition", "layer", "n",
+                 "accuracy", "accuracy_std", "accuracy_low", "accuracy_high", "control_accuracy", "selectivity",
+                 "majority", "C",
                  "twin_accuracy", "twin_accuracy_low", "twin_selectivity", "twin_low", "twin_high", "upper_bound",
                  "upper_bound_low", "upper_bound_high", "twin_upper_bound"]
-PATH_COLUMNS = ["run", "arm", "task", "scratch_updates", "specimen", "model", "C", "accuracy", "accuracy_low",
+PATH_COLUMNS = ["run", "arm", "seed", "task", "scratch_updates", "specimen", "model", "C", "accuracy", "accuracy_low",
                 "accuracy_high", "control_accuracy", "selectivity", "plausible"]
 
 
@@ -288,15 +316,15 @@ def analyze(ctx: Context) -> Outcome:
     if not path.empty:
         regularisation_paths(path, LIFT).savefig(ctx.out / "path.png", dpi=110, bbox_inches="tight")
     trained0 = results[(results["model"] == "trained") & (results["layer"] == 0)]
-    lifts = {arm: {f"{prefix or r['task']} s{r['scratch_updates']}": lift_source(r)
+    lifts = {arm: {_key(prefix or r["task"], r["scratch_updates"], r["seed"]): lift_source(r)
                    for _, r in trained0[(trained0["arm"] == name) & (trained0["condition"] == "suffix1")].iterrows()}
              for arm, name, prefix in (("fbt", "fbt", None), ("lrt", "lrt", None), ("text", "text fbt", "text"))}
     paper = table[(table["arm"] == "fbt") & table["task"].isin(PAPER_TASKS)]["gated"]
     claim, extensions, outcomes = verdicts(trained0, path)
     verdict = (f"{claim} (over the {int(paper.sum())} of {len(paper)} FBT specimens of the paper's two tasks that "
                "passed their gate)")
-    figure = (layer0_comparison(trained0.assign(model=trained0["arm"])) if not trained0.empty
-              else specimen_gates(table, COMPETENT))
+    figure = (layer0_comparison(trained0.assign(model=trained0["label"])) if not trained0.empty
+              else specimen_gates(table, COMPETENT, by="label"))
     return Outcome(results, figure, _number(table, trained0, lifts, text_gate, outcomes), verdict,
                    {GATED_FBT: float(paper.sum())},
                    chance="the majority label of each task (balanced by construction: 0.5), and the untrained twin",
@@ -307,6 +335,12 @@ def analyze(ctx: Context) -> Outcome:
                                                  .to_json(orient="records")),
                           "text_gate": {"name": text_gate.gate.name, "value": text_gate.value,
                                         "passed": text_gate.passed, "unigram": unigram, "loss": text_loss}})
+
+
+def _key(task: str, scratch: int, seed: int) -> str:
+    """A specimen's name in words and its key in the lift-source maps: "TASK sSCRATCH", with " seed N" for
+    seeds other than 0 (no task: "sSCRATCH")."""
+    return " ".join(p for p in (task, f"s{scratch}", f"seed {seed}" if seed else "") if p)
 
 
 def _lift(rows: pd.DataFrame, label: str, lift: str, outcome: str) -> str:
@@ -325,18 +359,18 @@ def _number(specimens: pd.DataFrame, trained0: pd.DataFrame, lifts: dict[str, di
             for r in outcomes.itertuples()}
     parts = []
     for r in specimens[specimens["arm"].isin(FEEDBACK_ARMS)].itertuples():
-        key, arm = f"{r.task} s{r.scratch_updates}", r.arm.upper()
+        key = _key(r.task, r.scratch_updates, r.seed)
+        name = f"{r.arm.upper()} {key}"
         if not r.gated:
-            parts.append(f"{arm} {key}: missed its gate (answer accuracy {r.gate_value:.3f} < {COMPETENT})")
+            parts.append(f"{name}: missed its gate (answer accuracy {r.gate_value:.3f} < {COMPETENT})")
             continue
-        rows = trained0[(trained0["arm"] == r.arm) & (trained0["task"] == r.task)
-                        & (trained0["scratch_updates"] == r.scratch_updates)]
-        parts.append(_lift(rows, f"{arm} {key}", lifts[r.arm][key], said[r.run, r.scratch_updates])
+        rows = trained0[(trained0["run"] == r.run) & (trained0["scratch_updates"] == r.scratch_updates)]
+        parts.append(_lift(rows, name, lifts[r.arm][key], said[r.run, r.scratch_updates])
                      + ("" if r.exact_ok else f"; exact answer accuracy {r.answer_sequential:.3f}: unfit for SOFT"))
     if text_gate.passed:
         text0 = trained0[trained0["arm"] == "text fbt"]
         parts += [_lift(text0[text0["scratch_updates"] == s], f"text FBT on delayed_memory s{s}",
-                        lifts["text"][f"text s{s}"], said["text_fbt", s]) for s in TEXT_SCRATCH]
+                        lifts["text"][_key("text", s, 0)], said["text_fbt", s]) for s in TEXT_SCRATCH]
     else:
         parts.append(f"text FBT not probed: {text_gate.describe()}")
     return "; ".join(parts)
@@ -369,8 +403,9 @@ RECIPE = Recipe(
     "Under standard prefill the label is near chance at layer 0; one recurrent step lifts it to 99.6 % "
     "(completion tracking) and 100 % (delayed memory) (FBT, arXiv 2608.08888, appendix F).",
     f"Baseline {MODEL['n_layer']}x{MODEL['n_embd']}, FBT {FBT_MODEL['n_layer']}x{FBT_MODEL['n_embd']} (75/22/3 from "
-    f"20 %) and LRT {MODEL['n_layer']}x{MODEL['n_embd']} (interleaved) per appendix-F task, {ARM_STEPS['baseline']} / "
-    f"{ARM_STEPS['fbt']} / {ARM_STEPS['lrt']} steps of 32 (delayed_memory: a quarter; budget "
+    f"20 %) and LRT {MODEL['n_layer']}x{MODEL['n_embd']} (interleaved) per appendix-F task (FBT: seeds "
+    f"{', '.join(map(str, ARM_SEEDS['fbt']))}, its plain prefix drawn afresh in every pass), {ARM_STEPS['baseline']} "
+    f"/ {ARM_STEPS['fbt']} / {ARM_STEPS['lrt']} steps of 32 (delayed_memory: a quarter; budget "
     f"{BUDGET_MINUTES:.0f} wall minutes on 2 cores), trained on 0/8/32 scratch "
     f"lines (one length per batch), each length gated; probes at the label-predicting position, every depth, "
     f"{PROBE_N} examples, grouped 4-fold CV with the L2 strength by nested CV, control task, untrained twin, "
@@ -392,7 +427,8 @@ RECIPE = Recipe(
 def explorer_compute(results: pd.DataFrame):
     """``(keys, compute)`` for ``widgets.probe_explorer`` over the recorded probes: each key is one
     task at one scratch length; ``compute(key, condition)`` returns its trained specimens' rows
-    (labelled by arm), so the explorer browses the recipe's numbers without probing again."""
+    (labelled by arm and seed: "fbt", "fbt seed 1"), so the explorer browses the recipe's numbers without
+    probing again."""
     trained = results[results["model"] == "trained"]
     keys = {f"{t} / {s} scratch lines": (t, s) for t, s in trained[["task", "scratch_updates"]].drop_duplicates()
             .itertuples(index=False)}
@@ -403,6 +439,6 @@ def explorer_compute(results: pd.DataFrame):
         task, scratch = keys[key]
         rows = trained[(trained["task"] == task) & (trained["scratch_updates"] == scratch)
                        & (trained["condition"] == condition)]
-        return rows.assign(model=rows["arm"]).reset_index(drop=True)
+        return rows.assign(model=rows["label"]).reset_index(drop=True)
 
     return list(keys), compute
