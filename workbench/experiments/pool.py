@@ -1,4 +1,5 @@
-"""A recipe's stale runs trained side by side, one torch thread per worker process.
+"""Independent work side by side, one torch thread per worker process: a recipe's stale runs trained, and an
+analysis' per-specimen measurements (``map_jobs``).
 
 Small models use one core well, so two runs on two cores finish in about half the wall time of
 running them one after the other at two threads; ``makespan`` says what that wall time is.
@@ -6,7 +7,9 @@ running them one after the other at two threads; ``makespan`` says what that wal
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from tqdm.auto import tqdm
 
@@ -15,12 +18,33 @@ from .core import RunSpec
 from .runs import train_run
 
 
-def _train_in_worker(spec: RunSpec, path: Path, scratch: Path, force: bool) -> str:
-    """One stale run trained in a worker process of one torch thread (``reproduce(jobs=...)``); the parent
-    loads what it saved."""
+def _one_thread(fn: Callable[..., Any], args: tuple) -> Any:
+    """``fn(*args)`` in a worker process, at one torch thread."""
     import torch
 
     torch.set_num_threads(1)
+    return fn(*args)
+
+
+def map_jobs(fn: Callable[..., Any], calls: Sequence[tuple], jobs: int = 1, desc: str = "") -> list[Any]:
+    """``[fn(*args) for args in calls]``, in order: in ``jobs`` spawned worker processes of one torch thread each
+    when ``jobs`` > 1 and there is more than one call, else here. A worker imports ``fn`` by name and receives
+    ``args`` pickled, so ``fn`` is a module-level function and its arguments name saved checkpoints (paths),
+    not models: no model crosses a process boundary, and one process computes the same rows at one thread."""
+    if not (isinstance(jobs, int) and jobs >= 1):
+        raise ValueError(f"jobs={jobs!r} is invalid: must be an integer >= 1")
+    if jobs == 1 or len(calls) <= 1:
+        return [fn(*args) for args in tqdm(calls, desc=desc, leave=False)]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(min(jobs, len(calls)), mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = [pool.submit(_one_thread, fn, args) for args in calls]
+        return [f.result() for f in tqdm(futures, desc=desc, leave=False)]
+
+
+def _train_saved(spec: RunSpec, path: Path, scratch: Path, force: bool) -> str:
+    """One stale run trained and saved; only its name comes back (the parent loads what was saved)."""
     train_run(spec, path, scratch, force)
     return spec.name
 
@@ -35,16 +59,8 @@ def train_parallel(stale: list[RunSpec], out: Path, scratch: Path, force: bool, 
     """Train a recipe's stale runs ``jobs`` at a time, one torch thread each: small models use
     one core well, so two runs side by side on two cores finish in about half the wall time of
     running them one after the other at two threads."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    if not stale:
-        return
     stale = sorted(stale, key=_training_flops, reverse=True)  # longest first: the last run to start is a short one
-    with ProcessPoolExecutor(min(jobs, len(stale)), mp_context=multiprocessing.get_context("spawn")) as pool:
-        for done in tqdm([pool.submit(_train_in_worker, s, out / s.name, scratch, force) for s in stale],
-                         desc="parallel runs", leave=False):
-            done.result()
+    map_jobs(_train_saved, [(s, out / s.name, scratch, force) for s in stale], jobs, desc="parallel runs")
 
 
 def makespan(seconds: list[float], workers: int) -> float:

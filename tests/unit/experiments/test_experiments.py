@@ -4,6 +4,7 @@ re-checked in tests/specimens/test_specimens_metrics.py, every recipe end to end
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -103,6 +104,18 @@ def test_makespan_packs_longest_first():
     assert pool.makespan([5.0, 1.0], 1) == 6.0 and pool.makespan([], 2) == 0.0
     with pytest.raises(ValueError, match="workers"):
         pool.makespan([1.0], 0)
+
+
+@pytest.mark.subprocess
+def test_map_jobs_gives_the_calls_results_in_order_in_workers_as_here():
+    """What a worker computes comes back in the order of the calls, as one process computes it; a worker runs at one
+    torch thread whatever this process uses."""
+    calls = [((3, 4),), ((1, 2, 3),), ((),)]  # math.prod of each: 12, 6, 1
+    here = pool.map_jobs(math.prod, calls)
+    assert here == [12, 6, 1] and pool.map_jobs(math.prod, calls, jobs=2) == here
+    assert pool.map_jobs(torch.get_num_threads, [(), ()], jobs=2) == [1, 1]
+    with pytest.raises(ValueError, match="jobs"):
+        pool.map_jobs(math.prod, calls, jobs=0)
 
 
 def test_a_changed_spec_retrains_over_its_outdated_scratch_run(tmp_path, monkeypatch):

@@ -41,7 +41,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from tqdm.auto import tqdm
 
 from ... import tasks
 from ...analysis.interventions import ablation_by_distance, label_swap
@@ -51,6 +50,7 @@ from ...evaluation import hierarchical_difference
 from ...schedules import Multipass
 from .. import pass_mix_study, probe_specimens, text_arms
 from ..core import EVAL_SEED, Context, Finding, Gate, Outcome, Recipe, RunSpec, default_finding
+from ..pool import map_jobs
 from ..probe_specimens import (
     COMPETENT,
     GATE_CONDITION,
@@ -201,50 +201,62 @@ def design_row(model, batch: tasks.Batch, design: str, seed: int) -> dict[str, A
     return row
 
 
-def _swap_table(root: Path, scale: float) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _specimen_rows(path: str, task: str, scratch: int, n: int, gate_n: int, index: int) -> tuple[dict, list[dict]]:
+    """One saved FBT specimen at one scratch length: its gate row and, when it passed, one row per design (the
+    bootstrap seeds from ``index``, its place in the job list, so any number of workers gives the same rows)."""
+    model = load_checkpoint(path)
+    accuracy = float(answer_correct(model, gate_batch(task, scratch, n=gate_n), GATE_CONDITION["fbt"]).mean())
+    gate = {"task": task, "scratch_updates": scratch, "answer_accuracy": accuracy, "gated": accuracy >= COMPETENT,
+            "note": ""}
+    if accuracy < COMPETENT:
+        return gate, []
+    seed = int(load_metrics(path).get("seed", 0))
+    scored = probe_task(task, scratch).sample(n, SEED, "val")
+    root = Path(path).parent.parent
+    return gate, [{"task": task, "scratch_updates": scratch, "seed": seed, "answer_accuracy": accuracy,
+                   "specimen": f"{task} s{scratch}", **probe_row(root, task, scratch),
+                   **design_row(model, scored, design, seed=len(DESIGNS) * index + i)}
+                  for i, design in enumerate(DESIGNS)]
+
+
+def _swap_table(root: Path, scale: float, jobs: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per gated specimen and design: flip rates with intervals, probe and twin accuracy, verdict; and every
-    specimen's gate. A saved run the specimen recipe would not reuse (trained under another spec) is reported,
-    not read."""
+    specimen's gate (``jobs`` specimens at a time). A saved run the specimen recipe would not reuse (trained under
+    another spec) is reported, not read."""
     n, gate_n = max(32, int(N * min(1.0, scale))), max(32, int(GATE_N * min(1.0, scale)))
     specs = {spec.name: spec for spec in probe_specimens.build(scale)}
-    rows, gates = [], []
-    jobs = [(task, s) for task in PROBE_TASKS for s in SCRATCH if (root / SPECIMENS / run_name(task, "fbt")).is_dir()]
-    for task, scratch in tqdm(jobs, desc="specimens", leave=False):
-        path = root / SPECIMENS / run_name(task, "fbt")
-        if not current(path, specs[run_name(task, "fbt")]):
-            gates.append({"task": task, "scratch_updates": scratch, "answer_accuracy": math.nan, "gated": False,
-                          "note": f"not trained by the current {SPECIMENS} recipe"})
-            continue
-        model = load_checkpoint(path)
-        accuracy = float(answer_correct(model, gate_batch(task, scratch, n=gate_n), GATE_CONDITION["fbt"]).mean())
-        seed = int(load_metrics(root / SPECIMENS / run_name(task, "fbt")).get("seed", 0))
-        gates.append({"task": task, "scratch_updates": scratch, "answer_accuracy": accuracy,
-                      "gated": accuracy >= COMPETENT, "note": ""})
-        if accuracy < COMPETENT:
-            continue
-        scored = probe_task(task, scratch).sample(n, SEED, "val")
-        for design in DESIGNS:
-            rows.append({"task": task, "scratch_updates": scratch, "seed": seed, "answer_accuracy": accuracy,
-                         "specimen": f"{task} s{scratch}", **probe_row(root, task, scratch),
-                         **design_row(model, scored, design, seed=len(rows))})
-    return pd.DataFrame(rows), pd.DataFrame(gates)
+    found = [(task, s) for task in PROBE_TASKS for s in SCRATCH if (root / SPECIMENS / run_name(task, "fbt")).is_dir()]
+    stale = [(task, s) for task, s in found if not current(root / SPECIMENS / run_name(task, "fbt"),
+                                                           specs[run_name(task, "fbt")])]
+    calls = [(str(root / SPECIMENS / run_name(task, "fbt")), task, s, n, gate_n, i)
+             for i, (task, s) in enumerate(found) if (task, s) not in stale]
+    done = map_jobs(_specimen_rows, calls, jobs, desc="specimens")
+    gates = {(g["task"], g["scratch_updates"]): g for g, _ in done}
+    gates.update({(task, s): {"task": task, "scratch_updates": s, "answer_accuracy": math.nan, "gated": False,
+                              "note": f"not trained by the current {SPECIMENS} recipe"} for task, s in stale})
+    rows = [row for _, mine in done for row in mine]
+    return pd.DataFrame(rows), pd.DataFrame([gates[key] for key in found])
 
 
-def _control_table(root: Path, scale: float) -> pd.DataFrame:
+def _control_rows(path: str, task: str, params: dict, seed: int, name: str, n: int, index: int) -> list[dict]:
+    """One positive-control specimen under every design, on held-out prompts labelled where the answer is
+    predicted (bootstrap seeds from ``index``, as in ``_specimen_rows``)."""
+    model = load_checkpoint(path)
+    batch = tasks.get(task, **params, label_at="answer").sample(n, SEED, "val")
+    return [{"task": task, "scratch_updates": int(params["scratch_updates"]), "seed": seed, "specimen": name,
+             **design_row(model, batch, design, len(DESIGNS) * index + i)} for i, design in enumerate(DESIGNS)]
+
+
+def _control_table(root: Path, scale: float, jobs: int = 1) -> pd.DataFrame:
     """The positive control: every design on the FBT registers specimens that need their feedback (runs of
-    ``CONTROLS`` as it stands), on held-out prompts labelled where the answer is predicted."""
+    ``CONTROLS`` as it stands), ``jobs`` specimens at a time."""
     specs = [spec for spec in pass_mix_study.registers_runs(scale) if pass_mix_study.is_fbt(spec)
              and pass_mix_study.mix_of(spec) in pass_mix_study.FEEDBACK_MIXES]
     n = max(32, int(N * min(1.0, scale)))
-    rows = []
-    for spec in tqdm([s for s in specs if current(root / CONTROLS / s.name, s)], desc="positive control",
-                     leave=False):
-        model = load_checkpoint(root / CONTROLS / spec.name)
-        batch = tasks.get(spec.train.task, **spec.train.task_params, label_at="answer").sample(n, SEED, "val")
-        for design in DESIGNS:
-            rows.append({"task": spec.train.task, "scratch_updates": int(spec.train.task_params["scratch_updates"]),
-                         "seed": spec.train.seed, "specimen": spec.name, **design_row(model, batch, design, len(rows))})
-    return pd.DataFrame(rows)
+    calls = [(str(root / CONTROLS / spec.name), spec.train.task, spec.train.task_params, spec.train.seed, spec.name,
+              n, i) for i, spec in enumerate([s for s in specs if current(root / CONTROLS / s.name, s)])]
+    return pd.DataFrame([row for rows in map_jobs(_control_rows, calls, jobs, desc="positive control")
+                         for row in rows])
 
 
 def control_detects(controls: pd.DataFrame) -> dict[str, bool]:
@@ -285,25 +297,27 @@ def text_gate_value(path: Path) -> float:
     return (tasks.get("text", **params).unigram_loss() - loss) / math.log(2)
 
 
-def _distance_table(root: Path, scale: float) -> tuple[pd.DataFrame, dict[str, float]]:
-    """Per gated LRT text specimen (runs of the text recipe as it stands): mean loss increase (nats) by
-    ablated position and distance."""
+def _distances(path: str, scale: float) -> pd.DataFrame:
+    """One gated LRT text specimen: mean loss increase (nats) by ablated position and distance."""
+    model = load_checkpoint(path)
+    metrics = load_metrics(path)
+    batch = tasks.get("text", **metrics["train_config"]["task_params"]).sample(max(4, int(TEXT_N * min(1.0, scale))),
+                                                                                EVAL_SEED, "val")
+    frame = ablation_by_distance(model, batch.tokens, MAX_DISTANCE, targets=batch.targets, kind="mean",
+                                 schedule="sequential", batch_size=1024)
+    frame["run"], frame["seed"] = Path(path).name, int(metrics.get("seed", 0))
+    return frame
+
+
+def _distance_table(root: Path, scale: float, jobs: int = 1) -> tuple[pd.DataFrame, dict[str, float]]:
+    """Per gated LRT text specimen (runs of the text recipe as it stands, ``jobs`` at a time): mean loss increase
+    (nats) by ablated position and distance; and every specimen's gate value."""
     specs = {spec.name: spec for spec in
              text_arms.text_runs(("baseline", "lrt_interleaved"), scale) if spec.name.startswith(TEXT_PREFIX)}
     names = [name for name, spec in specs.items() if current(root / TEXT_SPECIMENS / name, spec)]
-    frames, gate_values = [], {}
-    for name in tqdm(names, desc="text specimens", leave=False):
-        path = root / TEXT_SPECIMENS / name
-        gate_values[name] = text_gate_value(path)
-        if gate_values[name] < TEXT_MARGIN:
-            continue
-        model = load_checkpoint(path)
-        params = load_metrics(path)["train_config"]["task_params"]
-        batch = tasks.get("text", **params).sample(max(4, int(TEXT_N * min(1.0, scale))), EVAL_SEED, "val")
-        frame = ablation_by_distance(model, batch.tokens, MAX_DISTANCE, targets=batch.targets, kind="mean",
-                                     schedule="sequential", batch_size=1024)
-        frame["run"], frame["seed"] = name, int(load_metrics(path).get("seed", 0))
-        frames.append(frame)
+    gate_values = {name: text_gate_value(root / TEXT_SPECIMENS / name) for name in names}
+    calls = [(str(root / TEXT_SPECIMENS / name), scale) for name in names if gate_values[name] >= TEXT_MARGIN]
+    frames = map_jobs(_distances, calls, jobs, desc="text specimens")
     return (pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()), gate_values
 
 
@@ -356,10 +370,10 @@ def _said(r) -> str:
 
 def analyze(ctx: Context) -> Outcome:
     root = ctx.out.parent
-    swaps, gates = _swap_table(root, ctx.scale)
-    controls = _control_table(root, ctx.scale)
+    swaps, gates = _swap_table(root, ctx.scale, ctx.jobs)
+    controls = _control_table(root, ctx.scale, ctx.jobs)
     swaps = with_positive_control(swaps, controls)
-    distances, text_gates = _distance_table(root, ctx.scale)
+    distances, text_gates = _distance_table(root, ctx.scale, ctx.jobs)
     summary = distance_summary(distances) if not distances.empty else pd.DataFrame(columns=DISTANCE_COLUMNS)
     verdicts, words = {}, []
     for task in PROBE_TASKS:

@@ -30,7 +30,6 @@ from __future__ import annotations
 import json
 
 import pandas as pd
-from tqdm.auto import tqdm
 
 from ... import tasks
 from ...analysis.probes import (
@@ -57,6 +56,7 @@ from ..core import (
     default_finding,
     lead,
 )
+from ..pool import map_jobs
 from ..probe_specimens import (
     ARM_SEEDS,
     ARM_STEPS,
@@ -219,51 +219,45 @@ def extension_verdict(label: str, verdict: str) -> str:
             "does not reproduce": f"the claim does not extend to {label}"}[verdict]
 
 
+def _gate_saved(path: str, task: str, arm: str, scratch: int, seed: int, n: int) -> dict:
+    """One specimen's row of ``specimens``: its answer accuracy under each condition its arm is read in, from the
+    checkpoint the runner saved, and its gate."""
+    from ...checkpoint import load_checkpoint
+
+    answers = answer_accuracies(load_checkpoint(path), task, arm, scratch, n=n)
+    gate = specimen_gate(task, arm, scratch, seed).check(answers[GATE_CONDITION[arm]])
+    exact = answers.get("sequential", answers["standard"])  # a baseline's exact schedule is its plain pass
+    return {"run": run_name(task, arm, seed), "task": task, "arm": arm, "seed": seed,
+            "label": specimen_label(arm, seed), "scratch_updates": scratch,
+            "gate": gate.gate.name, "gate_condition": GATE_CONDITION[arm], "gate_value": gate.value,
+            "gated": gate.passed, "exact_ok": exact >= COMPETENT, **{f"answer_{c}": v for c, v in answers.items()}}
+
+
 def specimens(ctx: Context, n: int = GATE_N) -> pd.DataFrame:
-    """One row per (task, arm, seed, scratch length): answer accuracy under each condition, and the gate."""
-    rows = []
-    for task, arm, seed, scratch in tqdm([(t, a, sd, s) for t in PROBE_TASKS for a in ARMS for sd in ARM_SEEDS[a]
-                                          for s in SCRATCH], desc="gates", leave=False):
-        answers = answer_accuracies(ctx.models[run_name(task, arm, seed)], task, arm, scratch, n=n)
-        gate = specimen_gate(task, arm, scratch, seed).check(answers[GATE_CONDITION[arm]])
-        exact = answers.get("sequential", answers["standard"])  # a baseline's exact schedule is its plain pass
-        rows.append({"run": run_name(task, arm, seed), "task": task, "arm": arm, "seed": seed,
-                     "label": specimen_label(arm, seed), "scratch_updates": scratch,
-                     "gate": gate.gate.name, "gate_condition": GATE_CONDITION[arm], "gate_value": gate.value,
-                     "gated": gate.passed, "exact_ok": exact >= COMPETENT,
-                     **{f"answer_{c}": v for c, v in answers.items()}})
-    return pd.DataFrame(rows)
+    """One row per (task, arm, seed, scratch length): answer accuracy under each condition, and the gate
+    (``ctx.jobs`` specimens at a time)."""
+    calls = [(str(ctx.out / run_name(t, a, sd)), t, a, s, sd, n)
+             for t in PROBE_TASKS for a in ARMS for sd in ARM_SEEDS[a] for s in SCRATCH]
+    return pd.DataFrame(map_jobs(_gate_saved, calls, ctx.jobs, desc="gates"))
 
 
 def _probe_saved(path: str, task: str, scratch: int, tokenizer: str, n: int) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """``_probe`` of one saved specimen in a worker process of one torch thread (``Context.jobs`` > 1): the
-    worker loads the checkpoint the runner saved, so no model crosses a process boundary."""
-    import torch
-
+    """``_probe`` of one saved specimen (the checkpoint the runner saved)."""
     from ...checkpoint import load_checkpoint
 
-    torch.set_num_threads(1)
     return _probe(load_checkpoint(path), probe_task(task, scratch, tokenizer), n, PROBE_SEED)
 
 
 def probes(ctx: Context, table: pd.DataFrame, text_gated: bool,
            n: int = PROBE_N) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Probe rows of every gated specimen (and of the text model when it passed its gate), and their
-    layer-0 suffix1 regularisation paths; ``ctx.jobs`` > 1 probes that many specimens at a time."""
+    layer-0 suffix1 regularisation paths (``ctx.jobs`` specimens at a time)."""
     jobs = [(r.run, r.arm, r.seed, r.label, r.task, r.scratch_updates, "ascii")
             for r in table[table["gated"]].itertuples()]
     jobs += [("text_fbt", "text fbt", 0, "text fbt", "delayed_memory", s, "bytes") for s in TEXT_SCRATCH
              if text_gated]
-    if ctx.jobs > 1 and len(jobs) > 1:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-
-        with ProcessPoolExecutor(min(ctx.jobs, len(jobs)), mp_context=multiprocessing.get_context("spawn")) as pool:
-            futures = [pool.submit(_probe_saved, str(ctx.out / j[0]), j[4], j[5], j[6], n) for j in jobs]
-            done = [f.result() for f in tqdm(futures, desc="probes", leave=False)]
-    else:
-        done = [_probe(ctx.models[j[0]], probe_task(j[4], j[5], j[6]), n, PROBE_SEED)
-                for j in tqdm(jobs, desc="probes", leave=False)]
+    done = map_jobs(_probe_saved, [(str(ctx.out / j[0]), j[4], j[5], j[6], n) for j in jobs], ctx.jobs,
+                    desc="probes")
     frames, paths = [], []
     for (run, arm, seed, label, _, scratch, _), (frame, path) in zip(jobs, done):
         frames.append(frame.assign(run=run, arm=arm, seed=seed, label=label, scratch_updates=scratch))
