@@ -60,9 +60,10 @@ def _resting_on_need() -> list[dict]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("row", _resting_on_need(), ids=lambda r: f"{r['task']}-{r['scratch_updates']}-{r['design']}")
+@pytest.mark.parametrize("row", _resting_on_need(),
+                         ids=lambda r: f"{r['task']}-{r['seed']}-{r['scratch_updates']}-{r['design']}")
 def test_the_needs_memory_gate_holds_on_a_fresh_sample(row):
-    model = load_checkpoint(ROOT / recipe.SPECIMENS / run_name(row["task"], "fbt"))
+    model = load_checkpoint(ROOT / recipe.SPECIMENS / run_name(row["task"], "fbt", int(row["seed"])))
     fresh = probe_task(row["task"], int(row["scratch_updates"])).sample(FRESH_N, FRESH_SEED, "val")
     needed = recipe.memory_needed(model, fresh, seed=0, condition=recipe.DESIGNS[row["design"]][0])
     if row["needed_low"] > 0:
@@ -79,7 +80,7 @@ def test_a_stream_swap_that_flipped_answers_still_does_on_a_fresh_sample():
     if not used:
         pytest.skip("causal_use found no stream design that uses its memory")
     row = min(used, key=lambda r: r["scratch_updates"])
-    model = load_checkpoint(ROOT / recipe.SPECIMENS / run_name(row["task"], "fbt"))
+    model = load_checkpoint(ROOT / recipe.SPECIMENS / run_name(row["task"], "fbt", int(row["seed"])))
     fresh = probe_task(row["task"], int(row["scratch_updates"])).sample(64, FRESH_SEED, "val")
     again = recipe.design_row(model, fresh, "stream", seed=0)
     assert again["diff_low"] > 0, (row["specimen"], again["diff_low"], again["diff_high"])

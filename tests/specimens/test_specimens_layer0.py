@@ -45,13 +45,6 @@ def test_every_run_of_the_recipe_is_shipped_and_nothing_else():
     assert all(spec.train.seed != FRESH_SEED for spec in recipe.build(1.0))
 
 
-def test_the_shipped_specimens_come_from_one_invocation():
-    """All of the recipe's runs came from one invocation in two one-thread workers (the machine's 2 cores);
-    the minutes they took are RESULTS.md's to report, not a test's to bound."""
-    summary = _summary()
-    assert set(summary["trained_runs"]) == set(summary["runs"]) and summary["jobs"] == 2
-
-
 SPECIMENS = ([(s["task"], s["arm"], s["seed"], s["scratch_updates"]) for s in _summary()["specimens"]]
              if SUMMARY.is_file() else [])
 
@@ -88,7 +81,11 @@ def test_text_model_gate_holds_on_a_fresh_sample():
         assert margin < recipe.TEXT_GATE.threshold + TEXT_MARGIN
 
 
-PROBE_FRESH_N = 400  # 100 examples held out per fold: a 0.95 accuracy has a standard error of ~0.011
+# The re-read probes as many examples as the recipe did (PROBE_N): a probe's accuracy grows with the examples it
+# is trained on, so a smaller fresh sample reads lower for that reason alone (multi_register seed 1 at 8 lines:
+# 0.73 and 0.77 on two samples of 400, at the C nested CV chose there, 0.01 and 10; 0.80 and 0.78 on two of 1,600,
+# recorded 0.81). 400 held out per fold: a 0.95 accuracy has a standard error of ~0.011.
+PROBE_FRESH_N = recipe.PROBE_N
 OUTCOMES = [(o["task"], o["arm"], o["seed"], o["scratch_updates"]) for o in _summary().get("outcomes", [])
             if o["arm"] == "fbt"] if SUMMARY.is_file() else []
 

@@ -52,6 +52,7 @@ from .. import pass_mix_study, probe_specimens, text_arms
 from ..core import EVAL_SEED, Context, Finding, Gate, Outcome, Recipe, RunSpec, default_finding
 from ..pool import map_jobs
 from ..probe_specimens import (
+    ARM_SEEDS,
     COMPETENT,
     GATE_CONDITION,
     GATE_N,
@@ -93,8 +94,8 @@ RULE = (f"Per gated specimen and design (site: the memory read at the label posi
         f"else 'not tested: the design detects no use on the positive control'; 'inconclusive' otherwise. Each "
         f"interval is reported with its power (the smallest difference detected 80 % of the time: {POWER_Z} "
         f"standard errors, from the interval's width) and the cross-context swap beside it. A task's verdict gives, "
-        f"per design, its gated specimens' (one per scratch length); a specimen that misses its gate (answer "
-        f"accuracy >= {COMPETENT} under suffix1) is reported, never intervened on. The LRT text part is "
+        f"per design, its gated specimens' (one per training seed and scratch length); a specimen that misses its "
+        f"gate (answer accuracy >= {COMPETENT} under suffix1) is reported, never intervened on. The LRT text part is "
         f"descriptive (no verdict), measured only on specimens >= {TEXT_MARGIN} bits/byte below unigram.")
 
 
@@ -106,7 +107,7 @@ def build(scale: float) -> list[RunSpec]:
 PROBE_COLUMNS = ("accuracy", "accuracy_low", "accuracy_high", "twin_accuracy")
 
 
-def probe_row(root: Path, task: str, scratch: int) -> dict[str, float]:
+def probe_row(root: Path, task: str, scratch: int, seed: int = 0) -> dict[str, float]:
     """The specimen's layer-0 probe after one recurrent step (suffix1) with its interval, and its untrained
     twin's, as ``layer0_probes`` recorded them (its ``reproduce`` writes the table with the specimens it
     trains); NaN when the table has no such row."""
@@ -117,7 +118,7 @@ def probe_row(root: Path, task: str, scratch: int) -> dict[str, float]:
     results = pd.read_csv(results_path)
     if not {"run", "model", "layer", "condition", "scratch_updates", *PROBE_COLUMNS} <= set(results.columns):
         return missing
-    row = results[(results["run"] == run_name(task, "fbt")) & (results["model"] == "trained")
+    row = results[(results["run"] == run_name(task, "fbt", seed)) & (results["model"] == "trained")
                   & (results["layer"] == 0) & (results["condition"] == "suffix1")
                   & (results["scratch_updates"] == scratch)]
     return {f"probe_{c}": float(row[c].iloc[0]) for c in PROBE_COLUMNS} if len(row) else missing
@@ -201,20 +202,26 @@ def design_row(model, batch: tasks.Batch, design: str, seed: int) -> dict[str, A
     return row
 
 
-def _specimen_rows(path: str, task: str, scratch: int, n: int, gate_n: int, index: int) -> tuple[dict, list[dict]]:
-    """One saved FBT specimen at one scratch length: its gate row and, when it passed, one row per design (the
-    bootstrap seeds from ``index``, its place in the job list, so any number of workers gives the same rows)."""
+def specimen_name(task: str, scratch: int, seed: int) -> str:
+    """A specimen in tables and verdicts: task, scratch length and, when it is not 0, its training seed."""
+    return f"{task} s{scratch}" + (f" seed {seed}" if seed else "")
+
+
+def _specimen_rows(path: str, task: str, scratch: int, seed: int, n: int, gate_n: int,
+                   index: int) -> tuple[dict, list[dict]]:
+    """One saved FBT specimen (training ``seed``) at one scratch length: its gate row and, when it passed, one
+    row per design (the bootstrap seeds from ``index``, its place in the job list, so any number of workers gives
+    the same rows)."""
     model = load_checkpoint(path)
     accuracy = float(answer_correct(model, gate_batch(task, scratch, n=gate_n), GATE_CONDITION["fbt"]).mean())
-    gate = {"task": task, "scratch_updates": scratch, "answer_accuracy": accuracy, "gated": accuracy >= COMPETENT,
-            "note": ""}
+    gate = {"task": task, "scratch_updates": scratch, "seed": seed, "answer_accuracy": accuracy,
+            "gated": accuracy >= COMPETENT, "note": ""}
     if accuracy < COMPETENT:
         return gate, []
-    seed = int(load_metrics(path).get("seed", 0))
     scored = probe_task(task, scratch).sample(n, SEED, "val")
     root = Path(path).parent.parent
     return gate, [{"task": task, "scratch_updates": scratch, "seed": seed, "answer_accuracy": accuracy,
-                   "specimen": f"{task} s{scratch}", **probe_row(root, task, scratch),
+                   "specimen": specimen_name(task, scratch, seed), **probe_row(root, task, scratch, seed),
                    **design_row(model, scored, design, seed=len(DESIGNS) * index + i)}
                   for i, design in enumerate(DESIGNS)]
 
@@ -225,15 +232,18 @@ def _swap_table(root: Path, scale: float, jobs: int = 1) -> tuple[pd.DataFrame, 
     another spec) is reported, not read."""
     n, gate_n = max(32, int(N * min(1.0, scale))), max(32, int(GATE_N * min(1.0, scale)))
     specs = {spec.name: spec for spec in probe_specimens.build(scale)}
-    found = [(task, s) for task in PROBE_TASKS for s in SCRATCH if (root / SPECIMENS / run_name(task, "fbt")).is_dir()]
-    stale = [(task, s) for task, s in found if not current(root / SPECIMENS / run_name(task, "fbt"),
-                                                           specs[run_name(task, "fbt")])]
-    calls = [(str(root / SPECIMENS / run_name(task, "fbt")), task, s, n, gate_n, i)
-             for i, (task, s) in enumerate(found) if (task, s) not in stale]
+    path = lambda task, seed: root / SPECIMENS / run_name(task, "fbt", seed)  # noqa: E731
+    found = [(task, seed, s) for task in PROBE_TASKS for seed in ARM_SEEDS["fbt"] for s in SCRATCH
+             if path(task, seed).is_dir()]
+    stale = [(task, seed, s) for task, seed, s in found
+             if not current(path(task, seed), specs[run_name(task, "fbt", seed)])]
+    calls = [(str(path(task, seed)), task, s, seed, n, gate_n, i)
+             for i, (task, seed, s) in enumerate(found) if (task, seed, s) not in stale]
     done = map_jobs(_specimen_rows, calls, jobs, desc="specimens")
-    gates = {(g["task"], g["scratch_updates"]): g for g, _ in done}
-    gates.update({(task, s): {"task": task, "scratch_updates": s, "answer_accuracy": math.nan, "gated": False,
-                              "note": f"not trained by the current {SPECIMENS} recipe"} for task, s in stale})
+    gates = {(g["task"], g["seed"], g["scratch_updates"]): g for g, _ in done}
+    gates.update({(task, seed, s): {"task": task, "scratch_updates": s, "seed": seed, "answer_accuracy": math.nan,
+                                    "gated": False, "note": f"not trained by the current {SPECIMENS} recipe"}
+                  for task, seed, s in stale})
     rows = [row for _, mine in done for row in mine]
     return pd.DataFrame(rows), pd.DataFrame([gates[key] for key in found])
 
@@ -278,12 +288,13 @@ def with_positive_control(swaps: pd.DataFrame, controls: pd.DataFrame) -> pd.Dat
 
 def task_verdict(rows: pd.DataFrame) -> str:
     """One task's verdict from its specimens' rows: per design, the verdict its specimens share (or each
-    scratch length's, when they differ); a single verdict when every design agrees."""
+    specimen's, scratch length and seed, when they differ); a single verdict when every design agrees."""
     said = {}
     for design, mine in rows.groupby("design", sort=False):
         found = list(dict.fromkeys(mine["verdict"]))
         said[design] = found[0] if len(found) == 1 else "mixed (" + ", ".join(
-            f"s{r.scratch_updates} {r.verdict}" for r in mine.itertuples()) + ")"
+            f"s{r.scratch_updates}" + (f" seed {r.seed}" if r.seed else "") + f" {r.verdict}"
+            for r in mine.itertuples()) + ")"
     if len(set(said.values())) == 1:
         return next(iter(said.values()))
     return "; ".join(f"{design} design: {verdict}" for design, verdict in said.items())
@@ -379,7 +390,7 @@ def analyze(ctx: Context) -> Outcome:
     for task in PROBE_TASKS:
         mine = swaps[swaps["task"] == task] if not swaps.empty else swaps
         missed = gates[(gates["task"] == task) & ~gates["gated"]] if not gates.empty else gates
-        skipped = "".join(f"; s{r.scratch_updates} not intervened on ("
+        skipped = "".join(f"; s{r.scratch_updates}" + (f" seed {r.seed}" if r.seed else "") + " not intervened on ("
                           + (r.note or f"answer accuracy {r.answer_accuracy:.3f} < {COMPETENT}") + ")"
                           for r in missed.itertuples())
         if mine.empty:
@@ -387,10 +398,10 @@ def analyze(ctx: Context) -> Outcome:
             words.append(f"{task}: no gated specimen{skipped}")
             continue
         verdicts[task] = task_verdict(mine)
-        probes = mine.drop_duplicates("scratch_updates")
+        probes = mine.drop_duplicates("specimen")
         words.append(f"{task}: " + "; ".join(_said(r) for r in mine.itertuples()) + "; layer-0 probe " + ", ".join(
-            f"s{r.scratch_updates} {r.probe_accuracy:.3f} (twin {r.probe_twin_accuracy:.3f})"
-            if not math.isnan(r.probe_accuracy) else f"s{r.scratch_updates} not recorded by {SPECIMENS}"
+            f"{r.specimen} {r.probe_accuracy:.3f} (twin {r.probe_twin_accuracy:.3f})"
+            if not math.isnan(r.probe_accuracy) else f"{r.specimen} not recorded by {SPECIMENS}"
             for r in probes.itertuples()) + skipped)
     detects = control_detects(controls)
     words.append(f"positive control ({CONTROLS}): " + ", ".join(
@@ -473,17 +484,18 @@ RECIPE = Recipe(
     "causal_use",
     "Ours, beyond the papers: the FBT paper's layer-0 probe (99.6 % / 100 % after one recurrent step, arXiv "
     "2608.08888, appendix F) shows decodability, not use; does the model use the label its memory carries?",
-    f"Every gated FBT specimen of {SPECIMENS} (task x scratch length), two designs: the memory read at the label "
-    f"position under suffix1, and the whole memory stream of a 2-pass run; each swapped with a group mate's of the "
-    f"other label vs a same-label control, with another context's (cross-context) vs its control, mean and zero "
-    f"ablation, {N} held-out examples each; the positive control: the same designs on {CONTROLS}'s FBTs (75/25, "
-    f"75/22/3, 2 seeds each), which need their feedback; the LRT text specimens of {TEXT_SPECIMENS}: the memory "
-    f"mean-ablated d = 1..{MAX_DISTANCE} positions back, {TEXT_N} windows each, exact recurrence.",
+    f"Every gated FBT specimen of {SPECIMENS} (task x training seed x scratch length), two designs: the memory read "
+    f"at the label position under suffix1, and the whole memory stream of a 2-pass run; each swapped with a group "
+    f"mate's of the other label vs a same-label control, with another context's (cross-context) vs its control, "
+    f"mean and zero ablation, {N} held-out examples each; the positive control: the same designs on {CONTROLS}'s "
+    f"FBTs (75/25, 75/22/3, 2 seeds each), which need their feedback; the LRT text specimens of {TEXT_SPECIMENS}: "
+    f"the memory mean-ablated d = 1..{MAX_DISTANCE} positions back, {TEXT_N} windows each, exact recurrence.",
     build, analyze,
     gates=(Gate("gated FBT specimens", f"FBT specimens of {SPECIMENS} whose held-out answer accuracy under suffix1 is "
                 f">= {COMPETENT} (the specimens' own gates)", ">=", 1),),
     rule=RULE,
     chance="the control swap's flip rate (a same-label memory), and the untrained twin's probe accuracy.",
-    caveat="The specimens come from one training seed per task, so the intervals resample groups of examples, not "
-           "training seeds: a verdict speaks for these specimens, not for FBT training in general.",
+    caveat="Each specimen's intervals resample groups of its examples, not training seeds; the two seeds per task are "
+           "two specimens, read side by side, so a verdict speaks for these specimens, not for FBT training in "
+           "general.",
     kind="exploratory", reads=(SPECIMENS, CONTROLS, TEXT_SPECIMENS), finding=finding)
