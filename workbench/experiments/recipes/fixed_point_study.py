@@ -162,17 +162,17 @@ TRAINED_DEPTH = 0.95  # ... and its pass-2 answer accuracy at least this: it use
 DYNAMICS_EXAMPLES, LONG_EXAMPLES, LONG_FUSED, LONG_PASSES = 64, 64, 16, 1000
 
 
-def _scratch_run(arm: str, model: dict, mix: dict[int, float], seed: int, n_steps: int, scale: float) -> RunSpec:
+def _scratch_run(arm: str, model: dict, mix: dict[int, float], seed: int, scale: float) -> RunSpec:
     """The registers recipe's run of this model, pass mix and seed, under its name (so a shipped specimen is reused,
     not retrained), evaluated under the exact recurrence."""
-    cfg = config("multi_register", model, n_steps, seed, REGISTERS, schedule="multipass", pass_mix=mix,
-                 passes=3, feedback_start=FEEDBACK_START, prefix_mixin=PREFIX_MIXIN, aux_weight=AUX_WEIGHT
+    cfg = config("multi_register", model, steps(SCRATCH_STEPS, scale), seed, REGISTERS, schedule="multipass",
+                 pass_mix=mix, passes=3, feedback_start=FEEDBACK_START, prefix_mixin=PREFIX_MIXIN, aux_weight=AUX_WEIGHT
                  ).replace(batch_size=BATCH)
     return RunSpec(SHIPPED[arm].format(s=seed, suffix=f"_s{seed}" if seed else ""), cfg, Sequential(),
                    eval_size(scale))
 
 
-def _finetune_run(arm: str, change: dict, seed: int, family: Family, n_steps: int, scale: float) -> RunSpec:
+def _finetune_run(arm: str, change: dict, seed: int, family: Family, scale: float) -> RunSpec:
     model = {**FBT_GLU, **{k: change[k] for k in ("fbt_jitter", "fbt_fusion") if k in change}}
     if change.get("sequential"):  # the exact recurrence itself, backpropagated through every position
         schedule = {"schedule": "sequential", "prefix_mixin": 0.0}
@@ -183,16 +183,16 @@ def _finetune_run(arm: str, change: dict, seed: int, family: Family, n_steps: in
         mix = change["pass_mix"]
         schedule = {"schedule": "multipass", "pass_mix": mix, "passes": max(mix), "aux_weight": AUX_WEIGHT,
                     "prefix_mixin": PREFIX_MIXIN}
-    cfg = config("multi_register", model, n_steps, FINETUNE_SEED + seed, family.setting, optimizer="adamw",
-                 lr=FINETUNE_LR, lr_schedule="constant", init_from=family.specimen.format(seed=seed), **schedule
-                 ).replace(batch_size=family.batch)
+    cfg = config("multi_register", model, steps(family.steps, scale), FINETUNE_SEED + seed, family.setting,
+                 optimizer="adamw", lr=FINETUNE_LR, lr_schedule="constant",
+                 init_from=family.specimen.format(seed=seed), **schedule).replace(batch_size=family.batch)
     return RunSpec(f"{arm}_s{seed}", cfg, Sequential(), eval_size(scale), eval_task_params=family.scored_on)
 
 
 def build(scale: float) -> list[RunSpec]:
-    runs = [_scratch_run(arm, model, mix, s, steps(SCRATCH_STEPS, scale), scale)
+    runs = [_scratch_run(arm, model, mix, s, scale)
             for arm, (model, mix) in SCRATCH_ARMS.items() for s in SEEDS]
-    runs += [_finetune_run(arm, change, s, family, steps(family.steps, scale), scale)
+    runs += [_finetune_run(arm, change, s, family, scale)
              for family in FAMILY_ARMS.values() for arm, change in family.arms.items() for s in SEEDS]
     return runs
 
