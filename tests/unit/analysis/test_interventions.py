@@ -345,9 +345,11 @@ def test_a_design_that_detects_no_use_on_the_positive_control_cannot_say_does_no
 def test_a_task_verdict_is_given_per_design():
     from workbench.experiments.recipes import causal_use
 
-    rows = pd.DataFrame({"design": ["site", "stream"] * 2, "scratch_updates": [0, 0, 8, 8],
+    rows = pd.DataFrame({"design": ["site", "stream"] * 2, "scratch_updates": [0, 0, 8, 8], "seed": [0, 0, 0, 0],
                          "verdict": ["not tested: feedback not needed", "uses", "not tested: feedback not needed",
                                      "partly uses"]})
     assert causal_use.task_verdict(rows) == ("site design: not tested: feedback not needed; stream design: mixed "
                                              "(s0 uses, s8 partly uses)")
+    assert causal_use.task_verdict(rows.assign(scratch_updates=0, seed=[0, 0, 1, 1])) == (
+        "site design: not tested: feedback not needed; stream design: mixed (s0 uses, s0 seed 1 partly uses)")
     assert causal_use.task_verdict(rows.assign(verdict="uses")) == "uses"
