@@ -8,6 +8,7 @@ after it was moved), ``index.md`` (what was checked, with the pictures) and ``ju
 
     python tools/screens.py                      # every notebooks/*.ipynb
     python tools/screens.py notebooks/00_tour.ipynb --notebook-seconds 300
+    python tools/screens.py notebooks/04_fbt_latent_feedback.ipynb --figures   # also NAME-figNN.png per figure
 
 Exit status: 0 when every notebook passed the checks, 1 when one did not, 2 when the browser or
 Playwright is missing (it says how to install them; never ``playwright install``).
@@ -30,6 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=driver.SCREENS, help="default: reports/screens")
     parser.add_argument("--notebook-seconds", type=float, default=driver.NOTEBOOK_SECONDS,
                         help="time allowed per notebook (default %(default)s)")
+    parser.add_argument("--figures", action="store_true",
+                        help="also save each static figure as drawn in its cell (NAME-figNN.png, NN its cell)")
     args = parser.parse_args(argv)
     notebooks = args.notebooks or sorted(driver.NOTEBOOKS.glob("*.ipynb"))
     if not notebooks:
@@ -51,7 +54,8 @@ def main(argv: list[str] | None = None) -> int:
                 driver.Chromium() as chromium:
             print(f"JupyterLab and Chromium up in {time.monotonic() - start:.0f} s", flush=True)
             for path in paths:
-                report = driver.check_notebook(chromium.browser, lab, path, out, driver.Deadline(args.notebook_seconds))
+                report = driver.check_notebook(chromium.browser, lab, path, out, driver.Deadline(args.notebook_seconds),
+                                               figures=args.figures)
                 reports.append(report)
                 print(report.summary(), flush=True)
     index = driver.write_index(reports, out, "`make screens` (tools/screens.py)")

@@ -62,10 +62,11 @@ def _excerpts(before: dict[str, Any], after: dict[str, Any], width: int = 80) ->
 
 
 def check_notebook(browser: Any, lab: JupyterLab, path: str, screens: Path, deadline: Deadline,
-                   change_seconds: float = CHANGE_SECONDS) -> NotebookReport:
+                   change_seconds: float = CHANGE_SECONDS, figures: bool = False) -> NotebookReport:
     """Open ``path`` (relative to the server's root) in a new page, run it, use its widgets; see the module doc.
 
-    ``change_seconds``: how long a widget may take to redraw after its control moves.
+    ``change_seconds``: how long a widget may take to redraw after its control moves. ``figures``: also save
+    each static figure as drawn in its cell (``NAME-figNN.png``, NN its cell), to look at it at its own size.
     """
     from playwright.sync_api import Error as PlaywrightError
 
@@ -81,7 +82,7 @@ def check_notebook(browser: Any, lab: JupyterLab, path: str, screens: Path, dead
     page.on("console", lambda m: report.console_errors.append(m.text[:300]) if m.type == "error" else None)
     page.on("pageerror", lambda e: report.console_errors.append(f"page error: {str(e)[:300]}"))
     try:
-        _run(page, lab, path, screens, stem, deadline, report, change_seconds)
+        _run(page, lab, path, screens, stem, deadline, report, change_seconds, figures)
     except (PlaywrightError, BudgetSpent) as exc:
         report.timed_out = deadline.left() <= 1 or isinstance(exc, BudgetSpent)
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -112,7 +113,7 @@ def _poll(page: Any, deadline: Deadline, what: str, seconds: float, probe: Any) 
 
 
 def _run(page: Any, lab: JupyterLab, path: str, screens: Path, stem: str, deadline: Deadline,
-         report: NotebookReport, change_seconds: float) -> None:
+         report: NotebookReport, change_seconds: float, figures: bool = False) -> None:
     phase = time.monotonic()
 
     def lap(name: str) -> None:
@@ -190,6 +191,17 @@ def _run(page: Any, lab: JupyterLab, path: str, screens: Path, stem: str, deadli
             _interact(page, output, check, deadline, state, report, shot, change_seconds)
 
     lap("widgets")
+    if figures:  # each static figure as the reader sees it in its cell
+        for c in cells:
+            for k, o in enumerate(c["outputs"]):
+                if o["widget"] or not o.get("images"):
+                    continue
+                output = (notebook.locator(".jp-Notebook .jp-Cell").nth(c["index"])
+                          .locator(".jp-OutputArea-child").nth(k).locator(".jp-OutputArea-output"))
+                shot = screens / f"{stem}-fig{c['index'] + 1:02d}{'' if k == 0 else f'-{k + 1}'}.png"
+                _output_screenshot(page, output, shot, deadline)
+                report.screenshots.append(str(shot))
+        lap("figures")
     _full_screenshot(page, screens / f"{stem}.png", report, notebook)
     lap("screenshot")
 

@@ -46,7 +46,7 @@ def test_the_check_passes_widgets_that_respond(lab, chromium, browser_budget, tm
 
 def test_the_check_fails_errors_and_widgets_that_do_not_respond(lab, chromium, browser_budget, tmp_path):
     report = driver.check_notebook(chromium.browser, lab, "selftest/broken.ipynb", tmp_path,
-                                   _deadline(browser_budget), change_seconds=8)
+                                   _deadline(browser_budget), change_seconds=8, figures=True)
     print(report.summary())
     problems = "\n".join(report.problems)
     assert "ZeroDivisionError" in problems, problems
@@ -57,6 +57,8 @@ def test_the_check_fails_errors_and_widgets_that_do_not_respond(lab, chromium, b
            "widget" in problems, problems
     assert len(report.problems) == 5, problems
     assert (tmp_path / "broken.png").is_file()
+    # figures=True: the one static figure (cell 3's second output) saved on its own, the widgets' images not
+    assert sorted(p.name for p in tmp_path.glob("broken-fig*.png")) == ["broken-fig03-2.png"]
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS or [pytest.param(None, marks=pytest.mark.skip(
