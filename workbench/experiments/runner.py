@@ -25,6 +25,8 @@ from .recipes import RECIPES
 from .runs import reusable, train_run
 from .store import FULL_ENV, checkpoints_root, scratch_root
 
+TRAIN_CLOCK = "train_clock.json"  # the clocks of the last invocation that trained something
+
 
 def _measured_or_null(value: Any) -> Any:
     """``value`` with every non-finite float (a quantity a run could not measure, e.g. a curve too short to
@@ -70,18 +72,21 @@ def reproduce(name: str, root: str | Path | None = None, scale: float = 1.0, for
     for n, spec in tqdm(runs.items(), desc=name, leave=False):
         models[n], per_example[n] = train_run(spec, out / n, scratch, force)
     trained = time.perf_counter() - started
+    # the clocks of the invocation that trained, written before the analysis, so one stopped during it keeps them
+    # (a rerun that only analyses reads them back): its wall clock and, for one-thread workers, what the same runs
+    # need on `jobs` quiet cores, from their CPU times
+    if stale:
+        cpu = [load_metrics(out / s.name)["train"].get("cpu_seconds") for s in stale]
+        write_json_atomic(out / TRAIN_CLOCK, {
+            "jobs": jobs, "train_wall_minutes": trained / 60, "trained_runs": sorted(s.name for s in stale),
+            "quiet_wall_minutes": makespan(cpu, jobs) / 60 if jobs > 1 and None not in cpu else None})
     outcome = recipe.analyze(Context(recipe, runs, models, per_example, out, scale, jobs))
     gates, outcome.verdict = apply_gates(recipe, outcome.gate_values, outcome.verdict)
     outcome.table.to_csv(out / "results.csv", index=False)
     outcome.figure.savefig(out / "results.png", dpi=110, bbox_inches="tight")
     train_seconds = sum(load_metrics(out / n)["train"]["seconds"] for n in runs)
-    # the clocks of the invocation that trained (a rerun that only analyses keeps the last one's): its wall
-    # clock and, for one-thread workers, what the same runs need on `jobs` quiet cores, from their CPU times
-    cpu = [load_metrics(out / s.name)["train"].get("cpu_seconds") for s in stale]
-    wall = ({"jobs": jobs, "train_wall_minutes": trained / 60, "trained_runs": sorted(s.name for s in stale),
-             "quiet_wall_minutes": makespan(cpu, jobs) / 60 if jobs > 1 and None not in cpu else None}
-            if stale else {k: (try_json(out / "summary.json") or {}).get(k)
-                           for k in ("jobs", "train_wall_minutes", "trained_runs", "quiet_wall_minutes")})
+    clock = try_json(out / TRAIN_CLOCK) or try_json(out / "summary.json") or {}  # older outputs: the last summary's
+    wall = {k: clock.get(k) for k in ("jobs", "train_wall_minutes", "trained_runs", "quiet_wall_minutes")}
     write_json_atomic(out / "summary.json", _measured_or_null({
         "recipe": name, "kind": recipe.kind, "claim": recipe.claim, "setting": recipe.setting, "rule": recipe.rule,
         "chance": outcome.chance or recipe.chance, "number": outcome.number, "verdict": outcome.verdict,

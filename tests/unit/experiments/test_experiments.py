@@ -3,9 +3,11 @@ re-checked in tests/specimens/test_specimens_metrics.py, every recipe end to end
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -95,6 +97,19 @@ def test_parallel_jobs_train_the_same_runs(tmp_path, monkeypatch):
     again = json.loads((tmp_path / "b" / "pair" / "summary.json").read_text())
     assert {k: again[k] for k in ("jobs", "train_wall_minutes", "trained_runs")} == \
         {k: summary[k] for k in ("jobs", "train_wall_minutes", "trained_runs")}  # the training's wall clock, kept
+    # an invocation that trains and is stopped during its analysis: the rerun that analyses reports its clocks
+    shutil.rmtree(tmp_path / "b" / "pair" / "run_s1")  # run_s1 no longer saved: trained again
+
+    def stopped(ctx: E.Context) -> E.Outcome:
+        raise KeyboardInterrupt
+
+    monkeypatch.setitem(E.RECIPES, "pair", dataclasses.replace(recipe, analyze=stopped))
+    with pytest.raises(KeyboardInterrupt):
+        E.reproduce("pair", root=tmp_path / "b", scratch=tmp_path / "rb")
+    monkeypatch.setitem(E.RECIPES, "pair", recipe)
+    E.reproduce("pair", root=tmp_path / "b", scratch=tmp_path / "rb")
+    last = json.loads((tmp_path / "b" / "pair" / "summary.json").read_text())
+    assert last["trained_runs"] == ["run_s1"] and last["jobs"] == 1 and last["quiet_wall_minutes"] is None
     with pytest.raises(ValueError, match="jobs"):
         E.reproduce("pair", root=tmp_path / "c", jobs=0)
 
