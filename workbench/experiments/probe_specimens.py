@@ -100,6 +100,12 @@ def specimen_label(arm: str, seed: int = 0) -> str:
     return arm + (f" seed {seed}" if seed else "")
 
 
+def specimen_key(task: str, scratch: int, seed: int = 0) -> str:
+    """A specimen in words and tables: "TASK sSCRATCH", with " seed N" for seeds other than 0 ("sSCRATCH ..." when
+    ``task`` is empty, within a task's own sentence)."""
+    return " ".join(p for p in (task, f"s{scratch}", f"seed {seed}" if seed else "") if p)
+
+
 def probe_task(task: str, scratch: int, tokenizer: str = "ascii") -> tasks.Task:
     """The task at one scratch length, labelled where the paper probes (the label-predicting position)."""
     return tasks.get(task, scratch_updates=scratch, label_at="answer", tokenizer=tokenizer)

@@ -61,6 +61,7 @@ from ..probe_specimens import (
     gate_batch,
     probe_task,
     run_name,
+    specimen_key,
 )
 from ..store import EVAL_FILE, up_to_date
 
@@ -202,11 +203,6 @@ def design_row(model, batch: tasks.Batch, design: str, seed: int) -> dict[str, A
     return row
 
 
-def specimen_name(task: str, scratch: int, seed: int) -> str:
-    """A specimen in tables and verdicts: task, scratch length and, when it is not 0, its training seed."""
-    return f"{task} s{scratch}" + (f" seed {seed}" if seed else "")
-
-
 def _specimen_rows(path: str, task: str, scratch: int, seed: int, n: int, gate_n: int,
                    index: int) -> tuple[dict, list[dict]]:
     """One saved FBT specimen (training ``seed``) at one scratch length: its gate row and, when it passed, one
@@ -221,7 +217,7 @@ def _specimen_rows(path: str, task: str, scratch: int, seed: int, n: int, gate_n
     scored = probe_task(task, scratch).sample(n, SEED, "val")
     root = Path(path).parent.parent
     return gate, [{"task": task, "scratch_updates": scratch, "seed": seed, "answer_accuracy": accuracy,
-                   "specimen": specimen_name(task, scratch, seed), **probe_row(root, task, scratch, seed),
+                   "specimen": specimen_key(task, scratch, seed), **probe_row(root, task, scratch, seed),
                    **design_row(model, scored, design, seed=len(DESIGNS) * index + i)}
                   for i, design in enumerate(DESIGNS)]
 
@@ -293,7 +289,7 @@ def task_verdict(rows: pd.DataFrame) -> str:
     for design, mine in rows.groupby("design", sort=False):
         found = list(dict.fromkeys(mine["verdict"]))
         said[design] = found[0] if len(found) == 1 else "mixed (" + ", ".join(
-            f"s{r.scratch_updates}" + (f" seed {r.seed}" if r.seed else "") + f" {r.verdict}"
+            f"{specimen_key('', r.scratch_updates, r.seed)} {r.verdict}"
             for r in mine.itertuples()) + ")"
     if len(set(said.values())) == 1:
         return next(iter(said.values()))
@@ -390,7 +386,7 @@ def analyze(ctx: Context) -> Outcome:
     for task in PROBE_TASKS:
         mine = swaps[swaps["task"] == task] if not swaps.empty else swaps
         missed = gates[(gates["task"] == task) & ~gates["gated"]] if not gates.empty else gates
-        skipped = "".join(f"; s{r.scratch_updates}" + (f" seed {r.seed}" if r.seed else "") + " not intervened on ("
+        skipped = "".join(f"; {specimen_key('', r.scratch_updates, r.seed)} not intervened on ("
                           + (r.note or f"answer accuracy {r.answer_accuracy:.3f} < {COMPETENT}") + ")"
                           for r in missed.itertuples())
         if mine.empty:

@@ -43,6 +43,7 @@ from ...analysis.probes import (
     regularisation_path,
     upper_bound,
 )
+from ...checkpoint import load_checkpoint
 from ...model import GPT
 from ..core import (
     EVAL_SEED,
@@ -73,6 +74,7 @@ from ..probe_specimens import (
     gate_batch,
     probe_task,
     run_name,
+    specimen_key,
     specimen_label,
 )
 
@@ -185,7 +187,7 @@ def specimen_outcomes(rows: pd.DataFrame, path: pd.DataFrame) -> pd.DataFrame:
                        & path["plausible"]]
         along = {float(r.C): lift_outcome(r.accuracy, r.accuracy_high, gap) for r in on_path.itertuples()}
         out.append({"run": run, "arm": arm, "seed": seed, "task": task, "scratch_updates": scratch,
-                    "specimen": f"{arm.upper()} {_key(task, scratch, seed)}", "accuracy": s1["accuracy"],
+                    "specimen": f"{arm.upper()} {specimen_key(task, scratch, seed)}", "accuracy": s1["accuracy"],
                     "accuracy_low": s1["accuracy_low"], "accuracy_high": s1["accuracy_high"], "C": s1["C"],
                     "outcome": chosen, "path_outcomes": along, "flips": any(v != chosen for v in along.values())})
     return pd.DataFrame(out, columns=OUTCOME_COLUMNS)
@@ -223,8 +225,6 @@ def extension_verdict(label: str, verdict: str) -> str:
 def _gate_saved(path: str, task: str, arm: str, scratch: int, seed: int, n: int) -> dict:
     """One specimen's row of ``specimens``: its answer accuracy under each condition its arm is read in, from the
     checkpoint the runner saved, and its gate."""
-    from ...checkpoint import load_checkpoint
-
     answers = answer_accuracies(load_checkpoint(path), task, arm, scratch, n=n)
     gate = specimen_gate(task, arm, scratch, seed).check(answers[GATE_CONDITION[arm]])
     exact = answers.get("sequential", answers["standard"])  # a baseline's exact schedule is its plain pass
@@ -244,8 +244,6 @@ def specimens(ctx: Context, n: int = GATE_N) -> pd.DataFrame:
 
 def _probe_saved(path: str, task: str, scratch: int, tokenizer: str, n: int) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``_probe`` of one saved specimen (the checkpoint the runner saved)."""
-    from ...checkpoint import load_checkpoint
-
     return _probe(load_checkpoint(path), probe_task(task, scratch, tokenizer), n, PROBE_SEED)
 
 
@@ -263,7 +261,7 @@ def probes(ctx: Context, table: pd.DataFrame, text_gated: bool,
     for (run, arm, seed, label, _, scratch, _), (frame, path) in zip(jobs, done):
         frames.append(frame.assign(run=run, arm=arm, seed=seed, label=label, scratch_updates=scratch))
         paths.append(path.assign(run=run, arm=arm, seed=seed, scratch_updates=scratch,
-                                 specimen=f"{arm.upper()} {_key('', scratch, seed)}"))
+                                 specimen=f"{arm.upper()} {specimen_key('', scratch, seed)}"))
     if not frames:
         return pd.DataFrame(columns=PROBE_COLUMNS), pd.DataFrame(columns=PATH_COLUMNS)
     out = pd.concat(frames, ignore_index=True)
@@ -311,7 +309,7 @@ def analyze(ctx: Context) -> Outcome:
     if not path.empty:
         regularisation_paths(path, LIFT).savefig(ctx.out / "path.png", dpi=110, bbox_inches="tight")
     trained0 = results[(results["model"] == "trained") & (results["layer"] == 0)]
-    lifts = {arm: {_key(prefix or r["task"], r["scratch_updates"], r["seed"]): lift_source(r)
+    lifts = {arm: {specimen_key(prefix or r["task"], r["scratch_updates"], r["seed"]): lift_source(r)
                    for _, r in trained0[(trained0["arm"] == name) & (trained0["condition"] == "suffix1")].iterrows()}
              for arm, name, prefix in (("fbt", "fbt", None), ("lrt", "lrt", None), ("text", "text fbt", "text"))}
     paper = table[(table["arm"] == "fbt") & table["task"].isin(PAPER_TASKS)]["gated"]
@@ -332,12 +330,6 @@ def analyze(ctx: Context) -> Outcome:
                                         "passed": text_gate.passed, "unigram": unigram, "loss": text_loss}})
 
 
-def _key(task: str, scratch: int, seed: int) -> str:
-    """A specimen's name in words and its key in the lift-source maps: "TASK sSCRATCH", with " seed N" for
-    seeds other than 0 (no task: "sSCRATCH")."""
-    return " ".join(p for p in (task, f"s{scratch}", f"seed {seed}" if seed else "") if p)
-
-
 def _lift(rows: pd.DataFrame, label: str, lift: str, outcome: str) -> str:
     """One specimen's layer-0 numbers in words: standard -> suffix1 with its interval and L2 strength, twin,
     upper bound, and its outcome under rule (a)."""
@@ -354,7 +346,7 @@ def _number(specimens: pd.DataFrame, trained0: pd.DataFrame, lifts: dict[str, di
             for r in outcomes.itertuples()}
     parts = []
     for r in specimens[specimens["arm"].isin(FEEDBACK_ARMS)].itertuples():
-        key = _key(r.task, r.scratch_updates, r.seed)
+        key = specimen_key(r.task, r.scratch_updates, r.seed)
         name = f"{r.arm.upper()} {key}"
         if not r.gated:
             parts.append(f"{name}: missed its gate (answer accuracy {r.gate_value:.3f} < {COMPETENT})")
@@ -365,7 +357,7 @@ def _number(specimens: pd.DataFrame, trained0: pd.DataFrame, lifts: dict[str, di
     if text_gate.passed:
         text0 = trained0[trained0["arm"] == "text fbt"]
         parts += [_lift(text0[text0["scratch_updates"] == s], f"text FBT on delayed_memory s{s}",
-                        lifts["text"][_key("text", s, 0)], said["text_fbt", s]) for s in TEXT_SCRATCH]
+                        lifts["text"][specimen_key("text", s, 0)], said["text_fbt", s]) for s in TEXT_SCRATCH]
     else:
         parts.append(f"text FBT not probed: {text_gate.describe()}")
     return "; ".join(parts)
