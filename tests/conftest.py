@@ -57,6 +57,10 @@ MECHANISM_VARIANTS = {
     "none_ablated": dict(rope=False, qk_norm=False),
     "lrt_nope": dict(rope=False, lrt_source_layer=1),
     "fbt_no_qk_norm": dict(qk_norm=False),
+    # the memory sources of the LRT ablation: two positions back, a pooled average, none (gates and scales only)
+    "lrt_older": dict(lrt_memory="older"),
+    "lrt_pooled_mid": dict(lrt_memory="pooled", lrt_source_layer=1),
+    "lrt_gates_only": dict(lrt_memory="none"),
 }
 
 

@@ -45,6 +45,7 @@ FBT_FUSIONS = ("glu", "additive")
 LRT_INJECTIONS = ("kv", "residual")
 LRT_PROJECTIONS = ("shared", "per_layer")
 LRT_KV_INITS = ("zero", "uniform")
+LRT_MEMORIES = ("previous", "older", "pooled", "none")
 
 
 class JSONMixin:
@@ -100,11 +101,22 @@ class ModelConfig(JSONMixin):
     lrt_gamma_init: float = 0.0  # initial residual-injection scale (0 = start as the baseline; code used 0.1)
     lrt_gate_channels: int | None = None  # gates read the first C channels of the block input; None = min(32, D)
     lrt_kv_init: str = "zero"  # recurrent K/V projections start "zero" (no memory read) or "uniform" (reference code)
+    # what position t's injections read, each within one forward per token (the LRT paper's ablation): "previous"
+    # m_{t-1}; "older" m_{t-2} (the carried memory holds two states); "pooled" an exponential average of the source
+    # states of every earlier position (decay ``lrt_pool_decay``); "none" no memory at all, the gates and layer
+    # scales alone (the paper's "generic gates or layer scaling" control: train it single-pass)
+    lrt_memory: str = "previous"
+    lrt_pool_decay: float = 0.9  # "pooled": m~_t = decay * m~_{t-1} + (1 - decay) * h_t
     # --- FBT (Full-Bandwidth Transformer) ---
     fbt_jitter: float = 0.02  # half-width of the uniform noise added to the carried state in training
     # "glu": u = norm((W_U m) * sigmoid(W_G e)), the paper's (the state on the value path, the token only gates
     # it); "additive" (ours, beyond the paper): u = norm(e + (W_U m) * sigmoid(W_G e)), the token kept intact
     fbt_fusion: str = "glu"
+    # --- documents ---
+    # the token that opens a document (a text task's <bos>): a position holding it reads no memory, in every
+    # schedule, decoding regime and mechanism, so no memory crosses a document start (the FBT reference's rule);
+    # None: no token is special and the memory runs across packed documents
+    document_token: int | None = None
 
     def __post_init__(self) -> None:
         self.validate()
@@ -144,8 +156,14 @@ class ModelConfig(JSONMixin):
         if self.lrt_gate_channels is not None:
             check_int(f"{c}.lrt_gate_channels", self.lrt_gate_channels, 1, self.n_embd)
         check_choice(f"{c}.lrt_kv_init", self.lrt_kv_init, LRT_KV_INITS)
+        check_choice(f"{c}.lrt_memory", self.lrt_memory, LRT_MEMORIES)
+        check_float(f"{c}.lrt_pool_decay", self.lrt_pool_decay, 0.0, 1.0, lo_open=True)
+        if self.lrt_pool_decay == 1.0:
+            fail(f"{c}.lrt_pool_decay", self.lrt_pool_decay, "must be in (0, 1): at 1 the average never takes a state")
         check_float(f"{c}.fbt_jitter", self.fbt_jitter, 0.0, 1.0)
         check_choice(f"{c}.fbt_fusion", self.fbt_fusion, FBT_FUSIONS)
+        if self.document_token is not None:
+            check_int(f"{c}.document_token", self.document_token, 0, self.vocab_size - 1)
         for name, value, allowed in _MECHANISM_CONSTRAINTS[self.mechanism](self):
             fail(f"{c}.{name}", value, allowed)
 

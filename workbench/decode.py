@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from . import schedules
-from .model import GPT, StepOutput
+from .model import GPT, StepOutput, eval_mode
 from .validation import check_float, check_int, check_tokens
 
 REGIMES = schedules.REGIMES
@@ -110,6 +110,16 @@ def generate(model: GPT, prompt: torch.Tensor, max_new_tokens: int, regime: str 
     except ValueError as e:  # the cache's size check: name the argument that set the length
         raise ValueError(f"max_new_tokens={max_new_tokens!r} is too many for this prompt of {B} x {P}: {e}") from None
     step_fn = compiled_carry() if compile else schedules.carry
+    with eval_mode(model):  # decoding never draws FBT's training jitter, whatever mode the model is in
+        return _decode(model, value, prompt, cache, max_new_tokens, step_fn, temperature, top_k, eos, generator,
+                       return_logits)
+
+
+def _decode(model: GPT, value: schedules.Schedule, prompt: torch.Tensor, cache, max_new_tokens: int,
+            step_fn: Callable[..., StepOutput], temperature: float, top_k: int | None, eos: int | None,
+            generator: Generators, return_logits: bool) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """The prefill and the token loop of ``generate`` (arguments checked, model in eval mode)."""
+    B, P = prompt.shape
     logits = value.prefill(model, prompt, cache).logits[:, -1]
     feedback = value.reads_memory
     tokens, chosen_by = [prompt], []

@@ -151,7 +151,7 @@ def lrt_layers(lrt: torch.nn.Module, memo: dict) -> list[tuple]:
     if "lrt" not in memo:
         n = len(lrt.hook_read)
         alpha = lrt.alpha.unbind() if lrt.injects_residual else (None,) * n
-        gamma = lrt.gamma.unbind() if lrt.injects_residual else (None,) * n
+        gamma = lrt.gamma.unbind() if lrt.injects_residual and lrt.reads else (None,) * n
         weights = [lin.weight for lin in lrt.gates] if lrt.injects_kv else [None] * n
         memo["lrt"] = list(zip(alpha, gamma, weights, [hook.active for hook in lrt.hook_read]))
     return memo["lrt"]

@@ -93,7 +93,7 @@ LAYER_PATHS = ("transformer.h", "model.layers", "gpt_neox.layers")  # the famili
 FEEDBACK_CONFIG = "feedback_config.json"
 FEEDBACK_WEIGHTS = "feedback.safetensors"
 FORMAT = "workbench.hf/1"
-OPTION_NAMES = ("fusion", "inject", "feedback_layer", "jitter", "gamma_init")
+OPTION_NAMES = ("fusion", "inject", "feedback_layer", "jitter", "gamma_init", "document_token")
 HF_SAVED_NAMES = ("config.json", "generation_config.json")  # what HF's save_pretrained writes beside the weights
 
 
@@ -128,6 +128,7 @@ class FeedbackConfig:
     feedback_layer: int = -1  # hidden_states entry fed back: -1 = last (after the final norm), or 1..n_layer
     jitter: float = 0.02  # half-width of uniform noise on the carried memory in training
     gamma_init: float = 0.0  # initial residual-injection scale (0 = start exactly as the HF model)
+    document_token: int | None = None  # a position holding it reads no memory (``ModelConfig.document_token``)
 
     def __post_init__(self) -> None:
         if self.fusion not in FUSIONS:
@@ -146,6 +147,11 @@ class FeedbackConfig:
             raise ValueError(f"jitter={self.jitter!r} is invalid: must be in [0, 1]")
         if not -10.0 <= self.gamma_init <= 10.0:
             raise ValueError(f"gamma_init={self.gamma_init!r} is invalid: must be in [-10, 10]")
+        if self.document_token is not None and (isinstance(self.document_token, bool)
+                                                or not isinstance(self.document_token, int)
+                                                or not 0 <= self.document_token < self.vocab_size):
+            raise ValueError(f"document_token={self.document_token!r} is invalid: must be None or a token id in "
+                             f"[0, {self.vocab_size - 1}]")
 
     @property
     def mechanism(self) -> str:
@@ -305,7 +311,8 @@ def _with_first_arg(args: tuple, kwargs: dict, x: torch.Tensor) -> tuple[tuple, 
 class FeedbackLM(nn.Module):
     """A Hugging Face causal LM with latent feedback, presenting the interface of ``workbench.GPT``.
 
-    ``FeedbackLM(hf_model, fusion="glu", inject=None, feedback_layer=-1, jitter=0.02, gamma_init=0.0)``;
+    ``FeedbackLM(hf_model, fusion="glu", inject=None, feedback_layer=-1, jitter=0.02, gamma_init=0.0,
+    document_token=None)``;
     see the module docstring for what is fed back and how. Hook points: ``hook_positions``,
     ``hook_embed`` (the plain token embedding, raw HF scale), ``hook_input`` (depth 0: what goes in
     as ``inputs_embeds``, after fusion and before any position embedding the model adds),
@@ -317,14 +324,16 @@ class FeedbackLM(nn.Module):
     """
 
     def __init__(self, hf_model: PreTrainedModel, fusion: str | None = "glu", *, inject: str | None = None,
-                 feedback_layer: int = -1, jitter: float = 0.02, gamma_init: float = 0.0) -> None:
+                 feedback_layer: int = -1, jitter: float = 0.02, gamma_init: float = 0.0,
+                 document_token: int | None = None) -> None:
         super().__init__()
         text = hf_model.config.get_text_config()
         embedding = hf_model.get_input_embeddings()
         self.config = FeedbackConfig(
             vocab_size=text.vocab_size, n_layer=text.num_hidden_layers, n_embd=text.hidden_size,
             embed_dim=embedding.weight.size(1), seq_len=getattr(text, "max_position_embeddings", None),
-            fusion=fusion, inject=inject, feedback_layer=feedback_layer, jitter=jitter, gamma_init=gamma_init)
+            fusion=fusion, inject=inject, feedback_layer=feedback_layer, jitter=jitter, gamma_init=gamma_init,
+            document_token=document_token)
         c = self.config
         if c.inject is not None and c.n_embd != c.embed_dim:
             raise ValueError(f"inject='residual' needs hidden states as wide as the layer inputs: hidden_size="
@@ -418,6 +427,9 @@ class FeedbackLM(nn.Module):
         if memory is not None and tuple(memory.shape) != (B, T, self.config.n_embd):
             raise ValueError(f"memory must have shape (B, T, n_embd) = {(B, T, self.config.n_embd)}, "
                              f"got {tuple(memory.shape)}")
+        if memory is not None and self.config.document_token is not None:  # no memory crosses a document start
+            opens = idx == self.config.document_token
+            memory_mask = ~opens if memory_mask is None else memory_mask & ~opens
         if memory is not None and self.training and self.config.jitter > 0:
             memory = memory + torch.empty_like(memory).uniform_(-self.config.jitter, self.config.jitter)
         feedback = Feedback(memory, memory_mask)
@@ -559,7 +571,7 @@ class FeedbackLM(nn.Module):
 
         A directory written by ``save_pretrained`` restores its options and feedback weights; a plain
         HF directory (a user's own model) gets fresh feedback weights. Keyword arguments named like
-        the options (``fusion``, ``inject``, ``feedback_layer``, ``jitter``, ``gamma_init``) configure
+        the options (``fusion``, ``inject``, ``feedback_layer``, ``jitter``, ``gamma_init``, ``document_token``) configure
         the wrapper (for a saved wrapper they must agree with what it stored); every other one goes to
         ``AutoModelForCausalLM.from_pretrained`` (e.g. ``dtype``, ``attn_implementation``).
         """

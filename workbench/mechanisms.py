@@ -80,9 +80,12 @@ class Mechanism(nn.Module):
     caption: ClassVar[str] = ""
     overhead_rows: ClassVar[tuple[dict[str, Any], ...]] = ()  # ModelConfig fields beside mechanism=name
 
+    reads: bool = True  # whether any point consumes the memory (False: no schedule changes what it computes)
+
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.source_layer = -1
+        self.memory_width = config.n_embd  # channels of the memory a position leaves (``emit``)
 
     @classmethod
     def constraints(cls, config: ModelConfig) -> list[tuple[str, Any, str]]:
@@ -96,6 +99,11 @@ class Mechanism(nn.Module):
 
     def init_weights(self) -> None:
         pass
+
+    def emit(self, state: torch.Tensor, feedback: Feedback) -> torch.Tensor:
+        """The memory a position leaves for its successor, from its source ``state`` (B, T, D) and what it read
+        (``feedback``): the state itself, unless the mechanism carries more (LRT's older or pooled sources)."""
+        return state
 
     def fuse_input(self, embedded: torch.Tensor, feedback: Feedback) -> torch.Tensor:
         return embedded
@@ -113,6 +121,7 @@ class NoFeedback(Mechanism):
 
     name: ClassVar[str] = "none"
     caption: ClassVar[str] = "baseline: only the sampled token crosses"
+    reads = False
 
 
 class LRT(Mechanism):
@@ -134,18 +143,24 @@ class LRT(Mechanism):
         self.source_layer = config.lrt_source_layer
         self.kv_heads, self.head_dim = config.kv_heads, config.head_dim
         self.gate_channels = config.gate_channels
-        if "kv" in config.lrt_inject:
+        self.memory_source, self.pool_decay, self.width = config.lrt_memory, config.lrt_pool_decay, config.n_embd
+        reads = config.lrt_memory != "none"
+        if "kv" in config.lrt_inject and reads:
             n_proj = 1 if config.lrt_projection == "shared" else config.n_layer
             self.rec_k = nn.ModuleList(nn.Linear(config.n_embd, config.kv_dim, bias=False) for _ in range(n_proj))
             self.rec_v = nn.ModuleList(nn.Linear(config.n_embd, config.kv_dim, bias=False) for _ in range(n_proj))
+        if "kv" in config.lrt_inject:
             # per layer: gate_local and gate_feedback for every kv head, from the first C channels
             self.gates = nn.ModuleList(nn.Linear(self.gate_channels, 2 * self.kv_heads, bias=False)
                                        for _ in range(config.n_layer))
         if "residual" in config.lrt_inject:
             self.alpha = nn.Parameter(torch.ones(config.n_layer))
-            self.gamma = nn.Parameter(torch.full((config.n_layer,), float(config.lrt_gamma_init)))
+            if reads:
+                self.gamma = nn.Parameter(torch.full((config.n_layer,), float(config.lrt_gamma_init)))
         self.hook_read = nn.ModuleList(HookPoint() for _ in range(config.n_layer))  # (B, T, D) per layer
         self.injects_kv, self.injects_residual = "kv" in config.lrt_inject, "residual" in config.lrt_inject
+        self.reads = reads
+        self.memory_width = 2 * config.n_embd if config.lrt_memory == "older" else config.n_embd
 
     def init_weights(self) -> None:
         """Zero gates (gates = 2*sigmoid(0) = 1) and, by default, zero projections: with gamma=0 the model
@@ -156,14 +171,27 @@ class LRT(Mechanism):
             if self.injects_kv:
                 for lin in self.gates:
                     lin.weight.zero_()
-                for lin in [*self.rec_k, *self.rec_v]:
+                for lin in [*self.rec_k, *self.rec_v] if self.reads else []:
                     if self.config.lrt_kv_init == "uniform":
                         uniform_init_(lin.weight)
                     else:
                         lin.weight.zero_()
             if self.injects_residual:
                 self.alpha.fill_(1.0)
-                self.gamma.fill_(self.config.lrt_gamma_init)
+                if self.reads:
+                    self.gamma.fill_(self.config.lrt_gamma_init)
+
+    def emit(self, state: torch.Tensor, feedback: Feedback) -> torch.Tensor:
+        """``"older"``: the state beside the one it read (``[h_t, h_{t-1}]``), so its successor injects
+        ``h_{t-1}``, two positions back from itself; ``"pooled"``: the decayed average of the states so far (a
+        plain position starts it afresh); otherwise the state."""
+        read = feedback.masked_memory()
+        if self.memory_source == "older":
+            return torch.cat([state, torch.zeros_like(state) if read is None else read[..., : self.width]], dim=-1)
+        if self.memory_source != "pooled" or read is None:
+            return state
+        pooled = state + self.pool_decay * (read - state)
+        return pooled if feedback.mask is None else torch.where(feedback.mask.unsqueeze(-1), pooled, state)
 
     def inject_residual(self, layer: int, x: torch.Tensor, feedback: Feedback) -> torch.Tensor:
         if not self.injects_residual:
@@ -192,7 +220,7 @@ class LRT(Mechanism):
         if fast.ENABLED:
             return fast.lrt_layers(self, memo)[layer]
         return (self.alpha[layer] if self.injects_residual else None,
-                self.gamma[layer] if self.injects_residual else None,
+                self.gamma[layer] if self.injects_residual and self.reads else None,
                 self.gates[layer].weight if self.injects_kv else None, self.hook_read[layer].active)
 
     def _read(self, layer: int, feedback: Feedback, hooked: bool) -> torch.Tensor | None:
@@ -200,7 +228,9 @@ class LRT(Mechanism):
         listens (``hooked``, from ``_layer``); memoised so the residual and K/V injections of one layer see
         one (possibly edited) read. An edit cannot make a plain position read memory: the mask applies again
         after the hook."""
-        m = feedback.masked_memory()
+        m = feedback.masked_memory() if self.reads else None
+        if m is not None and self.memory_source == "older":
+            m = m[..., self.width:]
         if m is None or not hooked:
             return m
         key = ("read", layer)

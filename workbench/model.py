@@ -230,16 +230,20 @@ class GPT(nn.Module):
         """The general forward over tokens ``idx`` (B, T) at absolute ``positions`` (default 0..T-1).
 
         ``memory`` (B, T, D): the memory each position reads (already shifted: ``m_{t-1}``);
-        ``memory_mask`` (B, T) bool: positions that read it (others are plain). ``kv``: a key/value
+        ``memory_mask`` (B, T) bool: positions that read it (others are plain; so is every position holding
+        ``config.document_token``, whatever the mask says). ``kv``: a key/value
         store to write this chunk's keys/values into and attend against (None = causal self-attention
         over ``idx`` alone).
         """
         check_tokens(self.config.vocab_size, idx)
         B, T = idx.shape
         positions = self.hook_positions(resolve_positions(idx, positions))
+        c = self.config
         if memory is not None:
             memory = self.hook_memory_in(memory)
-        c = self.config
+            if c.document_token is not None:  # a document start reads no memory: none crosses a <bos>
+                opens = idx == c.document_token
+                memory_mask = ~opens if memory_mask is None else memory_mask & ~opens
         rope_q = rope_k = None
         if c.rope:
             tables = rotary(positions, c.head_dim, c.rope_base, self.wte.weight.dtype)
@@ -257,7 +261,7 @@ class GPT(nn.Module):
         if kv is not None:
             kv.advance(T)
         final = self.hook_final(norm(x))
-        memory_out = self.hook_memory(final if memory_out is None else memory_out)
+        memory_out = self.hook_memory(self.mechanism.emit(final if memory_out is None else memory_out, ctx.feedback))
         logits = F.linear(final, self.readout_weight)
         cap = self.config.logit_softcap
         if cap > 0:

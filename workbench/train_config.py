@@ -179,7 +179,9 @@ class TrainConfig(JSONMixin):
         if model.get("mechanism") == "fbt" and "tie_embeddings" not in model:
             model["tie_embeddings"] = True  # FBT feeds top states back as inputs: one shared space
         try:
-            probe = ModelConfig(vocab_size=2, seq_len=1, **model)
+            token = model.get("document_token")  # checked against the task's vocabulary when the model is built
+            vocab = token + 1 if isinstance(token, int) and not isinstance(token, bool) and token >= 2 else 2
+            probe = ModelConfig(vocab_size=vocab, seq_len=1, **model)
         except ValueError as e:
             raise ValueError(f"{c}.model: {e}") from None
         self.model = {k: getattr(probe, k) for k in model}

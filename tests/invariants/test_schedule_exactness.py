@@ -100,7 +100,7 @@ def test_a_prefix_drawn_per_pass_is_each_pass_under_its_own_mask(variant):
     shared = torch.tensor([2, 6])
     torch.testing.assert_close(S.multipass(model, idx, passes=4, plain_prefix=shared.expand(3, B)).logits,
                                S.multipass(model, idx, passes=4, plain_prefix=shared).logits, rtol=0, atol=ATOL)
-    if cfg.mechanism != "none":  # the draws matter wherever memory is read
+    if model.mechanism.reads:  # the draws matter wherever memory is read
         assert not torch.equal(out.logits, S.multipass(model, idx, passes=4, plain_prefix=rows[0]).logits)
     with pytest.raises(ValueError, match=r"plain_prefix of shape \(2, 2\).*\(3, 2\)"):
         S.multipass(model, idx, passes=4, plain_prefix=rows[:2])
@@ -181,7 +181,7 @@ def test_a_suffix_condition_decodes_soft_started_inside_the_prompt(variant, k):
         logits = S.Prefilled(S.Single(), S.Sequential(), prompt_len=P - k).run(model, tokens).logits
     assert torch.equal(logits[:, P - 1:-1], chosen)
     soft = wb.generate(model, idx[:, :P], max_new_tokens=1, regime="soft", return_logits=True)[1]
-    assert cfg.mechanism == "none" or not torch.equal(soft[:, 0], chosen[:, 0])  # the first token reads feedback
+    assert not model.mechanism.reads or not torch.equal(soft[:, 0], chosen[:, 0])  # the first token reads feedback
 
 
 def test_soft_is_the_recurrence_with_a_plain_prefix_and_a_suffix_condition_is_soft_from_there(variant):

@@ -34,10 +34,22 @@ TREATMENTS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
 TREATMENT = "reference"
 
 
-# each LRT arm: (its training schedule, that schedule's TrainConfig options)
-ARMS: dict[str, tuple[str, dict[str, int]]] = {
-    "lrt_interleaved": ("interleaved", {"subsets": 2}),
-    "lrt_blockwise": ("blockwise", {"block": 32}),
+# each LRT arm: (its training schedule, that schedule's TrainConfig options, its changes to the LRT model)
+ARMS: dict[str, tuple[str, dict[str, int], dict[str, Any]]] = {
+    "lrt_interleaved": ("interleaved", {"subsets": 2}, {}),
+    "lrt_blockwise": ("blockwise", {"block": 32}, {}),
+    # the LRT paper's ablations, each one change to lrt_interleaved (the top source, m_{t-1}, K/V and residual):
+    # the source block (of 4: "src3" is block 3, upper-middle; "src1" block 1), ...
+    "lrt_src3": ("interleaved", {"subsets": 2}, {"lrt_source_layer": 2}),
+    "lrt_src1": ("interleaved", {"subsets": 2}, {"lrt_source_layer": 0}),
+    # ... the memory source (m_{t-2}; a pooled average of the earlier positions), ...
+    "lrt_older": ("interleaved", {"subsets": 2}, {"lrt_memory": "older"}),
+    "lrt_pooled": ("interleaved", {"subsets": 2}, {"lrt_memory": "pooled"}),
+    # ... the injection path, ...
+    "lrt_kv_only": ("interleaved", {"subsets": 2}, {"lrt_inject": ("kv",)}),
+    "lrt_residual_only": ("interleaved", {"subsets": 2}, {"lrt_inject": ("residual",)}),
+    # ... and the gates and layer scales with no memory (the baseline's schedule: nothing recurs)
+    "gates_only": ("single", {}, {"lrt_memory": "none"}),
 }
 
 
@@ -93,9 +105,13 @@ def text_config(arm: str, seed: int, treatment: str = TREATMENT) -> TrainConfig:
         return TrainConfig(model=dict(TEXT_MODEL), **common)
     if arm not in ARMS:
         raise ValueError(f"arm={arm!r} is invalid: must be 'baseline' or one of {sorted(ARMS)}")
-    schedule, options = ARMS[arm]
-    return TrainConfig(model=lrt_model(treatment), schedule=schedule, **options, **TREATMENTS[treatment][1],
-                       **common)
+    schedule, options, changes = ARMS[arm]
+    model = {**lrt_model(treatment), **changes}
+    # a scale the arm's model does not have gets no learning rate of its own
+    scales = {k: v for k, v in TREATMENTS[treatment][1].items()
+              if "residual" in model.get("lrt_inject", ("residual",))
+              and (k != "lrt_gamma_lr" or model.get("lrt_memory") != "none")}
+    return TrainConfig(model=model, schedule=schedule, **options, **scales, **common)
 
 
 def text_runs(arms: tuple[str, ...], scale: float, seeds: tuple[int, ...] = SEEDS, treatment: str = TREATMENT

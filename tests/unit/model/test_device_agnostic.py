@@ -51,7 +51,7 @@ def test_every_schedule_trains_on_meta(variant, schedule):
     loss = out.loss(idx)
     loss.backward()
     assert loss.device.type == "meta" and out.logits.shape == (B, T, model.config.vocab_size)
-    assert out.memory.shape == (B, T, model.config.n_embd)
+    assert out.memory.shape == (B, T, model.mechanism.memory_width)
     assert model.wte.weight.grad is not None and model.wte.weight.grad.device.type == "meta"
 
 
@@ -73,7 +73,7 @@ def test_run_with_cache_on_meta(variant, schedule):
     _, cache = run_with_cache(model, idx, schedule, **kw)
     assert cache["hook_input"].shape == (B, T, model.config.n_embd) and cache["hook_input"].device.type == "meta"
     _, kept = run_with_cache(model, idx, schedule, names_filter="hook_memory", positions=[2, 5], **kw)
-    assert kept["hook_memory"].shape == (B, 2, model.config.n_embd)
+    assert kept["hook_memory"].shape == (B, 2, model.mechanism.memory_width)
     _, per_example = run_with_cache(model, idx, schedule, names_filter=["blocks.0.attn.hook_pattern"],
                                     example_positions=torch.tensor([3, 8]), **kw)
     assert per_example["blocks.0.attn.hook_pattern"].shape == (B, model.config.n_head, T)
