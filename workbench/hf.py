@@ -571,8 +571,9 @@ class FeedbackLM(nn.Module):
 
         A directory written by ``save_pretrained`` restores its options and feedback weights; a plain
         HF directory (a user's own model) gets fresh feedback weights. Keyword arguments named like
-        the options (``fusion``, ``inject``, ``feedback_layer``, ``jitter``, ``gamma_init``, ``document_token``) configure
-        the wrapper (for a saved wrapper they must agree with what it stored); every other one goes to
+        the options (``fusion``, ``inject``, ``feedback_layer``, ``jitter``, ``gamma_init``,
+        ``document_token``) configure the wrapper (for a saved wrapper they must agree with what it
+        stored); every other one goes to
         ``AutoModelForCausalLM.from_pretrained`` (e.g. ``dtype``, ``attn_implementation``).
         """
         from transformers import AutoModelForCausalLM
