@@ -1,0 +1,174 @@
+"""The LRT paper's ablations on language (arXiv 2605.26797): what ``source_layer``, ``memory_source``,
+``injection_ablation`` and ``gate_control`` share.
+
+Each recipe trains a few of the byte-level text arms of ``text_arms`` (the baseline and the reference LRT
+``lrt_interleaved`` are those of ``lrt_vs_baseline``, copied, not retrained) and compares each arm with one
+other (``comparisons``: arm -> the arm it is read against), both ways the budget allows:
+
+- at the **final FLOP mark** (matched training FLOPs): the per-example held-out bits per byte under the exact
+  recurrence, a 95 % hierarchical interval over seeds then examples (``common.compare``);
+- at **equal optimiser steps**, read off the recorded held-out curves (each run's own schedule, the trainer's
+  held-out windows): the seed means and spread, with no example interval (the curves keep means only).
+
+At matched FLOPs the interleaved variants take the same steps (within a few per cent), so the two comparisons
+nearly coincide among them; ``gates_only`` is single-pass and takes about twice the steps of an interleaved run.
+The gates are the baseline's competence checks of ``lrt_vs_baseline`` and one that the reference LRT uses its
+memory at all: an ablation of a memory the model ignores says nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import numpy as np
+import pandas as pd
+
+from ..stats import MIN_SEEDS
+from .common import compare, describe
+from .core import Context, Gate, Outcome
+from .recipes import lrt_vs_baseline
+from .text_arms import (
+    BASE_STEPS,
+    BATCH,
+    CURVE_MARKS,
+    KNOWN_DIFFERENCES,
+    LR_SCHEDULE,
+    SEEDS,
+    TEXT,
+    TEXT_MODEL,
+    TREATMENT,
+    arm_runs,
+    both_ways,
+    curves,
+    flattened,
+    prepare,
+    text_figure,
+    unigram_bpb,
+)
+
+REFERENCE = "lrt_interleaved"  # the reference LRT: top source, m_{t-1}, K/V and residual injection
+UNIT = "bits/byte"
+
+MEMORY_GATE = Gate("reference LRT uses its memory",
+                   "upper end of the 95 % hierarchical interval of LRT interleaved's held-out BPB under the exact "
+                   "recurrence minus the same weights with no memory (one plain pass), bits/byte", "<", 0.0)
+# the baseline's competence checks exactly as lrt_vs_baseline states them, then the memory's
+GATES: tuple[Gate, ...] = (*lrt_vs_baseline.RECIPE.gates, MEMORY_GATE)
+
+Intervals = Mapping[str, Mapping[str, float]]  # compared arm -> its difference (an interval, or equal_steps' dict)
+Rule = Callable[[Intervals, Intervals], str]  # (final-FLOP-mark intervals, equal-steps differences) -> verdict
+# results.csv: one row per arm, its BPB (exact, final FLOP mark), then its difference from the arm it is read against
+COLUMNS = ["arm", "metric", "value", "seed_std", "seeds", "vs", "diff", "ci_low", "ci_high", "equal_steps",
+           "diff_equal_steps", "diff_equal_steps_min", "diff_equal_steps_max", "bpb_own_schedule", "better_if"]
+
+
+def setting(arms: tuple[str, ...]) -> str:
+    """The recipes' setting in one sentence, from the text arms' constants."""
+    return (f"Byte-level {TEXT_MODEL['n_layer']}x{TEXT_MODEL['n_embd']} models on the stdlib corpus at context "
+            f"{TEXT['seq_len']}, arms {', '.join(arms)} (LRT: reference-code treatment, interleaved S=2 unless "
+            f"single-pass), each given the FLOPs of {BASE_STEPS} baseline steps of {BATCH} windows at a "
+            f"{LR_SCHEDULE} learning rate, {len(SEEDS)} seeds; held-out BPB curves at {CURVE_MARKS} marks, the "
+            "final point under the exact recurrence.")
+
+
+CAVEAT = ("At matched FLOPs the interleaved variants take the same optimiser steps within a few per cent, so the "
+          "final-FLOP-mark comparison is also an equal-steps one; the equal-steps number beside it is read from "
+          "the held-out curves (each run's own schedule, seed means, no example interval). " + KNOWN_DIFFERENCES)
+
+
+def equal_steps(ctx: Context, arm: list[str], reference: list[str]) -> dict[str, float]:
+    """(arm - reference) held-out BPB at equal optimiser steps, read off the recorded curves, seed by seed: both
+    curves at the fewer steps of the pair (the shorter run's last point, the longer interpolated there), and what
+    the reference's steps past that mark (to its matched-FLOP end) changed it by. The general form of
+    ``lrt_vs_baseline.equal_steps`` (there arm = LRT, reference = baseline; ``missing_steps_mean`` the same)."""
+    pairs = list(zip(curves(ctx, arm), curves(ctx, reference), strict=True))
+    diffs, missing, marks = [], [], []
+    for a, r in pairs:
+        mark = min(float(a["step"].iloc[-1]), float(r["step"].iloc[-1]))
+        at = float(np.interp(mark, r["step"], r["val_bpb"]))
+        diffs.append(float(np.interp(mark, a["step"], a["val_bpb"])) - at)
+        missing.append(float(r["val_bpb"].iloc[-1]) - at)
+        marks.append(mark)
+    return {"steps": float(np.mean(marks)), "arm_steps": float(np.mean([a["step"].iloc[-1] for a, _ in pairs])),
+            "reference_steps": float(np.mean([r["step"].iloc[-1] for _, r in pairs])),
+            "diff_mean": float(np.mean(diffs)), "diff_min": float(np.min(diffs)), "diff_max": float(np.max(diffs)),
+            "missing_steps_mean": float(np.mean(missing)), "seeds": len(diffs)}
+
+
+def describe_steps(label: str, steps: Mapping[str, float]) -> str:
+    """An equal-steps difference in words: the step mark, the seed mean and spread, and the reference's further
+    steps when it has any."""
+    further = (f"; the reference's further steps to {steps['reference_steps']:.0f} change it by "
+               f"{steps['missing_steps_mean']:+.4f}" if steps["reference_steps"] > steps["steps"] else "")
+    return (f"{label} (equal steps, {steps['steps']:.0f}, own-schedule curves): {steps['diff_mean']:+.4f} {UNIT} "
+            f"(seeds {steps['diff_min']:+.4f} .. {steps['diff_max']:+.4f}, {steps['seeds']} seeds){further}")
+
+
+def every_above(intervals: Intervals) -> str:
+    """The rule "each ablation is worse than the reference": 'reproduces' when every interval (label -> interval of
+    ablation - reference, lower is better) lies above 0, 'does not reproduce' when any lies below 0 (naming it),
+    else 'inconclusive' (naming those that contain 0); 'not tested' with fewer than ``MIN_SEEDS`` seeds."""
+    seeds = min(iv.get("seeds", MIN_SEEDS) for iv in intervals.values())
+    if seeds < MIN_SEEDS:
+        return f"not tested: seeds = {seeds} (needs >= {MIN_SEEDS})"
+    below = [f"{label} lies below 0" for label, iv in intervals.items() if iv["high"] < 0]
+    if below:
+        return "does not reproduce: " + "; ".join(below)
+    open_ = [f"{label} contains 0" for label, iv in intervals.items() if iv["low"] <= 0]
+    return "inconclusive: " + "; ".join(open_) if open_ else "reproduces"
+
+
+def every_above_rule(diffs: tuple[str, ...]) -> str:
+    """``every_above`` in words, for a recipe's ``rule``."""
+    each = " and of ".join(f"({d})" for d in diffs)
+    return (f"reproduces when each 95 % hierarchical bootstrap interval (seeds, then held-out examples) of {each} "
+            "(held-out BPB at the final FLOP mark, exact recurrence) lies above 0, each ablation worse than the "
+            "reference; does not reproduce when any lies below 0; inconclusive otherwise; not tested with fewer than "
+            f"{MIN_SEEDS} seeds per arm or when a gate fails.")
+
+
+def analyze(ctx: Context, comparisons: Mapping[str, str], rule: Rule, title: str) -> Outcome:
+    """The shared analysis: every arm's held-out BPB (exact, final FLOP mark), each compared arm against its
+    reference at the final FLOP mark and at equal steps, the gates, the figure; ``rule(intervals, steps)`` (both
+    keyed by compared arm) gives the verdict. The number lists the comparisons in ``comparisons``' order."""
+    prepare(ctx)
+    arms = arm_runs(ctx, tuple(dict.fromkeys(["baseline", *comparisons.values(), *comparisons])))
+    rows, intervals, steps = [], {}, {}
+    for arm, names in arms.items():
+        vs = comparisons.get(arm)
+        table, iv = compare(ctx, {arm: names} if vs is None else {vs: arms[vs], arm: names}, vs or arm, "bpb",
+                            lower_is_better=True)
+        row = table.set_index("arm").loc[arm].rename({f"diff_vs_{vs}": "diff"}).to_dict()
+        if vs is not None:
+            intervals[arm], steps[arm] = iv[arm], equal_steps(ctx, names, arms[vs])
+            row.update(vs=vs, equal_steps=steps[arm]["steps"], diff_equal_steps=steps[arm]["diff_mean"],
+                       diff_equal_steps_min=steps[arm]["diff_min"], diff_equal_steps_max=steps[arm]["diff_max"])
+        rows.append({"arm": arm, **row})
+    ends, mismatch = both_ways(ctx, arms)
+    table = pd.DataFrame(rows, columns=COLUMNS)
+    table["bpb_own_schedule"] = table["arm"].map(
+        {a: ends.loc[ends["arm"] == a, "bpb_own_schedule"].mean() for a in mismatch})
+    use = lrt_vs_baseline.memory_use(ctx, arms[REFERENCE])
+    unigram = unigram_bpb()
+    number = "; ".join(
+        [part for arm, vs in comparisons.items()
+         for part in (describe(f"{arm} - {vs} (exact, final FLOP mark)", intervals[arm], UNIT),
+                      describe_steps(f"{arm} - {vs}", steps[arm]))]
+        + [describe(f"{REFERENCE} exact - same weights without memory (final FLOP mark)", use, UNIT),
+           f"LRT trained with the {TREATMENT} treatment"])
+    gates = {"baseline below unigram": unigram - float(table.loc[table["arm"] == "baseline", "value"].iloc[0]),
+             "baseline flattened": flattened(ctx, arms["baseline"]), MEMORY_GATE.name: use["high"]}
+    return Outcome(table, text_figure(ctx, arms, ends, title), number, rule(intervals, steps), gates,
+                   chance=f"unigram {unigram:.3f} bits/byte on the held-out bytes",
+                   extra={"unigram_bpb": unigram, "treatment": TREATMENT, "memory_use": use,
+                          "comparisons": {arm: {"vs": vs, "final_flop_mark": intervals[arm],
+                                                "equal_steps": steps[arm]} for arm, vs in comparisons.items()},
+                          "ends": ends.to_dict("records")})
+
+
+def said(results: pd.DataFrame, arm: str) -> str:
+    """One compared arm of a recipe's ``results.csv`` in words: both comparisons, for a finding."""
+    row = results.set_index("arm").loc[arm]
+    return (f"{arm} minus {row['vs']} is {row['diff']:+.3f} bits/byte [{row['ci_low']:+.3f}, "
+            f"{row['ci_high']:+.3f}] at matched FLOPs under the exact recurrence and {row['diff_equal_steps']:+.3f} at "
+            "equal steps on the curves")
