@@ -1,7 +1,9 @@
-"""Command line: ``python -m workbench {info, tasks, train, bench, ...} --help``.
+"""Command line: ``python -m workbench {info, tasks, train, eval, compare, generate, bench, ...} --help``.
 
 Each command is a thin shell over a package function: it parses, calls, and writes or prints what
-the function returned.
+the function returned. Every command that reads a model takes a run directory (what ``train --out DIR``
+writes) or the checkpoint directory inside it. The commands that read a trained run back on held-out
+data (eval, compare, generate) live in ``cli_eval``.
 """
 
 from __future__ import annotations
@@ -35,10 +37,10 @@ def _int_at_least(lo: int) -> Callable[[str], int]:
     return parse
 
 
-_positive_int, _non_negative_int = _int_at_least(1), _int_at_least(0)
+positive_int, non_negative_int = _int_at_least(1), _int_at_least(0)
 
 
-def _finite_positive(text: str) -> float:
+def finite_positive(text: str) -> float:
     """argparse type for scales such as ``--scale``: a finite number > 0."""
     try:
         value = float(text)
@@ -61,6 +63,7 @@ def _check_out_dir(out: str, flag: str = "--out") -> None:
 
 def _cmd_info(args: argparse.Namespace) -> int:
     from .checkpoint import load_checkpoint, load_config, load_metrics
+    from .cli_eval import resolve_checkpoint
     from .config import ModelConfig
     from .mechanisms import MECHANISM_CLASSES
     from .model import D20_SHAPE, mechanism_overhead
@@ -70,14 +73,15 @@ def _cmd_info(args: argparse.Namespace) -> int:
     report: dict = {}
     has_mechanism = False
     if args.checkpoint is not None:
-        model = load_checkpoint(args.checkpoint)  # every file checked: info must not vouch for a broken one
-        config, header = model.config, load_config(args.checkpoint)[1]
-        report["checkpoint"] = str(args.checkpoint)
+        path = resolve_checkpoint(args.checkpoint)
+        model = load_checkpoint(path)  # every file checked: info must not vouch for a broken one
+        config, header = model.config, load_config(path)[1]
+        report["checkpoint"] = str(path)
         report["package_version"] = header.get("package_version")
         report["config"] = config.to_dict()
         report["params"] = model.num_params_by_group()
         report["overhead"] = mechanism_overhead(config)
-        report["metrics"] = load_metrics(args.checkpoint)
+        report["metrics"] = load_metrics(path)
         has_mechanism = config.mechanism != "none"
     if args.d20 or has_mechanism:
         rows = []
@@ -323,17 +327,23 @@ def _write(table: pd.DataFrame, figure, out: str, stem: str) -> None:
 
 
 def _cmd_probe(args: argparse.Namespace) -> int:
+    """Probe a task's labels, or on text (which has none) ``--labels`` for non-overlapping windows of its val
+    split, each read at its last byte (the windows go to OUT/probe_examples.csv, to label or to check)."""
     _check_out_dir(args.out)
     import torch
 
     from .analysis import probe_layers
     from .checkpoint import load_checkpoint
+    from .cli_eval import probe_source, resolve_checkpoint
     from .plots import layer0_comparison
 
     torch.set_num_threads(args.threads)
-    task = _checkpoint_task(args.checkpoint, args.task, args.task_param)
-    table = probe_layers(load_checkpoint(args.checkpoint), task, conditions=args.conditions, n=args.n,
-                         seed=args.seed, random_baseline=not args.no_random_baseline)
+    path = resolve_checkpoint(args.checkpoint)
+    task = _checkpoint_task(path, args.task, args.task_param)
+    source, n, labels = probe_source(task, args.n, args.labels, args.seed, args.out)
+    table = probe_layers(load_checkpoint(path), source, conditions=args.conditions, n=n, seed=args.seed,
+                         labels=labels, random_baseline=not args.no_random_baseline)
+    table["task"] = task.name
     print(table[table["layer"] == 0].to_string(index=False))
     _write(table, layer0_comparison(table), args.out, "probes")
     return 0
@@ -345,11 +355,13 @@ def _cmd_contraction(args: argparse.Namespace) -> int:
 
     from .analysis import pass_dynamics
     from .checkpoint import load_checkpoint
+    from .cli_eval import resolve_checkpoint
     from .plots import contraction_curves
 
     torch.set_num_threads(args.threads)
-    batch = _checkpoint_task(args.checkpoint, args.task, args.task_param).sample(args.n, args.seed, "val")
-    table = pass_dynamics(load_checkpoint(args.checkpoint), batch.tokens, passes=args.passes,
+    path = resolve_checkpoint(args.checkpoint)
+    batch = _checkpoint_task(path, args.task, args.task_param).sample(args.n, args.seed, "val")
+    table = pass_dynamics(load_checkpoint(path), batch.tokens, passes=args.passes,
                           targets=batch.targets, progress=True)
     rows = sorted({min(i, len(table) - 1) for i in (0, 1, batch.tokens.size(1), len(table) - 1)})
     print(table.iloc[rows].to_string(index=False))
@@ -363,26 +375,30 @@ def _cmd_traces(args: argparse.Namespace) -> int:
 
     from .analysis import summarize_traces, trace_lengths
     from .checkpoint import load_checkpoint
+    from .cli_eval import resolve_checkpoint
     from .plots import trace_lengths as plot_traces
 
     torch.set_num_threads(args.threads)
-    task = _checkpoint_task(args.checkpoint, args.task, args.task_param)
-    table = trace_lengths(load_checkpoint(args.checkpoint), task, regimes=args.regimes, n=args.n, seed=args.seed,
+    path = resolve_checkpoint(args.checkpoint)
+    task = _checkpoint_task(path, args.task, args.task_param)
+    table = trace_lengths(load_checkpoint(path), task, regimes=args.regimes, n=args.n, seed=args.seed,
                           max_new_tokens=args.max_new_tokens, prefill_passes=args.prefill_passes)
     print(summarize_traces(table).to_string(index=False))
     _write(table, plot_traces(table), args.out, "traces")
     return 0
 
 
-def _analysis_parser(sub, name: str, help_text: str, func, n: int) -> argparse.ArgumentParser:
+def _analysis_parser(sub, name: str, help_text: str, func, n: int | None, n_text: str | None = None
+                     ) -> argparse.ArgumentParser:
     p = sub.add_parser(name, help=help_text)
-    p.add_argument("checkpoint", help="checkpoint directory (its recorded task is used unless --task is given)")
+    p.add_argument("checkpoint", help="run directory or checkpoint directory (its recorded task is used unless --task "
+                                      "is given)")
     p.add_argument("--task", default=None, help="task name (default: the one the checkpoint was trained on)")
     p.add_argument("--task-param", action="append", metavar="KEY=VALUE", help="task parameter (repeatable)")
-    p.add_argument("--n", type=_positive_int, default=n, help=f"held-out examples (default {n})")
-    p.add_argument("--seed", type=_non_negative_int, default=0, help="seed of the held-out examples")
+    p.add_argument("--n", type=positive_int, default=n, help=f"held-out examples (default {n_text or n})")
+    p.add_argument("--seed", type=non_negative_int, default=0, help="seed of the held-out examples")
     p.add_argument("--out", default=".", help="directory for the CSV and PNG (default: here)")
-    p.add_argument("--threads", type=_positive_int, default=1, help="torch threads (default 1)")
+    p.add_argument("--threads", type=positive_int, default=1, help="torch threads (default 1)")
     p.set_defaults(func=func)
     return p
 
@@ -393,7 +409,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("info", help="config, parameter counts and metrics of a checkpoint")
-    p.add_argument("checkpoint", nargs="?", help="checkpoint directory")
+    p.add_argument("checkpoint", nargs="?", help="run directory (train --out) or checkpoint directory")
     p.add_argument("--d20", action="store_true", help="also print mechanism overheads at the nanochat d20 shape")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=_cmd_info)
@@ -403,40 +419,48 @@ def build_parser() -> argparse.ArgumentParser:
     add_arguments(p)
     p.set_defaults(func=_cmd_train)
 
+    from .cli_eval import add_parsers
+
+    add_parsers(sub)
+
     p = sub.add_parser("tasks", help="list the tasks with one decoded example each")
     p.add_argument("--json", action="store_true", help="print JSON records")
     p.set_defaults(func=_cmd_tasks)
 
-    p = _analysis_parser(sub, "probe", "linear probes at every depth under prefill conditions", _cmd_probe, 400)
+    p = _analysis_parser(sub, "probe", "linear probes at every depth under prefill conditions", _cmd_probe, None,
+                         "400, or the number of --labels")
     p.add_argument("--conditions", nargs="+", default=["standard", "suffix1", "suffix2", "suffix4", "sequential"],
                    help="prefill conditions: standard, suffixK, sequential, multipassK")
     p.add_argument("--no-random-baseline", action="store_true", help="skip the randomly initialised twin")
+    p.add_argument("--labels", default=None, metavar="PATH",
+                   help="one integer label per example, one per line (text: the examples are non-overlapping windows "
+                        "of the val split, read at their last byte, written to OUT/probe_examples.csv)")
     p = _analysis_parser(sub, "contraction", "iterate the fused pass map: residual, fixed-point distance, loss",
                          _cmd_contraction, 8)
-    p.add_argument("--passes", type=_positive_int, default=1000, help="passes (default 1000)")
+    p.add_argument("--passes", type=positive_int, default=1000, help="passes (default 1000)")
     p = _analysis_parser(sub, "traces", "reasoning-trace lengths and accuracy per decoding regime", _cmd_traces, 64)
     p.add_argument("--regimes", nargs="+", default=["standard", "soft", "fused"], help="decoding regimes")
-    p.add_argument("--max-new-tokens", type=_non_negative_int, default=48, help="tokens generated per question")
-    p.add_argument("--prefill-passes", type=_positive_int, default=2, help="fused prefill passes (regime fused)")
+    p.add_argument("--max-new-tokens", type=non_negative_int, default=48, help="tokens generated per question")
+    p.add_argument("--prefill-passes", type=positive_int, default=2, help="fused prefill passes (regime fused)")
 
     p = sub.add_parser("reproduce", help="run a paper-claim recipe (or all) and write checkpoints + results")
     p.add_argument("name", nargs="?", help="recipe name, or 'all'")
     p.add_argument("--list", action="store_true", help="list the recipes and exit")
-    p.add_argument("--scale", type=_finite_positive, default=1.0, help="multiply steps and evaluation sizes (GPU: > 1)")
+    p.add_argument("--scale", type=finite_positive, default=1.0, help="multiply steps and evaluation sizes (GPU: > 1)")
     p.add_argument("--force", action="store_true", help="retrain even when a run is up to date")
     p.add_argument("--out", default=None, help="where models and results go (default: the checkpoint root, "
                    "$WORKBENCH_CHECKPOINTS or the repository's checkpoints/, where load_run and notebooks read)")
     p.add_argument("--scratch", default=None, help="trainer run directories (resumable; default runs/ beside --out)")
     p.add_argument("--results", default=None, help="write RESULTS.md here (default: beside --out, only for 'all')")
-    p.add_argument("--threads", type=_positive_int, default=1,
+    p.add_argument("--threads", type=positive_int, default=1,
                    help="torch threads (default 1: these models are small; run two recipes side by side instead)")
-    p.add_argument("--jobs", type=_positive_int, default=1,
+    p.add_argument("--jobs", type=positive_int, default=1,
                    help="train this many stale runs at a time, in worker processes of one thread each (2 on 2 cores)")
     p.set_defaults(func=_cmd_reproduce)
 
     p = sub.add_parser("bench", help="benchmarks as ratios measured in one run")
     p.add_argument("--quick", action="store_true", help="tiny sizes and one repeat (a smoke test, not a measurement)")
-    p.add_argument("--threads", type=_positive_int, default=2, help="torch threads (default 2)")
+    p.add_argument("--threads", type=positive_int, default=2, help="torch threads (default 2)")
     p.add_argument("--json", action="store_true", help="print JSON records instead of a table")
     p.set_defaults(func=_cmd_bench)
     return parser

@@ -29,7 +29,7 @@ the layers below it. The order, lowest first, is what the code needs, not a wish
    wrote, so they live here too (its old address ``analysis.results`` is retired, not aliased).
 10. **notebook front-ends**: ``widgets`` show experiments, analyses and figures; ``exercises``
     check a learner's code against analysis and model functions.
-11. **entry points**: ``bench``, ``cli``, ``__main__`` and the package ``__init__`` (the facade
+11. **entry points**: ``bench``, ``cli`` (with ``cli_eval``), ``__main__`` and the package ``__init__`` (the facade
     ``import workbench as wb`` gives) may import anything; nothing imports them, which is why a
     module below takes ``__version__`` from ``_version`` and not from the package.
 
@@ -61,7 +61,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("figures", ("workbench.plots", "workbench.diagrams")),
     ("experiments", ("workbench.experiments",)),
     ("notebook front-ends", ("workbench.widgets", "workbench.exercises")),
-    ("entry points", ("workbench.bench", "workbench.cli", "workbench.__main__", "workbench")),
+    ("entry points", ("workbench.bench", "workbench.cli", "workbench.cli_eval", "workbench.__main__", "workbench")),
 ]
 
 
