@@ -2,7 +2,8 @@
 RESULTS.md shows it.
 
 The three FBT studies (``HEAVY``) run from files of their own, so that pytest-xdist's ``--dist loadfile``
-spreads them over the workers instead of queueing every recipe on one: ``fixed_point_study`` (the longest,
+spreads them over the workers instead of queueing every recipe on one (the four LRT ablations on language run
+together from ``test_recipes_smoke_lrt_ablation.py``): ``fixed_point_study`` (the longest,
 about 15 minutes on one core) from ``test_recipes_smoke_fixed_point.py``, the other two from
 ``test_recipes_smoke_fbt.py``. That a second ``reproduce`` trains nothing and reaches the same numbers is the
 runner's property, checked end to end once, on a recipe that trains (``test_a_second_reproduce_...``); for
@@ -15,6 +16,7 @@ import json
 from pathlib import Path
 
 import pytest
+from test_recipes_smoke_lrt_ablation import ABLATIONS
 
 from workbench import experiments as E
 from workbench.checkpoint import load_metrics
@@ -46,7 +48,7 @@ def check_recipe(tmp_path: Path, name: str) -> E.Outcome:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(set(E.RECIPES) - set(HEAVY)))
+@pytest.mark.parametrize("name", sorted(set(E.RECIPES) - set(HEAVY) - set(ABLATIONS)))
 def test_recipe_smoke(tmp_path, name):
     check_recipe(tmp_path, name)
 

@@ -1,9 +1,8 @@
 """The four LRT ablations on language at smoke scale, in one checkpoint root: each writes its results, a verdict and
 every gate it stated, its runs are up to date afterwards, RESULTS.md shows it, and the baseline and reference LRT
 runs are trained once (by the first recipe) and copied into the others, as ``lrt_vs_baseline``'s are at full scale.
-
-The recipes are registered here for the module's duration (``memory_source`` and ``gate_control`` may not be in
-``RECIPES`` yet); in a file of its own so that pytest-xdist's ``--dist loadfile`` gives it a worker.
+``test_recipes_smoke`` leaves these four to this file (``ABLATIONS``), which pytest-xdist's ``--dist loadfile``
+gives a worker of its own.
 """
 
 from __future__ import annotations
@@ -20,19 +19,17 @@ from workbench.experiments.recipes import gate_control, injection_ablation, memo
 from workbench.experiments.runs import reusable
 
 ORDER = (source_layer, memory_source, injection_ablation, gate_control)  # the first trains the shared runs
+ABLATIONS = tuple(m.RECIPE.name for m in ORDER)
 SHARED = ("text_baseline_s", "text_lrt_interleaved_s")
 
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("lrt_ablation")
-    with pytest.MonkeyPatch.context() as patch:
-        for module in ORDER:
-            patch.setitem(E.RECIPES, module.RECIPE.name, module.RECIPE)
-        for module in ORDER:
-            E.reproduce(module.RECIPE.name, root=root / "ck", scale=E.smoke_scale(), scratch=root / "runs")
-        E.write_results_md(root / "ck", root / "RESULTS.md")
-        yield root
+    for module in ORDER:
+        E.reproduce(module.RECIPE.name, root=root / "ck", scale=E.smoke_scale(), scratch=root / "runs")
+    E.write_results_md(root / "ck", root / "RESULTS.md")
+    return root
 
 
 @pytest.mark.slow

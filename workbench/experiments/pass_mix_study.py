@@ -61,7 +61,7 @@ DECODE_EXAMPLES, DECODE_TOKENS = 4, 1000  # SOFT decoding far past the context: 
 
 
 def mix_runs(prefix: str, task: str, task_params: dict, n_steps: int, seeds: dict[str, tuple[int, ...]],
-             aux_weight: float = 1.0, model: dict | None = None) -> list[RunSpec]:
+             aux_weight: float = 1.0, model: dict | None = None, batch: int = BATCH) -> list[RunSpec]:
     """One run per (mix, seed) in ``seeds``: the progressive schedule, jitter (the model's default), prefix mix-in."""
     runs = []
     for name, mix_seeds in seeds.items():
@@ -71,7 +71,7 @@ def mix_runs(prefix: str, task: str, task_params: dict, n_steps: int, seeds: dic
             cfg = config(task, model or MODEL, n_steps, seed, task_params, schedule="multipass", pass_mix=mix,
                          passes=max(mix), feedback_start=FEEDBACK_START if feedback else 0.0,
                          prefix_mixin=PREFIX_MIXIN if feedback else 0.0, aux_weight=aux_weight
-                         ).replace(batch_size=BATCH)
+                         ).replace(batch_size=batch)
             suffix = f"_s{seed}" if len(mix_seeds) > 1 else ""
             runs.append(RunSpec(f"{prefix}{name}{suffix}", cfg, Multipass(2)))
     return runs

@@ -1,0 +1,167 @@
+"""FBT on language: how the text specimens of ``fbt_text`` are scored, shared by the recipes that read them.
+
+Every number is per held-out window (bits per byte, one byte one token) and says what produced it:
+- ``pass{k}``: the whole window under ``multipass(k)`` (pass 1 is plain, pass k reads pass k-1);
+- ``exact``: the whole window under the exact recurrence (``sequential``: what a decoder realises);
+- ``standard`` / ``soft`` / ``fused{P}``: the window's second half, a continuation of its first ``PROMPT`` bytes,
+  scored teacher-forced the way each decoding regime computes it (``schedules.regime``: STANDARD plain, SOFT a
+  plain prompt then every token reading its predecessor, FUSED the prompt refined by P extra fused passes first).
+
+``score_run`` measures one model; ``fbt_text`` writes every specimen's scores to ``SCORES`` so the reading
+recipes (``fbt_regimes``, ``fbt_prefill_gain``, ``fbt_fixed_point_text``) compare them without re-running them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from .. import schedules
+from ..checkpoint import load_checkpoint
+from ..decode import generate
+from ..evaluation import hierarchical_difference, per_example_metrics
+from ..model import GPT
+from ..store import write_bytes_atomic
+from ..tasks import Batch
+from ..tasks.text import BOS
+from .core import Context
+from .pool import map_jobs
+from .runs import spec_of
+
+# the text specimens' shape (fbt_text, fbt_pass_mixes): byte-level 2x128, tied embeddings, document starts plain
+# (no memory crosses a <bos>): the 600-step pilot's shape, where the pass-2 feedback paid on this machine
+MODEL = {"n_layer": 2, "n_head": 2, "n_embd": 128, "tie_embeddings": True, "document_token": BOS}
+SPECIMENS = "fbt_text"  # the recipe whose runs these recipes read
+SCORES = "scores.csv"  # fbt_text's per-run, per-window, per-measure table
+PROMPT = 128  # bytes of each 256-byte held-out window given as the prompt; the other 128 are the continuation
+PASSES = (1, 2, 3)
+PREFILL_PASSES = (1, 2, 4, 16, 64, 256)  # FUSED's extra fused passes over the prompt
+SMOKE_PREFILL = (1, 2)  # below full scale (the test suite's smoke runs): FUSED-256 alone costs minutes a model
+# the regimes' continuations are scored on the first this many held-out windows (FUSED-256 iterates a 128-byte
+# prompt 256 times: about a minute a model per 64 windows on one core); the passes and the exact recurrence on all
+REGIME_WINDOWS = 64
+GREEDY_PROMPTS = 4  # held-out prompts whose greedy continuations each regime writes (shown, not scored)
+GREEDY_TOKENS = 96
+
+
+def continuation(batch: Batch, prompt_len: int = PROMPT) -> Batch:
+    """``batch`` with only the continuation scored: targets before position ``prompt_len - 1`` set to -1."""
+    targets = batch.targets.clone()
+    targets[:, : prompt_len - 1] = -1
+    return dataclasses.replace(batch, targets=targets)
+
+
+def measures(prefill: tuple[int, ...] = PREFILL_PASSES, feedback: bool = True, prompt_len: int = PROMPT
+             ) -> dict[str, tuple[schedules.Schedule, bool]]:
+    """Each measure's schedule value and whether it scores the continuation only (else the whole window). A model
+    without feedback gets pass 1, the exact recurrence and STANDARD only: every other measure computes the same."""
+    out: dict[str, tuple[schedules.Schedule, bool]] = {
+        f"pass{k}": (schedules.Multipass(k), False) for k in (PASSES if feedback else PASSES[:1])}
+    out["exact"] = (schedules.Sequential(), False)
+    out["standard"] = (schedules.regime("standard"), True)
+    if feedback:
+        out["soft"] = (schedules.regime("soft", prompt_len=prompt_len), True)
+        out.update({f"fused{p}": (schedules.regime("fused", p, prompt_len), True) for p in prefill})
+    return out
+
+
+def score_run(model: GPT, batch: Batch, prefill: tuple[int, ...] = PREFILL_PASSES,
+              regime_windows: int = REGIME_WINDOWS, prompt_len: int = PROMPT) -> pd.DataFrame:
+    """One model's bits per byte on every held-out window under every measure: columns example, measure, bpb
+    (the continuation measures, after a prompt of ``prompt_len`` bytes, on the first ``regime_windows`` windows)."""
+    if not 1 <= prompt_len < batch.tokens.size(1):
+        raise ValueError(f"prompt_len={prompt_len!r} is invalid: must be in [1, {batch.tokens.size(1) - 1}] (the "
+                         "batch's windows less one byte of continuation)")
+    if regime_windows < 1:
+        raise ValueError(f"regime_windows={regime_windows!r} is invalid: must be >= 1")
+    n = min(regime_windows, batch.tokens.size(0))
+    scored = continuation(dataclasses.replace(batch, tokens=batch.tokens[:n], targets=batch.targets[:n],
+                                              lengths=batch.lengths[:n], groups=batch.groups[:n],
+                                              texts=batch.texts[:n]), prompt_len)
+    frames = []
+    for name, (value, cont) in measures(prefill, model.mechanism.reads, prompt_len).items():
+        frame = per_example_metrics(model, scored if cont else batch, value)
+        frames.append(pd.DataFrame({"example": frame["example"], "measure": name,
+                                    "bpb": frame["loss"] / math.log(2)}))
+    return pd.concat(frames, ignore_index=True)
+
+
+def per_seed(scores: pd.DataFrame, arm: str, measure: str) -> list[np.ndarray]:
+    """One per-window array per seed of ``arm`` under ``measure`` (seeds in order, windows in order)."""
+    rows = scores[(scores["arm"] == arm) & (scores["measure"] == measure)]
+    return [g.sort_values("example")["bpb"].to_numpy(dtype=np.float64) for _, g in rows.groupby("seed", sort=True)]
+
+
+def difference(scores: pd.DataFrame, arm: str, measure: str, reference_arm: str, reference_measure: str,
+               seed: int = 0) -> dict[str, float]:
+    """The hierarchical interval (seeds, then windows) of ``arm``'s ``measure`` minus ``reference_arm``'s
+    ``reference_measure``: paired by window, and by seed when both sides are the same arm's weights."""
+    return hierarchical_difference(per_seed(scores, reference_arm, reference_measure),
+                                   per_seed(scores, arm, measure), seed=seed)
+
+
+def feedback_used(scores: pd.DataFrame, arm: str) -> dict[str, float]:
+    """The feedback gate's interval: pass 2 minus pass 1 on the same weights (below 0: the feedback pays)."""
+    return difference(scores, arm, "pass2", arm, "pass1")
+
+
+def weights_id(run: Path) -> str:
+    """The sha256 of a saved run's weights (its manifest's): a score is reused only for the weights it measured."""
+    return json.loads((run / "manifest.json").read_text())["files"]["model.safetensors"]["sha256"]
+
+
+def _score_saved(run: Path, prefill: tuple[int, ...]) -> pd.DataFrame:
+    spec = spec_of(run)
+    return score_run(load_checkpoint(run), spec.eval_batch(), prefill).assign(
+        run=run.name, seed=spec.train.seed, weights=weights_id(run))
+
+
+def collect_scores(ctx: Context, arm_of) -> pd.DataFrame:
+    """Every run's ``score_run`` table (columns run, arm, seed, weights, example, measure, bpb), written to
+    ``SCORES``: rows of weights still in place are reused, the rest scored ``ctx.jobs`` runs at a time."""
+    prefill = PREFILL_PASSES if ctx.scale >= 1 else SMOKE_PREFILL
+    path = ctx.out / SCORES
+    current = {n: weights_id(ctx.out / n) for n in ctx.runs}
+    old = pd.read_csv(path) if path.is_file() else pd.DataFrame(columns=["run", "weights", "measure"])
+    want = {f"fused{p}" for p in prefill}
+    keep = old[old["run"].map(current).eq(old["weights"])]
+    done = {r for r, g in keep.groupby("run") if want <= set(g["measure"]) or not set(g["measure"]) - {
+        "pass1", "exact", "standard"}}
+    keep = keep[keep["run"].isin(done)]
+    todo = [(ctx.out / n, prefill) for n in ctx.runs if n not in done]
+    scores = pd.concat([keep.drop(columns="arm", errors="ignore"),
+                        *map_jobs(_score_saved, todo, ctx.jobs, desc="fbt_text scores")], ignore_index=True)
+    scores = scores[scores["run"].isin(ctx.runs)]
+    scores.insert(1, "arm", scores["run"].map(arm_of))
+    buffer = io.StringIO()
+    scores.to_csv(buffer, index=False)
+    write_bytes_atomic(path, buffer.getvalue().encode())
+    return scores
+
+
+def read_scores(root: Path) -> pd.DataFrame:
+    """``fbt_text``'s scores under a checkpoint root, or an error that says how to make them."""
+    path = root / SPECIMENS / SCORES
+    if not path.is_file():
+        raise FileNotFoundError(f"no {SCORES} under {path.parent}: run 'python -m workbench reproduce {SPECIMENS}'")
+    return pd.read_csv(path)
+
+
+@torch.no_grad()
+def greedy_continuations(model: GPT, batch: Batch, decode, prefill: int = 1) -> pd.DataFrame:
+    """Each regime's greedy continuation of the first ``GREEDY_PROMPTS`` held-out prompts (``PROMPT`` bytes):
+    columns example, regime, prompt, continuation (``decode`` turns ids into text)."""
+    prompts = batch.tokens[:GREEDY_PROMPTS, :PROMPT]
+    rows = []
+    for name in schedules.REGIMES:
+        out = generate(model, prompts, GREEDY_TOKENS, regime=name, prefill_passes=prefill)
+        rows += [{"example": i, "regime": name, "prompt": decode(prompts[i].tolist()),
+                  "continuation": decode(out[i, PROMPT:].tolist())} for i in range(len(prompts))]
+    return pd.DataFrame(rows)
