@@ -1,13 +1,13 @@
 """Every recipe end to end at smoke scale: trains, writes its results, is up to date afterwards, and
 RESULTS.md shows it.
 
-The three FBT studies (``HEAVY``) run from files of their own, so that pytest-xdist's ``--dist loadfile``
-spreads them over the workers instead of queueing every recipe on one (the four LRT ablations on language run
-together from ``test_recipes_smoke_lrt_ablation.py``): ``fixed_point_study`` (the longest,
-about 15 minutes on one core) from ``test_recipes_smoke_fixed_point.py``, the other two from
-``test_recipes_smoke_fbt.py``. That a second ``reproduce`` trains nothing and reaches the same numbers is the
-runner's property, checked end to end once, on a recipe that trains (``test_a_second_reproduce_...``); for
-every recipe the check is that each of its runs is reusable as saved.
+The heavy ones run from files of their own, so that pytest-xdist's ``--dist loadfile`` spreads them over the
+workers instead of queueing every recipe on one: ``fixed_point_study`` (the longest, about 15 minutes on one
+core) from ``test_recipes_smoke_fixed_point.py``, the other two FBT studies (``HEAVY``) from
+``test_recipes_smoke_fbt.py``, the four LRT ablations on language from ``test_recipes_smoke_lrt_ablation.py``,
+FBT on language and its readers from ``test_recipes_smoke_fbt_text.py``. That a second ``reproduce`` trains
+nothing and reaches the same numbers is the runner's property, checked end to end once, on a recipe that trains
+(``test_a_second_reproduce_...``); for every recipe the check is that each of its runs is reusable as saved.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 
 import pytest
+from test_recipes_smoke_fbt_text import TEXT_RECIPES
 from test_recipes_smoke_lrt_ablation import ABLATIONS
 
 from workbench import experiments as E
@@ -48,7 +49,7 @@ def check_recipe(tmp_path: Path, name: str) -> E.Outcome:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(set(E.RECIPES) - set(HEAVY) - set(ABLATIONS)))
+@pytest.mark.parametrize("name", sorted(set(E.RECIPES) - set(HEAVY) - set(ABLATIONS) - set(TEXT_RECIPES)))
 def test_recipe_smoke(tmp_path, name):
     check_recipe(tmp_path, name)
 

@@ -12,7 +12,6 @@ from workbench.checkpoint import load_checkpoint, load_metrics
 from workbench.experiments.runs import reusable, spec_of
 
 
-
 def _distinct(runs: list[Path]) -> list[Path]:
     """One run per distinct (weights, metrics) pair: a run a recipe copied from another (same bytes, same record,
     ``runs._copy_shared``) is the same check, made once."""

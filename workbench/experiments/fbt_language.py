@@ -28,10 +28,11 @@ from ..checkpoint import load_checkpoint
 from ..decode import generate
 from ..evaluation import hierarchical_difference, per_example_metrics
 from ..model import GPT
+from ..stats import bootstrap
 from ..store import write_bytes_atomic
 from ..tasks import Batch
 from ..tasks.text import BOS
-from .core import Context
+from .core import Context, Gate
 from .pool import map_jobs
 from .runs import spec_of
 
@@ -39,6 +40,10 @@ from .runs import spec_of
 # (no memory crosses a <bos>): the 600-step pilot's shape, where the pass-2 feedback paid on this machine
 MODEL = {"n_layer": 2, "n_head": 2, "n_embd": 128, "tie_embeddings": True, "document_token": BOS}
 SPECIMENS = "fbt_text"  # the recipe whose runs these recipes read
+PAPER_ARM = "glu_mix"  # the paper's model: GLU fusion, trained as the paper and the reference read it
+# the positive control of every text verdict: the baseline given about twice the tokens (fbt_text's FLOPs-matched
+# baseline of the paper's training) against the equal-step baseline, a gap the paper's 1.5-2x claim implies
+CONTROL = ("base_mix_flops", "base")
 SCORES = "scores.csv"  # fbt_text's per-run, per-window, per-measure table
 PROMPT = 128  # bytes of each 256-byte held-out window given as the prompt; the other 128 are the continuation
 PASSES = (1, 2, 3)
@@ -102,14 +107,50 @@ def per_seed(scores: pd.DataFrame, arm: str, measure: str) -> list[np.ndarray]:
 def difference(scores: pd.DataFrame, arm: str, measure: str, reference_arm: str, reference_measure: str,
                seed: int = 0) -> dict[str, float]:
     """The hierarchical interval (seeds, then windows) of ``arm``'s ``measure`` minus ``reference_arm``'s
-    ``reference_measure``: paired by window, and by seed when both sides are the same arm's weights."""
+    ``reference_measure``, two arms' independent runs: paired by window, the seeds of each side resampled apart.
+    Two measures of the same weights are a ``contrast``."""
     return hierarchical_difference(per_seed(scores, reference_arm, reference_measure),
                                    per_seed(scores, arm, measure), seed=seed)
 
 
+def contrast(scores: pd.DataFrame, arm: str, weights: dict[str, float], seed: int = 0) -> dict[str, float]:
+    """The interval of ``sum(weight * measure)`` on each window of ``arm``'s own weights (e.g. pass 2 - pass 1):
+    each seed's per-window combination, then windows and seeds resampled, a seed's measures staying together."""
+    parts = [[w * a for a in per_seed(scores, arm, m)] for m, w in weights.items()]
+    combined = [np.sum(same_seed, axis=0) for same_seed in zip(*parts, strict=True)]
+    return bootstrap(combined, unit="seeds", seed=seed)
+
+
 def feedback_used(scores: pd.DataFrame, arm: str) -> dict[str, float]:
     """The feedback gate's interval: pass 2 minus pass 1 on the same weights (below 0: the feedback pays)."""
-    return difference(scores, arm, "pass2", arm, "pass1")
+    return contrast(scores, arm, {"pass2": 1.0, "pass1": -1.0})
+
+
+def feedback_arms(scores: pd.DataFrame) -> list[str]:
+    """The arms scored with feedback (those with a pass-2 measure), in the scores' order."""
+    return list(dict.fromkeys(scores.loc[scores["measure"] == "pass2", "arm"]))
+
+
+# the gates of every recipe that reads the regimes' continuations (fbt_regimes, fbt_prefill_gain)
+READING_GATES = (
+    Gate(f"{PAPER_ARM} uses its feedback", f"upper end of the 95 % interval of {PAPER_ARM}'s held-out pass-2 minus "
+         "pass-1 bits/byte, same weights (seeds kept whole)", "<", 0.0),
+    Gate("instrument detects the claimed effect", f"upper end of the interval of {CONTROL[0]} - {CONTROL[1]} under "
+         "STANDARD on the scored continuations", "<", 0.0),
+)
+
+
+def reading_gates(scores: pd.DataFrame) -> tuple[dict[str, float], dict[str, float]]:
+    """``READING_GATES``' measured values, and the positive control's interval."""
+    control = continuation_control(scores)
+    return {READING_GATES[0].name: feedback_used(scores, PAPER_ARM)["high"],
+            READING_GATES[1].name: control["high"]}, control
+
+
+def continuation_control(scores: pd.DataFrame) -> dict[str, float]:
+    """The positive control on the continuations the regimes are scored on: ``CONTROL``'s two baselines under
+    STANDARD (below 0: the instrument tells about twice the tokens apart at this sample)."""
+    return difference(scores, CONTROL[0], "standard", CONTROL[1], "standard", seed=2)
 
 
 def weights_id(run: Path) -> str:

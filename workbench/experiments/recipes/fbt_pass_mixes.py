@@ -30,7 +30,7 @@ from ..pass_mix_study import CLAIM, MIXES, PAPER, RULE, SEEDS, Setting, analyze_
 
 TEXT = {"seq_len": 512}  # the claim lives at positions past the passes iterated: a long window leaves 128 of them
 BATCH = 8  # 4,096 bytes a step, as fbt_text's specimens (16 windows of 256)
-STEPS = 1000  # fbt_text's 800-step 2x128 models use their feedback on this corpus; 25 % feedback batches need more
+STEPS = 1000  # fbt_text's 800-step 2x128 FBTs can use their feedback on this corpus; 25 % feedback batches need more
 TEXT_UNIGRAM_MARGIN = 0.3  # nats/byte every text model must sit below the unigram loss at its best pass
 
 

@@ -1,0 +1,62 @@
+"""The shipped FBT text specimens (``fbt_text``) still do what their recipe recorded, on text nobody evaluated.
+
+The recipe's feedback gate reads each arm's held-out pass-2 minus pass-1 bits/byte on windows drawn with
+``EVAL_SEED``. Here every FBT arm's seeds are reloaded and scored the same way (``fbt_language.score_run``'s pass
+measures) on ``FRESH_N`` windows drawn with another seed: an arm recorded as using its feedback (interval below 0)
+must show it again, the whole interval below 0; one recorded as not using it must not clear that bar. The check is
+an interval on fresh data, not a pinned number, so it holds on any x86-64 CPU and thread count. The scores the
+readers use must belong to the shipped weights.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+import torch
+
+from workbench.evaluation import per_example_metrics
+from workbench.experiments import checkpoints_root, load_run
+from workbench.experiments import fbt_language as lang
+from workbench.experiments.core import EVAL_SEED
+from workbench.experiments.recipes import fbt_text
+from workbench.experiments.runs import spec_of
+from workbench.schedules import Multipass
+
+FRESH_SEED = 6007  # neither a training seed nor the recorded evaluation's (EVAL_SEED)
+FRESH_N = 64
+OUT = checkpoints_root() / lang.SPECIMENS
+shipped = pytest.mark.skipif(not (OUT / "summary.json").is_file(), reason="fbt_text has not been reproduced here")
+
+
+@shipped
+def test_the_scores_belong_to_the_shipped_weights():
+    scores = pd.read_csv(OUT / lang.SCORES)
+    runs = json.loads((OUT / "summary.json").read_text())["runs"]
+    assert set(scores["run"]) == set(runs) == {s.name for s in fbt_text.build(1.0)}
+    for run, weights in scores.groupby("run")["weights"].first().items():
+        assert weights == lang.weights_id(OUT / run), run
+
+
+@shipped
+@pytest.mark.parametrize("arm", fbt_text.FBT_ARMS)
+def test_the_feedback_gate_holds_on_fresh_text(arm):
+    torch.set_num_threads(1)
+    recorded = lang.feedback_used(pd.read_csv(OUT / lang.SCORES), arm)
+    rows = []
+    for seed in fbt_text.SEEDS:
+        run = fbt_text.run_name(arm, seed)
+        batch = spec_of(OUT / run).eval_task().sample(FRESH_N, FRESH_SEED, "val")
+        model = load_run(lang.SPECIMENS, run)
+        for k in (1, 2):
+            frame = per_example_metrics(model, batch, Multipass(k))
+            rows.append(pd.DataFrame({"arm": arm, "seed": seed, "example": frame["example"], "measure": f"pass{k}",
+                                      "bpb": frame["loss"]}))
+    fresh = lang.feedback_used(pd.concat(rows), arm)
+    assert FRESH_SEED != EVAL_SEED
+    if recorded["high"] < 0:
+        assert fresh["high"] < 0, (arm, recorded, fresh)
+    else:
+        assert fresh["high"] >= 0, (arm, recorded, fresh)
+

@@ -1,0 +1,109 @@
+"""Where FUSED's prefill gain arrives (arXiv 2608.08888): "most of the prefill gain arrives with the first extra
+fused pass; further passes help less".
+
+Nothing is trained: the specimens are ``fbt_text``'s. The gain of P extra fused passes over the prompt is
+STANDARD minus FUSED(P) on the held-out continuations, on the same weights (``fbt_language.score_run``: P in
+``PREFILL_PASSES``). The claim in numbers: the first pass's gain, gain(1), exceeds what every further pass adds
+together, gain(P_max) - gain(1). Competence first, as in ``fbt_regimes``: the paper's model uses its feedback, and
+the continuations tell apart two models the FBT claim says differ.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from .. import fbt_language as lang
+from ..common import bar_figure, describe
+from ..core import Context, Extension, Finding, Outcome, Recipe, RunSpec, lead
+from ..fbt_language import PAPER_ARM
+
+
+def build(scale: float) -> list[RunSpec]:
+    """Nothing to train: the specimens are ``fbt_text``'s."""
+    return []
+
+
+def depths(scores: pd.DataFrame) -> list[int]:
+    """The prefill depths P scored (``fused{P}`` measures), ascending: all of ``PREFILL_PASSES`` at full scale."""
+    return sorted(int(m[5:]) for m in scores["measure"].unique() if m.startswith("fused"))
+
+
+def gains(scores: pd.DataFrame, arm: str) -> dict[str, dict[str, float]]:
+    """On ``arm``'s weights: ``gain{P}`` = STANDARD - FUSED(P) for every P, ``first`` = gain(1), ``further`` =
+    gain(P_max) - gain(1), and ``first_minus_further`` (the claim: above 0), each with its interval."""
+    top = max(depths(scores))
+    out = {f"gain{p}": lang.contrast(scores, arm, {"standard": 1.0, f"fused{p}": -1.0}) for p in depths(scores)}
+    out["first"] = out["gain1"]
+    out["further"] = lang.contrast(scores, arm, {"fused1": 1.0, f"fused{top}": -1.0})
+    out["first_minus_further"] = lang.contrast(scores, arm, {"standard": 1.0, "fused1": -2.0, f"fused{top}": 1.0})
+    return out
+
+
+def decide(found: dict[str, dict[str, float]]) -> str:
+    """The rule (``RULE``)."""
+    first, margin = found["first"], found["first_minus_further"]
+    if first["high"] < 0 or margin["high"] < 0:
+        return "does not reproduce: " + ("the first fused pass hurts" if first["high"] < 0 else
+                                          "further passes add more than the first")
+    if first["low"] > 0 and margin["low"] > 0:
+        return "reproduces: the first fused pass gains, and more than every further pass together"
+    return "inconclusive"
+
+
+def analyze(ctx: Context) -> Outcome:
+    scores = lang.read_scores(ctx.out.parent)
+    gate_values, control = lang.reading_gates(scores)
+    top = max(depths(scores))
+    rows, extensions = [], []
+    for arm in lang.feedback_arms(scores):
+        found, used = gains(scores, arm), lang.feedback_used(scores, arm)
+        rows.append({"arm": arm, "feedback": used["mean"], "feedback_high": used["high"],
+                     **{f"{k}{suffix}": iv[key] for k, iv in found.items()
+                        for suffix, key in (("", "mean"), ("_low", "low"), ("_high", "high"))}})
+        if arm != PAPER_ARM:
+            extensions.append(Extension(
+                arm, decide(found) if used["high"] < 0 else "not tested: its feedback is not used (pass 2 - pass 1 "
+                                                            "reaches 0)",
+                "; ".join([describe(f"{arm} gain of the first pass", found["first"], "bits/byte"),
+                           describe(f"{arm} gain of passes 2..{top}", found["further"], "bits/byte"),
+                           describe(f"{arm} pass 2 - pass 1", used, "bits/byte")])))
+    table = pd.DataFrame(rows)
+    paper, used = gains(scores, PAPER_ARM), lang.feedback_used(scores, PAPER_ARM)
+    number = "; ".join([describe(f"{PAPER_ARM} gain of the first fused pass (STANDARD - FUSED 1)", paper["first"],
+                                 "bits/byte"),
+                        describe(f"{PAPER_ARM} gain of passes 2..{top} (FUSED 1 - FUSED {top})", paper["further"],
+                                 "bits/byte"),
+                        describe(f"{PAPER_ARM} pass 2 - pass 1", used, "bits/byte"),
+                        describe("the positive control", control, "bits/byte")])
+    long = table.melt(id_vars=["arm"], value_vars=[f"gain{p}" for p in depths(scores)], var_name="metric")
+    long["metric"] = long["metric"].str.replace("gain", "STANDARD - FUSED, P = ", regex=False)
+    figure = bar_figure(long, "FUSED's prefill gain by extra fused passes P (held-out code continuations)")
+    return Outcome(table, figure, number, decide(paper),
+                   gate_values,
+                   chance="STANDARD decoding of the same weights (a gain of 0)", extensions=extensions,
+                   extra={"positive_control": control, "depths": depths(scores)})
+
+
+def finding(summary: dict, results: pd.DataFrame) -> Finding:
+    row = results.set_index("arm").loc[PAPER_ARM]
+    return Finding(f"first pass {row['first']:+.3f} bits/byte [{row['first_low']:+.3f}, {row['first_high']:+.3f}]; "
+                   f"the rest {row['further']:+.3f}",
+                   lead(summary) + f" On the paper's FBT the first extra fused pass over the prompt gains "
+                   f"{row['first']:+.3f} bits/byte on held-out code continuations and every further pass together "
+                   f"{row['further']:+.3f} (above 0: a gain).")
+
+
+RULE = (f"On {PAPER_ARM}'s own weights, on the held-out continuations, 95 % intervals over windows and seeds (a "
+        "seed's measures kept together): gain(P) = STANDARD - FUSED(P); reproduces when gain(1) and gain(1) - "
+        "(gain(P_max) - gain(1)) both lie above 0, does not reproduce when either lies below 0, inconclusive "
+        "otherwise. Every other fbt_text arm is an extension with its own feedback gate.")
+
+RECIPE = Recipe(
+    "fbt_prefill_gain", "Most of the prefill gain arrives with the first extra fused pass; further passes help less.",
+    f"fbt_text's specimens (byte-level Python source): the second half of each of the first {lang.REGIME_WINDOWS} "
+    f"held-out 256-byte windows after a {lang.PROMPT}-byte prompt refined by P = "
+    f"{', '.join(map(str, lang.PREFILL_PASSES))} extra fused passes, against STANDARD.",
+    build, analyze, gates=lang.READING_GATES, rule=RULE, chance="STANDARD decoding of the same weights (a gain of 0).",
+    caveat="Teacher-forced continuation loss on the standard library's source, not the paper's benchmarks.",
+    kind="paper", reads=(lang.SPECIMENS,), paper="most of FUSED's prefill gain comes with the first extra pass",
+    finding=finding)

@@ -1,0 +1,104 @@
+"""FBT's decoding regimes on the same weights, on code (arXiv 2608.08888): "the feedback regimes beat standard
+decoding of the same weights (SOFT best for maths, FUSED best for code)".
+
+Nothing is trained: the specimens are ``fbt_text``'s (byte-level models of the standard library's Python source,
+so the paper's code half of the claim). Each held-out window's second half is scored as a continuation of its
+first ``fbt_language.PROMPT`` bytes, teacher-forced the way each regime computes it (``fbt_language.score_run``):
+STANDARD plain, SOFT a plain prompt then every byte reading its predecessor's state, FUSED the prompt refined by
+one extra fused pass (the depth the paper's models train at) then SOFT. Competence first: the paper's model must
+use its feedback (pass 2 better than pass 1 on the same weights), and the continuations must have the power to
+tell two models apart that the FBT claim says differ (``fbt_language.CONTROL``).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from .. import fbt_language as lang
+from ..common import bar_figure, describe
+from ..core import Context, Extension, Finding, Outcome, Recipe, RunSpec, lead
+from ..fbt_language import PAPER_ARM
+
+FUSED = "fused1"  # FUSED at the paper's training depth: one extra fused pass over the prompt
+REGIMES = {"soft": "SOFT", FUSED: "FUSED (1 extra pass)"}
+
+
+def build(scale: float) -> list[RunSpec]:
+    """Nothing to train: the specimens are ``fbt_text``'s."""
+    return []
+
+
+def regime_gaps(scores: pd.DataFrame, arm: str) -> dict[str, dict[str, float]]:
+    """Each feedback regime minus STANDARD on ``arm``'s own weights (bits/byte of the continuations)."""
+    return {regime: lang.contrast(scores, arm, {regime: 1.0, "standard": -1.0}) for regime in REGIMES}
+
+
+def _word(interval: dict[str, float]) -> str:
+    return "better" if interval["high"] < 0 else "worse" if interval["low"] > 0 else "indistinguishable"
+
+
+def decide(gaps: dict[str, dict[str, float]]) -> str:
+    """The rule (``RULE``): FUSED against STANDARD decides (the claim's code half), SOFT is read beside it."""
+    head = {"better": "reproduces", "worse": "does not reproduce", "indistinguishable": "inconclusive"}
+    fused, soft = _word(gaps[FUSED]), _word(gaps["soft"])
+    return (f"{head[fused]}: on code FUSED is {fused} and SOFT {soft} (against STANDARD decoding of the same "
+            "weights)")
+
+
+def analyze(ctx: Context) -> Outcome:
+    scores = lang.read_scores(ctx.out.parent)
+    gate_values, control = lang.reading_gates(scores)
+    rows, extensions = [], []
+    for arm in lang.feedback_arms(scores):
+        gaps, used = regime_gaps(scores, arm), lang.feedback_used(scores, arm)
+        means = scores[scores["arm"] == arm].groupby("measure")["bpb"].mean()
+        rows.append({"arm": arm, "standard": means["standard"], **{r: means[r] for r in REGIMES},
+                     "feedback": used["mean"], "feedback_high": used["high"],
+                     **{f"{r}_gap{k}": gaps[r][key] for r in REGIMES for k, key in
+                        (("", "mean"), ("_low", "low"), ("_high", "high"))}})
+        if arm != PAPER_ARM:
+            extensions.append(Extension(
+                arm, decide(gaps) if used["high"] < 0 else "not tested: its feedback is not used (pass 2 - pass 1 "
+                                                      "reaches 0)",
+                "; ".join(describe(f"{arm} {label} - STANDARD", gaps[r], "bits/byte") for r, label in REGIMES.items())
+                + "; " + describe(f"{arm} pass 2 - pass 1", used, "bits/byte")))
+    table = pd.DataFrame(rows)
+    paper = regime_gaps(scores, PAPER_ARM)
+    used = lang.feedback_used(scores, PAPER_ARM)
+    number = "; ".join([*(describe(f"{PAPER_ARM} {label} - STANDARD", paper[r], "bits/byte")
+                          for r, label in REGIMES.items()),
+                        describe(f"{PAPER_ARM} pass 2 - pass 1", used, "bits/byte"),
+                        describe("the positive control", control, "bits/byte")])
+    long = table.melt(id_vars=["arm"], value_vars=["standard", *REGIMES], var_name="metric")
+    long["metric"] = "bits/byte of the continuation, " + long["metric"]
+    figure = bar_figure(long, "FBT's decoding regimes on the same weights (held-out code continuations)")
+    return Outcome(table, figure, number, decide(paper),
+                   gate_values,
+                   chance="STANDARD on the same weights (no memory)", extensions=extensions,
+                   extra={"positive_control": control})
+
+
+def finding(summary: dict, results: pd.DataFrame) -> Finding:
+    row = results.set_index("arm").loc[PAPER_ARM]
+    return Finding(f"FUSED - STANDARD {row[f'{FUSED}_gap']:+.3f} bits/byte [{row[f'{FUSED}_gap_low']:+.3f}, "
+                   f"{row[f'{FUSED}_gap_high']:+.3f}]; SOFT {row['soft_gap']:+.3f}",
+                   lead(summary) + f" On the paper's FBT's own weights, held-out code continuations cost "
+                   f"{row[f'{FUSED}_gap']:+.3f} bits/byte under FUSED and {row['soft_gap']:+.3f} under SOFT against "
+                   "STANDARD (below 0: the feedback regime better).")
+
+
+RULE = (f"On {PAPER_ARM}'s own weights, FUSED (one extra fused pass over the prompt) minus STANDARD on the held-out "
+        "continuations, 95 % intervals over windows and seeds (a seed's regimes kept together): reproduces when the "
+        "interval lies below 0, does not reproduce when it lies above 0, inconclusive otherwise; SOFT - STANDARD is "
+        "read beside it. Every other fbt_text arm is an extension with its own feedback gate.")
+
+RECIPE = Recipe(
+    "fbt_regimes", "The feedback regimes beat standard decoding of the same weights (SOFT best for maths, FUSED best "
+    "for code).",
+    f"fbt_text's specimens (byte-level Python source): the second half of each of the first {lang.REGIME_WINDOWS} "
+    f"held-out 256-byte windows, scored after a {lang.PROMPT}-byte prompt under STANDARD, SOFT and FUSED.",
+    build, analyze, gates=lang.READING_GATES, rule=RULE, chance="STANDARD decoding of the same weights.",
+    caveat="Teacher-forced continuation loss, not task accuracy: the paper reads benchmarks (HumanEval, MBPP); "
+           "our code is the standard library, the models 2x128 bytes.",
+    kind="paper", reads=(lang.SPECIMENS,), paper="SOFT / FUSED beat STANDARD on the same weights (FUSED best for code)",
+    finding=finding)
