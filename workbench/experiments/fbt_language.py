@@ -32,6 +32,7 @@ from ..stats import bootstrap
 from ..store import write_bytes_atomic
 from ..tasks import Batch
 from ..tasks.text import BOS
+from .common import bar_figure
 from .core import Context, Gate
 from .pool import map_jobs
 from .runs import spec_of
@@ -147,6 +148,18 @@ def reading_gates(scores: pd.DataFrame) -> tuple[dict[str, float], dict[str, flo
             READING_GATES[1].name: control["high"]}, control
 
 
+def beyond(summary: dict, keep: str = "") -> str:
+    """A finding's last sentence: the verdict of every extension row whose name contains ``keep``, cut at its
+    colon (``add_full: reproduces``), those not tested named together; "" when there are none."""
+    rows = [(e["name"].split(" ")[0], e["verdict"].split(":")[0]) for e in summary.get("extensions", [])
+            if keep in e["name"]]
+    said = [f"{arm} {verdict}" for arm, verdict in rows if verdict != "not tested"]
+    unused = [arm for arm, verdict in rows if verdict == "not tested"]
+    if unused:
+        said.append(f"{', '.join(unused)} not tested (feedback unused)")
+    return f" Beyond the claim: {'; '.join(said)}." if said else ""
+
+
 def continuation_control(scores: pd.DataFrame) -> dict[str, float]:
     """The positive control on the continuations the regimes are scored on: ``CONTROL``'s two baselines under
     STANDARD (below 0: the instrument tells about twice the tokens apart at this sample)."""
@@ -185,6 +198,16 @@ def collect_scores(ctx: Context, arm_of) -> pd.DataFrame:
     scores.to_csv(buffer, index=False)
     write_bytes_atomic(path, buffer.getvalue().encode())
     return scores
+
+
+def bars(ctx: Context, long: pd.DataFrame, title: str):
+    """The recipe's bar figure from ``long`` (arm, metric, value), whose table is saved as ``bars.csv`` beside
+    ``results.csv``: the wide results table these recipes write does not draw it, and the recipe explorer redraws a
+    recipe's figure from its saved tables."""
+    buffer = io.StringIO()
+    long.to_csv(buffer, index=False)
+    write_bytes_atomic(ctx.out / "bars.csv", buffer.getvalue().encode())
+    return bar_figure(long, title)
 
 
 def read_scores(root: Path) -> pd.DataFrame:

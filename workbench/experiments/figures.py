@@ -25,7 +25,7 @@ def experiment_figure(tables: Mapping[str, pd.DataFrame], title: str = "") -> Fi
     ``trace_lengths``; a probe table (``condition``, ``layer``): ``layer0_comparison``; a
     fixed-point study's runs: ``fixed_point_readability``; a causal-use table (``swap_flip``, its
     ``positive control`` rows, with ``distances``): ``causal_use_figure``; an arms table (``arm``,
-    ``metric``, ``value``): ``bar_figure``.
+    ``metric``, ``value``), or the ``bars`` a recipe saved beside a wide one: ``bar_figure``.
     """
     from .. import plots  # on first use: ``import workbench.experiments`` loads no seaborn
 
@@ -33,6 +33,8 @@ def experiment_figure(tables: Mapping[str, pd.DataFrame], title: str = "") -> Fi
         return plots.contraction_curves(dict(tuple(tables["pass_dynamics"].groupby("run", sort=False))))
     if "traces" in tables:
         return plots.trace_lengths(tables["traces"])
+    if "bars" in tables:  # a wide results table with its bars saved beside it (fbt_language.bars)
+        return bar_figure(tables["bars"], title=title)
     if "results" not in tables:
         raise ValueError(f"tables holds {sorted(tables)}: expected 'results' (and maybe 'pass_dynamics' or 'traces')")
     results = tables["results"]

@@ -45,7 +45,7 @@ SUMMARY_COLUMNS = ["recipe", "kind", "claim", "setting", "number", "verdict", "g
 REQUIRED_FIELDS = ("claim", "setting", "number", "verdict", "scale")  # every summary.json has these
 FINDING_COLUMNS = ["recipe", "kind", "paper", "ours", "verdict", "finding"]
 GATE_COLUMNS = ["recipe", "gate", "quantity", "value", "op", "threshold", "passed"]
-EXTRA_TABLES = ("pass_dynamics", "traces", "distances")  # tables some recipes write beside results.csv
+EXTRA_TABLES = ("pass_dynamics", "traces", "distances", "bars")  # tables some recipes write beside results.csv
 COMPUTE_COLUMNS = ["run", "task", "seed", "schedule", "steps", "flops", "pass_flops", "mean_passes", "flops_per_step",
                    "expected_flops"]
 

@@ -188,7 +188,7 @@ def _tamper(ck):
 INFO = {"truncated": (_truncate, "truncated"), "mismatched": (_mismatch, "wrong shape"),
         "pickled": (_pickle, "is not a valid safetensors file"), "edited_config": (_tamper, "manifest"),
         "manifest_deleted": (_no_manifest, "has no manifest.json"),
-        "not_there": (lambda ck: None, "no checkpoint directory")}
+        "not_there": (lambda ck: None, "no such directory")}
 
 
 @pytest.mark.parametrize("case", sorted(INFO))

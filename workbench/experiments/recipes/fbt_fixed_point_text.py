@@ -14,7 +14,7 @@ from __future__ import annotations
 import pandas as pd
 
 from .. import fbt_language as lang
-from ..common import bar_figure, describe
+from ..common import describe
 from ..core import Context, Finding, Outcome, Recipe, RunSpec
 
 READ_TOLERANCE = 0.01  # bits/byte the exact recurrence may cost over pass 2 for an arm to read its fixed point
@@ -60,7 +60,7 @@ def analyze(ctx: Context) -> Outcome:
     long = table.melt(id_vars=["arm"], value_vars=["exact_minus_pass2", "soft_minus_standard"], var_name="metric")
     long["metric"] = long["metric"].map({"exact_minus_pass2": "exact - pass 2, bits/byte",
                                          "soft_minus_standard": "SOFT - STANDARD, bits/byte"})
-    figure = bar_figure(long, "The fixed point on language: what the exact recurrence costs over pass 2")
+    figure = lang.bars(ctx, long, "The fixed point on language: what the exact recurrence costs over pass 2")
     return Outcome(table, figure, number, verdict(table), chance="pass 2 of the same weights (the trained depth)")
 
 
@@ -74,11 +74,16 @@ def finding(summary: dict, results: pd.DataFrame) -> Finding:
     return Finding(f"exact - pass 2 up to {worst['exact_minus_pass2']:+.3f} bits/byte ({worst['arm']})", said)
 
 
+RULE = (f"Per fbt_text arm that uses its feedback (held-out pass 2 - pass 1 below 0, its 95 % interval over windows "
+        f"and seeds): it reads its fixed point when the upper end of the interval of exact - pass 2 (same weights) is "
+        f"at most {READ_TOLERANCE} bits/byte; the verdict names those that do. An arm whose feedback is unused is "
+        "reported, never read.")
+
 RECIPE = Recipe(
     "fbt_fixed_point_text", "(ours) Does a text FBT read the fixed point its passes converge to?",
     f"fbt_text's specimens: held-out bits/byte under the exact recurrence against pass 2 on the same weights, per "
     f"fusion and training, and SOFT - STANDARD on the first {lang.REGIME_WINDOWS} windows' continuations.",
-    build, analyze, chance="pass 2 of the same weights.",
+    build, analyze, rule=RULE, chance="pass 2 of the same weights.",
     caveat="Read from scores, not from the pass map itself: the Lyapunov exponent and the lens across passes of "
            "fixed_point_study are not computed on text here.",
     kind="exploratory", reads=(lang.SPECIMENS,), finding=finding)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pandas as pd
 
 from .. import fbt_language as lang
-from ..common import bar_figure, describe
+from ..common import describe
 from ..core import Context, Extension, Finding, Outcome, Recipe, RunSpec, lead
 from ..fbt_language import PAPER_ARM
 
@@ -77,7 +77,7 @@ def analyze(ctx: Context) -> Outcome:
                         describe("the positive control", control, "bits/byte")])
     long = table.melt(id_vars=["arm"], value_vars=[f"gain{p}" for p in depths(scores)], var_name="metric")
     long["metric"] = long["metric"].str.replace("gain", "STANDARD - FUSED, P = ", regex=False)
-    figure = bar_figure(long, "FUSED's prefill gain by extra fused passes P (held-out code continuations)")
+    figure = lang.bars(ctx, long, "FUSED's prefill gain by extra fused passes P (held-out code continuations)")
     return Outcome(table, figure, number, decide(paper),
                    gate_values,
                    chance="STANDARD decoding of the same weights (a gain of 0)", extensions=extensions,
@@ -90,7 +90,7 @@ def finding(summary: dict, results: pd.DataFrame) -> Finding:
                    f"the rest {row['further']:+.3f}",
                    lead(summary) + f" On the paper's FBT the first extra fused pass over the prompt gains "
                    f"{row['first']:+.3f} bits/byte on held-out code continuations and every further pass together "
-                   f"{row['further']:+.3f} (above 0: a gain).")
+                   f"{row['further']:+.3f} (above 0: a gain)." + lang.beyond(summary))
 
 
 RULE = (f"On {PAPER_ARM}'s own weights, on the held-out continuations, 95 % intervals over windows and seeds (a "

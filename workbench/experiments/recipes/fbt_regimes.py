@@ -15,7 +15,7 @@ from __future__ import annotations
 import pandas as pd
 
 from .. import fbt_language as lang
-from ..common import bar_figure, describe
+from ..common import describe
 from ..core import Context, Extension, Finding, Outcome, Recipe, RunSpec, lead
 from ..fbt_language import PAPER_ARM
 
@@ -71,7 +71,7 @@ def analyze(ctx: Context) -> Outcome:
                         describe("the positive control", control, "bits/byte")])
     long = table.melt(id_vars=["arm"], value_vars=["standard", *REGIMES], var_name="metric")
     long["metric"] = "bits/byte of the continuation, " + long["metric"]
-    figure = bar_figure(long, "FBT's decoding regimes on the same weights (held-out code continuations)")
+    figure = lang.bars(ctx, long, "FBT's decoding regimes on the same weights (held-out code continuations)")
     return Outcome(table, figure, number, decide(paper),
                    gate_values,
                    chance="STANDARD on the same weights (no memory)", extensions=extensions,
@@ -84,7 +84,7 @@ def finding(summary: dict, results: pd.DataFrame) -> Finding:
                    f"{row[f'{FUSED}_gap_high']:+.3f}]; SOFT {row['soft_gap']:+.3f}",
                    lead(summary) + f" On the paper's FBT's own weights, held-out code continuations cost "
                    f"{row[f'{FUSED}_gap']:+.3f} bits/byte under FUSED and {row['soft_gap']:+.3f} under SOFT against "
-                   "STANDARD (below 0: the feedback regime better).")
+                   "STANDARD (below 0: the feedback regime better)." + lang.beyond(summary))
 
 
 RULE = (f"On {PAPER_ARM}'s own weights, FUSED (one extra fused pass over the prompt) minus STANDARD on the held-out "

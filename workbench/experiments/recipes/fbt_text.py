@@ -13,7 +13,9 @@ Arms (``ARMS``), 3 seeds each:
   back, 97 % 2-pass / 3 % 3-pass, a fresh plain prefix drawn in every pass after the first, jitter), with the
   paper's GLU fusion and with the additive fusion (ours);
 - ``glu_random`` / ``add_random``: the same with random pass counts 1..4 after the plain phase (the
-  fixed-point study's readable training).
+  fixed-point study's readable training);
+- ``glu_full`` / ``add_full``: the paper's training without prefix mix-in (every position of a fed pass reads
+  memory), an extension added after the first six arms' gates were read: the paper's arm failed its own.
 
 Competence first (``GATES``, stated before training): the baseline ends a stated margin below the unigram
 bits/byte, and an FBT arm's feedback is *used*: its held-out pass-2 bits/byte lies below its pass-1 bits/byte
@@ -33,7 +35,7 @@ import pandas as pd
 from ... import tasks
 from ...train import TrainConfig
 from .. import fbt_language as lang
-from ..common import EXACT, bar_figure, describe, eval_size, matched_steps, step_flops, steps
+from ..common import EXACT, describe, eval_size, matched_steps, step_flops, steps
 from ..core import Context, Extension, Finding, Gate, Outcome, Recipe, RunSpec, lead
 from ..fbt_language import MODEL, PAPER_ARM
 
@@ -213,7 +215,7 @@ def analyze(ctx: Context) -> Outcome:
                         describe("base_mix_flops - base (the positive control)", control, "bits/byte")])
     long = table.melt(id_vars=["arm"], value_vars=["exact", "pass2"], var_name="metric").dropna()
     long["metric"] = long["metric"].map({"exact": "bits/byte, exact recurrence", "pass2": "bits/byte, pass 2"})
-    figure = bar_figure(long, f"FBT on text, {MODEL['n_layer']}x{MODEL['n_embd']} bytes, {STEPS} steps (held-out)")
+    figure = lang.bars(ctx, long, f"FBT on text, {MODEL['n_layer']}x{MODEL['n_embd']} bytes, {STEPS} steps (held-out)")
     return Outcome(table, figure, number, decide(paper["equal_tokens"], paper["matched_compute"]), gates,
                    chance=f"unigram {unigram:.3f} bits/byte on the held-out bytes", extensions=extensions,
                    extra={"unigram_bpb": unigram, "positive_control": control,
@@ -227,7 +229,8 @@ def finding(summary: dict, results: pd.DataFrame) -> Finding:
                    "compute",
                    lead(summary) + f" The paper's FBT (GLU fusion, 97/3 two- and three-pass batches) minus the "
                    f"baseline under the exact recurrence: {row['equal_tokens']:+.3f} bits/byte at equal tokens and "
-                   f"{row['matched_compute']:+.3f} against a baseline given its training FLOPs (below 0: FBT better).")
+                   f"{row['matched_compute']:+.3f} against a baseline given its training FLOPs (below 0: FBT better)."
+                   + lang.beyond(summary, "(exact recurrence)"))
 
 
 RULE = (f"On {PAPER_ARM} (the paper's model and training), held-out bits/byte under the exact recurrence (what a "
@@ -242,7 +245,8 @@ RECIPE = Recipe(
     f"Byte-level {MODEL['n_layer']}x{MODEL['n_embd']} models (tied embeddings, document starts plain) on the stdlib "
     f"corpus at context {TEXT['seq_len']}, {STEPS} steps of {BATCH} windows (warmup-free WSD); FBT after a "
     f"{FEEDBACK_START:.0%} plain phase: GLU and additive fusion, 97/3 two/three-pass batches or random 1-4 passes, "
-    f"a plain prefix drawn per pass, jitter; baselines at equal steps and at each FBT training's FLOPs; "
+    f"a plain prefix drawn per pass (or, an extension, none), jitter; baselines at equal steps and at each FBT "
+    f"training's FLOPs; "
     f"{len(SEEDS)} seeds; 256 held-out windows.",
     build, analyze, gates=GATES, rule=RULE,
     chance="the unigram bits/byte of the held-out bytes (a model without context).",

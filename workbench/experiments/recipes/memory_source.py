@@ -25,7 +25,7 @@ def decide(intervals: Intervals, steps: Intervals) -> str:
 def analyze(ctx: Context) -> Outcome:
     return lrt_ablation.analyze(
         ctx, COMPARISONS, decide,
-        "LRT memory source on text (m_{t-1} = lrt_interleaved), matched FLOPs")
+        "LRT memory source on text (m_(t-1) = lrt_interleaved), matched FLOPs")
 
 
 def finding(summary: dict, results: pd.DataFrame) -> Finding:
@@ -39,11 +39,11 @@ def finding(summary: dict, results: pd.DataFrame) -> Finding:
 
 
 RECIPE = Recipe(
-    "memory_source", "The previous position's source state m_{t-1} is the best single memory source under the "
+    "memory_source", "The previous position's source state m_(t-1) is the best single memory source under the "
     "one-forward-pass constraint.",
     lrt_ablation.setting(ARMS), lambda scale: text_runs(ARMS, scale), analyze, gates=lrt_ablation.GATES,
     rule=lrt_ablation.every_above_rule(tuple(f"{a} minus {COMPARISONS[a]}" for a in RULED)),
     chance="the unigram BPB of the held-out bytes (a model without context).",
     caveat="The paper compares memory sources at the same training, which here is the final FLOP mark: the three "
            "interleaved arms take the same steps. " + lrt_ablation.CAVEAT,
-    kind="paper", paper="m_{t-1} is the best single memory source under one forward pass", finding=finding)
+    kind="paper", paper="m_(t-1) is the best single memory source under one forward pass", finding=finding)
