@@ -28,13 +28,6 @@ def mechanisms() -> tuple[str, ...]:
     return tuple(_MECHANISM_CONSTRAINTS)
 
 
-def __getattr__(name: str) -> Any:
-    """``MECHANISMS``, the old name of ``mechanisms()``: read when asked, so a registered plug-in is in it."""
-    if name == "MECHANISMS":
-        return mechanisms()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 def register_mechanism(name: str, constraints: Callable[[ModelConfig], list[tuple[str, Any, str]]]) -> None:
     _MECHANISM_CONSTRAINTS[name] = constraints
 

@@ -7,8 +7,6 @@ returning a tensor replaces the activation (an intervention), returning None onl
 
 from __future__ import annotations
 
-import sys
-import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -92,12 +90,3 @@ def with_hooks(model: nn.Module, fwd_hooks: dict[HookName, HookFn] | list[tuple[
             h.remove()
 
 
-class _Module(types.ModuleType):
-    """``wb.hooks`` is this module. It was also callable, as an old name of ``with_hooks``; a call now says
-    which name to use instead of a bare "module is not callable"."""
-
-    def __call__(self, *args: object, **kwargs: object) -> None:
-        raise TypeError("wb.hooks is the hooks module; the context manager is wb.with_hooks(model, fwd_hooks)")
-
-
-sys.modules[__name__].__class__ = _Module

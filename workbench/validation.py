@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Mapping
 
 import numpy as np
 import torch
@@ -101,15 +100,3 @@ def check_fits(name: str, value: object, nbytes: float, what: str, device: torch
         fail(name, value, f"{what} needs {nbytes / 2**30:,.1f} GiB, more than all the "
              f"{total / 2**30:,.1f} GiB of memory the {torch.device(device or 'cpu').type} device has")
 
-
-def moved_attributes(module: str, moved: Mapping[str, str]) -> Callable[[str], object]:
-    """A module's ``__getattr__`` for names that moved elsewhere: an ``AttributeError`` that says where.
-
-    A clean break (no second way to reach the name) that still tells an old notebook what to import.
-    """
-    def __getattr__(name: str) -> object:
-        if name in moved:
-            raise AttributeError(f"{module}.{name} has moved to {moved[name]}")
-        raise AttributeError(f"module {module!r} has no attribute {name!r}")
-
-    return __getattr__

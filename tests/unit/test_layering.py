@@ -26,7 +26,7 @@ the layers below it. The order, lowest first, is what the code needs, not a wish
    and the schedules' knob letters) and ``diagrams`` draws the schedules' rules with it.
 9. **experiments**: recipes train (``train``), measure (``analysis``) and draw (``plots``); the
    results page and compute accounting the notebooks read (``results_table``) read what recipes
-   wrote, so they live here too (its old address ``analysis.results`` is retired, not aliased).
+   wrote, so they live here too.
 10. **notebook front-ends**: ``widgets`` show experiments, analyses and figures; ``exercises``
     check a learner's code against analysis and model functions.
 11. **entry points**: ``bench``, ``cli`` (with ``cli_eval``), ``__main__`` and the package ``__init__`` (the facade
@@ -153,13 +153,6 @@ def test_the_parser_resolves_relative_and_lazy_imports(source, name, package, ex
 def test_layers_cover_subpackages_and_put_the_package_facade_on_top():
     assert layer_of("workbench.tasks.text") == 0 and layer_of("workbench.experiments.recipes.schedules") == 8
     assert layer_of("workbench") == len(LAYERS) - 1 and layer_of("workbench.nonexistent") is None
-
-
-def test_the_old_results_address_is_retired_with_the_new_one_in_its_error():
-    """``workbench.analysis.results`` was an upward alias of ``experiments.results_table`` (a second address for one
-    module); importing it now fails and names the module to import instead."""
-    with pytest.raises(ImportError, match=r"workbench\.experiments\.results_table"):
-        import workbench.analysis.results  # noqa: F401
 
 
 @pytest.mark.subprocess

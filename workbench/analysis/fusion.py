@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from .. import schedules
 from ..config import ModelConfig
 from ..model import GPT, eval_mode
-from ..validation import check_int, check_tokens, moved_attributes
+from ..validation import check_int, check_tokens
 from .cache import run_with_cache
 from .contraction import check_prefix
 
@@ -98,10 +98,3 @@ def fusion_parts(model: GPT, idx: torch.Tensor, plain_prefix: int = 0) -> pd.Dat
 
 
 
-
-__getattr__ = moved_attributes(__name__, {
-    "regime_logits": "workbench.analysis.regimes.regime_logits",
-    "regime_losses": "workbench.analysis.regimes.regime_losses",
-    "jacobi_errors": "workbench.analysis.schedule_agreement.jacobi_errors",
-    "pass_milestones": "workbench.analysis.contraction.pass_milestones",
-})

@@ -26,7 +26,7 @@ import torch
 from .. import schedules
 from ..metrics import mean_token_loss
 from ..model import GPT, eval_mode
-from ..validation import check_int, check_tokens, moved_attributes
+from ..validation import check_int, check_tokens
 from .contraction import check_prefix
 from .work import count_work
 
@@ -186,9 +186,3 @@ def jacobi_errors(model: GPT, idx: torch.Tensor, passes: int | None = None, plai
             rows += [{"pass": k, "position": t, "error": float(e)} for t, e in enumerate(error.tolist())]
     return pd.DataFrame(rows, columns=JACOBI_COLUMNS)
 
-
-__getattr__ = moved_attributes(__name__, {
-    **{name: f"workbench.analysis.work.{name}" for name in ("count_work", "WorkCount")},
-    "final_estimate_history": "workbench.analysis.histories.final_estimate_history",
-    **{name: f"workbench.analysis.lrt_state.{name}" for name in ("lrt_gates", "lrt_layer_stats")},
-})

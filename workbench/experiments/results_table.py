@@ -1,7 +1,6 @@
 """Every recipe's results in one place, and the training compute each run really spent.
 
-It reads what the recipes wrote (their names, the checkpoint root), so it lives with them (its old
-address ``workbench.analysis.results`` is retired: importing it fails with this one).
+It reads what the recipes wrote (their names, the checkpoint root), so it lives with them.
 
 ``workbench.experiments`` writes, per recipe, ``summary.json`` (claim, setting, our number,
 verdict), ``results.csv`` and sometimes a second table (``pass_dynamics.csv``, ``traces.csv``);

@@ -20,7 +20,6 @@ A recipe's own figure lives with its recipe; the figure of a recipe's stored tab
 ``experiments.experiment_figure``, which reads which recipe wrote them.
 """
 
-from ..validation import moved_attributes
 from .base import LOG_TICKS, MAX_COLUMNS, PANEL, STYLE, ZERO_LABEL, Runs, new_figure
 from .dynamics import (
     contraction_curves,
@@ -54,9 +53,3 @@ __all__ = [
     "regularisation_paths", "schedule_distance", "sensitivity_decay", "specimen_gates", "swap_flips", "token_steps",
     "trace_example", "trace_lengths",
 ]
-
-__getattr__ = moved_attributes(__name__, {
-    "experiment_figure": "workbench.experiments.experiment_figure (it reads which recipe wrote the tables)",
-    "causal_use_figure": "the causal_use recipe (workbench.experiments.recipes.causal_use.causal_use_figure)",
-    "comparison_bars": "workbench.experiments.common.bar_figure (the only figure that drew it)",
-})

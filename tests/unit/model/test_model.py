@@ -157,8 +157,6 @@ def test_hooks_is_the_module_and_with_hooks_the_context():
     plain = model(idx)
     with wb.with_hooks(model, {"hook_final": lambda t, hook: 2 * t}):
         assert not torch.equal(model(idx), plain)
-    with pytest.raises(TypeError, match="wb.with_hooks"):  # the old callable-module name says which to use
-        wb.hooks(model, {"hook_final": lambda t, hook: 2 * t})
 
 
 def test_a_hook_key_may_be_a_predicate_on_names():
