@@ -57,3 +57,13 @@ def test_the_scores_cover_every_run_and_measure_and_are_reused(root):
     again = pd.read_csv(out / lang.SCORES)  # every row reused: the same weights, the same numbers
     pd.testing.assert_frame_equal(again.sort_values(list(again.columns)).reset_index(drop=True),
                                   before[1].sort_values(list(again.columns)).reset_index(drop=True))
+
+
+@pytest.mark.slow
+def test_the_regimes_write_each_feedback_arms_greedy_continuations(root):
+    table = pd.read_csv(root / "ck" / "fbt_regimes" / "continuations.csv")
+    scores = pd.read_csv(root / "ck" / lang.SPECIMENS / lang.SCORES)
+    assert set(table["arm"]) == set(lang.feedback_arms(scores))
+    assert (table.groupby("arm")["regime"].nunique() == 3).all()
+    assert (table.groupby(["arm", "regime"]).size() == lang.GREEDY_PROMPTS).all()
+    assert table["prompt"].str.len().max() <= lang.PROMPT and table["continuation"].notna().all()

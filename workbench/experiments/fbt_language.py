@@ -194,20 +194,35 @@ def collect_scores(ctx: Context, arm_of) -> pd.DataFrame:
                         *map_jobs(_score_saved, todo, ctx.jobs, desc="fbt_text scores")], ignore_index=True)
     scores = scores[scores["run"].isin(ctx.runs)]
     scores.insert(1, "arm", scores["run"].map(arm_of))
-    buffer = io.StringIO()
-    scores.to_csv(buffer, index=False)
-    write_bytes_atomic(path, buffer.getvalue().encode())
+    write_csv(path, scores)
     return scores
+
+
+def write_csv(path: Path, table: pd.DataFrame) -> None:
+    """``table`` as CSV at ``path``, written whole or not at all (a reader never sees half a table)."""
+    buffer = io.StringIO()
+    table.to_csv(buffer, index=False)
+    write_bytes_atomic(path, buffer.getvalue().encode())
 
 
 def bars(ctx: Context, long: pd.DataFrame, title: str):
     """The recipe's bar figure from ``long`` (arm, metric, value), whose table is saved as ``bars.csv`` beside
     ``results.csv``: the wide results table these recipes write does not draw it, and the recipe explorer redraws a
     recipe's figure from its saved tables."""
-    buffer = io.StringIO()
-    long.to_csv(buffer, index=False)
-    write_bytes_atomic(ctx.out / "bars.csv", buffer.getvalue().encode())
+    write_csv(ctx.out / "bars.csv", long)
     return bar_figure(long, title)
+
+
+def specimen_continuations(root: Path, arms: list[str], seed: int = 0) -> pd.DataFrame:
+    """``greedy_continuations`` of each arm's seed-``seed`` specimen under ``root`` (FUSED with one extra pass, the
+    depth the paper trains at), with its arm and run: what the regimes' scores look like as text."""
+    frames = []
+    for arm in arms:
+        run = root / SPECIMENS / f"{arm}_s{seed}"
+        spec = spec_of(run)
+        frames.append(greedy_continuations(load_checkpoint(run), spec.eval_batch(),
+                                           spec.eval_task().tokenizer.decode).assign(arm=arm, run=run.name))
+    return pd.concat(frames, ignore_index=True)
 
 
 def read_scores(root: Path) -> pd.DataFrame:
@@ -219,13 +234,14 @@ def read_scores(root: Path) -> pd.DataFrame:
 
 
 @torch.no_grad()
-def greedy_continuations(model: GPT, batch: Batch, decode, prefill: int = 1) -> pd.DataFrame:
-    """Each regime's greedy continuation of the first ``GREEDY_PROMPTS`` held-out prompts (``PROMPT`` bytes):
+def greedy_continuations(model: GPT, batch: Batch, decode, prefill: int = 1,
+                         prompt_len: int = PROMPT) -> pd.DataFrame:
+    """Each regime's greedy continuation of the first ``GREEDY_PROMPTS`` held-out prompts (``prompt_len`` bytes):
     columns example, regime, prompt, continuation (``decode`` turns ids into text)."""
-    prompts = batch.tokens[:GREEDY_PROMPTS, :PROMPT]
+    prompts = batch.tokens[:GREEDY_PROMPTS, :prompt_len]
     rows = []
     for name in schedules.REGIMES:
         out = generate(model, prompts, GREEDY_TOKENS, regime=name, prefill_passes=prefill)
         rows += [{"example": i, "regime": name, "prompt": decode(prompts[i].tolist()),
-                  "continuation": decode(out[i, PROMPT:].tolist())} for i in range(len(prompts))]
+                  "continuation": decode(out[i, prompt_len:].tolist())} for i in range(len(prompts))]
     return pd.DataFrame(rows)

@@ -5,9 +5,11 @@ Nothing is trained: the specimens are ``fbt_text``'s (byte-level models of the s
 so the paper's code half of the claim). Each held-out window's second half is scored as a continuation of its
 first ``fbt_language.PROMPT`` bytes, teacher-forced the way each regime computes it (``fbt_language.score_run``):
 STANDARD plain, SOFT a plain prompt then every byte reading its predecessor's state, FUSED the prompt refined by
-one extra fused pass (the depth the paper's models train at) then SOFT. Competence first: the paper's model must
-use its feedback (pass 2 better than pass 1 on the same weights), and the continuations must have the power to
-tell two models apart that the FBT claim says differ (``fbt_language.CONTROL``).
+one extra fused pass (the depth the paper's models train at) then SOFT. Each feedback arm's seed-0 specimen also
+writes its greedy continuations of four held-out prompts under each regime (``continuations.csv``), to read.
+Competence first: the paper's model must use its feedback (pass 2 better than pass 1 on the same weights), and
+the continuations must have the power to tell two models apart that the FBT claim says differ
+(``fbt_language.CONTROL``).
 """
 
 from __future__ import annotations
@@ -63,6 +65,8 @@ def analyze(ctx: Context) -> Outcome:
                 "; ".join(describe(f"{arm} {label} - STANDARD", gaps[r], "bits/byte") for r, label in REGIMES.items())
                 + "; " + describe(f"{arm} pass 2 - pass 1", used, "bits/byte")))
     table = pd.DataFrame(rows)
+    lang.write_csv(ctx.out / "continuations.csv",
+                   lang.specimen_continuations(ctx.out.parent, lang.feedback_arms(scores)))
     paper = regime_gaps(scores, PAPER_ARM)
     used = lang.feedback_used(scores, PAPER_ARM)
     number = "; ".join([*(describe(f"{PAPER_ARM} {label} - STANDARD", paper[r], "bits/byte")
