@@ -12,18 +12,22 @@ from workbench.checkpoint import load_checkpoint, load_metrics
 from workbench.experiments.runs import reusable, spec_of
 
 
-def _distinct(runs: list[Path]) -> list[Path]:
-    """One run per distinct (weights, metrics) pair: a run a recipe copied from another (same bytes, same record,
-    ``runs._copy_shared``) is the same check, made once."""
-    seen: dict[tuple[str, str], Path] = {}
+def _one_per_configuration(runs: list[Path]) -> list[Path]:
+    """One run per distinct (model configuration, evaluation): what this check guards is the code, a model's forward
+    and its recorded evaluation, which every run of one configuration exercises the same way; the weights
+    themselves are guarded by each manifest's sha256, checked on every load."""
+    seen: dict[str, Path] = {}
     for run in runs:
-        key = (json.loads((run / "manifest.json").read_text())["files"]["model.safetensors"]["sha256"],
-               (run / "metrics.json").read_text())
+        metrics = json.loads((run / "metrics.json").read_text())
+        train = metrics["train_config"]
+        key = json.dumps([json.loads((run / "config.json").read_text())["model"], metrics["eval_schedule"],
+                          metrics["eval_size"], train["task"], train.get("task_params"),
+                          metrics.get("eval_task_params")], sort_keys=True)
         seen.setdefault(key, run)
     return sorted(seen.values())
 
 
-SHIPPED = _distinct(sorted(p.parent for p in (Path(__file__).resolve().parents[2] / "checkpoints").glob(
+SHIPPED = _one_per_configuration(sorted(p.parent for p in (Path(__file__).resolve().parents[2] / "checkpoints").glob(
     "*/*/metrics.json")))
 
 

@@ -34,9 +34,15 @@ STEPS = 1000  # fbt_text's 800-step 2x128 FBTs can use their feedback on this co
 TEXT_UNIGRAM_MARGIN = 0.3  # nats/byte every text model must sit below the unigram loss at its best pass
 
 
+# below full scale (the test suite's smoke runs) a 1x64 model on 128-byte windows: the same code paths, where the
+# specimens' shape would spend minutes iterating and evaluating 512-byte windows
+SMOKE_TEXT, SMOKE_MODEL = {"seq_len": 128}, {**TEXT_MODEL, "n_layer": 1, "n_embd": 64}
+
+
 def build(scale: float) -> list[RunSpec]:
-    return mix_runs("mix_", "text", TEXT, steps(STEPS, scale), {m: SEEDS for m in MIXES},
-                    model={**TEXT_MODEL, "mechanism": "fbt"}, batch=BATCH)
+    text, model = (TEXT, TEXT_MODEL) if scale >= 1 else (SMOKE_TEXT, SMOKE_MODEL)
+    return mix_runs("mix_", "text", text, steps(STEPS, scale), {m: SEEDS for m in MIXES},
+                    model={**model, "mechanism": "fbt"}, batch=BATCH)
 
 
 # ---------------------------------------------------------------------------------------------- analysis
