@@ -59,18 +59,17 @@ def shipped_summaries(root: str | Path | None = None) -> dict[str, dict]:
             if (root / name / "summary.json").is_file()}
 
 
-def findings_markdown(summaries: dict[str, dict], root: str | Path | None = None, extensions: bool = True) -> str:
-    """The "What we found" table in Markdown: per recipe the paper's claim, ours, the verdict, one sentence; with
-    ``extensions`` a row per extension of the rule beyond the claim too (the README leaves those to RESULTS.md,
-    where each recipe's finding names them)."""
-    rows = ["| recipe | the paper says | we measured | verdict | what it means |", "| --- | --- | --- | --- | --- |"]
+def findings_markdown(summaries: dict[str, dict], root: str | Path | None = None) -> str:
+    """The README's "findings at a glance": one line per recipe, the paper's claim, the verdict and our number,
+    linked to the recipe's section of RESULTS.md (where its sentence, gates and extensions are)."""
+    lines = []
     for r in findings_table(summaries, root).itertuples():
-        if r.kind == "extension" and not extensions:
+        if r.kind == "extension":
             continue
         paper = r.paper or f"(ours: {r.kind})"
-        rows.append(f"| [{r.recipe}](RESULTS.md#{r.recipe.replace('_', '-')}) | {_cell(paper)} | {_cell(r.ours)} | "
-                    f"**{_cell(r.verdict)}** | {_cell(r.finding)} |")
-    return "\n".join(rows)
+        lines.append(f"- [{r.recipe}](RESULTS.md#{r.recipe.replace('_', '-')}) — {_cell(paper)}: "
+                     f"**{_cell(r.verdict)}** ({_cell(r.ours)})")
+    return "\n".join(lines)
 
 
 def findings_text(summaries: Mapping[str, Mapping[str, Any]], width: int = 110) -> str:
@@ -92,7 +91,7 @@ def write_readme_findings(readme: str | Path, root: str | Path | None = None) ->
         raise ValueError(f"readme={str(readme)!r} is invalid: it needs one {FINDINGS_BEGIN!r} line and one "
                          f"{FINDINGS_END!r} line after it, around the findings table")
     before, rest = text.split(FINDINGS_BEGIN)
-    table = findings_markdown(shipped_summaries(root), root, extensions=False)
+    table = findings_markdown(shipped_summaries(root), root)
     write_bytes_atomic(readme, (before + FINDINGS_BEGIN + "\n" + table + "\n" + FINDINGS_END
                                 + rest.split(FINDINGS_END, 1)[1]).encode())
     return table
