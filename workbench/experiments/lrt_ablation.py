@@ -118,6 +118,15 @@ def every_above(intervals: Intervals) -> str:
     return "inconclusive: " + "; ".join(open_) if open_ else "reproduces"
 
 
+def every_ablation_worse(comparisons: dict[str, str], ruled: tuple[str, ...]) -> Callable[[Intervals, Intervals], str]:
+    """A recipe's rule (its ``decide``) when each arm of ``ruled`` must be worse than the arm ``comparisons`` reads
+    it against at the final FLOP mark (``every_above``); the equal-step intervals are reported, not ruled on."""
+    def decide(intervals: Intervals, steps: Intervals) -> str:
+        return every_above({f"{a} - {comparisons[a]}": intervals[a] for a in ruled})
+
+    return decide
+
+
 def every_above_rule(diffs: tuple[str, ...]) -> str:
     """``every_above`` in words, for a recipe's ``rule``."""
     each = " and of ".join(f"({d})" for d in diffs)

@@ -8,7 +8,6 @@ import pandas as pd
 
 from .. import lrt_ablation
 from ..core import Context, Finding, Outcome, Recipe, lead
-from ..lrt_ablation import Intervals
 from ..text_arms import text_runs
 
 ARMS = ("baseline", "lrt_interleaved", "lrt_kv_only", "lrt_residual_only")
@@ -18,9 +17,7 @@ COMPARISONS = {"lrt_kv_only": "lrt_interleaved", "lrt_residual_only": "lrt_inter
 RULED = ("lrt_kv_only", "lrt_residual_only")
 
 
-def decide(intervals: Intervals, steps: Intervals) -> str:
-    """The rule: each single injection path minus the reference LRT at the final FLOP mark above 0 (``every_above``)."""
-    return lrt_ablation.every_above({f"{a} - {COMPARISONS[a]}": intervals[a] for a in RULED})
+decide = lrt_ablation.every_ablation_worse(COMPARISONS, RULED)  # each of RULED worse than its reference
 
 
 def analyze(ctx: Context) -> Outcome:

@@ -8,7 +8,6 @@ import pandas as pd
 
 from .. import lrt_ablation
 from ..core import Context, Finding, Outcome, Recipe, lead
-from ..lrt_ablation import Intervals
 from ..text_arms import text_runs
 
 ARMS = ("baseline", "lrt_interleaved", "lrt_older", "lrt_pooled")
@@ -17,9 +16,7 @@ COMPARISONS = {"lrt_older": "lrt_interleaved", "lrt_pooled": "lrt_interleaved", 
 RULED = ("lrt_older", "lrt_pooled")
 
 
-def decide(intervals: Intervals, steps: Intervals) -> str:
-    """The rule: the older and the pooled source each minus the reference LRT above 0 (``every_above``)."""
-    return lrt_ablation.every_above({f"{a} - {COMPARISONS[a]}": intervals[a] for a in RULED})
+decide = lrt_ablation.every_ablation_worse(COMPARISONS, RULED)  # each of RULED worse than its reference
 
 
 def analyze(ctx: Context) -> Outcome:
