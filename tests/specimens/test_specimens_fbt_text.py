@@ -11,12 +11,15 @@ readers use must belong to the shipped weights.
 from __future__ import annotations
 
 import json
+import math
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
+from test_specimens_lrt_text import MARGIN
 
-from workbench.evaluation import per_example_metrics
+from workbench.evaluation import paired_difference, per_example_metrics
 from workbench.experiments import checkpoints_root, load_run
 from workbench.experiments import fbt_language as lang
 from workbench.experiments.core import EVAL_SEED
@@ -60,3 +63,19 @@ def test_the_feedback_gate_holds_on_fresh_text(arm):
     else:
         assert fresh["high"] >= 0, (arm, recorded, fresh)
 
+
+
+@shipped
+def test_the_baseline_gate_holds_on_fresh_text():
+    """The recipe's first gate (every equal-step baseline seed at least ``UNIGRAM_MARGIN`` bits/byte below the
+    unigram bits/byte), on fresh windows: the whole 95 % interval of each seed's mean below that bar, loosened by
+    the sampling margin the LRT text specimens use."""
+    torch.set_num_threads(1)
+    for seed in fbt_text.SEEDS:
+        run = fbt_text.run_name("base", seed)
+        task = spec_of(OUT / run).eval_task()
+        frame = per_example_metrics(load_run(lang.SPECIMENS, run), task.sample(FRESH_N, FRESH_SEED, "val"),
+                                    Multipass(1))
+        bpb = frame["loss"].to_numpy() / math.log(2)
+        high = paired_difference(np.zeros_like(bpb), bpb)["high"]
+        assert high <= task.unigram_loss() / math.log(2) - fbt_text.UNIGRAM_MARGIN + MARGIN, (run, high)
