@@ -41,10 +41,15 @@ from .runs import spec_of
 # (no memory crosses a <bos>): the 600-step pilot's shape, where the pass-2 feedback paid on this machine
 MODEL = {"n_layer": 2, "n_head": 2, "n_embd": 128, "tie_embeddings": True, "document_token": BOS}
 SPECIMENS = "fbt_text"  # the recipe whose runs these recipes read
-PAPER_ARM = "glu_mix"  # the paper's model: GLU fusion, trained as the paper and the reference read it
-# the positive control of every text verdict: the baseline given about twice the tokens (fbt_text's FLOPs-matched
-# baseline of the paper's training) against the equal-step baseline, a gap the paper's 1.5-2x claim implies
-CONTROL = ("base_mix_flops", "base")
+# the paper's model (GLU fusion, trained as the paper and the reference read it) at LONG times fbt_text's steps: at
+# fbt_text's steps its feedback was unused (pass 2 worse than pass 1), so its verdicts had no model to read; the
+# decision to read them at LONG x the steps, with LONG x the steps' baselines, was written before those runs trained
+LONG = 3
+PAPER_ARM = f"glu_mix_x{LONG}"
+# the positive control of every text verdict: the baseline given about twice the tokens (the FLOPs-matched baseline
+# of the paper's training) against the equal-step baseline, a gap the paper's 1.5-2x claim implies; at the paper's
+# arm's steps
+CONTROL = (f"base_mix_flops_x{LONG}", f"base_x{LONG}")
 SCORES = "scores.csv"  # fbt_text's per-run, per-window, per-measure table
 PROMPT = 128  # bytes of each 256-byte held-out window given as the prompt; the other 128 are the continuation
 PASSES = (1, 2, 3)

@@ -117,6 +117,11 @@ def test_every_arm_is_trained_on_every_seed_and_the_matched_baselines_get_more_s
     by_name = {spec.name: spec.train for spec in specs}
     assert by_name["base_mix_flops_s0"].steps > by_name["base_s0"].steps == by_name["glu_mix_s0"].steps
     assert fbt_text.arm_of("base_mix_flops_s2") == "base_mix_flops"
+    assert fbt_text.arm_of("glu_mix_x3_s1") == "glu_mix_x3" == lang.PAPER_ARM
+    assert by_name["glu_mix_x3_s0"].steps == by_name["base_x3_s0"].steps == lang.LONG * by_name["glu_mix_s0"].steps
+    assert by_name["base_mix_flops_x3_s0"].steps > by_name["base_x3_s0"].steps
+    assert fbt_text.references(lang.PAPER_ARM) == ("base_x3", "base_mix_flops_x3")
+    assert fbt_text.references("add_random") == ("base", "base_random_flops")
     assert by_name["add_mix_s1"].model["fbt_fusion"] == "additive" and by_name["base_s0"].model.get(
         "mechanism", "none") == "none"
 
@@ -166,11 +171,12 @@ def test_the_regime_rule_reads_fused_against_standard_and_reports_soft(fused, so
 
 
 def test_the_reading_recipes_read_the_paper_arm_and_list_every_feedback_arm():
+    base, flops = lang.CONTROL[1], lang.CONTROL[0]
     scores = pd.concat([synthetic_scores({"pass1": 2.0, "pass2": 1.9, "standard": 2.0}, arm=arm)
-                        for arm in ("base", "glu_mix", "add_mix")])
-    scores = scores[~((scores["arm"] == "base") & (scores["measure"] == "pass2"))]
-    assert lang.feedback_arms(scores) == ["glu_mix", "add_mix"]
-    values, _ = lang.reading_gates(pd.concat([scores, scores[scores["arm"] == "base"].assign(arm="base_mix_flops")]))
+                        for arm in (base, lang.PAPER_ARM, "add_mix")])
+    scores = scores[~((scores["arm"] == base) & (scores["measure"] == "pass2"))]
+    assert lang.feedback_arms(scores) == [lang.PAPER_ARM, "add_mix"]
+    values, _ = lang.reading_gates(pd.concat([scores, scores[scores["arm"] == base].assign(arm=flops)]))
     assert values[lang.READING_GATES[0].name] < 0
 
 

@@ -15,7 +15,10 @@ Arms (``ARMS``), 3 seeds each:
 - ``glu_random`` / ``add_random``: the same with random pass counts 1..4 after the plain phase (the
   fixed-point study's readable training);
 - ``glu_full`` / ``add_full``: the paper's training without prefix mix-in (every position of a fed pass reads
-  memory), an extension added after the first six arms' gates were read: the paper's arm failed its own.
+  memory), an extension added after the first six arms' gates were read: the paper's arm failed its own;
+- ``glu_mix_x3`` with ``base_x3`` and ``base_mix_flops_x3``: the paper's arm and its two baselines at
+  ``fbt_language.LONG`` (3) times the steps, added for the same reason and decided before they trained: the paper's
+  claims are read on ``glu_mix_x3`` (``fbt_language.PAPER_ARM``); ``glu_mix`` at 800 steps is an extension row.
 
 Competence first (``GATES``, stated before training): the baseline ends a stated margin below the unigram
 bits/byte, and an FBT arm's feedback is *used*: its held-out pass-2 bits/byte lies below its pass-1 bits/byte
@@ -37,7 +40,7 @@ from ...train import TrainConfig
 from .. import fbt_language as lang
 from ..common import EXACT, describe, eval_size, matched_steps, step_flops, steps
 from ..core import Context, Extension, Finding, Gate, Outcome, Recipe, RunSpec, lead
-from ..fbt_language import MODEL, PAPER_ARM
+from ..fbt_language import LONG, MODEL, PAPER_ARM
 
 TEXT = {"seq_len": 256}
 STEPS = 800  # optimiser steps of every arm trained at equal steps
@@ -71,11 +74,25 @@ TRAININGS = {
 }
 FLOPS_TRAININGS = tuple(dict.fromkeys(t.flops for t in TRAININGS.values()))  # mix, random
 FUSIONS = {"glu": "glu", "add": "additive"}
-FBT_ARMS = tuple(f"{f}_{t}" for t in TRAININGS for f in FUSIONS)  # glu_mix, add_mix, ..., add_full
-BASE_ARMS = ("base", *(f"base_{t}_flops" for t in FLOPS_TRAININGS))
-ARMS = (*BASE_ARMS, *FBT_ARMS)
-# below full scale (the test suite's smoke runs) the paper's training alone: every code path, under half the runs
-SMOKE_ARMS = ("base", "base_mix_flops", "glu_mix", "add_mix")
+STEMS = ("base", *(f"base_{t}_flops" for t in FLOPS_TRAININGS), *(f"{f}_{t}" for t in TRAININGS for f in FUSIONS))
+LONG_STEMS = ("base", "base_mix_flops", "glu_mix")  # trained again at LONG x STEPS (the paper's arm's verdicts)
+ARMS = (*STEMS, *(f"{stem}_x{LONG}" for stem in LONG_STEMS))
+FBT_ARMS = tuple(arm for arm in ARMS if not arm.startswith("base"))
+# below full scale (the test suite's smoke runs) the paper's arm, an extension and their baselines: every code path
+SMOKE_ARMS = ("base", "base_mix_flops", "add_mix", *(f"{stem}_x{LONG}" for stem in LONG_STEMS))
+
+
+def parts(arm: str) -> tuple[str, int]:
+    """An arm's stem and its steps as a multiple of ``STEPS``: ``"glu_mix_x3"`` -> ``("glu_mix", 3)``."""
+    stem, _, factor = arm.rpartition("_x")
+    return (stem, int(factor)) if stem and factor.isdigit() else (arm, 1)
+
+
+def references(arm: str) -> tuple[str, str]:
+    """An FBT arm's two baselines, trained as long as it: at equal steps, and given its training FLOPs."""
+    stem, factor = parts(arm)
+    suffix = f"_x{factor}" if factor > 1 else ""
+    return f"base{suffix}", f"base_{TRAININGS[stem.split('_')[1]].flops}_flops{suffix}"
 
 
 def _config(model: dict[str, Any], n_steps: int, seed: int, **schedule: Any) -> TrainConfig:
@@ -85,8 +102,8 @@ def _config(model: dict[str, Any], n_steps: int, seed: int, **schedule: Any) -> 
 
 
 def fbt_config(arm: str, n_steps: int, seed: int) -> TrainConfig:
-    """An FBT arm (``FBT_ARMS``): its fusion and its training."""
-    fusion, training = arm.split("_")
+    """An FBT arm (``FBT_ARMS``'s stem): its fusion and its training."""
+    fusion, training = parts(arm)[0].split("_")
     t = TRAININGS[training]
     return _config({**MODEL, "mechanism": "fbt", "fbt_fusion": FUSIONS[fusion]}, n_steps, seed,
                    schedule="multipass", pass_mix=dict(t.mix), passes=t.depth, feedback_start=FEEDBACK_START,
@@ -106,17 +123,23 @@ def run_name(arm: str, seed: int) -> str:
     return f"{arm}_s{seed}"
 
 
+def config(arm: str, scale: float, seed: int) -> TrainConfig:
+    """One arm's config at ``scale``: its stem's model and training at its multiple of ``STEPS``; a FLOPs
+    baseline gets the steps that spend its FBT training's FLOPs."""
+    stem, factor = parts(arm)
+    n = steps(STEPS * factor, scale)
+    if not stem.startswith("base"):
+        return fbt_config(stem, n, seed)
+    base = _config(MODEL, n, seed)
+    if stem == "base":
+        return base
+    return _config(MODEL, matched_steps(base, training_flops(fbt_config(f"glu_{stem.split('_')[1]}", n, seed))), seed)
+
+
 def build(scale: float) -> list[RunSpec]:
-    n, arms = steps(STEPS, scale), ARMS if scale >= 1 else SMOKE_ARMS
-    runs = []
-    for seed in SEEDS:
-        base = _config(MODEL, n, seed)
-        configs = {"base": base, **{arm: fbt_config(arm, n, seed) for arm in FBT_ARMS}}
-        for training in FLOPS_TRAININGS:
-            budget = training_flops(fbt_config(f"glu_{training}", n, seed))
-            configs[f"base_{training}_flops"] = _config(MODEL, matched_steps(base, budget), seed)
-        runs += [RunSpec(run_name(arm, seed), configs[arm], EXACT, eval_size(scale)) for arm in arms]
-    return runs
+    arms = ARMS if scale >= 1 else SMOKE_ARMS
+    return [RunSpec(run_name(arm, seed), config(arm, scale, seed), EXACT, eval_size(scale))
+            for seed in SEEDS for arm in arms]
 
 
 def arms_run(ctx: Context) -> list[str]:
@@ -128,13 +151,13 @@ def arms_run(ctx: Context) -> list[str]:
 # ---------------------------------------------------------------------------------------------- analysis
 
 GATES = (
-    Gate("baseline below unigram", "unigram bits/byte of the held-out bytes minus the equal-step baseline's "
-         "held-out bits/byte (exact), worst seed", ">=", UNIGRAM_MARGIN),
+    Gate("baseline below unigram", "unigram bits/byte of the held-out bytes minus the equal-step baselines' "
+         f"held-out bits/byte (exact; base and base_x{LONG}), worst seed", ">=", UNIGRAM_MARGIN),
     Gate(f"{PAPER_ARM} uses its feedback", f"upper end of the 95 % hierarchical interval of {PAPER_ARM}'s held-out "
          "pass-2 minus pass-1 bits/byte, same weights", "<", 0.0),
-    Gate("instrument detects the claimed effect", "upper end of the interval of base_mix_flops - base (exact): the "
-         "baseline given about twice the tokens, the paper's 1.5-2x, must be told apart from base at this power",
-         "<", 0.0),
+    Gate("instrument detects the claimed effect", f"upper end of the interval of {lang.CONTROL[0]} - "
+         f"{lang.CONTROL[1]} (exact): the baseline given about twice the tokens, the paper's 1.5-2x, must be told "
+         "apart from the equal-step baseline at this power", "<", 0.0),
 )
 
 
@@ -157,9 +180,9 @@ def decide(equal: Mapping[str, float], matched: Mapping[str, float]) -> str:
 def comparisons(scores: pd.DataFrame, arm: str, measure: str = "exact") -> dict[str, dict[str, float]]:
     """``arm``'s intervals against the equal-step baseline and against the baseline given its training FLOPs, and
     its feedback gate (pass 2 - pass 1, same weights)."""
-    flops = TRAININGS[arm.split("_")[1]].flops
-    return {"equal_tokens": lang.difference(scores, arm, measure, "base", "exact"),
-            "matched_compute": lang.difference(scores, arm, measure, f"base_{flops}_flops", "exact", seed=1),
+    equal, matched = references(arm)
+    return {"equal_tokens": lang.difference(scores, arm, measure, equal, "exact"),
+            "matched_compute": lang.difference(scores, arm, measure, matched, "exact", seed=1),
             "feedback": lang.feedback_used(scores, arm)}
 
 
@@ -185,7 +208,8 @@ def analyze(ctx: Context) -> Outcome:
     table = table_rows(ctx, scores)
     paper = comparisons(scores, PAPER_ARM)
     control = lang.difference(scores, lang.CONTROL[0], "exact", lang.CONTROL[1], "exact", seed=2)
-    base_worst = max(float(a.mean()) for a in lang.per_seed(scores, "base", "exact"))
+    base_worst = max(float(a.mean()) for arm in references(PAPER_ARM)[:1] + ("base",)
+                     for a in lang.per_seed(scores, arm, "exact"))
     gates = {"baseline below unigram": unigram - base_worst,
              f"{PAPER_ARM} uses its feedback": paper["feedback"]["high"],
              "instrument detects the claimed effect": control["high"]}
@@ -199,8 +223,8 @@ def analyze(ctx: Context) -> Outcome:
                 decide(found["equal_tokens"], found["matched_compute"]) if used else
                 "not tested: its feedback is not used (pass 2 - pass 1 reaches 0)",
                 "; ".join(describe(label, iv, "bits/byte") for label, iv in zip(
-                    (f"{arm} - base", f"{arm} - base_{TRAININGS[arm.split('_')[1]].flops}_flops",
-                     f"{arm} pass 2 - pass 1"), found.values()))))
+                    (*(f"{arm} - {ref}" for ref in references(arm)), f"{arm} pass 2 - pass 1"),
+                    found.values()))))
         at2 = comparisons(scores, arm, "pass2")
         extensions.append(Extension(
             f"{arm} read at pass 2 (its training forward, not what a decoder runs)",
@@ -208,14 +232,16 @@ def analyze(ctx: Context) -> Outcome:
             "not tested: its feedback is not used (pass 2 - pass 1 reaches 0)",
             "; ".join(describe(f"{arm} pass 2 - {ref}", at2[k], "bits/byte")
                       for k, ref in (("equal_tokens", "base"), ("matched_compute", "matched-compute base")))))
-    number = "; ".join([describe(f"{PAPER_ARM} - base (exact, equal tokens)", paper["equal_tokens"], "bits/byte"),
-                        describe(f"{PAPER_ARM} - base_mix_flops (exact, matched compute)", paper["matched_compute"],
+    equal, matched = references(PAPER_ARM)
+    number = "; ".join([describe(f"{PAPER_ARM} - {equal} (exact, equal tokens)", paper["equal_tokens"], "bits/byte"),
+                        describe(f"{PAPER_ARM} - {matched} (exact, matched compute)", paper["matched_compute"],
                                  "bits/byte"),
                         describe(f"{PAPER_ARM} pass 2 - pass 1", paper["feedback"], "bits/byte"),
-                        describe("base_mix_flops - base (the positive control)", control, "bits/byte")])
+                        describe(f"{matched} - {equal} (the positive control)", control, "bits/byte")])
     long = table.melt(id_vars=["arm"], value_vars=["exact", "pass2"], var_name="metric").dropna()
     long["metric"] = long["metric"].map({"exact": "bits/byte, exact recurrence", "pass2": "bits/byte, pass 2"})
-    figure = lang.bars(ctx, long, f"FBT on text, {MODEL['n_layer']}x{MODEL['n_embd']} bytes, {STEPS} steps (held-out)")
+    figure = lang.bars(ctx, long, f"FBT on text, {MODEL['n_layer']}x{MODEL['n_embd']} bytes, {STEPS} steps "
+                                  f"(_x{LONG}: {STEPS * LONG}; held-out)")
     return Outcome(table, figure, number, decide(paper["equal_tokens"], paper["matched_compute"]), gates,
                    chance=f"unigram {unigram:.3f} bits/byte on the held-out bytes", extensions=extensions,
                    extra={"unigram_bpb": unigram, "positive_control": control,
@@ -233,11 +259,13 @@ def finding(summary: dict, results: pd.DataFrame) -> Finding:
                    + lang.beyond(summary, "(exact recurrence)"))
 
 
-RULE = (f"On {PAPER_ARM} (the paper's model and training), held-out bits/byte under the exact recurrence (what a "
-        "decoder runs), 95 % hierarchical bootstrap intervals (seeds, then windows): reproduces when FBT - base "
-        "(equal tokens) lies below 0, does not reproduce when it lies above 0, inconclusive otherwise; FBT - the "
-        "baseline given FBT's training FLOPs (tokens x mean passes) is read beside it the same way. The other "
-        "fusions and trainings, and every arm read at pass 2, are extensions with their own feedback gate.")
+RULE = (f"On {PAPER_ARM} (the paper's model and training at {LONG} x {STEPS} steps), held-out bits/byte under the "
+        "exact recurrence (what a decoder runs), 95 % hierarchical bootstrap intervals (seeds, then windows): "
+        "reproduces when FBT - base (equal tokens) lies below 0, does not reproduce when it lies above 0, "
+        "inconclusive otherwise; FBT - the baseline given FBT's training FLOPs (tokens x mean passes) is read beside "
+        "it the same way, each baseline trained as long as the arm. The other fusions and trainings (at "
+        f"{STEPS} steps, glu_mix included), and every arm read at pass 2, are extensions with their own feedback "
+        "gate.")
 
 RECIPE = Recipe(
     "fbt_text", "FBT's validation loss is better than a standard transformer's at equal tokens (1.5-2x "
@@ -246,7 +274,7 @@ RECIPE = Recipe(
     f"corpus at context {TEXT['seq_len']}, {STEPS} steps of {BATCH} windows (warmup-free WSD); FBT after a "
     f"{FEEDBACK_START:.0%} plain phase: GLU and additive fusion, 97/3 two/three-pass batches or random 1-4 passes, "
     f"a plain prefix drawn per pass (or, an extension, none), jitter; baselines at equal steps and at each FBT "
-    f"training's FLOPs; "
+    f"training's FLOPs; the paper's arm and its baselines again at {LONG * STEPS} steps; "
     f"{len(SEEDS)} seeds; 256 held-out windows.",
     build, analyze, gates=GATES, rule=RULE,
     chance="the unigram bits/byte of the held-out bytes (a model without context).",
