@@ -1,7 +1,8 @@
 """The backbone's measured CPU speed-ups, in one place behind one switch.
 
-``functional`` is the learner's path: RMSNorm, ReLU^2 and rotary embeddings written as nanochat writes
-them. Each function there asks ``ENABLED`` and, when set (the default), runs its twin here instead:
+``functional`` is the learner's path: RMSNorm, ReLU^2 and rotary embeddings written as nanochat writes them.
+The model and the mechanisms take their primitives from ``ops()``, the one place the switch is read: this
+module's twins when ``ENABLED`` (the default), ``functional`` otherwise. The twins:
 
 - ``norm`` / ``relu_squared``: hand-derived backwards (autograd ``Function``s). Autograd through the
   composite ops allocates a fresh activation-sized buffer per elementwise op, and on a CPU a fresh
@@ -12,11 +13,7 @@ them. Each function there asks ``ENABLED`` and, when set (the default), runs its
 - ``per_head``: the rotary tables laid out per head once per forward, so the products with the
   queries and keys run one long inner loop instead of a broadcast over heads.
 - ``apply_rotary``: the rotation summed in place into buffers no backward reads.
-- ``lrt_layers`` / ``doubled``: LRT's per-layer parameters and hook states looked up once per forward (indexing
-  a parameter vector is an op and indexing a ``ModuleList`` a few microseconds, which a decoded token would
-  otherwise pay in every block), and its gates' ``2 * sigmoid`` as a sum (a product with a Python scalar
-  costs about twice as much on a CPU; doubling is exact either way).
-- ``stored_once``: under ``torch.compile``, marks the rotary tables as costly so inductor stores them
+- ``rotary``: under ``torch.compile``, the tables marked as costly (``stored_once``) so inductor stores them
   once instead of recomputing a cos and a sin per element of every query and key.
 
 Equal to the plain path: ``tests/invariants/test_fast_path.py`` holds every function here to its plain
@@ -29,10 +26,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from collections.abc import Iterator
+from types import ModuleType
 
 import torch
 import torch.nn.functional as F
+
+from . import functional
 
 ENABLED = os.environ.get("WORKBENCH_FAST", "1") != "0"
 
@@ -46,6 +47,12 @@ def disabled() -> Iterator[None]:
         yield
     finally:
         ENABLED = before
+
+
+def ops() -> ModuleType:
+    """The primitives the model runs (``norm``, ``relu_squared``, ``rotary``, ``per_head``, ``apply_rotary``):
+    this module while ``ENABLED``, ``functional``'s plain forms otherwise. The one place the switch is read."""
+    return _THIS if ENABLED else functional
 
 
 def _wants_grad(x: torch.Tensor) -> bool:
@@ -130,6 +137,15 @@ def stored_once(table: torch.Tensor) -> torch.Tensor:
     return torch.where(table.isnan(), table.exp(), table)
 
 
+def rotary(positions: torch.Tensor, head_dim: int, base: float,
+           dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """``functional.rotary``'s tables, each ``stored_once`` under ``torch.compile``."""
+    cos, sin = functional.rotary(positions, head_dim, base, dtype)
+    if torch.compiler.is_compiling():
+        cos, sin = stored_once(cos), stored_once(sin)
+    return cos, sin
+
+
 def per_head(table: torch.Tensor, heads: int) -> torch.Tensor:
     """A (T, hd) rotary table laid out as (T, heads, hd), contiguous: done once per forward.
 
@@ -141,22 +157,10 @@ def per_head(table: torch.Tensor, heads: int) -> torch.Tensor:
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """``functional.apply_rotary``'s ops, the products summed in place into buffers no backward reads."""
+    if cos.dim() == 2:
+        cos, sin = cos[:, None, :], sin[:, None, :]
     swapped = x.roll(x.size(-1) // 2, dims=-1)
     return (x * cos).add_(swapped.mul_(sin))
 
 
-def lrt_layers(lrt: torch.nn.Module, memo: dict) -> list[tuple]:
-    """``LRT._layer``'s ``(alpha, gamma, gate weight, hooked)`` for every layer, looked up at the forward's first
-    block and kept in its ``memo``."""
-    if "lrt" not in memo:
-        n = len(lrt.hook_read)
-        alpha = lrt.alpha.unbind() if lrt.injects_residual else (None,) * n
-        gamma = lrt.gamma.unbind() if lrt.injects_residual and lrt.reads else (None,) * n
-        weights = [lin.weight for lin in lrt.gates] if lrt.injects_kv else [None] * n
-        memo["lrt"] = list(zip(alpha, gamma, weights, [hook.active for hook in lrt.hook_read]))
-    return memo["lrt"]
-
-
-def doubled(x: torch.Tensor) -> torch.Tensor:
-    """``2 * x``, exactly, as ``x + x``."""
-    return x + x
+_THIS = sys.modules[__name__]

@@ -8,8 +8,8 @@
 
 They live below both ``model`` and ``mechanisms`` so that neither borrows the other's helpers.
 
-Written as nanochat writes them, for reading. Each asks ``fast.ENABLED`` first and, when set (the
-default), runs its measured CPU twin in ``workbench.fast`` (the same values; see there why it is faster).
+Written as nanochat writes them, for reading, and nothing else: the model runs them through ``fast.ops()``, which
+hands out this module, or (the default) ``workbench.fast``'s measured CPU twins of the same values.
 """
 
 from __future__ import annotations
@@ -19,20 +19,14 @@ import math
 import torch
 import torch.nn.functional as F
 
-from . import fast
-
 
 def norm(x: torch.Tensor) -> torch.Tensor:
     """RMSNorm without learnable parameters: ``x / sqrt(mean(x^2) + eps)`` over the last dimension."""
-    if fast.ENABLED:
-        return fast.norm(x)
     return F.rms_norm(x, (x.size(-1),))
 
 
 def relu_squared(h: torch.Tensor) -> torch.Tensor:
     """The MLP's activation ``relu(h)^2``."""
-    if fast.ENABLED:
-        return fast.relu_squared(h)
     return F.relu(h).square()
 
 
@@ -45,16 +39,12 @@ def rotary(positions: torch.Tensor, head_dim: int, base: float,
     angles = positions.to(work)[:, None] * inv_freq[None, :]
     cos, sin = angles.cos(), angles.sin()
     cos, sin = torch.cat([cos, cos], dim=-1).to(dtype), torch.cat([sin, -sin], dim=-1).to(dtype)
-    if fast.ENABLED and torch.compiler.is_compiling():
-        cos, sin = fast.stored_once(cos), fast.stored_once(sin)
     return cos, sin
 
 
 def per_head(table: torch.Tensor, heads: int) -> torch.Tensor:
     """A (T, hd) rotary table shaped to multiply queries or keys (B, T, heads, hd): (T, 1, hd), broadcast
-    over the heads (the fast path lays it out per head instead, once per forward)."""
-    if fast.ENABLED:
-        return fast.per_head(table, heads)
+    over the heads."""
     return table[:, None, :]
 
 
@@ -67,8 +57,6 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     """
     if cos.dim() == 2:
         cos, sin = cos[:, None, :], sin[:, None, :]
-    if fast.ENABLED:
-        return fast.apply_rotary(x, cos, sin)
     x1, x2 = x.chunk(2, dim=-1)
     return x * cos + torch.cat([x2, x1], dim=-1) * sin
 

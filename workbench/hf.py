@@ -77,7 +77,8 @@ from safetensors.torch import save_file
 from torch import nn
 
 from .checkpoint import atomic_directory, read_json, read_safetensors, try_json, write_json_atomic
-from .functional import glu_state, norm, residual_inject, uniform_init_
+from .fast import ops
+from .functional import glu_state, residual_inject, uniform_init_
 from .hooks import HookPoint, name_hook_points
 from .kv_cache import Cursor, KVBuffer, position_mask
 from .mechanisms import Feedback
@@ -238,7 +239,7 @@ class GLUFusion(nn.Module):
 
     def forward(self, embedded: torch.Tensor, memory: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         scale = embedded.pow(2).mean(dim=-1, keepdim=True).sqrt()
-        fused = norm(glu_state(memory, norm(embedded), self.W_U, self.W_G)) * scale
+        fused = ops().norm(glu_state(memory, ops().norm(embedded), self.W_U, self.W_G)) * scale
         return fused if mask is None else torch.where(mask.unsqueeze(-1), fused, embedded)
 
 
@@ -456,7 +457,7 @@ class FeedbackLM(nn.Module):
         finally:
             self._feedback = self._top = self._final = None
         depth = self.config.source_depth
-        memory_out = final if depth == self.config.n_layer else norm(out.hidden_states[depth])
+        memory_out = final if depth == self.config.n_layer else ops().norm(out.hidden_states[depth])
         if kv is not None:
             kv.advance(T)
         return StepOutput(logits=out.logits, memory=self.hook_memory(memory_out), top=top)

@@ -36,9 +36,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import config as config_module
-from . import fast
 from .config import ModelConfig
-from .functional import glu_state, norm, residual_inject, uniform_init_
+from .fast import ops
+from .functional import glu_state, residual_inject, uniform_init_
 from .hooks import HookPoint
 
 
@@ -206,7 +206,7 @@ class LRT(Mechanism):
         B, T = x.shape[:2]
         _, _, gate_weight, hooked = self._layer(layer, feedback.memo)
         sig = torch.sigmoid(F.linear(x[..., : self.gate_channels], gate_weight))
-        gates = (fast.doubled(sig) if fast.ENABLED else 2 * sig).view(B, T, 2, self.kv_heads, 1)
+        gates = (sig + sig).view(B, T, 2, self.kv_heads, 1)  # 2 * sigmoid, in (0, 2); a sum costs half a product
         g_local, g_feedback = gates.unbind(2)
         m = self._read(layer, feedback, hooked)
         if m is None:  # zero memory contributes nothing, so a plain pass skips the projection
@@ -216,12 +216,15 @@ class LRT(Mechanism):
 
     def _layer(self, layer: int, memo: dict) -> tuple[Any, Any, Any, bool]:
         """Block ``layer``'s ``(alpha, gamma, gate weight, whether a hook listens at hook_read.{layer})``; None
-        for a part this LRT does not inject. The fast path looks them up once per forward (``fast.lrt_layers``)."""
-        if fast.ENABLED:
-            return fast.lrt_layers(self, memo)[layer]
-        return (self.alpha[layer] if self.injects_residual else None,
-                self.gamma[layer] if self.injects_residual and self.reads else None,
-                self.gates[layer].weight if self.injects_kv else None, self.hook_read[layer].active)
+        for a part this LRT does not inject. Looked up for every layer at a forward's first block and kept in its
+        ``memo``: indexing a parameter vector is an op, and a decoded token would pay it in every block."""
+        if "lrt" not in memo:
+            n = len(self.hook_read)
+            alpha = self.alpha.unbind() if self.injects_residual else (None,) * n
+            gamma = self.gamma.unbind() if self.injects_residual and self.reads else (None,) * n
+            weights = [lin.weight for lin in self.gates] if self.injects_kv else [None] * n
+            memo["lrt"] = list(zip(alpha, gamma, weights, [hook.active for hook in self.hook_read]))
+        return memo["lrt"][layer]
 
     def _read(self, layer: int, feedback: Feedback, hooked: bool) -> torch.Tensor | None:
         """The memory layer ``layer`` injects (plain positions zeroed), through its hook point when a hook
@@ -288,7 +291,7 @@ class FBT(Mechanism):
         if self.training and self.jitter > 0:
             m = m + torch.empty_like(m).uniform_(-self.jitter, self.jitter)
         state = glu_state(m, embedded, self.W_U, self.W_G)
-        fused = norm(embedded + state if self.additive else state)
+        fused = ops().norm(embedded + state if self.additive else state)
         if feedback.mask is None:
             return fused
         return torch.where(feedback.mask.unsqueeze(-1), fused, embedded)

@@ -35,7 +35,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import ModelConfig
-from .functional import apply_rotary, norm, per_head, relu_squared, rotary, uniform_init_
+from .fast import ops
+from .functional import uniform_init_
 from .hooks import HookPoint, name_hook_points
 from .kv_cache import KVCache, KVStore, Mask, StaticKVCache
 from .mechanisms import Feedback, Mechanism, build_mechanism
@@ -125,9 +126,9 @@ class CausalSelfAttention(nn.Module):
         if gates is not None:
             self.hook_gate(gates)
         if self.qk_norm:
-            q, k = norm(q), norm(k)
+            q, k = ops().norm(q), ops().norm(k)
         if ctx.rope_q is not None:
-            q, k = apply_rotary(q, *ctx.rope_q), apply_rotary(k, *ctx.rope_k)
+            q, k = ops().apply_rotary(q, *ctx.rope_q), ops().apply_rotary(k, *ctx.rope_k)
         q, k, v = (self.hook_q(q.transpose(1, 2)), self.hook_k(k.transpose(1, 2)), self.hook_v(v.transpose(1, 2)))
         mask: Mask = "causal"
         if ctx.kv is not None:
@@ -160,7 +161,7 @@ class MLP(nn.Module):
         self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.c_proj(relu_squared(self.c_fc(x)))
+        return self.c_proj(ops().relu_squared(self.c_fc(x)))
 
 
 class Block(nn.Module):
@@ -173,8 +174,8 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor, ctx: Context) -> torch.Tensor:
         x = self.hook_resid_pre(ctx.mechanism.inject_residual(self.layer, x, ctx.feedback))
-        x = self.hook_resid_mid(x + self.attn(norm(x), ctx))
-        return self.hook_resid_post(x + self.mlp(norm(x)))
+        x = self.hook_resid_mid(x + self.attn(ops().norm(x), ctx))
+        return self.hook_resid_post(x + self.mlp(ops().norm(x)))
 
 
 class GPT(nn.Module):
@@ -246,21 +247,21 @@ class GPT(nn.Module):
                 memory_mask = ~opens if memory_mask is None else memory_mask & ~opens
         rope_q = rope_k = None
         if c.rope:
-            tables = rotary(positions, c.head_dim, c.rope_base, self.wte.weight.dtype)
-            rope_q = tuple(per_head(t, c.n_head) for t in tables)
-            rope_k = rope_q if c.kv_heads == c.n_head else tuple(per_head(t, c.kv_heads) for t in tables)
+            tables = ops().rotary(positions, c.head_dim, c.rope_base, self.wte.weight.dtype)
+            rope_q = tuple(ops().per_head(t, c.n_head) for t in tables)
+            rope_k = rope_q if c.kv_heads == c.n_head else tuple(ops().per_head(t, c.kv_heads) for t in tables)
         ctx = Context(positions, rope_q, rope_k, Feedback(memory, memory_mask), self.mechanism, kv)
-        x = self.hook_embed(norm(self.wte(idx)))
+        x = self.hook_embed(ops().norm(self.wte(idx)))
         x = self.hook_input(self.mechanism.fuse_input(x, ctx.feedback))
         memory_out = None
         source = self.mechanism.source_layer
         for block in self.blocks:
             x = block(x, ctx)
             if block.layer == source:
-                memory_out = norm(x)
+                memory_out = ops().norm(x)
         if kv is not None:
             kv.advance(T)
-        final = self.hook_final(norm(x))
+        final = self.hook_final(ops().norm(x))
         memory_out = self.hook_memory(self.mechanism.emit(final if memory_out is None else memory_out, ctx.feedback))
         logits = F.linear(final, self.readout_weight)
         cap = self.config.logit_softcap

@@ -7,6 +7,8 @@ schedule, so a speed-up that changed the maths shows here and not only in a benc
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -26,17 +28,28 @@ def _both(fn, *args):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_each_function_is_its_plain_twin_bit_for_bit(dtype):
     x = torch.randn(3, 7, 4, 16, dtype=dtype)
-    for fn in (functional.norm, functional.relu_squared):
-        on, off = _both(fn, x.clone())
-        assert torch.equal(on, off), fn.__name__
+    for name in ("norm", "relu_squared"):
+        on, off = _both(lambda n=name: getattr(fast.ops(), n)(x.clone()))
+        assert torch.equal(on, off), name
     cos, sin = functional.rotary(torch.arange(3, 10), 16, 10000.0, dtype)
-    on, off = _both(lambda: functional.apply_rotary(x, functional.per_head(cos, 4), functional.per_head(sin, 4)))
+    on, off = _both(lambda: fast.ops().apply_rotary(x, fast.ops().per_head(cos, 4), fast.ops().per_head(sin, 4)))
     assert torch.equal(on, off)
-    on, off = _both(lambda: functional.apply_rotary(x, cos, sin))  # (T, hd) tables: broadcast either way
+    on, off = _both(lambda: fast.ops().apply_rotary(x, cos, sin))  # (T, hd) tables: broadcast either way
     assert torch.equal(on, off)
+    on, off = _both(lambda: fast.ops().rotary(torch.arange(3, 10), 16, 10000.0, dtype))
+    assert all(torch.equal(a, b) for a, b in zip(on, off))
     with fast.disabled():
-        assert functional.per_head(cos, 4).shape == (7, 1, 16)  # the plain path broadcasts over heads
-    assert functional.per_head(cos, 4).shape == (7, 4, 16) and functional.per_head(cos, 4).is_contiguous()
+        assert fast.ops().per_head(cos, 4).shape == (7, 1, 16)  # the plain path broadcasts over heads
+    assert fast.ops().per_head(cos, 4).shape == (7, 4, 16) and fast.ops().per_head(cos, 4).is_contiguous()
+
+
+def test_the_switch_hands_out_the_plain_functions_when_off_and_is_read_in_one_place():
+    assert fast.ops() is fast
+    with fast.disabled():
+        assert fast.ops() is functional
+    package = Path(wb.__file__).parent
+    assert [p.name for p in package.rglob("*.py") if p.name != "fast.py" and "ENABLED" in p.read_text()] == []
+    assert "fast" not in (package / "functional.py").read_text().split('"""', 2)[2]  # the reading path imports none
 
 
 @pytest.mark.parametrize("mechanism", ["none", "lrt", "fbt"])
@@ -72,7 +85,7 @@ def test_the_switch_is_restored_after_an_error():
 
 @pytest.mark.parametrize("inject", [("kv", "residual"), ("kv",), ("residual",)])
 def test_an_lrt_with_an_edited_read_is_the_same_on_both_paths(inject):
-    """LRT's per-forward lookups (``fast.lrt_layers``) see the hook at one layer's read, as the plain path does."""
+    """LRT's per-forward lookups (``LRT._layer``'s memo) see the hook at one layer's read, on both paths."""
     torch.manual_seed(0)
     config = wb.ModelConfig(vocab_size=23, n_layer=3, n_head=2, n_embd=16, seq_len=9, mechanism="lrt",
                             lrt_inject=inject, lrt_gamma_init=0.5)

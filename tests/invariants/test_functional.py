@@ -8,15 +8,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from workbench import fast, functional, mechanisms, model
+from workbench import fast, functional, model
 from workbench.config import ModelConfig
 from workbench.mechanisms import FBT, LRT, MECHANISM_CLASSES, Feedback, Mechanism, NoFeedback, build_mechanism
-
-
-def test_helpers_keep_their_old_addresses():
-    assert mechanisms.norm is functional.norm and mechanisms.uniform_init_ is functional.uniform_init_
-    assert model.norm is functional.norm and model.rotary is functional.rotary
-    assert model.apply_rotary is functional.apply_rotary
 
 
 def test_every_mechanism_is_a_mechanism_and_none_is_the_identity():
@@ -64,9 +58,9 @@ def test_rotary_tables_laid_out_per_head_rotate_bit_for_bit_the_same():
     """The model lays the tables out per head once per forward (faster products); the rotation is unchanged."""
     cos, sin = functional.rotary(torch.arange(5, 12), 16, 10000.0, torch.float32)
     x = torch.randn(3, 7, 4, 16)
-    laid_out = functional.per_head(cos, 4), functional.per_head(sin, 4)
+    laid_out = fast.per_head(cos, 4), fast.per_head(sin, 4)
     assert laid_out[0].shape == (7, 4, 16) and laid_out[0].is_contiguous()
-    assert torch.equal(functional.apply_rotary(x, *laid_out), functional.apply_rotary(x, cos, sin))
+    assert torch.equal(fast.apply_rotary(x, *laid_out), functional.apply_rotary(x, cos, sin))
     x1, x2 = x[..., :8], x[..., 8:]  # the pairs (x1, x2) -> (x1 cos + x2 sin, x2 cos - x1 sin)
     c, s = cos[None, :, None, :8], sin[None, :, None, :8]
     torch.testing.assert_close(functional.apply_rotary(x, cos, sin), torch.cat([x1 * c + x2 * s, x2 * c - x1 * s], -1))

@@ -44,7 +44,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from .. import schedules, tasks
-from ..functional import norm
+from ..fast import ops
 from ..kv_cache import KVCache
 from ..metrics import token_losses
 from ..model import GPT, eval_mode
@@ -277,7 +277,7 @@ class TunedLens:
 
 def _readout(model: GPT, stream: torch.Tensor) -> torch.Tensor:
     """Logits of a residual stream (pre-norm) as the model reads its final one: norm, readout, softcap."""
-    logits = F.linear(norm(stream), model.readout_weight.to(stream))
+    logits = F.linear(ops().norm(stream), model.readout_weight.to(stream))
     cap = model.config.logit_softcap
     return cap * torch.tanh(logits / cap) if cap > 0 else logits
 

@@ -49,7 +49,8 @@ from ..analysis.schedule_agreement import compare_schedules
 from ..analysis.traces import read_trace
 from ..config import ModelConfig
 from ..evaluation import verdict
-from ..mechanisms import Feedback, norm
+from ..functional import norm
+from ..mechanisms import Feedback
 from ..model import GPT, build_model, eval_mode
 from ..tasks import ANSWER_MARKER, Task
 from ..tasks import get as get_task
@@ -224,7 +225,7 @@ def check_glu_fusion(fn: Callable[[GPT, torch.Tensor, torch.Tensor], torch.Tenso
     on ``model`` when given.
     """
     hint = ("u = RMSNorm((W_U m) * sigmoid(W_G RMSNorm(e))): the state on the value path (W_U), the token "
-            "embedding, normed, through the gate (W_G); RMSNorm is wb.mechanisms.norm.")
+            "embedding, normed, through the gate (W_G); RMSNorm is wb.functional.norm.")
     models = [practice_model("fbt")] + ([] if model is None else [model])
     for m in models:
         c = m.config

@@ -16,8 +16,8 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import GroupKFold
 from sklearn.preprocessing import StandardScaler
 
+from ..functional import norm
 from ..kv_cache import KVBuffer
-from ..mechanisms import norm
 from ..model import GPT
 from ..schedules import feedback_mask, sequential, shift_right
 from ..tasks import ANSWER_MARKER, Task

@@ -15,8 +15,8 @@ from sklearn.preprocessing import StandardScaler
 import workbench as wb
 from workbench import exercises as ex
 from workbench.exercises import solutions as sol
+from workbench.functional import norm
 from workbench.kv_cache import KVBuffer, interleave
-from workbench.mechanisms import norm
 from workbench.schedules import feedback_mask, shift_right
 
 

@@ -14,7 +14,7 @@ import workbench as wb
 from conftest import perturbed_model, small_config
 from workbench import plots, schedules, widgets
 from workbench.analysis import contraction, fusion, regimes, schedule_agreement
-from workbench.mechanisms import norm
+from workbench.functional import norm
 
 T = 7
 
