@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip show torch >/dev/null 2>&1 || $(PY) -m pip install -q "$(TORCH_SPEC)"
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[lab,hf,dev]'
 	@touch $(STAMP)
 
 install: $(STAMP)
@@ -39,7 +39,7 @@ lab-headless:
 ## The 30 slowest tests are listed at the end, so a CI log shows where the suite's time goes.
 WORKERS ?= auto
 test: install
-	$(VENV)/bin/ruff check workbench tests
+	$(VENV)/bin/ruff check workbench tests tools
 	$(PY) -m pytest tests $(if $(wildcard notebooks/*.ipynb),notebooks $(NBVAL),) -n $(WORKERS) --dist loadfile --durations=30
 
 ## the quick loop while coding: unit + invariant tests without the costly marks (under 5 minutes on 2 cores)
@@ -53,7 +53,7 @@ screens: install
 ## the benchmark table; NANOGPT=path/to/nanoGPT/model.py and NANOCHAT=path/to/nanochat (its repository) add
 ## rows timing their training steps beside ours, in the same rounds
 bench: install
-	$(if $(NANOGPT),WORKBENCH_NANOGPT=$(NANOGPT) ,)$(if $(NANOCHAT),WORKBENCH_NANOCHAT=$(NANOCHAT) ,)$(PY) -m workbench bench
+	$(if $(NANOGPT),WORKBENCH_NANOGPT=$(NANOGPT) ,)$(if $(NANOCHAT),WORKBENCH_NANOCHAT=$(NANOCHAT) ,)$(PY) tools/bench.py
 
 ## every bench row of revision BEFORE beside the working tree's, in one process, alternating (BEFORE=<git rev>)
 bench-versions: install

@@ -5,6 +5,12 @@ modules hold the front-ends of the notebooks' own topics, and ``live`` the train
 each is re-exported here.
 """
 
+try:
+    import ipywidgets  # noqa: F401
+except ImportError as error:  # an extra: the package computes without it
+    raise ImportError("workbench.widgets needs ipywidgets: pip install 'workbench[lab]' (make lab installs it)"
+                      ) from error
+
 from .core import Explorer, contraction_explorer, probe_explorer, token_stepper, with_static_twin
 from .fbt import pass_window_explorer, probe_compute, regime_explorer
 from .interventions import intervention_explorer
