@@ -1,4 +1,4 @@
-"""Benchmarks that report ratios measured within one run.
+"""Benchmarks that report ratios measured within one run: ``make bench`` (``python tools/bench.py --help``).
 
 Absolute milliseconds depend on the machine and on its neighbours; a ratio of two timings taken
 seconds apart in the same process mostly does not. Each row times one thing (several rounds after
@@ -23,6 +23,7 @@ baseline is divided by it. Nothing here asserts: tests never time anything.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import importlib.util
 import io
@@ -39,11 +40,11 @@ from types import ModuleType
 import pandas as pd
 import torch
 
-from . import fast, schedules
-from .config import ModelConfig
-from .decode import generate
-from .model import GPT, build_model
-from .validation import check_int
+from workbench import fast, schedules
+from workbench.config import ModelConfig
+from workbench.decode import generate
+from workbench.model import GPT, build_model
+from workbench.validation import check_int
 
 
 @dataclass
@@ -407,12 +408,12 @@ def _rows_of(bench: ModuleType, quick: bool, threads: int) -> list[tuple[list, i
 
 def versions_side_by_side(before: ModuleType, after: ModuleType, quick: bool = False, threads: int = 2,
                           skip: str | None = None, rounds: int | None = None, control: bool = False) -> pd.DataFrame:
-    """Every timed row of two versions' ``make bench`` (``before`` and ``after``: their ``workbench.bench`` modules,
-    e.g. an old revision imported under another package name), measured in one process, each row's two versions
-    alternating round by round (``measure``), so the machine's load hits both alike. One record per row both
-    versions have: fastest ``before_ms`` / ``after_ms``, their ratio, and ``slower`` when it exceeds ``SLOWER``;
-    a row only one version has is listed with the other's time missing. ``skip``: a regular expression; the rows
-    whose names it matches are not timed (e.g. ``"compiled"``: a compiled row's warm-up compiles, ~1 min each).
+    """Every timed row of two versions' ``make bench`` (``before`` and ``after``: their bench modules, e.g. an old
+    revision's imported under another package name by ``tools/bench_versions.py``), measured in one process, each
+    row's two versions alternating round by round (``measure``), so the machine's load hits both alike. One record
+    per row both versions have: fastest ``before_ms`` / ``after_ms``, their ratio, and ``slower`` when it exceeds
+    ``SLOWER``; a row only one version has is listed with the other's time missing. ``skip``: a regular expression;
+    the rows whose names it matches are not timed (e.g. ``"compiled"``: a compiled row's warm-up compiles, ~1 min each).
     ``rounds``: every group timed this many rounds instead of its own count (a few flagged rows re-measured with many
     rounds, to tell a real change from the machine's spread).
     ``control``: also time a second, separately built copy of every ``after`` row in the same rounds (an A/A
@@ -479,3 +480,24 @@ def _table(rows: list[Row], timings: Timings, peak: str) -> pd.DataFrame:
                         "faults": faults, "target": r.target,
                         "ok": None if r.target is None or ratio is None else bool(ratio <= r.target)})
     return pd.DataFrame.from_records(records)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="tiny sizes and one repeat (a smoke test, not a measurement)")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
+    parser.add_argument("--json", action="store_true", help="print JSON records instead of a table")
+    args = parser.parse_args(argv)
+    check_int("threads", args.threads, 1, 1024)
+    table = run_benchmarks(quick=args.quick, threads=args.threads)
+    if args.json:
+        print(table.to_json(orient="records", indent=2))
+    else:
+        with pd.option_context("display.width", 160, "display.float_format", "{:.3f}".format):
+            print(table.to_string(index=False))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -3,8 +3,9 @@
 Issue 32's bar is "no row more than 2 % slower than before", which only a side-by-side run can check on a
 shared machine (a neighbour moves timings taken minutes apart by +-10 %). BEFORE's ``workbench`` package is
 taken from git (``git archive``) into a temporary folder as ``workbench_before`` (the package imports itself
-relatively, so it runs under that name); AFTER is the working tree's ``workbench`` unless a revision is given.
-Every row both versions have is timed by ``workbench.bench.versions_side_by_side``, alternating round by round.
+relatively, so it runs under that name) with its benchmarks (``bench_at``); AFTER is the working tree's unless a
+revision is given. Every row both versions have is timed by ``tools.bench.versions_side_by_side``, alternating
+round by round.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import io
+import re
 import subprocess
 import sys
 import tarfile
@@ -21,16 +23,23 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def package_at(revision: str, name: str, into: Path):
-    """Import the ``workbench`` package of ``revision`` as ``name`` (extracted under ``into``)."""
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", revision, "workbench"], check=True,
+def bench_at(revision: str, name: str, into: Path):
+    """The benchmarks of ``revision``, bound to that revision's ``workbench`` package imported as ``name``: its
+    ``tools/bench.py`` with every ``workbench`` import read as ``name`` (or, from before the benchmarks left the
+    package, its ``workbench/bench.py``). Both are extracted under ``into``."""
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", revision, "workbench", "tools"], check=True,
                              capture_output=True).stdout
-    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        tar.extractall(into / revision.replace("/", "_"), filter="data")
     folder = into / revision.replace("/", "_")
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(folder, filter="data")
     (folder / "workbench").rename(folder / name)
     sys.path.insert(0, str(folder))
-    return importlib.import_module(f"{name}.bench")
+    bench = folder / "tools" / "bench.py"
+    if not bench.is_file():
+        return importlib.import_module(f"{name}.bench")
+    source = re.sub(r"^(from|import) workbench\b", rf"\1 {name}", bench.read_text(), flags=re.MULTILINE)
+    (folder / f"{name}_bench.py").write_text(source)
+    return importlib.import_module(f"{name}_bench")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,12 +56,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--csv", type=Path, default=None, help="also write the table here")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
-        before = package_at(args.before, "workbench_before", Path(tmp))
+        before = bench_at(args.before, "workbench_before", Path(tmp))
         if args.after is None:
             sys.path.insert(0, str(ROOT))
-            after = importlib.import_module("workbench.bench")
+            after = importlib.import_module("tools.bench")
         else:
-            after = package_at(args.after, "workbench_after", Path(tmp))
+            after = bench_at(args.after, "workbench_after", Path(tmp))
         table = after.versions_side_by_side(before, after, quick=args.quick, threads=args.threads, skip=args.skip,
                                             rounds=args.rounds, control=args.control)
     if args.csv is not None:

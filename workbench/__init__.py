@@ -16,7 +16,7 @@ from .train import TrainResult, train
 from .train_config import TrainConfig
 
 # Imported on first use: matplotlib, ipywidgets and transformers are heavy, and most scripts need none.
-_LAZY = ("plots", "widgets", "hf", "experiments", "evaluation", "stats", "bench", "diagrams", "exercises")
+_LAZY = ("plots", "widgets", "hf", "experiments", "evaluation", "stats", "diagrams", "exercises")
 _LAZY_NAMES = {"LiveLossPlot": "widgets.live"}  # name -> module: a notebook-only callback, with the widgets
 
 

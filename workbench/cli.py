@@ -1,4 +1,4 @@
-"""Command line: ``python -m workbench {info, tasks, train, eval, compare, generate, bench, ...} --help``.
+"""Command line: ``python -m workbench {info, tasks, train, eval, compare, generate, ...} --help``.
 
 Each command is a thin shell over a package function: it parses, calls, and writes or prints what
 the function returned. Every command that reads a model takes a run directory (what ``train --out DIR``
@@ -244,18 +244,6 @@ def _cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_bench(args: argparse.Namespace) -> int:
-    from .bench import run_benchmarks
-
-    table = run_benchmarks(quick=args.quick, threads=args.threads)
-    if args.json:
-        print(table.to_json(orient="records", indent=2))
-    else:
-        with pd.option_context("display.width", 160, "display.float_format", "{:.3f}".format):
-            print(table.to_string(index=False))
-    return 0
-
-
 def _cmd_tasks(args: argparse.Namespace) -> int:
     from .tasks import describe
 
@@ -458,11 +446,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="train this many stale runs at a time, in worker processes of one thread each (2 on 2 cores)")
     p.set_defaults(func=_cmd_reproduce)
 
-    p = sub.add_parser("bench", help="benchmarks as ratios measured in one run")
-    p.add_argument("--quick", action="store_true", help="tiny sizes and one repeat (a smoke test, not a measurement)")
-    p.add_argument("--threads", type=positive_int, default=2, help="torch threads (default 2)")
-    p.add_argument("--json", action="store_true", help="print JSON records instead of a table")
-    p.set_defaults(func=_cmd_bench)
     return parser
 
 

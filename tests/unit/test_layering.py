@@ -61,7 +61,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("figures", ("workbench.plots", "workbench.diagrams")),
     ("experiments", ("workbench.experiments",)),
     ("notebook front-ends", ("workbench.widgets", "workbench.exercises")),
-    ("entry points", ("workbench.bench", "workbench.cli", "workbench.cli_eval", "workbench.__main__", "workbench")),
+    ("entry points", ("workbench.cli", "workbench.cli_eval", "workbench.__main__", "workbench")),
 ]
 
 

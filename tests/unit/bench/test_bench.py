@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from workbench import bench
+from tools import bench
 
 STUB_NANOGPT = '''
 from dataclasses import dataclass
