@@ -7,10 +7,9 @@ Layout of ``checkpoints/NAME/`` (a plain directory: every file can also be read 
     metrics.json         whatever the caller recorded (a JSON object: losses, eval numbers, recipe, seed)
     manifest.json        size and sha256 of every file the save wrote
 
-Formats: 2 is always saved with its manifest. Format 1 was saved without one at first (the shipped
-format-1 checkpoints have since been given theirs). A checkpoint of either format without a manifest
-(deleted, an incomplete copy, or a format-1 save from before manifests) loads only with
-``verify=False``, and with a warning: nothing else could tell an edited config.json from the saved one.
+Format 2 is always saved with its manifest. A checkpoint without one (deleted, or an incomplete copy)
+loads only with ``verify=False``, and with a warning: nothing else could tell an edited config.json from
+the saved one.
 
 What a save replaces and keeps: a directory is recognised as a checkpoint by our own marker (a
 manifest of ours, or a config.json holding our ``format`` and ``model``), never by file names a
@@ -54,7 +53,6 @@ from .store import (  # noqa: F401 - re-exported: the public names of the checkp
 from .store import find_version as _find_version
 
 FORMAT_VERSION = 2
-READABLE_FORMATS = (1, 2)  # 1: saved before manifests were required (the shipped checkpoints)
 MANIFEST = "manifest.json"
 CONFIG, WEIGHTS, METRICS = "config.json", "model.safetensors", "metrics.json"
 RESERVED = (CONFIG, WEIGHTS, METRICS, MANIFEST)
@@ -93,12 +91,12 @@ def owned_names(path: Path) -> set[str] | None:
     replace); None when ``path`` carries no marker of ours (a manifest of ours, or a config.json with
     our ``format`` and ``model``), whatever its file names."""
     manifest = try_json(path / MANIFEST)
-    if (isinstance(manifest, dict) and manifest.get("format") in READABLE_FORMATS
+    if (isinstance(manifest, dict) and manifest.get("format") == FORMAT_VERSION
             and isinstance(manifest.get("files"), dict)):
         return set(manifest["files"]) | {MANIFEST}
     header = try_json(path / CONFIG)
-    if isinstance(header, dict) and header.get("format") in READABLE_FORMATS and isinstance(header.get("model"), dict):
-        return set(RESERVED)  # the older layout: config, weights, metrics
+    if isinstance(header, dict) and header.get("format") == FORMAT_VERSION and isinstance(header.get("model"), dict):
+        return set(RESERVED)  # a checkpoint whose manifest was deleted: config, weights, metrics
     return None
 
 
@@ -130,12 +128,10 @@ def _read_version(fd: int, where: Path, names: tuple[str, ...], verify: bool) ->
     elif CONFIG in present:
         header = parse_json(read_regular(CONFIG, fd, limit=JSON_LIMIT, where=where / CONFIG), where / CONFIG)
         fmt = header.get("format") if isinstance(header, dict) else None
-        if fmt in READABLE_FORMATS:
+        if fmt == FORMAT_VERSION:
             if verify:  # or a version being deleted under us: read_version tells which
-                why = ("format-2 checkpoints are always saved with one: it was deleted, or this is an incomplete "
-                       "copy" if fmt >= 2 else "a format-1 checkpoint saved before manifests, or one whose "
-                       "manifest was deleted")
-                raise MissingFile(f"{where} has no {MANIFEST} ({why}): nothing vouches for its files; pass "
+                raise MissingFile(f"{where} has no {MANIFEST} (a checkpoint is always saved with one: it was "
+                                  "deleted, or this is an incomplete copy): nothing vouches for its files; pass "
                                   f"verify=False to load it unverified (and save_checkpoint it again to give it "
                                   f"one)", str(where / MANIFEST))
             unverified = True
@@ -249,9 +245,9 @@ def save_checkpoint(model: GPT, path: str | os.PathLike, metrics: dict[str, Any]
 def _header_config(header: Any, path: Path) -> ModelConfig:
     if not isinstance(header, dict) or "model" not in header:
         raise CheckpointError(f"{path}/{CONFIG} has no 'model' entry: not a workbench checkpoint")
-    if header.get("format") not in READABLE_FORMATS:
+    if header.get("format") != FORMAT_VERSION:
         raise CheckpointError(f"{path}: checkpoint format {header.get('format')!r}, "
-                              f"this package reads {list(READABLE_FORMATS)}")
+                              f"this package reads {FORMAT_VERSION}")
     try:
         return ModelConfig.from_dict(header["model"])
     except (TypeError, ValueError) as e:

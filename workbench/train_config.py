@@ -27,7 +27,6 @@ RUNTIME_FIELDS = ("resume", "device", "progress", "budget_flops", "compile", "ov
 TASK_MODEL_FIELDS = ("vocab_size", "seq_len")
 # Fields that left the config, with the value that meant "off": configs stored before (run directories,
 # shipped checkpoints' metrics.json) still read, as the same run, when they hold that value.
-RETIRED_FIELDS = {"poison_step": 0}  # a testing hook (made one step's loss NaN); tests patch the loss now
 
 
 @dataclass
@@ -151,18 +150,6 @@ class TrainConfig(JSONMixin):
         if not isinstance(self.device, str) or not (self.device in DEVICES
                                                     or self.device.startswith("cuda:")):
             fail(f"{c}.device", self.device, f"must be one of {DEVICES} or 'cuda:N'")
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
-        """A stored config; a retired field at its "off" value is dropped (the run it describes is the same),
-        any other value refused, since this package can no longer replay that run."""
-        data = dict(data)
-        for name, off in RETIRED_FIELDS.items():
-            value = data.pop(name, off)
-            if value != off:
-                fail(f"TrainConfig.{name}", value, f"is a retired field: only {off!r} (off) can still be read, "
-                      "this version cannot replay a run that set it")
-        return super().from_dict(data)
 
     def _check_model(self, c: str) -> None:
         """Validate through ModelConfig now (placeholder vocabulary) and store the values it normalised."""

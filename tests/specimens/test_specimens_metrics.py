@@ -49,9 +49,10 @@ def test_shipped_checkpoint_reproduces_its_recorded_metric(path):
 
 
 def test_every_shipped_checkpoint_carries_its_manifest():
-    """The shipped format-1 checkpoints were given manifests, so none depends on the unverified path."""
+    """Every shipped checkpoint is format 2 with its manifest: none depends on the unverified path."""
     configs = sorted(E.checkpoints_root().rglob("config.json"))
-    bare = [str(c.parent) for c in configs if not (c.parent / "manifest.json").is_file()]
+    bare = [str(c.parent) for c in configs if not (c.parent / "manifest.json").is_file()
+            or json.loads(c.read_text()).get("format") != 2]
     assert configs and not bare, bare
 
 

@@ -71,12 +71,9 @@ def test_truncated_file_is_refused(tmp_path):
         load_checkpoint(tmp_path / "ck")
 
 
-def _legacy(path):
-    """The layout written before manifests (format 1, as most shipped checkpoints): config, weights, metrics."""
+def _without_manifest(path):
+    """A checkpoint whose manifest was deleted: config, weights, metrics."""
     (path / "manifest.json").unlink()
-    header = json.loads((path / "config.json").read_text())
-    if "format" in header:
-        (path / "config.json").write_text(json.dumps({**header, "format": 1}))
     return path
 
 
@@ -88,7 +85,7 @@ def test_missing_and_foreign_checkpoints(tmp_path):
     with pytest.raises(CheckpointError, match="config.json is 38 bytes, its manifest says"):
         load_checkpoint(tmp_path / "ck")
     with pytest.raises(CheckpointError, match="not a workbench checkpoint"):
-        load_checkpoint(_legacy(tmp_path / "ck"))
+        load_checkpoint(_without_manifest(tmp_path / "ck"))
 
 
 def test_weights_that_do_not_match_the_config_are_refused(tmp_path):
@@ -111,9 +108,9 @@ def test_a_config_edited_to_other_values_of_the_same_shapes_is_refused(tmp_path)
     with pytest.raises(CheckpointError, match="does not match its sha256 in manifest.json"):
         load_checkpoint(tmp_path / "ck")
     assert load_checkpoint(tmp_path / "ck", verify=False).config.logit_softcap == 3.0  # the explicit opt-out
-    # deleting the manifest does not turn verification off: the old layout loads only when asked, with a warning
-    with pytest.raises(CheckpointError, match="has no manifest.json .*format-1.*pass verify=False"):
-        load_checkpoint(_legacy(tmp_path / "ck"))
+    # deleting the manifest does not turn verification off: it loads only when asked, with a warning
+    with pytest.raises(CheckpointError, match="has no manifest.json .*pass verify=False"):
+        load_checkpoint(_without_manifest(tmp_path / "ck"))
     with pytest.warns(UserWarning, match="loaded unverified"):
         assert load_checkpoint(tmp_path / "ck", verify=False).config.logit_softcap == 3.0
 
@@ -123,7 +120,7 @@ def test_the_old_layout_loads_unchanged(tmp_path):
     model = perturbed_model(small_config("lrt"))
     save_checkpoint(model, tmp_path / "ck", metrics={"v": 1})
     with pytest.warns(UserWarning, match="loaded unverified"):  # no manifest: loads when asked, with a warning
-        again = load_checkpoint(_legacy(tmp_path / "ck"), verify=False)
+        again = load_checkpoint(_without_manifest(tmp_path / "ck"), verify=False)
         assert load_metrics(tmp_path / "ck", verify=False) == {"v": 1}
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), again.state_dict().values()))
     save_checkpoint(model, tmp_path / "ck", metrics={"v": 2})  # an old checkpoint is replaced by a new one
@@ -149,7 +146,7 @@ def test_integer_weights_are_refused(tmp_path):
     save_file(state, str(path))
     with pytest.raises(CheckpointError, match=r"floating point, got \['wte.weight \(torch.int32\)'\]"), \
             pytest.warns(UserWarning, match="loaded unverified"):
-        load_checkpoint(_legacy(tmp_path / "ck"), verify=False)
+        load_checkpoint(_without_manifest(tmp_path / "ck"), verify=False)
 
 
 @pytest.mark.parametrize("what", ["run_directory", "unrelated_file", "regular_file", "symlink"])

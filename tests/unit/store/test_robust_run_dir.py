@@ -113,10 +113,8 @@ def test_a_bad_state_file_is_named_and_never_truncates_history(run, state, manif
         (run / "checkpoint" / "train_state.json").unlink()
     else:
         (run / "checkpoint" / "train_state.json").write_text(json.dumps(state))
-    if not manifest:  # the layout saved before manifests (format 1)
+    if not manifest:  # a checkpoint whose manifest was deleted
         (run / "checkpoint" / "manifest.json").unlink()
-        header = json.loads((run / "checkpoint" / "config.json").read_text())
-        (run / "checkpoint" / "config.json").write_text(json.dumps({**header, "format": 1}))
     history = (run / "history.csv").read_bytes()
     with pytest.raises(CheckpointError, match=message):
         train(tiny(run, resume=True))

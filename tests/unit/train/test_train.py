@@ -386,15 +386,6 @@ def test_compiled_training_follows_the_eager_run():
         np.testing.assert_allclose(compiled[column].to_numpy(), eager[column].to_numpy(), rtol=1e-4, equal_nan=True)
 
 
-def test_a_stored_config_with_the_retired_poison_step_reads_as_the_same_run():
-    """Shipped checkpoints store ``"poison_step": 0`` (the field has left TrainConfig): it reads as absent,
-    so those runs stay up to date; a run that set it cannot be replayed and is refused by name."""
-    stored = {**tiny().to_dict(), "poison_step": 0}
-    assert TrainConfig.from_dict(stored) == tiny()
-    with pytest.raises(ValueError, match="poison_step=7 .*retired"):
-        TrainConfig.from_dict({**stored, "poison_step": 7})
-
-
 def test_a_fine_tune_starts_from_the_saved_weights_at_another_length_and_fusion_only(tmp_path):
     """``init_from`` copies a checkpoint's weights; a fine-tune may change what does not change which parameters
     there are (the length: rotary positions are computed; the jitter; the FBT fusion), nothing else."""
