@@ -79,14 +79,30 @@ REPO = TESTS.parent
 TIER_MARKS = {"specimens": "specimens", "e2e": "e2e"}
 
 
+# the files that hold a worker longest (minutes each on one core, from make test's --durations), run first: pytest-xdist
+# hands files out in collection order, so a long file collected last would run alone at the end
+LONGEST_FIRST = ("e2e/test_recipes_smoke_lrt_ablation.py", "e2e/test_recipes_smoke_fixed_point.py",
+                 "e2e/test_recipes_smoke_fbt_text.py", "e2e/test_recipes_smoke.py",
+                 "specimens/test_specimens_layer0.py", "e2e/test_recipes_smoke_fbt.py",
+                 "e2e/browser/test_notebooks_in_browser.py")
+
+
 def pytest_collection_modifyitems(config, items) -> None:
-    """Every test carries its tier's mark, read from its folder (the nbval cells of notebooks/ are ``notebooks``)."""
+    """Every test carries its tier's mark, read from its folder (the nbval cells of notebooks/ are ``notebooks``);
+    the ``LONGEST_FIRST`` files are collected first, in that order, the rest as they were."""
     for item in items:
         path = Path(str(item.fspath)).resolve()
         if TESTS not in path.parents:
             item.add_marker("notebooks")
         elif path.relative_to(TESTS).parts[0] in TIER_MARKS:
             item.add_marker(TIER_MARKS[path.relative_to(TESTS).parts[0]])
+
+    def rank(item) -> int:
+        path = Path(str(item.fspath)).resolve()
+        name = path.relative_to(TESTS).as_posix() if TESTS in path.parents else ""
+        return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    items.sort(key=rank)
 
 
 def overlapping_ticks(ax) -> list[tuple[str, str]]:
