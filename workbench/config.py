@@ -85,7 +85,9 @@ class ModelConfig(JSONMixin):
     rope_base: float = 10000.0  # rotary embedding base
     qk_norm: bool = True  # RMS-normalise each head's query and key (nanochat); False: raw projections (an ablation)
     logit_softcap: float = 15.0  # logits = c * tanh(logits / c); 0 disables the cap
-    tie_embeddings: bool = False  # share the input embedding and the readout (FBT requires it)
+    # share the input embedding and the readout; None: tied for FBT (its fused input lives in the embedding space,
+    # which it requires), untied otherwise (nanochat)
+    tie_embeddings: bool | None = None
     mechanism: str = "none"  # latent feedback: "none" | "lrt" | "fbt"
     # --- LRT (Latent Recurrent Transformer) ---
     lrt_source_layer: int = -1  # block whose (normalised) output is the memory; -1 = top, after final norm
@@ -118,6 +120,8 @@ class ModelConfig(JSONMixin):
         """Check every field; ``GPT`` calls it again, so a config changed after construction is checked too."""
         c = "ModelConfig"
         self._plain_numbers()
+        if self.tie_embeddings is None:
+            self.tie_embeddings = self.mechanism == "fbt"
         if isinstance(self.lrt_inject, (list, str)):
             self.lrt_inject = (self.lrt_inject,) if isinstance(self.lrt_inject, str) else tuple(self.lrt_inject)
         check_int(f"{c}.vocab_size", self.vocab_size, 2)

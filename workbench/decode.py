@@ -22,6 +22,7 @@ The model knows nothing of sampling; this module knows nothing of how memory is 
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Callable, Sequence
 
 import torch
@@ -83,7 +84,8 @@ def generate(model: GPT, prompt: torch.Tensor, max_new_tokens: int, regime: str 
              prefill_passes: int = 1, temperature: float = 0.0, top_k: int | None = None,
              eos: int | None = None, generator: Generators = None,
              return_logits: bool = False, compile: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """Continue ``prompt`` (B, T) by up to ``max_new_tokens``: returns (B, T + new) like Hugging Face.
+    """Continue ``prompt`` (B, T) by up to ``max_new_tokens``: returns (B, T + new) like Hugging Face (and, like
+    it, warns when T + new passes the length the model was trained at).
 
     Sequences that emit ``eos`` are padded with ``eos`` afterwards; generation stops early once all
     have (that check reads a value each token, so only generation with ``eos`` waits for the device;
@@ -105,6 +107,10 @@ def generate(model: GPT, prompt: torch.Tensor, max_new_tokens: int, regime: str 
     if compile and not isinstance(model, GPT):
         raise ValueError(f"compile=True needs a workbench GPT (its fixed-shape cache), got {type(model).__name__}")
     length = P + max_new_tokens
+    trained = getattr(model.config, "seq_len", None)
+    if trained is not None and length > trained:  # as Hugging Face warns past max_position_embeddings
+        warnings.warn(f"generating to position {length} past the model's seq_len={trained}: the positions beyond it "
+                      "were never trained (RoPE computes them, the model has not learned them)", stacklevel=2)
     try:
         cache = model.new_kv_cache(B, length, static=True) if compile else model.new_kv_cache(B, length)
     except ValueError as e:  # the cache's size check: name the argument that set the length

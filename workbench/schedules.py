@@ -52,7 +52,7 @@ import torch.nn.functional as F
 from .kv_cache import DecodeCache, KVBuffer, KVCache, PurePrefix, interleave
 from .metrics import token_losses
 from .model import GPT, StepOutput
-from .validation import check_float, check_int, check_tokens
+from .validation import MAX_COUNT, check_float, check_int, check_tokens
 
 SCHEDULES = ("single", "sequential", "multipass", "interleaved", "blockwise", "fixed_point")
 
@@ -274,7 +274,7 @@ def multipass(model: GPT, idx: torch.Tensor, passes: int, plain_prefix: int | to
     ``plain_prefix``: one for every pass, or a (passes - 1, B) tensor, one row per pass that reads memory.
     """
     check_tokens(model.config.vocab_size, idx)
-    check_int("passes", passes, 1, 1_000_000)
+    check_int("passes", passes, 1, MAX_COUNT)
     check_float("aux_weight", aux_weight, 0.0, 1e6)
     B, T = idx.shape
     reads = pass_masks(B, T, plain_prefix, passes, idx.device)
@@ -333,7 +333,7 @@ def fixed_point(model: GPT, idx: torch.Tensor, passes: int, plain_prefix: int | 
     for the device once per pass).
     """
     check_tokens(model.config.vocab_size, idx)
-    check_int("passes", passes, 1, 1_000_000)
+    check_int("passes", passes, 1, MAX_COUNT)
     _check_tol(tol)
     B, T = idx.shape
     reads = feedback_mask(B, T, plain_prefix, idx.device)
@@ -370,7 +370,7 @@ class Schedule:
 
     def __post_init__(self) -> None:
         if self.knob_name is not None:
-            check_int(self.knob_name, self.knob, 1, 1_000_000)
+            check_int(self.knob_name, self.knob, 1, MAX_COUNT)
         if hasattr(self, "aux_weight"):  # the range TrainConfig allows: NaN, inf or < 0 make no objective
             check_float("aux_weight", self.aux_weight, 0.0, 1e6)
 
@@ -597,7 +597,7 @@ class PassMix(Schedule):
         if not isinstance(self.mix, tuple):
             raise ValueError(f"mix={self.mix!r} is invalid: must be a tuple of (passes, probability) pairs")
         for k, p in self.mix:
-            check_int("mix pass count", k, 1, 1_000_000)
+            check_int("mix pass count", k, 1, MAX_COUNT)
             check_float(f"mix probability of {k} passes", p, 0.0, 1.0)
         if not self.mix or abs(sum(p for _, p in self.mix) - 1) > 1e-6:
             raise ValueError(f"mix={self.mix!r} is invalid: must be (passes >= 1, probability >= 0) pairs "
@@ -605,7 +605,7 @@ class PassMix(Schedule):
         check_float("aux_weight", self.aux_weight, 0.0, 1e6)
         if self.passes is None:
             object.__setattr__(self, "passes", max(k for k, _ in self.mix))
-        check_int("passes", self.passes, 1, 1_000_000)
+        check_int("passes", self.passes, 1, MAX_COUNT)
 
     @classmethod
     def of(cls, mix: dict[int, float], aux_weight: float = 1.0, passes: int | None = None) -> PassMix:
@@ -688,9 +688,9 @@ class Prefilled(Schedule):
             raise ValueError(f"then={self.then!r} is invalid: the continuation goes token by token, "
                              "Sequential() (reading memory) or Single() (not)")
         if self.prompt_len is not None:
-            check_int("prompt_len", self.prompt_len, 1, 1_000_000)
+            check_int("prompt_len", self.prompt_len, 1, MAX_COUNT)
         if self.suffix is not None:
-            check_int("suffix", self.suffix, 1, 1_000_000)
+            check_int("suffix", self.suffix, 1, MAX_COUNT)
             if self.prompt_len is not None:
                 raise ValueError(f"suffix={self.suffix!r} is invalid with prompt_len={self.prompt_len!r}: give the "
                                  "prompt's length or the suffix's, not both")

@@ -13,7 +13,7 @@ from typing import Any
 
 from .config import JSONMixin, ModelConfig
 from .schedules import SCHEDULES, Schedule, parse
-from .validation import check_choice, check_float, check_int, fail
+from .validation import MAX_COUNT, check_choice, check_float, check_int, fail
 
 OPTIMIZERS = ("muon", "adamw")
 LR_SCHEDULES = ("wsd", "cosine", "constant")
@@ -96,9 +96,9 @@ class TrainConfig(JSONMixin):
         self._check_model(c)
         self._unpack_schedule(c)
         check_choice(f"{c}.schedule", self.schedule, SCHEDULES)
-        check_int(f"{c}.passes", self.passes, 1, 10_000)
-        check_int(f"{c}.subsets", self.subsets, 1, 1_000_000)
-        check_int(f"{c}.block", self.block, 1, 1_000_000)
+        check_int(f"{c}.passes", self.passes, 1, MAX_COUNT)
+        check_int(f"{c}.subsets", self.subsets, 1, MAX_COUNT)
+        check_int(f"{c}.block", self.block, 1, MAX_COUNT)
         self._check_pass_mix(c)
         check_float(f"{c}.feedback_start", self.feedback_start, 0.0, 1.0)
         if self.feedback_start == 1.0:
@@ -164,7 +164,7 @@ class TrainConfig(JSONMixin):
             fail(f"{c}.model", self.model, f"unknown ModelConfig field(s) {unknown}")
         model = dict(self.model)  # never mutate the caller's dict
         if model.get("mechanism") == "fbt" and "tie_embeddings" not in model:
-            model["tie_embeddings"] = True  # FBT feeds top states back as inputs: one shared space
+            model["tie_embeddings"] = True  # ModelConfig's default for FBT, stored so the run's record says it
         try:
             token = model.get("document_token")  # checked against the task's vocabulary when the model is built
             vocab = token + 1 if isinstance(token, int) and not isinstance(token, bool) and token >= 2 else 2
@@ -205,8 +205,8 @@ class TrainConfig(JSONMixin):
                 k = int(key)
             except (TypeError, ValueError):
                 k = 0
-            if k < 1 or k > 10_000 or str(k) != str(key).strip():
-                fail(f"{c}.pass_mix", self.pass_mix, f"key {key!r} must be a pass count in [1, 10000]")
+            if k < 1 or k > MAX_COUNT or str(k) != str(key).strip():
+                fail(f"{c}.pass_mix", self.pass_mix, f"key {key!r} must be a pass count in [1, {MAX_COUNT}]")
             check_float(f"{c}.pass_mix", prob, 0.0, 1.0, lo_open=True)
             mix[k] = float(prob)
         if abs(sum(mix.values()) - 1.0) > 1e-6:

@@ -27,6 +27,10 @@ def check_choice(name: str, value: object, choices: tuple) -> None:
         fail(name, value, f"must be one of {choices}")
 
 
+# the largest pass count, subset count, block or prompt length any entry point accepts (the API and the CLI alike)
+MAX_COUNT = 1_000_000
+
+
 def check_int(name: str, value: object, lo: int, hi: int | None = None) -> None:
     """``value`` must be an int (not a bool) in ``[lo, hi]`` (``hi`` None: unbounded)."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo or (

@@ -48,7 +48,7 @@ from ..fast import ops
 from ..kv_cache import KVCache
 from ..metrics import token_losses
 from ..model import GPT, eval_mode
-from ..validation import check_int, check_tokens
+from ..validation import MAX_COUNT, check_int, check_tokens
 from .cache import run_with_cache
 
 LYAPUNOV_COLUMNS = ["example", "horizon", "position", "index", "exponent", "path"]
@@ -240,7 +240,7 @@ def fixed_point_quality(model: GPT, idx: torch.Tensor, targets: torch.Tensor, pa
     any good: a fixed point can be reached and still be unreadable.
     """
     check_tokens(model.config.vocab_size, idx)
-    check_int("passes", passes, 1, 1_000_000)
+    check_int("passes", passes, 1, MAX_COUNT)
     if targets.shape != idx.shape:
         raise ValueError(f"targets must have the shape of idx {tuple(idx.shape)}, got {tuple(targets.shape)}")
     B, T = idx.shape
@@ -392,7 +392,7 @@ def iterate_geometry(model: GPT, idx: torch.Tensor, passes: int, targets: torch.
     *and* KL below ``kl_tol`` at that position. ``passes_needed`` gives each position's first such pass.
     """
     check_tokens(model.config.vocab_size, idx)
-    check_int("passes", passes, 2, 1_000_000)
+    check_int("passes", passes, 2, MAX_COUNT)
     for name, tol in (("rel_tol", rel_tol), ("kl_tol", kl_tol)):
         if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not 0 < tol < math.inf:
             raise ValueError(f"{name}={tol!r} is invalid: must be a finite number > 0")
@@ -432,7 +432,7 @@ def adaptive_prefill(model: GPT, idx: torch.Tensor, max_passes: int, rel_tol: fl
     """Fused prefill that stops when the whole batch meets the stopping rule (see ``iterate_geometry``), or
     at ``max_passes``. Returns the last pass as a ``ScheduleOutput`` and the passes it ran."""
     check_tokens(model.config.vocab_size, idx)
-    check_int("max_passes", max_passes, 1, 1_000_000)
+    check_int("max_passes", max_passes, 1, MAX_COUNT)
     prev = prev_logp = None
     with eval_mode(model):
         for k, out in enumerate(schedules.iterate_passes(model, idx, plain_prefix, max_passes), start=1):  # noqa: B007

@@ -10,6 +10,7 @@ import functools
 import hashlib
 import json
 import pickle
+import warnings
 
 import pytest
 import torch
@@ -142,7 +143,7 @@ def test_contradictory_cli_flags_are_refused(case, capsys, tmp_path):
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("command", ["probe", "contraction", "traces", "reproduce", "bench"])
+@pytest.mark.parametrize("command", ["probe", "contraction", "traces", "reproduce"])
 @pytest.mark.parametrize("threads", ["0", "-2", "two"])
 def test_thread_counts_must_be_positive(command, threads, capsys):
     with pytest.raises(SystemExit) as exit_:
@@ -239,3 +240,23 @@ def test_sizes_that_fit_are_not_refused(monkeypatch):
 
 def test_the_memory_a_device_has():
     assert wb.validation.memory_bytes("meta") is None and wb.validation.memory_bytes("cpu") > 2**20
+
+
+def test_generate_warns_past_the_trained_length_and_not_within_it():
+    length = MODEL.config.seq_len
+    with pytest.warns(UserWarning, match=f"seq_len={length}"):
+        out = wb.generate(MODEL, GOOD[:, :2], length)
+    assert out.shape[1] == 2 + length  # a warning, not a refusal: RoPE computes any position
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        wb.generate(MODEL, GOOD[:, :2], length - 2)
+
+
+def test_the_trainer_and_the_schedules_accept_the_same_pass_counts():
+    from workbench.validation import MAX_COUNT
+
+    assert schedules.Multipass(MAX_COUNT).passes == wb.TrainConfig(schedule="multipass", passes=MAX_COUNT).passes
+    with pytest.raises(ValueError, match="passes"):
+        schedules.Multipass(MAX_COUNT + 1)
+    with pytest.raises(ValueError, match="passes"):
+        wb.TrainConfig(schedule="multipass", passes=MAX_COUNT + 1)

@@ -22,7 +22,7 @@ INVALID = {
     "seq_len": st.integers(max_value=0),
     "rope_base": st.floats(max_value=0.0) | st.just(float("nan")),
     "logit_softcap": st.floats(max_value=-1e-9, allow_nan=False),
-    "tie_embeddings": st.sampled_from([1, "yes", None]),
+    "tie_embeddings": st.sampled_from([1, "yes", 0.0]),
     "rope": st.sampled_from([1, 0, "no", None]),
     "qk_norm": st.sampled_from([1, 0, "off", None]),
     "mechanism": st.text().filter(lambda s: s not in ("none", "lrt", "fbt")),
@@ -44,10 +44,12 @@ def test_invalid_values_name_their_field(field, data):
         wb.ModelConfig(**{**VALID, field: value})
 
 
-def test_fbt_requires_tied_embeddings():
+def test_fbt_ties_its_embeddings_by_default_and_refuses_them_untied():
+    assert wb.ModelConfig(**VALID, mechanism="fbt").tie_embeddings is True
+    assert wb.ModelConfig(**VALID, mechanism="lrt").tie_embeddings is False  # nanochat's untied default
+    assert wb.ModelConfig(**VALID).to_dict()["tie_embeddings"] is False  # stored resolved, never None
     with pytest.raises(ValueError, match="tie_embeddings"):
-        wb.ModelConfig(**VALID, mechanism="fbt")
-    assert wb.ModelConfig(**VALID, mechanism="fbt", tie_embeddings=True).tie_embeddings
+        wb.ModelConfig(**VALID, mechanism="fbt", tie_embeddings=False)
 
 
 def test_an_odd_head_size_needs_rope_off_and_older_configs_keep_the_full_block():
