@@ -345,6 +345,15 @@ class _Run:
                                                             state["seconds"])
 
 
+def progress_losses(row: dict[str, Any]) -> dict[str, str]:
+    """The progress bar's losses, each labelled: one pass's ``loss``, or every pass's own (``pass1``, ``pass2``, ...)
+    rather than their sum, the objective a multi-pass step minimises (13.2 at step 1 is five passes of 2.6)."""
+    passes = {name.removeprefix("loss_"): value for name, value in row.items() if name.startswith("loss_pass")}
+    if len(passes) <= 1:
+        return {"loss": f"{row['loss']:.4f}"}
+    return {k: f"{v:.3f}" for k, v in passes.items()}
+
+
 def train(cfg: TrainConfig, callback: Callback | None = None) -> TrainResult:
     """Train a model as ``cfg`` says; ``callback(row)`` is called (rank 0) for every history row, and
     ``callback.on_train_end(history)``, when it has one, once the run stops, however it stops (a figure
@@ -417,7 +426,7 @@ def _train(cfg: TrainConfig, procs: _Processes, callback: Callback | None) -> Tr
                                     **({"stop_reason": run.stop_reason} if last else {})})
                 saved_at = run.step
             bar.update(1)
-            bar.set_postfix(loss=f"{row['loss']:.4f}", tok_s=f"{cfg.batch_size * plan.seq_len / step_seconds:.0f}",
+            bar.set_postfix(**progress_losses(row), tok_s=f"{cfg.batch_size * plan.seq_len / step_seconds:.0f}",
                             refresh=False)
     finally:
         bar.close()

@@ -198,3 +198,21 @@ def test_a_bad_input_exits_2_with_one_line_in_a_fresh_process(tmp_path):
 def test_bits_per_byte_is_the_loss_in_bits(runs, capsys):
     record = run_json(capsys, "eval", str(runs["base"]), "--n", "8")
     assert record["results"][0]["bpb"] == pytest.approx(record["results"][0]["loss"] / math.log(2))
+
+
+def test_train_reports_each_held_out_number_with_its_schedule_and_the_exact_recurrence(runs, tmp_path, capsys):
+    """The trainer's held-out loss is under its training schedule; a feedback run also gets the exact recurrence's
+    on the same windows (eval's exact row), and byte-level text shows no accuracy."""
+    capsys.readouterr()
+    assert cli.main(["train", "--task", "text", "--task-param", f"path={runs['corpus']}", "--task-param",
+                     "seq_len=32", "--n-layer", "1", "--n-head", "2", "--n-embd", "32", "--steps", "20",
+                     "--batch-size", "8", "--eval-size", "8", "--no-progress", "--mechanism", "fbt", "--schedule",
+                     "multipass", "--passes", "2", "--out", str(tmp_path / "fbt")]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.strip().startswith("held out")]
+    assert len(lines) == 2 and "training schedule" in lines[0] and "exact recurrence" in lines[1]
+    assert not any("accuracy" in line for line in lines)
+    exact = float(lines[1].split("loss ")[1].split(",")[0])
+    model = load_checkpoint(tmp_path / "fbt" / "checkpoint")  # the trainer's held-out windows: 8, seed 0
+    batch = tasks.get("text", path=str(runs["corpus"]), seq_len=32).sample(8, 0, "val")
+    assert exact == pytest.approx(summarize(per_example_metrics(model, batch, wb.schedules.Sequential()))["loss"],
+                                  abs=1e-4)

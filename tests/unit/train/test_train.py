@@ -400,3 +400,11 @@ def test_a_fine_tune_starts_from_the_saved_weights_at_another_length_and_fusion_
         torch.testing.assert_close(result.model.state_dict()[name], weight, rtol=0, atol=1e-9)
     with pytest.raises(ValueError, match="init_from"):
         train(tiny(model=dict(TINY_MODEL, mechanism="fbt", n_embd=16), steps=1, init_from=str(source / "checkpoint")))
+
+
+def test_the_progress_bar_labels_each_pass_loss_not_their_sum():
+    from workbench.train import progress_losses
+
+    assert progress_losses({"passes": 1, "loss": 2.5, "loss_pass1": 2.5}) == {"loss": "2.5000"}
+    assert progress_losses({"passes": 2, "loss": 5.0, "loss_pass1": 2.75, "loss_pass2": 2.25}) == {
+        "pass1": "2.750", "pass2": "2.250"}
