@@ -452,8 +452,8 @@ def versions_side_by_side(before: ModuleType, after: ModuleType, quick: bool = F
 
 def _probe_sweep_fn(n: int) -> Callable[[], object]:
     """The analysis issue's target (under 30 s for 1,600 examples): every depth x 4 prefill conditions."""
-    from .analysis import probe_layers
-    from .tasks import get
+    from workbench.analysis import probe_layers
+    from workbench.tasks import get
 
     task = get("completion_tracking")
     model = _model("fbt", 4, 128, task.vocab_size, task.seq_len).eval()

@@ -85,7 +85,7 @@ def generate(model: GPT, prompt: torch.Tensor, max_new_tokens: int, regime: str 
              eos: int | None = None, generator: Generators = None,
              return_logits: bool = False, compile: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Continue ``prompt`` (B, T) by up to ``max_new_tokens``: returns (B, T + new) like Hugging Face (and, like
-    it, warns when T + new passes the length the model was trained at).
+    it, warns when the output runs past the length the model was trained at).
 
     Sequences that emit ``eos`` are padded with ``eos`` afterwards; generation stops early once all
     have (that check reads a value each token, so only generation with ``eos`` waits for the device;
@@ -107,18 +107,19 @@ def generate(model: GPT, prompt: torch.Tensor, max_new_tokens: int, regime: str 
     if compile and not isinstance(model, GPT):
         raise ValueError(f"compile=True needs a workbench GPT (its fixed-shape cache), got {type(model).__name__}")
     length = P + max_new_tokens
-    trained = getattr(model.config, "seq_len", None)
-    if trained is not None and length > trained:  # as Hugging Face warns past max_position_embeddings
-        warnings.warn(f"generating to position {length} past the model's seq_len={trained}: the positions beyond it "
-                      "were never trained (RoPE computes them, the model has not learned them)", stacklevel=2)
     try:
         cache = model.new_kv_cache(B, length, static=True) if compile else model.new_kv_cache(B, length)
     except ValueError as e:  # the cache's size check: name the argument that set the length
         raise ValueError(f"max_new_tokens={max_new_tokens!r} is too many for this prompt of {B} x {P}: {e}") from None
     step_fn = compiled_carry() if compile else schedules.carry
     with eval_mode(model):  # decoding never draws FBT's training jitter, whatever mode the model is in
-        return _decode(model, value, prompt, cache, max_new_tokens, step_fn, temperature, top_k, eos, generator,
-                       return_logits)
+        result = _decode(model, value, prompt, cache, max_new_tokens, step_fn, temperature, top_k, eos, generator,
+                         return_logits)
+    reached, trained = (result[0] if return_logits else result).size(1), getattr(model.config, "seq_len", None)
+    if trained is not None and reached > trained:  # as Hugging Face warns past max_position_embeddings
+        warnings.warn(f"generated to position {reached} past the model's seq_len={trained}: the positions beyond it "
+                      "were never trained (RoPE computes them, the model has not learned them)", stacklevel=2)
+    return result
 
 
 def _decode(model: GPT, value: schedules.Schedule, prompt: torch.Tensor, cache, max_new_tokens: int,

@@ -54,7 +54,6 @@ def test_out_naming_a_file_is_refused_before_any_compute(fbt_checkpoint, tmp_pat
     (["reproduce", "causal_use", "--scale", "inf"], "--scale"),
     (["reproduce", "causal_use", "--scale", "nan"], "--scale"),
     (["train", "--steps", "x"], "--steps"),
-    (["bench", "--threads", "0"], "--threads"),
 ])
 def test_bad_arguments_name_the_argument(argv, flag, capsys):
     with pytest.raises(SystemExit) as e:
@@ -80,8 +79,7 @@ def test_our_errors_are_one_line(argv, expected, capsys):
     (FileExistsError(errno.EEXIST, "File exists", "/data/out"), "File exists: /data/out"),
     (OverflowError("cannot convert float infinity to integer"), "cannot convert float infinity"),
 ])
-@pytest.mark.parametrize("command", ["info", "train", "probe", "contraction", "traces", "reproduce", "tasks",
-                                     "bench"])
+@pytest.mark.parametrize("command", ["info", "train", "probe", "contraction", "traces", "reproduce", "tasks"])
 def test_os_errors_are_one_line_in_every_subcommand(command, error, expected, capsys, monkeypatch):
     def fail(args):
         raise error
