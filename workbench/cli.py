@@ -248,23 +248,19 @@ def _cmd_train(args: argparse.Namespace) -> int:
 def held_out_lines(cfg: TrainConfig, result) -> list[tuple[str, dict[str, float]]]:
     """The run's held-out numbers, each with the schedule that produced it: the trainer's (its training schedule)
     and, for a feedback model trained otherwise, the exact recurrence a decoder runs on the same sequences, where
-    the two can differ the most. Accuracy only where the task has answers (not on byte-level text)."""
-    from . import schedules, tasks
+    the two can differ the most. The metrics are ``eval``'s for the task (``cli_eval.metric_names``)."""
+    from . import tasks
+    from .cli_eval import EXACT, metric_names
     from .evaluation import per_example_metrics, summarize
 
     task = tasks.get(cfg.task, **cfg.task_params)
-    text = cfg.task == "text"
-    m = result.metrics
-    keep = lambda d: {k: v for k, v in d.items() if not (text and "accuracy" in k)}  # noqa: E731
-    value = cfg.schedule_value()
-    lines = [(f"{value.label} (the training schedule)",
-              keep({"loss": m["val_loss"], "bpb": m["val_bpb"], "accuracy": m["val_accuracy"]}))]
-    if result.model.config.mechanism != "none" and value != schedules.Sequential():
+    names = metric_names(task)
+    m, value = result.metrics, cfg.schedule_value()
+    lines = [(f"{value.label} (the training schedule)", {k: m[f"val_{k}"] for k in names if f"val_{k}" in m})]
+    if result.model.config.mechanism != "none" and value != EXACT:
         batch = task.sample(cfg.eval_size, seed=cfg.eval_seed, split="val")
-        exact = summarize(per_example_metrics(result.model, batch, schedules.Sequential()),
-                          float(getattr(task, "bytes_per_token", 1.0)))
-        lines.append(("sequential (the exact recurrence, what a decoder runs)",
-                      keep({k: exact[k] for k in ("loss", "bpb", "accuracy")})))
+        exact = summarize(per_example_metrics(result.model, batch, EXACT), float(getattr(task, "bytes_per_token", 1.0)))
+        lines.append((f"{EXACT.label} (the exact recurrence, what a decoder runs)", {k: exact[k] for k in names}))
     return lines
 
 

@@ -163,8 +163,6 @@ class TrainConfig(JSONMixin):
         if unknown:
             fail(f"{c}.model", self.model, f"unknown ModelConfig field(s) {unknown}")
         model = dict(self.model)  # never mutate the caller's dict
-        if model.get("mechanism") == "fbt" and "tie_embeddings" not in model:
-            model["tie_embeddings"] = True  # ModelConfig's default for FBT, stored so the run's record says it
         try:
             token = model.get("document_token")  # checked against the task's vocabulary when the model is built
             vocab = token + 1 if isinstance(token, int) and not isinstance(token, bool) and token >= 2 else 2
@@ -172,6 +170,8 @@ class TrainConfig(JSONMixin):
         except ValueError as e:
             raise ValueError(f"{c}.model: {e}") from None
         self.model = {k: getattr(probe, k) for k in model}
+        if probe.tie_embeddings and "tie_embeddings" not in model:  # ModelConfig's default (FBT's), stored so the
+            self.model["tie_embeddings"] = True  # run's record says its embeddings are tied
 
     def _unpack_schedule(self, c: str) -> None:
         """A schedule value becomes the string fields its JSON form has (``to_dict``), so the config stays one
