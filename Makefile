@@ -73,5 +73,12 @@ report: install
 reproduce: install
 	$(PY) -m workbench reproduce all
 
+## docs/API.md (the API reference, from the package's names and docstrings), docs/SPECIMENS.md and RESULTS.md
+## (from the shipped checkpoints' stored summaries: nothing is trained); CHECK=1 writes nothing and fails if any
+## of them is out of date
+.PHONY: docs
+docs: install
+	$(PY) tools/docs.py $(if $(CHECK),--check,)
+
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache reports

@@ -73,7 +73,66 @@ class JSONMixin:
 
 @dataclass
 class ModelConfig(JSONMixin):
-    """Shape of the GPT backbone and of the latent-feedback mechanism it carries."""
+    """Shape of the GPT backbone and of the latent-feedback mechanism it carries.
+
+    Every field is checked when the config is made (and again by ``GPT``): a bad value raises a
+    ``ValueError`` naming the field and its allowed range. The defaults are a small nanochat-style
+    byte model with no feedback; a training run sets ``vocab_size`` and ``seq_len`` from its task.
+
+    Attributes:
+        vocab_size: Number of token ids, an int >= 2. A training run takes it from its task's tokenizer
+            (byte-level text: 258, the 256 bytes and two special tokens).
+        n_layer: Transformer blocks (L), an int >= 1. 4 keeps a CPU run to minutes.
+        n_head: Query heads, an int >= 1 that divides ``n_embd``.
+        n_kv_head: Key/value heads (grouped-query attention), an int in [1, n_head] that divides ``n_head``;
+            None means ``n_head`` (plain multi-head attention). Fewer heads shrink the KV cache a decoder keeps.
+        n_embd: Residual width (D), an int >= 2, divisible by ``n_head``; with ``rope`` the head size
+            ``n_embd / n_head`` must be even.
+        seq_len: Training context length, an int >= 1. Decoding may run past it: rotary tables are computed
+            on the fly, so nothing is sized by it but training batches.
+        rope: Rotary position embeddings on queries and keys (default True, as nanochat). False gives no
+            position signal at all (NoPE), an ablation.
+        rope_base: Rotary base, a float > 0; 10000 is the usual choice (larger: slower-turning frequencies).
+        qk_norm: RMS-normalise each head's query and key (default True, nanochat), which keeps attention
+            logits bounded; False uses the raw projections (an ablation).
+        logit_softcap: ``logits = c * tanh(logits / c)`` with c = this float >= 0; 0 disables the cap.
+            15 (nanochat) stops a few logits from running away early in training.
+        tie_embeddings: Share the input embedding and the readout (a bool). None (default) resolves to True
+            for ``mechanism="fbt"``, which requires it (its fused input lives in the embedding space), and
+            False otherwise (nanochat unties them).
+        mechanism: The latent feedback: ``"none"`` (the baseline), ``"lrt"`` or ``"fbt"``, or a mechanism
+            registered with ``mechanisms.register``. Each mechanism may constrain other fields.
+        lrt_source_layer: LRT: the block whose RMS-normed output becomes the memory, an int in
+            [-1, n_layer - 1]; -1 (default) is the top, after the final norm (what the readout sees).
+        lrt_inject: LRT: where the memory enters each block, a non-empty subset of ``("kv", "residual")``
+            (a str or list is accepted and stored as a tuple). Both (default) is the paper's model;
+            one alone is the injection ablation.
+        lrt_projection: LRT: the recurrent K/V projection, ``"shared"`` by all blocks (default, fewer
+            parameters) or ``"per_layer"`` (one per block, as the reference code).
+        lrt_gamma_init: LRT: initial residual-injection scale, a float in [-10, 10]. 0 (default) starts the
+            model exactly as the baseline; the reference code uses 0.1.
+        lrt_gate_channels: LRT: how many leading channels of the block input the K/V gates read, an int in
+            [1, n_embd]; None means ``min(32, n_embd)``, the public code's 32.
+        lrt_kv_init: LRT: the recurrent K/V projections start at ``"zero"`` (default: no memory is read at
+            step 0, so the model starts as the baseline) or ``"uniform"`` (the reference code's init, so the
+            memory reaches keys and values from the first step).
+        lrt_memory: LRT: what position t's injections read, within one forward per token (the paper's
+            ablation): ``"previous"`` m_{t-1} (default); ``"older"`` m_{t-2} (the carried memory holds two
+            states); ``"pooled"`` an exponential average of every earlier source state (decay
+            ``lrt_pool_decay``); ``"none"`` no memory, the gates and layer scales alone (the paper's
+            "generic gates" control; train it single-pass).
+        lrt_pool_decay: LRT ``"pooled"``: ``m~_t = decay * m~_{t-1} + (1 - decay) * h_t``, a float in (0, 1);
+            0.9 averages over about ten positions. Ignored by the other memories.
+        fbt_jitter: FBT: half-width of the uniform noise added to the carried state in training (FBT's noise
+            regularisation; never in evaluation or decoding), a float in [0, 1]; 0 turns it off.
+        fbt_fusion: FBT: how state and token make the input. ``"glu"`` (default, the paper's):
+            ``u = norm((W_U m) * sigmoid(W_G e))``, the state on the value path and the token only gating it;
+            ``"additive"`` (ours): ``u = norm(e + (W_U m) * sigmoid(W_G e))``, the token embedding kept intact.
+        document_token: The token that opens a document (a text task's ``<bos>``), an int in
+            [0, vocab_size - 1]: a position holding it reads no memory in any schedule, decoding regime or
+            mechanism, so no memory crosses a document start (the FBT reference's rule). None (default):
+            no token is special and the memory runs across packed documents.
+    """
 
     vocab_size: int = 256  # number of token ids
     n_layer: int = 4  # number of transformer blocks (L)

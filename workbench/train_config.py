@@ -31,7 +31,86 @@ TASK_MODEL_FIELDS = ("vocab_size", "seq_len")
 
 @dataclass
 class TrainConfig(JSONMixin):
-    """One training run: task, model, schedule, optimiser, evaluation, checkpoints, budget."""
+    """One training run: task, model, schedule, optimiser, evaluation, checkpoints, budget.
+
+    Every field is checked when the config is made: a bad value raises a ``ValueError`` naming the
+    field and its allowed range. The defaults train a small baseline on ``running_sum`` for 200 steps
+    on a CPU. Fields in ``RUNTIME_FIELDS`` may differ when a run resumes; every other field is part
+    of the run's identity (``trajectory_dict``).
+
+    Attributes:
+        task: A task name from ``workbench.tasks.names()`` (default ``"running_sum"``: the running sum mod p,
+            the simplest task whose latent state changes at every token). It sets the model's ``vocab_size``
+            and ``seq_len``.
+        task_params: Keyword arguments of ``tasks.get`` for the task (a dict with string keys), e.g.
+            ``{"p": 5, "length": 8}``; empty means the task's defaults.
+        model: ``ModelConfig`` fields as a dict, except ``vocab_size`` and ``seq_len`` (the task's).
+            Checked through ``ModelConfig`` at once and stored as it normalised them; empty means
+            ``ModelConfig``'s defaults.
+        schedule: How a training batch is computed: one of ``schedules.SCHEDULES`` (``"single"``,
+            ``"sequential"``, ``"multipass"``, ``"interleaved"``, ``"blockwise"``, ``"fixed_point"``) or a
+            schedule value, stored as this string and the fields below. ``"single"`` (default) reads no
+            memory: the baseline's training.
+        passes: ``"multipass"``: passes per batch (FBT's training); ``"fixed_point"``: the most Jacobi
+            passes. An int in [1, 1e6]; also the evaluation depth when ``pass_mix`` is set. 2 is the
+            shortest depth at which memory is read.
+        subsets: ``"interleaved"``: strided subsets S (LRT's training), an int in [1, 1e6]; 2 is the
+            paper's; S = seq_len is exact.
+        block: ``"blockwise"``: block length, an int in [1, 1e6]; 1 is sequential, seq_len is single-pass.
+        pass_mix: ``"multipass"`` only: ``{passes: probability}`` drawn per step (probabilities in (0, 1]
+            summing to 1), e.g. FBT's ``{1: .75, 2: .22, 3: .03}``; None (default) runs ``passes`` every step.
+        feedback_start: Fraction of the steps trained single-pass before the schedule starts, a float in
+            [0, 1) (progressive training); 0 (default) uses the schedule from the first step.
+        prefix_mixin: Fraction of sequences given a random plain prefix (positions that read no memory) in
+            passes after the first, a float in [0, 1]; FBT trains with it so a model also works from a
+            plain prompt. 0 (default): none.
+        prefix_draw: ``"sequence"`` (default): one prefix per sequence, shared by its passes; ``"pass"``: a
+            fresh draw in every pass after the first (``"multipass"`` only; the FBT paper's wording).
+        aux_weight: Multi-pass objective ``NTP_1 + aux_weight * mean_{k>=2} NTP_k``, a float in [0, 1e6];
+            1 (default) weighs the later passes as much as the first.
+        steps: Optimiser steps, an int >= 1.
+        batch_size: Sequences per optimiser step over all processes and micro-batches, an int >= 1.
+        grad_accum: Micro-batches per process per step, an int in [1, batch_size] that divides it: a memory
+            knob, the maths does not change.
+        optimizer: ``"muon"`` (default, as nanochat: Muon for the hidden matrices, AdamW for the rest) or
+            ``"adamw"`` (AdamW for everything).
+        lr: AdamW learning rate (embedding, readout, scalars; everything under ``"adamw"``), in (0, 10].
+        lrt_gamma_lr: LRT's residual-injection scale gamma in its own AdamW group at this rate, in (0, 10],
+            as the reference code trains it (0.5); needs ``mechanism="lrt"`` with residual injection.
+            None (default): gamma stays in the shared group at ``lr`` (the workbench's original treatment).
+        lrt_alpha_lr: The same for LRT's layer scale alpha (the reference code: 0.005).
+        matrix_lr: Muon learning rate of the hidden matrices, in (0, 10].
+        weight_decay: Decoupled weight decay of the hidden matrices, in [0, 10]; 0 (default) for short runs.
+        lr_schedule: After the warmup: ``"wsd"`` (default: warmup-stable-decay, flat then a linear decay),
+            ``"cosine"`` or ``"constant"`` (the recipes at matched compute use it: their arms run different
+            step counts, and a point on a held-out curve then does not depend on where the run stops).
+        warmup_steps: Linear warmup length, an int in [0, steps]; 0 (default): none.
+        decay_frac: ``"wsd"``: fraction of the steps spent decaying at the end, a float in [0, 1].
+        min_lr_frac: ``"wsd"`` and ``"cosine"``: final learning rate as a fraction of the peak, in [0, 1].
+        grad_clip: Largest global gradient norm, a float >= 0; 0 disables clipping (the norm is still
+            logged).
+        seed: An int >= 0 from which initialisation, data, pass mix, prefixes and jitter all derive, so a
+            run is reproducible from its config.
+        init_from: A saved checkpoint directory whose weights start the run instead of a fresh
+            initialisation (fine-tuning; its model config must be this run's); a relative path is read from
+            the working directory. None (default): a fresh initialisation.
+        eval_every: Evaluate on held-out batches every N steps, an int >= 0; 0 (default): only at the end.
+        eval_size: Held-out sequences per evaluation (``split="val"``, seed ``eval_seed``), an int >= 1.
+        eval_seed: Seed of the held-out sequences, an int >= 0; fixed, so evaluations compare across runs.
+        log_every: One history row every N steps (and at every evaluation and the last step), an int >= 1.
+        checkpoint_every: Save a checkpoint every N steps, an int >= 0; 0 (default): only at the end.
+        budget_flops: Stop before the step that would exceed this many training FLOPs (a float > 0), for
+            comparisons at matched compute; None (default): run every step.
+        out_dir: The run directory (history, config, checkpoints); None (default): nothing is written.
+        resume: Continue from ``out_dir``'s checkpoint if there is one (needs ``out_dir``); refused when the
+            stored config differs outside ``RUNTIME_FIELDS``.
+        device: ``"auto"`` (default: CUDA when present), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
+        progress: Draw a tqdm progress bar (default True).
+        compile: Run each schedule under ``torch.compile`` (default False): the same maths, float rounding
+            differs slightly.
+        overwrite: Let a fresh run replace history, config or figure files in ``out_dir`` that no run of
+            ours wrote (default False, so a typo in ``out_dir`` cannot clobber other files).
+    """
 
     # --- data ---
     task: str = "running_sum"  # a name from workbench.tasks.names()

@@ -1,23 +1,34 @@
-"""RESULTS.md, written from every recipe's summary.json: each claim with its gates, interval, seeds, verdict;
-and the "What we found" table in the forms the README (Markdown) and the notebooks (plain text) show."""
+"""RESULTS.md and docs/SPECIMENS.md, written from every recipe's summary.json (nothing is trained): each claim
+with a short summary first (claim, setting, gates, number, verdict, one sentence), then its gates, interval,
+seeds and extensions in full; the index of the shipped specimens; and the "What we found" table in the forms
+the README (Markdown) and the notebooks (plain text) show.
+
+No table cell is longer than ``MAX_CELL`` characters: a longer text becomes a numbered note under its table,
+so one long number cannot stretch a table past reading.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import textwrap
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from ..evaluation import MIN_SEEDS
 from ..store import write_bytes_atomic
 from .recipes import RECIPES
-from .results_table import findings_table
+from .results_table import findings_table, specimens_table
 from .store import checkpoints_root
 
 FINDINGS_BEGIN = "<!-- findings: written by python -m workbench reproduce all; do not edit -->"
 FINDINGS_END = "<!-- findings end -->"
+MAX_CELL = 400  # characters of the longest table cell a page writes; a longer text is a note under its table
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z(])")  # a full stop before a capital: "0.5. On" splits, "0.5 bits" not
 
 
 def _cell(text: str) -> str:
@@ -29,27 +40,75 @@ def _value(value: float | None) -> str:
     return "not measured" if value is None else f"{value:.4g}"
 
 
+def _anchor(name: str) -> str:
+    """The link to a recipe's section: its name, as GitHub and JupyterLab spell a heading's anchor."""
+    return f"#{name}"
+
+
+def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
+    """A Markdown table whose cells stay within ``MAX_CELL`` characters: a longer cell reads "note k" and its
+    text follows the table as note k."""
+    lines, notes = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"], []
+    for row in rows:
+        cells = []
+        for text in map(_cell, row):
+            if len(text) > MAX_CELL:
+                notes.append(text)
+                text = f"note {len(notes)} below"
+            cells.append(text)
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines + ([""] + [f"{k}. {text}" for k, text in enumerate(notes, 1)] if notes else [])
+
+
+def _first_sentence(text: str) -> tuple[str, str]:
+    """``text`` split after its first sentence: (that sentence, the rest)."""
+    parts = _SENTENCE_END.split(text.strip(), maxsplit=1)
+    return parts[0], parts[1] if len(parts) > 1 else ""
+
+
+def _setting(name: str, runs: pd.DataFrame) -> str:
+    """What a recipe's verdict rests on in a few words: how many of its own models, on which tasks, of which
+    shapes (layers x width) and mechanisms, trained how many steps; or the recipes whose models it analyses."""
+    if not len(runs):
+        return "no models of its own: it analyses those of " + ", ".join(RECIPES[name].reads)
+    steps = sorted(set(runs["steps"]))
+    return (f"{len(runs)} models on {', '.join(dict.fromkeys(runs['task']))}: "
+            f"{', '.join(dict.fromkeys(runs['shape']))} ({', '.join(dict.fromkeys(runs['mechanism']))}), "
+            f"{steps[0] if len(steps) == 1 else f'{steps[0]}-{steps[-1]}'} steps")
+
+
+def _seeds(summary: Mapping[str, Any]) -> str:
+    return ", ".join(map(str, summary.get("seeds", []))) or "none recorded"
+
+
+def _gates(summary: Mapping[str, Any]) -> str:
+    """``k / n passed``, the failed gates named; a recipe that gates each specimen adds their count."""
+    gates = summary.get("gates", [])
+    failed = [g["name"] for g in gates if not g["passed"]]
+    text = f"{len(gates) - len(failed)} / {len(gates)} passed" + (f" (failed: {'; '.join(failed)})" if failed else "")
+    specimens = summary.get("specimens", [])
+    if specimens:
+        text += f"; specimen gates {sum(bool(r['gated']) for r in specimens)} / {len(specimens)} passed"
+    return text
+
+
 def _specimen_gates(specimens: list[dict]) -> list[str]:
     """A recipe that gates each specimen on its own (``layer0_probes``): one row per specimen gate, with the
     answer accuracy under the exact sequential schedule beside it (below the gate: unfit for SOFT decoding)."""
     if not specimens:
         return []
-    rows = ["", "| specimen gate | condition | measured | passed | exact (sequential) |",
-            "| --- | --- | --- | --- | --- |"]
-    for r in specimens:
-        exact = r.get("answer_sequential")
-        rows.append(f"| {_cell(r['gate'])} | {r['gate_condition']} | {r['gate_value']:.3f} | "
-                    f"{'pass' if r['gated'] else '**fail**'} | {'-' if exact is None else f'{exact:.3f}'} |")
-    return rows
+    rows = [[r["gate"], r["gate_condition"], f"{r['gate_value']:.3f}", "pass" if r["gated"] else "**fail**",
+             "-" if r.get("answer_sequential") is None else f"{r['answer_sequential']:.3f}"] for r in specimens]
+    return [""] + _table(["specimen gate", "condition", "measured", "passed", "exact (sequential)"], rows)
 
 
 def _extensions(extensions: list[dict]) -> list[str]:
     """The rule applied beyond the paper's claim: one row per extension, apart from the verdict."""
     if not extensions:
         return []
-    return (["", "Extensions (the same rule beyond the paper's claim; they never change the verdict):", "",
-             "| extension | verdict | numbers |", "| --- | --- | --- |"]
-            + [f"| {_cell(e['name'])} | {_cell(e['verdict'])} | {_cell(e['number'])} |" for e in extensions] + [""])
+    return (["", "Extensions (the same rule beyond the paper's claim; they never change the verdict):", ""]
+            + _table(["extension", "verdict", "numbers"], [[e["name"], e["verdict"], e["number"]] for e in extensions])
+            + [""])
 
 
 def shipped_summaries(root: str | Path | None = None) -> dict[str, dict]:
@@ -97,48 +156,114 @@ def write_readme_findings(readme: str | Path, root: str | Path | None = None) ->
     return table
 
 
-def write_results_md(root: str | Path | None = None, path: str | Path | None = None) -> str:
-    """One summary row and one section per recipe, numbers as computed; returns the text written."""
+def _section(name: str, s: Mapping[str, Any], finding: Any, runs: pd.DataFrame, figures: str) -> list[str]:
+    """A recipe's section: the summary a reader needs first, then everything it rests on."""
+    recipe = RECIPES[name]
+    sentence, rest = _first_sentence(finding.finding)
+    lines = [f"## {name}", "", f"- **Claim**: {recipe.claim}",
+             f"- **Setting**: {_setting(name, runs)}; seeds {_seeds(s)}", f"- **Gates**: {_gates(s)}",
+             f"- **Number**: {finding.ours}", f"- **Verdict**: **{finding.verdict}**",
+             f"- **In one sentence**: {sentence}", "", "**In full**", "",
+             f"- **Setting, in words**: {s['setting']} (scale {s['scale']})",
+             f"- **Chance floor**: {s.get('chance', recipe.chance)}", f"- **Decision rule**: {recipe.rule}"]
+    if rest:
+        lines.append(f"- **The finding, continued**: {rest}")
+    lines += [""] + _table(["gate", "measured", "needs", "quantity", "passed"],
+                           [[g["name"], _value(g["value"]), f"{g['op']} {g['threshold']:g}", g["quantity"],
+                             "pass" if g["passed"] else "**fail**"] for g in s.get("gates", [])])
+    lines += _specimen_gates(s.get("specimens", []))
+    lines += ["", f"- **Our number, in full**: {s['number']}"]
+    if s["verdict"] != finding.verdict:
+        lines.append(f"- **Verdict, in full**: **{s['verdict']}**")
+    lines.append(f"- **Training minutes**: {float(s.get('train_minutes', 0.0)):.1f}")
+    lines += _extensions(s.get("extensions", []))
+    if recipe.caveat:
+        lines.append(f"- **Reading it**: {recipe.caveat}")
+    return lines + ["", f"![{name}]({figures}/{name}/results.png)", ""]
+
+
+def results_markdown(root: str | Path | None = None, figures: str = "checkpoints") -> str:
+    """RESULTS.md's text: one summary row and one section per recipe, numbers as the summaries under ``root``
+    (default: the checkpoint root) hold them; ``figures`` is the checkpoint root as the page links it."""
     root = checkpoints_root() if root is None else Path(root)
-    path = root.parent / "RESULTS.md" if path is None else Path(path)
-    rel = Path(os.path.relpath(root.resolve(), path.resolve().parent)).as_posix()
+    summaries = shipped_summaries(root)
+    found = findings_table(summaries, root).query("kind != 'extension'").set_index("recipe") if summaries else None
+    runs = specimens_table(summaries, root) if summaries else None
     head = ["# Results", "",
-            "Written by `python -m workbench reproduce all` from each recipe's `checkpoints/RECIPE/summary.json`; "
-            "every number is computed by `workbench/experiments/`. Each recipe states, before it trains, its "
+            "Written by `python -m workbench reproduce all` (or, from the stored summaries alone, `make docs`) "
+            "from each recipe's `checkpoints/RECIPE/summary.json`; every number is computed by "
+            "`workbench/experiments/`. Each recipe states, before it trains, its "
             "**gates** (competence preconditions its models must pass) and its **decision rule**; a recipe whose "
             "gate fails reports `not tested` and no other verdict. Intervals are 95 % hierarchical bootstrap "
             f"intervals (seeds, then held-out examples); a difference between arms needs >= {MIN_SEEDS} seeds per "
-            "arm.", "",
-            "| recipe | kind | verdict | gates passed | seeds | training minutes |",
-            "| --- | --- | --- | --- | --- | --- |"]
-    sections, total = [], 0.0
+            "arm. Each section opens with its summary; the shipped models are indexed in "
+            "[docs/SPECIMENS.md](docs/SPECIMENS.md).", ""]
+    rows, sections, total = [], [], 0.0
     for name, recipe in RECIPES.items():
-        summary_path = root / name / "summary.json"
-        if not summary_path.is_file():
-            head.append(f"| {name} | {recipe.kind} | not run yet | | | |")
+        if name not in summaries:
+            rows.append([name, recipe.kind, "not run yet", "", "", ""])
             continue
-        s = json.loads(summary_path.read_text())
-        gates = s.get("gates", [])
-        minutes = float(s.get("train_minutes", 0.0))
+        s = summaries[name]
+        gates, minutes = s.get("gates", []), float(s.get("train_minutes", 0.0))
         total += minutes
         short = "not tested (failed gates below)" if s["verdict"].startswith("not tested") else s["verdict"]
-        head.append(f"| [{name}](#{name.replace('_', '-')}) | {recipe.kind} | **{_cell(short)}** | "
-                    f"{sum(g['passed'] for g in gates)} / {len(gates)} | {len(s.get('seeds', []))} | {minutes:.1f} |")
-        sections += [f"## {name}", "", f"- **Claim**: {recipe.claim}", f"- **Setting**: {s['setting']} "
-                     f"(scale {s['scale']})", f"- **Chance floor**: {s.get('chance', recipe.chance)}",
-                     f"- **Decision rule**: {recipe.rule}", "", "| gate | measured | needs | quantity | passed |",
-                     "| --- | --- | --- | --- | --- |"]
-        sections += [f"| {_cell(g['name'])} | {_value(g['value'])} | {g['op']} {g['threshold']:g} | "
-                     f"{_cell(g['quantity'])} | {'pass' if g['passed'] else '**fail**'} |" for g in gates]
-        sections += _specimen_gates(s.get("specimens", []))
-        sections += ["", f"- **Our number**: {s['number']}", f"- **Seeds**: {s.get('seeds', [])}",
-                     f"- **Verdict**: **{s['verdict']}**", f"- **Training minutes**: {minutes:.1f}"]
-        sections += _extensions(s.get("extensions", []))
-        if recipe.caveat:
-            sections.append(f"- **Reading it**: {recipe.caveat}")
-        sections += ["", f"![{name}]({rel}/{name}/results.png)", ""]
-    text = "\n".join(head + ["", f"Training time of all runs as recorded in their metrics (2 CPU cores, shared): "
+        rows.append([f"[{name}]({_anchor(name)})", recipe.kind, f"**{short}**",
+                     f"{sum(g['passed'] for g in gates)} / {len(gates)}", len(s.get("seeds", [])), f"{minutes:.1f}"])
+        sections += _section(name, s, found.loc[name], runs[runs["recipe"] == name], figures)
+    head += _table(["recipe", "kind", "verdict", "gates passed", "seeds", "training minutes"], rows)
+    return "\n".join(head + ["", f"Training time of all runs as recorded in their metrics (2 CPU cores, shared): "
                              f"{total:.1f} minutes (a run two recipes share counts in each); evaluation and "
-                             "analysis come on top.", ""] + sections)
-    write_bytes_atomic(path, (text if text.endswith("\n") else text + "\n").encode())
+                             "analysis come on top.", ""] + sections).rstrip("\n") + "\n"
+
+
+def write_results_md(root: str | Path | None = None, path: str | Path | None = None) -> str:
+    """RESULTS.md (default: beside the checkpoint root) from the summaries under ``root``; returns the text."""
+    root = checkpoints_root() if root is None else Path(root)
+    path = root.parent / "RESULTS.md" if path is None else Path(path)
+    text = results_markdown(root, Path(os.path.relpath(root.resolve(), path.resolve().parent)).as_posix())
+    write_bytes_atomic(path, text.encode())
+    return text
+
+
+def specimens_markdown(root: str | Path | None = None, results: str = "../RESULTS.md") -> str:
+    """docs/SPECIMENS.md's text: per recipe its task, models, steps, seeds, gates and verdict, then one row per
+    shipped run; ``results`` is RESULTS.md as the page links it."""
+    root = checkpoints_root() if root is None else Path(root)
+    summaries = shipped_summaries(root)
+    if not summaries:
+        raise ValueError(f"root={str(root)!r} is invalid: it holds no recipe's summary.json")
+    found = findings_table(summaries, root).query("kind != 'extension'").set_index("recipe")
+    runs = specimens_table(summaries, root)
+    runs["params"] = runs["params"].map("{:,}".format)
+    lines = ["# Specimens", "",
+             "Written by `make docs` from each recipe's `checkpoints/RECIPE/summary.json` and its runs' `config.json` "
+             "and `metrics.json` (nothing is trained); do not edit. A specimen is a trained model the repository "
+             "ships: `workbench.experiments.load_run(RECIPE, RUN)` loads one and `run_metrics(RECIPE, RUN)` gives "
+             "its training record. A checkpoint's `config.json` holds its model; its task is named here and in its "
+             f"`metrics.json` (`train_config.task`). Each recipe's numbers and reading: [RESULTS.md]({results}).", ""]
+    index, sections = [], []
+    for name, s in summaries.items():
+        mine, verdict = runs[runs["recipe"] == name], found.loc[name, "verdict"]
+        index.append([f"[{name}]({_anchor(name)})", _setting(name, mine), _seeds(s), _gates(s), RECIPES[name].claim,
+                      verdict])
+        sections += [f"## {name}", "", f"- **Claim**: {RECIPES[name].claim}", f"- **Verdict**: **{verdict}** "
+                     f"([in full]({results}{_anchor(name)}))",
+                     f"- **It shows**: {_first_sentence(found.loc[name, 'finding'])[0]}", ""]
+        columns = ["run", "task", "task_params", "mechanism", "shape", "params", "schedule", "steps", "seed"]
+        sections += (_table([c.replace("_", " ") for c in columns], mine[columns].values.tolist()) if len(mine)
+                     else [f"No models of its own: {_setting(name, mine).split(': ', 1)[1]}."])
+        sections.append("")
+    lines += _table(["recipe", "models", "seeds", "gates", "claim", "verdict"], index)
+    return "\n".join(lines + [""] + sections).rstrip("\n") + "\n"
+
+
+def write_specimens_md(root: str | Path | None = None, path: str | Path | None = None) -> str:
+    """docs/SPECIMENS.md (default: beside the checkpoint root) from the checkpoints under ``root``; returns the
+    text."""
+    root = checkpoints_root() if root is None else Path(root)
+    path = root.parent / "docs" / "SPECIMENS.md" if path is None else Path(path)
+    results = Path(os.path.relpath(root.parent.resolve() / "RESULTS.md", path.resolve().parent)).as_posix()
+    text = specimens_markdown(root, results)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_bytes_atomic(path, text.encode())
     return text

@@ -20,7 +20,9 @@ runs compared "at matched compute" spent the same training FLOPs, up to one opti
 - ``run_compute(recipe)``: per run, schedule, steps, recorded FLOPs, the passes they amount to, and
   one step's FLOPs recomputed with ``experiments.common.step_flops``;
 - ``compute_matching(compute, by)``: per group of runs meant to share a budget, the FLOP spread
-  against the largest single step.
+  against the largest single step;
+- ``specimens_table(summaries)``: one row per shipped run: its task (which a checkpoint's ``config.json``
+  does not hold), model shape, schedule, steps and seed.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ import numpy as np
 import pandas as pd
 
 from .. import schedules
+from ..checkpoint import load_config, load_metrics
+from ..model import build_model
 from ..train_config import TrainConfig
 from .common import step_flops
 from .core import default_finding, short_verdict
@@ -45,6 +49,7 @@ REQUIRED_FIELDS = ("claim", "setting", "number", "verdict", "scale")  # every su
 FINDING_COLUMNS = ["recipe", "kind", "paper", "ours", "verdict", "finding"]
 GATE_COLUMNS = ["recipe", "gate", "quantity", "value", "op", "threshold", "passed"]
 EXTRA_TABLES = ("pass_dynamics", "traces", "distances", "bars")  # tables some recipes write beside results.csv
+SPECIMEN_COLUMNS = ["recipe", "run", "task", "task_params", "mechanism", "shape", "params", "schedule", "steps", "seed"]
 COMPUTE_COLUMNS = ["run", "task", "seed", "schedule", "steps", "flops", "pass_flops", "mean_passes", "flops_per_step",
                    "expected_flops"]
 
@@ -176,7 +181,7 @@ def run_compute(recipe: str, runs: Sequence[str] | None = None) -> pd.DataFrame:
 
     ``flops`` and ``steps`` are what the trainer recorded (``metrics.json``: ``train``);
     ``pass_flops`` is one plain forward + backward of a batch and ``mean_passes = flops / (steps *
-    pass_flops)`` the full passes a step cost on average (``schedules.pass_equivalents`` for a fixed
+    pass_flops)`` the full passes a step cost on average (``Schedule.pass_equivalents`` for a fixed
     schedule; between 1 and the most passes for a pass mix). ``flops_per_step`` is one step of the
     configured schedule recomputed with ``common.step_flops`` (NaN where the work varies
     per step), so ``expected_flops = steps * flops_per_step`` checks the recorded count.
@@ -220,3 +225,39 @@ def compute_matching(compute: pd.DataFrame, by: str | Sequence[str] = "task") ->
                      "largest_step": largest_step, "ratio": float(flops.max() / flops.min()),
                      "matched": spread <= largest_step})
     return pd.DataFrame(rows)
+
+
+def _schedule(cfg: TrainConfig) -> str:
+    """A run's training schedule in a few words: its name, the knob it was given, a pass mix as its draws, and a
+    single-pass start (``feedback_start``)."""
+    knob = {"multipass": f" {cfg.passes}", "fixed_point": f" K={cfg.passes}", "interleaved": f" S={cfg.subsets}",
+            "blockwise": f" B={cfg.block}"}.get(cfg.schedule, "")
+    if cfg.pass_mix is not None:
+        knob = " mix " + "/".join(f"{k}:{p:g}" for k, p in cfg.pass_mix.items())
+    start = f" after {cfg.feedback_start:.0%} single" if cfg.feedback_start > 0 else ""
+    return cfg.schedule + knob + start
+
+
+def specimens_table(summaries: Mapping[str, Mapping[str, Any]], root: str | Path | None = None) -> pd.DataFrame:
+    """One row per shipped run (a *specimen*: ``load_run(recipe, run)`` loads it) of every recipe in ``summaries``.
+
+    ``task`` and ``task_params`` are what the run trained on, from its ``metrics.json`` (the checkpoint's
+    ``config.json`` holds the model, not the task); ``shape`` is layers x width and ``params`` the parameter
+    count of the model in ``config.json``; ``schedule`` its training schedule; ``steps`` the optimiser steps it
+    trained (a FLOP budget may stop it before ``TrainConfig.steps``). A recipe that trains none of its own (it
+    analyses the runs of the recipes it ``reads``) adds no rows. ``root``: default the checkpoint root.
+    """
+    root = checkpoints_root() if root is None else Path(root)
+    _check_summaries(summaries)
+    rows = []
+    for name, summary in summaries.items():
+        for run in summary.get("runs", []):
+            model, _ = load_config(root / name / run)
+            metrics = load_metrics(root / name / run)
+            cfg = TrainConfig.from_dict(metrics["train_config"])
+            rows.append({"recipe": name, "run": run, "task": cfg.task,
+                         "task_params": ", ".join(f"{k}={v}" for k, v in sorted(cfg.task_params.items())),
+                         "mechanism": model.mechanism, "shape": f"{model.n_layer}x{model.n_embd}",
+                         "params": build_model(model, device="meta").num_params(),
+                         "schedule": _schedule(cfg), "steps": int(metrics["train"]["step"]), "seed": cfg.seed})
+    return pd.DataFrame(rows, columns=SPECIMEN_COLUMNS)

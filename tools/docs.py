@@ -1,0 +1,210 @@
+"""``make docs``: the API reference (docs/API.md) from the package's public names and docstrings, and the
+pages written from the shipped checkpoints' stored summaries (docs/SPECIMENS.md, RESULTS.md). Nothing is
+trained, so it takes seconds.
+
+    python tools/docs.py            # write all three
+    python tools/docs.py --check    # write nothing; exit 1 naming each file the code would write differently
+
+The reference has one section per public module (``pkgutil`` order, names starting with ``_`` skipped):
+its docstring, then its public names with their signatures and the first paragraph of their docstrings (a
+class adds its ``Attributes:`` section, the field documentation, and its public methods). A package that
+declares ``__all__`` lists those names, each linked to the module that defines it; a module without one
+documents the classes and functions it defines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import inspect
+import pkgutil
+import re
+import sys
+from pathlib import Path
+from types import ModuleType
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run as a script from anywhere: the repository's package, not an installed one
+    sys.path.insert(0, str(ROOT))
+
+import workbench  # noqa: E402
+from workbench.experiments import results_page  # noqa: E402
+from workbench.store import write_bytes_atomic  # noqa: E402
+
+API = ROOT / "docs" / "API.md"
+SKIP = ("workbench.__main__",)  # importing it runs the command line
+
+
+def _plain(text: str) -> str:
+    """``text`` without memory addresses (a default's repr), so the reference is the same on every run."""
+    return re.sub(r" at 0x[0-9a-f]+", "", text)
+
+
+class _Raw(str):
+    """An annotation kept as the source wrote it (``from __future__ import annotations``), shown unquoted."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def public_modules() -> list[ModuleType]:
+    """``workbench`` and every module under it whose dotted name has no part starting with ``_``."""
+    names = ["workbench"] + [m.name for m in pkgutil.walk_packages(workbench.__path__, "workbench.")
+                             if m.name not in SKIP and not any(p.startswith("_") for p in m.name.split("."))]
+    return [importlib.import_module(name) for name in names]
+
+
+def public_names(module: ModuleType) -> list[str]:
+    """``__all__`` where the module declares it, else the classes and functions it defines, not starting with
+    ``_``, in source order."""
+    if hasattr(module, "__all__"):
+        return list(module.__all__)
+    return [name for name, obj in vars(module).items() if not name.startswith("_")
+            and (inspect.isclass(obj) or inspect.isfunction(obj)) and obj.__module__ == module.__name__]
+
+
+def signature(obj: object, width: int | None = None, drop_self: bool = False) -> str:
+    """``(params) -> return`` with annotations as written and no memory addresses, one parameter a line when
+    longer than ``width``; ``(...)`` where Python cannot say."""
+    try:
+        sig = inspect.signature(obj)
+    except (TypeError, ValueError):
+        return "(...)"
+    params = [p.replace(annotation=_Raw(p.annotation)) if isinstance(p.annotation, str) else p
+              for p in sig.parameters.values()]
+    if drop_self and params and params[0].name == "self":
+        params = params[1:]
+    ret = sig.return_annotation
+    sig = sig.replace(parameters=params, return_annotation=_Raw(ret) if isinstance(ret, str) else ret)
+    text = _plain(str(sig))
+    if width is None or len(text) <= width or not params:
+        return text
+    shown = _plain(str(sig.replace(parameters=[])))  # "()" or "() -> R"
+    lines = [_plain(str(p)) for p in params]
+    for i, p in enumerate(params):  # the bare "*" before the first keyword-only parameter (none after "*args")
+        if p.kind == p.KEYWORD_ONLY and (i == 0 or params[i - 1].kind not in (p.KEYWORD_ONLY, p.VAR_POSITIONAL)):
+            lines[i] = "*, " + lines[i]
+    return "(\n" + "".join(f"    {line},\n" for line in lines) + shown[1:]
+
+
+def paragraphs(obj: object) -> list[str]:
+    """The docstring of ``obj`` (a class: its own, not inherited nor a dataclass's generated one) in paragraphs,
+    blank lines apart."""
+    doc = vars(obj).get("__doc__") if inspect.isclass(obj) else getattr(obj, "__doc__", None)
+    if not isinstance(doc, str) or (inspect.isclass(obj) and doc.startswith(f"{obj.__name__}(")):
+        return []
+    return [p.strip() for p in re.split(r"\n\s*\n", inspect.cleandoc(doc)) if p.strip()]
+
+
+def attributes(obj: object) -> list[str]:
+    """A class docstring's ``Attributes:`` section as Markdown list items (continuation lines joined)."""
+    doc = inspect.cleandoc(obj.__doc__ or "")
+    if "\nAttributes:\n" not in doc:
+        return []
+    items: list[str] = []
+    for line in doc.split("\nAttributes:\n", 1)[1].splitlines():
+        entry = re.match(r"    (\w+): (.*)", line)
+        if entry:
+            items.append(f"- `{entry[1]}`: {entry[2]}")
+        elif line.startswith("        ") and items:
+            items[-1] += " " + line.strip()
+        elif line.strip():
+            break  # the section ends at the first line indented less than a field's continuation
+    return items
+
+
+def _summary(obj: object) -> str:
+    """The first paragraph of ``obj``'s docstring on one line ("" where it has none)."""
+    first = paragraphs(obj)[:1]
+    return " ".join(first[0].split()) if first else ""
+
+
+def entry(name: str, obj: object) -> list[str]:
+    """A class or function defined in the module: its heading, signature and first paragraph; a class adds its
+    fields (``Attributes:``) and its own public methods and properties."""
+    kind = "class" if inspect.isclass(obj) else "def"
+    lines = [f"### `{name}`", "", "```python", f"{kind} {name}{signature(obj, width=100)}", "```", ""]
+    lines += [_summary(obj), ""] if _summary(obj) else []
+    if inspect.isclass(obj):
+        fields = attributes(obj)
+        lines += ["Attributes:", "", *fields, ""] if fields else []
+        methods = [(m, v) for m, v in vars(obj).items() if not m.startswith("_")
+                   and (inspect.isfunction(v) or isinstance(v, (classmethod, staticmethod, property)))]
+        for m, v in methods:
+            target = v.fget if isinstance(v, property) else getattr(v, "__func__", v)
+            shown = " (property)" if isinstance(v, property) else signature(getattr(obj, m), drop_self=True)
+            lines.append(f"- `{m}{shown}`" + (f": {_summary(target)}" if _summary(target) else ""))
+        lines += [""] if methods else []
+    return lines
+
+
+def pointer(name: str, obj: object, home: str | None) -> str:
+    """A list item for a name documented elsewhere (a module, or a definition re-exported from its module) or
+    for a constant (its type and value)."""
+    if inspect.ismodule(obj):
+        return f"- `{name}`: module [`{obj.__name__}`](#{_anchor(obj.__name__)})"
+    if home is not None:
+        return f"- `{name}`: see [`{home}`](#{_anchor(home)})" + (f". {_summary(obj)}" if _summary(obj) else "")
+    return f"- `{name}`: `{type(obj).__name__}` `{_short_repr(obj)}`"
+
+
+def _short_repr(obj: object) -> str:
+    text = _plain(repr(obj)).replace("\n", " ")
+    return text if len(text) <= 100 else text[:97] + "..."
+
+
+def _anchor(module_name: str) -> str:
+    """The GitHub anchor of a module's heading ``## workbench.x.y``: dots dropped."""
+    return module_name.replace(".", "")
+
+
+def _defined_in(obj: object, modules: set[str]) -> str | None:
+    """The documented module that defines ``obj`` (a class or function), if any."""
+    home = getattr(obj, "__module__", None) if (inspect.isclass(obj) or inspect.isfunction(obj)) else None
+    return home if home in modules else None
+
+
+def api_markdown() -> str:
+    """docs/API.md's text."""
+    modules = public_modules()
+    documented = {m.__name__ for m in modules}
+    lines = ["# API reference", "",
+             "Written by `make docs` (`tools/docs.py`) from the package's public names and docstrings; do not edit. "
+             "`import workbench as wb` gives the names of the first section; `help(name)` shows the same text "
+             "in full. The fields of `ModelConfig` and `TrainConfig` are documented under their classes.", "",
+             "## Modules", ""]
+    lines += [f"- [`{m.__name__}`](#{_anchor(m.__name__)}): {_summary(m)}" for m in modules] + [""]
+    for module in modules:
+        lines += [f"## {module.__name__}", "", *(p for par in paragraphs(module) for p in (par, "")), ""]
+        names = [(name, getattr(module, name)) for name in public_names(module)]
+        homes = {name: _defined_in(obj, documented) for name, obj in names}
+        lines += [pointer(name, obj, homes[name]) for name, obj in names if homes[name] != module.__name__] + [""]
+        for name, obj in names:
+            lines += entry(name, obj) if homes[name] == module.__name__ else []
+    return re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip() + "\n"
+
+
+def generated() -> dict[Path, str]:
+    """Each file ``make docs`` writes and the text the code gives it now."""
+    return {API: api_markdown(),
+            ROOT / "docs" / "SPECIMENS.md": results_page.specimens_markdown(),
+            ROOT / "RESULTS.md": results_page.results_markdown()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if a file would change")
+    args = parser.parse_args(argv)
+    stale = []
+    for path, text in generated().items():
+        if not path.is_file() or path.read_text() != text:
+            stale.append(path.relative_to(ROOT).as_posix())
+            if not args.check:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                write_bytes_atomic(path, text.encode())
+    print(("out of date: " if args.check else "written: ") + (", ".join(stale) or "nothing"))
+    return 1 if args.check and stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
