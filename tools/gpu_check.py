@@ -78,16 +78,16 @@ def check_invariants(report: Report, device: torch.device, tolerance: float = 1e
         model = small_model(device, **config)
         idx = torch.randint(0, model.config.vocab_size, (2, 12), device=device)
         with torch.no_grad():
-            exact = wb.schedules.sequential(model, idx)
-            for label, out in (("multipass(T)", wb.schedules.multipass(model, idx, passes=idx.size(1))),
-                               ("interleaved(T)", wb.schedules.interleaved(model, idx, subsets=idx.size(1)))):
+            exact = wb.schedules.Sequential().run(model, idx)
+            for label, out in (("multipass(T)", wb.schedules.Multipass(idx.size(1)).run(model, idx)),
+                               ("interleaved(T)", wb.schedules.Interleaved(idx.size(1)).run(model, idx))):
                 err = max(relative_error(out.logits, exact.logits), relative_error(out.memory, exact.memory))
                 report.check(f"float32 {label} = sequential, {name}", err <= tolerance, f"rel err {err:.1e}")
         regime = "standard" if name == "none" else "soft"
         prompt = idx[:, :4]
         tokens, logits = wb.generate(model, prompt, 8, regime=regime, return_logits=True)
         with torch.no_grad():
-            replay = wb.schedules.sequential(model, tokens[:, :-1], plain_prefix=prompt.size(1) if regime == "soft"
+            replay = wb.schedules.Sequential().run(model, tokens[:, :-1], prompt.size(1) if regime == "soft"
                                              else tokens.size(1)).logits[:, prompt.size(1) - 1:]
         err = relative_error(logits, replay)
         report.check(f"float32 generate({regime}) = sequential, {name}", err <= tolerance, f"rel err {err:.1e}")
@@ -102,7 +102,7 @@ def check_bf16_training(report: Report, device: torch.device) -> None:
             opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
             idx = torch.randint(0, model.config.vocab_size, (4, 32), device=device)
             with torch.autocast(device.type, dtype=torch.bfloat16):
-                loss = wb.schedules.run(model, idx, schedule, **SCHEDULE_KW[schedule]).loss(idx.roll(-1, 1))
+                loss = wb.schedules.parse(schedule, **SCHEDULE_KW[schedule]).run(model, idx).loss(idx.roll(-1, 1))
             loss.backward()
             opt.step()
             finite = bool(torch.isfinite(loss)) and all(bool(torch.isfinite(p).all()) for p in model.parameters())
@@ -171,7 +171,7 @@ def throughput(device: torch.device, quick: bool) -> None:
         def step(run: Callable[..., wb.schedules.ScheduleOutput] = run) -> None:
             opt.zero_grad(set_to_none=True)
             with torch.autocast(device.type, dtype=torch.bfloat16):
-                loss = run(model, idx, "single").loss(idx.roll(-1, 1))
+                loss = run(model, idx, wb.schedules.Single()).loss(idx.roll(-1, 1))
             loss.backward()
             opt.step()
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from workbench.analysis.probes import answer_correct
+from workbench.analysis.features import answer_correct
 from workbench.checkpoint import load_checkpoint
 from workbench.experiments import probe_specimens as P
 from workbench.experiments.core import EVAL_SEED

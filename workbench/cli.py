@@ -71,25 +71,17 @@ def _cmd_info(args: argparse.Namespace) -> int:
     if args.checkpoint is None and not args.d20:
         raise ValueError("info: give a CHECKPOINT directory, or --d20 for the nanochat d20 overhead table")
     report: dict = {}
-    has_mechanism = False
     if args.checkpoint is not None:
         path = resolve_checkpoint(args.checkpoint)
         model = load_checkpoint(path)  # every file checked: info must not vouch for a broken one
         config, header = model.config, load_config(path)[1]
-        report["checkpoint"] = str(path)
-        report["package_version"] = header.get("package_version")
-        report["config"] = config.to_dict()
-        report["params"] = model.num_params_by_group()
-        report["overhead"] = mechanism_overhead(config)
-        report["metrics"] = load_metrics(path)
-        has_mechanism = config.mechanism != "none"
-    if args.d20 or has_mechanism:
-        rows = []
-        for mech, cls in MECHANISM_CLASSES.items():  # each mechanism names the configs worth a row
-            for kw in cls.overhead_rows:
-                cfg = ModelConfig(**D20_SHAPE, mechanism=mech, **kw)
-                rows.append({"mechanism": mech, **kw, **mechanism_overhead(cfg)})
-        report["d20"] = rows
+        report.update(checkpoint=str(path), package_version=header.get("package_version"), config=config.to_dict(),
+                      params=model.num_params_by_group(), overhead=mechanism_overhead(config),
+                      metrics=load_metrics(path))
+    if args.d20 or report.get("config", {}).get("mechanism", "none") != "none":
+        report["d20"] = [{"mechanism": mech, **kw, **mechanism_overhead(ModelConfig(**D20_SHAPE, mechanism=mech, **kw))}
+                         for mech, cls in MECHANISM_CLASSES.items()  # each mechanism names the configs worth a row
+                         for kw in cls.overhead_rows]
     if args.json:
         print(json.dumps(report, indent=2, default=str))
         return 0
@@ -163,7 +155,6 @@ _FLAGS: list[tuple[str, str, Any, str]] = [
     ("--eval-seed", "eval_seed", int, "seed of the held-out sequences"),
     ("--log-every", "log_every", int, "history row every N steps"),
     ("--checkpoint-every", "checkpoint_every", int, "checkpoint every N steps (0: at the end only)"),
-    ("--budget-flops", "budget_flops", float, "stop before exceeding this many training FLOPs"),
     ("--out", "out_dir", str, "run directory (checkpoint, history.csv, loss.png)"),
     ("--device", "device", str, "auto, cpu, cuda or cuda:N"),
 ]
@@ -188,6 +179,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="any other ModelConfig field, e.g. lrt_source_layer=2 (repeatable)")
     parser.add_argument("--task-param", action="append", metavar="KEY=VALUE",
                         help="task parameter, e.g. length=32 (repeatable)")
+    parser.add_argument("--budget-flops", dest="budget", type=finite_positive, metavar="FLOPS", help="instead of "
+                        "--steps: the steps that spend this many training FLOPs, sized up front by the helper that "
+                        "sizes matched-FLOP runs, workbench.experiments.matched_steps, so the LR schedule ends in it")
     parser.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
     parser.add_argument("--overwrite", action="store_true",
                         help="let a fresh run replace history.csv, loss.png and train_config.json in --out "
@@ -211,8 +205,17 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     for name in ("progress", "compile"):
         if getattr(args, name) is not None:
             given[name] = getattr(args, name)
-    return TrainConfig(**given, model=model, task_params=parse_key_values(args.task_param, "--task-param"),
-                       resume=args.resume, overwrite=args.overwrite)
+    cfg = TrainConfig(**given, model=model, task_params=parse_key_values(args.task_param, "--task-param"),
+                      resume=args.resume, overwrite=args.overwrite)
+    if args.budget is None:
+        return cfg
+    from .experiments.common import matched_steps, step_flops  # sized up front; budget_flops, a cap, would cut short
+
+    steps, per_step = matched_steps(cfg, args.budget), step_flops(cfg)
+    if "steps" in given or steps * per_step > args.budget:
+        raise ValueError(f"--budget-flops {args.budget:g} is invalid: it sizes the run (give no --steps) and must "
+                         f"cover at least {steps} steps of {per_step:.4g} FLOPs")
+    return cfg.replace(steps=steps)
 
 
 def _loss_figure(cfg: TrainConfig) -> Callable[[dict[str, Any]], None] | None:
@@ -259,7 +262,7 @@ def held_out_lines(cfg: TrainConfig, result) -> list[tuple[str, dict[str, float]
     lines = [(f"{value.label} (the training schedule)", {k: m[f"val_{k}"] for k in names if f"val_{k}" in m})]
     if result.model.config.mechanism != "none" and value != EXACT:
         batch = task.sample(cfg.eval_size, seed=cfg.eval_seed, split="val")
-        exact = summarize(per_example_metrics(result.model, batch, EXACT), float(getattr(task, "bytes_per_token", 1.0)))
+        exact = summarize(per_example_metrics(result.model, batch, EXACT), getattr(task, "bytes_per_token", None))
         lines.append((f"{EXACT.label} (the exact recurrence, what a decoder runs)", {k: exact[k] for k in names}))
     return lines
 

@@ -279,7 +279,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     names = metric_names(task)
     rows = []
     for value, role in eval_schedules(run, args.schedule):
-        summary = summarize(evaluate(run, batch, value), float(getattr(task, "bytes_per_token", 1.0)))
+        summary = summarize(evaluate(run, batch, value), getattr(task, "bytes_per_token", None))
         rows.append({"schedule": schedule_label(value), "role": role, "spec": value.to_dict(),
                      **{k: summary[k] for k in names}})
     counters = run.counters()
@@ -353,7 +353,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     for r in runs:
         value = (r.training_schedule() or EXACT) if args.schedule == "training" else (args.schedule or EXACT)
         frame = evaluate(r, batch, value)
-        summary = summarize(frame, float(getattr(task, "bytes_per_token", 1.0)))
+        summary = summarize(frame, getattr(task, "bytes_per_token", None))
         # nats per example over the mean targets per example: the mean of these is the pooled loss eval prints
         values.append(frame["nats"].to_numpy() / frame["targets"].mean())
         rows.append({"run": r.path, "checkpoint": str(r.checkpoint), "mechanism": r.model.config.mechanism,

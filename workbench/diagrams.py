@@ -97,7 +97,7 @@ def interleaved_reads(seq_len: int, subsets: int) -> dict[int, int]:
     Pass 0 is the init pass; subset s (positions ``t % S == s``) is refined at pass s + 1. Its
     predecessor t-1 sits in subset s-1, already refined in this sweep (pass s) and written back,
     except for subset 0, whose predecessors in subset S-1 still hold the init pass's estimate.
-    This is ``schedules.interleaved``'s rule; position 0 reads nothing.
+    This is ``schedules.Interleaved``'s rule; position 0 reads nothing.
     """
     check_int("seq_len", seq_len, 2)
     check_int("subsets", subsets, 1, seq_len)

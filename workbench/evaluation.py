@@ -55,14 +55,20 @@ def per_example_metrics(model: GPT, batch: Batch, schedule: str | schedules.Sche
     return frame
 
 
-def summarize(per_example: pd.DataFrame, bytes_per_token: float = 1.0) -> dict[str, float]:
-    """Totals over examples: ``loss`` (nats per target), ``bpb``, ``accuracy`` (per target),
-    ``answer_accuracy`` (per example)."""
+def summarize(per_example: pd.DataFrame, bytes_per_token: float | None = None) -> dict[str, float]:
+    """Totals over examples: ``loss`` (nats per target), ``bpb``, ``accuracy`` (per target), and on a task of
+    answers (``bytes_per_token`` None) ``answer_accuracy`` (per example: every target right).
+
+    ``bytes_per_token`` is byte-level text's (``task.bytes_per_token``): ``bpb`` is then bits per byte, and
+    ``answer_accuracy`` is left out, since a window of text has no answer (it would read 0.0). Without it
+    ``bpb`` is bits per token."""
     targets = float(per_example["targets"].sum())
     loss = float(per_example["nats"].sum()) / max(targets, 1.0)
-    return {"loss": loss, "bpb": loss / math.log(2) / bytes_per_token,
-            "accuracy": float(per_example["correct"].sum()) / max(targets, 1.0),
-            "answer_accuracy": float(per_example["answer_correct"].mean())}
+    summary = {"loss": loss, "bpb": loss / math.log(2) / (1.0 if bytes_per_token is None else bytes_per_token),
+               "accuracy": float(per_example["correct"].sum()) / max(targets, 1.0)}
+    if bytes_per_token is None:
+        summary["answer_accuracy"] = float(per_example["answer_correct"].mean())
+    return summary
 
 
 def paired_difference(a: np.ndarray, b: np.ndarray, n_boot: int = 2000, seed: int = 0,

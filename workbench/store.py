@@ -1,6 +1,6 @@
 """The directory transaction: a directory of files that a reader sees whole, one version at a time.
 
-What the checkpoint format (``checkpoint.py``) and the Hugging Face wrapper (``hf.py``) build on;
+What the checkpoint format (``checkpoint.py``) and the Hugging Face wrapper (``hf``) build on;
 it knows nothing of models.
 
 Writing (``atomic_directory``): the new version is written complete under a temporary name beside

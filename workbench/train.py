@@ -36,6 +36,7 @@ import dataclasses
 import math
 import os
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -360,7 +361,9 @@ def train(cfg: TrainConfig, callback: Callback | None = None) -> TrainResult:
     of the run, such as ``plots.LossFigure``, is drawn there: the trainer itself draws nothing).
 
     Stops after ``cfg.steps`` steps, or before the step that would take the training FLOPs past
-    ``cfg.budget_flops``. Raises ``NonFiniteLossError`` on a NaN/inf loss or gradient (the last good
+    ``cfg.budget_flops``: a hard cap, which cuts the learning-rate schedule where it stands (a warning says so).
+    To spend a budget with the schedule complete, size ``steps`` with ``experiments.matched_steps``, as
+    ``train --budget-flops`` does. Raises ``NonFiniteLossError`` on a NaN/inf loss or gradient (the last good
     checkpoint stays on disk) and ``ValueError`` for a bad config or a run directory that does not fit.
     """
     if not isinstance(cfg, TrainConfig):
@@ -432,5 +435,9 @@ def _train(cfg: TrainConfig, procs: _Processes, callback: Callback | None) -> Tr
         bar.close()
         if procs.main and history.rows and hasattr(callback, "on_train_end"):
             callback.on_train_end(history.frame())
+    if procs.main and run.stop_reason == "budget" and run.step > 0:
+        warnings.warn(f"TrainConfig.budget_flops={cfg.budget_flops:g} stopped the run at step {run.step} of "
+                      f"{cfg.steps}, its learning rate at {lr_factor(cfg, run.step - 1):.0%} of the peak: size steps "
+                      f"with experiments.matched_steps to end the schedule within the budget", stacklevel=3)
     metrics = {**run.counters(), "stop_reason": run.stop_reason, **(last_eval or run.evaluate())}
     return TrainResult(history.frame(), run.model.eval(), ckpt, metrics, cfg)

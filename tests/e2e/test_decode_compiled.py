@@ -23,7 +23,7 @@ def test_static_cache_steps_match_the_sequential_schedule(variant):
         cache.state, logits = out.memory[:, -1], [out.logits]
         for t in range(P, idx.size(1)):
             logits.append(S.carry(model, idx[:, t:t + 1], torch.tensor([t]), cache, reads=feedback).logits)
-        ref = S.sequential(model, idx, plain_prefix=P).logits if feedback else model(idx)
+        ref = S.Sequential().run(model, idx, P).logits if feedback else model(idx)
         torch.testing.assert_close(torch.cat(logits, dim=1), ref, rtol=0, atol=1e-12)
 
 

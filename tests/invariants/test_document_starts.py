@@ -31,9 +31,9 @@ def test_every_exact_schedule_agrees_on_packed_documents(variant):
     model = perturbed_model(cfg)
     idx = packed(cfg)
     T = idx.size(1)
-    ref = S.sequential(model, idx)
-    for out in (S.multipass(model, idx, passes=T), S.interleaved(model, idx, subsets=T),
-                S.blockwise(model, idx, block=1)):
+    ref = S.Sequential().run(model, idx)
+    for out in (S.Multipass(T).run(model, idx), S.Interleaved(T).run(model, idx),
+                S.Blockwise(1).run(model, idx)):
         torch.testing.assert_close(out.logits, ref.logits, rtol=0, atol=ATOL)
         torch.testing.assert_close(out.memory, ref.memory, rtol=0, atol=ATOL)
 
@@ -49,7 +49,7 @@ def test_the_recurrence_from_a_document_start_ignores_the_memory_before_it(varia
         model = perturbed_model(cfg.replace(document_token=document_token))
         idx = packed(cfg)
         cache = model.new_kv_cache(2, idx.size(1))
-        S.sequential(model, idx[:, :5], cache=cache)
+        S.Sequential().prefill(model, idx[:, :5], cache)
         run = S.continuation(model, idx, cache, 5, idx.size(1))
         a, b = run(memories[0]), run(memories[1])
         assert ((a[0] - b[0]).abs().max() > 1e-6) == crosses
@@ -65,7 +65,7 @@ def test_a_prefix_drawn_per_pass_and_the_document_starts_combine(variant):
     by_hand = perturbed_model(cfg.replace(document_token=None))
     idx = packed(cfg)
     prefix = torch.tensor([[2, 0], [0, 7]])  # pass 2's and pass 3's prefixes, per row
-    out = S.multipass(model, idx, passes=3, plain_prefix=prefix)
+    out = S.Multipass(3).run(model, idx, prefix)
     masks = S.pass_masks(2, idx.size(1), prefix, 3)
     memory = None
     for k, logits in enumerate(out.pass_logits):
@@ -101,9 +101,9 @@ def test_decoding_never_draws_jitter_whatever_the_models_mode(regime):
     assert model.training  # the caller's mode is given back
     if regime != "standard":  # the guard: in training mode the model's own forward does draw jitter
         torch.manual_seed(1)
-        first = S.multipass(model, prompt, passes=2).logits
+        first = S.Multipass(2).run(model, prompt).logits
         torch.manual_seed(2)
-        assert (S.multipass(model, prompt, passes=2).logits - first).abs().max() > 1e-6
+        assert (S.Multipass(2).run(model, prompt).logits - first).abs().max() > 1e-6
 
 
 def test_document_token_is_checked_against_the_vocabulary():

@@ -18,14 +18,15 @@ ATOL = 1e-11
 def test_single_equals_sequential_for_baseline():
     cfg = small_config()
     model, idx = perturbed_model(cfg), token_batch(cfg)
-    torch.testing.assert_close(S.sequential(model, idx).logits, S.single(model, idx).logits, rtol=0, atol=ATOL)
+    torch.testing.assert_close(S.Sequential().run(model, idx).logits, S.Single().run(model, idx).logits,
+                               rtol=0, atol=ATOL)
 
 
 def test_multipass_T_equals_sequential(variant):
     cfg = variant_config(variant)
     model, idx = perturbed_model(cfg), token_batch(cfg)
-    ref = S.sequential(model, idx)
-    out = S.multipass(model, idx, passes=idx.size(1))
+    ref = S.Sequential().run(model, idx)
+    out = S.Multipass(idx.size(1)).run(model, idx)
     torch.testing.assert_close(out.logits, ref.logits, rtol=0, atol=ATOL)
     torch.testing.assert_close(out.memory, ref.memory, rtol=0, atol=ATOL)
 
@@ -34,9 +35,9 @@ def test_multipass_is_exact_on_the_first_k_positions_only():
     """Jacobi on a causal system: pass k is exact for positions < k, and not yet beyond."""
     cfg = variant_config("fbt")
     model, idx = perturbed_model(cfg), token_batch(cfg)
-    ref = S.sequential(model, idx).logits
+    ref = S.Sequential().run(model, idx).logits
     for k in (1, 3, 5):
-        out = S.multipass(model, idx, passes=k).logits
+        out = S.Multipass(k).run(model, idx).logits
         torch.testing.assert_close(out[:, :k], ref[:, :k], rtol=0, atol=ATOL)
         assert (out[:, k:] - ref[:, k:]).abs().max() > 1e-6
 
@@ -44,8 +45,8 @@ def test_multipass_is_exact_on_the_first_k_positions_only():
 def test_interleaved_T_equals_sequential(variant):
     cfg = variant_config(variant)
     model, idx = perturbed_model(cfg), token_batch(cfg)
-    ref = S.sequential(model, idx)
-    out = S.interleaved(model, idx, subsets=idx.size(1))
+    ref = S.Sequential().run(model, idx)
+    out = S.Interleaved(idx.size(1)).run(model, idx)
     torch.testing.assert_close(out.logits, ref.logits, rtol=0, atol=ATOL)
     torch.testing.assert_close(out.memory, ref.memory, rtol=0, atol=ATOL)
     assert len(out.pass_logits) == idx.size(1) + 1
@@ -55,28 +56,28 @@ def test_interleaved_without_write_back_would_not_be_exact():
     """Guard the test above: fewer subsets than positions is only an approximation."""
     cfg = variant_config("lrt_shared_top")
     model, idx = perturbed_model(cfg), token_batch(cfg)
-    ref = S.sequential(model, idx).logits
-    assert (S.interleaved(model, idx, subsets=2).logits - ref).abs().max() > 1e-6
+    ref = S.Sequential().run(model, idx).logits
+    assert (S.Interleaved(2).run(model, idx).logits - ref).abs().max() > 1e-6
 
 
 def test_blockwise_limits(variant):
     cfg = variant_config(variant)
     model, idx = perturbed_model(cfg), token_batch(cfg)
-    torch.testing.assert_close(S.blockwise(model, idx, block=1).logits, S.sequential(model, idx).logits,
+    torch.testing.assert_close(S.Blockwise(1).run(model, idx).logits, S.Sequential().run(model, idx).logits,
                                rtol=0, atol=ATOL)
-    torch.testing.assert_close(S.blockwise(model, idx, block=idx.size(1)).logits, S.single(model, idx).logits,
+    torch.testing.assert_close(S.Blockwise(idx.size(1)).run(model, idx).logits, S.Single().run(model, idx).logits,
                                rtol=0, atol=ATOL)
 
 
 def test_plain_prefix_reads_no_memory(variant):
     cfg = variant_config(variant)
     model, idx = perturbed_model(cfg), token_batch(cfg)
-    out = S.sequential(model, idx, plain_prefix=4)
-    torch.testing.assert_close(out.logits[:, :4], S.single(model, idx).logits[:, :4], rtol=0, atol=ATOL)
+    out = S.Sequential().run(model, idx, 4)
+    torch.testing.assert_close(out.logits[:, :4], S.Single().run(model, idx).logits[:, :4], rtol=0, atol=ATOL)
     prefix = torch.tensor([2, 6])
-    mp = S.multipass(model, idx, passes=idx.size(1), plain_prefix=prefix)
+    mp = S.Multipass(idx.size(1)).run(model, idx, prefix)
     for b in range(2):
-        ref = S.sequential(model, idx[b:b + 1], plain_prefix=int(prefix[b])).logits
+        ref = S.Sequential().run(model, idx[b:b + 1], int(prefix[b])).logits
         torch.testing.assert_close(mp.logits[b:b + 1], ref, rtol=0, atol=ATOL)
 
 
@@ -87,7 +88,7 @@ def test_a_prefix_drawn_per_pass_is_each_pass_under_its_own_mask(variant):
     model, idx = perturbed_model(cfg), token_batch(cfg)
     B, T = idx.shape
     rows = torch.tensor([[2, 6], [0, 3], [5, 1]])  # passes 2, 3, 4
-    out = S.multipass(model, idx, passes=4, plain_prefix=rows)
+    out = S.Multipass(4).run(model, idx, rows)
     memory = None
     for k in range(4):
         reads = S.feedback_mask(B, T, rows[k - 1] if k else 0)
@@ -98,16 +99,16 @@ def test_a_prefix_drawn_per_pass_is_each_pass_under_its_own_mask(variant):
     for got, want in zip(streamed, out.pass_logits):
         torch.testing.assert_close(got, want, rtol=0, atol=ATOL)
     shared = torch.tensor([2, 6])
-    torch.testing.assert_close(S.multipass(model, idx, passes=4, plain_prefix=shared.expand(3, B)).logits,
-                               S.multipass(model, idx, passes=4, plain_prefix=shared).logits, rtol=0, atol=ATOL)
+    torch.testing.assert_close(S.Multipass(4).run(model, idx, shared.expand(3, B)).logits,
+                               S.Multipass(4).run(model, idx, shared).logits, rtol=0, atol=ATOL)
     if model.mechanism.reads:  # the draws matter wherever memory is read
-        assert not torch.equal(out.logits, S.multipass(model, idx, passes=4, plain_prefix=rows[0]).logits)
+        assert not torch.equal(out.logits, S.Multipass(4).run(model, idx, rows[0]).logits)
     with pytest.raises(ValueError, match=r"plain_prefix of shape \(2, 2\).*\(3, 2\)"):
-        S.multipass(model, idx, passes=4, plain_prefix=rows[:2])
+        S.Multipass(4).run(model, idx, rows[:2])
     with pytest.raises(ValueError, match="finite number of passes"):
         next(S.iterate_passes(model, idx, rows))
     with pytest.raises(ValueError, match=r"(?s)plain_prefix=.*\(passes - 1, B\)"):
-        S.sequential(model, idx, plain_prefix=rows)
+        S.Sequential().run(model, idx, rows)
 
 
 @pytest.mark.parametrize("name", ["lrt_shared_top", "lrt_per_layer_mid", "lrt_kv_only", "lrt_residual_only_gqa"])
@@ -123,14 +124,14 @@ def test_lrt_at_init_is_the_baseline(name):
     idx = token_batch(cfg)
     ref = base(idx)
     for sched in ("sequential", "multipass", "interleaved"):
-        torch.testing.assert_close(S.run(lrt, idx, sched, passes=3, subsets=3).logits, ref, rtol=0, atol=ATOL)
+        torch.testing.assert_close(S.parse(sched, passes=3, subsets=3).run(lrt, idx).logits, ref, rtol=0, atol=ATOL)
 
 
 def test_generation_reproduces_sequential_logits(variant):
     cfg = variant_config(variant)
     model, idx = perturbed_model(cfg), token_batch(cfg)
     tokens, logits = wb.generate(model, idx[:, :4], max_new_tokens=6, regime="soft", return_logits=True)
-    ref = S.sequential(model, tokens, plain_prefix=4).logits
+    ref = S.Sequential().run(model, tokens, 4).logits
     torch.testing.assert_close(logits, ref[:, 3:-1], rtol=0, atol=ATOL)
     tokens, logits = wb.generate(model, idx[:, :4], max_new_tokens=6, regime="standard", return_logits=True)
     torch.testing.assert_close(logits, model(tokens)[:, 3:-1], rtol=0, atol=ATOL)
@@ -142,7 +143,7 @@ def test_fused_prefill_with_enough_passes_is_sequential(variant):
     P = 5
     tokens, logits = wb.generate(model, idx[:, :P], max_new_tokens=4, regime="fused", prefill_passes=P - 1,
                                  return_logits=True)
-    ref = S.sequential(model, tokens).logits
+    ref = S.Sequential().run(model, tokens).logits
     torch.testing.assert_close(logits, ref[:, P - 1:-1], rtol=0, atol=ATOL)
 
 
@@ -189,10 +190,10 @@ def test_soft_is_the_recurrence_with_a_plain_prefix_and_a_suffix_condition_is_so
     model, idx = perturbed_model(cfg), token_batch(cfg)
     for p in (1, 4, idx.size(1)):
         soft = S.Prefilled(S.Single(), S.Sequential(), prompt_len=p).run(model, idx).logits
-        torch.testing.assert_close(soft, S.sequential(model, idx, plain_prefix=p).logits, rtol=0, atol=ATOL)
-    suffix = wb.analysis.probes.condition_schedule("suffix3", label_pos=7)
+        torch.testing.assert_close(soft, S.Sequential().run(model, idx, p).logits, rtol=0, atol=ATOL)
+    suffix = S.condition("suffix3").anchored(7)
     assert suffix == S.Prefilled(S.Single(), S.Sequential(), prompt_len=5)
-    torch.testing.assert_close(suffix.run(model, idx).logits, S.sequential(model, idx, plain_prefix=5).logits,
+    torch.testing.assert_close(suffix.run(model, idx).logits, S.Sequential().run(model, idx, 5).logits,
                                rtol=0, atol=ATOL)
 
 
@@ -202,9 +203,9 @@ def test_the_pure_continuation_is_the_recurrence_and_writes_nothing(variant):
     cfg = variant_config(variant)
     model, idx = perturbed_model(cfg), token_batch(cfg)
     T, t = idx.size(1), 3
-    exact = S.sequential(model, idx).memory
+    exact = S.Sequential().run(model, idx).memory
     cache = model.new_kv_cache(idx.size(0), T)
-    S.sequential(model, idx[:, :t], cache=cache)
+    S.Sequential().prefill(model, idx[:, :t], cache)
     before = [k.clone() for k in cache.k], cache.pos, cache.state.clone()
     run = S.continuation(model, idx, cache, t, T)
     first, again = run(cache.state), run(cache.state)

@@ -148,8 +148,7 @@ def test_fixed_point_quality_and_residual_behaviour_hold_on_fresh_prompts(run):
     """What the rule's residual half and the fixed-point report read, re-measured on prompts the recipe never saw:
     the exact recurrence's label accuracy within sampling error of the recorded one, and the residual still on
     the same side of "decays" (to zero or to a plateau: the split between them sits at float rounding)."""
-    from workbench.analysis.contraction import pass_dynamics
-    from workbench.analysis.dynamics import residual_behaviour
+    from workbench.analysis.fixed_point import pass_dynamics, residual_behaviour
 
     recipe = "fbt_pass_mixes_registers"
     summary = _summary(recipe)

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from workbench import schedules, tasks
-from workbench.analysis.dynamics import fixed_point_quality
+from workbench.analysis.fixed_point import fixed_point_quality
 from workbench.checkpoint import load_checkpoint
 from workbench.experiments import checkpoints_root
 from workbench.experiments.recipes import fixed_point_study as study
@@ -70,7 +70,7 @@ def test_the_long_familys_reference_fails_its_trained_depth_on_fresh_long_prompt
             continue  # it answers there: the family's verdict rests on the comparison, checked below
         model = load_checkpoint(checkpoints_root() / "fixed_point_study" / run)
         with torch.no_grad(), eval_mode(model):
-            logits = schedules.multipass(model, batch.tokens, passes=2).logits
+            logits = schedules.Multipass(2).run(model, batch.tokens).logits
         correct = ((logits.argmax(-1) == batch.targets) | (batch.targets < 0)).all(1).double().mean().item()
         margin = 3 * math.sqrt(max(correct * (1 - correct), 0.25 / 64) / 64)
         assert correct < study.TRAINED_DEPTH - margin, (run, was, correct)

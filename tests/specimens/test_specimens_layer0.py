@@ -17,7 +17,8 @@ import pytest
 import torch
 
 from workbench import tasks
-from workbench.analysis.probes import PROBE_CS, fit_probe, probe_features
+from workbench.analysis.features import probe_features
+from workbench.analysis.probes import PROBE_CS, fit_probe
 from workbench.evaluation import per_example_metrics
 from workbench.experiments import checkpoints_root, load_run
 from workbench.experiments.recipes import layer0_probes as recipe

@@ -10,15 +10,16 @@ rule: forwards accumulate into the current pass until it holds all T positions (
 computes each position once per pass, so the next forward would recompute one). So
 ``multipass(K)`` gives K passes; ``sequential`` and ``blockwise`` give one pass assembled from their
 chunks; ``interleaved(S)`` gives two — the init pass and the refined one assembled from its S
-subsets. The rule counts positions, never reads them, and activations are filed on the device they
-are on: recording waits for no device and runs on ``meta`` tensors too.
+subsets. Passes are numbered from 1, as ``pass_dynamics`` and the trainer's ``loss_pass{k}`` number them:
+``cache.pass_(1)`` is the plain pass. The rule counts positions, never reads them, and activations are
+filed on the device they are on: recording waits for no device and runs on ``meta`` tensors too.
 
-Filtering keeps memory small: ``names_filter`` (a name, a list, or a predicate) and either
-``positions`` (the same positions for every example) or ``example_positions`` (one position per
-example, e.g. the final colon of a probe task: entries are then (B, ...)). By default only the
-residual stream is cached (``residual_stream``: embeddings, every block's resid pre/mid/post, the
-final state, the memory and what it becomes), as TransformerLens advises for long runs; ``None``
-caches every hook point but the attention patterns.
+Filtering keeps memory small: ``names_filter`` (a name, a list, or a predicate) and ``positions``: a 1-D
+list of positions kept for every example, or a (B, 1) column of one position per example (e.g. the
+final colon of a probe task, ``batch.label_positions[:, None]``: entries are then (B, ...)). A long run
+shows a progress bar (``progress``). By default only the residual stream is cached (``residual_stream``:
+embeddings, every block's resid pre/mid/post, the final state, the memory and what it becomes), as
+TransformerLens advises for long runs; ``None`` caches every hook point but the attention patterns.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import torch
+from tqdm.auto import tqdm
 
 from .. import schedules
 from ..hooks import hook_points, with_hooks
@@ -33,6 +35,8 @@ from ..model import GPT
 from ..validation import check_tokens
 
 NamesFilter = str | Sequence[str] | Callable[[str], bool] | None
+# run_with_cache(progress=None) shows its bar only once a run has taken this long: silent for short runs
+PROGRESS_DELAY_S = 10.0
 
 
 RESIDUAL_HOOKS = ("hook_embed", "hook_input", "hook_resid_pre", "hook_resid_mid", "hook_resid_post", "hook_final",
@@ -82,7 +86,7 @@ def act_name(name: str, layer: int | None = None) -> str:
         return _MODEL_NAMES.get(name, name)
     if name not in _BLOCK_NAMES:
         raise KeyError(f"cache[{name!r}, {layer}]: the second index is a layer, as in TransformerLens, and needs "
-                       f"a short block name ({sorted(_BLOCK_NAMES)}); for passes use cache.pass_(k)[name]")
+                       f"a short block name ({sorted(_BLOCK_NAMES)}); for passes use cache.pass_(k)[name], k from 1")
     return f"blocks.{layer}.{_BLOCK_NAMES[name]}"
 
 
@@ -92,13 +96,13 @@ class ActivationCache:
     ``cache[name]`` is the activation of the last pass (the state the schedule ends in);
     ``cache["resid_post", 3]`` is ``blocks.3.hook_resid_post`` (the second index is a layer, as in
     TransformerLens, never a pass). Passes have their own accessors: ``cache.pass_(k)`` is a cache of
-    pass k alone, ``cache.stack_passes(name)`` stacks one hook over passes.
+    pass k alone (from 1), ``cache.stack_passes(name)`` stacks one hook over passes (index 0 is pass 1).
     """
 
     def __init__(self, passes: list[dict[str, torch.Tensor]], positions: torch.Tensor | None,
                  schedule: str, n_layer: int) -> None:
         self.passes = passes
-        self.positions = positions  # the kept positions (None = all, or one per example)
+        self.positions = positions  # run_with_cache's positions: None (all), 1-D (shared) or (B, 1) (per example)
         self.schedule = schedule
         self.n_layer = n_layer
 
@@ -107,10 +111,13 @@ class ActivationCache:
         return len(self.passes)
 
     def pass_(self, k: int) -> ActivationCache:
-        """The activations of pass ``k`` (negative counts from the end) as a one-pass cache."""
-        if not -self.n_passes <= k < self.n_passes:
-            raise IndexError(f"pass {k} is invalid: this cache holds {self.n_passes} passes")
-        return ActivationCache([self.passes[k]], self.positions, self.schedule, self.n_layer)
+        """The activations of pass ``k`` as a one-pass cache: 1 is the first pass (the plain one), as
+        ``pass_dynamics`` counts; negative ``k`` counts from the end (-1 is the last)."""
+        n = self.n_passes
+        if isinstance(k, bool) or not isinstance(k, int) or not (1 <= k <= n or -n <= k <= -1):
+            raise ValueError(f"k={k!r} is invalid: this cache holds {n} passes, numbered 1 to {n} "
+                             f"(or -{n} to -1 from the end)")
+        return ActivationCache([self.passes[k - 1 if k > 0 else k]], self.positions, self.schedule, self.n_layer)
 
     def keys(self) -> list[str]:
         return list(self.passes[-1]) if self.passes else []
@@ -137,7 +144,7 @@ class ActivationCache:
         return self.passes[-1][name]
 
     def stack_passes(self, name: str) -> torch.Tensor:
-        """(n_passes, ...) for one hook."""
+        """(n_passes, ...) for one hook; index i holds pass i + 1."""
         name = act_name(name)
         return torch.stack([p[name] for p in self.passes])
 
@@ -182,8 +189,9 @@ class _Recorder:
     this forward does not compute keeps its previous entry.
     """
 
-    def __init__(self, seq_len: int, keep: torch.Tensor | None, per_example: bool, device: torch.device) -> None:
-        self.seq_len, self.per_example = seq_len, per_example
+    def __init__(self, seq_len: int, keep: torch.Tensor | None, per_example: bool, device: torch.device,
+                 bar: tqdm) -> None:
+        self.seq_len, self.per_example, self.bar = seq_len, per_example, bar
         self.keep = None if keep is None else keep.to(device)
         targets = torch.arange(seq_len) if keep is None or per_example else keep
         self.kept = len(targets)
@@ -200,6 +208,8 @@ class _Recorder:
             self.filled = 0
         self.filled += positions.numel()
         self.step_positions = positions.detach()
+        self.bar.update(1)
+        self.bar.set_postfix(passes=len(self.passes), refresh=False)
 
     def on_activation(self, tensor: torch.Tensor, hook) -> None:
         name, dim, pos = hook.name, position_dim(hook.name), self.step_positions
@@ -233,35 +243,50 @@ class _Recorder:
                 for p in self.passes]
 
 
+def _kept_positions(positions: Sequence[int] | torch.Tensor | None, B: int, T: int
+                   ) -> tuple[torch.Tensor | None, bool]:
+    """``run_with_cache``'s ``positions`` as (kept positions on the host, one per example?)."""
+    if positions is None:
+        return None, False
+    keep = torch.as_tensor(positions, dtype=torch.long).cpu()
+    per_example = keep.ndim == 2
+    if not ((keep.ndim == 1 and len(keep) > 0) or keep.shape == (B, 1)):
+        raise ValueError(f"positions of shape {tuple(keep.shape)} is invalid: must be a non-empty 1-D list of "
+                         f"positions kept for every example, or a ({B}, 1) column of one position per example")
+    if int(keep.min()) < 0 or int(keep.max()) >= T:
+        raise ValueError(f"positions={keep.flatten().tolist()} is invalid: every position must be in [0, {T - 1}]")
+    return (keep[:, 0] if per_example else keep), per_example
+
+
 @torch.no_grad()
 def run_with_cache(model: GPT, idx: torch.Tensor, schedule: str | schedules.Schedule = "single", *, passes: int = 2,
                    subsets: int = 2, block: int = 32, plain_prefix: int | torch.Tensor = 0,
                    names_filter: NamesFilter = residual_stream, positions: Sequence[int] | torch.Tensor | None = None,
-                   example_positions: torch.Tensor | None = None,
-                   ) -> tuple[schedules.ScheduleOutput, ActivationCache]:
+                   progress: bool | None = None) -> tuple[schedules.ScheduleOutput, ActivationCache]:
     """Run ``schedule`` (a ``Schedule`` value, or a name with its keyword) on ``idx`` and cache the selected
     activations of every pass.
+
+    ``positions``: None keeps every position; a 1-D list keeps those positions of every example (entries
+    (B, K, ...)); a (B, 1) column keeps one position per example (entries (B, ...)). ``progress``: a tqdm bar
+    over the model's forwards (a multipass run's passes); None shows it only once the run has taken
+    ``PROGRESS_DELAY_S`` seconds, so short runs stay silent.
 
     Returns the schedule's output and the cache. Unwritten entries (a position a pass did not
     compute) are NaN, so a mistake shows rather than reads as zero.
     """
     check_tokens(model.config.vocab_size, idx)
-    if positions is not None and example_positions is not None:
-        raise ValueError("give positions or example_positions, not both")
+    if progress is not None and not isinstance(progress, bool):
+        raise ValueError(f"progress={progress!r} is invalid: must be None, True or False")
     value = schedules.parse(schedule, passes=passes, subsets=subsets, block=block)
     B, T = idx.shape
-    keep, per_example = None, False
-    if positions is not None:
-        keep = torch.as_tensor(positions, dtype=torch.long).cpu()
-        if keep.ndim != 1 or len(keep) == 0 or int(keep.min()) < 0 or int(keep.max()) >= T:
-            raise ValueError(f"positions must be a non-empty 1-D list of indices in [0, {T - 1}]")
-    if example_positions is not None:
-        keep, per_example = torch.as_tensor(example_positions, dtype=torch.long).cpu(), True
-        if keep.shape != (B,) or int(keep.min()) < 0 or int(keep.max()) >= T:
-            raise ValueError(f"example_positions must have shape ({B},) with indices in [0, {T - 1}]")
+    keep, per_example = _kept_positions(positions, B, T)
     names = _select_names(model, names_filter)
-    recorder = _Recorder(T, keep, per_example, idx.device)
-    fwd_hooks = [("hook_positions", recorder.on_positions)] + [(n, recorder.on_activation) for n in names]
-    with with_hooks(model, fwd_hooks):
-        out = value.run(model, idx, plain_prefix)
-    return out, ActivationCache(recorder.finish(), keep, value.name, model.config.n_layer)
+    forwards = value.jacobi_passes  # a multipass run makes one forward per pass; other counts are not known ahead
+    with tqdm(total=forwards if forwards > 1 else None, desc="run_with_cache", unit="forward",
+              disable=progress is False, delay=0.0 if progress else PROGRESS_DELAY_S) as bar:
+        recorder = _Recorder(T, keep, per_example, idx.device, bar)
+        fwd_hooks = [("hook_positions", recorder.on_positions)] + [(n, recorder.on_activation) for n in names]
+        with with_hooks(model, fwd_hooks):
+            out = value.run(model, idx, plain_prefix)
+    stored = keep[:, None] if per_example else keep  # as given: 1-D shared, or the (B, 1) column
+    return out, ActivationCache(recorder.finish(), stored, value.name, model.config.n_layer)

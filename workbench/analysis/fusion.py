@@ -8,7 +8,7 @@
 
 How the decoding regimes score a text is ``regimes``; how the Jacobi passes settle is
 ``schedule_agreement.jacobi_errors``; ``pass_dynamics`` read at its milestones is
-``contraction.pass_milestones``.
+``fixed_point.pass_milestones``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from ..config import ModelConfig
 from ..model import GPT, eval_mode
 from ..validation import check_int, check_tokens
 from .cache import run_with_cache
-from .contraction import check_prefix
+from .fixed_point import check_prefix
 
 FUSION_COLUMNS = ["example", "position", "token", "reads", "value_rms", "gate_mean", "gate_std", "cos_value",
                   "cos_embed"]
@@ -87,14 +87,3 @@ def fusion_parts(model: GPT, idx: torch.Tensor, plain_prefix: int = 0) -> pd.Dat
     }
     return pd.DataFrame({name: value.reshape(-1).cpu().numpy() for name, value in columns.items()},
                         columns=FUSION_COLUMNS)
-
-
-# ---------------------------------------------------------------------------------------------- regimes
-
-
-
-
-# ---------------------------------------------------------------------------------------------- jacobi
-
-
-

@@ -25,11 +25,8 @@ run with its own record reproduces it bit for bit, under every schedule.
   ``FeedbackHook`` saying which forward and which absolute positions the tensor holds;
 - ``intervention_effects``: one call, a tidy DataFrame of the answer's logit difference and flip
   rate per position and intervention;
-- ``label_swap``: the decodability-vs-use experiment on a probe task's batch (swap the memory read
-  at the label position, or the whole memory stream, with a group mate's of the other label or another
-  context's, against same-label controls);
-  ``example_logits``: one example's answer logits under each edit;
 - ``ablation_by_distance``: the loss change at t when the memory read d positions back is ablated.
+The label-swap design on a probe task's batch is ``experiments.decodability``.
 """
 
 from __future__ import annotations
@@ -48,7 +45,6 @@ from ..hooks import with_hooks
 from ..mechanisms import MECHANISM_CLASSES
 from ..metrics import token_losses
 from ..model import GPT, eval_mode
-from ..tasks.base import Batch
 from ..validation import check_int, check_tokens
 
 KINDS = ("patch", "zero", "mean")
@@ -377,172 +373,6 @@ def summarize_effects(per_example: pd.DataFrame) -> pd.DataFrame:
                  logit_diff=("logit_diff", "mean"), logit_diff_change=("logit_diff_change", "mean"),
                  flip_rate=("flipped", "mean"))
             .reset_index())
-
-
-# ------------------------------------------------------------------------------------------ the probe experiment
-def mate_rows(batch: Batch, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """For every example, a **swap** row (a group mate whose label differs: same context, other label)
-    and a **control** row (another example with the same label: a group mate when the group has one,
-    else a member of the next group, cyclically, at the same label position). Random among ties, seeded.
-
-    A group shares everything but the label-bearing detail, so the swap changes the label and as
-    little else as possible; the control changes at least as much of the context and not the label.
-    """
-    if batch.labels is None or batch.label_positions is None:
-        raise ValueError("batch must have labels and label_positions (a probe task's batch)")
-    rng = np.random.default_rng(seed)
-    labels, groups = batch.labels.cpu().numpy(), batch.groups.cpu().numpy()
-    positions = batch.label_positions.cpu().numpy()
-    order = list(dict.fromkeys(groups.tolist()))
-    members = {g: np.flatnonzero(groups == g) for g in order}
-    swap, control = np.empty(len(labels), dtype=np.int64), np.empty(len(labels), dtype=np.int64)
-    for i, (label, group) in enumerate(zip(labels, groups)):
-        mates = members[group]
-        other = mates[labels[mates] != label]
-        if len(other) == 0:
-            raise ValueError(f"example {i}'s group holds no other label: a swap needs groups with every label")
-        swap[i] = rng.choice(other)
-        same = mates[(labels[mates] == label) & (mates != i)]
-        start = order.index(group)
-        for step in range(1, len(order)):
-            if len(same):
-                break
-            candidates = members[order[(start + step) % len(order)]]
-            same = candidates[(labels[candidates] == label) & (positions[candidates] == positions[i])]
-        if len(same) == 0:
-            raise ValueError(f"example {i} has no other example with its label at its label position")
-        control[i] = rng.choice(same)
-    return torch.from_numpy(swap), torch.from_numpy(control)
-
-
-def cross_rows(batch: Batch, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """For every example, a **cross-context** swap row (an example of another group with the other label) and
-    its control (another group's example with the same label), both at the same label position, random among
-    ties, seeded: the swap changes the context along with the label, so an answer that follows it follows the
-    label the memory carries, not a detail of the context."""
-    if batch.labels is None or batch.label_positions is None:
-        raise ValueError("batch must have labels and label_positions (a probe task's batch)")
-    rng = np.random.default_rng(seed)
-    labels, groups = batch.labels.cpu().numpy(), batch.groups.cpu().numpy()
-    positions = batch.label_positions.cpu().numpy()
-    pairs = []
-    for i in range(len(labels)):
-        elsewhere = (groups != groups[i]) & (positions == positions[i])
-        other = np.flatnonzero(elsewhere & (labels != labels[i]))
-        same = np.flatnonzero(elsewhere & (labels == labels[i]))
-        if len(other) == 0 or len(same) == 0:
-            raise ValueError(f"example {i} has no example of another group with each label at its label position")
-        pairs.append((rng.choice(other), rng.choice(same)))
-    cross, control = zip(*pairs)
-    return torch.tensor(cross, dtype=torch.long), torch.tensor(control, dtype=torch.long)
-
-
-SWAP_KINDS = ("swap", "control", "cross", "cross_control", "mean", "zero")
-SPANS = ("site", "stream")
-
-
-def label_tokens(batch: Batch) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The answer token of every example (its target at the label position) and, for a binary task,
-    the foil (the other label's answer token)."""
-    rows = torch.arange(len(batch))
-    answers = batch.targets[rows, batch.label_positions]
-    by_label = {int(label): int(token) for label, token in zip(batch.labels, answers)}
-    if len(by_label) != 2:
-        return answers, None
-    (a, ta), (b, tb) = sorted(by_label.items())
-    foils = torch.where(batch.labels == a, torch.tensor(tb), torch.tensor(ta))
-    return answers, foils
-
-
-def label_swap(model: GPT, batch: Batch, site: str = "memory", seed: int = 0,
-               kinds: Sequence[str] = ("swap", "control", "mean", "zero"), batch_size: int = 256, *,
-               schedule: schedules.Schedule | None = None, span: str = "site") -> pd.DataFrame:
-    """Decodability vs use on one probe batch: edit the memory and see whether the answer follows.
-
-    The run is the probe's ``suffix1`` condition by default (a plain prefill up to the label position, which
-    then reads the previous position's memory: ``regime="soft"``, ``prompt_len`` = the label position), or
-    ``schedule`` (e.g. ``Multipass(2)``, the regime a specimen trained in) on each example up to its label
-    position. ``span``: ``"site"`` edits the memory read at the label position; ``"stream"`` every memory read
-    of the run (in every forward that reads), a larger edit with more power. Kinds: ``swap``: the group mate
-    of the other label's (``mate_rows``); ``control``: a same-label example's; ``cross`` / ``cross_control``:
-    another group's example of the other / the same label (``cross_rows``); ``mean``: the batch mean;
-    ``zero``. Per example rows of ``intervention_effects`` plus ``group``, ``label`` and ``span``; the answer
-    is the label's first token against the other label's.
-    """
-    if batch.label_positions is None or batch.labels is None:
-        raise ValueError("batch must have labels and label_positions (a probe task's batch)")
-    unknown = sorted(set(kinds) - set(SWAP_KINDS))
-    if unknown or not kinds:
-        raise ValueError(f"kinds={tuple(kinds)!r} is invalid: each must be one of {SWAP_KINDS}")
-    if span not in SPANS:
-        raise ValueError(f"span={span!r} is invalid: must be one of {SPANS}")
-    check_int("batch_size", batch_size, 1)
-    pairs = dict(zip(("swap", "control"), mate_rows(batch, seed)))  # kind -> the row each example copies from
-    if {"cross", "cross_control"} & set(kinds):
-        pairs.update(zip(("cross", "cross_control"), cross_rows(batch, seed)))
-    answers, foils = label_tokens(batch)
-    frames = []
-    positions = batch.label_positions.cpu()
-    for p in positions.unique().tolist():
-        rows = (positions == p).nonzero().squeeze(1)  # mates share the label position: one run per position
-        idx = batch.tokens[rows, : p + 1].to(model.readout_weight.device)
-        local = torch.full((len(batch),), -1, dtype=torch.long)
-        local[rows] = torch.arange(len(rows))
-        named = {k: Intervention("patch", rows=local[source[rows]]) for k, source in pairs.items()}
-        named.update(mean=Intervention("mean"), zero=Intervention("zero"))
-        run = dict(regime="soft", prompt_len=p) if schedule is None else dict(schedule=schedule)
-        frame = intervention_effects(model, idx, p if span == "site" else None, answers[rows],
-                                     {k: named[k] for k in kinds}, foils=None if foils is None else foils[rows],
-                                     answer_positions=p, site=site, per_example=True, **run)
-        frame["example"] = rows.numpy()[frame["example"].to_numpy()]
-        frames.append(frame)
-    frame = pd.concat(frames, ignore_index=True).sort_values(["intervention", "example"], kind="stable")
-    frame["group"] = batch.groups.cpu().numpy()[frame["example"].to_numpy()]
-    frame["label"] = batch.labels.cpu().numpy()[frame["example"].to_numpy()]
-    frame["span"] = span
-    return frame.reset_index(drop=True)
-
-
-def example_logits(model: GPT, batch: Batch, example: int, position: int | None = None, source: int | None = None,
-                   site: str = "memory") -> pd.DataFrame:
-    """One example's answer logits, clean and edited: what a learner watches move.
-
-    The run is a plain prefill up to ``position`` (default: the label position, the probe's
-    ``suffix1``), then the exact recurrence through the label position; the memory read at
-    ``position`` is patched from example ``source`` (default: its swap mate, ``mate_rows``),
-    mean-ablated and zeroed. One row per (intervention, label): ``intervention``, ``token`` (the
-    label's name), ``logit`` (of the label's answer token at the label position), ``true`` (the
-    example's own label).
-    """
-    if batch.label_positions is None or batch.labels is None:
-        raise ValueError("batch must have labels and label_positions (a probe task's batch)")
-    check_int("example", example, 0, len(batch) - 1)
-    p = int(batch.label_positions[example])
-    position = p if position is None else position
-    check_int("position", position, 1, p)
-    rows = (batch.label_positions == p).nonzero().squeeze(1)  # examples of the same length run together
-    source = int(mate_rows(batch)[0][example]) if source is None else source
-    check_int("source", source, 0, len(batch) - 1)
-    if int(batch.label_positions[source]) != p:
-        raise ValueError(f"source={source} has its label at position {int(batch.label_positions[source])}, not {p}")
-    local = {int(r): i for i, r in enumerate(rows)}
-    idx = batch.tokens[rows, : p + 1].to(model.readout_weight.device)
-    run = dict(regime="soft", prompt_len=position)
-    clean = record_site(model, idx, site, **run)
-    patch = torch.full((len(rows),), local[source], dtype=torch.long)
-    edits = {"clean": None, f"patch from #{source}": Intervention("patch", rows=patch), "mean": Intervention("mean"),
-             "zero": Intervention("zero")}
-    answers, _ = label_tokens(batch)
-    tokens = {int(label): int(token) for label, token in zip(batch.labels, answers)}
-    names = batch.label_names or [str(label) for label in sorted(tokens)]
-    out = []
-    for name, intervention in edits.items():
-        logits = clean.logits if intervention is None else intervene(model, idx, intervention, position, site, clean,
-                                                                      **run)
-        at = logits[local[example], p].double().cpu()
-        out += [{"intervention": name, "token": names[label], "logit": float(at[token]),
-                 "true": label == int(batch.labels[example])} for label, token in sorted(tokens.items())]
-    return pd.DataFrame(out)
 
 
 # ------------------------------------------------------------------------------------------ distance

@@ -1,42 +1,19 @@
 """Linear probes at every residual depth: what a task's latent label looks like to a linear reader.
 
-The FBT paper's appendix F asks one question of its probing tasks: at the final colon, whose label
-is fixed by what came before, at which depth can a linear classifier read that label — and does
-recurrent prefill bring it down to the shallow layers? This module answers it for any model, any
-task with ``labels`` and ``label_positions``, under several **prefill conditions**:
-
-- ``standard``: one plain pass (no position reads memory);
-- ``suffixK``: a k-step recurrent suffix — only the last k tokens up to the label read memory
-  (positions ``label_pos - k + 1 .. label_pos``), everything before is plain. This is the exact
-  recurrence with ``plain_prefix = label_pos - k + 1`` (the paper's "k + 1 forwards");
-- ``sequential``: the full recurrence (every position after the first reads its predecessor);
-- ``multipassK``: K Jacobi passes (``schedules.multipass``), pass 1 plain.
-
-Each condition is a schedule value (``schedules.condition``: ``suffixK`` is ``Prefilled(Single(),
-Sequential(), suffix=K)``, anchored at each label position) and any schedule value is a condition; the
-names label the tables (``schedules.condition_name``).
-
-Depth 0 is the input vector after fusion (``hook_input``), depth l the output of block l.
-
-Method (appendix F, with the control of Hewitt & Liang 2019): an L2-regularised logistic regression
-on standardised features, scored by ``folds``-fold **grouped** cross-validation on the task's groups
-(a group shares everything but the label-bearing detail, so a probe is always tested on contexts it
-never saw). Three baselines keep the numbers honest: the majority class; a *control task* — labels
-redrawn by a fixed random function of a label-irrelevant token, so ``selectivity = accuracy -
-control_accuracy`` discounts what a probe reads merely because the representation encodes
+``probe_layers`` probes a task's label at every depth of the features ``features`` computes under each
+prefill condition. Method (the FBT paper's appendix F, with the control of Hewitt & Liang 2019): an
+L2-regularised logistic regression on standardised features, scored by ``folds``-fold **grouped**
+cross-validation on the task's groups (a group shares everything but the label-bearing detail, so a probe
+is always tested on contexts it never saw). Three baselines keep the numbers honest: the majority class; a
+*control task*: labels redrawn by a fixed random function of a label-irrelevant token, so ``selectivity =
+accuracy - control_accuracy`` discounts what a probe reads merely because the representation encodes
 everything; and the same probe on a randomly initialised model of the same architecture.
-``kind="regression"`` swaps in ridge regression scored by R² for numeric state.
-
-Cost is dominated by forwards, so the conditions share them: the plain pass that gives
-``standard`` also fills a KV cache, and every recurrent suffix (and ``sequential``, the longest
-suffix) rewinds that cache to its first fused position and steps only the fused tokens. That is the
-exact recurrence (tests check it against ``schedules.sequential`` and ``schedules.multipass`` with a
-per-example ``plain_prefix``), at the cost of one plain pass plus k single-token steps.
+``kind="regression"`` swaps in ridge regression scored by R² for numeric state. Intervals over examples
+resample whole groups (``group_interval``).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import warnings
 from collections.abc import Sequence
 
@@ -45,19 +22,14 @@ import pandas as pd
 import torch
 from threadpoolctl import threadpool_limits
 
-from .. import schedules
-from ..hooks import with_hooks
-from ..kv_cache import KVCache
 from ..mechanisms import uniform_init_
-from ..model import GPT, build_model, eval_mode
+from ..model import GPT, build_model
 from ..stats import bootstrap
 from ..tasks.base import Batch, Task
 from ..validation import check_int, fail
+from .features import DEFAULT_CONDITIONS, Condition, check_batch, condition_features, named_conditions, subset
 
-DEFAULT_CONDITIONS = ("standard", "suffix1", "suffix2", "suffix4", "sequential")
 DEFAULT_N = 1600  # examples drawn from a task: 400 held out per fold; accuracy near chance has a ~1-point std error
-CONDITION_FORMS = schedules.CONDITION_FORMS
-Condition = str | schedules.Schedule  # a name (the tables' label) or any schedule value
 KINDS = ("classification", "regression")
 
 # DataFrame columns per kind: score, its spread over folds, control score, trivial baseline.
@@ -67,165 +39,9 @@ _METRICS = {
 }
 
 
-# ------------------------------------------------------------------------------------------ checks
 def _check_kind(kind: str) -> None:
     if kind not in KINDS:
         fail("kind", kind, f"must be one of {KINDS}")
-
-
-def parse_condition(condition: Condition) -> schedules.Schedule:
-    """A prefill condition as its schedule value (``schedules.condition``): ``"suffix2"`` ->
-    ``Prefilled(Single(), Sequential(), suffix=2)``, ``"standard"`` -> ``Single()``; a value is itself.
-
-    Raises a ValueError listing the allowed forms, so a typo in a sweep fails before any forward.
-    """
-    return schedules.condition(condition)
-
-
-def _named(conditions: Sequence[Condition]) -> dict[str, schedules.Schedule]:
-    """``{table label: value}`` of the conditions asked for, validated before any forward."""
-    if isinstance(conditions, str) or not isinstance(conditions, Sequence) or not conditions:  # one bare condition
-        fail("conditions", conditions, "must be a non-empty sequence of conditions")
-    return {schedules.condition_name(c): parse_condition(c) for c in conditions}
-
-
-def _check_batch(batch: Batch) -> None:
-    if not isinstance(batch, Batch):
-        raise ValueError(f"task_or_batch must be a workbench Task or Batch, got {type(batch).__name__}")
-    if batch.label_positions is None:
-        raise ValueError("task_or_batch has no label_positions: probes read the label at its position, "
-                         "so use a task that defines one (e.g. a probe task or arith_cot)")
-    if bool((batch.label_positions >= batch.lengths).any()) or bool((batch.label_positions < 0).any()):
-        raise ValueError("task_or_batch has label_positions outside the examples' real tokens")
-
-
-# ------------------------------------------------------------------------------------------ features
-def residual_names(n_layer: int) -> list[str]:
-    """Hook names of depths 0..L: the fused input, then every block's output."""
-    return ["hook_input"] + [f"blocks.{layer}.hook_resid_post" for layer in range(n_layer)]
-
-
-def _recurrent_suffix(model: GPT, idx: torch.Tensor, cache: KVCache, plain_memory: torch.Tensor, start: int) -> None:
-    """Recompute positions ``start..T-1`` one at a time, each reading its predecessor's memory,
-    against a cache whose positions before ``start`` hold the plain pass (= the exact recurrence
-    with ``plain_prefix = start``: the first fused token reads the plain memory of ``start - 1``)."""
-    cache.rewind(start)  # the entries beyond are overwritten before anything can read them
-    cache.state = plain_memory[:, start - 1]
-    schedules.recur(model, idx, cache, start)
-
-
-def _group_features(model: GPT, idx: torch.Tensor, values: dict[str, schedules.Schedule]) -> dict[str, torch.Tensor]:
-    """Features (L + 1, B, D) at the last position of ``idx`` (every row's label position) per condition."""
-    names = residual_names(model.config.n_layer)
-    last: dict[str, torch.Tensor] = {}
-
-    def keep_last(tensor: torch.Tensor, *, hook) -> None:  # every forward ends at the label position
-        last[hook.name] = tensor[:, -1]
-
-    def snapshot() -> torch.Tensor:
-        return torch.stack([last[name] for name in names]).cpu()
-
-    B, T = idx.shape
-    if getattr(model.config, "mechanism", None) == "none":  # no memory to read: every condition is the plain pass
-        with with_hooks(model, [(name, keep_last) for name in names]):
-            model.step(idx)
-        return dict.fromkeys(values, snapshot())
-    # First recurrent position of each "plain, then the exact recurrence" condition (T: none recurs); any other
-    # value is run whole, and its last forward ends at the label position. Each row ends at its label, so a value
-    # given relative to the position read (a suffix) is anchored there by running on the whole row.
-    starts = {c: value.recurs_from(T) for c, value in values.items()}
-    recurrent = {c: start for c, start in starts.items() if start is not None}
-    result: dict[str, torch.Tensor] = {}
-    with with_hooks(model, [(name, keep_last) for name in names]):
-        cache = model.new_kv_cache(B, T) if any(start < T for start in recurrent.values()) else None
-        plain = model.step(idx, kv=cache)
-        standard = snapshot()
-        # Latest start first: each rewind then only overwrites cache entries that the later, longer
-        # suffixes recompute before reading them.
-        for condition in sorted(recurrent, key=recurrent.get, reverse=True):
-            if recurrent[condition] >= T:  # nothing recurs (standard, or the label at position 0)
-                result[condition] = standard
-                continue
-            _recurrent_suffix(model, idx, cache, plain.memory, recurrent[condition])
-            result[condition] = snapshot()
-        for condition in values.keys() - recurrent.keys():
-            values[condition].run(model, idx)
-            result[condition] = snapshot()
-    return result
-
-
-@torch.no_grad()
-def condition_features(model: GPT, batch: Batch, conditions: Sequence[Condition] = DEFAULT_CONDITIONS, *,
-                       batch_size: int = 1024) -> dict[str, torch.Tensor]:
-    """Residual features at every example's label position, per condition: ``{name: (L + 1, n, D)}``, keyed by
-    each condition's table label (``schedules.condition_name``; a name given is its own label).
-
-    Conditions share their forwards (one plain pass per chunk serves ``standard`` and seeds every
-    recurrent suffix). Examples are grouped by label position and each group is cut to its label
-    position: the model is causal, so right padding and the label token never matter, and every
-    forward of a group ends exactly where the probe reads. ``batch_size`` bounds memory, not results.
-    """
-    parsed = _named(conditions)
-    _check_batch(batch)
-    check_int("batch_size", batch_size, 1)
-    weight = model.readout_weight
-    L, D, n = model.config.n_layer, model.config.n_embd, len(batch)
-    dtype = torch.float64 if weight.dtype == torch.float64 else torch.float32  # numpy has no bfloat16
-    out = {c: torch.empty(L + 1, n, D, dtype=dtype) for c in parsed}
-    positions = batch.label_positions.cpu()
-    with eval_mode(model):
-        for pos in positions.unique().tolist():
-            rows = (positions == pos).nonzero().squeeze(1)
-            for chunk in rows.split(batch_size):
-                idx = batch.tokens[chunk, : pos + 1].to(weight.device)
-                for condition, feats in _group_features(model, idx, parsed).items():
-                    out[condition][:, chunk] = feats.to(dtype)
-    return out
-
-
-def probe_features(model: GPT, batch: Batch, condition: Condition = "standard", *,
-                   batch_size: int = 1024) -> torch.Tensor:
-    """Residual features (L + 1, n, D) at every example's label position under one prefill condition.
-
-    Depth 0 is the input vector after fusion, depth l the output of block l; see the module docstring
-    for the conditions. For several conditions at once, ``condition_features`` shares the forwards.
-    """
-    return condition_features(model, batch, (condition,), batch_size=batch_size)[schedules.condition_name(condition)]
-
-
-def condition_schedule(condition: Condition, label_pos: int) -> schedules.Schedule:
-    """A prefill condition as the schedule value it runs for examples whose label sits at ``label_pos``: its
-    value ``anchored`` there (``suffixK`` = ``Prefilled(Single(), Sequential(), prompt_len=label_pos - K + 1)``,
-    a plain prefill up to K tokens before the label, then the exact recurrence: SOFT decoding from there)."""
-    check_int("label_pos", label_pos, 0)
-    return parse_condition(condition).anchored(label_pos)
-
-
-@torch.no_grad()
-def answer_correct(model: GPT, batch: Batch, condition: Condition = "standard", *,
-                   batch_size: int = 256) -> np.ndarray:
-    """Per example (n,) bool: is every answer target right when the sequence is computed under
-    ``condition`` (the probe's prefill, then the same recurrence through the answer)?
-
-    This is a specimen's competence under the condition it is probed in: a probe of a model that
-    cannot answer there measures nothing. ``suffixK`` = plain prefill up to K tokens before the label
-    position, then the exact recurrence (STANDARD prefill + SOFT decoding for K = 1).
-    """
-    _check_batch(batch)
-    check_int("batch_size", batch_size, 1)
-    value = parse_condition(condition)
-    weight = model.readout_weight
-    correct = np.zeros(len(batch), dtype=bool)
-    positions = batch.label_positions.cpu()
-    with eval_mode(model):
-        for pos in positions.unique().tolist():
-            for chunk in (positions == pos).nonzero().squeeze(1).split(batch_size):
-                T = int(batch.lengths[chunk].max())
-                targets = batch.targets[chunk, :T]
-                logits = value.anchored(pos).run(model, batch.tokens[chunk, :T].to(weight.device)).logits
-                hits = (logits.argmax(-1).cpu() == targets) | (targets < 0)
-                correct[chunk.numpy()] = hits.all(1).numpy()
-    return correct
 
 
 # ------------------------------------------------------------------------------------------ probes
@@ -448,7 +264,7 @@ def control_position(batch: Batch) -> int | None:
     colon, the hardest to dismiss as forgotten). With one example per group (``arith_cot``) every
     position qualifies, and the token's independence from the label rests on the task alone.
     """
-    _check_batch(batch)
+    check_batch(batch)
     tokens = batch.tokens[:, : int(batch.label_positions.min())].cpu().numpy()
     _, first, inverse = np.unique(batch.groups.cpu().numpy(), return_index=True, return_inverse=True)
     constant = (tokens == tokens[first[inverse]]).all(axis=0)
@@ -544,15 +360,15 @@ def probe_layers(model: GPT, task_or_batch: Task | Batch, conditions: Sequence[C
     probe's strengths, fold by fold (a weaker penalty lifts them too).
     """
     _check_kind(kind)
-    names = list(_named(conditions))
+    names = list(named_conditions(conditions))
     if isinstance(task_or_batch, Task):
         batch = task_or_batch.sample(DEFAULT_N if n is None else n, seed=seed, split=split)
         task_name = task_or_batch.name
     else:
-        _check_batch(task_or_batch)
+        check_batch(task_or_batch)
         if n is not None:
             check_int("n", n, 1, len(task_or_batch))
-        batch, task_name = _head(task_or_batch, n), "batch"
+        batch, task_name = task_or_batch if n is None else subset(task_or_batch, torch.arange(n)), "batch"
     target = batch.labels if labels is None else labels
     if target is None:
         raise ValueError("task_or_batch has no labels: pass labels=(n,) values to probe")
@@ -594,38 +410,6 @@ def probe_layers(model: GPT, task_or_batch: Task | Batch, conditions: Sequence[C
         columns += ["C", "accuracy_low", "accuracy_high"]
         columns += ["twin_accuracy", "twin_selectivity", "twin_low", "twin_high"] if random_baseline else []
     return pd.DataFrame(rows, columns=columns)
-
-
-def upper_bound(model: GPT, batch: Batch, *, labels: np.ndarray | torch.Tensor | None = None, folds: int = 4,
-                C: float = 0.1, max_iter: int = 500, seed: int = 0, batch_size: int = 1024) -> dict[str, float]:
-    """The top-layer probe at the **fed-back position** (one before each label position), plain pass.
-
-    One recurrent step hands layer 0 at the label position the top state of the position before it
-    (through FBT's fusion), so no layer-0 probe after one step can read more than this probe reads:
-    it is the ceiling a ``suffix1`` layer-0 accuracy is read against. Classification; returns
-    ``accuracy``, ``accuracy_low``, ``accuracy_high`` (group bootstrap), ``majority`` and ``n``.
-    """
-    _check_batch(batch)
-    if bool((batch.label_positions < 1).any()):
-        raise ValueError("batch has a label at position 0: there is no fed-back position before it")
-    shifted = dataclasses.replace(batch, label_positions=batch.label_positions - 1)
-    target = np.asarray(batch.labels if labels is None else labels)
-    groups = batch.groups.cpu().numpy()
-    top = probe_features(model, shifted, "standard", batch_size=batch_size)[-1]
-    result = fit_probe(top.numpy(), target, groups, folds=folds, C=C, max_iter=max_iter)
-    interval = group_interval(result["held_out"], groups, seed=seed)
-    return {"accuracy": result["accuracy"], "accuracy_low": interval["low"], "accuracy_high": interval["high"],
-            "majority": result["majority"], "n": len(target)}
-
-
-def _head(batch: Batch, n: int | None) -> Batch:
-    """The first ``n`` examples of a batch (all of it for None)."""
-    if n is None or n == len(batch):
-        return batch
-    fields = {}
-    for name, value in vars(batch).items():
-        fields[name] = value[:n] if isinstance(value, (torch.Tensor, list)) and name != "label_names" else value
-    return Batch(**fields)
 
 
 def _control_target(batch: Batch, control: bool | int, labels: np.ndarray, kind: str, seed: int) -> np.ndarray | None:

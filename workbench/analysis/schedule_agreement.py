@@ -1,6 +1,6 @@
 """How far a schedule is from the exact recurrence: its logits as its knob grows, its memory pass by pass.
 
-Training schedules approximate the exact token-by-token recurrence (``schedules.sequential``) in
+Training schedules approximate the exact token-by-token recurrence (``schedules.Sequential``) in
 parallel. How far each one is decides which one to train with, measured on a real model and batch:
 
 - ``compare_schedules``, ``schedule_sweep``, ``position_distance``: each schedule's logits against the
@@ -9,9 +9,8 @@ parallel. How far each one is decides which one to train with, measured on a rea
 - ``jacobi_errors``: each position's memory against the exact one after each Jacobi pass, the
   staircase that makes ``multipass(T)`` exact.
 
-What a schedule costs lives in ``work``, training histories on one scale in ``histories``, what LRT
-learned in ``lrt_state``. Distances are relative Frobenius norms, ``||L - L*|| / ||L*||`` over the
-batch and vocabulary, so 0 is exact and ~1e-7 is float32 round-off.
+What a schedule costs lives in ``work``, what LRT learned in ``lrt_state``. Distances are relative Frobenius
+norms, ``||L - L*|| / ||L*||`` over the batch and vocabulary, so 0 is exact and ~1e-7 is float32 round-off.
 """
 
 from __future__ import annotations
@@ -27,7 +26,7 @@ from .. import schedules
 from ..metrics import mean_token_loss
 from ..model import GPT, eval_mode
 from ..validation import check_int, check_tokens
-from .contraction import check_prefix
+from .fixed_point import check_prefix
 from .work import count_work
 
 # The knob of each approximation of the exact recurrence the papers train with, and the letter the papers and
@@ -36,10 +35,6 @@ PARAMETERS = {name: schedules.KNOBS[name] for name in ("multipass", "interleaved
 SYMBOLS = {schedules.VALUES[name].knob_name: schedules.VALUES[name].symbol for name in PARAMETERS}
 AGREEMENT_COLUMNS = ["schedule", "parameter", "value", "label", "distance", "max_abs", "agreement", "loss",
                      "forwards", "token_forwards", "pass_equivalents", "train_flops"]
-
-
-
-
 
 
 Setting = Mapping[str, Any] | str | schedules.Schedule
@@ -66,7 +61,7 @@ def exact_logits(model: GPT, idx: torch.Tensor) -> torch.Tensor:
     """The reference every distance is measured against: the exact sequential recurrence."""
     check_tokens(model.config.vocab_size, idx)
     with torch.no_grad(), eval_mode(model):
-        return schedules.sequential(model, idx).logits
+        return schedules.Sequential().run(model, idx).logits
 
 
 @torch.no_grad()
@@ -151,15 +146,7 @@ def position_distance(model: GPT, idx: torch.Tensor, setting: Setting,
                          "agreement": agreement.cpu().numpy(), "label": value.label})
 
 
-
-
-# ---------------------------------------------------------------------------------------------- LRT state
-
-
-
-
-
-
+# ---------------------------------------------------------------------------------------------- jacobi
 JACOBI_COLUMNS = ["pass", "position", "error"]
 
 
@@ -179,10 +166,9 @@ def jacobi_errors(model: GPT, idx: torch.Tensor, passes: int | None = None, plai
     check_prefix(plain_prefix, T)
     rows = []
     with eval_mode(model):
-        exact = schedules.sequential(model, idx, plain_prefix).memory.double()
+        exact = schedules.Sequential().run(model, idx, plain_prefix).memory.double()
         scale = torch.linalg.vector_norm(exact, dim=-1)
         for k, out in enumerate(schedules.iterate_passes(model, idx, plain_prefix, passes), start=1):
             error = (torch.linalg.vector_norm(out.memory.double() - exact, dim=-1) / scale).amax(0)
             rows += [{"pass": k, "position": t, "error": float(e)} for t, e in enumerate(error.tolist())]
     return pd.DataFrame(rows, columns=JACOBI_COLUMNS)
-

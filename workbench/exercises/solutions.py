@@ -1,7 +1,7 @@
 """Reference solutions of the notebooks' exercises, one function per exercise, named as in its notebook.
 
 A notebook shows each one folded away under its exercise (a ``<details>`` cell whose code is this
-module's source, kept equal by ``tests/test_exercises.py``), and its check falls back on it while
+module's source, kept equal by ``tests/e2e/test_exercises_notebooks.py``), and its check falls back on it while
 the learner's cell is still the stub, so the cells below the check run either way. CI runs every
 check on these functions: each must pass.
 """
@@ -19,7 +19,7 @@ from sklearn.preprocessing import StandardScaler
 from ..functional import norm
 from ..kv_cache import KVBuffer
 from ..model import GPT
-from ..schedules import feedback_mask, sequential, shift_right
+from ..schedules import Sequential, feedback_mask, shift_right
 from ..tasks import ANSWER_MARKER, Task
 
 
@@ -88,7 +88,7 @@ def one_step_jacobian(model: GPT, idx: torch.Tensor, t: int) -> torch.Tensor:
     B = idx.size(0)
     cache = model.new_kv_cache(B, t + 1)
     with torch.no_grad():
-        sequential(model, idx[:, :t], cache=cache)  # the exact recurrence over positions < t
+        Sequential().prefill(model, idx[:, :t], cache)  # the exact recurrence over positions < t
     point = cache.state  # m_{t-1}: the memory position t reads
 
     def step(memory: torch.Tensor) -> torch.Tensor:  # position t alone, attending to the held prefix

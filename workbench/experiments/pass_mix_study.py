@@ -145,7 +145,7 @@ def mix_of(spec: RunSpec) -> str:
 @torch.no_grad()
 def pass_losses(model, tokens: torch.Tensor, targets: torch.Tensor, passes: int, chunk: int = 64) -> np.ndarray:
     """(passes, B) each example's mean loss over ``targets`` after each Jacobi pass (eval mode, no jitter)."""
-    from ..analysis.contraction import window_loss
+    from ..analysis.fixed_point import window_loss
     from ..model import eval_mode
     from ..schedules import iterate_passes
 
@@ -216,7 +216,7 @@ def decide(rises: dict[str, dict[str, float]], behaviours: dict[str, list[str]])
 def fixed_point_row(model, batch: tasks.Batch, targets: torch.Tensor, accuracy: bool) -> dict[str, float]:
     """The fixed point's quality on the held-out batch: the exact recurrence's loss (and accuracy, where it means
     something) against the best of the trained passes 1..3."""
-    from ..analysis.dynamics import fixed_point_quality
+    from ..analysis.fixed_point import fixed_point_quality
 
     per = fixed_point_quality(model, batch.tokens, targets, passes=3).per_example
     by = per.groupby(per["pass"].fillna(0).astype(int))[["loss", "correct"]].mean()  # pass 0: the exact recurrence
@@ -229,8 +229,9 @@ def fixed_point_row(model, batch: tasks.Batch, targets: torch.Tensor, accuracy: 
 
 def analyze_mixes(ctx: Context, setting: Setting) -> Outcome:
     """Iterate every specimen's pass map over the window, measure the gates, apply the rule."""
-    from ..analysis.contraction import decoding_states, jacobian_norm, pass_dynamics, pass_map_jacobian, sensitivity
-    from ..analysis.dynamics import residual_behaviour
+    from ..analysis.fixed_point import pass_dynamics, residual_behaviour
+    from ..analysis.jacobians import jacobian_norm, pass_map_jacobian, sensitivity
+    from ..analysis.trajectory import decoding_states
     from ..plots import contraction_curves
 
     batch = next(iter(ctx.runs.values())).eval_batch()
@@ -328,7 +329,7 @@ RULE = ("The claim in its two halves, each with its own verdict. Loss half: per 
         "only), with a 95 % hierarchical bootstrap interval over seeds, then examples; reproduces when 75/25's "
         "interval lies above 0 while 75/22/3's reaches 0 or below, does not reproduce when both lie above 0 or "
         "both reach 0, inconclusive otherwise. Residual half: each seed's pass residual from pass 3 on is classed "
-        "(decays to zero / decays to a plateau / oscillates / grows, analysis.dynamics.residual_behaviour); "
+        "(decays to zero / decays to a plateau / oscillates / grows, analysis.fixed_point.residual_behaviour); "
         "reproduces when every 75/25 seed oscillates or grows and every 75/22/3 seed decays, does not reproduce "
         "when every 75/25 seed decays or no 75/22/3 seed does, inconclusive otherwise. The claim reproduces when "
         "both halves do, does not when either does not, inconclusive otherwise; not tested when a gate fails. "

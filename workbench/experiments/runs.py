@@ -46,7 +46,7 @@ def evaluate_run(model: GPT, spec: RunSpec) -> pd.DataFrame:
 def reference_metrics(model: GPT, spec: RunSpec) -> dict[str, float]:
     """The recorded evaluation recomputed in float64 on a copy: the well-conditioned number tests pin."""
     double = copy.deepcopy(model).to("cpu").double()
-    return summarize(evaluate_run(double, spec), getattr(spec.eval_task(), "bytes_per_token", 1.0))
+    return summarize(evaluate_run(double, spec), getattr(spec.eval_task(), "bytes_per_token", None))
 
 
 def spec_of(path: Path) -> RunSpec:
@@ -59,7 +59,7 @@ def spec_of(path: Path) -> RunSpec:
 def _evaluation(model: GPT, spec: RunSpec, per_example: pd.DataFrame) -> dict[str, Any]:
     """The evaluation part of a run's metrics: the summary of its per-example evaluation, the float64
     reference, and under which schedule, on how many examples, from which seed."""
-    return {"eval": summarize(per_example, getattr(spec.eval_task(), "bytes_per_token", 1.0)),
+    return {"eval": summarize(per_example, getattr(spec.eval_task(), "bytes_per_token", None)),
             "eval_float64": reference_metrics(model, spec), "eval_schedule": spec.eval_schedule.to_dict(),
             "eval_size": spec.eval_size, "eval_seed": EVAL_SEED,
             **({} if spec.eval_task_params is None else {"eval_task_params": spec.eval_task_params})}

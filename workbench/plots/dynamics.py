@@ -1,4 +1,5 @@
-"""Figures of the feedback map's dynamics over many passes (``analysis.contraction``, ``analysis.dynamics``).
+"""Figures of the feedback map's dynamics over many passes (``analysis.fixed_point``, ``analysis.jacobians``,
+``analysis.lens``).
 
 - ``contraction_curves``: residual and distance to the fixed point against pass (log scale);
 - ``sensitivity_decay``: effect of a memory perturbation against distance (log scale);
@@ -155,7 +156,7 @@ def fixed_point_readability(table: pd.DataFrame, title: str = "", readable: floa
 
 def fixed_point_accuracy(results: Mapping[str, pd.DataFrame], trained_depth: int | None = None) -> Figure:
     """Answer accuracy against pass (log axis) per model, the exact recurrence's as a dashed line in the same
-    colour: ``analysis.dynamics.fixed_point_quality(...).per_example`` frames by name. Where the line ends
+    colour: ``analysis.fixed_point.fixed_point_quality(...).per_example`` frames by name. Where the line ends
     above the dash, the model reads its passes better than the fixed point they converge to."""
     fig, (ax,) = new_figure(1, panel=(7.2, 3.8))
     palette = sns.color_palette("tab10", len(results))
@@ -178,7 +179,7 @@ def fixed_point_accuracy(results: Mapping[str, pd.DataFrame], trained_depth: int
 
 def lyapunov_curves(results: Mapping[str, pd.DataFrame]) -> Figure:
     """Top finite-time Lyapunov exponent against horizon per model (mean over examples, min-max band):
-    ``analysis.dynamics.lyapunov`` frames by name, one panel per path ("full", "memory")."""
+    ``analysis.jacobians.lyapunov`` frames by name, one panel per path ("full", "memory")."""
     frames = {name: f[f["index"] == 1] for name, f in results.items()}
     paths = sorted({p for f in frames.values() for p in f["path"].unique()})
     fig, axes = new_figure(len(paths), panel=(5.2, 3.6))
@@ -202,7 +203,7 @@ def lyapunov_curves(results: Mapping[str, pd.DataFrame]) -> Figure:
 
 def lens_by_pass(results: Mapping[str, pd.DataFrame], lens: str = "logit", value: str = "top1_is_answer") -> Figure:
     """Heatmaps of what a lens reads at the answer position, pass (columns) by depth (rows), one panel per model:
-    ``analysis.dynamics.fed_back_lens(...)["lens"]`` frames by name."""
+    ``analysis.lens.fed_back_lens(...)["lens"]`` frames by name."""
     fig, axes = new_figure(len(results), panel=(4.2, 2.6))
     for ax, (name, frame) in zip(axes, results.items()):
         require_columns(frame, ["pass", "depth", "lens", value], "lens_by_pass")

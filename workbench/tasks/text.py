@@ -144,6 +144,8 @@ class TextTask(Task):
             raise ValueError(f"text: give path={path!r} or dataset={dataset!r}, not both")
         if path is not None and not Path(path).exists():
             raise ValueError(f"text: path={path!r} is invalid: no such file or directory")
+        if path is not None and Path(path).is_file() and Path(path).stat().st_size == 0:
+            raise ValueError(f"text: path={path!r} is invalid: the file is empty")
         check_int(self.name, "seq_len", seq_len, 1, 1 << 20)
         check_int(self.name, "max_bytes", max_bytes, 1, 1 << 40)
         fraction = not isinstance(val_fraction, bool) and isinstance(val_fraction, (int, float))
@@ -155,6 +157,13 @@ class TextTask(Task):
                        "val_fraction": float(val_fraction), "pattern": pattern, "dataset": dataset,
                        "dataset_config": dataset_config, "text_field": text_field,
                        "max_bytes": int(max_bytes)}
+
+    def _source(self) -> str:
+        """Where the text comes from, as an error message names it."""
+        p = self.params
+        if p["dataset"] is not None:
+            return f"dataset={p['dataset']!r}"
+        return f"the standard library ({stdlib_dir()})" if p["path"] is None else f"path={p['path']!r}"
 
     def corpus(self, split: str = "train") -> tuple[np.ndarray, np.ndarray]:
         """(token stream, document offsets) of a split; loaded on first use."""
@@ -187,8 +196,10 @@ class TextTask(Task):
         rng = make_rng(seed, split)
         tokens, doc_starts = self.corpus(split)
         if len(tokens) < self.seq_len + 1:
-            raise ValueError(f"text: the {split} split holds {len(tokens)} tokens; seq_len={self.seq_len} "
-                             f"needs at least {self.seq_len + 1} (lower seq_len or give a larger corpus)")
+            size = len(tokens) - len(doc_starts)  # bytes: every document adds one <bos>
+            state = "empty" if size == 0 else f"too short ({size} bytes)"
+            raise ValueError(f"text: the {split} split of {self._source()} is {state}: seq_len={self.seq_len} needs "
+                             f"at least {self.seq_len + 1} tokens, a <bos> included (lower seq_len or give more text)")
         starts = rng.integers(0, len(tokens) - self.seq_len, size=n)
         return self._batch(tokens, doc_starts, starts, starts + self.seq_len + 1)
 

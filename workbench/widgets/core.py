@@ -36,7 +36,7 @@ import torch
 from matplotlib.figure import Figure
 
 from .. import plots
-from ..analysis.contraction import memory_trajectory
+from ..analysis.trajectory import memory_trajectory
 from ..model import GPT
 
 Render = Callable[..., tuple[Figure, str]]

@@ -19,8 +19,8 @@ import pandas as pd
 import torch
 from matplotlib.figure import Figure
 
-from .. import plots, tasks
-from ..analysis.probes import parse_condition, probe_layers
+from .. import plots, schedules, tasks
+from ..analysis.probes import probe_layers
 from ..analysis.regimes import regime_losses
 from ..decode import REGIMES, generate
 from ..model import GPT
@@ -89,7 +89,7 @@ def probe_compute(models: Mapping[str, Mapping[str, GPT]], conditions: Sequence[
     if not conditions:
         raise ValueError(f"conditions={list(conditions)!r} must name at least one condition")
     for condition in conditions:
-        parse_condition(condition)
+        schedules.condition(condition)
     check_int("n", n, 8)  # 4 grouped folds need several groups
     kept: dict[str, pd.DataFrame] = {}
 

@@ -3,7 +3,7 @@
 ``intervention_explorer(model, batch)``: pick an example, the position whose memory read is edited
 (the recurrence starts there; the label position is the probe's ``suffix1``) and the example whose
 run the memory comes from; the figure shows the answer's logits clean, patched, mean-ablated and
-zeroed (``analysis.interventions.example_logits``), the summary says which edits flip the answer.
+zeroed (``experiments.decodability.example_logits``), the summary says which edits flip the answer.
 Show it with ``with_static_twin`` so the default setting also reads on a code host.
 """
 
@@ -15,7 +15,7 @@ import ipywidgets as widgets
 from matplotlib.figure import Figure
 
 from .. import plots
-from ..analysis.interventions import example_logits, mate_rows
+from ..experiments.decodability import example_logits, mate_rows
 from ..model import GPT
 from ..tasks.base import Batch
 from .core import Explorer, format_number

@@ -59,8 +59,8 @@ def test_exact_schedules_cache_the_same_states(fbt_model):
         torch.testing.assert_close(mp[name], seq[name], rtol=0, atol=1e-11)
         torch.testing.assert_close(il[name], seq[name], rtol=0, atol=1e-11)
     # depth 0 of the first pass is the plain embedding; later passes differ after position 0
-    torch.testing.assert_close(mp.pass_(0)["hook_input"], mp.pass_(0)["hook_embed"])
-    assert (mp.pass_(1)["hook_input"][:, 1:] - mp.pass_(1)["hook_embed"][:, 1:]).abs().max() > 1e-3
+    torch.testing.assert_close(mp.pass_(1)["hook_input"], mp.pass_(1)["hook_embed"])
+    assert (mp.pass_(2)["hook_input"][:, 1:] - mp.pass_(2)["hook_embed"][:, 1:]).abs().max() > 1e-3
 
 
 def test_patterns_only_on_request_and_padded_for_sequential(fbt_model):
@@ -79,12 +79,36 @@ def test_position_filters(fbt_model):
     _, some = run_with_cache(fbt_model, idx, "interleaved", subsets=3, positions=[1, 6])
     torch.testing.assert_close(some["blocks.1.hook_resid_post"], full["blocks.1.hook_resid_post"][:, [1, 6]])
     where = torch.tensor([5, 2])
-    _, one = run_with_cache(fbt_model, idx, "sequential", example_positions=where,
+    _, one = run_with_cache(fbt_model, idx, "sequential", positions=where[:, None],
                             names_filter=lambda n: n.endswith("resid_post"))
     expected = full["blocks.2.hook_resid_post"][torch.arange(2), where]
     _, seq = run_with_cache(fbt_model, idx, "sequential")
     torch.testing.assert_close(one["blocks.2.hook_resid_post"], seq["blocks.2.hook_resid_post"][torch.arange(2), where])
     assert one["blocks.2.hook_resid_post"].shape == expected.shape == (2, 32)
+
+
+def test_one_positions_parameter_takes_shared_positions_or_one_per_example(fbt_model):
+    """A 1-D list is kept for every example, a (B, 1) column is each example's own position: two examples and
+    two positions, [5, 2] and [[5], [2]], do not read alike."""
+    idx = _idx()
+    _, full = run_with_cache(fbt_model, idx, "multipass", passes=2)
+    _, shared = run_with_cache(fbt_model, idx, "multipass", passes=2, positions=[5, 2])
+    _, own = run_with_cache(fbt_model, idx, "multipass", passes=2, positions=[[5], [2]])
+    name = "blocks.0.hook_resid_post"
+    torch.testing.assert_close(shared[name], full[name][:, [5, 2]], rtol=0, atol=0)
+    torch.testing.assert_close(own[name], full[name][torch.arange(2), torch.tensor([5, 2])], rtol=0, atol=0)
+    assert shared[name].shape == (2, 2, 32) and own[name].shape == (2, 32)
+
+
+def test_progress_bar_on_request_and_silent_by_default(fbt_model, capsys):
+    run_with_cache(fbt_model, _idx(), "multipass", passes=3)
+    assert capsys.readouterr().err == ""
+    run_with_cache(fbt_model, _idx(), "multipass", passes=3, progress=True)
+    assert "3/3" in capsys.readouterr().err  # one forward per pass of the three
+    run_with_cache(fbt_model, _idx(), "multipass", passes=3, progress=False)
+    assert capsys.readouterr().err == ""
+    with pytest.raises(ValueError, match="progress"):
+        run_with_cache(fbt_model, _idx(), progress="yes")
 
 
 def test_gates_are_cached_for_lrt():
@@ -97,16 +121,15 @@ def test_gates_are_cached_for_lrt():
 def test_bad_filters_are_refused(fbt_model):
     with pytest.raises(ValueError, match="unknown hook points"):
         run_with_cache(fbt_model, _idx(), names_filter=["blocks.0.nope"])
-    with pytest.raises(ValueError, match="positions"):
-        run_with_cache(fbt_model, _idx(), positions=[99])
-    with pytest.raises(ValueError, match="example_positions"):
-        run_with_cache(fbt_model, _idx(), example_positions=torch.tensor([1, 2, 3]))
+    for bad in ([99], [-1], [], torch.tensor([[1], [2], [3]]), torch.tensor([[1, 2], [3, 4]]), torch.zeros(2, 1, 1)):
+        with pytest.raises(ValueError, match="positions"):
+            run_with_cache(fbt_model, _idx(), positions=bad)
 
 
 def test_cache_leaves_no_hooks_behind(fbt_model):
     run_with_cache(fbt_model, _idx(), "multipass", passes=2)
     assert not any(m._forward_hooks for m in fbt_model.modules())
-    assert isinstance(wb.schedules.single(fbt_model, _idx()).logits, torch.Tensor)
+    assert isinstance(wb.schedules.Single().run(fbt_model, _idx()).logits, torch.Tensor)
 
 
 def _hand_built(n_layer: int = 3, passes: int = 2) -> tuple[ActivationCache, dict]:
@@ -129,12 +152,15 @@ def test_cache_reads_as_transformerlens_reads_its_cache():
     with pytest.raises(KeyError, match=r"pass_\(k\)"):
         cache["blocks.0.hook_resid_post", 0]
     # passes have their own accessors
-    assert cache.pass_(0)["resid_post", 1][0, 0, 0] == value[0, "blocks.1.hook_resid_post"]
-    assert torch.equal(cache.pass_(-1)["hook_input"], cache["hook_input"]) and cache.pass_(0).n_passes == 1
+    assert cache.pass_(1)["resid_post", 1][0, 0, 0] == value[0, "blocks.1.hook_resid_post"]
+    assert cache.pass_(2)["resid_post", 1][0, 0, 0] == value[1, "blocks.1.hook_resid_post"]
+    assert torch.equal(cache.pass_(-1)["hook_input"], cache["hook_input"]) and cache.pass_(1).n_passes == 1
+    assert torch.equal(cache.pass_(-2)["hook_input"], cache.pass_(1)["hook_input"])
     assert cache.stack_passes("hook_input")[:, 0, 0, 0].tolist() == [
         value[0, "hook_input"], value[1, "hook_input"]]
-    with pytest.raises(IndexError, match="2 passes"):
-        cache.pass_(2)
+    for k in (0, 3, -3, 1.0, True):  # passes count from 1, as pass_dynamics and loss_pass{k} count them
+        with pytest.raises(ValueError, match="k="):
+            cache.pass_(k)
     # stack_activation: one block activation over layers (TransformerLens' signature)
     stacked = cache.stack_activation("resid_post")
     assert stacked.shape == (3, 2, 4, 5)

@@ -13,17 +13,10 @@ import torch
 import workbench as wb
 from conftest import perturbed_model, small_config, variant_config
 from workbench.analysis import run_with_cache
-from workbench.analysis.contraction import (
-    decoding_states,
-    exact_by_causality,
-    jacobian_norm,
-    jacobian_power_iteration,
-    memory_trajectory,
-    pass_dynamics,
-    pass_map_jacobian,
-    sensitivity,
-)
+from workbench.analysis.fixed_point import exact_by_causality, pass_dynamics
+from workbench.analysis.jacobians import jacobian_norm, jacobian_power_iteration, pass_map_jacobian, sensitivity
 from workbench.analysis.schedule_agreement import jacobi_errors
+from workbench.analysis.trajectory import decoding_states, memory_trajectory
 
 T = 8
 
@@ -73,13 +66,13 @@ def test_losses_match_the_multipass_schedule(models):
     targets[:, -1] = -1
     df = pass_dynamics(models["fbt"], idx, passes=3, targets=targets)
     with torch.no_grad():
-        expected = wb.schedules.multipass(models["fbt"], idx, passes=3).pass_losses(targets)
+        expected = wb.schedules.Multipass(3).run(models["fbt"], idx).pass_losses(targets)
     assert df["loss"].tolist() == pytest.approx([float(x) for x in expected], rel=1e-12)
 
 
 def test_given_reference_is_used_as_the_fixed_point(models):
     model, idx = models["lrt"], _idx()
-    exact = wb.schedules.sequential(model, idx).memory
+    exact = wb.schedules.Sequential().run(model, idx).memory
     own = pass_dynamics(model, idx, passes=3)
     given = pass_dynamics(model, idx, passes=3, reference=exact)
     assert given["fixed_point_distance"].tolist() == pytest.approx(own["fixed_point_distance"].tolist(), abs=1e-14)
@@ -111,9 +104,9 @@ def test_a_window_is_measured_on_its_positions_only(models):
     assert (df["exact_by_causality"].iloc[:w] == 0).all() and (df["exact_by_causality"].iloc[w:] > 0).all()
     assert df["exact_by_causality"].iloc[-1] == 1.0
     with torch.no_grad():
-        exact = wb.schedules.sequential(model, idx).memory[:, w:].double()
-        out = wb.schedules.multipass(model, idx, passes=3)
-        m2, m3 = (o.double()[:, w:] for o in (wb.schedules.multipass(model, idx, passes=2).memory, out.memory))
+        exact = wb.schedules.Sequential().run(model, idx).memory[:, w:].double()
+        out = wb.schedules.Multipass(3).run(model, idx)
+        m2, m3 = (o.double()[:, w:] for o in (wb.schedules.Multipass(2).run(model, idx).memory, out.memory))
     row = df.set_index("pass").loc[3]
     assert row["delta"] == pytest.approx(float(torch.linalg.vector_norm(m3 - m2) / torch.linalg.vector_norm(m3)))
     assert row["fixed_point_distance"] == pytest.approx(
@@ -132,7 +125,7 @@ def test_a_window_is_measured_on_its_positions_only(models):
 def test_memory_stays_constant_over_hundreds_of_passes(models):
     """Every pass's memory tensor is freed once the next pass has used it: at most a couple are alive."""
     model, idx = models["fbt"], _idx()
-    reference = wb.schedules.sequential(model, idx).memory
+    reference = wb.schedules.Sequential().run(model, idx).memory
     seen: list[weakref.ref] = []
     alive_counts: list[int] = []
 
@@ -210,7 +203,7 @@ def test_sensitivity_rejects_bad_input(models, kwargs, field):
 def _exact_jacobian_norm(model: wb.GPT, idx: torch.Tensor, t: int) -> float:
     """Spectral norm of d m_t / d m_{t-1} from a full causal forward (no KV cache) fed the exact memories."""
     B = idx.size(0)
-    exact = wb.schedules.sequential(model, idx).memory
+    exact = wb.schedules.Sequential().run(model, idx).memory
     memory_in = wb.schedules.shift_right(exact[:, : t + 1])
     reads = wb.schedules.feedback_mask(B, t + 1)
 
@@ -246,7 +239,7 @@ def test_jacobian_rejects_bad_input(models, kwargs, field):
 
 def _exact_pass_map_norm(model: wb.GPT, idx: torch.Tensor) -> float:
     """Spectral norm of one whole Jacobi pass's Jacobian at the fixed point, from the full matrix."""
-    exact = wb.schedules.sequential(model, idx).memory
+    exact = wb.schedules.Sequential().run(model, idx).memory
     reads = wb.schedules.feedback_mask(*idx.shape)
 
     def one_pass(m: torch.Tensor) -> torch.Tensor:
@@ -269,7 +262,7 @@ def test_pass_map_is_nilpotent_whatever_its_norm(models):
     """The pass map is strictly causal: T products of its Jacobian vanish, so the iteration settles in T passes
     even where the norm exceeds 1 (why a norm above 1 is no divergence certificate)."""
     model, idx = models["fbt"], _idx(B=1)
-    exact = wb.schedules.sequential(model, idx).memory
+    exact = wb.schedules.Sequential().run(model, idx).memory
     reads = wb.schedules.feedback_mask(*idx.shape)
     n = exact.numel()
     J = torch.autograd.functional.jacobian(
@@ -295,7 +288,7 @@ def test_memory_trajectory_indexes_the_sequential_run(models):
     assert first["cosine_prev"].isna().all() and not first["reads"].any()
     rest = df[df["position"] > 0]
     assert rest["reads"].all() and rest["cosine_prev"].between(-1, 1).all()
-    logits = wb.schedules.sequential(model, idx).logits
+    logits = wb.schedules.Sequential().run(model, idx).logits
     assert df["top_tokens"].map(lambda x: x[0]).tolist() == logits.argmax(-1).reshape(-1).tolist()
     assert df["token"].tolist() == idx.reshape(-1).tolist()
     state = run_with_cache(model, idx, "sequential", names_filter="blocks.1.hook_resid_post")[1]

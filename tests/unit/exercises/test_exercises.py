@@ -15,6 +15,7 @@ from sklearn.preprocessing import StandardScaler
 import workbench as wb
 from workbench import exercises as ex
 from workbench.exercises import solutions as sol
+from workbench.exercises.schedule_checks import jacobian_at_zero
 from workbench.functional import norm
 from workbench.kv_cache import KVBuffer, interleave
 from workbench.schedules import feedback_mask, shift_right
@@ -171,13 +172,13 @@ def hf_fused_input(model, input_ids, memory, *, rescale=True, hf_embedding=True)
 
 
 def one_step_jacobian(model, idx, t, *, transpose=False, at_zero=False, plain=False):
-    jac = ex._jacobian_at_zero(model, idx, t) if at_zero else ex.solutions.one_step_jacobian(model, idx, t)
+    jac = jacobian_at_zero(model, idx, t) if at_zero else ex.solutions.one_step_jacobian(model, idx, t)
     if plain:  # a step of position t alone with no prefix: the keys/values of positions < t ignored
         def step(m):
             return model.step(idx[:, t:t + 1], memory=m[:, None], positions=torch.tensor([t])).memory[:, 0]
         cache = model.new_kv_cache(idx.size(0), t)
         with torch.no_grad():
-            wb.schedules.sequential(model, idx[:, :t], cache=cache)
+            wb.schedules.Sequential().prefill(model, idx[:, :t], cache)
         full = torch.autograd.functional.jacobian(step, cache.state)
         jac = torch.stack([full[b, :, b] for b in range(idx.size(0))])
     return jac.transpose(-1, -2) if transpose else jac

@@ -36,8 +36,8 @@ def test_interleaved_reads_is_the_schedules_rule():
     assert diagrams.interleaved_reads(6, 6) == {t: t for t in range(1, 6)}
     model = perturbed_model(small_config("lrt", lrt_gamma_init=0.5))
     idx = torch.randint(0, 23, (2, 6))
-    exact = wb.schedules.sequential(model, idx).logits
-    torch.testing.assert_close(wb.schedules.interleaved(model, idx, 6).logits, exact)
+    exact = wb.schedules.Sequential().run(model, idx).logits
+    torch.testing.assert_close(wb.schedules.Interleaved(6).run(model, idx).logits, exact)
 
 
 def test_interleaved_sweep_rows_and_arrows():

@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 
 from conftest import overlapping_ticks, perturbed_model, small_config
 from workbench import plots
-from workbench.analysis.contraction import memory_trajectory, pass_dynamics, sensitivity
+from workbench.analysis import memory_trajectory, pass_dynamics, sensitivity
 
 CONDITIONS = ["standard", "recurrent k=1", "sequential"]
 

@@ -30,12 +30,13 @@ ZERO = analysis.interventions.Intervention("zero")
 ENTRY_POINTS = {
     "forward": lambda idx: MODEL(idx),
     "step": lambda idx: MODEL.step(idx),
-    **{f"run[{s}]": functools.partial(lambda s, idx: schedules.run(MODEL, idx, s), s) for s in schedules.SCHEDULES},
-    "single": lambda idx: schedules.single(MODEL, idx),
-    "sequential": lambda idx: schedules.sequential(MODEL, idx),
-    "multipass": lambda idx: schedules.multipass(MODEL, idx, 2),
-    "interleaved": lambda idx: schedules.interleaved(MODEL, idx, 2),
-    "blockwise": lambda idx: schedules.blockwise(MODEL, idx, 2),
+    **{f"run[{s}]": functools.partial(lambda s, idx: schedules.parse(s).run(MODEL, idx), s)
+       for s in schedules.SCHEDULES},
+    "single": lambda idx: schedules.Single().run(MODEL, idx),
+    "sequential": lambda idx: schedules.Sequential().run(MODEL, idx),
+    "multipass": lambda idx: schedules.Multipass(2).run(MODEL, idx),
+    "interleaved": lambda idx: schedules.Interleaved(2).run(MODEL, idx),
+    "blockwise": lambda idx: schedules.Blockwise(2).run(MODEL, idx),
     "iterate_passes": lambda idx: next(schedules.iterate_passes(MODEL, idx)),
     "pass_dynamics": lambda idx: analysis.pass_dynamics(MODEL, idx, passes=2),
     "memory_trajectory": lambda idx: analysis.memory_trajectory(MODEL, idx),
@@ -85,7 +86,7 @@ def test_the_check_never_waits_for_the_device():
     torch.cuda.set_sync_debug_mode("error")
     try:
         model(GOOD.cuda())
-        schedules.run(model, GOOD.cuda(), "multipass")
+        schedules.parse("multipass").run(model, GOOD.cuda())
     finally:
         torch.cuda.set_sync_debug_mode("default")
 

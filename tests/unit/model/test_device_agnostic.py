@@ -47,7 +47,7 @@ def autocast() -> torch.autocast:
 def test_every_schedule_trains_on_meta(variant, schedule):
     model = _meta_model(variant).train()
     idx = torch.empty(B, T, dtype=torch.long, device="meta")
-    out = S.run(model, idx, schedule, plain_prefix=_prefix("meta"), **SCHEDULE_KW[schedule])
+    out = S.parse(schedule, **SCHEDULE_KW[schedule]).run(model, idx, _prefix("meta"))
     loss = out.loss(idx)
     loss.backward()
     assert loss.device.type == "meta" and out.logits.shape == (B, T, model.config.vocab_size)
@@ -75,7 +75,7 @@ def test_run_with_cache_on_meta(variant, schedule):
     _, kept = run_with_cache(model, idx, schedule, names_filter="hook_memory", positions=[2, 5], **kw)
     assert kept["hook_memory"].shape == (B, 2, model.mechanism.memory_width)
     _, per_example = run_with_cache(model, idx, schedule, names_filter=["blocks.0.attn.hook_pattern"],
-                                    example_positions=torch.tensor([3, 8]), **kw)
+                                    positions=torch.tensor([[3], [8]]), **kw)
     assert per_example["blocks.0.attn.hook_pattern"].shape == (B, model.config.n_head, T)
 
 
@@ -94,10 +94,10 @@ def test_every_schedule_trains_under_bf16_autocast(variant, schedule):
     torch.manual_seed(0)
     model = wb.build_model(cfg).eval()
     idx, targets = _tokens(cfg), _tokens(cfg, seed=1)
-    kw = dict(plain_prefix=_prefix("cpu"), **SCHEDULE_KW[schedule])
-    reference = S.run(model, idx, schedule, **kw)
+    value, prefix = S.parse(schedule, **SCHEDULE_KW[schedule]), _prefix("cpu")
+    reference = value.run(model, idx, prefix)
     with autocast():
-        out = S.run(model, idx, schedule, **kw)
+        out = value.run(model, idx, prefix)
         loss = out.loss(targets)
     loss.backward()
     assert out.logits.dtype == torch.bfloat16 and loss.dtype == torch.float32

@@ -86,28 +86,28 @@ def test_memory_is_the_final_normed_hidden_state(hf_dirs, family):
 @pytest.mark.parametrize("family", FAMILIES)
 def test_multipass_T_equals_sequential(hf_dirs, family, variant):
     model, idx = load(hf_dirs, family, **VARIANTS[variant]), tokens()
-    ref = S.sequential(model, idx)
-    out = S.multipass(model, idx, passes=idx.size(1))
+    ref = S.Sequential().run(model, idx)
+    out = S.Multipass(idx.size(1)).run(model, idx)
     torch.testing.assert_close(out.logits, ref.logits, rtol=0, atol=ATOL)
     torch.testing.assert_close(out.memory, ref.memory, rtol=0, atol=ATOL)
-    assert (S.multipass(model, idx, passes=2).logits - ref.logits).abs().max() > 1e-6  # the test can fail
+    assert (S.Multipass(2).run(model, idx).logits - ref.logits).abs().max() > 1e-6  # the test can fail
 
 
 @pytest.mark.parametrize(("family", "attn"), [("gpt2", "eager"), ("gpt2", "sdpa"), ("llama", "sdpa")])
 def test_interleaved_T_equals_sequential(hf_dirs, family, attn):
     """HF attention writes into the workbench KVBuffer; a position-aware 4-D mask keeps it causal."""
     model, idx = load(hf_dirs, family, attn, inject="residual", gamma_init=0.5), tokens()
-    ref = S.sequential(model, idx)
-    out = S.interleaved(model, idx, subsets=idx.size(1))
+    ref = S.Sequential().run(model, idx)
+    out = S.Interleaved(idx.size(1)).run(model, idx)
     torch.testing.assert_close(out.logits, ref.logits, rtol=0, atol=ATOL)
     torch.testing.assert_close(out.memory, ref.memory, rtol=0, atol=ATOL)
-    assert (S.interleaved(model, idx, subsets=2).logits - ref.logits).abs().max() > 1e-6
+    assert (S.Interleaved(2).run(model, idx).logits - ref.logits).abs().max() > 1e-6
 
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_residual_injection_starts_as_the_hf_model(hf_dirs, family):
     model, idx = load(hf_dirs, family, fusion=None, inject="residual"), tokens()
-    torch.testing.assert_close(S.multipass(model, idx, passes=3).logits, model.hf(input_ids=idx).logits,
+    torch.testing.assert_close(S.Multipass(3).run(model, idx).logits, model.hf(input_ids=idx).logits,
                                rtol=0, atol=ATOL)
 
 
@@ -118,11 +118,31 @@ def test_generation_regimes_match_the_sequential_schedule(hf_dirs, family):
     for regime, plain_prefix, extra in (("soft", P, {}), ("fused", 0, dict(prefill_passes=P - 1))):
         out, logits = wb.generate(model, prompt, new, regime=regime, return_logits=True, **extra)
         assert out.shape == (2, P + new) and torch.equal(out[:, :P], prompt)
-        ref = S.sequential(model, out, plain_prefix=plain_prefix).logits[:, P - 1:-1]
+        ref = S.Sequential().run(model, out, plain_prefix).logits[:, P - 1:-1]
         torch.testing.assert_close(logits, ref, rtol=0, atol=ATOL)
         torch.testing.assert_close(out[:, P:], ref.argmax(-1), rtol=0, atol=0)
     out, logits = wb.generate(model, prompt, new, regime="standard", return_logits=True)
     torch.testing.assert_close(logits, model.hf(input_ids=out).logits[:, P - 1:-1], rtol=0, atol=ATOL)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_generate_takes_hugging_face_arguments(hf_dirs, family):
+    """``model.generate``: greedy under SOFT is the feedback recurrence; under STANDARD it is the HF model's own
+    greedy ``generate``; sampling is reproducible from its generator; a sampling temperature of 0 is refused."""
+    model, prompt = load(hf_dirs, family), tokens(length=4)
+    P, new = prompt.size(1), 5
+    out = model.generate(prompt, max_new_tokens=new)
+    assert out.shape == (2, P + new) and torch.equal(out[:, :P], prompt)
+    assert torch.equal(out[:, P:], S.Sequential().run(model, out, P).logits[:, P - 1:-1].argmax(-1))
+    plain = model.generate(prompt, max_new_tokens=new, regime="standard")
+    hf_greedy = model.hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=new,
+                                  min_new_tokens=new, do_sample=False, pad_token_id=0)
+    assert torch.equal(plain, hf_greedy) and not torch.equal(plain, out)
+    sampled = [model.generate(prompt, new, do_sample=True, temperature=0.7, top_k=5,
+                              generator=torch.Generator().manual_seed(0)) for _ in range(2)]
+    assert torch.equal(*sampled)
+    with pytest.raises(ValueError, match="temperature"):
+        model.generate(prompt, new, do_sample=True, temperature=0.0)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -138,24 +158,25 @@ def test_run_with_cache_reads_every_depth_and_pass(hf_dirs, family):
     # pass 1 is plain: its depths are the HF model's own hidden states
     ref = model.hf(input_ids=idx, output_hidden_states=True).hidden_states
     for layer in range(L - 1):
-        torch.testing.assert_close(cache.pass_(0)[f"blocks.{layer}.hook_resid_post"], ref[layer + 1], rtol=0, atol=ATOL)
+        torch.testing.assert_close(cache.pass_(1)[f"blocks.{layer}.hook_resid_post"], ref[layer + 1], rtol=0, atol=ATOL)
     embed_pos = model.hf.transformer.wpe.weight[: idx.size(1)] if family == "gpt2" else 0.0  # added inside GPT-2
-    torch.testing.assert_close(cache.pass_(0)["hook_input"] + embed_pos, ref[0], rtol=0, atol=ATOL)
+    torch.testing.assert_close(cache.pass_(1)["hook_input"] + embed_pos, ref[0], rtol=0, atol=ATOL)
     _, seq = run_with_cache(model, idx, schedule="sequential", names_filter="hook_memory")
-    torch.testing.assert_close(seq["hook_memory"], S.sequential(model, idx).memory, rtol=0, atol=ATOL)
+    torch.testing.assert_close(seq["hook_memory"], S.Sequential().run(model, idx).memory, rtol=0, atol=ATOL)
 
 
 def test_contraction_analysis_runs_on_the_wrapper(hf_dirs):
     """pass_dynamics reaches the sequential fixed point by pass T; the Jacobian of one feedback step,
     taken through the single-token frozen-prefix store, matches autograd on a copied cache."""
-    contraction = pytest.importorskip("workbench.analysis.contraction")
+    fixed_point = pytest.importorskip("workbench.analysis.fixed_point")
+    jacobians = pytest.importorskip("workbench.analysis.jacobians")
     model, idx = load(hf_dirs, "llama", inject="residual", gamma_init=0.3), tokens(length=6)
-    dyn = contraction.pass_dynamics(model, idx, passes=7)
+    dyn = fixed_point.pass_dynamics(model, idx, passes=7)
     assert dyn["fixed_point_distance"].iloc[5] < 1e-12 < dyn["fixed_point_distance"].iloc[0]
     t = 3
     cache = model.new_kv_cache(2, t + 1)
     with torch.no_grad():
-        S.sequential(model, idx[:, :t], cache=cache)
+        S.Sequential().prefill(model, idx[:, :t], cache)
 
     def one_step(memory: torch.Tensor) -> torch.Tensor:
         return model.step(idx[:, t:t + 1], memory=memory[:, None], positions=torch.tensor([t]),
@@ -163,14 +184,14 @@ def test_contraction_analysis_runs_on_the_wrapper(hf_dirs):
 
     J = torch.autograd.functional.jacobian(one_step, cache.state)
     expected = torch.stack([torch.linalg.matrix_norm(J[b, :, b], ord=2) for b in range(2)])
-    got = contraction.jacobian_power_iteration(model, idx, t, iters=100)["per_example"]
+    got = jacobians.jacobian_power_iteration(model, idx, t, iters=100)["per_example"]
     torch.testing.assert_close(got, expected, rtol=1e-6, atol=0)
 
 
 def test_a_rewound_cache_recomputes_exactly(hf_dirs):
     """``rewind`` forgets the later positions, as with ``KVCache`` (probes rely on it)."""
     model, idx = load(hf_dirs, "llama"), tokens()
-    ref = S.sequential(model, idx)
+    ref = S.Sequential().run(model, idx)
     cache = model.new_kv_cache(2, idx.size(1))
     plain = model.step(idx, kv=cache)
     cache.rewind(2)
@@ -178,7 +199,7 @@ def test_a_rewound_cache_recomputes_exactly(hf_dirs):
     for t in range(2, idx.size(1)):
         out = model.step(idx[:, t:t + 1], memory=state[:, None], positions=torch.tensor([t]), kv=cache)
         state = out.memory[:, -1]
-    torch.testing.assert_close(out.logits[:, -1], S.sequential(model, idx, plain_prefix=2).logits[:, -1],
+    torch.testing.assert_close(out.logits[:, -1], S.Sequential().run(model, idx, 2).logits[:, -1],
                                rtol=0, atol=ATOL)
     assert (out.logits[:, -1] - ref.logits[:, -1]).abs().max() > 1e-6
 
@@ -195,7 +216,7 @@ def test_probe_layers_accepts_the_wrapper():
     conditions = ("standard", "suffix2")  # suffix2: the plain pass's cache rewound, the last 2 tokens fused
     frame = probes.probe_layers(model, batch, conditions, random_baseline=False, control=False, folds=2, max_iter=100)
     assert len(frame) == 2 * (model.config.n_layer + 1)
-    feats = probes.condition_features(model, batch, conditions)["suffix2"]
+    feats = wb.analysis.condition_features(model, batch, conditions)["suffix2"]
     pos = int(batch.label_positions[0])
     _, cache = run_with_cache(model.eval(), batch.tokens[:1, :pos + 1], "sequential", plain_prefix=pos - 1)
     torch.testing.assert_close(feats[:, 0], cache.accumulated_resid()[:, 0, -1], rtol=0, atol=ATOL)
@@ -229,7 +250,7 @@ def test_save_and_reload_the_wrapper(hf_dirs, tmp_path):
     model.save_pretrained(tmp_path / "saved")
     again = hf.FeedbackLM.from_pretrained(tmp_path / "saved", attn_implementation=ATTN["gpt2"]).eval()
     assert again.config == model.config
-    torch.testing.assert_close(S.multipass(again, idx, passes=3).logits, S.multipass(model, idx, passes=3).logits,
+    torch.testing.assert_close(S.Multipass(3).run(again, idx).logits, S.Multipass(3).run(model, idx).logits,
                                rtol=0, atol=ATOL)
     with pytest.raises(ValueError, match="disagree"):
         hf.FeedbackLM.from_pretrained(tmp_path / "saved", inject=None)
@@ -241,10 +262,10 @@ def test_a_deep_copy_is_independent(hf_dirs):
     twin = copy.deepcopy(model)
     with torch.no_grad():
         model.mechanism.injection.gamma.zero_()
-    torch.testing.assert_close(S.multipass(model, idx, passes=3).logits, model.hf(input_ids=idx).logits,
+    torch.testing.assert_close(S.Multipass(3).run(model, idx).logits, model.hf(input_ids=idx).logits,
                                rtol=0, atol=ATOL)
-    assert (S.multipass(twin, idx, passes=3).logits - model.hf(input_ids=idx).logits).abs().max() > 1e-3
-    torch.testing.assert_close(S.multipass(twin, idx, passes=7).logits, S.sequential(twin, idx).logits,
+    assert (S.Multipass(3).run(twin, idx).logits - model.hf(input_ids=idx).logits).abs().max() > 1e-3
+    torch.testing.assert_close(S.Multipass(7).run(twin, idx).logits, S.Sequential().run(twin, idx).logits,
                                rtol=0, atol=ATOL)
 
 
@@ -286,6 +307,17 @@ def test_bad_input_is_refused_clearly(hf_dirs):
         hf.decoder_layers(torch.nn.Linear(2, 2), 3)
 
 
+def test_an_embedding_narrower_than_the_hidden_states_is_refused():
+    """OPT-350m's shape: inputs_embeds of width 8 projected to hidden states of 16. FBT and LRT fuse and inject
+    the memory at the width it is read, so the wrapper refuses the model by name."""
+    from transformers import OPTConfig
+
+    cfg = OPTConfig(vocab_size=V, hidden_size=16, word_embed_proj_dim=8, num_hidden_layers=1, ffn_dim=32,
+                    num_attention_heads=2, max_position_embeddings=16)
+    with pytest.raises(ValueError, match="hf_model"):
+        hf.FeedbackLM(AutoModelForCausalLM.from_config(cfg))
+
+
 def test_multipass_training_lowers_the_loss(hf_dirs):
     """The trainer's recipe (2 passes, prefix mix-in, jitter) with AdamW on a toy task with a latent state."""
     model = load(hf_dirs, "llama").float().train()
@@ -293,13 +325,13 @@ def test_multipass_training_lowers_the_loss(hf_dirs):
     idx = torch.randint(0, V, (16, 10), generator=g)
     targets = idx.cumsum(dim=1) % V  # running sum mod V: the state a position carries forward
     prefix = torch.randint(0, 10, (16,), generator=g)
-    assert S.schedule_flops(model, "multipass", 16, 10, passes=2) == 2 * model.flops_per_token(10) * 16 * 10
+    assert S.parse("multipass", passes=2).flops(model, 16, 10) == 2 * model.flops_per_token(10) * 16 * 10
     groups = model.parameter_groups()  # what the trainer's optimisers are built from: every parameter once
     assert sorted(id(p) for g in groups.values() for p in g) == sorted(id(p) for p in model.parameters())
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     losses = []
     for _ in range(12):
-        loss = S.run(model, idx, "multipass", passes=2, plain_prefix=prefix).loss(targets)
+        loss = S.parse("multipass", passes=2).run(model, idx, prefix).loss(targets)
         opt.zero_grad()
         loss.backward()
         assert model.mechanism.fusion.W_U.weight.grad.abs().sum() > 0  # gradients reach the fusion through pass 2

@@ -27,7 +27,7 @@ def recorded(model: wb.GPT, idx: torch.Tensor, source: int) -> dict[str, torch.T
 
     with with_hooks(model, {"mechanism.hook_read.0": keep("read"), "hook_memory": keep("memory"),
                             f"blocks.{source}.hook_resid_post": keep("state")}):
-        wb.schedules.multipass(model, idx, passes=idx.size(1))
+        wb.schedules.Multipass(idx.size(1)).run(model, idx)
     return {**seen, "state": norm(seen["state"])}
 
 
@@ -59,7 +59,8 @@ def test_none_reads_nothing_and_keeps_only_the_gates_and_scales():
     cfg = variant_config("lrt_gates_only")
     model = perturbed_model(cfg)
     idx = token_batch(cfg)
-    torch.testing.assert_close(wb.schedules.sequential(model, idx).logits, wb.schedules.single(model, idx).logits,
+    torch.testing.assert_close(wb.schedules.Sequential().run(model, idx).logits,
+                               wb.schedules.Single().run(model, idx).logits,
                                rtol=0, atol=ATOL)
     names = {n for n, _ in model.mechanism.named_parameters()}
     assert names == {"alpha"} | {f"gates.{l}.weight" for l in range(cfg.n_layer)}

@@ -64,8 +64,8 @@ def test_a_registered_mechanism_is_a_config_value_with_its_own_constraints(echo)
 
 def test_it_runs_exactly_under_every_schedule_and_decodes(echo):
     model, idx = perturbed_model(echo), _idx(echo)
-    exact = S.sequential(model, idx).logits
-    assert (exact - S.single(model, idx).logits).abs().max() > 1e-3  # the memory matters
+    exact = S.Sequential().run(model, idx).logits
+    assert (exact - S.Single().run(model, idx).logits).abs().max() > 1e-3  # the memory matters
     for value in (S.Multipass(idx.size(1)), S.Interleaved(idx.size(1))):
         torch.testing.assert_close(value.run(model, idx).logits, exact, rtol=0, atol=ATOL)
     tokens, chosen = wb.generate(model, idx[:, :4], 5, regime="soft", return_logits=True)

@@ -119,7 +119,7 @@ def test_init_starts_blocks_as_identity_and_builds_on_meta():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
 def test_dtypes_run(dtype):
     model = wb.build_model(small_config("fbt"), dtype=dtype)
-    out = wb.schedules.multipass(model, torch.randint(0, 23, (2, 5)), passes=2)
+    out = wb.schedules.Multipass(2).run(model, torch.randint(0, 23, (2, 5)))
     assert out.logits.dtype == dtype and torch.isfinite(out.logits.float()).all()
 
 

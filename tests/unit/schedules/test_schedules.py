@@ -72,11 +72,11 @@ def test_generate_validates(kwargs, field):
         wb.generate(model, torch.zeros(1, 2, dtype=torch.long), **args)
 
 
-@pytest.mark.parametrize("call,field", [(lambda m, i: S.interleaved(m, i, subsets=0), "subsets"),
-                                        (lambda m, i: S.interleaved(m, i, subsets=99), "subsets"),
-                                        (lambda m, i: S.multipass(m, i, passes=0), "passes"),
-                                        (lambda m, i: S.blockwise(m, i, block=0), "block"),
-                                        (lambda m, i: S.run(m, i, "jacobi"), "schedule")])
+@pytest.mark.parametrize("call,field", [(lambda m, i: S.Interleaved(0).run(m, i), "subsets"),
+                                        (lambda m, i: S.Interleaved(99).run(m, i), "subsets"),
+                                        (lambda m, i: S.Multipass(0).run(m, i), "passes"),
+                                        (lambda m, i: S.Blockwise(0).run(m, i), "block"),
+                                        (lambda m, i: S.parse("jacobi").run(m, i), "schedule")])
 def test_schedule_parameters_are_validated(call, field):
     model = wb.build_model(small_config())
     with pytest.raises(ValueError, match=field):
@@ -90,7 +90,7 @@ def test_every_schedule_trains(schedule):
         cfg = small_config(mech, lrt_gamma_init=0.1)
         model = wb.build_model(cfg).train()
         idx = token_batch(cfg)
-        out = S.run(model, idx, schedule, passes=3, subsets=3, block=3)
+        out = S.parse(schedule, passes=3, subsets=3, block=3).run(model, idx)
         out.loss(torch.roll(idx, -1, 1)).backward()
         grads = [p.grad for p in model.mechanism.parameters()]
         assert all(g is not None and torch.isfinite(g).all() for g in grads)
@@ -101,19 +101,19 @@ def test_objective_weights():
     cfg = small_config("fbt")
     model, idx = perturbed_model(cfg), token_batch(cfg)
     targets = torch.roll(idx, -1, 1)
-    mp = S.multipass(model, idx, passes=3, aux_weight=0.5)
+    mp = S.Multipass(3, aux_weight=0.5).run(model, idx)
     l1, l2, l3 = mp.pass_losses(targets)
     torch.testing.assert_close(mp.loss(targets), l1 + 0.5 * (l2 + l3) / 2)
-    il = S.interleaved(model, idx, subsets=2)
+    il = S.Interleaved(2).run(model, idx)
     torch.testing.assert_close(il.loss(targets), sum(il.pass_losses(targets)) / 3)
 
 
 def test_schedule_flops_count_passes():
     model = wb.build_model(small_config())
-    one = S.schedule_flops(model, "single", 4, 16)
-    assert S.schedule_flops(model, "multipass", 4, 16, passes=3) == 3 * one
-    assert S.schedule_flops(model, "interleaved", 4, 16, subsets=4) == 2 * one
-    assert S.schedule_flops(model, "sequential", 4, 16) == one
+    one = S.parse("single").flops(model, 4, 16)
+    assert S.parse("multipass", passes=3).flops(model, 4, 16) == 3 * one
+    assert S.parse("interleaved", subsets=4).flops(model, 4, 16) == 2 * one
+    assert S.parse("sequential").flops(model, 4, 16) == one
 
 
 def test_schedules_are_values_with_one_flop_account_and_a_json_round_trip():
@@ -137,7 +137,7 @@ def test_schedules_are_values_with_one_flop_account_and_a_json_round_trip():
                                                                   "blockwise": "block", "fixed_point": "passes"}
     assert S.parse("multipass", pass_mix={1: 0.75, 2: 0.22, 3: 0.03}) == mix
     # the string form keeps working and means the same value
-    assert S.parse("interleaved", subsets=4) == values[3] and S.schedule_flops(model, "multipass", 4, 8, passes=3) \
+    assert S.parse("interleaved", subsets=4) == values[3] and S.parse("multipass", passes=3).flops(model, 4, 8) \
         == values[2].flops(model, 4, 8)
     with pytest.raises(ValueError, match="schedule='nope' is invalid"):
         S.parse("nope")
@@ -156,9 +156,9 @@ def test_a_value_runs_exactly_as_its_name():
     for value, (name, kw) in [(S.Interleaved(2), ("interleaved", {"subsets": 2})),
                               (S.Multipass(3), ("multipass", {"passes": 3})),
                               (S.Blockwise(4), ("blockwise", {"block": 4}))]:
-        assert torch.equal(S.run(model, idx, value).logits, S.run(model, idx, name, **kw).logits)
+        assert torch.equal(S.parse(value).run(model, idx).logits, S.parse(name, **kw).run(model, idx).logits)
     with pytest.raises(ValueError, match="block"):  # run() no longer clamps what blockwise() refuses
-        S.run(model, idx, "blockwise", block=9)
+        S.parse("blockwise", block=9).run(model, idx)
 
 
 def test_evaluation_takes_a_schedule_value_or_its_string_form():

@@ -26,7 +26,8 @@ def test_round_trip_is_exact(tmp_path, mechanism):
     for (k, v), (k2, v2) in zip(model.state_dict().items(), again.state_dict().items()):
         assert k == k2 and torch.equal(v, v2)
     idx = torch.randint(0, 23, (2, 6))
-    assert torch.equal(wb.schedules.sequential(again, idx).logits, wb.schedules.sequential(model, idx).logits)
+    exact = wb.schedules.Sequential()
+    assert torch.equal(exact.run(again, idx).logits, exact.run(model, idx).logits)
     assert load_metrics(tmp_path / "ck") == {"val_loss": 1.25}
     assert json.loads((tmp_path / "ck" / "config.json").read_text())["recipe"] == "test"
 

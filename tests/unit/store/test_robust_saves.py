@@ -215,7 +215,7 @@ def test_a_write_protected_checkpoint_is_refused_and_leaves_no_temporary(tmp_pat
 def test_aux_weight_is_checked_in_the_schedule_api(model, bad):
     idx = torch.randint(0, 23, (1, 5))
     for make in (lambda: schedules.Multipass(2, bad), lambda: schedules.PassMix.of({1: 0.5, 2: 0.5}, bad),
-                 lambda: schedules.multipass(model, idx, 2, aux_weight=bad)):
+                 lambda: schedules.Multipass(2, aux_weight=bad).run(model, idx)):
         with pytest.raises(ValueError, match="aux_weight=.* is invalid: must be a finite number"):
             make()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -117,6 +118,41 @@ def test_text_errors(tmp_path: Path) -> None:
     (tmp_path / "tiny.txt").write_bytes(b"0123456789" * 3)
     with pytest.raises(ValueError, match="seq_len=64 needs at least 65"):
         tasks.get("text", path=str(tmp_path / "tiny.txt"), seq_len=64).sample(1, seed=0)
+
+
+def test_an_empty_file_is_refused_on_construction_and_a_short_one_when_sampled(tmp_path: Path) -> None:
+    """An empty file fails where it is named, not later as a split that "holds 1 tokens"."""
+    empty = tmp_path / "empty.txt"
+    empty.write_bytes(b"")
+    with pytest.raises(ValueError, match=re.escape(f"path={str(empty)!r}")):
+        tasks.get("text", path=str(empty), seq_len=8)
+    short = tmp_path / "short.txt"
+    short.write_bytes(b"0123456789")
+    task = tasks.get("text", path=str(short), seq_len=8)  # the train split (9 bytes) is long enough
+    assert task.sample(1, seed=0).tokens.shape == (1, 8)
+    with pytest.raises(ValueError, match=re.escape(f"path={str(short)!r}")):
+        task.sample(1, seed=0, split="val")
+    (tmp_path / "blank").mkdir()
+    for name in ("a.txt", "b.txt"):
+        (tmp_path / "blank" / name).write_bytes(b"")
+    with pytest.raises(ValueError, match="seq_len=8"):
+        tasks.get("text", path=str(tmp_path / "blank"), seq_len=8).sample(1, seed=0)
+
+
+def test_a_summary_of_text_has_no_answer_accuracy(tmp_path: Path) -> None:
+    """A window of text has no answer: its summary leaves answer_accuracy out (it read 0.0); a task of answers
+    (no bytes_per_token) keeps it, and every other number is the same."""
+    from workbench import ModelConfig, build_model
+    from workbench.evaluation import per_example_metrics, summarize
+
+    (tmp_path / "a.txt").write_bytes(b"hello world " * 50)
+    text = tasks.get("text", path=str(tmp_path / "a.txt"), seq_len=16)
+    model = build_model(ModelConfig(vocab_size=text.vocab_size, seq_len=16, n_layer=1, n_head=1, n_embd=16))
+    frame = per_example_metrics(model, text.sample(4, seed=0, split="val"))
+    on_text, answers = summarize(frame, text.bytes_per_token), summarize(frame)
+    assert set(on_text) == {"loss", "bpb", "accuracy"}
+    assert answers["answer_accuracy"] == frame["answer_correct"].mean()
+    assert {k: answers[k] for k in on_text} == on_text
 
 
 def test_missing_datasets_gives_a_clear_import_error(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -16,6 +16,8 @@ import torch.nn.functional as F
 import workbench as wb
 from workbench.checkpoint import load_checkpoint, read_json, read_safetensors, save_checkpoint
 from workbench.cli import add_arguments, config_from_args
+from workbench.experiments import matched_steps
+from workbench.experiments.common import step_flops
 from workbench.optim import build_optimizers, load_optimizer_state, lr_factor, optimizer_state
 from workbench.run_dir import CONFIG_FILE, HISTORY_FILE, history_columns
 from workbench.schedules import ScheduleOutput
@@ -173,7 +175,8 @@ def test_flops_count_the_passes_and_the_budget_stops_before_exceeding():
     np.testing.assert_allclose(steps_flops, full["passes"] * per_pass)
     assert (full["passes"].iloc[:10] == 1).all() and set(full["passes"].iloc[10:]) == {1, 2, 3}
     budget = float(full["flops"].iloc[16] + per_pass)  # enough for step 17, and more only if it is 1-pass
-    capped = train(cfg.replace(budget_flops=budget))
+    with pytest.warns(UserWarning, match="budget_flops"):  # the cap cuts the learning-rate schedule short
+        capped = train(cfg.replace(budget_flops=budget))
     n = len(capped.history)
     assert capped.metrics["stop_reason"] == "budget" and n < cfg.steps
     assert capped.history["flops"].iloc[-1] <= budget < capped.history["flops"].iloc[-1] + steps_flops[n]
@@ -346,6 +349,7 @@ def test_live_loss_plot_redraws_one_output(monkeypatch):
         shown.append(("display", fig))
         return Handle()
 
+    monkeypatch.setattr("IPython.get_ipython", lambda: type("Shell", (), {"kernel": object()})())  # a notebook
     monkeypatch.setattr("IPython.display.display", display)
     live = wb.LiveLossPlot(every=2)
     train(tiny(steps=6), callback=live)
@@ -358,20 +362,50 @@ def test_live_loss_plot_redraws_one_output(monkeypatch):
     assert len(shown[0][1].axes[0].lines[0].get_xdata()) == 4 and len(shown[1][1].axes[0].lines[0].get_xdata()) == 6
 
 
+def test_live_loss_plot_outside_a_notebook_draws_nothing(capsys):
+    """In a terminal IPython's display would print the figure's repr (Figure(650x420)) into the progress bar."""
+    live = wb.LiveLossPlot(every=1)
+    with pytest.warns(UserWarning, match="LossFigure"):
+        train(tiny(steps=4), callback=live)
+    assert capsys.readouterr().out == "" and len(live.rows) == 4
+
+
 def test_cli_flags_build_the_config():
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     args = parser.parse_args(["--task", "running_sum", "--task-param", "length=16", "--task-param", "p=5",
                               "--mechanism", "fbt", "--n-layer", "2", "--n-embd", "32", "--n-head", "2",
                               "--model-param", "fbt_jitter=0.01", "--schedule", "multipass",
-                              "--pass-mix", "1:0.75,2:0.22,3:0.03", "--steps", "50", "--budget-flops", "1e12",
+                              "--pass-mix", "1:0.75,2:0.22,3:0.03", "--steps", "50",
                               "--out", "runs/x", "--resume", "--no-progress", "--lr", "0.001", "--compile"])
     cfg = config_from_args(args)
     assert cfg == TrainConfig(task="running_sum", task_params={"length": 16, "p": 5}, schedule="multipass",
                               model=dict(TINY_MODEL, mechanism="fbt", fbt_jitter=0.01, tie_embeddings=True),
-                              pass_mix={1: 0.75, 2: 0.22, 3: 0.03}, steps=50, budget_flops=1e12,
+                              pass_mix={1: 0.75, 2: 0.22, 3: 0.03}, steps=50,
                               out_dir="runs/x", resume=True, progress=False, lr=0.001, compile=True)
     assert config_from_args(parser.parse_args([])) == TrainConfig()
+
+
+def test_cli_budget_flops_sizes_the_steps_so_the_schedule_ends_within_it():
+    """``--budget-flops`` sizes the run up front (experiments.matched_steps): all its steps run, the learning rate
+    decays to the schedule's end, and the FLOPs stay within the budget (a cap would stop it at the peak)."""
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert "matched_steps" in parser.format_help()
+    flags = ["--task-param", "length=16", "--task-param", "p=5", "--n-layer", "2", "--n-head", "2", "--n-embd", "32",
+             "--batch-size", "8", "--eval-size", "16", "--log-every", "1", "--lr-schedule", "cosine", "--no-progress"]
+    base = config_from_args(parser.parse_args(flags))
+    budget = step_flops(base) * 7.5
+    cfg = config_from_args(parser.parse_args([*flags, "--budget-flops", str(budget)]))
+    assert cfg.steps == matched_steps(base, budget) == 7 and cfg.budget_flops is None
+    result = train(cfg)
+    assert result.metrics["stop_reason"] == "steps" and result.metrics["step"] == 7
+    assert result.metrics["flops"] <= budget
+    lrs = result.history["lr"].to_numpy()
+    assert lrs[-1] == pytest.approx(cfg.lr * lr_factor(cfg, 6)) and lrs[-1] < lrs[0] == cfg.lr
+    for bad in (["--steps", "5", "--budget-flops", str(budget)], ["--budget-flops", str(budget / 4)]):
+        with pytest.raises(ValueError, match="--budget-flops"):
+            config_from_args(parser.parse_args([*flags, *bad]))
 
 
 @pytest.mark.slow

@@ -10,7 +10,7 @@ import torch
 
 from conftest import perturbed_model, small_config
 from workbench import widgets
-from workbench.analysis.contraction import memory_trajectory, pass_dynamics
+from workbench.analysis import memory_trajectory, pass_dynamics
 from workbench.widgets import core  # noqa: F401
 
 T = 6

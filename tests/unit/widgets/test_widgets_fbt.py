@@ -13,7 +13,7 @@ import torch
 import workbench as wb
 from conftest import perturbed_model, small_config
 from workbench import plots, schedules, widgets
-from workbench.analysis import contraction, fusion, regimes, schedule_agreement
+from workbench.analysis import fixed_point, fusion, regimes, schedule_agreement
 from workbench.functional import norm
 
 T = 7
@@ -49,7 +49,7 @@ def test_fusion_parts_decomposes_the_models_own_input(fbt_model, idx):
     assert plain["value_rms"].isna().all() and plain["cos_value"].isna().all()
     np.testing.assert_allclose(plain["cos_embed"], 1.0, atol=1e-12)
     # recompute one fused position by hand from the weights
-    memory = schedules.sequential(fbt_model, idx, plain_prefix=3).memory
+    memory = schedules.Sequential().run(fbt_model, idx, 3).memory
     t = 5
     with torch.no_grad():
         e = norm(fbt_model.wte.weight[idx[0, t]])
@@ -83,7 +83,7 @@ def test_regime_logits_differ_between_regimes_and_validate(fbt_model, idx):
     torch.testing.assert_close(standard[:, :3], soft[:, :3])  # the prompt is plain under both
     assert not torch.allclose(standard[:, 3:], soft[:, 3:])
     whole = regimes.regime_logits(fbt_model, idx, T, "fused", prefill_passes=T)  # all prompt: exact recurrence
-    torch.testing.assert_close(whole, schedules.sequential(fbt_model, idx).logits, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(whole, schedules.Sequential().run(fbt_model, idx).logits, rtol=1e-10, atol=1e-10)
     with pytest.raises(ValueError, match="regime"):
         regimes.regime_logits(fbt_model, idx, 3, "hard")
     with pytest.raises(ValueError, match="prompt_len"):
@@ -209,7 +209,7 @@ def test_probe_compute_runs_real_probes():
 def test_pass_milestones_reads_training_depths_T_and_the_tail(fbt_model, idx):
     long = wb.analysis.pass_dynamics(fbt_model, idx, passes=T + 3, targets=idx)
     short = wb.analysis.pass_dynamics(fbt_model, idx, passes=T - 2, targets=idx)
-    table = contraction.pass_milestones({"long": long, "short": short}, seq_len=T, tol=1e-10).set_index("run")
+    table = fixed_point.pass_milestones({"long": long, "short": short}, seq_len=T, tol=1e-10).set_index("run")
     assert table.loc["long", "settled_at"] == T and math.isnan(table.loc["short", "settled_at"])
     assert table.loc["long", "passes"] == T + 3 and table.loc["short", "passes"] == T - 2
     assert table.loc["long", "loss_pass2"] == long.loc[1, "loss"]
@@ -217,6 +217,6 @@ def test_pass_milestones_reads_training_depths_T_and_the_tail(fbt_model, idx):
     assert math.isnan(table.loc["short", "loss_at_T"])
     assert table.loc["long", "rate_before_T"] == long.loc[long["pass"] < T, "contraction_rate"].median()
     with pytest.raises(ValueError, match="pass_dynamics"):
-        contraction.pass_milestones({"x": pd.DataFrame({"pass": [1]})}, seq_len=T)
+        fixed_point.pass_milestones({"x": pd.DataFrame({"pass": [1]})}, seq_len=T)
     with pytest.raises(ValueError, match="seq_len"):
-        contraction.pass_milestones({"long": long}, seq_len=0)
+        fixed_point.pass_milestones({"long": long}, seq_len=0)

@@ -10,7 +10,7 @@ import torch
 import workbench as wb
 from conftest import perturbed_model
 from workbench import plots, widgets
-from workbench.analysis import interventions as iv
+from workbench.experiments import decodability
 
 
 @pytest.fixture(scope="module")
@@ -26,24 +26,24 @@ def model(batch) -> wb.GPT:
 
 
 def test_example_logits_rows_follow_the_interventions(model, batch):
-    frame = iv.example_logits(model, batch, 0)
-    mate = int(iv.mate_rows(batch)[0][0])
+    frame = decodability.example_logits(model, batch, 0)
+    mate = int(decodability.mate_rows(batch)[0][0])
     assert list(frame["intervention"].unique()) == ["clean", f"patch from #{mate}", "mean", "zero"]
     assert len(frame) == 8 and frame.groupby("intervention")["true"].sum().eq(1).all()
-    own = iv.example_logits(model, batch, 0, source=0)  # its own memory: the clean logits
+    own = decodability.example_logits(model, batch, 0, source=0)  # its own memory: the clean logits
     clean = own[own["intervention"] == "clean"]["logit"].to_numpy()
     torch.testing.assert_close(torch.tensor(own[own["intervention"] == "patch from #0"]["logit"].to_numpy()),
                                torch.tensor(clean), rtol=0, atol=0)
     with pytest.raises(ValueError, match="position"):
-        iv.example_logits(model, batch, 0, position=0)
+        decodability.example_logits(model, batch, 0, position=0)
     with pytest.raises(ValueError, match="example"):
-        iv.example_logits(model, batch, 8)
+        decodability.example_logits(model, batch, 8)
 
 
 def test_intervention_explorer_redraws_on_every_control(model, batch):
     explorer = widgets.intervention_explorer(model, batch)
     assert isinstance(explorer, ipywidgets.VBox)
-    mate = int(iv.mate_rows(batch)[0][0])
+    mate = int(decodability.mate_rows(batch)[0][0])
     assert explorer.controls["source"].value == mate and "<b>example #0</b>" in explorer.summary.value
     assert f"patch from #{mate}" in explorer.summary.value
     first_image, first_summary = explorer.image.value, explorer.summary.value

@@ -12,7 +12,7 @@ import torch
 import workbench as wb
 from conftest import perturbed_model, small_config
 from workbench import plots, widgets
-from workbench.analysis import histories, lrt_state, work
+from workbench.analysis import lrt_state, work
 from workbench.analysis import schedule_agreement as sa
 
 T = 8
@@ -34,7 +34,7 @@ def lrt_model() -> wb.GPT:
     ("interleaved", {"subsets": 4}, 5, 2 * T), ("blockwise", {"block": 3}, 3, T)])
 def test_count_work_counts_what_each_schedule_runs(lrt_model, idx, schedule, kwargs, forwards, token_forwards):
     with work.count_work(lrt_model) as counted:
-        wb.schedules.run(lrt_model, idx, schedule, **kwargs)
+        wb.schedules.parse(schedule, **kwargs).run(lrt_model, idx)
     assert (counted.forwards, counted.token_forwards) == (forwards, token_forwards)
     with work.count_work(lrt_model) as after:
         pass
@@ -84,8 +84,8 @@ def test_compare_schedules_scores_only_target_positions(lrt_model, idx):
     targets[:, -1] = -1
     row = sa.compare_schedules(lrt_model, idx, ["single"], targets=targets).iloc[0]
     with torch.no_grad():
-        logits = wb.schedules.single(lrt_model, idx).logits
-        exact = wb.schedules.sequential(lrt_model, idx).logits
+        logits = wb.schedules.Single().run(lrt_model, idx).logits
+        exact = wb.schedules.Sequential().run(lrt_model, idx).logits
     hits = (logits.argmax(-1) == exact.argmax(-1))[:, :-1]
     assert row["agreement"] == pytest.approx(float(hits.double().mean()))
     assert row["loss"] == pytest.approx(float(torch.nn.functional.cross_entropy(
@@ -133,22 +133,6 @@ def test_position_distance_multipass_is_exact_on_its_first_k_positions(lrt_model
     assert list(frame["position"]) == list(range(T)) and (frame["label"] == f"multipass(K={passes})").all()
     assert frame["distance"].iloc[:passes].max() < 1e-12
     assert frame["distance"].iloc[passes:].min() > 1e-9
-
-
-def test_final_estimate_history_puts_schedules_on_one_loss_scale():
-    nan = float("nan")
-    history = pd.DataFrame({"step": [1, 2, 3], "passes": [1, 2, 3], "loss": [4.0, 7.0, 9.0],
-                            "loss_pass1": [4.0, 3.0, 2.5], "loss_pass2": [nan, 4.0, 3.5],
-                            "loss_pass3": [nan, nan, 3.0]})
-    multipass = histories.final_estimate_history(history, {"schedule": "multipass", "passes": 3})
-    assert list(multipass["loss"]) == [4.0, 4.0, 3.0] and list(multipass["objective"]) == [4.0, 7.0, 9.0]
-    interleaved = histories.final_estimate_history(history.assign(passes=1), {"schedule": "interleaved", "subsets": 2})
-    assert list(interleaved["loss"]) == [4.0, 4.0, 3.25]  # a single-pass step falls back to its one pass
-    assert list(histories.final_estimate_history(history, {"schedule": "single"})["loss"]) == [4.0, 3.0, 2.5]
-    with pytest.raises(ValueError, match="schedule"):
-        histories.final_estimate_history(history, {"schedule": "jacobi"})
-    with pytest.raises(ValueError, match="passes"):
-        histories.final_estimate_history(history.drop(columns="passes"), {"schedule": "single"})
 
 
 # ---------------------------------------------------------------------------------------------- LRT state

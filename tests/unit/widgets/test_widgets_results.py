@@ -33,8 +33,9 @@ def step_flops(cfg: TrainConfig, mean_passes: float | None) -> float:
     task = tasks.get(cfg.task, **cfg.task_params)
     model = build_model(cfg.model_config(task.vocab_size, task.seq_len), device="meta")
     if mean_passes is not None:
-        return mean_passes * schedules.schedule_flops(model, "single", cfg.batch_size, task.seq_len)
-    return schedules.schedule_flops(model, cfg.schedule, cfg.batch_size, task.seq_len, cfg.passes, cfg.subsets)
+        return mean_passes * schedules.Single().flops(model, cfg.batch_size, task.seq_len)
+    value = schedules.parse(cfg.schedule, passes=cfg.passes, subsets=cfg.subsets)
+    return value.flops(model, cfg.batch_size, task.seq_len)
 
 
 def write_run(root, recipe: str, run: str, cfg: TrainConfig, extra_steps: int = 0,

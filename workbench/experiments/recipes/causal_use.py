@@ -43,13 +43,14 @@ import numpy as np
 import pandas as pd
 
 from ... import tasks
-from ...analysis.interventions import ablation_by_distance, label_swap
-from ...analysis.probes import answer_correct
+from ...analysis.features import answer_correct
+from ...analysis.interventions import ablation_by_distance
 from ...checkpoint import load_checkpoint, load_metrics
 from ...evaluation import hierarchical_difference
 from ...schedules import Multipass
 from .. import pass_mix_study, probe_specimens, text_arms
 from ..core import EVAL_SEED, Context, Finding, Gate, Outcome, Recipe, RunSpec, default_finding
+from ..decodability import label_swap
 from ..pool import map_jobs
 from ..probe_specimens import (
     ARM_SEEDS,

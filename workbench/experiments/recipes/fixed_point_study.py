@@ -62,14 +62,19 @@ T = 138 and answers the long prompts at pass 2 (otherwise those columns would me
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+import torch
 
-from ... import tasks
+from ... import schedules, tasks
+from ...analysis.fixed_point import example_scores, fixed_point_quality, iterate_geometry, residual_behaviour
+from ...analysis.jacobians import lyapunov
 from ...checkpoint import load_metrics
 from ...evaluation import hierarchical_difference
+from ...model import GPT, eval_mode
 from ...schedules import FixedPoint, Sequential
 from ..common import FBT_MIX, config, eval_size, steps
 from ..core import EVAL_SEED, Context, Finding, Gate, Outcome, Recipe, RunSpec, lead
@@ -246,8 +251,67 @@ def specimen_runs(table: pd.DataFrame, long_exact: dict[str, float]) -> list[str
     return ok["run"].tolist()
 
 
+def _accuracy_interval(correct: np.ndarray, seed: int = 0, n: int = 2000) -> tuple[float, float]:
+    rng = np.random.default_rng(seed)
+    means = rng.choice(correct.astype(np.float64), size=(n, len(correct))).mean(1)
+    return float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
+
+
+def readability_table(model: GPT, batch: tasks.Batch, dynamics_examples: int = 64, readable: float = 0.95,
+                      long_batch: tasks.Batch | None = None, long_passes: int = 1000,
+                      lyapunov_examples: int = 8, window_passes: int | None = None,
+                      lyapunov_from: int | None = None, long_fused_examples: int | None = None) -> pd.DataFrame:
+    """One row of the fixed-point study for ``model`` on held-out ``batch``: label loss and accuracy at passes
+    1-3 and under the exact recurrence, the distance from pass 3 to the fixed point, the top Lyapunov exponent
+    (mean over examples, with its range), the residual's behaviour over the pass window, and, when the exact
+    recurrence reads at least ``readable`` and ``long_batch`` is given, the same on those long prompts after
+    ``long_passes`` fused passes (on the first ``long_fused_examples`` long prompts; default all) and under the exact
+    recurrence. The long prompts' pass-1 and pass-2 accuracies are reported for every model given ``long_batch``
+    (does it need its feedback there, and answer at its trained depth?), and the long columns are measured only
+    where pass 2 reaches ``readable`` too: a model that cannot answer the long prompts at its trained depth would
+    make them measure length generalisation, not the fixed point (NaN, not a number that reads as one).
+    ``window_passes`` (default 3T/4) and ``lyapunov_from`` (default T/2) shorten the pass window and the Lyapunov
+    horizon (a smoke run)."""
+    idx, targets = batch.tokens, batch.targets
+    T = idx.size(1)
+    quality = fixed_point_quality(model, idx, targets, 3).per_example
+    by = quality.groupby(["schedule", "pass"], dropna=False)[["loss", "correct"]].mean()
+    row: dict[str, float | str] = {}
+    for k in (1, 2, 3):
+        row[f"loss_pass{k}"], row[f"accuracy_pass{k}"] = by.loc[("multipass", k)].tolist()
+    exact = quality[quality["schedule"] == "sequential"]
+    row["loss_exact"], row["accuracy_exact"] = float(exact["loss"].mean()), float(exact["correct"].mean())
+    row["accuracy_exact_low"], row["accuracy_exact_high"] = _accuracy_interval(exact["correct"].to_numpy())
+    row["distance_pass3"] = float(quality.loc[quality["pass"] == 3, "distance"].mean())
+    window = (3 * T) // 4 if window_passes is None else window_passes
+    geo = iterate_geometry(model, idx[:dynamics_examples], window, targets[:dynamics_examples])
+    row["residual_last"] = float(geo.per_pass["residual"].iloc[-1])
+    row["residual_behaviour"] = residual_behaviour(geo.per_pass["residual"].iloc[2:].tolist())
+    exps = lyapunov(model, idx[:lyapunov_examples], t0=T // 2 if lyapunov_from is None else lyapunov_from)
+    final = exps[exps["horizon"] == exps["horizon"].max()]["exponent"]
+    row["lyapunov_top"], row["lyapunov_min"], row["lyapunov_max"] = (float(final.mean()), float(final.min()),
+                                                                     float(final.max()))
+    for column in ("long_accuracy_pass1", "long_accuracy_pass2", "long_accuracy_exact", "long_accuracy_fused"):
+        row[column] = math.nan
+    if long_batch is None:
+        return pd.DataFrame([row])
+    tokens, targets = long_batch.tokens, long_batch.targets
+    with torch.no_grad(), eval_mode(model):  # the trained depth first: a model that cannot answer there is no test
+        for k, out in enumerate(schedules.iterate_passes(model, tokens, 0, 2), start=1):
+            row[f"long_accuracy_pass{k}"] = float(example_scores(out.logits, targets)[1].mean())
+    if min(row["accuracy_exact"], row["long_accuracy_pass2"]) >= readable:
+        fused_tokens = tokens[:long_fused_examples]
+        with torch.no_grad(), eval_mode(model):
+            exact_long = schedules.Sequential().run(model, tokens)
+            fused = None
+            for fused in schedules.iterate_passes(model, fused_tokens, 0, long_passes):  # noqa: B007
+                pass  # only the last pass is kept: 1,000 passes of logits would not fit in memory
+        row["long_accuracy_exact"] = float(example_scores(exact_long.logits, targets)[1].mean())
+        row["long_accuracy_fused"] = float(example_scores(fused.logits, targets[:long_fused_examples])[1].mean())
+    return pd.DataFrame([row])
+
+
 def analyze(ctx: Context) -> Outcome:
-    from ...analysis.dynamics import readability_table
     from ...plots import fixed_point_readability
 
     batch = next(iter(ctx.runs.values())).eval_batch()

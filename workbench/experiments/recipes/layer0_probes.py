@@ -27,21 +27,24 @@ the strengths cross-validation cannot tell apart; if it does, the verdict is inc
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
+import numpy as np
 import pandas as pd
+import torch
 
 from ... import tasks
+from ...analysis.features import answer_correct, check_batch, probe_features
 from ...analysis.probes import (
     PROBE_CS,
-    answer_correct,
     control_labels,
     control_position,
-    probe_features,
+    fit_probe,
+    group_interval,
     probe_layers,
     random_init_model,
     regularisation_path,
-    upper_bound,
 )
 from ...checkpoint import load_checkpoint
 from ...model import GPT
@@ -134,6 +137,28 @@ def answer_accuracies(model: GPT, task: str, arm: str, scratch: int, seed: int =
     """A specimen's held-out answer accuracy under each condition its arm is read in (or ``conditions``)."""
     batch = gate_batch(task, scratch, seed, n)
     return {c: float(answer_correct(model, batch, c).mean()) for c in conditions or ANSWER_CONDITIONS[arm]}
+
+
+def upper_bound(model: GPT, batch: tasks.Batch, *, labels: np.ndarray | torch.Tensor | None = None, folds: int = 4,
+                C: float = 0.1, max_iter: int = 500, seed: int = 0, batch_size: int = 1024) -> dict[str, float]:
+    """The top-layer probe at the **fed-back position** (one before each label position), plain pass.
+
+    One recurrent step hands layer 0 at the label position the top state of the position before it
+    (through FBT's fusion), so no layer-0 probe after one step can read more than this probe reads:
+    it is the ceiling a ``suffix1`` layer-0 accuracy is read against. Classification; returns
+    ``accuracy``, ``accuracy_low``, ``accuracy_high`` (group bootstrap), ``majority`` and ``n``.
+    """
+    check_batch(batch)
+    if bool((batch.label_positions < 1).any()):
+        raise ValueError("batch has a label at position 0: there is no fed-back position before it")
+    shifted = dataclasses.replace(batch, label_positions=batch.label_positions - 1)
+    target = np.asarray(batch.labels if labels is None else labels)
+    groups = batch.groups.cpu().numpy()
+    top = probe_features(model, shifted, "standard", batch_size=batch_size)[-1]
+    result = fit_probe(top.numpy(), target, groups, folds=folds, C=C, max_iter=max_iter)
+    interval = group_interval(result["held_out"], groups, seed=seed)
+    return {"accuracy": result["accuracy"], "accuracy_low": interval["low"], "accuracy_high": interval["high"],
+            "majority": result["majority"], "n": len(target)}
 
 
 def _probe(model: GPT, task: tasks.Task, n: int, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -75,7 +75,7 @@ def overhead() -> dict[str, float]:
     """LRT's parameter and single-pass FLOP overhead over the baseline at the text shape."""
     cfg = text_config("lrt_interleaved", 0).model_config(256, TEXT["seq_len"])
     lrt, base = (build_model(c, device="meta") for c in (cfg, cfg.replace(mechanism="none")))
-    flops = [schedules.schedule_flops(m, "single", BATCH, TEXT["seq_len"]) for m in (lrt, base)]
+    flops = [schedules.Single().flops(m, BATCH, TEXT["seq_len"]) for m in (lrt, base)]
     return {"param_overhead": mechanism_overhead(cfg)["extra_fraction"], "flop_overhead": flops[0] / flops[1] - 1}
 
 

@@ -1,0 +1,121 @@
+"""Logit lens across passes (``fed_back_lens``): what the stream at an answer position says about the answer at
+every pass and depth, read through the model's own readout or an affine tuned lens (``fit_tuned_lens``), and
+the memory fed back there read the same way. Runs in eval mode; tidy data out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+
+from .. import schedules
+from ..fast import ops
+from ..model import GPT, eval_mode
+from ..validation import check_int, check_tokens
+from .cache import run_with_cache
+
+LENS_COLUMNS = ["pass", "depth", "lens", "answer_rank", "answer_prob", "top1_is_answer"]
+
+
+@dataclass
+class TunedLens:
+    """One affine map per depth, fitted by least squares to carry that depth's stream to the final one."""
+
+    weights: list[torch.Tensor]  # (D + 1, D) per depth: [h, 1] @ W ~ final stream
+
+    def apply(self, depth: int, resid: torch.Tensor) -> torch.Tensor:
+        w = self.weights[depth].to(resid)
+        return torch.cat([resid, torch.ones_like(resid[..., :1])], dim=-1) @ w
+
+
+def _readout(model: GPT, stream: torch.Tensor) -> torch.Tensor:
+    """Logits of a residual stream (pre-norm) as the model reads its final one: norm, readout, softcap."""
+    logits = F.linear(ops().norm(stream), model.readout_weight.to(stream))
+    cap = model.config.logit_softcap
+    return cap * torch.tanh(logits / cap) if cap > 0 else logits
+
+
+def _answer_streams(model: GPT, idx: torch.Tensor, where: torch.Tensor, passes: int) -> tuple[torch.Tensor, ...]:
+    """Per pass, at each example's position ``where``: the stream at every depth (passes, L+1, B, D), the
+    memory read there (passes, B, D) and the depth-0 input (passes, B, D)."""
+    _, cache = run_with_cache(model, idx, schedules.Multipass(passes), positions=where[:, None],
+                              names_filter=lambda n: n in ("hook_input", "hook_memory_in")
+                              or n.endswith("hook_resid_post"))
+    resid = torch.stack([cache.pass_(k).accumulated_resid() for k in range(1, cache.n_passes + 1)])
+    memory = torch.stack([cache.pass_(k)["hook_memory_in"] if k > 1 else torch.zeros_like(resid[0, 0])
+                          for k in range(1, cache.n_passes + 1)])
+    return resid, memory, cache.stack_passes("hook_input")
+
+
+@torch.no_grad()
+def fit_tuned_lens(model: GPT, idx: torch.Tensor, where: torch.Tensor, passes: int = 1,
+                   ridge: float = 1e-3) -> TunedLens:
+    """An affine tuned lens fitted on held-out prompts ``idx``: per depth, ridge least squares from the
+    stream at ``where`` to the final stream there, pooled over passes 1..``passes`` (the final depth
+    maps to itself)."""
+    with eval_mode(model):
+        resid, _, _ = _answer_streams(model, idx, where, passes)
+    final = resid[:, -1].reshape(-1, resid.size(-1)).double()
+    weights = []
+    D = resid.size(-1)
+    for depth in range(resid.size(1) - 1):
+        x = resid[:, depth].reshape(-1, resid.size(-1)).double()
+        x = torch.cat([x, torch.ones_like(x[:, :1])], dim=1)
+        gram = x.T @ x + ridge * x.size(0) * torch.eye(x.size(1), dtype=torch.float64)
+        weights.append(torch.linalg.solve(gram, x.T @ final))
+    weights.append(torch.cat([torch.eye(D, dtype=torch.float64), torch.zeros(1, D, dtype=torch.float64)]))
+    return TunedLens(weights)
+
+
+def _rank_rows(model: GPT, logits: torch.Tensor, answer: torch.Tensor, **labels) -> dict:
+    probs = logits.float().softmax(-1)
+    answer_logit = logits.gather(-1, answer[:, None])
+    rank = (logits > answer_logit).sum(-1).float()
+    return {**labels, "answer_rank": float(rank.mean()), "answer_prob": float(probs.gather(-1, answer[:, None]).mean()),
+            "top1_is_answer": float((logits.argmax(-1) == answer).float().mean())}
+
+
+@torch.no_grad()
+def fed_back_lens(model: GPT, idx: torch.Tensor, where: torch.Tensor, answer: torch.Tensor, passes: int,
+                  tuned: TunedLens | None = None) -> dict[str, pd.DataFrame]:
+    """What the stream at each example's answer position ``where`` says about ``answer`` (B,), per pass.
+
+    ``lens``: one row per (pass, depth, lens) for the residual stream ("logit", and "tuned" when a
+    ``TunedLens`` is given), plus depth -1 rows for the memory read there ("memory": the fed-back
+    state read out as if it were the final stream). ``flips``: per pass k >= 2, the share of
+    examples whose final answer changes from pass k-1. ``input``: per pass, the cosine between
+    the depth-0 input and the plain pass's (how much of the token the fused input keeps) and the
+    memory's RMS relative to the plain input's.
+    """
+    check_tokens(model.config.vocab_size, idx)
+    check_int("passes", passes, 1, 100_000)
+    B = idx.size(0)
+    if where.shape != (B,) or answer.shape != (B,):
+        raise ValueError(f"where and answer must have shape ({B},)")
+    with eval_mode(model):
+        resid, memory, inputs = _answer_streams(model, idx, where, passes)
+        rows, finals = [], []
+        for k in range(passes):
+            for depth in range(resid.size(1)):
+                rows.append(_rank_rows(model, _readout(model, resid[k, depth]), answer, **{
+                    "pass": k + 1, "depth": depth, "lens": "logit"}))
+                if tuned is not None:
+                    rows.append(_rank_rows(model, _readout(model, tuned.apply(depth, resid[k, depth])), answer, **{
+                        "pass": k + 1, "depth": depth, "lens": "tuned"}))
+            if k > 0:
+                rows.append(_rank_rows(model, _readout(model, memory[k]), answer, **{"pass": k + 1, "depth": -1,
+                                                                                     "lens": "memory"}))
+            finals.append(_readout(model, resid[k, -1]).argmax(-1))
+    flips = pd.DataFrame({"pass": np.arange(2, passes + 1),
+                          "flip_share": [float((finals[k] != finals[k - 1]).float().mean()) for k in range(1, passes)]})
+    plain = inputs[0]
+    rms = lambda x: x.pow(2).mean(-1).sqrt()  # noqa: E731
+    inp = pd.DataFrame({"pass": np.arange(1, passes + 1),
+                        "input_cosine": [float(F.cosine_similarity(inputs[k], plain, dim=-1).mean())
+                                         for k in range(passes)],
+                        "memory_rms_ratio": [float((rms(memory[k]) / rms(plain)).mean()) for k in range(passes)]})
+    return {"lens": pd.DataFrame(rows, columns=LENS_COLUMNS), "flips": flips, "input": inp}

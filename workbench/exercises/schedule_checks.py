@@ -1,0 +1,146 @@
+"""Exercise checks on the schedules: a relative distance between them (00), one Gauss-Seidel sweep (03),
+one Jacobi pass (04/06) and the exact recurrence's one-step Jacobian (06)."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from .. import schedules
+from ..analysis.schedule_agreement import compare_schedules
+from ..model import GPT, eval_mode
+from . import solutions
+from .framework import VOCAB, T, close, exercise, passed, practice_model, practice_tokens, register
+
+
+@register
+@exercise(solutions.relative_distance)
+def check_relative_distance(fn: Callable[[torch.Tensor, torch.Tensor], float], model: GPT | None = None,
+                            idx: torch.Tensor | None = None) -> Callable:
+    """``fn(logits, exact)``: ``||logits - exact|| / ||exact||`` over every entry, a float.
+
+    Compared on logits whose norm differs from the exact ones' (so dividing by the wrong norm shows)
+    and whose error sits at a few entries (so a largest or mean absolute difference shows), then with
+    the ``distance`` column of ``compare_schedules`` for two schedules of a random LRT model (and of
+    ``model`` on ``idx`` when given).
+    """
+    hint = ("The relative distance is one number for the whole tensor: the Frobenius norm of the difference, "
+            "(logits - exact).norm(), divided by the norm of the exact logits, exact.norm() (not of logits).")
+    gen = torch.Generator().manual_seed(4)
+    exact = torch.randn(2, T, VOCAB, generator=gen, dtype=torch.float64)
+    off = exact.clone()
+    off[0, 0, 1], off[1, 3, 2], off[1, 8, 3] = 5.0, 5.0, 5.0
+    cases = [("logits twice the exact ones", 2 * exact, 1.0), ("logits off at three entries", off, None)]
+    for what, logits, want in cases:
+        expected = float((logits - exact).norm() / exact.norm()) if want is None else want
+        got = fn(logits, exact)
+        if not isinstance(got, (float, np.floating)) and not (isinstance(got, torch.Tensor) and got.numel() == 1):
+            raise AssertionError(f"{what}: fn must return one number (a float), got {type(got).__name__}. {hint}")
+        if not abs(float(got) - expected) <= 1e-9 * max(1.0, expected):
+            raise AssertionError(f"{what}: distance {float(got):.6g}, expected {expected:.6g}. {hint}")
+    runs = [(practice_model("lrt"), practice_tokens())] + ([] if model is None else [(model, idx)])
+    for m, toks in runs:
+        with torch.no_grad(), eval_mode(m):
+            reference = schedules.Sequential().run(m, toks).logits
+            settings = [{"schedule": "multipass", "passes": 2}, {"schedule": "interleaved", "subsets": 2}]
+            table = compare_schedules(m, toks, settings, reference=reference)
+            for setting, row in zip(settings, table.itertuples()):
+                got = float(fn(schedules.parse(setting).run(m, toks).logits, reference))
+                if not abs(got - row.distance) <= 1e-6 * max(1.0, row.distance):
+                    raise AssertionError(f"{row.label}: distance {got:.6g}, compare_schedules says "
+                                         f"{row.distance:.6g}. {hint}")
+    passed("your relative distance matches compare_schedules"
+           + ("" if model is None else " (on a random LRT and on this model)"))
+
+
+@register
+@exercise(solutions.sweep)
+def check_gauss_seidel_sweep(fn: Callable[[GPT, torch.Tensor, int], torch.Tensor]) -> Callable:
+    """``fn(model, idx, subsets)``: logits (B, T, V) of one interleaved sweep with write-back.
+
+    An init pass fills a ``KVBuffer``; subset s (positions ``t % S == s``) is then recomputed against
+    it reading ``m_{t-1}`` from the latest estimate — written back by subset s-1 in this sweep, or
+    the init pass for subset 0 — and its K/V and memory are written back. Compared with
+    ``schedules.Interleaved`` for LRT and FBT, S = 1, 2, 3 and T (where it is exact).
+    """
+    hint = ("Subset s must read the memory that subset s-1 wrote back in this sweep (subset 0: the init "
+            "pass, shifted by one; position 0 reads none), and the refined keys/values must go back into the "
+            "buffer (model.step(..., positions=buffer.refine(s), kv=buffer)).")
+    for mechanism in ("lrt", "fbt"):
+        model = practice_model(mechanism)
+        idx = practice_tokens()
+        for subsets in (1, 2, 3, T):
+            with torch.no_grad():
+                expected = schedules.Interleaved(subsets).run(model, idx).logits
+                close(fn(model, idx, subsets), expected, f"{mechanism}, subsets={subsets}", hint)
+    passed("your sweep matches schedules.Interleaved for LRT and FBT, S = 1, 2, 3 and T")
+
+
+@register
+@exercise(solutions.jacobi_pass)
+def check_jacobi_pass(fn: Callable[[GPT, torch.Tensor, torch.Tensor | None], torch.Tensor]) -> Callable:
+    """``fn(model, idx, previous)``: the memory (B, T, D) one Jacobi pass produces from the previous
+    pass's memory (None before pass 1: a plain pass).
+
+    Three passes chained, compared with ``schedules.iterate_passes`` for FBT and LRT.
+    """
+    hint = ("Pass k reads pass k-1's memory shifted right by one (schedules.shift_right: position t reads "
+            "m_{t-1}, position 0 zeros) and only positions t >= 1 read it (schedules.feedback_mask).")
+    for mechanism in ("fbt", "lrt"):
+        model = practice_model(mechanism)
+        idx = practice_tokens()
+        previous = None
+        with torch.no_grad():
+            for k, out in enumerate(schedules.iterate_passes(model, idx, passes=3), start=1):
+                got = fn(model, idx, previous)
+                close(got, out.memory, f"{mechanism}, memory after pass {k}", hint)
+                previous = out.memory
+    passed("your pass matches schedules.iterate_passes for three passes, FBT and LRT")
+
+
+@register
+@exercise(solutions.one_step_jacobian)
+def check_one_step_jacobian(fn: Callable[[GPT, torch.Tensor, int], torch.Tensor]) -> Callable:
+    """``fn(model, idx, t)``: (B, D, D) the Jacobian ``d m_t / d m_{t-1}`` of the exact recurrence at
+    position ``t``, the keys/values of positions < t held at their exact values.
+
+    Compared with ``analysis.jacobians.recurrence_jacobians`` on FBT and LRT practice models.
+    """
+    from ..analysis.jacobians import recurrence_jacobians
+
+    hint = ("Run the exact recurrence over positions < t into a KV cache (schedules.Sequential().prefill(..., cache)); "
+            "differentiate one step of position t alone, reading memory m at that cache, at m = cache.state "
+            "(the exact m_{t-1}); row i of the answer is d m_t[i] / d m_{t-1}.")
+    t = T - 3
+    for mechanism in ("fbt", "lrt"):
+        model, idx = practice_model(mechanism), practice_tokens()
+        expected = recurrence_jacobians(model, idx, [t])[:, 0]
+        got = fn(model, idx, t)
+        if isinstance(got, torch.Tensor) and got.shape == expected.shape:
+            if torch.allclose(got.transpose(-1, -2), expected, atol=1e-8) and not torch.allclose(got, expected):
+                raise AssertionError(f"{mechanism}: you returned the transpose: row i must be d m_t[i] / d m_{{t-1}}, "
+                                     "the output's i-th entry against every input entry")
+            zero = jacobian_at_zero(model, idx, t)
+            if torch.allclose(got, zero, atol=1e-8) and not torch.allclose(zero, expected, atol=1e-8):
+                raise AssertionError(f"{mechanism}: this is the Jacobian at memory 0, not at the exact m_{{t-1}} the "
+                                     "recurrence carries there: differentiate at cache.state. " + hint)
+        close(got, expected, f"{mechanism}, the one-step Jacobian at t = {t}", hint)
+    passed("your Jacobian matches analysis.jacobians.recurrence_jacobians, FBT and LRT")
+
+
+def jacobian_at_zero(model: GPT, idx: torch.Tensor, t: int) -> torch.Tensor:
+    """The one-step Jacobian taken at memory 0 (the slip of differentiating at the wrong point)."""
+    B = idx.size(0)
+    cache = model.new_kv_cache(B, t + 1)
+    with torch.no_grad():
+        schedules.Sequential().prefill(model, idx[:, :t], cache)
+
+    def step(memory: torch.Tensor) -> torch.Tensor:
+        return model.step(idx[:, t:t + 1], memory=memory[:, None], positions=torch.tensor([t]),
+                          kv=copy.deepcopy(cache)).memory[:, 0]
+
+    full = torch.autograd.functional.jacobian(step, torch.zeros_like(cache.state))
+    return torch.stack([full[b, :, b] for b in range(B)])

@@ -1,0 +1,335 @@
+"""``FeedbackLM``: a Hugging Face causal LM with latent feedback, presenting the interface of ``workbench.GPT``
+(see the package docstring for what is fed back, how, and which models are supported)."""
+
+from __future__ import annotations
+
+import inspect
+import os
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from ..decode import generate
+from ..fast import ops
+from ..hooks import HookPoint, name_hook_points
+from ..kv_cache import KVBuffer
+from ..mechanisms import Feedback
+from ..model import StepOutput, resolve_positions
+from ..validation import check_float, check_tokens
+from .cache import HFKVCache, StoreCache, store_mask
+from .config import OPTION_NAMES, FeedbackConfig
+from .mechanism import HFMechanism
+from .saving import check_loadable, load_weights, save_wrapper, saved_options
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+LAYER_PATHS = ("transformer.h", "model.layers", "gpt_neox.layers")  # the families named in the package docstring
+
+
+class BlockHooks(nn.Module):
+    """The hook points of one HF decoder layer: its input (after injection) and its output."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hook_resid_pre, self.hook_resid_post = HookPoint(), HookPoint()
+
+
+def decoder_layers(hf_model: nn.Module, n_layer: int) -> nn.ModuleList:
+    """The decoder-layer list of an HF causal LM: a known path, else its only ModuleList of n_layer modules."""
+    for path in LAYER_PATHS:
+        try:
+            layers = hf_model.get_submodule(path)
+        except AttributeError:
+            continue
+        if isinstance(layers, nn.ModuleList) and len(layers) == n_layer:
+            return layers
+    found = [m for m in hf_model.modules() if isinstance(m, nn.ModuleList) and len(m) == n_layer]
+    if len(found) == 1:
+        return found[0]
+    raise ValueError(f"cannot find the decoder layers of {type(hf_model).__name__}: looked for {LAYER_PATHS} and "
+                     f"for a single ModuleList of num_hidden_layers={n_layer} modules (found {len(found)}); "
+                     "supported families are documented in workbench.hf")
+
+
+def _cache_keyword(hf_model: nn.Module) -> str:
+    """The name of the KV-cache argument: ``cache`` in recent transformers, ``past_key_values`` before."""
+    return "cache" if "cache" in inspect.signature(hf_model.forward).parameters else "past_key_values"
+
+
+def _first_arg(args: tuple, kwargs: dict) -> torch.Tensor:
+    """A decoder layer's hidden states: positional in every HF layer we know, by name otherwise."""
+    return args[0] if args else kwargs["hidden_states"]
+
+
+def _with_first_arg(args: tuple, kwargs: dict, x: torch.Tensor) -> tuple[tuple, dict]:
+    if args:
+        return (x, *args[1:]), kwargs
+    return args, {**kwargs, "hidden_states": x}
+
+
+class FeedbackLM(nn.Module):
+    """A Hugging Face causal LM with latent feedback, presenting the interface of ``workbench.GPT``.
+
+    ``FeedbackLM(hf_model, fusion="glu", inject=None, feedback_layer=-1, jitter=0.02, gamma_init=0.0,
+    document_token=None)``;
+    see the package docstring for what is fed back and how. Hook points: ``hook_positions``,
+    ``hook_embed`` (the plain token embedding, raw HF scale), ``hook_input`` (depth 0: what goes in
+    as ``inputs_embeds``, after fusion and before any position embedding the model adds),
+    ``blocks.{l}.hook_resid_pre`` (layer l's input, after injection), ``blocks.{l}.hook_resid_post``
+    (layer l's output, ``hidden_states[l + 1]`` except that the last is before the final norm),
+    ``hook_final`` (the readout's input: ``hidden_states[-1]``), ``hook_memory`` and, with
+    ``inject="residual"``, LRT's ``mechanism.injection.hook_read.{l}`` (what layer l injects).
+
+    The HF model stays usable on its own: outside ``step`` the wrapper's layer hooks do nothing.
+    """
+
+    def __init__(self, hf_model: PreTrainedModel, fusion: str | None = "glu", *, inject: str | None = None,
+                 feedback_layer: int = -1, jitter: float = 0.02, gamma_init: float = 0.0,
+                 document_token: int | None = None) -> None:
+        super().__init__()
+        text = hf_model.config.get_text_config()
+        embedding = hf_model.get_input_embeddings()
+        if embedding.weight.size(1) != text.hidden_size:  # FBT and LRT read and write one width, D
+            raise ValueError(f"hf_model={type(hf_model).__name__} is invalid: its inputs_embeds have width "
+                             f"{embedding.weight.size(1)}, its hidden states {text.hidden_size}; the memory is fused "
+                             "and injected at the width it is read, so both must be equal")
+        self.config = FeedbackConfig(
+            vocab_size=text.vocab_size, n_layer=text.num_hidden_layers, n_embd=text.hidden_size,
+            seq_len=getattr(text, "max_position_embeddings", None), fusion=fusion, inject=inject,
+            feedback_layer=feedback_layer, jitter=jitter, gamma_init=gamma_init, document_token=document_token)
+        c = self.config
+        self.hf = hf_model
+        self.mechanism = HFMechanism(c).to(device=embedding.weight.device, dtype=embedding.weight.dtype)
+        self.hook_positions = HookPoint()
+        self.hook_embed, self.hook_input = HookPoint(), HookPoint()
+        self.blocks = nn.ModuleList(BlockHooks() for _ in range(c.n_layer))
+        self.hook_final, self.hook_memory = HookPoint(), HookPoint()
+        name_hook_points(self)
+        self._cache_keyword = _cache_keyword(hf_model)
+        # a learned position table (GPT-2's wpe) has seq_len rows and fails with a bare IndexError past them;
+        # rotary models compute any position, so only a table limits where ``step`` may go
+        self._position_limit = c.seq_len if c.seq_len is not None and any(
+            isinstance(m, nn.Embedding) and m is not embedding and m.num_embeddings == c.seq_len
+            for m in hf_model.modules()) else None
+        # Per-step scratch, set only inside ``step``: the feedback the injection reads, and the
+        # top state and readout input the layer/readout hooks hand back.
+        self._feedback: Feedback | None = None
+        self._top: torch.Tensor | None = None
+        self._final: torch.Tensor | None = None
+        layers = decoder_layers(hf_model, c.n_layer)
+        for layer, module in enumerate(layers):
+            # prepend: transformers records hidden_states with forward hooks of its own; ours run first,
+            # so hidden_states show any intervention made through our hook points. Partials of bound
+            # methods, not closures: copy.deepcopy(wrapper) rebinds them to the copy.
+            module.register_forward_pre_hook(partial(self._layer_input_hook, layer), with_kwargs=True, prepend=True)
+            module.register_forward_hook(partial(self._layer_output_hook, layer), prepend=True)
+        readout = hf_model.get_output_embeddings()
+        if readout is None:
+            raise ValueError(f"{type(hf_model).__name__} has no output embeddings: not a causal LM")
+        readout.register_forward_pre_hook(self._readout_hook, prepend=True)
+
+    # ------------------------------------------------------------------ hooks on the HF modules
+    def _layer_input_hook(self, layer: int, module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+        """Layer ``layer``'s input: residual injection, then ``blocks.{layer}.hook_resid_pre``."""
+        if self._feedback is None:
+            return None
+        x = self.mechanism.inject_residual(layer, _first_arg(args, kwargs), self._feedback)
+        return _with_first_arg(args, kwargs, self.blocks[layer].hook_resid_pre(x))
+
+    def _layer_output_hook(self, layer: int, module: nn.Module, args: tuple, output: Any) -> Any:
+        """Layer ``layer``'s output (a tensor, or a tuple led by one): ``blocks.{layer}.hook_resid_post``."""
+        if self._feedback is None:
+            return None
+        h = self.blocks[layer].hook_resid_post(output[0] if isinstance(output, tuple) else output)
+        if layer == self.config.n_layer - 1:
+            self._top = h
+        return (h, *output[1:]) if isinstance(output, tuple) else h
+
+    def _readout_hook(self, module: nn.Module, args: tuple) -> tuple | None:
+        """The readout's input (``hidden_states[-1]``) through ``hook_final``; kept for the memory."""
+        if self._feedback is None:
+            return None
+        self._final = self.hook_final(args[0])
+        return (self._final, *args[1:])
+
+    @property
+    def readout_weight(self) -> torch.Tensor:
+        """The readout matrix (V, D), as ``GPT.readout_weight``: analysis reads the device and dtype from it."""
+        return self.hf.get_output_embeddings().weight
+
+    # ------------------------------------------------------------------ forward
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        """One plain pass with no feedback: logits (B, T, V)."""
+        return self.step(idx).logits
+
+    def step(self, idx: torch.Tensor, *, memory: torch.Tensor | None = None,
+             memory_mask: torch.Tensor | None = None, positions: torch.Tensor | None = None,
+             kv: HFKVCache | KVBuffer | Any | None = None) -> StepOutput:
+        """The general forward, with ``GPT.step``'s semantics, over tokens ``idx`` (B, T).
+
+        ``memory`` (B, T, n_embd): what each position reads (already shifted, ``m_{t-1}``);
+        ``memory_mask`` (B, T) bool: the positions that read it (others get the plain embedding and
+        no injection). ``positions``: absolute positions (default 0..T-1), passed to the HF model as
+        ``position_ids``. ``kv``: an ``HFKVCache`` from ``new_kv_cache`` (chunks in order), a
+        ``KVBuffer`` (interleaved schedule), another store with the ``kv_cache.py`` protocol for a
+        single token (e.g. a frozen prefix), or None (causal self-attention over ``idx`` alone).
+        """
+        check_tokens(self.config.vocab_size, idx)  # an id past the table would index out of bounds in the HF model
+        B, T = idx.shape
+        positions = self.hook_positions(resolve_positions(idx, positions))
+        if self._position_limit is not None and positions.device.type == "cpu" and \
+                int(positions.max()) >= self._position_limit:
+            raise ValueError(f"positions reach {int(positions.max())}, past this model's position table "
+                             f"(max_position_embeddings={self._position_limit}: positions in [0, "
+                             f"{self._position_limit - 1}])")
+        if memory is not None and tuple(memory.shape) != (B, T, self.config.n_embd):
+            raise ValueError(f"memory must have shape (B, T, n_embd) = {(B, T, self.config.n_embd)}, "
+                             f"got {tuple(memory.shape)}")
+        if memory is not None and self.config.document_token is not None:  # no memory crosses a document start
+            opens = idx == self.config.document_token
+            memory_mask = ~opens if memory_mask is None else memory_mask & ~opens
+        if memory is not None and self.training and self.config.jitter > 0:
+            memory = memory + torch.empty_like(memory).uniform_(-self.config.jitter, self.config.jitter)
+        feedback = Feedback(memory, memory_mask)
+        x = self.hook_embed(self.hf.get_input_embeddings()(idx))
+        x = self.hook_input(self.mechanism.fuse_input(x, feedback))
+        kwargs: dict[str, Any] = dict(inputs_embeds=x, position_ids=positions[None].expand(B, T),
+                                      output_hidden_states=self.config.source_depth < self.config.n_layer,
+                                      use_cache=kv is not None)
+        if isinstance(kv, HFKVCache):
+            kv.prepare(positions)
+            kwargs[self._cache_keyword] = kv.cache
+        elif kv is not None:
+            if not (hasattr(kv, "update") and hasattr(kv, "advance")):
+                raise TypeError(f"kv must be an HFKVCache (from new_kv_cache), a key/value store with update/advance "
+                                f"(kv_cache.py) or None, got {type(kv).__name__}")
+            kwargs[self._cache_keyword] = StoreCache(kv, positions)
+            kwargs["attention_mask"] = store_mask(kv, positions, x.dtype,
+                                                  getattr(self.hf.config, "_attn_implementation", None))
+        self._feedback = feedback
+        try:
+            out = self.hf(**kwargs)
+            top, final = self._top, self._final
+        finally:
+            self._feedback = self._top = self._final = None
+        depth = self.config.source_depth
+        memory_out = final if depth == self.config.n_layer else ops().norm(out.hidden_states[depth])
+        if kv is not None:
+            kv.advance(T)
+        return StepOutput(logits=out.logits, memory=self.hook_memory(memory_out), top=top)
+
+    def new_kv_cache(self, batch: int, max_len: int) -> HFKVCache:
+        """An empty decoding cache for ``max_len`` positions (a DynamicCache grows as it is filled)."""
+        from transformers import DynamicCache
+
+        try:
+            cache = DynamicCache(config=self.hf.config)
+        except TypeError:  # transformers 4.x: no config argument
+            cache = DynamicCache()
+        return HFKVCache(cache, max_len)
+
+    def generate(self, input_ids: torch.Tensor, max_new_tokens: int = 20, *, do_sample: bool = False,
+                 temperature: float = 1.0, top_k: int | None = None, eos_token_id: int | None = None,
+                 regime: str = "soft", generator: torch.Generator | None = None) -> torch.Tensor:
+        """Continue ``input_ids`` (B, T) by ``max_new_tokens`` with Hugging Face's ``generate`` arguments, through
+        the feedback recurrence: returns (B, T + new), greedy (``do_sample=False``) or sampled at ``temperature``
+        from the ``top_k`` most likely tokens. ``regime``: SOFT (the prompt prefilled plainly, every new token
+        reading its predecessor's memory), FUSED or STANDARD (no feedback: the HF model's own greedy/sampled
+        ``generate``). It is ``wb.generate``, so the schedules' invariants hold for it."""
+        if do_sample:
+            check_float("temperature", temperature, 0.0, lo_open=True)
+        return generate(self, input_ids, max_new_tokens, regime=regime, temperature=temperature if do_sample else 0.0,
+                        top_k=top_k if do_sample else None, eos=eos_token_id, generator=generator)
+
+    # ------------------------------------------------------------------ accounting (trainer helpers)
+    def num_params_by_group(self) -> dict[str, int]:
+        """Parameter counts: the HF model, the feedback the wrapper adds, total."""
+        counts = {"hf_model": sum(p.numel() for p in self.hf.parameters()),
+                  "mechanism": sum(p.numel() for p in self.mechanism.parameters())}
+        counts["total"] = sum(counts.values())
+        return counts
+
+    def num_params(self) -> int:
+        return self.num_params_by_group()["total"]
+
+    def parameter_groups(self) -> dict[str, list[nn.Parameter]]:
+        """Parameters by optimiser role, as ``GPT.parameter_groups``: embedding tables (token and learned
+        position) in ``embedding``, an untied readout in ``readout``, other matrices in ``matrices``,
+        vectors (norm gains, biases, injection scalars) in ``scalars``."""
+        embeddings = {id(m.weight): m.weight for m in self.hf.modules() if isinstance(m, nn.Embedding)}
+        readout = self.hf.get_output_embeddings().weight
+        groups: dict[str, list[nn.Parameter]] = {"matrices": [], "embedding": list(embeddings.values()),
+                                                 "readout": [] if id(readout) in embeddings else [readout],
+                                                 "scalars": []}
+        taken = set(embeddings) | {id(readout)}
+        for p in self.parameters():
+            if id(p) not in taken:
+                groups["matrices" if p.ndim == 2 else "scalars"].append(p)
+        return groups
+
+    def flops_per_token(self, seq_len: int | None = None) -> float:
+        """Training FLOPs (forward + backward) per token of one pass, with ``GPT.flops_per_token``'s estimate:
+        ``6 *`` the parameters of every matrix a token goes through (not the embedding lookups) plus
+        ``12 * L * D * T`` for attention over ``T`` keys."""
+        c = self.config
+        T = c.seq_len if seq_len is None else seq_len
+        if T is None:
+            raise ValueError("the HF config declares no max_position_embeddings: pass seq_len")
+        groups = self.parameter_groups()
+        matmul = sum(p.numel() for key in ("matrices", "readout") for p in groups[key])
+        if not groups["readout"]:  # tied readout: the embedding matrix is multiplied at the top
+            matmul += self.hf.get_output_embeddings().weight.numel()
+        return 6.0 * matmul + 12.0 * c.n_layer * c.n_embd * T
+
+    def random_init(self, seed: int = 0) -> FeedbackLM:
+        """A randomly initialised twin (same HF config and options, the HF model's own init, fresh feedback
+        weights) on this model's device and dtype, in eval mode: the random-network baseline of probes.
+        Seeded without touching the global RNG."""
+        from transformers import AutoModelForCausalLM
+
+        weight = self.readout_weight
+        with torch.random.fork_rng(devices=[weight.device] if weight.device.type == "cuda" else []):
+            torch.manual_seed(seed)
+            twin_hf = AutoModelForCausalLM.from_config(self.hf.config,
+                                                       attn_implementation=self.hf.config._attn_implementation)
+            twin = FeedbackLM(twin_hf, **self.config.options())
+        return twin.to(device=weight.device, dtype=weight.dtype).eval()
+
+    # ------------------------------------------------------------------ saving and loading
+    def save_pretrained(self, path: str | os.PathLike) -> None:
+        """Write the HF model (``save_pretrained``) plus the wrapper's options (``feedback_config.json``,
+        which lists the files written) and weights (``feedback.safetensors``) into ``path``, replacing it
+        atomically (a reader never sees half a directory); ``FeedbackLM.from_pretrained(path)`` restores it.
+
+        ``path`` must be absent, empty or a wrapper this method saved: a plain HF model directory is
+        refused (save beside it), and files a user added to a saved wrapper (a tokenizer) are kept.
+        """
+        save_wrapper(self, path)
+
+    @classmethod
+    def from_pretrained(cls, path: str | os.PathLike, **kwargs: Any) -> FeedbackLM:
+        """Load a model from a local directory; nothing is downloaded (``local_files_only=True``).
+
+        A directory written by ``save_pretrained`` restores its options and feedback weights; a plain
+        HF directory (a user's own model) gets fresh feedback weights. Keyword arguments named like
+        the options (``fusion``, ``inject``, ``feedback_layer``, ``jitter``, ``gamma_init``,
+        ``document_token``) configure the wrapper (for a saved wrapper they must agree with what it
+        stored); every other one goes to
+        ``AutoModelForCausalLM.from_pretrained`` (e.g. ``dtype``, ``attn_implementation``).
+        """
+        from transformers import AutoModelForCausalLM
+
+        path = Path(path)
+        check_loadable(path, kwargs)
+        options = {k: kwargs.pop(k) for k in OPTION_NAMES if k in kwargs}
+        saved = saved_options(path, options)
+        hf_model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, use_safetensors=True,
+                                                        **kwargs)
+        model = cls(hf_model, **(options if saved is None else saved))
+        if saved is not None:
+            load_weights(model, path)
+        return model

@@ -1,0 +1,105 @@
+"""What a schedule returns and which positions read memory: the objective and the feedback masks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..metrics import token_losses
+
+
+@dataclass
+class ScheduleOutput:
+    """A schedule's result: the final estimate plus every pass it made."""
+
+    logits: torch.Tensor  # (B, T, V) final estimate at every position
+    pass_logits: list[torch.Tensor]  # one per pass or refinement, over ``pass_positions[i]``
+    memory: torch.Tensor  # (B, T, D) the memory each position produced (final estimate)
+    pass_positions: list[torch.Tensor | None] = field(default_factory=list)  # None = every position
+    loss_weights: list[float] = field(default_factory=list)  # how pass losses combine into the objective
+    schedule: str = ""
+
+    def pass_losses(self, targets: torch.Tensor, reduction: str = "mean",
+                    normaliser: torch.Tensor | None = None) -> list[torch.Tensor]:
+        """Next-token cross-entropy of each pass over the positions it computed (targets -1 ignored).
+
+        ``reduction="sum"`` gives summed nats; ``"mean"`` divides each pass's sum by the number of targets
+        at its positions in ``normaliser`` (default ``targets``): the trainer passes the global batch's
+        targets, so the micro-batches of every split sum to the same objective. A pass with no targets
+        gives 0, not NaN.
+        """
+        if reduction not in ("mean", "sum"):
+            raise ValueError(f"reduction={reduction!r} is invalid: must be 'mean' or 'sum'")
+        normaliser = targets if normaliser is None else normaliser
+        losses = []
+        for logits, pos in zip(self.pass_logits, self.pass_positions):
+            total = token_losses(logits, targets if pos is None else targets[:, pos]).sum()
+            if reduction == "mean":
+                counted = normaliser if pos is None else normaliser[:, pos.to(normaliser.device)]
+                total = total / counted.ge(0).sum().clamp(min=1).to(total.device)
+            losses.append(total)
+        return losses
+
+    def objective(self, pass_losses: list[torch.Tensor]) -> torch.Tensor:
+        """The schedule's training objective from its pass losses: their sum weighted by ``loss_weights``."""
+        return sum(w * loss for w, loss in zip(self.loss_weights, pass_losses))
+
+    def loss(self, targets: torch.Tensor, normaliser: torch.Tensor | None = None) -> torch.Tensor:
+        """The schedule's training objective (``objective`` of the mean ``pass_losses``)."""
+        return self.objective(self.pass_losses(targets, normaliser=normaliser))
+
+
+def shift_right(memory: torch.Tensor) -> torch.Tensor:
+    """``m_{t-1}`` aligned with position t; position 0 reads zeros."""
+    return F.pad(memory[:, :-1], (0, 0, 1, 0))
+
+
+def feedback_mask(batch: int, seq_len: int, plain_prefix: int | torch.Tensor = 0,
+                  device: torch.device | str | None = None) -> torch.Tensor:
+    """(B, T) bool: positions that read memory. Position 0 never does; nor do the first ``plain_prefix``.
+
+    ``plain_prefix`` is an int or a (B,) tensor (FBT's prefix mix-in draws one per sequence). Its
+    values are checked where they already are, never by waiting for a device: an int on the host, a
+    CPU tensor by reading it, an accelerator's tensor asynchronously (the device raises at its next
+    synchronisation), a ``meta`` tensor or a compiled graph not at all.
+    """
+    allowed = (f"plain_prefix={plain_prefix!r} is invalid: must be an int >= 0 or a (B,) integer tensor of them "
+               f"(multipass also takes one row per pass that reads memory: a (passes - 1, B) tensor)")
+    positions = torch.arange(seq_len, device=device).expand(batch, seq_len)
+    if not isinstance(plain_prefix, torch.Tensor):
+        if isinstance(plain_prefix, bool) or not isinstance(plain_prefix, (int, np.integer)) or plain_prefix < 0:
+            raise ValueError(allowed)
+        return positions >= max(int(plain_prefix), 1)
+    if plain_prefix.is_floating_point() or plain_prefix.dtype == torch.bool or plain_prefix.ndim > 1:
+        raise ValueError(allowed)
+    prefix = plain_prefix.to(device=device)
+    if not torch.compiler.is_compiling():
+        if plain_prefix.device.type == "cpu" and bool((plain_prefix < 0).any()):
+            raise ValueError(allowed)
+        if prefix.device.type not in ("cpu", "meta"):
+            torch._assert_async((prefix >= 0).all(), allowed)
+    return positions >= prefix.clamp(min=1).reshape(-1, 1)
+
+
+
+def pass_masks(batch: int, seq_len: int, plain_prefix: int | torch.Tensor, passes: int | None,
+               device: torch.device | str | None = None) -> Callable[[int], torch.Tensor]:
+    """Pass k's feedback mask (k = 0 for pass 1). One plain prefix for every pass (an int or a (B,) tensor), or
+    a fresh one for each pass that reads memory: a (passes - 1, B) tensor whose row k - 1 is pass k + 1's
+    (FBT's prefix mix-in drawn per pass, as the paper describes it). Pass 1 reads no memory, whatever its mask."""
+    if not (isinstance(plain_prefix, torch.Tensor) and plain_prefix.ndim == 2):
+        mask = feedback_mask(batch, seq_len, plain_prefix, device)
+        return lambda k: mask
+    rows = None if passes is None else max(passes - 1, 0)
+    if rows is None or tuple(plain_prefix.shape) != (rows, batch):
+        raise ValueError(f"plain_prefix of shape {tuple(plain_prefix.shape)} is invalid: one row per pass that "
+                         f"reads memory must be ({'passes - 1' if rows is None else rows}, {batch})"
+                         + (" and needs a finite number of passes" if rows is None else ""))
+    masks = [feedback_mask(batch, seq_len, row, device) for row in plain_prefix]
+    masks.insert(0, masks[0] if masks else feedback_mask(batch, seq_len, 0, device))
+    return masks.__getitem__
+

@@ -1,0 +1,114 @@
+"""The recurrence's primitives: one carry step through a KV cache and one Jacobi pass, written once.
+
+Every schedule, decoding, the probes' suffixes and the contraction analyses are built from these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import torch
+import torch.nn.functional as F
+
+from ..kv_cache import DecodeCache, KVCache, PurePrefix
+from ..model import GPT, StepOutput
+from ..validation import check_int, check_tokens
+from .output import ScheduleOutput, feedback_mask, pass_masks, shift_right
+
+
+def carry(model: GPT, tokens: torch.Tensor, positions: torch.Tensor, cache: DecodeCache, *,
+          reads: bool | torch.Tensor = True) -> StepOutput:
+    """One forward of the exact recurrence through ``cache``: ``tokens`` (B, n) at ``positions`` (n,).
+
+    The chunk's first position reads ``cache.state``, the memory its predecessor left there (nothing
+    while the state is None, before position 0); ``reads`` False, or a (B,) bool tensor per sequence,
+    keeps it plain. The chunk's last memory becomes the state the next call reads. The one step the
+    sequential and blockwise schedules, decoding, the probes' suffixes and contraction all take, so
+    the recurrence is written once.
+    """
+    memory = mask = None
+    n = tokens.size(1)
+    if cache.state is not None and reads is not False:
+        memory = F.pad(cache.state[:, None], (0, 0, 0, n - 1))
+        if n > 1 or isinstance(reads, torch.Tensor):  # only the first position reads it
+            mask = torch.zeros(tokens.size(0), n, dtype=torch.bool, device=tokens.device)
+            mask[:, 0] = reads
+    out = model.step(tokens, memory=memory, memory_mask=mask, positions=positions, kv=cache)
+    cache.state = out.memory[:, -1]
+    return out
+
+
+def recur(model: GPT, idx: torch.Tensor, cache: DecodeCache, start: int = 0, stop: int | None = None, *,
+          chunk: int = 1, reads: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Continue the recurrence in ``cache`` over positions ``start..stop-1`` of ``idx``, ``chunk`` at a time.
+
+    ``cache`` holds positions ``< start`` and the state position ``start`` reads; ``reads`` (B, T)
+    bool says which positions may read memory (default: all). Returns the logits (B, n, V) and the
+    memory (B, n, D) of those positions. Positions stay on the device, advanced there.
+    """
+    stop = idx.size(1) if stop is None else stop
+    positions = torch.arange(start, min(start + chunk, stop), device=idx.device)
+    logits, memory = [], []
+    for begin in range(start, stop, chunk):
+        n = min(chunk, stop - begin)
+        out = carry(model, idx[:, begin:begin + n], positions[:n], cache,
+                    reads=True if reads is None else reads[:, begin])
+        positions = positions + chunk
+        logits.append(out.logits)
+        memory.append(out.memory)
+    return torch.cat(logits, dim=1), torch.cat(memory, dim=1)
+
+
+def continuation(model: GPT, idx: torch.Tensor, cache: KVCache, start: int,
+                 stop: int) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The exact recurrence over positions ``start..stop-1`` as a pure function of the memory ``start`` reads:
+    (B, D) -> the memories (B, n, D) of those positions, through ``recur`` over a ``PurePrefix`` of ``cache``
+    (which holds positions ``< start``). Nothing is written, so the map can be called again and again and
+    differentiated by ``torch.func``: the one-step Jacobians, Lyapunov exponents and power iterations of the
+    analyses are all this function."""
+    check_int("start", start, 1, idx.size(1) - 1)
+    check_int("stop", stop, start + 1, idx.size(1))
+
+    def run(memory: torch.Tensor) -> torch.Tensor:
+        return recur(model, idx, PurePrefix(cache, start, memory), start, stop)[1]
+
+    return run
+
+
+
+def through_cache(model: GPT, idx: torch.Tensor, chunk: int, plain_prefix: int | torch.Tensor,
+             name: str, cache: KVCache | None = None) -> ScheduleOutput:
+    """Process contiguous chunks in order through a KV cache, carrying the memory between chunks."""
+    check_tokens(model.config.vocab_size, idx)
+    B, T = idx.shape
+    if cache is not None and cache.pos != 0:
+        raise ValueError(f"cache must be empty (it holds {cache.pos} positions): idx starts at position 0")
+    cache = cache if cache is not None else model.new_kv_cache(B, T)
+    logits, memory = recur(model, idx, cache, chunk=chunk, reads=feedback_mask(B, T, plain_prefix, idx.device))
+    return ScheduleOutput(logits, [logits], memory, [None], [1.0], name)
+
+
+
+def jacobi_pass(model: GPT, idx: torch.Tensor, memory: torch.Tensor | None, reads: torch.Tensor,
+                kv: DecodeCache | None = None) -> StepOutput:
+    """One Jacobi pass: every position that ``reads`` takes its predecessor's memory from the previous pass's
+    ``memory`` (None: a plain pass). The one pass multipass, fixed-point training and the pass maps take."""
+    return model.step(idx, memory=None if memory is None else shift_right(memory), memory_mask=reads, kv=kv)
+
+
+
+def iterate_passes(model: GPT, idx: torch.Tensor, plain_prefix: int | torch.Tensor = 0,
+                   passes: int | None = None) -> Iterator[StepOutput]:
+    """Jacobi passes, yielded one at a time (``passes=None``: endlessly), so analysis can stream them.
+    ``plain_prefix``: one for every pass, or one row per pass that reads memory (``pass_masks``)."""
+    check_tokens(model.config.vocab_size, idx)
+    B, T = idx.shape
+    reads = pass_masks(B, T, plain_prefix, passes, idx.device)
+    memory = None
+    k = 0
+    while passes is None or k < passes:
+        out = jacobi_pass(model, idx, memory, reads(k))
+        memory = out.memory
+        k += 1
+        yield out
+

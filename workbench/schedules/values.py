@@ -1,0 +1,343 @@
+"""The schedules as values: each algorithm written once, as the body of its value's ``run``.
+
+A schedule is a small frozen value (``Multipass(3)``, ``Interleaved(4)``): how to run it, how it fills a KV cache
+for decoding, which positions read memory, what one training batch runs and what it costs. Trainer, evaluation,
+cache, recipes and plots take one value; ``parse`` reads the string / JSON form the CLI and checkpoints use.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..kv_cache import DecodeCache, KVBuffer, KVCache, interleave
+from ..model import GPT, StepOutput
+from ..validation import MAX_COUNT, check_float, check_int, check_tokens
+from .output import ScheduleOutput, feedback_mask, pass_masks
+from .recurrence import jacobi_pass, through_cache
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A schedule as a small immutable value: how to run it, what it costs, its label and its one knob.
+
+    Trainer, evaluation, cache, recipes and plots take one value instead of a name plus loose keyword
+    arguments; ``parse`` reads the string / JSON form the CLI and checkpoints use.
+    """
+
+    name: ClassVar[str] = ""
+    knob_name: ClassVar[str | None] = None  # the one parameter this schedule has, if any
+    symbol: ClassVar[str] = ""  # how labels write that parameter (K passes, S subsets, B block)
+
+    def __post_init__(self) -> None:
+        if self.knob_name is not None:
+            check_int(self.knob_name, self.knob, 1, MAX_COUNT)
+        if hasattr(self, "aux_weight"):  # the range TrainConfig allows: NaN, inf or < 0 make no objective
+            check_float("aux_weight", self.aux_weight, 0.0, 1e6)
+
+    reads_memory: ClassVar[bool] = True  # False: no position reads memory (``single``)
+    can_prefill: ClassVar[bool] = False  # whether ``prefill`` can fill a KV cache for decoding
+
+    def run(self, model: GPT, idx: torch.Tensor, plain_prefix: int | torch.Tensor = 0) -> ScheduleOutput:
+        raise NotImplementedError
+
+    def prefill(self, model: GPT, idx: torch.Tensor, cache: DecodeCache) -> ScheduleOutput:
+        """Run over a prompt, leaving its keys/values and final memory in ``cache`` for the recurrence to go on."""
+        raise ValueError(f"schedule={self.label!r} cannot prefill a KV cache: prefill with single, sequential or "
+                         "multipass")
+
+    def reads(self, batch: int, seq_len: int, plain_prefix: int | torch.Tensor = 0,
+              device: torch.device | str | None = None) -> torch.Tensor:
+        """(B, T) bool: the positions whose final estimate read memory (``feedback_mask`` for most)."""
+        if not self.reads_memory:
+            return torch.zeros(batch, seq_len, dtype=torch.bool, device=device)
+        return feedback_mask(batch, seq_len, plain_prefix, device)
+
+    def draw(self, rng: np.random.Generator) -> Schedule:
+        """The schedule one training batch runs (a pass mix draws its depth; every other value is itself)."""
+        return self
+
+    @property
+    def jacobi_passes(self) -> int:
+        """Jacobi passes one batch makes (the history's ``passes`` column): K for multipass, else 1."""
+        return 1
+
+    def final_passes(self, passes: int = 1) -> list[int]:
+        """The pass losses (1-based) whose mean is the final estimate's loss, for a batch that ran ``passes``
+        Jacobi passes: the objective mixes passes, this is what the schedule predicts with."""
+        return [self.max_passes]
+
+    def pass_equivalents(self) -> float:
+        """Full passes of work per sequence: every position goes through the whole stack once per pass."""
+        return 1.0
+
+    @property
+    def max_passes(self) -> int:
+        """The most pass losses one batch reports (the trainer's ``loss_pass{k}`` columns)."""
+        return 1
+
+    def flops(self, model: GPT, batch: int, seq_len: int) -> float:
+        """Training FLOPs (forward + backward) of one batch: the one step-FLOPs account."""
+        return self.pass_equivalents() * model.flops_per_token(seq_len) * batch * seq_len
+
+    def anchored(self, position: int) -> Schedule:
+        """This value with any position it gives relative to the position read (a probe's label) made absolute
+        (``Prefilled(..., suffix=k)``: the last k tokens up to ``position`` recur). Other values are themselves."""
+        return self
+
+    def recurs_from(self, seq_len: int) -> int | None:
+        """Where this value is a plain pass followed by the exact recurrence: the first position that recurs
+        (``seq_len``: none does), or None when it computes a sequence another way. A caller that already ran
+        the plain pass (a probe) continues it token by token instead of running the value again."""
+        return None
+
+    @property
+    def knob(self) -> int | None:
+        return None if self.knob_name is None else getattr(self, self.knob_name)
+
+    @property
+    def label(self) -> str:
+        """How tables, legends and titles name it: ``multipass(K=3)``, ``single``."""
+        return self.name if self.knob is None else f"{self.name}({self.symbol}={self.knob})"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form (``{"schedule": name, knob: value}``) that ``parse`` reads back."""
+        return {"schedule": self.name, **({} if self.knob_name is None else {self.knob_name: self.knob})}
+
+
+@dataclass(frozen=True)
+class Single(Schedule):
+    """One plain pass: no position reads memory."""
+
+    name: ClassVar[str] = "single"
+    reads_memory: ClassVar[bool] = False
+    can_prefill: ClassVar[bool] = True
+
+    def run(self, model: GPT, idx: torch.Tensor, plain_prefix: int | torch.Tensor = 0) -> ScheduleOutput:
+        out = model.step(idx)
+        return ScheduleOutput(out.logits, [out.logits], out.memory, [None], [1.0], self.name)
+
+    def recurs_from(self, seq_len: int) -> int | None:
+        return seq_len
+
+    def prefill(self, model: GPT, idx: torch.Tensor, cache: DecodeCache) -> ScheduleOutput:
+        out = model.step(idx, kv=cache)
+        cache.state = out.memory[:, -1]
+        return ScheduleOutput(out.logits, [out.logits], out.memory, [None], [1.0], self.name)
+
+
+@dataclass(frozen=True)
+class Sequential(Schedule):
+    """The exact recurrence: one forward per token through the KV cache, the memory carried along.
+
+    ``plain_prefix``: the first positions read no memory (a prompt prefilled plainly). ``prefill`` fills an
+    empty cache, which then holds the keys/values and the state the next token would read.
+    """
+
+    name: ClassVar[str] = "sequential"
+    can_prefill: ClassVar[bool] = True
+
+    def run(self, model: GPT, idx: torch.Tensor, plain_prefix: int | torch.Tensor = 0) -> ScheduleOutput:
+        return through_cache(model, idx, 1, plain_prefix, self.name)
+
+    def recurs_from(self, seq_len: int) -> int | None:
+        return min(1, seq_len)  # position 0 has no predecessor: it is computed as the plain pass computes it
+
+    def prefill(self, model: GPT, idx: torch.Tensor, cache: DecodeCache) -> ScheduleOutput:
+        return through_cache(model, idx, 1, 0, self.name, cache)
+
+
+@dataclass(frozen=True)
+class Multipass(Schedule):
+    """Jacobi iteration: pass 1 plain, pass k reads pass k-1's memory shifted by one position.
+
+    Objective ``NTP_1 + aux_weight * mean_{k>=2} NTP_k`` (FBT), no detach between passes. ``plain_prefix``: one
+    for every pass, or a (passes - 1, B) tensor, one row per pass that reads memory. ``prefill``: the last pass
+    also writes its keys/values and final memory into the cache (fused prefill).
+    """
+
+    passes: int = 2
+    aux_weight: float = 1.0
+    name: ClassVar[str] = "multipass"
+    knob_name: ClassVar[str] = "passes"
+    symbol: ClassVar[str] = "K"
+    can_prefill: ClassVar[bool] = True
+
+    def run(self, model: GPT, idx: torch.Tensor, plain_prefix: int | torch.Tensor = 0) -> ScheduleOutput:
+        return self._iterate(model, idx, plain_prefix)
+
+    def prefill(self, model: GPT, idx: torch.Tensor, cache: DecodeCache) -> ScheduleOutput:
+        return self._iterate(model, idx, 0, cache)
+
+    def _iterate(self, model: GPT, idx: torch.Tensor, plain_prefix: int | torch.Tensor,
+                 cache: KVCache | None = None) -> ScheduleOutput:
+        check_tokens(model.config.vocab_size, idx)
+        B, T = idx.shape
+        reads = pass_masks(B, T, plain_prefix, self.passes, idx.device)
+        outs: list[StepOutput] = []
+        for k in range(self.passes):  # the last pass alone writes the cache
+            outs.append(jacobi_pass(model, idx, outs[-1].memory if outs else None, reads(k),
+                                    kv=cache if k == self.passes - 1 else None))
+        last = outs[-1]
+        if cache is not None:
+            cache.state = last.memory[:, -1]
+        weights = [1.0] + ([self.aux_weight / (self.passes - 1)] * (self.passes - 1) if self.passes > 1 else [])
+        return ScheduleOutput(last.logits, [o.logits for o in outs], last.memory, [None] * self.passes, weights,
+                              self.name)
+
+    def pass_equivalents(self) -> float:
+        return float(self.passes)
+
+    @property
+    def max_passes(self) -> int:
+        return self.passes
+
+    @property
+    def jacobi_passes(self) -> int:
+        return self.passes
+
+    def final_passes(self, passes: int = 1) -> list[int]:
+        return [passes]
+
+
+@dataclass(frozen=True)
+class Interleaved(Schedule):
+    """Init pass, then S strided subsets refined in order against a shared K/V/memory buffer (LRT's training).
+
+    Subset s holds positions s, s+S, ...; the memory it reads comes from subset s-1's latest estimate
+    (positions one earlier), and for s = 0 from subset S-1's, shifted by one (position 0 reads zeros).
+    """
+
+    subsets: int = 2
+    name: ClassVar[str] = "interleaved"
+    knob_name: ClassVar[str] = "subsets"
+    symbol: ClassVar[str] = "S"
+
+    def run(self, model: GPT, idx: torch.Tensor, plain_prefix: int | torch.Tensor = 0) -> ScheduleOutput:
+        check_tokens(model.config.vocab_size, idx)
+        B, T = idx.shape
+        S = self.subsets
+        check_int("subsets", S, 1, T)
+        reads = feedback_mask(B, T, plain_prefix, idx.device)
+        buffer = KVBuffer(model.config.n_layer, S)
+        init = model.step(idx, kv=buffer)
+        memory = [init.memory[:, s::S] for s in range(S)]  # the latest estimate, by subset
+        pass_logits, pass_positions = [init.logits], [None]
+        for s in range(S):
+            pos = buffer.refine(s)
+            previous = memory[s - 1] if s > 0 else F.pad(memory[-1], (0, 0, 1, 0))
+            out = model.step(idx[:, s::S], memory=previous[:, : pos.numel()], memory_mask=reads[:, s::S],
+                             positions=pos, kv=buffer)
+            memory[s] = out.memory
+            pass_logits.append(out.logits)
+            pass_positions.append(pos)
+        weights = [1.0 / (S + 1)] * (S + 1)
+        return ScheduleOutput(interleave(pass_logits[1:], 1, T), pass_logits, interleave(memory, 1, T),
+                              pass_positions, weights, self.name)
+
+    def pass_equivalents(self) -> float:
+        """An init pass plus one refinement of every position (each subset attends to the full-length
+        buffer, so its attention work is a full pass too): 2, whatever S."""
+        return 2.0
+
+    @property
+    def max_passes(self) -> int:
+        return 1 + self.subsets
+
+    def final_passes(self, passes: int = 1) -> list[int]:
+        return list(range(2, self.subsets + 2))  # the S refined subsets (their mean, over equal target counts)
+
+
+@dataclass(frozen=True)
+class Blockwise(Schedule):
+    """Contiguous blocks in order through the KV cache; memory crosses block boundaries only (the first position
+    of a block reads the previous block's last memory)."""
+
+    block: int = 32
+    name: ClassVar[str] = "blockwise"
+    knob_name: ClassVar[str] = "block"
+    symbol: ClassVar[str] = "B"
+
+    def run(self, model: GPT, idx: torch.Tensor, plain_prefix: int | torch.Tensor = 0) -> ScheduleOutput:
+        check_tokens(model.config.vocab_size, idx)
+        check_int("block", self.block, 1, idx.size(1))
+        return through_cache(model, idx, self.block, plain_prefix, self.name)
+
+    def reads(self, batch: int, seq_len: int, plain_prefix: int | torch.Tensor = 0,
+              device: torch.device | str | None = None) -> torch.Tensor:
+        """Only the first position of each block reads memory (from the previous block's last)."""
+        first = torch.arange(seq_len, device=device) % min(self.block, seq_len) == 0
+        return feedback_mask(batch, seq_len, plain_prefix, device) & first[None, :]
+
+
+def _check_tol(tol: object) -> None:
+    if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not 0 <= tol < 1:
+        raise ValueError(f"tol={tol!r} is invalid: must be a number in [0, 1)")
+
+
+@dataclass(frozen=True)
+class FixedPoint(Schedule):
+    """Training at the fixed point: a plain pass, up to ``passes`` Jacobi passes without gradient, one pass with
+    gradient from their state.
+
+    Objective ``NTP_1 + aux_weight * NTP_last``: the plain pass keeps the model a good plain model
+    (STANDARD decoding and the first pass of every prefill), the last one trains it to read the
+    (near-)fixed point. The passes without gradient run in eval mode (no jitter), so the residual
+    ``||H^k - H^(k-1)|| / ||H^k||`` can fall below ``tol``, where they stop early (reading it waits
+    for the device once per pass).
+    """
+
+    passes: int = 40
+    aux_weight: float = 1.0
+    tol: float = 1e-3
+    name: ClassVar[str] = "fixed_point"
+    knob_name: ClassVar[str] = "passes"
+    symbol: ClassVar[str] = "K"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_tol(self.tol)
+
+    def run(self, model: GPT, idx: torch.Tensor, plain_prefix: int | torch.Tensor = 0) -> ScheduleOutput:
+        check_tokens(model.config.vocab_size, idx)
+        B, T = idx.shape
+        reads = feedback_mask(B, T, plain_prefix, idx.device)
+        first = model.step(idx)
+        memory = first.memory.detach()
+        was_training = model.training
+        model.eval()
+        try:
+            with torch.no_grad():
+                for _ in range(min(self.passes, T)):  # T passes are exact by causality: more would change nothing
+                    new = jacobi_pass(model, idx, memory, reads).memory
+                    residual = (torch.linalg.vector_norm((new - memory).double())
+                                / torch.linalg.vector_norm(new.double()))
+                    memory = new
+                    if idx.device.type != "meta" and float(residual) < self.tol:  # a meta tensor holds no value
+                        break
+        finally:
+            model.train(was_training)
+        last = jacobi_pass(model, idx, memory, reads)
+        return ScheduleOutput(last.logits, [first.logits, last.logits], last.memory, [None, None],
+                              [1.0, self.aux_weight], self.name)
+
+    def pass_equivalents(self) -> float:
+        """An upper bound: two passes with gradient, and ``passes`` forwards without (a third of a pass each:
+        a backward costs about twice a forward), all of them when the residual never falls below ``tol``."""
+        return 2.0 + self.passes / 3.0
+
+    @property
+    def max_passes(self) -> int:
+        return 2
+
+
+def run(model: GPT, idx: torch.Tensor, schedule: Schedule, plain_prefix: int | torch.Tensor = 0) -> ScheduleOutput:
+    """``schedule.run`` as a function of the value: what the trainer and the benches hand to ``torch.compile``
+    (one graph per schedule value, its fields guarded)."""
+    if not isinstance(schedule, Schedule):
+        raise ValueError(f"schedule={schedule!r} is invalid: must be a Schedule value (schedules.parse reads a name)")
+    return schedule.run(model, idx, plain_prefix)
