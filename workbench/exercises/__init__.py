@@ -23,10 +23,13 @@ Checks, by notebook (the solution of each is ``solutions.<name>``):
 - 00: ``check_relative_distance(fn)`` — a schedule's relative distance to the exact logits (``relative_distance``);
 - 01: ``check_kv_cache_step(fn)`` — logits from a prefill plus one-token steps through a KV cache (``cached_logits``);
 - 02: ``check_lrt_kv_injection(fn)`` — LRT's gated recurrent keys/values for one block (``gated_kv``);
+- 03: ``check_mean_passes(fn)`` — a pass mix's expected pass count, what a step costs (``mean_passes``);
 - 03: ``check_gauss_seidel_sweep(fn)`` — one interleaved sweep with write-back (``sweep``);
 - 04: ``check_glu_fusion(fn)`` — FBT's fused input by hand (``glu_fusion``);
 - 04/06: ``check_jacobi_pass(fn)`` — one pass of the pass map (``jacobi_pass``);
+- 06: ``check_residual(fn)`` — the relative residual between consecutive passes (``residual``);
 - 06: ``check_one_step_jacobian(fn)`` — the token recurrence's one-step Jacobian (``one_step_jacobian``);
+- 06: ``check_lyapunov_2x2(fn)`` — the top Lyapunov exponent of a 2x2 linear recurrence (``lyapunov_2x2``);
 - 05: ``check_grouped_cv_probe(fn)`` — a grouped cross-validated probe (``grouped_cv_probe``);
 - 05b: ``check_swap_patch(fn)`` — one example reading a group mate's memory (``swap_patch``);
 - 07: ``check_trace_length(fn)`` — a continuation's trace length (``trace_length``);
@@ -35,16 +38,25 @@ Checks, by notebook (the solution of each is ``solutions.<name>``):
 """
 
 from . import solutions
-from .analysis_checks import check_grouped_cv_probe, check_swap_patch, check_trace_length, check_verdict
+from .analysis_checks import (
+    check_grouped_cv_probe,
+    check_lyapunov_2x2,
+    check_swap_patch,
+    check_trace_length,
+    check_verdict,
+)
 from .framework import CHECKS
 from .model_checks import check_glu_fusion, check_hf_fusion, check_kv_cache_step, check_lrt_kv_injection
 from .schedule_checks import (
     check_gauss_seidel_sweep,
     check_jacobi_pass,
+    check_mean_passes,
     check_one_step_jacobian,
     check_relative_distance,
+    check_residual,
 )
 
 __all__ = ["CHECKS", "check_gauss_seidel_sweep", "check_glu_fusion", "check_grouped_cv_probe", "check_hf_fusion",
-           "check_jacobi_pass", "check_kv_cache_step", "check_lrt_kv_injection", "check_one_step_jacobian",
-           "check_relative_distance", "check_swap_patch", "check_trace_length", "check_verdict", "solutions"]
+           "check_jacobi_pass", "check_kv_cache_step", "check_lrt_kv_injection", "check_lyapunov_2x2",
+           "check_mean_passes", "check_one_step_jacobian", "check_relative_distance", "check_residual",
+           "check_swap_patch", "check_trace_length", "check_verdict", "solutions"]

@@ -1,8 +1,9 @@
-"""Exercise checks on the analyses: a grouped cross-validated probe (05), a swap patch (05b), a trace's
-length (07) and a recipe's verdict (08)."""
+"""Exercise checks on the analyses: a grouped cross-validated probe (05), a swap patch (05b), the top
+Lyapunov exponent of a linear recurrence (06), a trace's length (07) and a recipe's verdict (08)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -16,7 +17,7 @@ from ..model import GPT
 from ..tasks import ANSWER_MARKER, Task
 from ..tasks import get as get_task
 from . import solutions
-from .framework import close, exercise, passed, practice_model, practice_tokens, register
+from .framework import as_number, close, exercise, passed, practice_model, practice_tokens, register
 
 
 def _probe_data(seed: int, case: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -180,3 +181,45 @@ def check_verdict(fn: Callable[[dict[str, float], int], str]) -> Callable:
                                  f"{interval['seeds']} seeds, expected_sign={sign:+d}: got {got!r}, expected "
                                  f"{expected!r}. {hint}")
     passed("your verdicts match wb.evaluation.verdict on every side of zero, both signs and too few seeds")
+
+
+def _rotation(angle: float, scale: float) -> list[list[float]]:
+    c, s = scale * math.cos(angle), scale * math.sin(angle)
+    return [[c, -s], [s, c]]
+
+
+LYAPUNOV_CASES = {  # A, its spectral radius far enough from 1 that A^n v leaves float64's range within 1,000 steps
+    "contracting A (radius 0.25)": [[0.25, 0.5], [0.0, 0.1]],
+    "expanding A (radius 2.5)": [[2.0, 1.0], [0.5, 1.5]],
+    "A rotating by 0.7 rad and scaling by 1.1": _rotation(0.7, 1.1),
+}
+
+
+@register
+@exercise(solutions.lyapunov_2x2)
+def check_lyapunov_2x2(fn: Callable[[torch.Tensor, int], float]) -> Callable:
+    """``fn(A, steps)``: the top Lyapunov exponent of ``m_t = A m_{t-1}`` (A 2x2) estimated over ``steps`` steps.
+
+    For a constant A it is the log of the spectral radius (the largest |eigenvalue|); compared with that, to 0.01,
+    over 1,000 steps on a contracting, an expanding and a rotating A. There ``A^n v`` itself overflows to inf or
+    underflows to 0, so only an iteration that renormalises gets a finite answer.
+    """
+    hint = ("Carry a unit vector: at each step apply A, add the log of the new vector's norm (the step's growth) to "
+            "a running sum, and divide the vector by that norm; the exponent is the sum over the number of steps.")
+    steps = 1000
+    for what, rows in LYAPUNOV_CASES.items():
+        A = torch.tensor(rows, dtype=torch.float64)
+        radius = float(torch.linalg.eigvals(A).abs().max())
+        expected = math.log(radius)
+        got = as_number(fn(A.clone(), steps), what, hint)
+        if abs(got - expected) <= 1e-2:
+            continue
+        if not math.isfinite(got):
+            raise AssertionError(f"{what}: exponent {got}, expected {expected:.4g}: A^n v leaves float64's range over "
+                                 f"{steps} steps (inf, or 0 and then nan). Renormalise the vector to unit length "
+                                 "after every step, and sum the logs of the growths.")
+        if abs(got - radius) <= 1e-2 * radius:
+            raise AssertionError(f"{what}: {got:.4g} is the growth per step (the spectral radius {radius:.4g}), not "
+                                 f"its log: the exponent {expected:.4g} averages log(growth).")
+        raise AssertionError(f"{what}: exponent {got:.4g}, expected log(spectral radius) = {expected:.4g}. {hint}")
+    passed("your exponent matches log(spectral radius) for a contracting, an expanding and a rotating A")

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 
 from ..analysis.probes import random_init_model
@@ -55,6 +56,14 @@ def close(got: object, expected: torch.Tensor, what: str, hint: str, atol: float
         else:
             where = ""
         raise AssertionError(f"{what}: differs{where} (largest difference {float(diff.max()):.3g}). {hint}")
+
+
+def as_number(got: object, what: str, hint: str) -> float:
+    """``got`` as a float, when it is one number (a float, or a one-element tensor); otherwise say so."""
+    if isinstance(got, bool) or not isinstance(got, (int, float, np.floating, np.integer, torch.Tensor)) or (
+            isinstance(got, torch.Tensor) and got.numel() != 1):
+        raise AssertionError(f"{what}: fn must return one number (a float), got {type(got).__name__}. {hint}")
+    return float(got)
 
 
 def passed(what: str) -> None:

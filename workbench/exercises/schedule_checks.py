@@ -1,19 +1,20 @@
-"""Exercise checks on the schedules: a relative distance between them (00), one Gauss-Seidel sweep (03),
-one Jacobi pass (04/06) and the exact recurrence's one-step Jacobian (06)."""
+"""Exercise checks on the schedules: a relative distance between them (00), a pass mix's cost and one
+Gauss-Seidel sweep (03), one Jacobi pass (04/06), the residual between passes and the exact recurrence's one-step
+Jacobian (06)."""
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Callable
 
-import numpy as np
 import torch
 
 from .. import schedules
+from ..analysis.fixed_point import pass_dynamics
 from ..analysis.schedule_agreement import compare_schedules
 from ..model import GPT, eval_mode
 from . import solutions
-from .framework import VOCAB, T, close, exercise, passed, practice_model, practice_tokens, register
+from .framework import VOCAB, T, as_number, close, exercise, passed, practice_model, practice_tokens, register
 
 
 @register
@@ -36,11 +37,9 @@ def check_relative_distance(fn: Callable[[torch.Tensor, torch.Tensor], float], m
     cases = [("logits twice the exact ones", 2 * exact, 1.0), ("logits off at three entries", off, None)]
     for what, logits, want in cases:
         expected = float((logits - exact).norm() / exact.norm()) if want is None else want
-        got = fn(logits, exact)
-        if not isinstance(got, (float, np.floating)) and not (isinstance(got, torch.Tensor) and got.numel() == 1):
-            raise AssertionError(f"{what}: fn must return one number (a float), got {type(got).__name__}. {hint}")
-        if not abs(float(got) - expected) <= 1e-9 * max(1.0, expected):
-            raise AssertionError(f"{what}: distance {float(got):.6g}, expected {expected:.6g}. {hint}")
+        got = as_number(fn(logits, exact), what, hint)
+        if not abs(got - expected) <= 1e-9 * max(1.0, expected):
+            raise AssertionError(f"{what}: distance {got:.6g}, expected {expected:.6g}. {hint}")
     runs = [(practice_model("lrt"), practice_tokens())] + ([] if model is None else [(model, idx)])
     for m, toks in runs:
         with torch.no_grad(), eval_mode(m):
@@ -80,6 +79,34 @@ def check_gauss_seidel_sweep(fn: Callable[[GPT, torch.Tensor, int], torch.Tensor
 
 
 @register
+@exercise(solutions.mean_passes)
+def check_mean_passes(fn: Callable[[dict[int, float]], float]) -> Callable:
+    """``fn(mix)``: the expected pass count of a pass mix ``{passes: probability}``, what one training step costs
+    in passes of work.
+
+    Compared with ``schedules.PassMix.of(mix).pass_equivalents()`` on mixes where the plain mean of the pass
+    counts, and the deepest count, give other numbers.
+    """
+    hint = ("Each batch draws its pass count k with probability p_k, so a step costs k passes only that often: "
+            "the expected count weighs every k by its p_k.")
+    mixes = [{1: 0.75, 2: 0.22, 3: 0.03}, {1: 0.75, 2: 0.25}, {1: 0.1, 4: 0.9}, {2: 1.0}]
+    for mix in mixes:
+        what = f"mix {mix}"
+        expected = schedules.PassMix.of(mix).pass_equivalents()
+        got = as_number(fn(dict(mix)), what, hint)
+        if abs(got - expected) <= 1e-9:
+            continue
+        if abs(got - sum(mix) / len(mix)) <= 1e-9:
+            raise AssertionError(f"{what}: {got:.4g} passes, expected {expected:.4g}: that is the plain mean of the "
+                                 "pass counts, as if each were drawn equally often; weigh each by its probability.")
+        if abs(got - max(mix)) <= 1e-9:
+            raise AssertionError(f"{what}: {got:.4g} passes, expected {expected:.4g}: that is the deepest pass count, "
+                                 "what only the batches that draw it cost. " + hint)
+        raise AssertionError(f"{what}: {got:.4g} passes, expected {expected:.4g}. {hint}")
+    passed("your expected pass counts match PassMix.pass_equivalents on four mixes")
+
+
+@register
 @exercise(solutions.jacobi_pass)
 def check_jacobi_pass(fn: Callable[[GPT, torch.Tensor, torch.Tensor | None], torch.Tensor]) -> Callable:
     """``fn(model, idx, previous)``: the memory (B, T, D) one Jacobi pass produces from the previous
@@ -99,6 +126,43 @@ def check_jacobi_pass(fn: Callable[[GPT, torch.Tensor, torch.Tensor | None], tor
                 close(got, out.memory, f"{mechanism}, memory after pass {k}", hint)
                 previous = out.memory
     passed("your pass matches schedules.iterate_passes for three passes, FBT and LRT")
+
+
+@register
+@exercise(solutions.residual)
+def check_residual(fn: Callable[[torch.Tensor, torch.Tensor], float]) -> Callable:
+    """``fn(prev, new)``: the relative residual ``||new - prev|| / ||new||`` between consecutive Jacobi passes,
+    a float (``schedules.FixedPoint`` stops on it).
+
+    Compared on a pass twice the previous one (where dividing by the previous pass's norm, or by no norm, gives
+    another number), then with the ``delta`` column of ``analysis.fixed_point.pass_dynamics`` over four passes
+    of an FBT and an LRT practice model.
+    """
+    hint = ("delta_k = ||H^k - H^(k-1)|| / ||H^k||: the norm of the change over every entry, divided by the norm "
+            "of the new pass, new.norm() (not of prev).")
+    prev = torch.randn(2, T, 16, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    cases = [("a pass twice the previous one", prev, 2 * prev, 0.5)]
+    for mechanism in ("fbt", "lrt"):
+        model, idx = practice_model(mechanism), practice_tokens()
+        deltas = pass_dynamics(model, idx, passes=4)["delta"].tolist()
+        with torch.no_grad():
+            memories = [out.memory for out in schedules.iterate_passes(model, idx, passes=4)]
+        cases += [(f"{mechanism}, passes {k - 1} and {k} (pass_dynamics' delta)", memories[k - 2], memories[k - 1],
+                   deltas[k - 1]) for k in (2, 3, 4)]
+    for what, old, new, expected in cases:
+        got = as_number(fn(old, new), what, hint)
+        if abs(got - expected) <= 1e-9 * max(1.0, expected):
+            continue
+        change = float((new - old).norm())
+        if abs(got - change / float(old.norm())) <= 1e-9 * max(1.0, got):
+            raise AssertionError(f"{what}: residual {got:.6g}, expected {expected:.6g}: you divided by the previous "
+                                 "pass's norm; FixedPoint divides by the new pass's, new.norm().")
+        if abs(got - change) <= 1e-9 * max(1.0, got):
+            raise AssertionError(f"{what}: residual {got:.6g}, expected {expected:.6g}: that is the absolute change "
+                                 "||new - prev||; divide it by ||new|| so that it does not grow with the memory's "
+                                 "scale.")
+        raise AssertionError(f"{what}: residual {got:.6g}, expected {expected:.6g}. {hint}")
+    passed("your residual matches pass_dynamics' delta, FBT and LRT")
 
 
 @register

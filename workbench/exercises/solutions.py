@@ -69,6 +69,10 @@ def sweep(model: GPT, idx: torch.Tensor, subsets: int) -> torch.Tensor:
     return logits
 
 
+def mean_passes(mix: dict[int, float]) -> float:
+    return float(sum(passes * p for passes, p in mix.items()))  # each pass count weighed by how often it is drawn
+
+
 # 04
 def glu_fusion(model: GPT, tokens: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:
     fbt = model.mechanism
@@ -84,6 +88,10 @@ def jacobi_pass(model: GPT, idx: torch.Tensor, previous: torch.Tensor | None) ->
 
 
 # 06
+def residual(prev: torch.Tensor, new: torch.Tensor) -> float:
+    return float((new - prev).double().norm() / new.double().norm())  # the change, relative to the new pass
+
+
 def one_step_jacobian(model: GPT, idx: torch.Tensor, t: int) -> torch.Tensor:
     B = idx.size(0)
     cache = model.new_kv_cache(B, t + 1)
@@ -98,6 +106,17 @@ def one_step_jacobian(model: GPT, idx: torch.Tensor, t: int) -> torch.Tensor:
 
     full = torch.autograd.functional.jacobian(step, point)  # (B, D, B, D): examples are independent
     return torch.stack([full[b, :, b] for b in range(B)])  # row i: d m_t[i] / d m_{t-1}
+
+
+def lyapunov_2x2(A: torch.Tensor, steps: int) -> float:
+    v = torch.tensor([1.0, 0.0], dtype=torch.float64)  # a unit vector
+    total = 0.0
+    for _ in range(steps):
+        v = A.double() @ v
+        growth = v.norm()  # how far this step stretched a unit vector
+        total += float(torch.log(growth))
+        v = v / growth  # back to unit length: A^n v itself would overflow or underflow
+    return total / steps
 
 
 # 05

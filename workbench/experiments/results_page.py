@@ -126,7 +126,7 @@ def findings_markdown(summaries: dict[str, dict], root: str | Path | None = None
         if r.kind == "extension":
             continue
         paper = r.paper or f"(ours: {r.kind})"
-        lines.append(f"- [{r.recipe}](RESULTS.md#{r.recipe.replace('_', '-')}) — {_cell(paper)}: "
+        lines.append(f"- [{r.recipe}](RESULTS.md{_anchor(r.recipe)}) — {_cell(paper)}: "
                      f"**{_cell(r.verdict)}** ({_cell(r.ours)})")
     return "\n".join(lines)
 

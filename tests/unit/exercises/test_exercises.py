@@ -184,6 +184,30 @@ def one_step_jacobian(model, idx, t, *, transpose=False, at_zero=False, plain=Fa
     return jac.transpose(-1, -2) if transpose else jac
 
 
+def mean_passes(mix, *, weighted=True, deepest=False):
+    if deepest:
+        return float(max(mix))
+    return float(sum(k * p for k, p in mix.items())) if weighted else float(np.mean(list(mix)))
+
+
+def residual(prev, new, *, by="new"):
+    change = (new - prev).double().norm()
+    if by == "none":
+        return float(change)
+    return float(change / (new if by == "new" else prev).double().norm())
+
+
+def lyapunov_2x2(A, steps, *, renormalise=True, log=True):
+    v = torch.tensor([1.0, 0.0], dtype=torch.float64)
+    total = 0.0
+    for _ in range(steps):
+        new = A.double() @ v
+        growth = new.norm() / v.norm()
+        total += float(torch.log(growth) if log else growth)
+        v = new / new.norm() if renormalise else new
+    return total / steps
+
+
 # (check, wrong function, a phrase of the message that must name the slip), one row per slip a hint warns about
 SLIPS = {
     "kv: no positions": (ex.check_kv_cache_step, kv_cache_logits, dict(pass_positions=False), "positions"),
@@ -220,6 +244,12 @@ SLIPS = {
     "jacobian: at memory 0": (ex.check_one_step_jacobian, one_step_jacobian, dict(at_zero=True), "cache.state"),
     "jacobian: no prefix": (ex.check_one_step_jacobian, one_step_jacobian, dict(plain=True), "KV cache"),
     "hf: not back at the embedding's scale": (ex.check_hf_fusion, hf_fused_input, dict(rescale=False), "rms\\(e\\)"),
+    "passes: the plain mean of the counts": (ex.check_mean_passes, mean_passes, dict(weighted=False), "probability"),
+    "passes: the deepest count": (ex.check_mean_passes, mean_passes, dict(deepest=True), "deepest pass count"),
+    "residual: by the previous pass's norm": (ex.check_residual, residual, dict(by="prev"), "previous pass's norm"),
+    "residual: no norm ratio": (ex.check_residual, residual, dict(by="none"), "absolute change"),
+    "lyapunov: not renormalised": (ex.check_lyapunov_2x2, lyapunov_2x2, dict(renormalise=False), "Renormalise"),
+    "lyapunov: the growth, not its log": (ex.check_lyapunov_2x2, lyapunov_2x2, dict(log=False), "not its log"),
 }
 
 
