@@ -29,7 +29,7 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere: the repository's
 
 import workbench  # noqa: E402
 from workbench.experiments import results_page  # noqa: E402
-from workbench.store import write_bytes_atomic  # noqa: E402
+from workbench.files import write_bytes_atomic  # noqa: E402
 
 API = ROOT / "docs" / "API.md"
 SKIP = ("workbench.__main__",)  # importing it runs the command line

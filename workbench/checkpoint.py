@@ -16,7 +16,8 @@ manifest of ours, or a config.json holding our ``format`` and ``model``), never 
 Hugging Face model directory also has; any other non-empty directory is refused. Files a user puts
 inside a checkpoint directory (notes, an evaluation table) are kept across re-saves; a save that
 would overwrite one of them refuses and names it. The directory transaction itself (atomic swap,
-concurrent savers and readers, kills) is ``store.py``'s; nothing is ever unpickled.
+concurrent savers and readers, kills) is ``store``'s, one file's (strict JSON, bounded reads) ``files``';
+nothing is ever unpickled.
 """
 
 from __future__ import annotations
@@ -34,22 +35,20 @@ from safetensors.torch import save as save_tensors
 
 from ._version import __version__
 from .config import ModelConfig
-from .model import GPT, build_model
-from .store import (  # noqa: F401 - re-exported: the public names of the checkpoint module
+from .files import (  # noqa: F401 - re-exported: the public names of the checkpoint module
     JSON_LIMIT,
     CheckpointError,
-    MissingFile,
-    atomic_directory,
     json_bytes,
     parse_json,
     plain_json,
     read_json,
     read_regular,
-    read_version,
     try_json,
     write_file,
     write_json_atomic,
 )
+from .model import GPT, build_model
+from .store import MissingFile, atomic_directory, read_version  # noqa: F401 - re-exported
 from .store import find_version as _find_version
 
 FORMAT_VERSION = 2

@@ -29,8 +29,8 @@ the layers below it. The order, lowest first, is what the code needs, not a wish
    wrote, so they live here too.
 10. **notebook front-ends**: ``widgets`` show experiments, analyses and figures; ``exercises``
     check a learner's code against analysis and model functions.
-11. **entry points**: ``bench``, ``cli`` (with ``cli_eval``), ``__main__`` and the package ``__init__`` (the facade
-    ``import workbench as wb`` gives) may import anything; nothing imports them, which is why a
+11. **entry points**: ``bench``, ``cli`` (one module per family of commands), ``__main__`` and the package
+    ``__init__`` (the facade ``import workbench as wb`` gives) may import anything; nothing imports them, which is why a
     module below takes ``__version__`` from ``_version`` and not from the package.
 
 A new module has to be placed in a layer here (the first test fails until it is), which is the
@@ -50,7 +50,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "workbench"
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("workbench._version", "workbench.validation", "workbench.config", "workbench.hooks", "workbench.fast",
               "workbench.kv_cache", "workbench.metrics", "workbench.functional", "workbench.tasks",
-              "workbench.store", "workbench.stats")),
+              "workbench.files", "workbench.store", "workbench.stats")),
     ("mechanisms", ("workbench.mechanisms",)),
     ("model", ("workbench.model",)),
     ("schedules", ("workbench.schedules",)),
@@ -61,7 +61,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("figures", ("workbench.plots", "workbench.diagrams")),
     ("experiments", ("workbench.experiments",)),
     ("notebook front-ends", ("workbench.widgets", "workbench.exercises")),
-    ("entry points", ("workbench.cli", "workbench.cli_eval", "workbench.__main__", "workbench")),
+    ("entry points", ("workbench.cli", "workbench.__main__", "workbench")),
 ]
 
 

@@ -27,9 +27,9 @@ from .. import schedules
 from ..checkpoint import load_checkpoint
 from ..decode import generate
 from ..evaluation import hierarchical_difference, per_example_metrics
+from ..files import write_bytes_atomic
 from ..model import GPT
 from ..stats import bootstrap
-from ..store import write_bytes_atomic
 from ..tasks import Batch
 from ..tasks.text import BOS
 from .common import bar_figure

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..checkpoint import load_checkpoint, load_config, load_metrics, save_checkpoint
-from ..store import write_bytes_atomic
+from ..files import write_bytes_atomic
 from .runs import reference_metrics, spec_of
 from .store import EVAL_FILE
 

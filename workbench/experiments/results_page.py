@@ -20,7 +20,7 @@ from typing import Any
 import pandas as pd
 
 from ..evaluation import MIN_SEEDS
-from ..store import write_bytes_atomic
+from ..files import write_bytes_atomic
 from .recipes import RECIPES
 from .results_table import findings_table, specimens_table
 from .store import checkpoints_root

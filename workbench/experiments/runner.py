@@ -18,7 +18,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from ..checkpoint import load_metrics, write_json_atomic
-from ..store import try_json
+from ..files import try_json
 from .core import Context, Outcome, apply_gates
 from .pool import makespan, train_parallel
 from .recipes import RECIPES

@@ -21,9 +21,9 @@ import pandas as pd
 from .._version import __version__
 from ..checkpoint import load_checkpoint, load_metrics, save_checkpoint
 from ..evaluation import per_example_metrics, summarize
+from ..files import try_json
 from ..model import GPT
 from ..run_dir import CONFIG_FILE
-from ..store import try_json
 from ..train import TrainConfig, train
 from .core import EVAL_SEED, RunSpec
 from .store import EVAL_FILE, same_trajectory, up_to_date

@@ -19,7 +19,7 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
 
-from ..store import write_bytes_atomic
+from ..files import write_bytes_atomic
 from ..validation import check_int
 from .base import (
     Runs,

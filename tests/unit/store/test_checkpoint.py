@@ -13,7 +13,7 @@ from safetensors.torch import save_file
 
 import workbench as wb
 from conftest import perturbed_model, small_config
-from workbench import store
+from workbench import files, store
 from workbench.checkpoint import CheckpointError, load_checkpoint, load_metrics, read_safetensors, save_checkpoint
 
 
@@ -213,9 +213,9 @@ def test_an_atomically_written_file_has_the_permissions_a_plain_write_leaves(tmp
     """A new file follows the umask (not mkstemp's 0600); a replaced one keeps the mode it had."""
     umask = os.umask(0)
     os.umask(umask)
-    store.write_json_atomic(tmp_path / "summary.json", {"v": 1})
+    files.write_json_atomic(tmp_path / "summary.json", {"v": 1})
     assert (tmp_path / "summary.json").stat().st_mode & 0o777 == 0o666 & ~umask
     os.chmod(tmp_path / "summary.json", 0o640)
-    store.write_bytes_atomic(tmp_path / "summary.json", b"{}")
+    files.write_bytes_atomic(tmp_path / "summary.json", b"{}")
     assert (tmp_path / "summary.json").stat().st_mode & 0o777 == 0o640
     assert (tmp_path / "summary.json").read_bytes() == b"{}" and sorted(os.listdir(tmp_path)) == ["summary.json"]

@@ -1,72 +1,29 @@
-"""Command line: ``python -m workbench {info, tasks, train, eval, compare, generate, ...} --help``.
-
-Each command is a thin shell over a package function: it parses, calls, and writes or prints what
-the function returned. Every command that reads a model takes a run directory (what ``train --out DIR``
-writes) or the checkpoint directory inside it. The commands that read a trained run back on held-out
-data (eval, compare, generate) live in ``cli_eval``.
-"""
+"""``info``, ``train``, ``tasks`` and ``reproduce``: a model's config, the short-run trainer behind one flag per
+``TrainConfig`` field, the task list, and the paper-claim recipes."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from . import schedules
-from ._version import __version__
-from .train_config import TrainConfig
-
-
-def _int_at_least(lo: int) -> Callable[[str], int]:
-    """argparse type for counts: an int >= ``lo`` (``--threads`` 1, ``--max-new-tokens`` 0)."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            value = lo - 1
-        if value < lo:
-            raise argparse.ArgumentTypeError(f"{text!r} is invalid: must be an int >= {lo}")
-        return value
-    return parse
-
-
-positive_int, non_negative_int = _int_at_least(1), _int_at_least(0)
-
-
-def finite_positive(text: str) -> float:
-    """argparse type for scales such as ``--scale``: a finite number > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"{text!r} is invalid: must be a finite number > 0")
-    return value
-
-
-def _check_out_dir(out: str, flag: str = "--out") -> None:
-    """Before any compute: ``out`` must be a directory or creatable as one."""
-    path = Path(out)
-    if os.path.lexists(path) and not path.is_dir():
-        raise ValueError(f"{flag} {out!r} is invalid: it exists and is not a directory")
-    parent = next((p for p in (path, *path.parents) if p.exists()), Path("."))
-    if not os.access(parent, os.W_OK):
-        raise ValueError(f"{flag} {out!r} is invalid: {parent} is not writable")
+from .. import schedules
+from ..train_config import TrainConfig
+from .options import check_out_dir, finite_positive, parse_key_values, pass_mix_option, positive_int
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
-    from .checkpoint import load_checkpoint, load_config, load_metrics
-    from .cli_eval import resolve_checkpoint
-    from .config import ModelConfig
-    from .mechanisms import MECHANISM_CLASSES
-    from .model import D20_SHAPE, mechanism_overhead
+    from ..checkpoint import load_checkpoint, load_config, load_metrics
+    from ..config import ModelConfig
+    from ..mechanisms import MECHANISM_CLASSES
+    from ..model import D20_SHAPE, mechanism_overhead
+    from .runs import resolve_checkpoint
 
     if args.checkpoint is None and not args.d20:
         raise ValueError("info: give a CHECKPOINT directory, or --d20 for the nanochat d20 overhead table")
@@ -98,32 +55,6 @@ def _cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
-# ---------------------------------------------------------------------------------------------- train
-def parse_key_values(pairs: list[str] | None, flag: str) -> dict[str, Any]:
-    """``key=value`` strings to a dict; values are read as JSON when they parse (numbers, bools, lists)."""
-    parsed: dict[str, Any] = {}
-    for pair in pairs or []:
-        key, sep, text = pair.partition("=")
-        if not sep or not key:
-            raise ValueError(f"{flag} {pair!r} is invalid: must be key=value")
-        try:
-            value = json.loads(text)
-        except json.JSONDecodeError:
-            value = text
-        if key in parsed and parsed[key] != value:
-            raise ValueError(f"{flag} {key} is given twice with different values ({parsed[key]!r} and {value!r})")
-        parsed[key] = value
-    return parsed
-
-
-def _pass_mix(text: str) -> dict[str, float]:
-    """``1:0.75,2:0.22,3:0.03`` to a dict (TrainConfig validates it)."""
-    try:
-        return {k.strip(): float(v) for k, v in (item.split(":") for item in text.split(","))}
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(f"{text!r}: must look like 1:0.75,2:0.22,3:0.03") from e
-
-
 # (flag, TrainConfig field, type, help); defaults are TrainConfig's, so they live in one place
 _FLAGS: list[tuple[str, str, Any, str]] = [
     ("--task", "task", str, "task name (workbench.tasks.names())"),
@@ -131,7 +62,7 @@ _FLAGS: list[tuple[str, str, Any, str]] = [
     ("--passes", "passes", int, "multipass: passes per batch"),
     ("--subsets", "subsets", int, "interleaved: strided subsets"),
     ("--block", "block", int, "blockwise: block length"),
-    ("--pass-mix", "pass_mix", _pass_mix, "multipass: pass-count mix per batch, e.g. 1:0.75,2:0.22,3:0.03"),
+    ("--pass-mix", "pass_mix", pass_mix_option, "multipass: pass-count mix per batch, e.g. 1:0.75,2:0.22,3:0.03"),
     ("--feedback-start", "feedback_start", float, "fraction of steps trained single-pass first"),
     ("--prefix-mixin", "prefix_mixin", float, "fraction of sequences given a random plain prefix"),
     ("--prefix-draw", "prefix_draw", str, "sequence (one prefix shared by its passes) or pass (a fresh draw "
@@ -158,6 +89,8 @@ _FLAGS: list[tuple[str, str, Any, str]] = [
     ("--out", "out_dir", str, "run directory (checkpoint, history.csv, loss.png)"),
     ("--device", "device", str, "auto, cpu, cuda or cuda:N"),
 ]
+
+
 _MODEL_FLAGS = [("--mechanism", "mechanism", str), ("--n-layer", "n_layer", int), ("--n-head", "n_head", int),
                 ("--n-embd", "n_embd", int)]
 
@@ -209,7 +142,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
                       resume=args.resume, overwrite=args.overwrite)
     if args.budget is None:
         return cfg
-    from .experiments.common import matched_steps, step_flops  # sized up front; budget_flops, a cap, would cut short
+    from ..experiments.common import matched_steps, step_flops  # sized up front; budget_flops, a cap, would cut short
 
     steps, per_step = matched_steps(cfg, args.budget), step_flops(cfg)
     if "steps" in given or steps * per_step > args.budget:
@@ -222,8 +155,8 @@ def _loss_figure(cfg: TrainConfig) -> Callable[[dict[str, Any]], None] | None:
     """The run directory's ``loss.png``, drawn when the run stops (``plots.LossFigure``; none without ``--out``)."""
     if cfg.out_dir is None:
         return None
-    from .plots import LossFigure
-    from .run_dir import FIGURE_FILE
+    from ..plots import LossFigure
+    from ..run_dir import FIGURE_FILE
 
     title = f"{cfg.task}: {cfg.model.get('mechanism', 'none')}, {cfg.schedule_value().label}"
     return LossFigure(Path(cfg.out_dir) / FIGURE_FILE, title=title)
@@ -231,7 +164,7 @@ def _loss_figure(cfg: TrainConfig) -> Callable[[dict[str, Any]], None] | None:
 
 def _cmd_train(args: argparse.Namespace) -> int:
     """Train; print a one-line summary (rank 0). Exit status 2: bad input (``main``); 1: diverged."""
-    from .train import NonFiniteLossError, train
+    from ..train import NonFiniteLossError, train
 
     cfg = config_from_args(args)
     try:
@@ -251,10 +184,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
 def held_out_lines(cfg: TrainConfig, result) -> list[tuple[str, dict[str, float]]]:
     """The run's held-out numbers, each with the schedule that produced it: the trainer's (its training schedule)
     and, for a feedback model trained otherwise, the exact recurrence a decoder runs on the same sequences, where
-    the two can differ the most. The metrics are ``eval``'s for the task (``cli_eval.metric_names``)."""
-    from . import tasks
-    from .cli_eval import EXACT, metric_names
-    from .evaluation import per_example_metrics, summarize
+    the two can differ the most. The metrics are ``eval``'s for the task (``runs.metric_names``)."""
+    from .. import tasks
+    from ..evaluation import per_example_metrics, summarize
+    from .runs import EXACT, metric_names
 
     task = tasks.get(cfg.task, **cfg.task_params)
     names = metric_names(task)
@@ -268,7 +201,7 @@ def held_out_lines(cfg: TrainConfig, result) -> list[tuple[str, dict[str, float]
 
 
 def _cmd_tasks(args: argparse.Namespace) -> int:
-    from .tasks import describe
+    from ..tasks import describe
 
     table = describe()
     if args.json:
@@ -284,7 +217,7 @@ def _cmd_tasks(args: argparse.Namespace) -> int:
 def _cmd_reproduce(args: argparse.Namespace) -> int:
     import torch
 
-    from . import experiments
+    from .. import experiments
 
     if args.list:
         for r in experiments.list_recipes().itertuples():
@@ -299,7 +232,7 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
                          f"(see --list)")
     for flag in ("out", "scratch"):
         if getattr(args, flag) is not None:
-            _check_out_dir(getattr(args, flag), f"--{flag}")
+            check_out_dir(getattr(args, flag), f"--{flag}")
     torch.set_num_threads(args.threads)
     names = list(experiments.RECIPES) if args.name == "all" else [args.name]
     for name in names:
@@ -314,111 +247,8 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
     return 0
 
 
-def _checkpoint_task(path: str, name: str | None, params: list[str] | None):
-    """The task a checkpoint was trained on (recorded by the trainer or a recipe), unless named."""
-    from . import tasks
-    from .checkpoint import load_config, load_metrics
-
-    given = parse_key_values(params, "--task-param")
-    if name is not None:
-        return tasks.get(name, **given)
-    _, header = load_config(path)
-    recorded = header.get("train_config") or load_metrics(path).get("train_config") or {}
-    task = header.get("task") or recorded.get("task")
-    if task is None:
-        raise ValueError(f"{path} records no task: pass --task NAME")
-    return tasks.get(task, **{**(header.get("task_params") or recorded.get("task_params") or {}), **given})
-
-
-def _write(table: pd.DataFrame, figure, out: str, stem: str) -> None:
-    Path(out).mkdir(parents=True, exist_ok=True)
-    table.to_csv(Path(out) / f"{stem}.csv", index=False)
-    figure.savefig(Path(out) / f"{stem}.png", dpi=110, bbox_inches="tight")
-    print(f"wrote {Path(out) / stem}.csv and .png")
-
-
-def _cmd_probe(args: argparse.Namespace) -> int:
-    """Probe a task's labels, or on text (which has none) ``--labels`` for non-overlapping windows of its val
-    split, each read at its last byte (the windows go to OUT/probe_examples.csv, to label or to check)."""
-    _check_out_dir(args.out)
-    import torch
-
-    from .analysis import probe_layers
-    from .checkpoint import load_checkpoint
-    from .cli_eval import probe_source, resolve_checkpoint
-    from .plots import layer0_comparison
-
-    torch.set_num_threads(args.threads)
-    path = resolve_checkpoint(args.checkpoint)
-    task = _checkpoint_task(path, args.task, args.task_param)
-    source, n, labels = probe_source(task, args.n, args.labels, args.seed, args.out)
-    table = probe_layers(load_checkpoint(path), source, conditions=args.conditions, n=n, seed=args.seed,
-                         labels=labels, random_baseline=not args.no_random_baseline)
-    table["task"] = task.name
-    print(table[table["layer"] == 0].to_string(index=False))
-    _write(table, layer0_comparison(table), args.out, "probes")
-    return 0
-
-
-def _cmd_contraction(args: argparse.Namespace) -> int:
-    _check_out_dir(args.out)
-    import torch
-
-    from .analysis import pass_dynamics
-    from .checkpoint import load_checkpoint
-    from .cli_eval import resolve_checkpoint
-    from .plots import contraction_curves
-
-    torch.set_num_threads(args.threads)
-    path = resolve_checkpoint(args.checkpoint)
-    batch = _checkpoint_task(path, args.task, args.task_param).sample(args.n, args.seed, "val")
-    table = pass_dynamics(load_checkpoint(path), batch.tokens, passes=args.passes,
-                          targets=batch.targets, progress=True)
-    rows = sorted({min(i, len(table) - 1) for i in (0, 1, batch.tokens.size(1), len(table) - 1)})
-    print(table.iloc[rows].to_string(index=False))
-    _write(table, contraction_curves(table), args.out, "pass_dynamics")
-    return 0
-
-
-def _cmd_traces(args: argparse.Namespace) -> int:
-    _check_out_dir(args.out)
-    import torch
-
-    from .analysis import summarize_traces, trace_lengths
-    from .checkpoint import load_checkpoint
-    from .cli_eval import resolve_checkpoint
-    from .plots import trace_lengths as plot_traces
-
-    torch.set_num_threads(args.threads)
-    path = resolve_checkpoint(args.checkpoint)
-    task = _checkpoint_task(path, args.task, args.task_param)
-    table = trace_lengths(load_checkpoint(path), task, regimes=args.regimes, n=args.n, seed=args.seed,
-                          max_new_tokens=args.max_new_tokens, prefill_passes=args.prefill_passes)
-    print(summarize_traces(table).to_string(index=False))
-    _write(table, plot_traces(table), args.out, "traces")
-    return 0
-
-
-def _analysis_parser(sub, name: str, help_text: str, func, n: int | None, n_text: str | None = None
-                     ) -> argparse.ArgumentParser:
-    p = sub.add_parser(name, help=help_text)
-    p.add_argument("checkpoint", help="run directory or checkpoint directory (its recorded task is used unless --task "
-                                      "is given)")
-    p.add_argument("--task", default=None, help="task name (default: the one the checkpoint was trained on)")
-    p.add_argument("--task-param", action="append", metavar="KEY=VALUE", help="task parameter (repeatable)")
-    p.add_argument("--n", type=positive_int, default=n, help=f"held-out examples (default {n_text or n})")
-    p.add_argument("--seed", type=non_negative_int, default=0, help="seed of the held-out examples")
-    p.add_argument("--out", default=".", help="directory for the CSV and PNG (default: here)")
-    p.add_argument("--threads", type=positive_int, default=1, help="torch threads (default 1)")
-    p.set_defaults(func=func)
-    return p
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m workbench", description=__doc__.splitlines()[0])
-    parser.add_argument("--version", action="version", version=f"workbench {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
-
+def add_parsers(sub) -> None:
+    """The info, train, tasks and reproduce commands of ``python -m workbench``."""
     p = sub.add_parser("info", help="config, parameter counts and metrics of a checkpoint")
     p.add_argument("checkpoint", nargs="?", help="run directory (train --out) or checkpoint directory")
     p.add_argument("--d20", action="store_true", help="also print mechanism overheads at the nanochat d20 shape")
@@ -430,29 +260,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_arguments(p)
     p.set_defaults(func=_cmd_train)
 
-    from .cli_eval import add_parsers
-
-    add_parsers(sub)
-
     p = sub.add_parser("tasks", help="list the tasks with one decoded example each")
     p.add_argument("--json", action="store_true", help="print JSON records")
     p.set_defaults(func=_cmd_tasks)
-
-    p = _analysis_parser(sub, "probe", "linear probes at every depth under prefill conditions", _cmd_probe, None,
-                         "400, or the number of --labels")
-    p.add_argument("--conditions", nargs="+", default=["standard", "suffix1", "suffix2", "suffix4", "sequential"],
-                   help="prefill conditions: standard, suffixK, sequential, multipassK")
-    p.add_argument("--no-random-baseline", action="store_true", help="skip the randomly initialised twin")
-    p.add_argument("--labels", default=None, metavar="PATH",
-                   help="one integer label per example, one per line (text: the examples are non-overlapping windows "
-                        "of the val split, read at their last byte, written to OUT/probe_examples.csv)")
-    p = _analysis_parser(sub, "contraction", "iterate the fused pass map: residual, fixed-point distance, loss",
-                         _cmd_contraction, 8)
-    p.add_argument("--passes", type=positive_int, default=1000, help="passes (default 1000)")
-    p = _analysis_parser(sub, "traces", "reasoning-trace lengths and accuracy per decoding regime", _cmd_traces, 64)
-    p.add_argument("--regimes", nargs="+", default=["standard", "soft", "fused"], help="decoding regimes")
-    p.add_argument("--max-new-tokens", type=non_negative_int, default=48, help="tokens generated per question")
-    p.add_argument("--prefill-passes", type=positive_int, default=2, help="fused prefill passes (regime fused)")
 
     p = sub.add_parser("reproduce", help="run a paper-claim recipe (or all) and write checkpoints + results")
     p.add_argument("name", nargs="?", help="recipe name, or 'all'")
@@ -468,32 +278,3 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs", type=positive_int, default=1,
                    help="train this many stale runs at a time, in worker processes of one thread each (2 on 2 cores)")
     p.set_defaults(func=_cmd_reproduce)
-
-    return parser
-
-
-def _one_line(e: BaseException) -> str:
-    """An error as the one line a user reads: OS errors name the file and the cause (disk full, permission)."""
-    if isinstance(e, OSError) and e.strerror:
-        where = f" {e.filename}" if e.filename is not None else ""
-        return f"{e.strerror}:{where}" + (f" -> {e.filename2}" if e.filename2 is not None else "")
-    return " ".join(str(e).splitlines()) or type(e).__name__
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run one command. Exit status 2, with one line and no traceback, for a user's error: bad input
-    (configs, checkpoints, parameters: ``ValueError``), a number out of range (``OverflowError``), or the
-    filesystem (``OSError``: disk full, permission, a path that exists); 130 on Ctrl-C."""
-    args = build_parser().parse_args(argv)
-    try:
-        return args.func(args)
-    except (ValueError, OverflowError, OSError) as e:
-        print(f"error: {_one_line(e)}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())

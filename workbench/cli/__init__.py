@@ -1,0 +1,52 @@
+"""Command line: ``python -m workbench {info, tasks, train, eval, compare, generate, ...} --help``.
+
+Each command is a thin shell over a package function: it parses, calls, and writes or prints what
+the function returned. Every command that reads a model takes a run directory (what ``train --out DIR``
+writes) or the checkpoint directory inside it. One module per family of commands: ``training`` (info, train,
+tasks, reproduce), ``reading`` (eval, compare, generate), ``analyses`` (probe, contraction, traces); the argument
+types are ``options``', what a path names ``runs``'.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from .._version import __version__
+from . import analyses, reading, training
+from .training import add_arguments, config_from_args
+
+__all__ = ["add_arguments", "build_parser", "config_from_args", "main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m workbench", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"workbench {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for family in (training, reading, analyses):
+        family.add_parsers(sub)
+    return parser
+
+
+def _one_line(e: BaseException) -> str:
+    """An error as the one line a user reads: OS errors name the file and the cause (disk full, permission)."""
+    if isinstance(e, OSError) and e.strerror:
+        where = f" {e.filename}" if e.filename is not None else ""
+        return f"{e.strerror}:{where}" + (f" -> {e.filename2}" if e.filename2 is not None else "")
+    return " ".join(str(e).splitlines()) or type(e).__name__
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command. Exit status 2, with one line and no traceback, for a user's error: bad input
+    (configs, checkpoints, parameters: ``ValueError``), a number out of range (``OverflowError``), or the
+    filesystem (``OSError``: disk full, permission, a path that exists); 130 on Ctrl-C."""
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ValueError, OverflowError, OSError) as e:
+        print(f"error: {_one_line(e)}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
