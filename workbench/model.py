@@ -179,6 +179,15 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
+    """The backbone: token embedding, ``n_layer`` blocks, a readout, and one mechanism (none / LRT / FBT).
+
+    ``model(idx)`` is one plain causal pass (logits ``(B, T, V)``), as nanoGPT's would be. Feedback needs
+    the previous position's memory, which one pass cannot have: ``model.step(idx, memory=, memory_mask=,
+    positions=, kv=)`` is the forward every schedule (``schedules``) and the decoder (``decode``) call, one
+    pass over the given positions reading the given memory and, with ``kv``, a cache of earlier positions.
+    Build one with ``build_model(config)``; read activations with ``analysis.run_with_cache``.
+    """
+
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         if not isinstance(config, ModelConfig):

@@ -56,6 +56,17 @@ def test_every_shipped_checkpoint_carries_its_manifest():
     assert configs and not bare, bare
 
 
+def test_every_shipped_checkpoint_names_the_task_it_learned():
+    """A shipped run's config.json says its task and parameters (what its metrics' training config trained on), so
+    ``info``, ``probe`` and ``eval`` read it from the checkpoint alone."""
+    wrong = []
+    for config in sorted(E.checkpoints_root().rglob("config.json")):
+        header, trained = json.loads(config.read_text()), load_metrics(config.parent)["train_config"]
+        if (header.get("task"), header.get("task_params")) != (trained["task"], trained["task_params"]):
+            wrong.append(str(config.parent))
+    assert not wrong, wrong
+
+
 @pytest.mark.parametrize("name", sorted(E.RECIPES))
 def test_every_shipped_run_is_the_one_its_recipe_would_train_now(name):
     """A recipe whose code changed (its steps, its model, its evaluation) makes its shipped runs stale: the next

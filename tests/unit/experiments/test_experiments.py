@@ -17,7 +17,7 @@ import torch
 
 from workbench import experiments as E
 from workbench import schedules as S
-from workbench.checkpoint import load_checkpoint, load_metrics
+from workbench.checkpoint import load_checkpoint, load_config, load_metrics
 from workbench.evaluation import MIN_SEEDS, hierarchical_difference, paired_difference, verdict
 from workbench.experiments import migrate, pool
 
@@ -93,6 +93,8 @@ def test_parallel_jobs_train_the_same_runs(tmp_path, monkeypatch):
     assert summary["trained_runs"] == ["run_s0", "run_s1"] and 0 < summary["quiet_wall_minutes"]
     cpu = [load_metrics(tmp_path / "b" / "pair" / n)["train"]["cpu_seconds"] for n in summary["trained_runs"]]
     assert summary["quiet_wall_minutes"] == pytest.approx(max(cpu) / 60)  # two runs, two workers
+    header = load_config(tmp_path / "b" / "pair" / "run_s1")[1]  # the checkpoint alone says what it learned
+    assert (header["task"], header["task_params"], header["run"]) == ("running_sum", {"p": 5, "length": 8}, "run_s1")
     E.reproduce("pair", root=tmp_path / "b", scratch=tmp_path / "rb")  # nothing stale: analysis only
     again = json.loads((tmp_path / "b" / "pair" / "summary.json").read_text())
     assert {k: again[k] for k in ("jobs", "train_wall_minutes", "trained_runs")} == \
