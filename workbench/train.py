@@ -47,11 +47,12 @@ import pandas as pd
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from torch import nn
 from tqdm.auto import tqdm
 
 from . import schedules, tasks
 from .checkpoint import WEIGHTS, check_weights, load_checkpoint, read_checkpoint, save_checkpoint
-from .model import GPT, build_model
+from .model import GPT, FeedbackModel, build_model
 from .optim import build_optimizers, load_optimizer_state, lr_factor, optimizer_state, set_lr
 from .run_dir import (
     CHECKPOINT_DIR,
@@ -180,7 +181,7 @@ def _pad(t: torch.Tensor, length: int, value: int) -> torch.Tensor:
 class _Run:
     """State and steps of one training run (one per process under torchrun)."""
 
-    def __init__(self, cfg: TrainConfig, procs: _Processes) -> None:
+    def __init__(self, cfg: TrainConfig, procs: _Processes, model: FeedbackModel | None = None) -> None:
         self.cfg, self.procs, self.device = cfg, procs, procs.device
         shards = procs.world * cfg.grad_accum
         if cfg.batch_size % shards:
@@ -193,8 +194,11 @@ class _Run:
         self.stream = tasks.TrainStream(self.task, cfg.batch_size, seed=cfg.seed)
         self._drawn: tuple[int, tasks.Batch] | None = None  # (step, its batch): see batch()
         torch.manual_seed(derived_seed(cfg.seed, _INIT))
-        model_config = cfg.model_config(self.task.vocab_size, self.T)
-        self.model = build_model(model_config, device=self.device).train()
+        if model is None:
+            model = build_model(cfg.model_config(self.task.vocab_size, self.T), device=self.device)
+        else:
+            _check_given_model(model, self.task, procs.world)
+        self.model = model.to(self.device).train()
         if cfg.init_from is not None:
             _start_from(self.model, cfg.init_from)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
@@ -355,7 +359,19 @@ def progress_losses(row: dict[str, Any]) -> dict[str, str]:
     return {k: f"{v:.3f}" for k, v in passes.items()}
 
 
-def train(cfg: TrainConfig, callback: Callback | None = None) -> TrainResult:
+def _check_given_model(model: FeedbackModel, task: tasks.Task, world: int) -> None:
+    """A model handed to ``train``: one with the backbone's interface, able to read the task's tokens, in one
+    process (under torchrun each process would hold its own copy, and nothing would make them start equal)."""
+    vocab = model.readout_weight.shape[0]
+    if vocab < task.vocab_size:
+        raise ValueError(f"model reads {vocab} token ids, task {task.name} uses {task.vocab_size}: must be at least "
+                         f"the task's vocabulary")
+    if world > 1:
+        raise ValueError(f"model= trains in one process, not {world}: under torchrun let train build the model "
+                         f"from TrainConfig.model")
+
+
+def train(cfg: TrainConfig, callback: Callback | None = None, *, model: FeedbackModel | None = None) -> TrainResult:
     """Train a model as ``cfg`` says; ``callback(row)`` is called (rank 0) for every history row, and
     ``callback.on_train_end(history)``, when it has one, once the run stops, however it stops (a figure
     of the run, such as ``plots.LossFigure``, is drawn there: the trainer itself draws nothing).
@@ -365,24 +381,41 @@ def train(cfg: TrainConfig, callback: Callback | None = None) -> TrainResult:
     To spend a budget with the schedule complete, size ``steps`` with ``experiments.matched_steps``, as
     ``train --budget-flops`` does. Raises ``NonFiniteLossError`` on a NaN/inf loss or gradient (the last good
     checkpoint stays on disk) and ``ValueError`` for a bad config or a run directory that does not fit.
+
+    ``model``: train this model in place instead of building ``cfg.model`` (e.g. a ``hf.FeedbackLM``: anything
+    with the backbone's interface, ``model.FeedbackModel``), on the same loop, schedule, optimisers and held-out
+    evaluation. It is not saved (no ``out_dir``: a workbench checkpoint holds a ``GPT``; save it the way its own
+    class saves, e.g. ``FeedbackLM.save_pretrained``), and ``cfg.model`` and ``init_from`` must be left unset.
     """
     if not isinstance(cfg, TrainConfig):
         raise ValueError(f"cfg must be a TrainConfig, got {type(cfg).__name__}")
     if callback is not None and not callable(callback):
         raise ValueError(f"callback={callback!r} is invalid: must be None or a callable taking each history row")
     cfg = cfg.replace()  # validated again: a field changed after construction is checked before any step
+    if model is not None:
+        if not (isinstance(model, nn.Module) and isinstance(model, FeedbackModel)):
+            raise ValueError(f"model={type(model).__name__} is invalid: must be an nn.Module with the backbone's "
+                             f"interface (model.FeedbackModel: step, parameter_groups, ...), e.g. hf.FeedbackLM")
+        for name in ("out_dir", "init_from"):
+            if getattr(cfg, name) is not None:
+                raise ValueError(f"TrainConfig.{name}={getattr(cfg, name)!r} is invalid with model=: must be None "
+                                 f"(a given model is trained in place and saved by its own class)")
+        if cfg.model:
+            raise ValueError(f"TrainConfig.model={cfg.model!r} is invalid with model=: must be empty (the model "
+                             f"is the one given)")
     procs = _Processes.start(cfg.device)
     try:
         with hold_run_dir(cfg.out_dir if procs.main else None), \
                 torch.random.fork_rng(devices=[procs.device] if procs.device.type == "cuda" else []):
-            return _train(cfg, procs, callback)
+            return _train(cfg, procs, callback, model)
     finally:
         procs.close()
 
 
-def _train(cfg: TrainConfig, procs: _Processes, callback: Callback | None) -> TrainResult:
+def _train(cfg: TrainConfig, procs: _Processes, callback: Callback | None,
+           model: FeedbackModel | None) -> TrainResult:
     out, resuming = prepare_run_dir(cfg, procs.main)
-    run = _Run(cfg, procs)
+    run = _Run(cfg, procs, model)
     ckpt = None if out is None else out / CHECKPOINT_DIR
     if resuming:
         run.restore(ckpt)

@@ -350,3 +350,33 @@ def test_positions_past_a_learned_position_table_are_refused_by_name(hf_dirs):
         load(hf_dirs, "gpt2").step(idx, positions=past)
     assert torch.isfinite(load(hf_dirs, "llama").step(idx, positions=past).logits).all()
     load(hf_dirs, "gpt2").step(idx, positions=past - 4)  # the last row, 63, is in the table
+
+
+def test_the_trainer_trains_a_given_wrapper_in_place(hf_dirs, tmp_path):
+    """``wb.train(cfg, model=FeedbackLM)``: the trainer's loop, schedule and held-out evaluation on the wrapper,
+    trained in place; what a workbench checkpoint cannot hold is refused by the parameter's name."""
+    task = wb.tasks.get("running_sum", p=5, length=8)
+    config = GPT2Config(vocab_size=task.vocab_size, n_positions=16, n_embd=16, n_layer=2, n_head=2, resid_pdrop=0.0,
+                        embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=None, eos_token_id=None)
+    torch.manual_seed(0)
+    model = hf.FeedbackLM(AutoModelForCausalLM.from_config(config)).float()
+    small = load(hf_dirs, "gpt2")  # vocab V: fewer ids than the task's
+    cfg = wb.TrainConfig(task="running_sum", task_params={"p": 5, "length": 8}, schedule="multipass", passes=2,
+                         steps=30, batch_size=16, optimizer="adamw", lr=3e-3, eval_every=0, eval_size=64,
+                         progress=False)
+    batch = task.sample(64, seed=cfg.eval_seed, split="val")
+    before = wb.evaluation.summarize(wb.evaluation.per_example_metrics(model, batch, S.Multipass(2)))["loss"]
+    fusion = model.mechanism.fusion.W_U.weight.detach().clone()
+    result = wb.train(cfg, model=model)
+    assert result.model is model and not model.training
+    assert not torch.equal(model.mechanism.fusion.W_U.weight, fusion)  # gradients reached the fusion
+    assert {"loss_pass1", "loss_pass2"} <= set(result.history.columns)
+    assert result.metrics["val_loss"] < before - 0.5, (before, result.metrics["val_loss"])
+    for changes, name in ((dict(out_dir=str(tmp_path / "run")), "out_dir"), (dict(model={"n_layer": 2}), "model"),
+                          (dict(init_from=str(tmp_path)), "init_from")):
+        with pytest.raises(ValueError, match=f"TrainConfig.{name}="):
+            wb.train(cfg.replace(**changes), model=model)
+    with pytest.raises(ValueError, match="model reads"):
+        wb.train(cfg, model=small)
+    with pytest.raises(ValueError, match="model="):
+        wb.train(cfg, model=torch.nn.Linear(2, 2))
