@@ -35,20 +35,9 @@ from safetensors.torch import save as save_tensors
 
 from ._version import __version__
 from .config import ModelConfig
-from .files import (  # noqa: F401 - re-exported: the public names of the checkpoint module
-    JSON_LIMIT,
-    CheckpointError,
-    json_bytes,
-    parse_json,
-    plain_json,
-    read_json,
-    read_regular,
-    try_json,
-    write_file,
-    write_json_atomic,
-)
+from .files import JSON_LIMIT, CheckpointError, json_bytes, parse_json, plain_json, read_regular, try_json, write_file
 from .model import GPT, build_model
-from .store import MissingFile, atomic_directory, read_version  # noqa: F401 - re-exported
+from .store import MissingFile, atomic_directory, read_version
 from .store import find_version as _find_version
 
 FORMAT_VERSION = 2

@@ -3,7 +3,7 @@
 Per-example numbers are what honest comparisons need: two models evaluated on the same held-out
 sequences can be compared *paired*, example by example, with a bootstrap interval for the
 difference (``paired_difference``), instead of eyeballing two means. The intervals come from
-``stats.bootstrap``; ``verdict`` and ``MIN_SEEDS`` live in ``stats`` and are importable from here too.
+``stats.bootstrap``; the verdict rule is ``stats.verdict``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import torch
 from . import schedules
 from .metrics import token_losses
 from .model import GPT, eval_mode
-from .stats import MIN_SEEDS, bootstrap, verdict  # noqa: F401 - the verdict rule's old address, the same objects
+from .stats import bootstrap
 from .tasks.base import Batch
 
 

@@ -29,7 +29,8 @@ from typing import Any
 
 import pandas as pd
 
-from .checkpoint import CheckpointError, find_checkpoint, owned_names, read_json, try_json, write_json_atomic
+from .checkpoint import find_checkpoint, owned_names
+from .files import CheckpointError, read_json, try_json, write_json_atomic
 from .train_config import TrainConfig
 
 CHECKPOINT_DIR = "checkpoint"

@@ -12,8 +12,8 @@ import torch
 from ..analysis.interventions import Intervention, intervene
 from ..analysis.probes import fit_probe
 from ..analysis.traces import read_trace
-from ..evaluation import verdict
 from ..model import GPT
+from ..stats import verdict
 from ..tasks import ANSWER_MARKER, Task
 from ..tasks import get as get_task
 from . import solutions
@@ -163,10 +163,10 @@ VERDICT_CASES = [  # (interval, expected_sign): both sides of zero, both signs, 
 def check_verdict(fn: Callable[[dict[str, float], int], str]) -> Callable:
     """``fn(interval, expected_sign)``: a recipe's verdict from its interval (``low``, ``high``, ``seeds``)
     and the side of zero the paper claims (``expected_sign``: +1 higher, -1 lower), as
-    ``wb.evaluation.verdict`` reads it: ``reproduces``, ``does not reproduce``, ``inconclusive``, or
+    ``wb.stats.verdict`` reads it: ``reproduces``, ``does not reproduce``, ``inconclusive``, or
     ``not tested: ...`` with fewer than 3 seeds per arm.
 
-    Compared with ``wb.evaluation.verdict`` on intervals on both sides of zero, for both signs, one
+    Compared with ``wb.stats.verdict`` on intervals on both sides of zero, for both signs, one
     that straddles zero, and two from too few seeds.
     """
     hint = ("First the seeds: fewer than 3 per arm is 'not tested: ...' whatever the interval. Then the side: an "
@@ -180,7 +180,7 @@ def check_verdict(fn: Callable[[dict[str, float], int], str]) -> Callable:
             raise AssertionError(f"interval [{interval['low']:+.2f}, {interval['high']:+.2f}] from "
                                  f"{interval['seeds']} seeds, expected_sign={sign:+d}: got {got!r}, expected "
                                  f"{expected!r}. {hint}")
-    passed("your verdicts match wb.evaluation.verdict on every side of zero, both signs and too few seeds")
+    passed("your verdicts match wb.stats.verdict on every side of zero, both signs and too few seeds")
 
 
 def _rotation(angle: float, scale: float) -> list[list[float]]:

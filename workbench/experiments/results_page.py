@@ -19,8 +19,8 @@ from typing import Any
 
 import pandas as pd
 
-from ..evaluation import MIN_SEEDS
 from ..files import write_bytes_atomic
+from ..stats import MIN_SEEDS
 from .recipes import RECIPES
 from .results_table import findings_table, specimens_table
 from .store import checkpoints_root

@@ -17,8 +17,8 @@ from typing import Any
 import pandas as pd
 from tqdm.auto import tqdm
 
-from ..checkpoint import load_metrics, write_json_atomic
-from ..files import try_json
+from ..checkpoint import load_metrics
+from ..files import try_json, write_json_atomic
 from .core import Context, Outcome, apply_gates
 from .pool import makespan, train_parallel
 from .recipes import RECIPES

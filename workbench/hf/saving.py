@@ -11,7 +11,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 from safetensors.torch import save_file
 
-from ..checkpoint import atomic_directory, read_json, read_safetensors, try_json, write_json_atomic
+from ..checkpoint import read_safetensors
+from ..files import read_json, try_json, write_json_atomic
+from ..store import atomic_directory
 
 if TYPE_CHECKING:
     from .wrapper import FeedbackLM

@@ -18,8 +18,9 @@ import torch
 from workbench import experiments as E
 from workbench import schedules as S
 from workbench.checkpoint import load_checkpoint, load_config, load_metrics
-from workbench.evaluation import MIN_SEEDS, hierarchical_difference, paired_difference, verdict
+from workbench.evaluation import hierarchical_difference, paired_difference
 from workbench.experiments import migrate, pool
+from workbench.stats import MIN_SEEDS, verdict
 
 
 def test_every_recipe_states_its_test_before_running():

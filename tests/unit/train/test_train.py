@@ -14,10 +14,11 @@ import torch
 import torch.nn.functional as F
 
 import workbench as wb
-from workbench.checkpoint import load_checkpoint, read_json, read_safetensors, save_checkpoint
+from workbench.checkpoint import load_checkpoint, read_safetensors, save_checkpoint
 from workbench.cli import add_arguments, config_from_args
 from workbench.experiments import matched_steps
 from workbench.experiments.common import step_flops
+from workbench.files import read_json
 from workbench.optim import build_optimizers, load_optimizer_state, lr_factor, optimizer_state
 from workbench.run_dir import CONFIG_FILE, HISTORY_FILE, history_columns
 from workbench.schedules import ScheduleOutput

@@ -18,8 +18,9 @@ import numpy as np
 import pandas as pd
 
 from ... import schedules
-from ...evaluation import hierarchical_difference, per_example_metrics, verdict
+from ...evaluation import hierarchical_difference, per_example_metrics
 from ...model import build_model, mechanism_overhead
+from ...stats import verdict
 from ..common import compare, describe, difference, per_seed
 from ..core import Context, Finding, Gate, Outcome, Recipe, lead
 from ..text_arms import (

@@ -44,8 +44,8 @@ from ...analysis.traces import (
     trace_lengths,
     training_traces,
 )
-from ...evaluation import MIN_SEEDS
 from ...schedules import Multipass, condition, regime
+from ...stats import MIN_SEEDS
 from ..common import FBT_MIX, SMALL_MODEL, config, describe, steps
 from ..core import EVAL_SEED, Context, Finding, Gate, Outcome, Recipe, RunSpec, lead
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ...evaluation import verdict
+from ...stats import verdict
 from ..common import compare, describe, difference
 from ..core import Context, Finding, Gate, Outcome, Recipe, lead
 from ..text_arms import (

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ...evaluation import verdict
+from ...stats import verdict
 from .. import lrt_ablation
 from ..common import difference
 from ..core import Context, Finding, Outcome, Recipe, lead
