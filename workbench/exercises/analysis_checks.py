@@ -1,18 +1,26 @@
-"""Exercise checks on the analyses: a grouped cross-validated probe (05), a swap patch (05b), the top
-Lyapunov exponent of a linear recurrence (06), a trace's length (07) and a recipe's verdict (08)."""
+"""Exercise checks on the analyses: a majority baseline, a grouped cross-validated probe and features read from
+an activation cache (05); a flip rate, a swap patch and a paired group interval (05b); the top Lyapunov exponent of
+a linear recurrence (06); a trace's length, a decode's forwards and a median-length difference (07); a recipe's
+verdict (08)."""
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 
 import numpy as np
+import pandas as pd
 import torch
 
-from ..analysis.interventions import Intervention, intervene
-from ..analysis.probes import fit_probe
-from ..analysis.traces import read_trace
+from ..analysis.cache import ActivationCache, run_with_cache
+from ..analysis.interventions import Intervention, _answer_numbers, intervene
+from ..analysis.probes import fit_probe, fold_assignment, group_interval
+from ..analysis.traces import compare_regimes, read_trace
+from ..decode import generate
+from ..hooks import with_hooks
 from ..model import GPT
+from ..schedules import Multipass, Schedule, Sequential, condition, regime
 from ..stats import verdict
 from ..tasks import ANSWER_MARKER, Task
 from ..tasks import get as get_task
@@ -223,3 +231,356 @@ def check_lyapunov_2x2(fn: Callable[[torch.Tensor, int], float]) -> Callable:
                                  f"its log: the exponent {expected:.4g} averages log(growth).")
         raise AssertionError(f"{what}: exponent {got:.4g}, expected log(spectral radius) = {expected:.4g}. {hint}")
     passed("your exponent matches log(spectral radius) for a contracting, an expanding and a rotating A")
+
+
+# ---------------------------------------------------------------------------------------------- 05: baselines, caches
+def _majority_cases() -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Labels and groups where a baseline that sees held-out labels, or one that assumes balanced labels, errs.
+
+    ``folds``: 24 groups of 10 in GroupKFold's 4 folds; the first fold holds only label 1, the others 25 of 60.
+    Overall label 1 is the majority, but without the first fold it is not: the training rows' majority for that
+    fold is 0, and it scores 0 there. ``three labels``: shares 0.45 / 0.35 / 0.2 drawn per row."""
+    rng = np.random.default_rng(0)
+    groups = np.repeat(np.arange(24), 10)
+    fold = fold_assignment(groups, 4)
+    labels = np.zeros(len(groups), dtype=int)
+    for f in range(4):
+        rows = np.flatnonzero(fold == f)
+        labels[rows if f == 0 else rng.choice(rows, 25, replace=False)] = 1
+    three = rng.choice(3, size=len(groups), p=[0.45, 0.35, 0.2])
+    return {"labels whose held-out fold flips the training majority": (labels, groups),
+            "three labels (shares 0.45, 0.35, 0.2)": (three, groups)}
+
+
+def _fold_majorities(labels: np.ndarray, groups: np.ndarray, folds: int) -> dict[str, float]:
+    """What the usual slips return: the majority of all rows, or of the held-out rows, scored on each fold."""
+    fold = fold_assignment(groups, folds)
+    overall = np.bincount(labels).argmax()
+    return {"all": float(np.mean([np.mean(labels[fold == f] == overall) for f in range(folds)])),
+            "test": float(np.mean([np.bincount(labels[fold == f]).max() / np.sum(fold == f) for f in range(folds)]))}
+
+
+@register
+@exercise(solutions.majority_rate)
+def check_majority_rate(fn: Callable[[np.ndarray, np.ndarray, int], float]) -> Callable:
+    """``fn(labels, groups, folds)``: the held-out accuracy of always guessing the training rows' most frequent
+    label, averaged over ``folds`` grouped folds: the baseline a probe must beat (``fit_probe``'s ``majority``).
+
+    Compared with ``fit_probe`` on labels whose first fold holds only one label (overall that label is the
+    majority, but not among the rows the other folds train on) and on three labels of unequal shares.
+    """
+    hint = ("Split with GroupKFold(n_splits=folds).split(labels, labels, groups); in each fold guess the label "
+            "most frequent among labels[train] and score that guess on labels[test]; average the folds.")
+    for what, (labels, groups) in _majority_cases().items():
+        expected = fit_probe(np.zeros((len(labels), 1)), labels, groups, folds=4)["majority"]
+        got = as_number(fn(labels.copy(), groups.copy(), 4), what, hint)
+        if abs(got - expected) <= 1e-9:
+            continue
+        slips = _fold_majorities(labels, groups, 4)
+        if abs(got - slips["all"]) <= 1e-9:
+            raise AssertionError(f"on {what}: {got:.3f} is the majority of all rows, held-out ones included "
+                                 f"(expected {expected:.3f}): the guess may use the training rows only, as a probe "
+                                 "does. " + hint)
+        if abs(got - slips["test"]) <= 1e-9:
+            raise AssertionError(f"on {what}: {got:.3f} is each held-out fold's own majority, guessed from the test "
+                                 f"rows (expected {expected:.3f}): a baseline that sees the labels it is scored on. "
+                                 + hint)
+        if abs(got - 1 / len(np.unique(labels))) <= 1e-9:
+            raise AssertionError(f"on {what}: {got:.3f} is one over the number of labels (expected {expected:.3f}): "
+                                 "the majority rate is not 1 / (number of labels) unless the labels are balanced. "
+                                 + hint)
+        raise AssertionError(f"on {what}: majority rate {got:.3f}, expected {expected:.3f}. {hint}")
+    passed("your majority rate matches fit_probe's (the training rows' majority, scored on each held-out fold)")
+
+
+def _cache_alternatives(cache: ActivationCache, depth: int, k: int, positions: torch.Tensor
+                        ) -> list[tuple[torch.Tensor, str]]:
+    """The usual slips' features, each with what to say when an answer equals it."""
+    rows, L, n = torch.arange(len(positions)), cache.n_layer, cache.n_passes
+    name = "hook_input" if depth == 0 else f"blocks.{depth - 1}.hook_resid_post"
+    out = []
+    if depth == 0:
+        out.append((cache.pass_(k)["hook_embed"][rows, positions],
+                    "the token's embedding before fusion (hook_embed): depth 0 is hook_input, the input after fusion"))
+    if depth < L:
+        out.append((cache.pass_(k)[f"blocks.{depth}.hook_resid_post"][rows, positions],
+                    f"block {depth}'s output: depths are off by one (depth l is blocks.(l-1).hook_resid_post, "
+                    "depth 0 hook_input)"))
+    if depth == L:
+        out.append((cache.pass_(k)["hook_final"][rows, positions],
+                    "hook_final, the top state after the final norm: the top depth is the last block's output, "
+                    f"blocks.{L - 1}.hook_resid_post"))
+    if k < n:
+        out.append((cache.pass_(k + 1)[name][rows, positions],
+                    f"pass {k + 1}: passes are numbered from 1 (cache.pass_(k)), not from 0"))
+    if k != n:
+        out.append((cache[name][rows, positions], "the last pass: cache[name] is the last pass, cache.pass_(k) pass k"))
+    out.append((cache.pass_(k)[name][:, positions[0]],
+                "example 0's position for every example: read each example's own position"))
+    return out
+
+
+@register
+@exercise(solutions.layer_features)
+def check_layer_features(fn: Callable[[ActivationCache, int, int, torch.Tensor], torch.Tensor]) -> Callable:
+    """``fn(cache, depth, k, positions)``: the residual features (B, D) at ``depth`` (0: ``hook_input``; l: block
+    l-1's output) in pass ``k`` (from 1) of a ``run_with_cache`` cache of every position, each example read at its
+    own ``positions[b]``.
+
+    Compared with ``run_with_cache`` keeping one position per example, on a random FBT model under 3 Jacobi
+    passes (they differ from position 1 on), at every depth and pass.
+    """
+    hint = ("Depth 0 is cache.pass_(k)['hook_input'], depth l the output of block l - 1, "
+            "f'blocks.{l - 1}.hook_resid_post'; index the (B, T, D) tensor with one position per row: "
+            "acts[torch.arange(B), positions].")
+    model, tokens = practice_model("fbt"), practice_tokens()
+    positions = torch.tensor([6, 3, 8])
+    schedule = Multipass(3)
+    _, cache = run_with_cache(model, tokens, schedule)
+    _, kept = run_with_cache(model, tokens, schedule, positions=positions[:, None])
+    for k in range(1, cache.n_passes + 1):
+        for depth in range(model.config.n_layer + 1):
+            name = "hook_input" if depth == 0 else f"blocks.{depth - 1}.hook_resid_post"
+            expected = kept.pass_(k)[name]
+            got = fn(cache, depth, k, positions.clone())
+            what = f"depth {depth}, pass {k}"
+            if isinstance(got, torch.Tensor) and got.shape == expected.shape and not torch.allclose(got, expected):
+                for alternative, slip in _cache_alternatives(cache, depth, k, positions):
+                    if torch.allclose(got, alternative):
+                        raise AssertionError(f"{what}: you read {slip}. {hint}")
+            close(got, expected, what, hint)
+    passed("your features match run_with_cache's at every depth and pass, each example at its own position")
+
+
+# ---------------------------------------------------------------------------------------------- 05b: effects, intervals
+def _flip_cases() -> dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """Clean and edited logits (B, V) with answers and foils: random logits (half the clean answers wrong, so a
+    count of wrong answers is not a count of flips), an edit of moderate size, and one that moves a third token
+    to the top (so an argmax over the vocabulary flips where answer against foil does not)."""
+    g = torch.Generator().manual_seed(0)
+    B, V = 200, 29
+    clean = torch.randn(B, V, generator=g, dtype=torch.float64)
+    answers = torch.randint(0, V, (B,), generator=g)
+    foils = (answers + torch.randint(1, V, (B,), generator=g)) % V
+    noisy = clean + 1.5 * torch.randn(B, V, generator=g, dtype=torch.float64)
+    third = clean.clone()
+    others = [[v for v in range(V) if v not in (int(a), int(f))] for a, f in zip(answers, foils)]
+    bump = torch.tensor([row[int(i)] for row, i in zip(others, torch.randint(0, V - 2, (B,), generator=g))])
+    third[torch.arange(B), bump] += 6.0
+    third += 0.5 * torch.randn(B, V, generator=g, dtype=torch.float64)
+    return {"random logits and a noisy edit": (clean, noisy, answers, foils),
+            "an edit that lifts a third token": (clean, third, answers, foils)}
+
+
+@register
+@exercise(solutions.flip_rate)
+def check_flip_rate(fn: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], float]) -> Callable:
+    """``fn(clean, edited, answers, foils)``: the share of examples whose prediction, the answer against its foil
+    (the answer when its logit is at least the foil's), differs between the clean and the edited logits (B, V):
+    the flip rate ``intervention_effects`` and ``label_swap`` report.
+
+    Compared with the package on random logits where half the clean predictions are already wrong, and on an
+    edit that lifts a third token above both (an argmax over the vocabulary changes there; the answer against
+    its foil need not).
+    """
+    hint = ("Per example, the prediction is answer-vs-foil: clean[b, answers[b]] >= clean[b, foils[b]]; the same "
+            "on the edited logits; a flip is a changed prediction, either way; return the share that flipped.")
+    for what, (clean, edited, answers, foils) in _flip_cases().items():
+        _, before = _answer_numbers(clean, answers, foils)
+        _, after = _answer_numbers(edited, answers, foils)
+        expected = float(np.mean(before != after))
+        got = as_number(fn(clean.clone(), edited.clone(), answers.clone(), foils.clone()), what, hint)
+        if abs(got - expected) <= 1e-9:
+            continue
+        rows = torch.arange(len(answers))
+        right_before = (clean[rows, answers] >= clean[rows, foils]).numpy()
+        right_after = (edited[rows, answers] >= edited[rows, foils]).numpy()
+        slips = {
+            "wrong": (float(np.mean(~right_after)), "the share answering wrong after the edit: an example already "
+                      "wrong before it has not flipped; a flip is a changed prediction"),
+            "one way": (float(np.mean(right_before & ~right_after)), "only answers that went from right to wrong: "
+                        "a flip counts either way"),
+            "argmax": (float((clean.argmax(1) != edited.argmax(1)).double().mean()), "changes of the argmax over "
+                       "the whole vocabulary: the recipe reads the answer against its foil"),
+        }
+        for value, slip in slips.values():
+            if abs(got - value) <= 1e-9:
+                raise AssertionError(f"on {what}: {got:.3f} is {slip} (expected {expected:.3f}). {hint}")
+        raise AssertionError(f"on {what}: flip rate {got:.3f}, expected {expected:.3f}. {hint}")
+    passed("your flip rate matches the package's (answer against foil, a changed prediction either way)")
+
+
+def _interval_cases() -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Values, reference and groups (40 groups of 8) where one resampling unit or the pairing decides the width.
+
+    ``groups``: each group shares one value (a context effect), the reference is 0: resampling examples gives an
+    interval about sqrt(8) times too narrow. ``pairs``: every example's value is its reference plus a small
+    shift, the references spread widely and groups share nothing: resampling values and references apart gives
+    an interval about seven times too wide."""
+    rng = np.random.default_rng(0)
+    groups = np.repeat(np.arange(40), 8)
+    shared = rng.normal(size=40)[groups] + 0.1 * rng.normal(size=len(groups))
+    reference = rng.normal(size=len(groups))
+    paired = reference + 0.3 + 0.2 * rng.normal(size=len(groups))
+    return {"values shared within groups": (shared, np.zeros(len(groups)), groups),
+            "values paired with their references": (paired, reference, groups)}
+
+
+@register
+@exercise(solutions.paired_interval)
+def check_paired_interval(fn: Callable[[np.ndarray, np.ndarray, np.ndarray, int, int], dict]) -> Callable:
+    """``fn(values, reference, groups, n_boot, seed)``: ``{"mean", "low", "high"}``: the mean of the paired
+    differences ``values - reference`` and its 95 % percentile-bootstrap interval resampling whole groups.
+
+    Compared with ``probes.group_interval`` (its endpoints within a tenth of its width: two bootstraps of 4,000
+    draws differ by about 1 %) on values shared within groups (an example bootstrap is far too narrow) and on
+    values paired with widely spread references (an unpaired bootstrap is far too wide).
+    """
+    hint = ("Take the difference per example first (paired); then, n_boot times, draw as many groups as there are, "
+            "with replacement, and average the differences of every example of the drawn groups; low and high are "
+            "the 2.5th and 97.5th percentiles of those means.")
+    n_boot = 4000
+    for what, (values, reference, groups) in _interval_cases().items():
+        expected = group_interval(values, groups, reference, n_boot=n_boot, seed=1)
+        got = fn(values.copy(), reference.copy(), groups.copy(), n_boot, 0)
+        if not isinstance(got, dict) or not {"mean", "low", "high"} <= set(got):
+            raise AssertionError(f"{what}: fn must return a dict with 'mean', 'low' and 'high', got {got!r}. {hint}")
+        mean, low, high = (as_number(got[key], f"{what}: {key}", hint) for key in ("mean", "low", "high"))
+        if abs(mean - expected["mean"]) > 1e-9:
+            raise AssertionError(f"{what}: mean {mean:.4f}, expected {expected['mean']:.4f}, the mean of values - "
+                                 f"reference over all examples. {hint}")
+        width, tol = expected["high"] - expected["low"], 0.1 * (expected["high"] - expected["low"])
+        if abs(low - expected["low"]) <= tol and abs(high - expected["high"]) <= tol:
+            continue
+        said = (f"{what}: interval [{low:.3f}, {high:.3f}], expected about [{expected['low']:.3f}, "
+                f"{expected['high']:.3f}]")
+        if high - low < 0.7 * width:
+            raise AssertionError(f"{said}: far too narrow. Examples of a group share their context: resample whole "
+                                 f"groups, not examples. {hint}")
+        if high - low > 1.4 * width:
+            raise AssertionError(f"{said}: far too wide. The values are paired with their references: resample one "
+                                 f"difference per example, not values and references apart. {hint}")
+        raise AssertionError(f"{said}. {hint}")
+    passed("your paired interval matches group_interval (whole groups resampled, one difference per example)")
+
+
+# ---------------------------------------------------------------------------------------------- 07: cost, statistics
+def _count_forwards(value: Schedule, prompt: torch.Tensor, new_tokens: int) -> int:
+    """How many forwards ``generate`` makes: ``hook_positions`` fires once per forward."""
+    model = _COUNTING_MODEL()
+    count = [0]
+
+    def tick(positions: torch.Tensor, *, hook) -> None:
+        count[0] += 1
+
+    with with_hooks(model, [("hook_positions", tick)]):
+        generate(model, prompt, new_tokens, regime=value)
+    return count[0]
+
+
+@functools.cache
+def _COUNTING_MODEL() -> GPT:  # noqa: N802 (a constant, built once)
+    return practice_model("fbt")
+
+
+def _decode_values(prefill_passes: int) -> dict[str, Schedule]:
+    return {"standard": regime("standard"), "soft": regime("soft"), "soft_last": condition("suffix1"),
+            "fused": regime("fused", prefill_passes), "sequential": Sequential()}
+
+
+@register
+@exercise(solutions.decode_forwards)
+def check_decode_forwards(fn: Callable[[str, int, int, int], int]) -> Callable:
+    """``fn(regime, prompt_len, new_tokens, prefill_passes)``: how many forwards (sequential model calls)
+    ``wb.generate`` makes to write ``new_tokens >= 1`` tokens after a prompt of ``prompt_len`` under ``regime``:
+    ``standard``, ``soft``, ``soft_last`` (``condition("suffix1")``), ``fused`` (``prefill_passes`` Jacobi passes
+    after a plain one) or ``sequential`` (the exact recurrence over the prompt).
+
+    Compared with the forwards counted (``hook_positions`` fires once per forward) while ``generate`` runs on a
+    random FBT model, for prompts of 3 and 5 tokens, 1 and 4 new tokens, and 1 and 2 fused passes.
+    """
+    hint = ("Count the prefill's forwards (standard and soft: one plain pass; soft_last: a plain pass over all but "
+            "the last prompt token, then that token alone; fused: a plain pass and prefill_passes more; sequential: "
+            "one per prompt token), then one forward per new token but the first, which the prefill's last logits "
+            "choose.")
+    prompts = practice_tokens(1)
+    for prefill_passes in (1, 2):
+        for name, value in _decode_values(prefill_passes).items():
+            for prompt_len in (3, 5):
+                for new_tokens in (1, 4):
+                    expected = _count_forwards(value, prompts[:, :prompt_len], new_tokens)
+                    what = (f"{name}, a prompt of {prompt_len} tokens, {new_tokens} new token(s)"
+                            + (f", prefill_passes={prefill_passes}" if name == "fused" else ""))
+                    got = fn(name, prompt_len, new_tokens, prefill_passes)
+                    if isinstance(got, bool) or not isinstance(got, (int, np.integer)):
+                        raise AssertionError(f"{what}: fn must return a whole number of forwards, got "
+                                             f"{type(got).__name__}. {hint}")
+                    if got == expected:
+                        continue
+                    if got == expected + 1:
+                        slip = ("one forward too many: the first new token is chosen by the prefill's last logits, "
+                                "so only the others need a forward")
+                    elif name == "fused" and got == expected - 1:
+                        slip = "one forward too few: FUSED runs a plain pass first, then prefill_passes fused ones"
+                    elif name == "soft_last" and got == expected - 1:
+                        slip = ("one forward too few: soft_last's prefill is a plain pass over all but the last prompt "
+                                "token, then that token by the recurrence")
+                    elif name == "sequential" and got < expected:
+                        slip = ("too few: the exact recurrence runs one forward per prompt token, each reading its "
+                                "predecessor's memory")
+                    else:
+                        slip = "not what generate runs"
+                    raise AssertionError(f"{what}: {got} forwards, counted {expected}: {slip}. {hint}")
+    passed("your forward counts match generate's, for every regime, prompt length and trace length")
+
+
+def _length_cases() -> dict[str, pd.DataFrame]:
+    """Traces of three seeds (``run``), 41 questions each, under standard, soft and fused: seeds write at very
+    different lengths, and the regimes shorten a few traces of some seeds a lot, so a median pooled over seeds, or
+    the median of per-question differences, differs from the seeds' differences of medians."""
+    rng = np.random.default_rng(0)
+    rows = []
+    for run, offset in (("fbt_s0", 0), ("fbt_s1", 9), ("fbt_s2", 20)):
+        standard = offset + rng.integers(0, 14, 41)
+        lengths = {"standard": standard,
+                   "soft": np.where(rng.random(41) < 0.4, standard - rng.integers(0, 8, 41), standard),
+                   "fused": standard + rng.integers(-3, 5, 41)}
+        for name, values in lengths.items():
+            rows += [{"run": run, "regime": name, "example": i, "length": int(max(v, 0)), "correct": True}
+                     for i, v in enumerate(values)]
+    frame = pd.DataFrame(rows)
+    return {"three seeds in order": frame,
+            "the same traces, rows shuffled": frame.sample(frac=1.0, random_state=0).reset_index(drop=True)}
+
+
+@register
+@exercise(solutions.median_length_difference)
+def check_median_length_difference(fn: Callable[[pd.DataFrame, str], float]) -> Callable:
+    """``fn(traces, regime)``: per seed (``run``), the median ``length`` under ``regime`` minus the median under
+    ``standard``, averaged over seeds: ``compare_regimes``' ``diff`` for ``median_length``.
+
+    Compared with ``compare_regimes`` on traces of three seeds that write at very different lengths, in order and
+    shuffled, for two regimes.
+    """
+    hint = ("Group by run; in each, take the median length under the regime and under 'standard' and subtract "
+            "(a difference of medians); average those differences over the runs.")
+    for what, frame in _length_cases().items():
+        table = compare_regimes(frame, n_boot=1).set_index(["quantity", "regime"])
+        for name in ("soft", "fused"):
+            expected = float(table.loc[("median_length", name), "diff"])
+            got = as_number(fn(frame.copy(), name), f"{what}, {name}", hint)
+            if abs(got - expected) <= 1e-9:
+                continue
+            by = frame.pivot_table(index=["run", "example"], columns="regime", values="length")
+            pooled = frame[frame["regime"] == name]["length"].median() - frame[frame["regime"] == "standard"][
+                "length"].median()
+            per_question = (by[name] - by["standard"]).groupby(level="run").median().mean()
+            said = f"{what}, {name}: {got:+.3f} tokens, expected {expected:+.3f}"
+            if abs(got - pooled) <= 1e-9:
+                raise AssertionError(f"{said}: that is the median pooled over every seed's traces. Seeds write at "
+                                     f"different lengths: take the medians per seed, then average. {hint}")
+            if abs(got - per_question) <= 1e-9:
+                raise AssertionError(f"{said}: that is the median of the per-question differences, not the "
+                                     f"difference of the medians, which is what the claim is about. {hint}")
+            raise AssertionError(f"{said}. {hint}")
+    passed("your differences match compare_regimes' median_length diff (per seed, then averaged)")

@@ -1,18 +1,24 @@
-"""Exercise checks on the backbone and the mechanisms, by hand: the KV cache (01), LRT's gated keys and
-values (02), FBT's fusion (04) and the Hugging Face wrapper's (09)."""
+"""Exercise checks on the backbone and the mechanisms, by hand: a rotary embedding, the KV cache's size and a
+cached decode (01), LRT's memory read, its gated keys and values and its pooled memory (02), FBT's fusion (04) and
+the Hugging Face wrapper's (09)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from ..functional import norm
+from ..analysis.cache import ActivationCache, run_with_cache
+from ..config import ModelConfig
+from ..functional import apply_rotary, norm, rotary
+from ..kv_cache import KVCache
 from ..mechanisms import Feedback
 from ..model import GPT, eval_mode
+from ..schedules import shift_right
 from . import solutions
-from .framework import VOCAB, T, close, exercise, passed, practice_model, practice_tokens, register
+from .framework import VOCAB, T, as_number, close, exercise, passed, practice_model, practice_tokens, register
 
 
 @register
@@ -36,6 +42,86 @@ def check_kv_cache_step(fn: Callable[[GPT, torch.Tensor, int], torch.Tensor], mo
                 tol = 1e-8 if expected.dtype == torch.float64 else 1e-4
                 close(fn(m, idx, prefill), expected, f"prefill={prefill}", hint, atol=tol)
     passed("prefill + one-token steps through the cache = one full forward")
+
+
+@register
+@exercise(solutions.rope)
+def check_rope(fn: Callable[[torch.Tensor, int, float], torch.Tensor]) -> Callable:
+    """``fn(vec, position, base)``: the vector (d,) as RoPE rotates a query or a key at ``position``.
+
+    First on unit vectors, where each usual slip shows alone (pairing neighbouring channels instead of the two
+    halves, turning the other way, the frequencies without their factor 2); then on random vectors against the
+    model's own tables (``functional.rotary`` and ``apply_rotary``) at several positions, widths and bases.
+    """
+    hint = ("Pair channel i with channel i + d/2 (the two halves of the vector); pair i turns by the angle "
+            "position * theta_i with theta_i = base^(-2i/d): (a, b) -> (a cos + b sin, b cos - a sin).")
+
+    def reference(vec: torch.Tensor, position: int, base: float) -> torch.Tensor:
+        cos, sin = rotary(torch.tensor([position]), vec.size(-1), base, vec.dtype)
+        return apply_rotary(vec.view(1, 1, 1, -1), cos, sin).view(-1)
+
+    d, p, base = 8, 3, 10000.0
+    unit = torch.eye(d, dtype=torch.float64)
+    first, second = fn(unit[0].clone(), p, base), fn(unit[1].clone(), p, base)
+    if all(isinstance(x, torch.Tensor) and x.shape == (d,) for x in (first, second)):
+        first, second = first.detach().double(), second.detach().double()
+        if abs(float(first[1])) > 1e-9:
+            raise AssertionError(f"channel 0 alone at position {p}: channel 1 moved. RoPE pairs channel i with "
+                                 "channel i + d/2 (the two halves), not neighbouring channels 2i, 2i+1.")
+        angle = p * 1.0  # theta_0 = base^0 = 1
+        if abs(float(first[d // 2]) - math.sin(angle)) < 1e-9:
+            raise AssertionError(f"channel 0 alone at position {p}: channel {d // 2} got +sin({angle:g}), expected "
+                                 f"-sin({angle:g}): your rotation turns the other way (the direction of the "
+                                 "model's tables: b -> b cos - a sin).")
+        slow = p * base ** (-1 / d)
+        if abs(float(second[1]) - math.cos(slow)) < 1e-9:
+            raise AssertionError(f"channel 1 alone at position {p}: it turned by {slow:.4g} rad, the angle of "
+                                 f"theta_1 = base^(-1/d); the exponent is -2i/d, so theta_1 = base^(-2/d).")
+    gen = torch.Generator().manual_seed(3)
+    for d, base in ((8, 10000.0), (16, 500.0)):
+        vec = torch.randn(d, generator=gen, dtype=torch.float64)
+        for position in (0, 1, 5, 100):
+            close(fn(vec.clone(), position, base), reference(vec, position, base),
+                  f"d={d}, base={base:g}, position={position}", hint)
+    passed("your rotation matches the model's rotary tables at every position, width and base")
+
+
+@register
+@exercise(solutions.kv_cache_bytes)
+def check_kv_cache_bytes(fn: Callable[[ModelConfig, int, int, torch.dtype], int]) -> Callable:
+    """``fn(config, batch, max_len, dtype)``: the bytes the K/V tensors of a cache of ``max_len`` positions take.
+
+    Compared with what ``KVCache`` allocates, on grouped-query shapes (fewer key/value heads than query heads)
+    and three dtypes, so that counting per query head, keys alone, one layer, numbers or 4 bytes a number each
+    give another count.
+    """
+    hint = ("Every layer stores a key and a value for each batch row, position and key/value head "
+            "(config.kv_heads of them, config.head_dim wide); a number takes dtype.itemsize bytes.")
+    cases = [(ModelConfig(vocab_size=VOCAB, n_layer=3, n_head=4, n_kv_head=2, n_embd=32, seq_len=T), 2, 16,
+              torch.float32),
+             (ModelConfig(vocab_size=VOCAB, n_layer=3, n_head=4, n_kv_head=1, n_embd=32, seq_len=T), 3, 5,
+              torch.bfloat16),
+             (ModelConfig(vocab_size=VOCAB, n_layer=2, n_head=2, n_embd=16, seq_len=T), 1, T, torch.float64)]
+    for config, batch, max_len, dtype in cases:
+        cache = KVCache(config.n_layer, batch, config.kv_heads, max_len, config.head_dim, dtype=dtype)
+        expected = sum(t.numel() * t.element_size() for t in [*cache.k, *cache.v])
+        what = (f"{config.n_layer} layers, {config.n_head} query / {config.kv_heads} key-value heads of width "
+                f"{config.head_dim}, batch {batch}, max_len {max_len}, {dtype}")
+        got = as_number(fn(config, batch, max_len, dtype), what, hint)
+        if got == expected:
+            continue
+        slips = [(expected / 2, "that counts the keys alone: the cache keeps a value beside every key"),
+                 (expected * config.n_head / config.kv_heads, "that counts a key and a value per query head "
+                  "(config.n_head): with grouped-query attention only config.kv_heads of them are stored"),
+                 (expected / config.n_layer, "that is one layer: every layer keeps its own keys and values"),
+                 (expected / dtype.itemsize, "that counts numbers, not bytes: multiply by dtype.itemsize"),
+                 (expected / dtype.itemsize * 4, "that is 4 bytes a number whatever the dtype: a number takes "
+                  "dtype.itemsize bytes")]
+        for value, why in slips:
+            if got == value:
+                raise AssertionError(f"{what}: {got:,.0f} bytes, the cache allocates {expected:,}: {why}.")
+        raise AssertionError(f"{what}: {got:,.0f} bytes, the cache allocates {expected:,}. {hint}")
+    passed("your byte counts match what KVCache allocates (grouped-query heads, three dtypes)")
 
 
 @register
@@ -65,6 +151,86 @@ def check_lrt_kv_injection(fn: Callable[[GPT, int, torch.Tensor, torch.Tensor, t
             close(got[0], want_k, f"keys, {projection} projection, layer {layer}", hint)
             close(got[1], want_v, f"values, {projection} projection, layer {layer}", hint)
     passed("gated recurrent keys and values match LRT.inject_kv (shared and per-layer projections)")
+
+
+def _residual_only(name: str) -> bool:
+    """The residual stream at every depth, without the memory hooks (which would hand the answer over)."""
+    return "hook_resid" in name or name in ("hook_embed", "hook_input", "hook_final")
+
+
+@register
+@exercise(solutions.memory_read)
+def check_memory_read(fn: Callable[[GPT, ActivationCache], torch.Tensor]) -> Callable:
+    """``fn(model, cache)``: the memory each position of an LRT model reads, ``m_{t-1}`` (B, T, D), from a
+    ``run_with_cache`` of the exact recurrence that holds the residual stream (no memory hook).
+
+    Compared with the memory the schedule returns, shifted by one position, for source layers 0, 1 and -1 of
+    a 2-block practice model: each usual slip (not shifted, not normed, the block's input, the top block
+    whatever the source) gives another tensor and is named.
+    """
+    hint = ("The memory is the RMS-normed output of the source block: blocks.{l}.hook_resid_post with "
+            "l = model.mechanism.source_layer (-1: the top block), through wb.functional.norm; position t reads "
+            "its predecessor's, so shift it right by one (wb.schedules.shift_right: zeros at position 0).")
+    for source in (0, 1, -1):
+        model, idx = practice_model("lrt", lrt_source_layer=source), practice_tokens()
+        with torch.no_grad():
+            out, cache = run_with_cache(model, idx, "sequential", names_filter=_residual_only)
+            got = fn(model, cache)
+        expected, what = shift_right(out.memory), f"source_layer={source}"
+        layer, top = source % model.config.n_layer, model.config.n_layer - 1
+        if isinstance(got, torch.Tensor) and got.shape == expected.shape:
+            slips = [(out.memory, "not shifted: position t reads m_{t-1}, the memory its predecessor produced "
+                      "(wb.schedules.shift_right)"),
+                     (shift_right(cache[f"blocks.{layer}.hook_resid_post"]), "not normed: the memory is the "
+                      "block's output through RMSNorm (wb.functional.norm)"),
+                     (shift_right(norm(cache[f"blocks.{layer}.hook_resid_pre"])), "that is the block's input, "
+                      "hook_resid_pre: the memory is its output, hook_resid_post")]
+            if layer != top:
+                slips.append((shift_right(norm(cache[f"blocks.{top}.hook_resid_post"])), "that is the top block's "
+                              "output: this model reads its memory at model.mechanism.source_layer"))
+            for wrong, why in slips:
+                if torch.allclose(got.detach().to(wrong.dtype), wrong, atol=1e-8):
+                    raise AssertionError(f"{what}: {why}.")
+        close(got, expected, what, hint)
+    passed("your memory read matches the exact recurrence's, source layers 0, 1 and -1")
+
+
+@register
+@exercise(solutions.pooled_weights)
+def check_pooled_memory(fn: Callable[[int, float], torch.Tensor]) -> Callable:
+    """``fn(seq_len, decay)``: the (T, T) weights W with ``p = W h``: LRT's pooled memory at every position as a
+    weighted sum of the source states ``h_0 .. h_t`` (``lrt_memory="pooled"``).
+
+    Checked first on W itself (causal, each row an average), then against the pooled memory the exact
+    recurrence of a practice LRT model produces, at decays 0.9 and 0.7 (at 0.5 swapping the two weights would
+    go unseen).
+    """
+    hint = ("Unroll p_t = decay * p_{t-1} + (1 - decay) * h_t from p_0 = h_0 (position 0 reads no memory): "
+            "row t of W holds the weight each h_s, s <= t, has in p_t.")
+    for decay in (0.9, 0.7):
+        what = f"decay={decay}"
+        got = fn(T, decay)
+        if not isinstance(got, torch.Tensor) or got.shape != (T, T):
+            raise AssertionError(f"{what}: fn must return a ({T}, {T}) tensor, got "
+                                 f"{tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__}")
+        W = got.detach().to(torch.float64)
+        if bool((W.triu(1).abs() > 1e-12).any()):
+            raise AssertionError(f"{what}: W has weight above its diagonal, so p_t would read later states: it is "
+                                 "causal, W[t, s] = 0 for s > t (did you transpose it?).")
+        sums = W.sum(-1)
+        if not torch.allclose(sums, torch.ones_like(sums), atol=1e-9):
+            raise AssertionError(f"{what}: row sums {[round(float(x), 4) for x in sums]}: each row must sum to 1 "
+                                 "(p_t averages states). Position 0 reads no memory, so p_0 = h_0 with weight 1, "
+                                 "not (1 - decay) h_0, and h_0 keeps decay^t in row t.")
+        if torch.allclose(W.diagonal()[1:], torch.full((T - 1,), decay, dtype=torch.float64)):
+            raise AssertionError(f"{what}: the new state h_t got weight decay in p_t: the new state gets "
+                                 "1 - decay, and decay weighs the old average p_{t-1}.")
+        model, idx = practice_model("lrt", lrt_memory="pooled", lrt_pool_decay=decay), practice_tokens()
+        with torch.no_grad():
+            out, cache = run_with_cache(model, idx, "sequential", names_filter=["hook_final"])
+        close(W @ cache["hook_final"], out.memory, f"{what}, W @ the source states against the model's pooled "
+              "memory", hint)
+    passed("your weights rebuild LRT's pooled memory from the source states, decays 0.9 and 0.7")
 
 
 @register

@@ -1,6 +1,6 @@
-"""Exercise checks on the schedules: a relative distance between them (00), a pass mix's cost and one
-Gauss-Seidel sweep (03), one Jacobi pass (04/06), the residual between passes and the exact recurrence's one-step
-Jacobian (06)."""
+"""Exercise checks on the schedules: a relative distance between them (00), a pass mix's cost, a token's FLOPs
+and one Gauss-Seidel sweep (03), one Jacobi pass (04/06), SOFT decoding's logits (04), the residual between passes
+and the exact recurrence's one-step Jacobian (06)."""
 
 from __future__ import annotations
 
@@ -107,6 +107,51 @@ def check_mean_passes(fn: Callable[[dict[int, float]], float]) -> Callable:
 
 
 @register
+@exercise(solutions.token_flops)
+def check_token_flops(fn: Callable[[GPT, int], float]) -> Callable:
+    """``fn(model, seq_len)``: the training FLOPs (forward + backward) one token costs in one plain pass, the
+    account every ``Schedule.flops`` multiplies by pass equivalents and tokens.
+
+    Compared with ``GPT.flops_per_token`` for an untied baseline, a tied FBT model and an LRT model, at two
+    context lengths; each usual slip (the embedding lookup counted, the tied readout left out, the mechanism
+    left out, the forward alone, no attention term, the config's context instead of ``seq_len``) is named.
+    """
+    hint = ("6 FLOPs per weight a token multiplies (2 forward: a multiply and an add; 4 backward): every block's, "
+            "the mechanism's and the readout's (the embedding matrix when tied), not the lookup E[token]; plus "
+            "12 L D seq_len for attention scores and values over seq_len keys.")
+    for mechanism in ("none", "fbt", "lrt"):
+        model = practice_model(mechanism)
+        groups, c = model.num_params_by_group(), model.config
+        for seq_len in (T, 4 * T):
+            what = f"{mechanism}{' (tied)' if c.tie_embeddings else ''}, seq_len={seq_len}"
+            expected = model.flops_per_token(seq_len)
+            got = as_number(fn(model, seq_len), what, hint)
+            if abs(got - expected) <= 1e-9 * expected:
+                continue
+            attention = 12.0 * c.n_layer * c.n_embd
+            slips = [(expected / 3, "the forward alone (2 per weight): the backward costs twice the forward, "
+                      "so training costs 6 per weight"),
+                     (expected - attention * seq_len, "no attention term: scores and values over seq_len keys add "
+                      "12 L D seq_len"),
+                     (expected + attention * (c.seq_len - seq_len), "attention over config.seq_len keys: the "
+                      "account is for the context asked for, seq_len")]
+            if groups["readout"]:
+                slips.append((expected + 6 * groups["embedding"], "the embedding lookup E[token] reads one row "
+                              "and multiplies nothing: leave the (untied) embedding out"))
+            else:
+                slips.append((expected - 6 * groups["embedding"], "tied: the embedding matrix is also the readout "
+                              "(groups['readout'] is 0), and every token multiplies it"))
+            if groups["mechanism"]:
+                slips.append((expected - 6 * groups["mechanism"], "the mechanism's weights are left out: a token "
+                              "multiplies them too"))
+            for value, why in slips:
+                if value != expected and abs(got - value) <= 1e-9 * expected:
+                    raise AssertionError(f"{what}: {got:,.0f} FLOPs a token, expected {expected:,.0f}: {why}.")
+            raise AssertionError(f"{what}: {got:,.0f} FLOPs a token, expected {expected:,.0f}. {hint}")
+    passed("your FLOPs per token match GPT.flops_per_token (untied, tied, LRT; two context lengths)")
+
+
+@register
 @exercise(solutions.jacobi_pass)
 def check_jacobi_pass(fn: Callable[[GPT, torch.Tensor, torch.Tensor | None], torch.Tensor]) -> Callable:
     """``fn(model, idx, previous)``: the memory (B, T, D) one Jacobi pass produces from the previous
@@ -126,6 +171,52 @@ def check_jacobi_pass(fn: Callable[[GPT, torch.Tensor, torch.Tensor | None], tor
                 close(got, out.memory, f"{mechanism}, memory after pass {k}", hint)
                 previous = out.memory
     passed("your pass matches schedules.iterate_passes for three passes, FBT and LRT")
+
+
+@register
+@exercise(solutions.soft_logits)
+def check_soft_logits(fn: Callable[[GPT, torch.Tensor, int], torch.Tensor]) -> Callable:
+    """``fn(model, idx, prompt_len)``: the logits (B, T, V) SOFT decoding computes over ``idx``: its first
+    ``prompt_len`` tokens one plain pass into a KV cache, then one token per forward through that cache, each
+    reading its predecessor's memory. That is the exact recurrence after a plain prompt,
+    ``schedules.Sequential().run(model, idx, plain_prefix=prompt_len)``, and the check compares with it.
+
+    FBT and LRT practice models, prompts of 4 tokens and of 1. Where the answer first differs says which step
+    went wrong: inside the prompt, at the first token after it, or one token later (the memory not carried on).
+    """
+    hint = ("The prompt is one plain forward into the cache (model.step(idx[:, :P], kv=cache)); then position t "
+            "(t >= P) is one step at positions=torch.tensor([t]) against that same cache, reading the memory the "
+            "step before produced (position P: the prompt's last memory).")
+    for mechanism in ("fbt", "lrt"):
+        model, idx = practice_model(mechanism), practice_tokens()
+        for prompt_len in (4, 1):
+            what = f"{mechanism}, prompt_len={prompt_len}"
+            with torch.no_grad():
+                expected = schedules.Sequential().run(model, idx, prompt_len).logits
+                got = fn(model, idx, prompt_len)
+                if isinstance(got, torch.Tensor) and got.shape == expected.shape:
+                    off = ((got.detach().to(expected.dtype) - expected).abs() > 1e-8).any(-1).any(0)
+                    first = int(off.nonzero()[0]) if off.any() else None
+                    if first is not None and first < prompt_len:
+                        raise AssertionError(f"{what}: the prompt differs from position {first} on: under SOFT the "
+                                             "prompt is one plain pass, its tokens reading no memory (plain_prefix"
+                                             f"={prompt_len}); only the tokens after it recur.")
+                    plain_first = schedules.Sequential().run(model, idx, prompt_len + 1).logits  # P itself plain
+                    if first == prompt_len and torch.allclose(got.detach().to(expected.dtype), plain_first, atol=1e-8):
+                        raise AssertionError(f"{what}: the first token after the prompt read no memory: position "
+                                             f"{prompt_len} reads m_{{{prompt_len - 1}}}, the memory of the prompt's "
+                                             "last token (out.memory[:, -1:] of the prompt's pass).")
+                    if first == prompt_len:
+                        raise AssertionError(f"{what}: position {prompt_len}, the first token after the prompt, "
+                                             "differs: a one-token step must be told "
+                                             "where it is (positions=torch.tensor([t])) and attend to the cache the "
+                                             "prompt filled, the same cache at every step.")
+                    if first == prompt_len + 1:
+                        raise AssertionError(f"{what}: position {prompt_len} is right and position {first} is not: "
+                                             "each step must read the memory the step before produced (its "
+                                             "out.memory), not the prompt's again.")
+            close(got, expected, what, hint)
+    passed("your SOFT logits match schedules.Sequential with plain_prefix=prompt_len, FBT and LRT")
 
 
 @register

@@ -11,11 +11,14 @@ from __future__ import annotations
 import copy
 
 import numpy as np
+import pandas as pd
 import torch
 from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import GroupKFold
 from sklearn.preprocessing import StandardScaler
 
+from ..analysis.cache import ActivationCache
+from ..config import ModelConfig
 from ..functional import norm
 from ..kv_cache import KVBuffer
 from ..model import GPT
@@ -37,6 +40,19 @@ def cached_logits(model: GPT, idx: torch.Tensor, prefill: int) -> torch.Tensor:
     return torch.cat(pieces, dim=1)
 
 
+def rope(vec: torch.Tensor, position: int, base: float) -> torch.Tensor:
+    d = vec.size(-1)
+    theta = base ** (-2 * torch.arange(d // 2, dtype=torch.float64) / d)  # one frequency per pair
+    cos, sin = (position * theta).cos().to(vec.dtype), (position * theta).sin().to(vec.dtype)
+    a, b = vec[..., : d // 2], vec[..., d // 2:]  # pair i: channel i with channel i + d/2
+    return torch.cat([a * cos + b * sin, b * cos - a * sin], dim=-1)
+
+
+def kv_cache_bytes(config: ModelConfig, batch: int, max_len: int, dtype: torch.dtype) -> int:
+    per_layer = 2 * batch * config.kv_heads * max_len * config.head_dim  # keys and values, per key/value head
+    return config.n_layer * per_layer * dtype.itemsize
+
+
 # 02
 def gated_kv(model: GPT, layer: int, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
              memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -48,6 +64,21 @@ def gated_kv(model: GPT, layer: int, x: torch.Tensor, k: torch.Tensor, v: torch.
     k_rec = (memory @ lrt.rec_k[proj].weight.T).view(B, T, c.kv_heads, c.head_dim)
     v_rec = (memory @ lrt.rec_v[proj].weight.T).view(B, T, c.kv_heads, c.head_dim)
     return g_local * k + g_feedback * k_rec, g_local * v + g_feedback * v_rec
+
+
+def memory_read(model: GPT, cache: ActivationCache) -> torch.Tensor:
+    source = model.mechanism.source_layer % model.config.n_layer  # -1: the top block
+    memory = norm(cache[f"blocks.{source}.hook_resid_post"])  # m_t: the source block's output, RMS-normed
+    return shift_right(memory)  # position t reads m_{t-1}; position 0 reads zeros
+
+
+def pooled_weights(seq_len: int, decay: float) -> torch.Tensor:
+    W = torch.zeros(seq_len, seq_len, dtype=torch.float64)
+    W[0, 0] = 1.0  # position 0 reads no memory: its average starts at its own state, p_0 = h_0
+    for t in range(1, seq_len):
+        W[t] = decay * W[t - 1]  # p_t = decay * p_{t-1} + (1 - decay) * h_t
+        W[t, t] = 1 - decay
+    return W
 
 
 # 03
@@ -73,6 +104,13 @@ def mean_passes(mix: dict[int, float]) -> float:
     return float(sum(passes * p for passes, p in mix.items()))  # each pass count weighed by how often it is drawn
 
 
+def token_flops(model: GPT, seq_len: int) -> float:
+    groups, c = model.num_params_by_group(), model.config
+    readout = groups["readout"] or groups["embedding"]  # tied: the embedding matrix is the readout
+    weights = groups["blocks"] + groups["mechanism"] + readout  # the lookup E[token] multiplies nothing
+    return 6.0 * weights + 12.0 * c.n_layer * c.n_embd * seq_len  # 2 forward + 4 backward per weight; attention
+
+
 # 04
 def glu_fusion(model: GPT, tokens: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:
     fbt = model.mechanism
@@ -85,6 +123,17 @@ def jacobi_pass(model: GPT, idx: torch.Tensor, previous: torch.Tensor | None) ->
         return model.step(idx).memory
     reads = feedback_mask(*idx.shape)  # position 0 never reads
     return model.step(idx, memory=shift_right(previous), memory_mask=reads).memory
+
+
+def soft_logits(model: GPT, idx: torch.Tensor, prompt_len: int) -> torch.Tensor:
+    cache = model.new_kv_cache(batch=idx.size(0), max_len=idx.size(1))
+    out = model.step(idx[:, :prompt_len], kv=cache)  # the prompt: one plain pass, reading no memory
+    logits, memory = [out.logits], out.memory[:, -1:]  # m_{P-1}: what the first token after it reads
+    for t in range(prompt_len, idx.size(1)):  # then one token per forward, through the same cache
+        out = model.step(idx[:, t:t + 1], memory=memory, positions=torch.tensor([t]), kv=cache)
+        logits.append(out.logits)
+        memory = out.memory  # m_t: what position t + 1 reads
+    return torch.cat(logits, dim=1)
 
 
 # 06
@@ -120,6 +169,15 @@ def lyapunov_2x2(A: torch.Tensor, steps: int) -> float:
 
 
 # 05
+def majority_rate(labels: np.ndarray, groups: np.ndarray, folds: int) -> float:
+    scores = []
+    for train, test in GroupKFold(n_splits=folds).split(labels, labels, groups):
+        values, counts = np.unique(labels[train], return_counts=True)
+        guess = values[np.argmax(counts)]  # the training rows' most frequent label: no held-out label seen
+        scores.append(np.mean(labels[test] == guess))
+    return float(np.mean(scores))
+
+
 def grouped_cv_probe(features: np.ndarray, labels: np.ndarray, groups: np.ndarray, folds: int) -> float:
     scores = []
     for train, test in GroupKFold(n_splits=folds).split(features, labels, groups):
@@ -129,7 +187,20 @@ def grouped_cv_probe(features: np.ndarray, labels: np.ndarray, groups: np.ndarra
     return float(np.mean(scores))
 
 
+def layer_features(cache: ActivationCache, depth: int, k: int, positions: torch.Tensor) -> torch.Tensor:
+    name = "hook_input" if depth == 0 else f"blocks.{depth - 1}.hook_resid_post"  # depth l: block l-1's output
+    acts = cache.pass_(k)[name]  # (B, T, D) of pass k, passes counted from 1
+    return acts[torch.arange(acts.size(0)), positions]  # each example at its own position
+
+
 # 05b
+def flip_rate(clean: torch.Tensor, edited: torch.Tensor, answers: torch.Tensor, foils: torch.Tensor) -> float:
+    rows = torch.arange(len(answers))
+    before = clean[rows, answers] >= clean[rows, foils]  # the answer preferred to its foil, before the edit
+    after = edited[rows, answers] >= edited[rows, foils]
+    return float((before != after).double().mean())  # a flip: the preference changed, whichever way
+
+
 def swap_patch(model: GPT, tokens: torch.Tensor, i: int, j: int, p: int) -> torch.Tensor:
     with torch.no_grad():
         mate_memory = model.step(tokens[j:j + 1, :p]).memory[:, -1:]  # m_{p-1} of j's plain prefill
@@ -139,6 +210,19 @@ def swap_patch(model: GPT, tokens: torch.Tensor, i: int, j: int, p: int) -> torc
     return out.logits[0, -1]
 
 
+def paired_interval(values: np.ndarray, reference: np.ndarray, groups: np.ndarray, n_boot: int,
+                    seed: int) -> dict[str, float]:
+    diff = np.asarray(values, dtype=np.float64) - np.asarray(reference, dtype=np.float64)  # one per example
+    members = [diff[groups == g] for g in np.unique(groups)]  # a group's examples share their context
+    rng = np.random.default_rng(seed)
+    boot = []
+    for _ in range(n_boot):
+        drawn = rng.integers(0, len(members), len(members))  # whole groups, with replacement
+        boot.append(np.concatenate([members[i] for i in drawn]).mean())
+    low, high = np.percentile(boot, [2.5, 97.5])
+    return {"mean": float(diff.mean()), "low": float(low), "high": float(high)}
+
+
 # 07
 def trace_length(task: Task, generated: list[int]) -> int:
     marker = task.tokenizer.encode(ANSWER_MARKER)  # "####": four ids, searched as one sub-list
@@ -146,6 +230,22 @@ def trace_length(task: Task, generated: list[int]) -> int:
         if generated[i:i + len(marker)] == marker:
             return i
     return len(generated)
+
+
+def decode_forwards(regime: str, prompt_len: int, new_tokens: int, prefill_passes: int) -> int:
+    prefill = {"standard": 1, "soft": 1,  # one plain pass over the prompt
+               "soft_last": 2,  # a plain pass over all but the last prompt token, then that token by the recurrence
+               "fused": 1 + prefill_passes,  # a plain pass, then prefill_passes Jacobi passes
+               "sequential": prompt_len}[regime]  # the exact recurrence: one prompt token per forward
+    return prefill + new_tokens - 1  # the prefill's last logits choose the first new token
+
+
+def median_length_difference(traces: pd.DataFrame, regime: str) -> float:
+    differences = []
+    for _, run in traces.groupby("run"):  # one seed at a time: both regimes decoded its weights
+        median = run.groupby("regime")["length"].median()
+        differences.append(median[regime] - median["standard"])
+    return float(np.mean(differences))  # the seeds' differences of medians, averaged
 
 
 # 08

@@ -7,6 +7,11 @@ import json
 
 import numpy as np
 import pytest
+
+# slips of later exercises, one module per notebook group, beside this file (pytest's rootdir import)
+import slips_01_03
+import slips_04
+import slips_05_07
 import torch
 from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import GroupKFold, KFold
@@ -251,6 +256,9 @@ SLIPS = {
     "lyapunov: not renormalised": (ex.check_lyapunov_2x2, lyapunov_2x2, dict(renormalise=False), "Renormalise"),
     "lyapunov: the growth, not its log": (ex.check_lyapunov_2x2, lyapunov_2x2, dict(log=False), "not its log"),
 }
+
+
+SLIPS |= slips_01_03.SLIPS | slips_04.SLIPS | slips_05_07.SLIPS  # the exercises added per notebook group
 
 
 def wrap(solution, **options):
