@@ -68,6 +68,18 @@ def test_every_shipped_checkpoint_names_the_task_it_learned():
 
 
 @pytest.mark.parametrize("name", sorted(E.RECIPES))
+def test_every_shipped_summary_states_its_recipes_current_claim_setting_and_rule(name):
+    """RESULTS.md, the docs and the notebooks print a summary's claim, setting and rule: a recipe whose text
+    changed (its model, its steps, its arms) must be analysed again, or the pages describe another study."""
+    path = E.checkpoints_root() / name / "summary.json"
+    if not path.is_file():
+        pytest.skip(f"{name} is not shipped")
+    stored, recipe = json.loads(path.read_text()), E.RECIPES[name]
+    stale = [field for field in ("claim", "setting", "rule") if stored[field] != getattr(recipe, field)]
+    assert not stale, f"{name}: {stale} changed since it was analysed; run python -m workbench reproduce {name}"
+
+
+@pytest.mark.parametrize("name", sorted(E.RECIPES))
 def test_every_shipped_run_is_the_one_its_recipe_would_train_now(name):
     """A recipe whose code changed (its steps, its model, its evaluation) makes its shipped runs stale: the next
     ``reproduce`` would retrain them, and the results, RESULTS.md and the notebooks would describe models the

@@ -295,8 +295,8 @@ def intervene(model: GPT, idx: torch.Tensor, intervention: Intervention, positio
 
 
 # ------------------------------------------------------------------------------------------ effects
-def _answer_numbers(logits: torch.Tensor, answers: torch.Tensor, foils: torch.Tensor | None
-                    ) -> tuple[np.ndarray, np.ndarray]:
+def answer_numbers(logits: torch.Tensor, answers: torch.Tensor, foils: torch.Tensor | None
+                   ) -> tuple[np.ndarray, np.ndarray]:
     """Per row: logit(answer) - logit(foil) (or - the best other token), and the prediction (the answer
     or the foil when a foil is given, else the argmax over the vocabulary)."""
     logits = logits.double()
@@ -352,10 +352,10 @@ def intervention_effects(model: GPT, idx: torch.Tensor, positions: int | Sequenc
         at = torch.as_tensor(p if answer_positions is None else answer_positions).expand(B)
         if bool((at < 0).any() | (at >= T).any()):
             raise ValueError(f"answer_positions must lie in [0, {T - 1}]")
-        before, predicted = _answer_numbers(clean.logits[rows, at], answers, foils)
+        before, predicted = answer_numbers(clean.logits[rows, at], answers, foils)
         for name, intervention in named.items():
             logits = intervene(model, idx, intervention, p, site, clean, **run)
-            after, now = _answer_numbers(logits[rows, at], answers, foils)
+            after, now = answer_numbers(logits[rows, at], answers, foils)
             frames.append(pd.DataFrame({
                 "example": np.arange(B), "site": site, "position": -1 if p is None else p, "intervention": name,
                 "answer_position": at.numpy(), "logit_diff_clean": before, "logit_diff": after,

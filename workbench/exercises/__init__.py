@@ -16,7 +16,7 @@ fresh notebook (CI executes the committed notebooks so), the cells below the che
 learner's function once it passes, and a wrong answer stops the notebook at its check.
 
 Modules: ``framework`` (``exercise``, ``CHECKS``, the practice model), the checks by subject
-(``model_checks``, ``schedule_checks``, ``analysis_checks``) and ``solutions``.
+(``model_checks``, ``schedule_checks``, ``probe_checks``, ``analysis_checks``) and ``solutions``.
 
 Checks, by notebook (the solution of each is ``solutions.<name>``):
 
@@ -31,7 +31,7 @@ Checks, by notebook (the solution of each is ``solutions.<name>``):
 - 03: ``check_token_flops(fn)`` — the training FLOPs of one token in one pass, the trainer's account (``token_flops``);
 - 03: ``check_gauss_seidel_sweep(fn)`` — one interleaved sweep with write-back (``sweep``);
 - 04: ``check_glu_fusion(fn)`` — FBT's fused input by hand (``glu_fusion``);
-- 04/06: ``check_jacobi_pass(fn)`` — one pass of the pass map (``jacobi_pass``);
+- 04: ``check_jacobi_pass(fn)`` — one pass of the pass map (``jacobi_pass``);
 - 04: ``check_soft_logits(fn)`` — SOFT decoding's logits, the exact recurrence after a plain prompt (``soft_logits``);
 - 06: ``check_residual(fn)`` — the relative residual between consecutive passes (``residual``);
 - 06: ``check_one_step_jacobian(fn)`` — the token recurrence's one-step Jacobian (``one_step_jacobian``);
@@ -54,14 +54,8 @@ Checks, by notebook (the solution of each is ``solutions.<name>``):
 from . import solutions
 from .analysis_checks import (
     check_decode_forwards,
-    check_flip_rate,
-    check_grouped_cv_probe,
-    check_layer_features,
     check_lyapunov_2x2,
-    check_majority_rate,
     check_median_length_difference,
-    check_paired_interval,
-    check_swap_patch,
     check_trace_length,
     check_verdict,
 )
@@ -75,6 +69,14 @@ from .model_checks import (
     check_memory_read,
     check_pooled_memory,
     check_rope,
+)
+from .probe_checks import (
+    check_flip_rate,
+    check_grouped_cv_probe,
+    check_layer_features,
+    check_majority_rate,
+    check_paired_interval,
+    check_swap_patch,
 )
 from .schedule_checks import (
     check_gauss_seidel_sweep,

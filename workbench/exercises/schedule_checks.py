@@ -1,5 +1,5 @@
 """Exercise checks on the schedules: a relative distance between them (00), a pass mix's cost, a token's FLOPs
-and one Gauss-Seidel sweep (03), one Jacobi pass (04/06), SOFT decoding's logits (04), the residual between passes
+and one Gauss-Seidel sweep (03), one Jacobi pass (04), SOFT decoding's logits (04), the residual between passes
 and the exact recurrence's one-step Jacobian (06)."""
 
 from __future__ import annotations
