@@ -77,3 +77,22 @@ def test_has_an_exercise_checked_by_the_package(path):
     code = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
     assert any("ex.check_" in text or "exercises.check_" in text for text in code), "no exercise check"
     assert any("<details>" in text and "Hint" in text for text in markdown(nb)), "no hints"
+
+
+@pytest.mark.parametrize("path", [p for p in NOTEBOOKS if 1 <= int(p.name[:2]) <= 7],
+                         ids=[p.name for p in NOTEBOOKS if 1 <= int(p.name[:2]) <= 7])
+def test_three_graded_exercises_each_its_own(path):
+    """At least three exercise checks a course notebook, and no check a notebook repeats from another."""
+    checks = {p.name: set(re.findall(r"\bcheck_\w+(?=\()", "".join(
+        "".join(c["source"]) for c in json.loads(p.read_text())["cells"] if c["cell_type"] == "code")))
+        for p in NOTEBOOKS}
+    assert len(checks[path.name]) >= 3, sorted(checks[path.name])
+    shared = {c for name, other in checks.items() if name != path.name for c in other} & checks[path.name]
+    assert not shared, f"{path.name} repeats {sorted(shared)}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_markdown_cells_are_at_most_250_words(path):
+    long = [(i, len("".join(c["source"]).split())) for i, c in enumerate(json.loads(path.read_text())["cells"])
+            if c["cell_type"] == "markdown" and len("".join(c["source"]).split()) > 250]
+    assert not long, f"cells (index, words) over 250: {long}"
