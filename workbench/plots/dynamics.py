@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import textwrap
 from collections.abc import Mapping
 
 import numpy as np
@@ -111,46 +110,64 @@ def sensitivity_decay(results: Runs, note: str = "") -> Figure:
     return fig
 
 
+ARMS_PER_PANEL = 6  # more bars than this in one panel and a reader cannot tell the arms apart
+
+
+def _family_chunks(arms: list[str], families: list[str]) -> list[tuple[str, list[str]]]:
+    """(family, arms) per panel: each family's arms in order, a family of more than ``ARMS_PER_PANEL`` cut into
+    equal parts."""
+    chunks = []
+    for family in dict.fromkeys(families):
+        group = [a for a, f in zip(arms, families) if f == family]
+        parts = -(-len(group) // ARMS_PER_PANEL)
+        size = -(-len(group) // parts)
+        chunks += [(family if parts == 1 else f"{family} ({k + 1}/{parts})", group[k * size:(k + 1) * size])
+                   for k in range(parts)]
+    return chunks
+
+
 def fixed_point_readability(table: pd.DataFrame, title: str = "", readable: float = 0.95) -> Figure:
     """Per arm (``fixed_point_study``'s run table): answer accuracy at passes 1-3 and under the exact recurrence,
-    a dot per seed, the families apart; beside it each run's top Lyapunov exponent of the exact recurrence."""
+    a dot per seed, one row of panels per family (at most ``ARMS_PER_PANEL`` arms a panel); beside each, its runs'
+    top Lyapunov exponent of the exact recurrence."""
     require_columns(table, ["arm", "family", "accuracy_pass1", "accuracy_pass2", "accuracy_pass3", "accuracy_exact",
                      "lyapunov_top"], "fixed_point_readability")
     arms = list(dict.fromkeys(table["arm"]))
-    families = [table.loc[table["arm"] == a, "family"].iloc[0] for a in arms]
-    with sns.axes_style(STYLE):  # wide enough that every arm's tick label has room, whatever the number of arms
-        fig = Figure(figsize=(max(13.0, 5.0 + 0.8 * len(arms)), 5.2), layout="constrained")
-        ax, lx = fig.subplots(1, 2, gridspec_kw={"width_ratios": [4, 1.1]})
+    chunks = _family_chunks(arms, [table.loc[table["arm"] == a, "family"].iloc[0] for a in arms])
+    with sns.axes_style(STYLE):
+        fig = Figure(figsize=(12.0, 1.2 + 2.4 * len(chunks)), layout="constrained")
+        grid = fig.subplots(len(chunks), 2, gridspec_kw={"width_ratios": [4, 1.3]}, squeeze=False)
     columns = {"accuracy_pass1": ("pass 1 (STANDARD)", "#bbbbbb"), "accuracy_pass2": ("pass 2", "#7fa7d6"),
                "accuracy_pass3": ("pass 3", "#3d6fb0"), "accuracy_exact": ("exact recurrence", "#d1495b")}
     width = 0.8 / len(columns)
-    for j, (column, (label, colour)) in enumerate(columns.items()):
-        for i, arm in enumerate(arms):
-            values = table.loc[table["arm"] == arm, column].to_numpy()
-            x = i - 0.4 + width * (j + 0.5)
-            ax.bar(x, values.mean(), width, color=colour, label=label if i == 0 else None)
-            ax.scatter(np.full(len(values), x), values, color="black", s=8, zorder=3)
-    ax.axhline(readable, color="#d1495b", ls="--", lw=1, label=f"readable bar {readable:g}")  # in the legend: a
-    ax.axhline(0.5, color="grey", ls=":", lw=1, label="chance 0.5")  # label on the plot would sit on the bars
-    for i in range(1, len(arms)):
-        if families[i] != families[i - 1]:
-            ax.axvline(i - 0.5, color="black", lw=0.6)
-    # wrapped at spaces, upright: rotated labels of this many arms run into each other
-    ax.set_xticks(range(len(arms)), [textwrap.fill(a.removeprefix("ft_").replace("_", " "), 8,
-                                                   break_long_words=False) for a in arms], fontsize=7.5)
-    ax.set_ylim(0, 1.05)
-    ax.set_ylabel("answer accuracy (held-out prompts)")
-    ax.set_title("  |  ".join(dict.fromkeys(families)) + " (families, left to right)", fontsize=9)
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=6, fontsize=8, frameon=False)
-    for i, arm in enumerate(arms):
-        values = table.loc[table["arm"] == arm, "lyapunov_top"].to_numpy()
-        lx.scatter(values, np.full(len(values), i), color="#3d6fb0", s=14)
-    lx.axvline(0, color="grey", lw=0.8)
-    lx.set_yticks(range(len(arms)), arms, fontsize=8)
-    lx.invert_yaxis()
-    lx.set_xlabel("top Lyapunov exponent of the exact recurrence\n(per position; < 0: perturbations die out)")
-    if title:
-        fig.suptitle(title, fontsize=10)
+    lyapunov = table["lyapunov_top"].to_numpy()
+    span = (min(lyapunov.min(), 0.0) * 1.1 - 0.01, max(lyapunov.max(), 0.0) * 1.1 + 0.01)
+    for (family, group), (ax, lx) in zip(chunks, grid):
+        for j, (column, (label, colour)) in enumerate(columns.items()):
+            for i, arm in enumerate(group):
+                values = table.loc[table["arm"] == arm, column].to_numpy()
+                x = i - 0.4 + width * (j + 0.5)
+                ax.bar(x, values.mean(), width, color=colour, label=label)
+                ax.scatter(np.full(len(values), x), values, color="black", s=8, zorder=3)
+        ax.axhline(readable, color="#d1495b", ls="--", lw=1, label=f"readable bar {readable:g}")
+        ax.axhline(0.5, color="grey", ls=":", lw=1, label="chance 0.5")
+        ax.set_xticks(range(len(group)), [a.removeprefix("ft_").replace("_", " ") for a in group], fontsize=8)
+        ax.set_xlim(-0.5, ARMS_PER_PANEL - 0.5)  # the same bar width in every row
+        ax.set_ylim(0, 1.05)
+        ax.set_ylabel("answer accuracy")
+        ax.set_title(family, fontsize=9, loc="left")
+        for i, arm in enumerate(group):
+            values = table.loc[table["arm"] == arm, "lyapunov_top"].to_numpy()
+            lx.scatter(values, np.full(len(values), i), color="#3d6fb0", s=14)
+        lx.axvline(0, color="grey", lw=0.8)
+        lx.set_xlim(*span)
+        lx.set_ylim(ARMS_PER_PANEL - 0.5, -0.5)
+        lx.set_yticks(range(len(group)), [a.removeprefix("ft_").replace("_", " ") for a in group], fontsize=8)
+    grid[-1][1].set_xlabel("top Lyapunov exponent, exact\nrecurrence (< 0: perturbations die out)", fontsize=8)
+    handles, labels = grid[0][0].get_legend_handles_labels()
+    named = dict(zip(labels, handles))  # one entry per label: every panel draws the same series
+    fig.legend(named.values(), named.keys(), loc="outside lower center", ncol=6, fontsize=8, frameon=False)
+    fig.suptitle(title or "What the fixed point answers, by family of arms", fontsize=10)
     return fig
 
 

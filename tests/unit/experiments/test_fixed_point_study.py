@@ -119,9 +119,11 @@ def test_the_study_figure_draws_each_arm_and_is_the_experiment_figure_of_its_tab
             for s in (0, 1)]
     table = pd.DataFrame(rows)
     fig = wb.plots.fixed_point_readability(table, "t")
-    bars = [p for p in fig.axes[0].patches]
+    panels = fig.axes[0::2]  # a row per family: the accuracy bars, then the Lyapunov exponents
+    assert [p.get_title(loc="left") for p in panels] == ["mechanism", "training"]
+    bars = [b for p in panels for b in p.patches]
     assert len(bars) == 4 * 4  # four arms, four bars each
-    exact_heights = [b.get_height() for b in bars[12:]]  # the exact-recurrence bars, drawn last
+    exact_heights = [b.get_height() for p in panels for b in p.patches[6:]]  # per panel the exact bars come last
     assert exact_heights == [0.0, 1.0, 0.0, 0.7]
     assert len(wb.experiments.experiment_figure({"results": table}).axes) == len(fig.axes)
 
@@ -134,7 +136,10 @@ def test_the_study_figure_labels_do_not_run_together_with_the_shipped_arms():
     table = pd.DataFrame([{"arm": arm, "family": family, "accuracy_pass1": 0.8, "accuracy_pass2": 1.0,
                            "accuracy_pass3": 0.9, "accuracy_exact": 0.5, "lyapunov_top": -0.05, "seed": s}
                           for arm, family in arms for s in (0, 1)])
-    ax = wb.plots.fixed_point_readability(table, "t").axes[0]
-    assert len(ax.get_xticklabels()) == len(arms) and overlapping_ticks(ax) == []
-    assert {"readable bar 0.95", "chance 0.5"} <= {t.get_text() for t in ax.get_legend().get_texts()}
-    assert not [t for t in ax.texts if t.get_text()]  # nothing written inside the panel
+    fig = wb.plots.fixed_point_readability(table, "t")
+    panels = fig.axes[0::2]
+    assert sum(len(ax.get_xticklabels()) for ax in panels) == len(arms)
+    assert all(len(ax.get_xticklabels()) <= wb.plots.dynamics.ARMS_PER_PANEL and overlapping_ticks(ax) == []
+               for ax in panels)
+    assert {"readable bar 0.95", "chance 0.5"} <= {t.get_text() for t in fig.legends[0].get_texts()}
+    assert not [t for ax in panels for t in ax.texts if t.get_text()]  # nothing written inside a panel
