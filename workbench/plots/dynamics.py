@@ -32,7 +32,7 @@ from .base import (
 
 
 def contraction_curves(results: Runs, max_pass: int | None = None, depths: Mapping[str, int] | None = None,
-                       note: str = "") -> Figure:
+                       note: str = "", chance: Mapping[str, float] | None = None) -> Figure:
     """Residual ``delta`` and ``fixed_point_distance`` against pass (log y), one line per run.
 
     Takes ``pass_dynamics`` output, or a dict of them by name (mechanism, training mix, ...). A
@@ -43,7 +43,9 @@ def contraction_curves(results: Runs, max_pass: int | None = None, depths: Mappi
     cuts every run there.
     ``depths``: label -> pass, drawn as dotted verticals (the depths the models were trained at,
     so a reader sees which passes are extrapolation); ``note``: a title saying what was measured
-    (sequence length T, the positions the numbers are over), since the curves mean little without.
+    (sequence length T, the positions the numbers are over), since the curves mean little without; ``chance``:
+    label -> loss of a model without context (a unigram, or ln 2 for a balanced label), drawn on the loss panel so
+    a reader sees where a loss means nothing was learned.
     """
     runs = named_runs(results, "contraction_curves")
     for frame in runs.values():
@@ -66,14 +68,16 @@ def contraction_curves(results: Runs, max_pass: int | None = None, depths: Mappi
         ax.set(xlabel="pass", ylabel=ylabel, yscale="log")
     if has_loss:
         axes[2].set(xlabel="pass", ylabel="loss (nats / token)")
+        for label, value in (chance or {}).items():
+            axes[2].axhline(value, color="black", ls=":", lw=1, label=label)
     for (label, depth), style in zip((depths or {}).items(), (":", "--", "-.")):
         for ax in axes:
             ax.axvline(depth, color="grey", ls=style, lw=1.2, label=label if ax is axes[0] else None)
     if last > 10:
         for ax in axes:
             log_count_axis(ax, last)
-    handles, labels = shared_legend(axes[:2])
-    if len(runs) > 1 or next(iter(runs)) or depths or ZERO_LABEL in labels:
+    handles, labels = shared_legend(axes)  # the runs and depths of every panel, and the loss panel's chance line
+    if len(runs) > 1 or next(iter(runs)) or depths or chance or ZERO_LABEL in labels:
         fig.legend(handles, labels, fontsize=8, loc="outside right upper")
     if note:
         fig.suptitle(note, fontsize=10)

@@ -120,6 +120,9 @@ def test_contraction_curves_one_line_per_run_on_log_axes(runs):
     assert np.isnan(none_delta).all()  # baseline residual is exactly 0 after pass 1: no line on a log axis
     fbt_distance = fig.axes[1].lines[2].get_ydata()
     assert np.isfinite(fbt_distance[:5]).all()
+    floor = plots.contraction_curves(runs["dynamics"], chance={"unigram loss 3.18": 3.18}).axes[2]
+    assert [list(line.get_ydata()) for line in floor.lines[3:]] == [[3.18, 3.18]]  # the loss panel's chance line
+    assert "unigram loss 3.18" in [t.get_text() for t in floor.figure.legends[0].get_texts()]
     cut = plots.contraction_curves(runs["dynamics"]["fbt"].drop(columns="loss"), max_pass=4)
     assert len(cut.axes) == 2 and list(cut.axes[0].lines[0].get_xdata()) == [1, 2, 3, 4]
     with pytest.raises(ValueError, match="no runs"):
