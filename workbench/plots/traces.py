@@ -50,12 +50,16 @@ def trace_lengths(df: pd.DataFrame, lines: pd.DataFrame | None = None) -> Figure
     top = float(df["length"].max())
     for i, regime in enumerate(order):
         ax_len.text(i, top * 1.04, f"median {medians[regime]:g}", ha="center", fontsize=8)
-    ax_len.set_xticks(range(len(order)), order)
+    names = [r.replace(" ", "\n") for r in order]  # "training mix" on two lines: six regimes side by side fit
+    ax_len.set_xticks(range(len(order)), names, fontsize=8)
     ax_len.set(xlabel="regime", ylabel="trace length (tokens before the answer)", ylim=(0, top * 1.12 + 1))
-    ax_len.legend(title="correct", fontsize=8)
+    # below the panel: inside it, the legend sat on the medians written above the boxes
+    ax_len.legend(title="correct", fontsize=8, title_fontsize=8, ncol=2, frameon=False, loc="upper center",
+                  bbox_to_anchor=(0.5, -0.3))
     decoded = [r for r in order if r != TRAINING]
     accuracy = df.groupby("regime")["correct"].agg(["mean", "size"]).reindex(decoded)
-    ax_acc.bar(decoded, accuracy["mean"], color=[palette[r] for r in decoded])
+    ax_acc.bar(range(len(decoded)), accuracy["mean"], color=[palette[r] for r in decoded])
+    ax_acc.set_xticks(range(len(decoded)), [r.replace(" ", "\n") for r in decoded], fontsize=8)
     for i, (acc, n) in enumerate(zip(accuracy["mean"], accuracy["size"])):
         ax_acc.text(i, acc + 0.02, f"{acc:.0%} of {n}", ha="center", fontsize=8)
     ax_acc.set(xlabel="regime", ylabel="accuracy", ylim=(0.0, 1.1))

@@ -150,6 +150,18 @@ def test_trace_lengths_orders_regimes_and_reports_accuracy():
         plots.trace_lengths(traces_frame().drop(columns="correct"))
 
 
+def test_trace_lengths_labels_stay_apart_with_every_regime_and_the_training_mix():
+    """Six boxes (the decoding regimes, the baseline and the training mix): tick labels do not run together and
+    the legend does not sit on the medians written above the boxes."""
+    frame = traces_frame()
+    extra = [frame.assign(regime=name) for name in ("soft_last", "baseline", "training mix")]
+    fig = plots.trace_lengths(pd.concat([frame, *extra], ignore_index=True))
+    ax_len = fig.axes[0]
+    assert overlapping_ticks(ax_len) == [] and overlapping_ticks(fig.axes[1]) == []
+    legend = ax_len.get_legend().get_window_extent()
+    assert not [t.get_text() for t in ax_len.texts if t.get_window_extent().overlaps(legend)]
+
+
 def _history(offset: float = 0.0) -> pd.DataFrame:
     steps = np.arange(10)
     return pd.DataFrame(dict(step=steps, flops=steps * 1e9, tokens=steps * 100, loss=3.0 - 0.1 * steps + offset,
