@@ -104,8 +104,9 @@ def lrt_mechanism(stats: pd.DataFrame, gates: pd.DataFrame | None = None, title:
         ax.set_xticks(layers, [f"{int(l)}{' (source)' if s else ''}" for l, s in zip(layers, stats["source"])],
                       fontsize=8)
         ax.set(xlabel="block", ylabel=ylabel)
-        ax.legend(fontsize=8, ncol=2, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
-    axes[1].axhline(1.0, color="black", ls=":", lw=1)
+    axes[1].axhline(1.0, color="black", ls=":", lw=1, label="at init (2 sigmoid(0) = 1)")
+    for ax in axes[:2]:
+        ax.legend(fontsize=8, ncol=3, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
     if show_map:
         table = gates.pivot_table(index="layer", columns="position", values="gate_feedback", sort=True)
         image = axes[2].imshow(table.to_numpy(), aspect="auto", cmap="magma", interpolation="nearest")

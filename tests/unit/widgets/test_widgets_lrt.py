@@ -200,6 +200,8 @@ def test_kv_cache_step_blanks_what_is_not_cached_yet():
 def test_lrt_mechanism_figure_has_a_gate_map_only_when_given(lrt_model, idx):
     stats = lrt_state.lrt_layer_stats(lrt_model, idx)
     assert len(plots.lrt_mechanism(stats).axes) == 2
+    gates = plots.lrt_mechanism(stats).axes[1]  # the gates start at 1 (2 sigmoid(0)): the line says so
+    assert "at init (2 sigmoid(0) = 1)" in [t.get_text() for t in gates.get_legend().get_texts()]
     assert len(plots.lrt_mechanism(stats, lrt_state.lrt_gates(lrt_model, idx), title="x").axes) == 4  # + colorbar
     with pytest.raises(ValueError, match="gamma"):
         plots.lrt_mechanism(stats.drop(columns="gamma"))
