@@ -19,22 +19,30 @@ def _write(table: pd.DataFrame, figure, out: str, stem: str) -> None:
     print(f"wrote {Path(out) / stem}.csv and .png")
 
 
-def _cmd_probe(args: argparse.Namespace) -> int:
-    """Probe a task's labels, or on text (which has none) ``--labels`` for non-overlapping windows of its val
-    split, each read at its last byte (the windows go to OUT/probe_examples.csv, to label or to check)."""
+def _opened(args: argparse.Namespace):
+    """What every analysis opens with: the output directory checked before any work, the thread count set, and the
+    checkpoint with the task it is read on (its recorded one unless ``--task`` names another)."""
     check_out_dir(args.out)
     import torch
 
-    from ..analysis import probe_layers
     from ..checkpoint import load_checkpoint
-    from ..plots import layer0_comparison
-    from .runs import probe_source, resolve_checkpoint
+    from .runs import resolve_checkpoint
 
     torch.set_num_threads(args.threads)
     path = resolve_checkpoint(args.checkpoint)
-    task = checkpoint_task(path, args.task, args.task_param)
+    return load_checkpoint(path), checkpoint_task(path, args.task, args.task_param)
+
+
+def _cmd_probe(args: argparse.Namespace) -> int:
+    """Probe a task's labels, or on text (which has none) ``--labels`` for non-overlapping windows of its val
+    split, each read at its last byte (the windows go to OUT/probe_examples.csv, to label or to check)."""
+    model, task = _opened(args)
+    from ..analysis import probe_layers
+    from ..plots import layer0_comparison
+    from .runs import probe_source
+
     source, n, labels = probe_source(task, args.n, args.labels, args.seed, args.out)
-    table = probe_layers(load_checkpoint(path), source, conditions=args.conditions, n=n, seed=args.seed,
+    table = probe_layers(model, source, conditions=args.conditions, n=n, seed=args.seed,
                          labels=labels, random_baseline=not args.no_random_baseline)
     table["task"] = task.name
     print(table[table["layer"] == 0].to_string(index=False))
@@ -43,18 +51,12 @@ def _cmd_probe(args: argparse.Namespace) -> int:
 
 
 def _cmd_contraction(args: argparse.Namespace) -> int:
-    check_out_dir(args.out)
-    import torch
-
+    model, task = _opened(args)
     from ..analysis import pass_dynamics
-    from ..checkpoint import load_checkpoint
     from ..plots import contraction_curves
-    from .runs import resolve_checkpoint
 
-    torch.set_num_threads(args.threads)
-    path = resolve_checkpoint(args.checkpoint)
-    batch = checkpoint_task(path, args.task, args.task_param).sample(args.n, args.seed, "val")
-    table = pass_dynamics(load_checkpoint(path), batch.tokens, passes=args.passes,
+    batch = task.sample(args.n, args.seed, "val")
+    table = pass_dynamics(model, batch.tokens, passes=args.passes,
                           targets=batch.targets, progress=True)
     rows = sorted({min(i, len(table) - 1) for i in (0, 1, batch.tokens.size(1), len(table) - 1)})
     print(table.iloc[rows].to_string(index=False))
@@ -63,18 +65,11 @@ def _cmd_contraction(args: argparse.Namespace) -> int:
 
 
 def _cmd_traces(args: argparse.Namespace) -> int:
-    check_out_dir(args.out)
-    import torch
-
+    model, task = _opened(args)
     from ..analysis import summarize_traces, trace_lengths
-    from ..checkpoint import load_checkpoint
     from ..plots import trace_lengths as plot_traces
-    from .runs import resolve_checkpoint
 
-    torch.set_num_threads(args.threads)
-    path = resolve_checkpoint(args.checkpoint)
-    task = checkpoint_task(path, args.task, args.task_param)
-    table = trace_lengths(load_checkpoint(path), task, regimes=args.regimes, n=args.n, seed=args.seed,
+    table = trace_lengths(model, task, regimes=args.regimes, n=args.n, seed=args.seed,
                           max_new_tokens=args.max_new_tokens, prefill_passes=args.prefill_passes)
     print(summarize_traces(table).to_string(index=False))
     _write(table, plot_traces(table), args.out, "traces")
