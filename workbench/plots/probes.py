@@ -78,7 +78,7 @@ def probe_profile(df: pd.DataFrame, highlight_depth: int | None = None) -> Figur
 BOUNDED = ("suffix1",)  # the conditions the fed-back upper bound bounds at depth 0: one recurrent step
 
 
-def layer0_comparison(df: pd.DataFrame, depth: int = 0) -> Figure:
+def layer0_comparison(df: pd.DataFrame, depth: int = 0, title: str | None = None) -> Figure:
     """Probe accuracy at one depth (default 0, the input) per condition: the probing headline.
 
     Bars are grouped by condition, coloured by model; error bars are ``accuracy_std``; a black tick
@@ -89,7 +89,9 @@ def layer0_comparison(df: pd.DataFrame, depth: int = 0) -> Figure:
     (one recurrent step; ``BOUNDED``). One panel per task, one row of panels per ``scratch_updates``;
     a task without specimens at a length says so in its panel; the legend sits under the panels.
     Standard prefill near the dashed line and recurrent conditions far above it — above the twin —
-    is the FBT paper's finding: feedback exposes learned state to the very first layer.
+    is the FBT paper's finding: feedback exposes learned state to the very first layer. Models are coloured in
+    sorted order, as ``specimen_gates`` colours them, so one specimen keeps its colour in both; ``title`` (the
+    figure's takeaway) goes above the panels.
     """
     require_columns(df, ["condition", "layer", "accuracy"], "layer0_comparison")
     at = df[df["layer"] == depth]
@@ -98,7 +100,7 @@ def layer0_comparison(df: pd.DataFrame, depth: int = 0) -> Figure:
     tasks = in_order(at["task"]) if "task" in at else [None]
     lengths = sorted(at["scratch_updates"].unique()) if "scratch_updates" in at else [None]
     fig, axes = new_figure(len(tasks), len(lengths), panel=(1.2 + 0.75 * at["condition"].nunique(), 3.2))
-    models = in_order(at["model"]) if "model" in at else [None]
+    models = sorted(at["model"].unique(), key=str) if "model" in at else [None]
     palette = sns.color_palette("deep", n_colors=len(models))
     width = 0.8 / len(models)
     marks = {"twin_accuracy": ({"marker": "o", "facecolors": "none", "edgecolors": "black"}, "untrained twin"),
@@ -107,10 +109,10 @@ def layer0_comparison(df: pd.DataFrame, depth: int = 0) -> Figure:
     for ax, (task, length) in zip(axes, panels):
         sub = at if task is None else at[at["task"] == task]
         sub = sub if length is None else sub[sub["scratch_updates"] == length]
-        title = " / ".join(t for t in ("" if task is None else str(task),
+        heading = " / ".join(t for t in ("" if task is None else str(task),
                                         "" if length is None else f"{length} scratch lines") if t)
         if sub.empty:
-            ax.set_title(title)
+            ax.set_title(heading)
             empty_panel(ax, f"no specimen of {task}\nwith {length} scratch lines")
             continue
         conditions = in_order(sub["condition"])
@@ -138,9 +140,11 @@ def layer0_comparison(df: pd.DataFrame, depth: int = 0) -> Figure:
             ax.axhline(float(sub["majority"].mean()), color="grey", ls="--", lw=1.5, label="majority")
         ax.set_xticks(np.arange(len(conditions)), [str(c) for c in conditions], rotation=30, ha="right",
                       rotation_mode="anchor")
-        ax.set(ylim=(0.0, 1.05), ylabel=f"probe accuracy at depth {depth}", title=title)
+        ax.set(ylim=(0.0, 1.05), ylabel=f"probe accuracy at depth {depth}", title=heading)
     handles, labels = shared_legend(axes)  # every model and mark once, whichever panel drew it
     fig.legend(handles, labels, fontsize=8, loc="outside lower center", ncols=min(len(labels), 4))
+    if title:
+        fig.suptitle(title, fontsize=10)
     return fig
 
 
@@ -184,15 +188,16 @@ def specimen_gates(df: pd.DataFrame, threshold: float, by: str = "arm") -> Figur
 
     Bars: accuracy under the condition the gate reads (``gate_value``), one colour per value of the
     ``by`` column ("label" tells an arm's seeds apart); black dots: under the exact recurrence
-    (``answer_sequential``, where measured); dashed: the gate's ``threshold``. One panel per task. A bar
-    below the line is a specimen that is reported, never probed.
+    (``answer_sequential``, where measured); dashed: the gate's ``threshold``. One panel per task, the legend
+    under them. A bar below the line is a specimen that is reported, never probed. Colours go in sorted order of
+    ``by``, as ``layer0_comparison`` gives them.
     """
     require_columns(df, ["task", by, "scratch_updates", "gate_value"], "specimen_gates")
     if df.duplicated(["task", by, "scratch_updates"]).any():
         raise ValueError(f"by={by!r} is invalid: it leaves two specimens in one bar (try by='label')")
     tasks = in_order(df["task"])
     fig, axes = new_figure(len(tasks), panel=(4.0, 3.4))
-    arms = in_order(df[by])
+    arms = sorted(df[by].unique(), key=str)
     width = 0.8 / len(arms)
     for ax, task in zip(axes, tasks):
         sub = df[df["task"] == task]
@@ -207,7 +212,8 @@ def specimen_gates(df: pd.DataFrame, threshold: float, by: str = "arm") -> Figur
         ax.axhline(threshold, color="grey", ls="--", lw=1.5, label=f"gate {threshold:g}")
         ax.set_xticks(np.arange(len(lengths)), [str(n) for n in lengths])
         ax.set(title=str(task), xlabel="scratch lines", ylabel="held-out answer accuracy", ylim=(0.0, 1.05))
-    axes[0].legend(fontsize=7, loc="lower left")
+    handles, labels = shared_legend(axes)
+    fig.legend(handles, labels, fontsize=8, loc="outside lower center", ncols=min(len(labels), 6))
     return fig
 
 

@@ -336,3 +336,23 @@ def test_regularisation_paths_draw_each_specimen_and_twin_on_a_log_axis():
     moved = pd.DataFrame(rows).assign(accuracy=lambda d: d["accuracy"] - 0.2)  # the lines follow the numbers
     again = next(line for line in wb.plots.regularisation_paths(moved).axes[0].lines if line.get_label() == "FBT s0")
     assert list(again.get_ydata()) == pytest.approx([0.6, 0.7, 0.72])
+
+
+def test_a_specimen_keeps_its_colour_from_the_gates_to_the_probes_and_the_takeaway_heads_the_figure():
+    """Rows in another order and a label the gates do not have (as in notebook 05): colours follow the names."""
+    probes = pd.concat([_layer0_rows().assign(model=lambda d: d["model"].map({"baseline": "fbt seed 1",
+                                                                             "fbt": "text fbt"})),
+                        _layer0_rows()], ignore_index=True)
+    gates = pd.DataFrame([dict(task="delayed_memory", label=label, scratch_updates=0, gate_value=1.0)
+                          for label in ("baseline", "fbt", "fbt seed 1")])
+
+    def colours(fig) -> dict[str, tuple]:
+        return {label: tuple(handle.patches[0].get_facecolor()) for handle, label in
+                zip(*fig.axes[0].get_legend_handles_labels()) if hasattr(handle, "patches")}
+
+    bars = colours(wb.plots.layer0_comparison(probes, title="layer 0 reads the label after one step"))
+    held = colours(wb.plots.specimen_gates(gates, 0.95, by="label"))
+    assert set(held) == {"baseline", "fbt", "fbt seed 1"} and all(bars[k] == held[k] for k in held)
+    fig = wb.plots.specimen_gates(gates, 0.95, by="label")
+    assert fig.legends and fig.axes[0].get_legend() is None  # under the panels, off the bars
+    assert wb.plots.layer0_comparison(probes, title="takeaway").get_suptitle() == "takeaway"

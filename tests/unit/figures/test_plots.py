@@ -90,12 +90,13 @@ def test_layer0_comparison_bars_are_the_depth_zero_accuracies():
     assert len(heights) == len(CONDITIONS) * 2
     at0 = df[(df.task == "completion") & (df.layer == 0)]
     expected = [at0[(at0.model == m) & (at0.condition == c)]["accuracy"].item()
-                for m in ("trained", "random init") for c in CONDITIONS]
+                for m in ("random init", "trained") for c in CONDITIONS]  # models in sorted order
     assert heights == pytest.approx(expected)
     majority = [line for line in ax.lines if line.get_linestyle() == "--"]
     assert len(majority) == 1 and majority[0].get_ydata()[0] == 0.5
     at2 = plots.layer0_comparison(df, depth=2).axes[0].patches[0].get_height()
-    assert at2 == pytest.approx(df[(df.task == "memory") & (df.layer == 2)]["accuracy"].iloc[0])
+    assert at2 == pytest.approx(df[(df.task == "memory") & (df.layer == 2) & (df.model == "random init")][
+        "accuracy"].iloc[0])
     with pytest.raises(ValueError, match="depth"):
         plots.layer0_comparison(df, depth=9)
 
