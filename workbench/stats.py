@@ -1,4 +1,4 @@
-"""Statistics for verdicts: one bootstrap engine, exact tests for paired accuracies, and the verdict rule.
+"""Statistics for verdicts: one bootstrap engine and the verdict rule.
 
 Every interval in the package comes from ``bootstrap``, which resamples the unit the data were
 drawn in, so that an interval is as wide as the real uncertainty:
@@ -14,16 +14,12 @@ a ``reference`` the interval is for ``statistic(arm) - statistic(reference)``. D
 the data are paired (the same examples for every seed and arm; the same seeds when paired) and made
 outer unit first, so a fixed ``seed`` gives the same interval on any machine.
 
-For accuracies, ``wilson`` gives the Wilson score interval of one proportion and ``mcnemar`` the exact
-paired test of two classifiers scored on the same examples (what the community FBT reproduction
-reports beside its accuracies). ``verdict`` reads an interval against the sign a paper predicts.
+``verdict`` reads an interval against the sign a paper predicts.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from statistics import NormalDist
 
 import numpy as np
 
@@ -120,36 +116,6 @@ def bootstrap(arm: Values, reference: Values | None = None, *, unit: str = "exam
                 - np.take_along_axis(ref_stats, ref_seeds, axis=1).mean(1))
         estimate = np.mean(stat(a, axis=1)) - np.mean(stat(r, axis=1))
     return {**_interval(estimate, boot, level), "seeds": int(min(len(a), len(r)))}
-
-
-def wilson(successes: int, n: int, level: float = 0.95) -> dict[str, float]:
-    """The Wilson score interval of a proportion ``successes / n``: honest near 0 and 1, where the normal
-    interval would leave [0, 1] or shrink to nothing."""
-    check_int("n", n, 1)
-    check_int("successes", successes, 0, n)
-    if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
-        fail("level", level, "must be in (0, 1)")
-    z = NormalDist().inv_cdf(1 - (1 - level) / 2)
-    p = successes / n
-    center = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return {"p": p, "low": max(0.0, center - half), "high": min(1.0, center + half), "n": n}
-
-
-def mcnemar(a_correct: np.ndarray | Sequence[bool], b_correct: np.ndarray | Sequence[bool]) -> dict[str, float]:
-    """Exact McNemar test of two classifiers on the same examples: only the discordant pairs carry evidence.
-
-    ``a_only`` / ``b_only`` count the examples one gets right and the other wrong; under the null they
-    split as a fair coin, so the two-sided p-value is twice the binomial tail of the smaller count.
-    """
-    a, b = np.asarray(a_correct), np.asarray(b_correct)
-    if a.dtype != bool or b.dtype != bool or a.shape != b.shape or a.ndim != 1 or len(a) == 0:
-        raise ValueError(f"a_correct and b_correct must be non-empty 1-D bool arrays of one shape, got "
-                         f"{a.dtype}{a.shape} and {b.dtype}{b.shape}")
-    a_only, b_only = int((a & ~b).sum()), int((~a & b).sum())
-    m = a_only + b_only
-    tail = sum(math.comb(m, k) for k in range(min(a_only, b_only) + 1)) / 2 ** m if m else 1.0
-    return {"n": len(a), "a_only": a_only, "b_only": b_only, "p": min(1.0, 2 * tail)}
 
 
 def verdict(interval: dict[str, float], expected_sign: int) -> str:

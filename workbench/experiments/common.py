@@ -140,10 +140,6 @@ def describe(arm: str, interval: dict[str, float], unit: str) -> str:
     return f"{arm}: {interval['mean']:+.4f}{unit} [{interval['low']:+.4f}, {interval['high']:+.4f}{seeds}]"
 
 
-def combine(verdicts: list[str]) -> str:
-    return verdicts[0] if len(set(verdicts)) == 1 else "mixed: " + ", ".join(verdicts)
-
-
 def running_sum_chance(params: dict) -> float:
     return tasks.get("running_sum", **params).chance_accuracy()
 

@@ -68,8 +68,6 @@ class StoreCache:
         k, v, _ = self.store.update(layer_idx, key_states, value_states, self.positions)
         return k, v
 
-        return k, v
-
 
 def store_mask(store: Any, positions: torch.Tensor, dtype: torch.dtype,
                attn_implementation: str | None) -> torch.Tensor:

@@ -69,23 +69,6 @@ def test_the_named_intervals_are_the_engine():
         arm, ref, unit="seeds", paired_seeds=True, statistic="median", seed=2)
 
 
-def test_wilson_known_answers():
-    """Wilson (1927) at 95 %: 0/10 -> [0, 0.2775], 5/10 -> [0.2366, 0.7634], 10/10 -> [0.7225, 1]."""
-    assert [stats.wilson(0, 10)[k] for k in ("low", "high")] == pytest.approx([0.0, 0.2775], abs=1e-4)
-    assert [stats.wilson(5, 10)[k] for k in ("low", "high")] == pytest.approx([0.2366, 0.7634], abs=1e-4)
-    assert [stats.wilson(10, 10)[k] for k in ("low", "high")] == pytest.approx([0.7225, 1.0], abs=1e-4)
-    assert stats.wilson(30, 100, level=0.99)["high"] > stats.wilson(30, 100)["high"]
-
-
-def test_mcnemar_counts_only_the_discordant_pairs():
-    a = np.array([True] * 20 + [False] * 5)
-    b = np.array([True] * 25)
-    result = stats.mcnemar(a, b)
-    assert (result["a_only"], result["b_only"]) == (0, 5) and result["p"] == pytest.approx(2 / 32)
-    assert stats.mcnemar(b, b)["p"] == 1.0  # no discordant pair: no evidence either way
-    assert stats.mcnemar(np.array([True, False]), np.array([False, True]))["p"] == 1.0
-
-
 @pytest.mark.parametrize("call,message", [
     (lambda: stats.bootstrap([1.0], unit="folds"), "unit="),
     (lambda: stats.bootstrap([1.0], statistic="mode"), "statistic="),
@@ -98,8 +81,6 @@ def test_mcnemar_counts_only_the_discordant_pairs():
     (lambda: stats.bootstrap([[1.0], [2.0]], [[1.0]], unit="seeds", paired_seeds=True), "same seeds"),
     (lambda: stats.bootstrap([1.0, 2.0], [1.0]), "reference must be"),
     (lambda: stats.bootstrap([[1.0], [2.0, 3.0]], unit="seeds"), "same examples"),
-    (lambda: stats.wilson(11, 10), "successes="),
-    (lambda: stats.mcnemar([1, 0], [1, 0]), "bool arrays"),
     (lambda: stats.verdict({"low": 0, "high": 1}, 0), "expected_sign="),
 ])
 def test_bad_input_names_the_parameter(call, message):
