@@ -101,15 +101,15 @@ class History:
 
 
 def check_counters(state: Any, where: Path, steps: int) -> None:
-    """``train_state.json``: step in [1, steps], tokens an int >= 0, flops and seconds numbers >= 0."""
+    """``train_state.json``: step in [1, steps], tokens an int >= 0, flops, seconds and cpu_seconds numbers >= 0."""
     def number(key: str, kinds: tuple[type, ...]) -> bool:
         v = state.get(key)
         return isinstance(v, kinds) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
 
     if not (isinstance(state, dict) and number("step", (int,)) and 1 <= state["step"] <= steps
-            and number("tokens", (int,)) and number("flops", (int, float)) and number("seconds", (int, float))):
+            and number("tokens", (int,)) and all(number(k, (int, float)) for k in ("flops", "seconds", "cpu_seconds"))):
         raise CheckpointError(f"{where} is invalid: needs step (an int in [1, {steps}]), tokens (an int >= 0), "
-                              f"flops and seconds (numbers >= 0); got {str(state)[:200]}")
+                              f"flops, seconds and cpu_seconds (numbers >= 0); got {str(state)[:200]}")
 
 
 def _logged_rows(path: Path) -> bool:

@@ -209,7 +209,9 @@ class _Run:
         val = self.task.sample(cfg.eval_size, seed=cfg.eval_seed, split="val")
         self.val_tokens = _pad(val.tokens, self.T, self.pad_id)
         self.val_targets = _pad(val.targets, self.T, -1)
-        self.step, self.tokens, self.flops, self.seconds = 0, 0, 0.0, 0.0
+        # wall and CPU seconds of this process's steps, each carried across a resume (a resumed run's CPU time
+        # counts every part, not only the last process's)
+        self.step, self.tokens, self.flops, self.seconds, self.cpu_seconds = 0, 0, 0.0, 0.0, 0.0
         self.schedule = cfg.schedule_value()
         # compiled: one graph per (schedule, pass count, train/eval mode), each traced on first use
         self.schedule_fn = torch.compile(schedules.run) if cfg.compile else schedules.run
@@ -327,7 +329,8 @@ class _Run:
         return "steps" if self.step == self.cfg.steps else "budget"
 
     def counters(self) -> dict[str, Any]:
-        return {"step": self.step, "tokens": self.tokens, "flops": self.flops, "seconds": self.seconds}
+        return {"step": self.step, "tokens": self.tokens, "flops": self.flops, "seconds": self.seconds,
+                "cpu_seconds": self.cpu_seconds}
 
     def save(self, path: Path, metrics: dict[str, Any]) -> None:
         tensors, meta = optimizer_state(self.optimizers)
@@ -346,8 +349,8 @@ class _Run:
         check_weights(files[WEIGHTS], self.model.config, path / WEIGHTS)
         self.model.load_state_dict({k: v.to(self.device) for k, v in files[WEIGHTS].items()})
         load_optimizer_state(self.optimizers, files["optimizer.safetensors"], files["optimizer.json"])
-        self.step, self.tokens, self.flops, self.seconds = (state["step"], state["tokens"], state["flops"],
-                                                            state["seconds"])
+        self.step, self.tokens, self.flops, self.seconds, self.cpu_seconds = (
+            state["step"], state["tokens"], state["flops"], state["seconds"], state["cpu_seconds"])
 
 
 def progress_losses(row: dict[str, Any]) -> dict[str, str]:
@@ -434,7 +437,7 @@ def _train(cfg: TrainConfig, procs: _Processes, callback: Callback | None,
             plan = run.plan(run.step)
             if run.flops + plan.flops > budget:
                 break
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), time.process_time()
             try:
                 row = run.train_step(run.step, plan)
             except NonFiniteLossError as e:
@@ -449,6 +452,7 @@ def _train(cfg: TrainConfig, procs: _Processes, callback: Callback | None,
             evaluate = last or (cfg.eval_every > 0 and run.step % cfg.eval_every == 0)
             last_eval = run.evaluate() if evaluate else {}
             run.seconds += time.perf_counter() - started
+            run.cpu_seconds += time.process_time() - cpu_started
             if evaluate or run.step % cfg.log_every == 0:
                 row.update(step=run.step, tokens=run.tokens, flops=run.flops, seconds=run.seconds,
                            **last_eval)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import copy
 import shutil
-import time
 from pathlib import Path
 from typing import Any
 
@@ -110,11 +109,9 @@ def train_run(spec: RunSpec, path: Path, scratch: Path, force: bool = False) -> 
     if run_dir.exists() and (force or not same_trajectory(try_json(run_dir / CONFIG_FILE), cfg)):
         shutil.rmtree(run_dir)
     cfg = cfg.replace(resume=(run_dir / "checkpoint").is_dir())
-    cpu = time.process_time()  # this process's CPU time: what the run costs a core, however busy the machine
-    result = train(cfg)
-    cpu = time.process_time() - cpu
+    result = train(cfg)  # its metrics' cpu_seconds: what the run cost a core, every resumed part counted
     per_example = evaluate_run(result.model, spec)
-    metrics = {**_evaluation(result.model, spec, per_example), "train": {**result.metrics, "cpu_seconds": cpu},
+    metrics = {**_evaluation(result.model, spec, per_example), "train": result.metrics,
                "train_config": spec.train.trajectory_dict(), "package_version": __version__,
                "recipe": path.parent.name, "run": spec.name, "seed": spec.train.seed}
     save_checkpoint(result.model, path, metrics=metrics, extra=header_extra(path, spec))

@@ -4,8 +4,11 @@ budget, evaluation, the NaN guard, exact resume (in process), gradient accumulat
 from __future__ import annotations
 
 import argparse
+import importlib
 import itertools
 import math
+import time
+import types
 
 import numpy as np
 import pandas as pd
@@ -314,6 +317,23 @@ def test_resume_after_interruption_is_exact(tmp_path):
     assert all(torch.equal(a[k], b[k]) for k in a)
     with pytest.raises(ValueError, match=r"differs in \['lr'\]"):
         train(interrupted.replace(resume=True, lr=1e-3))
+
+
+def test_a_resumed_run_counts_the_cpu_time_of_every_part(tmp_path, monkeypatch):
+    """CPU seconds ride in the checkpoint like the wall seconds: a run stopped at step 8 (checkpoint at 5) and
+    resumed reports the 5 steps before the checkpoint plus the 11 after it, as an unbroken run of 16 does. A fake
+    process clock that advances half a second a reading (two a step) makes each step cost exactly half a second."""
+    trainer = importlib.import_module("workbench.train")  # the module: wb.train is the function
+    clock = itertools.count()
+    monkeypatch.setattr(trainer, "time", types.SimpleNamespace(perf_counter=time.perf_counter,
+                                                               process_time=lambda: next(clock) / 2))
+    cfg = tiny(steps=16, checkpoint_every=5)
+    assert train(cfg.replace(out_dir=str(tmp_path / "a"))).metrics["cpu_seconds"] == pytest.approx(8.0)
+    with pytest.raises(_Interrupt):
+        train(cfg.replace(out_dir=str(tmp_path / "b")), callback=_interrupt_at(8))
+    assert read_json(tmp_path / "b" / "checkpoint" / "train_state.json")["cpu_seconds"] == pytest.approx(2.5)
+    resumed = train(cfg.replace(out_dir=str(tmp_path / "b"), resume=True))
+    assert resumed.metrics["cpu_seconds"] == pytest.approx(8.0)  # 2.5 before the checkpoint, 5.5 after it
 
 
 def test_grad_accum_and_micro_batches_do_not_change_the_maths():
