@@ -19,11 +19,12 @@ import pytest
 import torch
 from test_specimens_lrt_text import MARGIN
 
+from workbench.analysis.jacobians import lyapunov
 from workbench.evaluation import paired_difference, per_example_metrics
 from workbench.experiments import checkpoints_root, load_run
 from workbench.experiments import fbt_language as lang
 from workbench.experiments.core import EVAL_SEED
-from workbench.experiments.recipes import fbt_text
+from workbench.experiments.recipes import fbt_fixed_point_text, fbt_text
 from workbench.experiments.runs import spec_of
 from workbench.schedules import Multipass
 
@@ -79,3 +80,21 @@ def test_the_baseline_gate_holds_on_fresh_text():
         bpb = frame["loss"].to_numpy() / math.log(2)
         high = paired_difference(np.zeros_like(bpb), bpb)["high"]
         assert high <= task.unigram_loss() / math.log(2) - fbt_text.UNIGRAM_MARGIN + MARGIN, (run, high)
+
+
+FIXED_POINT = checkpoints_root() / fbt_fixed_point_text.RECIPE.name
+
+
+@pytest.mark.skipif(not (FIXED_POINT / "results.csv").is_file(), reason="fbt_fixed_point_text has not run here")
+def test_the_text_recurrence_forgets_a_perturbation_on_fresh_windows():
+    """``fbt_fixed_point_text`` records each text FBT arm's top Lyapunov exponent; the GLU notebook 04 teaches on
+    (``glu_full_s0``, whose fixed point its arm cannot read) shows the sign of its arm's again on windows nobody
+    measured: every fresh window's exponent below 0, so its unreadable fixed point is not an instability."""
+    torch.set_num_threads(1)
+    recorded = pd.read_csv(FIXED_POINT / "results.csv").set_index("arm")
+    assert recorded.loc["glu_full", "lyapunov_max"] < 0
+    run = fbt_text.run_name("glu_full", 0)
+    tokens = spec_of(OUT / run).eval_task().sample(fbt_fixed_point_text.LYAPUNOV_WINDOWS, FRESH_SEED, "val").tokens
+    exps = lyapunov(load_run(lang.SPECIMENS, run), tokens.long(), t0=(3 * tokens.size(1)) // 4)
+    final = exps[exps["horizon"] == exps["horizon"].max()]["exponent"]
+    assert len(final) == fbt_fixed_point_text.LYAPUNOV_WINDOWS and (final < 0).all(), final.tolist()

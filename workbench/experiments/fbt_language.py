@@ -42,9 +42,11 @@ from .runs import spec_of
 MODEL = {"n_layer": 2, "n_head": 2, "n_embd": 128, "tie_embeddings": True, "document_token": BOS}
 SPECIMENS = "fbt_text"  # the recipe whose runs these recipes read
 # the paper's model (GLU fusion, trained as the paper and the reference read it) at LONG times fbt_text's steps: at
-# fbt_text's steps its feedback was unused (pass 2 worse than pass 1), so its verdicts had no model to read; the
-# decision to read them at LONG x the steps, with LONG x the steps' baselines, was written before those runs trained
-LONG = 3
+# fbt_text's steps its feedback was unused (pass 2 worse than pass 1), and at 3x still unused, so its verdicts had no
+# model to read; each decision to read them at a longer multiple (LONGS), with that multiple's baselines, was written
+# before those runs trained. The verdicts read the last; the shorter ones stay as extension rows
+LONGS = (3, 9)
+LONG = LONGS[-1]
 PAPER_ARM = f"glu_mix_x{LONG}"
 # the positive control of every text verdict: the baseline given about twice the tokens (the FLOPs-matched baseline
 # of the paper's training) against the equal-step baseline, a gap the paper's 1.5-2x claim implies; at the paper's

@@ -117,10 +117,12 @@ def test_every_arm_is_trained_on_every_seed_and_the_matched_baselines_get_more_s
     by_name = {spec.name: spec.train for spec in specs}
     assert by_name["base_mix_flops_s0"].steps > by_name["base_s0"].steps == by_name["glu_mix_s0"].steps
     assert fbt_text.arm_of("base_mix_flops_s2") == "base_mix_flops"
-    assert fbt_text.arm_of("glu_mix_x3_s1") == "glu_mix_x3" == lang.PAPER_ARM
-    assert by_name["glu_mix_x3_s0"].steps == by_name["base_x3_s0"].steps == lang.LONG * by_name["glu_mix_s0"].steps
-    assert by_name["base_mix_flops_x3_s0"].steps > by_name["base_x3_s0"].steps
-    assert fbt_text.references(lang.PAPER_ARM) == ("base_x3", "base_mix_flops_x3")
+    assert fbt_text.arm_of("glu_mix_x9_s1") == "glu_mix_x9" == lang.PAPER_ARM
+    for factor in lang.LONGS:  # every longer multiple trains the paper's arm and both its baselines, as long as it
+        assert by_name[f"glu_mix_x{factor}_s0"].steps == by_name[f"base_x{factor}_s0"].steps == (
+            factor * by_name["glu_mix_s0"].steps)
+        assert by_name[f"base_mix_flops_x{factor}_s0"].steps > by_name[f"base_x{factor}_s0"].steps
+    assert fbt_text.references(lang.PAPER_ARM) == ("base_x9", "base_mix_flops_x9") == lang.CONTROL[::-1]
     assert fbt_text.references("add_random") == ("base", "base_random_flops")
     assert by_name["add_mix_s1"].model["fbt_fusion"] == "additive" and by_name["base_s0"].model.get(
         "mechanism", "none") == "none"

@@ -6,18 +6,34 @@ cannot read while an additive fusion trained with random pass counts reads its o
 compute) against pass 2 (the depth they train at), per fusion and training, on the same weights. An arm *reads its
 fixed point* when its exact-recurrence bits/byte exceed pass 2's by at most ``READ_TOLERANCE`` (the interval's
 upper end); only arms that use their feedback (pass 2 better than pass 1) are read, since an unused feedback
-has nothing to read. Nothing is trained.
+has nothing to read. Beside the scores, the pass map itself on each run's held-out windows: the top Lyapunov
+exponent of its exact recurrence (below 0: a perturbation of the carried state dies out) and a logit lens at one
+position (does the next-byte guess still flip past the trained depth; does the fed-back state already name it).
+Nothing is trained.
 """
 
 from __future__ import annotations
 
-import pandas as pd
+from pathlib import Path
 
+import pandas as pd
+import torch
+
+from ...analysis.jacobians import lyapunov
+from ...analysis.lens import fed_back_lens
+from ...checkpoint import load_checkpoint
 from .. import fbt_language as lang
 from ..common import describe
 from ..core import Context, Finding, Outcome, Recipe, RunSpec
+from ..pool import map_jobs
+from ..runs import spec_of
 
 READ_TOLERANCE = 0.01  # bits/byte the exact recurrence may cost over pass 2 for an arm to read its fixed point
+# the pass map on each run: its top Lyapunov exponent from 3T/4 to the window's end on this many held-out windows
+# (about 10 s a run on one core), and the lens at that position on LENS_WINDOWS windows, over LENS_PASSES passes
+LYAPUNOV_WINDOWS = 4
+LENS_WINDOWS = 64
+LENS_PASSES = 3
 
 
 def build(scale: float) -> list[RunSpec]:
@@ -41,6 +57,38 @@ def fixed_point_rows(scores: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def pass_map(run: Path, smoke: bool) -> dict[str, float | str]:
+    """One saved run's pass map on its held-out windows: the mean top Lyapunov exponent of the exact recurrence
+    from 3T/4 (below full scale: over the last 8 positions of one window), the share of windows whose next-byte
+    guess at 3T/4 changes from pass 2 to pass 3, and how often the memory fed back there names that byte at pass 2."""
+    model, batch = load_checkpoint(run), spec_of(run).eval_batch()
+    idx, targets = batch.tokens.long(), batch.targets
+    T = idx.size(1)
+    t0 = T - 9 if smoke else (3 * T) // 4
+    exps = lyapunov(model, idx[:1 if smoke else LYAPUNOV_WINDOWS], t0=t0)
+    final = exps[exps["horizon"] == exps["horizon"].max()]["exponent"]
+    n = min(LENS_WINDOWS, idx.size(0))
+    where = torch.full((n,), t0)
+    lens = fed_back_lens(model, idx[:n], where, targets[:n, t0], LENS_PASSES)
+    memory = lens["lens"].query("lens == 'memory' and `pass` == 2")["top1_is_answer"]
+    return {"run": run.name, "lyapunov_top": float(final.mean()),
+            "flip_share_pass3": float(lens["flips"].set_index("pass").loc[3, "flip_share"]),
+            "memory_top1_pass2": float(memory.iloc[0])}
+
+
+def pass_maps(ctx: Context, scores: pd.DataFrame) -> pd.DataFrame:
+    """``pass_map`` of every run of a feedback arm, ``ctx.jobs`` at a time; per arm the mean over its runs and the
+    Lyapunov exponents' range."""
+    runs = sorted(scores.loc[scores["arm"].isin(lang.feedback_arms(scores)), "run"].unique())
+    root = ctx.out.parent / lang.SPECIMENS
+    per_run = pd.DataFrame(map_jobs(pass_map, [(root / r, ctx.scale < 1) for r in runs], ctx.jobs,
+                                    desc="pass maps"))
+    per_run["arm"] = per_run["run"].map(dict(scores[["run", "arm"]].drop_duplicates().itertuples(index=False)))
+    by = per_run.groupby("arm")
+    return by[["lyapunov_top", "flip_share_pass3", "memory_top1_pass2"]].mean().join(
+        by["lyapunov_top"].agg(lyapunov_min="min", lyapunov_max="max")).reset_index()
+
+
 def verdict(table: pd.DataFrame) -> str:
     used = table[table["uses_feedback"]]
     if used.empty:
@@ -52,7 +100,8 @@ def verdict(table: pd.DataFrame) -> str:
 
 
 def analyze(ctx: Context) -> Outcome:
-    table = fixed_point_rows(lang.read_scores(ctx.out.parent))
+    scores = lang.read_scores(ctx.out.parent)
+    table = fixed_point_rows(scores).merge(pass_maps(ctx, scores), on="arm", how="left")
     number = "; ".join(describe(
         f"{r.arm} exact - pass 2", {"mean": r.exact_minus_pass2, "low": r.exact_minus_pass2_low,
                                     "high": r.exact_minus_pass2_high}, "bits/byte")
@@ -70,7 +119,8 @@ def finding(summary: dict, results: pd.DataFrame) -> Finding:
     said = (f"Of the {len(used)} text FBT arms that use their feedback, "
             f"{int(used['reads_fixed_point'].sum())} read their fixed point (the exact recurrence within "
             f"{READ_TOLERANCE} bits/byte of pass 2); the exact recurrence costs {worst['arm']} the most, "
-            f"{worst['exact_minus_pass2']:+.3f} bits/byte over its pass 2.")
+            f"{worst['exact_minus_pass2']:+.3f} bits/byte over its pass 2; every arm's top Lyapunov exponent lies "
+            f"in [{results['lyapunov_min'].min():+.3f}, {results['lyapunov_max'].max():+.3f}] per byte.")
     return Finding(f"exact - pass 2 up to {worst['exact_minus_pass2']:+.3f} bits/byte ({worst['arm']})", said)
 
 
@@ -82,8 +132,10 @@ RULE = (f"Per fbt_text arm that uses its feedback (held-out pass 2 - pass 1 belo
 RECIPE = Recipe(
     "fbt_fixed_point_text", "(ours) Does a text FBT read the fixed point its passes converge to?",
     f"fbt_text's specimens: held-out bits/byte under the exact recurrence against pass 2 on the same weights, per "
-    f"fusion and training, and SOFT - STANDARD on the first {lang.REGIME_WINDOWS} windows' continuations.",
+    f"fusion and training, and SOFT - STANDARD on the first {lang.REGIME_WINDOWS} windows' continuations; each "
+    f"run's top Lyapunov exponent from 3T/4 on {LYAPUNOV_WINDOWS} windows and a logit lens over {LENS_PASSES} "
+    f"passes at 3T/4 on {LENS_WINDOWS}.",
     build, analyze, rule=RULE, chance="pass 2 of the same weights.",
-    caveat="Read from scores, not from the pass map itself: the Lyapunov exponent and the lens across passes of "
-           "fixed_point_study are not computed on text here.",
+    caveat="The Lyapunov exponent and the lens read a few windows a run (the scores read 256): they describe the "
+           "pass map, they do not decide the verdict.",
     kind="exploratory", reads=(lang.SPECIMENS,), finding=finding)

@@ -16,9 +16,10 @@ Arms (``ARMS``), 3 seeds each:
   fixed-point study's readable training);
 - ``glu_full`` / ``add_full``: the paper's training without prefix mix-in (every position of a fed pass reads
   memory), an extension added after the first six arms' gates were read: the paper's arm failed its own;
-- ``glu_mix_x3`` with ``base_x3`` and ``base_mix_flops_x3``: the paper's arm and its two baselines at
-  ``fbt_language.LONG`` (3) times the steps, added for the same reason and decided before they trained: the paper's
-  claims are read on ``glu_mix_x3`` (``fbt_language.PAPER_ARM``); ``glu_mix`` at 800 steps is an extension row.
+- ``glu_mix_x3`` / ``glu_mix_x9`` with their ``base_x*`` and ``base_mix_flops_x*``: the paper's arm and its two
+  baselines at each of ``fbt_language.LONGS`` (3, 9) times the steps, added for the same reason (at 3x its feedback
+  was still unused) and decided before they trained: the paper's claims are read on the longest, ``glu_mix_x9``
+  (``fbt_language.PAPER_ARM``); ``glu_mix`` and ``glu_mix_x3`` are extension rows.
 
 Competence first (``GATES``, stated before training): the baseline ends a stated margin below the unigram
 bits/byte, and an FBT arm's feedback is *used*: its held-out pass-2 bits/byte lies below its pass-1 bits/byte
@@ -33,14 +34,16 @@ import math
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+import numpy as np
 import pandas as pd
 
 from ... import tasks
+from ...checkpoint import load_metrics
 from ...train import TrainConfig
 from .. import fbt_language as lang
 from ..common import EXACT, describe, eval_size, matched_steps, step_flops, steps
 from ..core import Context, Extension, Finding, Gate, Outcome, Recipe, RunSpec, lead
-from ..fbt_language import LONG, MODEL, PAPER_ARM
+from ..fbt_language import LONG, LONGS, MODEL, PAPER_ARM
 
 TEXT = {"seq_len": 256}
 STEPS = 800  # optimiser steps of every arm trained at equal steps
@@ -75,8 +78,8 @@ TRAININGS = {
 FLOPS_TRAININGS = tuple(dict.fromkeys(t.flops for t in TRAININGS.values()))  # mix, random
 FUSIONS = {"glu": "glu", "add": "additive"}
 STEMS = ("base", *(f"base_{t}_flops" for t in FLOPS_TRAININGS), *(f"{f}_{t}" for t in TRAININGS for f in FUSIONS))
-LONG_STEMS = ("base", "base_mix_flops", "glu_mix")  # trained again at LONG x STEPS (the paper's arm's verdicts)
-ARMS = (*STEMS, *(f"{stem}_x{LONG}" for stem in LONG_STEMS))
+LONG_STEMS = ("base", "base_mix_flops", "glu_mix")  # trained again at each of LONGS x STEPS (the paper's arm's)
+ARMS = (*STEMS, *(f"{stem}_x{factor}" for factor in LONGS for stem in LONG_STEMS))
 FBT_ARMS = tuple(arm for arm in ARMS if not arm.startswith("base"))
 # below full scale (the test suite's smoke runs) the paper's arm, an extension and their baselines: every code path
 SMOKE_ARMS = ("base", "base_mix_flops", "add_mix", *(f"{stem}_x{LONG}" for stem in LONG_STEMS))
@@ -124,10 +127,11 @@ def run_name(arm: str, seed: int) -> str:
 
 
 def config(arm: str, scale: float, seed: int) -> TrainConfig:
-    """One arm's config at ``scale``: its stem's model and training at its multiple of ``STEPS``; a FLOPs
-    baseline gets the steps that spend its FBT training's FLOPs."""
+    """One arm's config at ``scale``: its stem's model and training at its multiple of ``STEPS`` (below full scale,
+    the smoke runs, at ``STEPS``: their code paths are the point); a FLOPs baseline gets the steps that spend its
+    FBT training's FLOPs."""
     stem, factor = parts(arm)
-    n = steps(STEPS * factor, scale)
+    n = steps(STEPS * (factor if scale >= 1 else 1), scale)  # below full scale (a smoke run) every arm is as short
     if not stem.startswith("base"):
         return fbt_config(stem, n, seed)
     base = _config(MODEL, n, seed)
@@ -186,6 +190,24 @@ def comparisons(scores: pd.DataFrame, arm: str, measure: str = "exact") -> dict[
             "feedback": lang.feedback_used(scores, arm)}
 
 
+def feedback_by_steps(scores: pd.DataFrame) -> dict[str, dict[str, float]]:
+    """The paper's training (``glu_mix``) at each length trained: its steps -> its pass 2 - pass 1 interval, the
+    trend that says whether a longer run would pass the feedback gate."""
+    stem = parts(PAPER_ARM)[0]
+    arms = [(STEPS, stem), *((STEPS * f, f"{stem}_x{f}") for f in LONGS)]
+    return {str(n): lang.feedback_used(scores, arm) for n, arm in arms if arm in set(scores["arm"])}
+
+
+def next_budget(ctx: Context, factor: int = 3) -> float:
+    """CPU-hours the paper's arm and its two baselines would take at ``factor`` times their steps: ``factor`` x their
+    training FLOPs at the rate one core gave this recipe's runs (the median over them of FLOPs per CPU-second; runs
+    resumed in a new process before the trainer carried CPU time across a resume recorded only their last part)."""
+    train = {n: load_metrics(ctx.out / n)["train"] for n in ctx.runs}
+    rate = float(np.median([m["flops"] / m["cpu_seconds"] for m in train.values()]))
+    names = [n for n in ctx.runs if arm_of(n) in (PAPER_ARM, *references(PAPER_ARM))]
+    return factor * sum(train[n]["flops"] for n in names) / rate / 3600
+
+
 def table_rows(ctx: Context, scores: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for arm in arms_run(ctx):
@@ -240,11 +262,12 @@ def analyze(ctx: Context) -> Outcome:
                         describe(f"{matched} - {equal} (the positive control)", control, "bits/byte")])
     long = table.melt(id_vars=["arm"], value_vars=["exact", "pass2"], var_name="metric").dropna()
     long["metric"] = long["metric"].map({"exact": "bits/byte, exact recurrence", "pass2": "bits/byte, pass 2"})
-    figure = lang.bars(ctx, long, f"FBT on text, {MODEL['n_layer']}x{MODEL['n_embd']} bytes, {STEPS} steps "
-                                  f"(_x{LONG}: {STEPS * LONG}; held-out)")
+    figure = lang.bars(ctx, long, f"FBT on text, {MODEL['n_layer']}x{MODEL['n_embd']} bytes, {STEPS} steps ("
+                                  + ", ".join(f"_x{f}: {STEPS * f}" for f in LONGS) + "; held-out)")
     return Outcome(table, figure, number, decide(paper["equal_tokens"], paper["matched_compute"]), gates,
                    chance=f"unigram {unigram:.3f} bits/byte on the held-out bytes", extensions=extensions,
                    extra={"unigram_bpb": unigram, "positive_control": control,
+                          "feedback_by_steps": feedback_by_steps(scores), "next_budget_cpu_hours": next_budget(ctx),
                           "comparisons": {arm: comparisons(scores, arm) for arm in arms_run(ctx) if arm in FBT_ARMS}})
 
 
@@ -256,7 +279,19 @@ def finding(summary: dict, results: pd.DataFrame) -> Finding:
                    lead(summary) + f" The paper's FBT (GLU fusion, 97/3 two- and three-pass batches) minus the "
                    f"baseline under the exact recurrence: {row['equal_tokens']:+.3f} bits/byte at equal tokens and "
                    f"{row['matched_compute']:+.3f} against a baseline given its training FLOPs (below 0: FBT better)."
-                   + lang.beyond(summary, "(exact recurrence)"))
+                   + _budget(summary) + lang.beyond(summary, "(exact recurrence)"))
+
+
+def _budget(summary: Mapping[str, Any]) -> str:
+    """Where the paper's arm missed its feedback gate: the gate's trend with steps, and what three times the steps
+    would cost on this machine ("" where the gate passed)."""
+    gate = next(g for g in summary["gates"] if g["name"] == GATES[1].name)
+    if gate["passed"]:
+        return ""
+    trend = ", ".join(f"{int(n):,} steps {iv['mean']:+.4f} [{iv['low']:+.4f}, {iv['high']:+.4f}]"
+                      for n, iv in sorted(summary["feedback_by_steps"].items(), key=lambda item: int(item[0])))
+    return (f" Its pass 2 - pass 1 by steps: {trend}; three times the steps for it and its baselines would take "
+            f"about {summary['next_budget_cpu_hours']:.0f} CPU-hours.")
 
 
 RULE = (f"On {PAPER_ARM} (the paper's model and training at {LONG} x {STEPS} steps), held-out bits/byte under the "
@@ -274,7 +309,8 @@ RECIPE = Recipe(
     f"corpus at context {TEXT['seq_len']}, {STEPS} steps of {BATCH} windows (warmup-free WSD); FBT after a "
     f"{FEEDBACK_START:.0%} plain phase: GLU and additive fusion, 97/3 two/three-pass batches or random 1-4 passes, "
     f"a plain prefix drawn per pass (or, an extension, none), jitter; baselines at equal steps and at each FBT "
-    f"training's FLOPs; the paper's arm and its baselines again at {LONG * STEPS} steps; "
+    f"training's FLOPs; the paper's arm and its baselines again at {' and '.join(str(f * STEPS) for f in LONGS)} "
+    "steps; "
     f"{len(SEEDS)} seeds; 256 held-out windows.",
     build, analyze, gates=GATES, rule=RULE,
     chance="the unigram bits/byte of the held-out bytes (a model without context).",
