@@ -113,7 +113,9 @@ def test_training_flops_count_the_plain_phase_at_one_pass_and_the_rest_at_the_me
 def test_every_arm_is_trained_on_every_seed_and_the_matched_baselines_get_more_steps():
     specs = fbt_text.build(1.0)
     assert sorted(spec.name for spec in specs) == sorted(
-        fbt_text.run_name(arm, seed) for arm in fbt_text.ARMS for seed in fbt_text.SEEDS)
+        fbt_text.run_name(arm, seed) for arm in fbt_text.ARMS for seed in fbt_text.seeds_of(arm))
+    assert fbt_text.seeds_of(lang.PAPER_ARM) == lang.LONG_SEEDS == fbt_text.seeds_of(lang.CONTROL[0])
+    assert fbt_text.seeds_of("glu_mix_x3") == fbt_text.SEEDS
     by_name = {spec.name: spec.train for spec in specs}
     assert by_name["base_mix_flops_s0"].steps > by_name["base_s0"].steps == by_name["glu_mix_s0"].steps
     assert fbt_text.arm_of("base_mix_flops_s2") == "base_mix_flops"
@@ -140,12 +142,26 @@ def synthetic_scores(values: dict[str, float], seed_shift: float = 0.5, n: int =
     return pd.DataFrame(rows)
 
 
-def test_a_contrast_keeps_each_seed_whole_where_a_difference_of_arms_does_not():
-    scores = synthetic_scores({"pass1": 2.0, "pass2": 1.98})
-    paired = lang.feedback_used(scores, "a")
-    apart = lang.difference(scores, "a", "pass2", "a", "pass1")
-    assert paired["mean"] == pytest.approx(-0.02) == apart["mean"]
-    assert paired["high"] < 0 <= apart["high"]  # the seed shift hides the effect only when seeds are resampled apart
+def test_a_difference_of_two_arms_pairs_their_seeds_and_refuses_arms_on_other_seeds():
+    # two arms whose runs of one seed share a large shift (same initial draw, same batches): paired by seed, the
+    # shift cancels and a 0.02 gap is told apart; arm b's seeds resampled apart from a's would hide it
+    scores = pd.concat([synthetic_scores({"exact": 2.0}, arm="a"), synthetic_scores({"exact": 1.98}, arm="b")])
+    paired = lang.difference(scores, "b", "exact", "a", "exact")
+    assert paired["mean"] == pytest.approx(-0.02) and paired["high"] < 0
+    same = lang.contrast(scores.assign(arm="a", measure=scores["arm"]), "a", {"b": 1.0, "a": -1.0})
+    assert paired == pytest.approx(same)  # the same resampling as two measures of one run's weights
+    assert lang.feedback_used(synthetic_scores({"pass1": 2.0, "pass2": 1.98}), "a")["high"] < 0
+    fewer = scores[~((scores["arm"] == "b") & (scores["seed"] == 2))]
+    with pytest.raises(ValueError, match="reference_arm"):
+        lang.difference(fewer, "b", "exact", "a", "exact")
+
+
+def test_the_seed_gate_counts_the_fewest_seeds_scored_of_the_paper_arm_and_its_baselines():
+    arms = (lang.PAPER_ARM, *lang.CONTROL)
+    scores = pd.concat([synthetic_scores({"pass1": 2.0, "pass2": 1.9, "standard": 2.0}, arm=arm) for arm in arms])
+    assert lang.seeds_trained(scores) == 3
+    assert lang.seeds_trained(scores[~((scores["arm"] == lang.CONTROL[0]) & (scores["seed"] == 0))]) == 2
+    assert lang.SEED_GATE.threshold == lang.LONG_SEED_TARGET > len(lang.LONG_SEEDS)
 
 
 def test_prefill_gains_split_the_gain_into_the_first_pass_and_the_rest():
@@ -179,7 +195,7 @@ def test_the_reading_recipes_read_the_paper_arm_and_list_every_feedback_arm():
     scores = scores[~((scores["arm"] == base) & (scores["measure"] == "pass2"))]
     assert lang.feedback_arms(scores) == [lang.PAPER_ARM, "add_mix"]
     values, _ = lang.reading_gates(pd.concat([scores, scores[scores["arm"] == base].assign(arm=flops)]))
-    assert values[lang.READING_GATES[0].name] < 0
+    assert values[lang.READING_GATES[1].name] < 0 and values[lang.SEED_GATE.name] == 3
 
 
 def test_an_arm_reads_its_fixed_point_only_when_it_uses_its_feedback_and_the_exact_recurrence_costs_little():

@@ -81,7 +81,8 @@ def analyze(ctx: Context) -> Outcome:
     return Outcome(table, figure, number, decide(paper),
                    gate_values,
                    chance="STANDARD decoding of the same weights (a gain of 0)", extensions=extensions,
-                   extra={"positive_control": control, "depths": depths(scores)})
+                   extra={"positive_control": control, "depths": depths(scores),
+                          "next_budget": lang.text_budget(ctx.out.parent)})
 
 
 def finding(summary: dict, results: pd.DataFrame) -> Finding:
@@ -90,10 +91,11 @@ def finding(summary: dict, results: pd.DataFrame) -> Finding:
                    f"the rest {row['further']:+.3f}",
                    lead(summary) + f" On the paper's FBT the first extra fused pass over the prompt gains "
                    f"{row['first']:+.3f} bits/byte on held-out code continuations and every further pass together "
-                   f"{row['further']:+.3f} (above 0: a gain)." + lang.beyond(summary))
+                   f"{row['further']:+.3f} (above 0: a gain)." + lang.beyond(summary)
+                   + lang.pending(summary))
 
 
-RULE = (f"On {PAPER_ARM}'s own weights, on the held-out continuations, 95 % intervals over windows and seeds (a "
+RULE = (f"On {PAPER_ARM}'s own weights, on the held-out continuations, 95 % intervals over seeds, then windows (a "
         "seed's measures kept together): gain(P) = STANDARD - FUSED(P); reproduces when gain(1) and gain(1) - "
         "(gain(P_max) - gain(1)) both lie above 0, does not reproduce when either lies below 0, inconclusive "
         "otherwise. Every other fbt_text arm is an extension with its own feedback gate.")

@@ -79,7 +79,7 @@ def analyze(ctx: Context) -> Outcome:
     return Outcome(table, figure, number, decide(paper),
                    gate_values,
                    chance="STANDARD on the same weights (no memory)", extensions=extensions,
-                   extra={"positive_control": control})
+                   extra={"positive_control": control, "next_budget": lang.text_budget(ctx.out.parent)})
 
 
 def finding(summary: dict, results: pd.DataFrame) -> Finding:
@@ -88,11 +88,12 @@ def finding(summary: dict, results: pd.DataFrame) -> Finding:
                    f"{row[f'{FUSED}_gap_high']:+.3f}]; SOFT {row['soft_gap']:+.3f}",
                    lead(summary) + f" On the paper's FBT's own weights, held-out code continuations cost "
                    f"{row[f'{FUSED}_gap']:+.3f} bits/byte under FUSED and {row['soft_gap']:+.3f} under SOFT against "
-                   "STANDARD (below 0: the feedback regime better)." + lang.beyond(summary))
+                   "STANDARD (below 0: the feedback regime better)." + lang.beyond(summary)
+                   + lang.pending(summary))
 
 
 RULE = (f"On {PAPER_ARM}'s own weights, FUSED (one extra fused pass over the prompt) minus STANDARD on the held-out "
-        "continuations, 95 % intervals over windows and seeds (a seed's regimes kept together): reproduces when the "
+        "continuations, 95 % intervals over seeds, then windows (a seed's regimes kept together): reproduces when the "
         "interval lies below 0, does not reproduce when it lies above 0, inconclusive otherwise; SOFT - STANDARD is "
         "read beside it. Every other fbt_text arm is an extension with its own feedback gate.")
 
