@@ -214,20 +214,37 @@ def _swap_in(tmp: Path, path: Path, owned: Owned) -> None:
             _exchange(tmp, path)  # something else arrived since the check: put it back
             check_replaceable(path, owned)
             continue
+        held = _lock_version(path)
+        if held is None:
+            continue  # replaced or gone since the look above
         aside = path.with_name(f".{path.name}.old-{uuid.uuid4().hex[:12]}")
         try:
             os.rename(path, aside)
             os.rename(tmp, path)
-        except FileNotFoundError:
-            continue
         except OSError as e:
-            if e.errno not in (errno.EEXIST, errno.ENOTEMPTY):
-                raise
-            continue
+            os.close(held)
+            if isinstance(e, FileNotFoundError) or e.errno in (errno.EEXIST, errno.ENOTEMPTY):
+                continue
+            raise
         _rescue(aside, path, owned)
         _delete(aside, path)
+        os.close(held)  # held until here: set aside, the old version is the one loads find
         return
     raise CheckpointError(f"could not replace {path}: other writers kept replacing it")
+
+
+def _lock_version(path: Path) -> int | None:
+    """The version now at ``path``, locked, or None if it moved meanwhile. Between a save's two renames the old
+    version is the only one there is: locked, no other saver's clean-up deletes it under a reader."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    fcntl.flock(fd, fcntl.LOCK_EX)  # held by a saver only while it swaps, never while it waits on another
+    if _same_directory(fd, path):
+        return fd
+    os.close(fd)
+    return None
 
 
 def find_version(path: Path, is_version: Callable[[Path], bool]) -> Path | None:

@@ -257,3 +257,25 @@ def test_another_savers_clean_up_between_creating_and_locking_a_temporary_remove
     monkeypatch.setattr(store.tempfile, "mkdtemp", mkdtemp_then_clean_up)
     save(path, 1)
     assert verdict(path) == "ok" and sorted(os.listdir(tmp_path)) == ["ck"]
+
+
+def test_another_savers_clean_up_between_the_two_renames_leaves_the_set_aside_version_to_load(tmp_path, monkeypatch):
+    """The race behind loads failing while four savers share a path without the atomic exchange (CI, 9 of 60
+    loads): between a save's two renames the set-aside old version is the only one there is, and another
+    saver's clean-up deleted it. Now the saver holds it locked until its new version is in place."""
+    path = tmp_path / "ck"
+    save(path, 0)
+    monkeypatch.setattr(store, "_exchange", lambda a, b: False)
+    rename, seen = os.rename, []
+
+    def rename_then_clean_up_and_load(src, dst):
+        rename(src, dst)
+        if os.path.basename(str(dst)).startswith(".ck.old-"):
+            store._collect(path)  # what a concurrent saver's clean-up does at the worst moment
+            seen.append(verdict(path))  # and a concurrent load, in that same instant
+
+    monkeypatch.setattr(store.os, "rename", rename_then_clean_up_and_load)
+    save(path, 1)
+    monkeypatch.setattr(store.os, "rename", rename)
+    assert seen == ["ok"] and verdict(path) == "ok"
+    assert load_checkpoint(path).config.n_embd == 64 and sorted(os.listdir(tmp_path)) == ["ck"]
