@@ -169,10 +169,10 @@ def prepare_run_dir(cfg: TrainConfig, main: bool) -> tuple[Path | None, bool]:
                          f"{out / CHECKPOINT_DIR}; rerun without --resume to start over (replacing its history), "
                          f"or choose another out_dir")
     if cfg.resume and has_checkpoint:
-        # out_dir is where the run is, not what it is: the stored config sits in ``out`` itself, so a run
-        # resumed from another working directory (a relative path stored), or moved, is the same run
+        # the stored config sits in ``out`` itself, and out_dir is not part of a run's identity: a run resumed
+        # from another working directory (a relative path stored), or moved, is the same run
         previous, current = _stored_config(out), cfg.trajectory_dict()
-        diff = sorted(k for k, v in current.items() if k != "out_dir" and previous.get(k) != v)
+        diff = sorted(k for k, v in current.items() if previous.get(k) != v)
         if diff:
             raise ValueError(f"cannot resume {out}: the config differs in {diff} (stored: "
                              f"{[previous.get(k) for k in diff]}); rerun the original command with --resume")

@@ -22,7 +22,9 @@ PREFIX_DRAWS = ("sequence", "pass")
 # Fields that may change between an interrupted run and its resumption: they do not change the
 # trajectory (where it runs, whether a bar is drawn, when a budget stops it).
 # how often a run saves does not change its history (a resumed run is the same run, bit for bit): runtime too
-RUNTIME_FIELDS = ("resume", "device", "progress", "budget_flops", "compile", "overwrite", "checkpoint_every")
+# out_dir is where a run is, not what it is: a run moved (or resumed from another working directory) is the same run
+RUNTIME_FIELDS = ("out_dir", "resume", "device", "progress", "budget_flops", "compile", "overwrite",
+                  "checkpoint_every")
 # Set from the task, never by the user.
 TASK_MODEL_FIELDS = ("vocab_size", "seq_len")
 # Fields that left the config, with the value that meant "off": configs stored before (run directories,

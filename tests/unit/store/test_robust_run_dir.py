@@ -12,6 +12,7 @@ import pytest
 
 from workbench.checkpoint import CheckpointError
 from workbench.cli import main
+from workbench.experiments.store import same_trajectory
 from workbench.run_dir import LOCK_FILE
 from workbench.train import train
 from workbench.train_config import TrainConfig
@@ -90,6 +91,15 @@ def test_resume_from_another_working_directory_or_after_a_move_is_the_same_run(r
     assert train(tiny(str(moved), resume=True)).metrics["step"] == 3
     with pytest.raises(ValueError, match=r"config differs in \['lr'\]"):  # what the run is still counts
         train(tiny(str(moved), resume=True, lr=0.5))
+
+
+def test_the_recipe_runner_takes_a_moved_run_directory_for_the_same_run(run, tmp_path):
+    """The runner checks a trainer directory's stored config against its spec before resuming it, and deletes a
+    directory that describes another run: a study's runs moved between folders or machines must still match."""
+    stored = json.loads((run / "train_config.json").read_text())
+    cfg = TrainConfig.from_dict(stored).replace(out_dir=str(tmp_path / "moved"))
+    assert same_trajectory(stored, cfg)
+    assert not same_trajectory(stored, cfg.replace(lr=stored["lr"] * 2))
 
 
 def test_resume_refuses_history_without_a_usable_checkpoint(run):
