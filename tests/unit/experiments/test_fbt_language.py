@@ -11,10 +11,13 @@ import pandas as pd
 import pytest
 import torch
 
+from workbench.checkpoint import load_metrics
 from workbench.config import ModelConfig
 from workbench.experiments import fbt_language as lang
 from workbench.experiments.common import step_flops
-from workbench.experiments.recipes import fbt_fixed_point_text, fbt_prefill_gain, fbt_regimes, fbt_text
+from workbench.experiments.core import Context
+from workbench.experiments.recipes import fbt_fixed_point_text, fbt_pass_mixes, fbt_prefill_gain, fbt_regimes, fbt_text
+from workbench.experiments.store import checkpoints_root
 from workbench.model import build_model
 from workbench.tasks import Batch
 
@@ -209,3 +212,17 @@ def test_an_arm_reads_its_fixed_point_only_when_it_uses_its_feedback_and_the_exa
     assert table.loc["drifts", "exact_minus_pass2"] == pytest.approx(0.25)
     assert fbt_fixed_point_text.verdict(table.reset_index()) == "readable with: reads"
     assert fbt_fixed_point_text.verdict(table.reset_index().iloc[2:]).startswith("not tested")
+
+
+def test_the_pass_mixes_budget_gives_every_run_the_multi_pass_batches_of_fbt_texts_longest_paper_arm():
+    specs = fbt_pass_mixes.RECIPE.build(1.0)
+    ctx = Context(fbt_pass_mixes.RECIPE, {s.name: s for s in specs}, {}, {}, checkpoints_root() / "fbt_pass_mixes",
+                  1.0)
+    budget = fbt_pass_mixes.next_budget(ctx)
+    fed = lang.LONG * fbt_text.STEPS * (1 - fbt_text.FEEDBACK_START)  # the paper arm's multi-pass batches
+    n_steps = fed / (0.25 * (1 - fbt_text.FEEDBACK_START))  # 75/25 and 75/22/3 both draw 25 % multi-pass batches
+    assert budget["need"].startswith(f"{round(n_steps):,} steps")
+    seconds = sum(load_metrics(checkpoints_root() / "fbt_pass_mixes" / s.name)["train"]["cpu_seconds"]
+                  for s in specs)
+    assert budget["cpu_hours"] == pytest.approx(n_steps / specs[0].train.steps * seconds / 3600)
+

@@ -22,10 +22,19 @@ needed (a one-layer model cannot answer without it).
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import pandas as pd
+
 from ... import tasks
+from ...checkpoint import load_metrics
+from .. import pass_mix_study as study
 from ..common import steps
-from ..core import Context, Outcome, Recipe, RunSpec
+from ..core import Context, Finding, Outcome, Recipe, RunSpec, default_finding
 from ..fbt_language import MODEL as TEXT_MODEL
+from ..fbt_language import SPECIMENS, pending
 from ..pass_mix_study import CLAIM, MIXES, PAPER, RULE, SEEDS, Setting, analyze_mixes, gates, mix_runs
 
 TEXT = {"seq_len": 512}  # the claim lives at positions past the passes iterated: a long window leaves 128 of them
@@ -53,8 +62,31 @@ def text_setting() -> Setting:
                    TEXT_UNIGRAM_MARGIN, tuple(MIXES), lambda b: b.tokens.size(1) // 2, accuracy=False)
 
 
+def next_budget(ctx: Context) -> dict[str, Any]:
+    """What would give the feedback mixes a model to read, and its CPU-hours on one core: as many multi-pass batches
+    as fbt_text's paper arm had at its longest training (where its own feedback gate came nearest to passing; every
+    batch after its plain phase is multi-pass), at the share of them each mix draws, for every run of this recipe
+    (their measured CPU time, scaled by the steps). A lower bound: the mixes, prefix mix-in and context differ."""
+    text = json.loads((ctx.out.parent / SPECIMENS / "summary.json").read_text())
+    fed = max(int(n) for n in text["feedback_by_steps"]) * (1 - study.FEEDBACK_START)
+    # multi-pass batches per step: the plain phase is the same share of both recipes' steps
+    share = min(1 - MIXES[m][1] for m in study.FEEDBACK_MIXES) * (1 - study.FEEDBACK_START)
+    train = [load_metrics(ctx.out / n)["train"] for n in ctx.runs]
+    n_steps = round(fed / share)
+    factor = n_steps / next(iter(ctx.runs.values())).train.steps
+    return {"need": f"{n_steps:,} steps for every run (as many multi-pass batches as fbt_text's longest paper arm)",
+            "cpu_hours": factor * sum(m["cpu_seconds"] for m in train) / 3600}
+
+
 def analyze(ctx: Context) -> Outcome:
-    return analyze_mixes(ctx, text_setting())
+    outcome = analyze_mixes(ctx, text_setting())
+    outcome.extra["next_budget"] = next_budget(ctx)
+    return outcome
+
+
+def finding(summary: Mapping[str, Any], results: pd.DataFrame) -> Finding:
+    found = default_finding(summary, results)
+    return Finding(found.ours, found.sentence + pending(summary))
 
 
 RECIPE = Recipe(
@@ -68,4 +100,4 @@ RECIPE = Recipe(
     caveat="A budget far below the paper's: if the feedback mixes' pass 2 is not better than their pass 1 (the "
            "paper's GLU fusion did not use its feedback on text at fbt_text's size either), the verdict is 'not "
            "tested'. fbt_pass_mixes_registers runs the same analysis where the feedback is needed.",
-    paper=PAPER)
+    paper=PAPER, finding=finding)
