@@ -73,9 +73,11 @@ report: install
 reproduce: install
 	$(PY) -m workbench reproduce all
 
-## docs/API.md (the API reference, from the package's names and docstrings), docs/SPECIMENS.md and RESULTS.md
-## (from the shipped checkpoints' stored summaries: nothing is trained); CHECK=1 writes nothing and fails if any
-## of them is out of date
+## docs/API.md (the API reference, from the package's names and docstrings), docs/README.md (the index of docs/),
+## docs/SPECIMENS.md and RESULTS.md (from the shipped checkpoints' stored summaries: nothing is trained); CHECK=1
+## writes nothing and fails if any of them is out of date (API.md, not committed, only where a build left one).
+## Warnings are errors: both fail on a relative link in README.md, RESULTS.md or docs/ that names no file, or a
+## page of docs/ the index does not list
 .PHONY: docs
 docs: install
 	$(PY) tools/docs.py $(if $(CHECK),--check,)

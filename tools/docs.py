@@ -1,9 +1,13 @@
-"""``make docs``: the API reference (docs/API.md) from the package's public names and docstrings, and the
-pages written from the shipped checkpoints' stored summaries (docs/SPECIMENS.md, RESULTS.md). Nothing is
-trained, so it takes seconds.
+"""``make docs``: the API reference (docs/API.md) from the package's public names and docstrings, the index of
+docs/ (docs/README.md), and the pages written from the shipped checkpoints' stored summaries (docs/SPECIMENS.md,
+RESULTS.md). Nothing is trained, so it takes seconds.
 
-    python tools/docs.py            # write all three
-    python tools/docs.py --check    # write nothing; exit 1 naming each file the code would write differently
+    python tools/docs.py            # write them; exit 1 naming each broken link or page missing from the index
+    python tools/docs.py --check    # write nothing; exit 1 also naming each file the code would write differently
+
+Warnings are errors: a relative link in README.md, RESULTS.md or a page of docs/ that names no file, or a page
+of docs/ the index does not list, fails both. The reference is not committed (.gitignore): ``--check`` compares
+it only where a build left one, and a link to it counts as a link to the page ``make docs`` writes.
 
 The reference has one section per public module (``pkgutil`` order, names starting with ``_`` skipped):
 its docstring, then its public names with their signatures and the first paragraph of their docstrings (a
@@ -22,6 +26,7 @@ import re
 import sys
 from pathlib import Path
 from types import ModuleType
+from urllib.parse import unquote
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script from anywhere: the repository's package, not an installed one
@@ -31,8 +36,20 @@ import workbench  # noqa: E402
 from workbench.experiments import results_page  # noqa: E402
 from workbench.files import write_bytes_atomic  # noqa: E402
 
-API = ROOT / "docs" / "API.md"
+DOCS = ROOT / "docs"
+API = DOCS / "API.md"
+INDEX = DOCS / "README.md"  # GitHub and JupyterLab both show a folder's README when it opens
+BUILT = (API,)  # written for the reader by make docs, not committed: a clone has none until then
 SKIP = ("workbench.__main__",)  # importing it runs the command line
+# Each page of docs/ and what a reader opens it for, in the order a newcomer needs them: the index's lines
+PAGES = {
+    "USAGE.md": "training, the recipes, every command, benchmarks, the package's layout, GPUs, checkpoints "
+                "and the recipes' figures",
+    "CLI.md": "a session at the command line, from a text file to decoded text, with what each command printed",
+    "API.md": "every public name of the package with its signature and docstring (written by `make docs`, "
+              "not committed)",
+    "SPECIMENS.md": "every shipped model: its recipe, task, shape, steps and gates",
+}
 
 
 def _plain(text: str) -> str:
@@ -184,26 +201,95 @@ def api_markdown() -> str:
     return re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip() + "\n"
 
 
+def index_markdown() -> str:
+    """docs/README.md's text: a line per page of ``PAGES``, so a reader landing in docs/ knows where to go."""
+    lines = ["# Documentation", "",
+             "Every page of this folder and what it is for. Written by `make docs` (`tools/docs.py`, from its "
+             "`PAGES`); do not edit.", "",
+             *(f"- [{name}]({name}): {purpose}" for name, purpose in PAGES.items()), "",
+             "New here? Start at the [README](../README.md). What the experiments found: [RESULTS.md](../RESULTS.md); "
+             "the methods and their equations: [METHODS.md](../notebooks/METHODS.md)."]
+    return "\n".join(lines) + "\n"
+
+
 def generated() -> dict[Path, str]:
     """Each file ``make docs`` writes and the text the code gives it now."""
     return {API: api_markdown(),
-            ROOT / "docs" / "SPECIMENS.md": results_page.specimens_markdown(),
+            INDEX: index_markdown(),
+            DOCS / "SPECIMENS.md": results_page.specimens_markdown(),
             ROOT / "RESULTS.md": results_page.results_markdown()}
+
+
+def _name(path: Path, root: Path) -> str:
+    return path.relative_to(root).as_posix()
+
+
+def stale(pages: dict[Path, str]) -> list[Path]:
+    """The generated files missing or not what the code writes now."""
+    return [path for path, text in pages.items() if not path.is_file() or path.read_text() != text]
+
+
+def read_pages(pages: dict[Path, str], root: Path) -> dict[Path, str]:
+    """README.md, RESULTS.md and every page of docs/ whose links are checked: the generated ones as the code writes
+    them now (the reference need not be on disk), the others as they are."""
+    texts = {path: path.read_text() for path in [root / "README.md", root / "RESULTS.md",
+                                                 *sorted((root / "docs").glob("*.md"))] if path.is_file()}
+    return texts | {path: text for path, text in pages.items() if path.suffix == ".md"}
+
+
+def links(markdown: str) -> list[str]:
+    """The targets of the Markdown links and images in ``markdown``, outside code (fenced blocks, `spans`)."""
+    prose = re.sub(r"^```.*?^```", "", markdown, flags=re.M | re.S)
+    prose = re.sub(r"`[^`\n]*`", "", prose)
+    return re.findall(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?[^)]*\)", prose)
+
+
+def dead_links(texts: dict[Path, str], root: Path) -> list[str]:
+    """One line per relative link that names no file of the repository (nor a page in ``texts``): a page moved or
+    renamed without its links. Web addresses and anchors within a page are not followed."""
+    dead, pages, top = [], {path.resolve() for path in texts}, root.resolve()
+    for path, text in texts.items():
+        for target in links(text):
+            file = unquote(target.split("#", 1)[0].split("?", 1)[0])
+            if not file or re.match(r"[a-z][a-z0-9+.-]*:", target, re.I):
+                continue
+            resolved = (path.parent / file).resolve()
+            if not resolved.is_relative_to(top):
+                dead.append(f"{_name(path, root)}: the link ({target}) leaves the repository")
+            elif not (resolved.exists() or resolved in pages):
+                dead.append(f"{_name(path, root)}: the link ({target}) names no file ({_name(resolved, top)})")
+    return dead
+
+
+def unlisted(texts: dict[Path, str], root: Path) -> list[str]:
+    """One line per page of docs/ the index does not list: a page a reader of docs/ would never find."""
+    index = root / "docs" / "README.md"
+    return [f"{_name(path, root)} is not in the index ({_name(index, root)}): add it to PAGES in tools/docs.py"
+            for path in sorted(texts) if path.parent == root / "docs" and path != index and path.name not in PAGES]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if a file would change")
+    parser.add_argument("--check", action="store_true",
+                        help="write nothing; exit 1 also if a generated file would change")
     args = parser.parse_args(argv)
-    stale = []
-    for path, text in generated().items():
-        if not path.is_file() or path.read_text() != text:
-            stale.append(path.relative_to(ROOT).as_posix())
-            if not args.check:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                write_bytes_atomic(path, text.encode())
-    print(("out of date: " if args.check else "written: ") + (", ".join(stale) or "nothing"))
-    return 1 if args.check and stale else 0
+    pages = generated()
+    out_of_date = stale(pages)
+    problems = []
+    if args.check:  # a clone has no reference: there is none to be out of date
+        problems += [f"{_name(path, ROOT)} is out of date: run make docs" for path in out_of_date
+                     if path.is_file() or path not in BUILT]
+    else:
+        for path in out_of_date:
+            write_bytes_atomic(path, pages[path].encode())  # docs/ and the root exist in a clone
+        print("written: " + (", ".join(_name(path, ROOT) for path in out_of_date) or "nothing"))
+    texts = read_pages(pages, ROOT)
+    problems += dead_links(texts, ROOT) + unlisted(texts, ROOT)
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    if args.check and not problems:
+        print("up to date: every generated page, every relative link and the index")
+    return 1 if problems else 0
 
 
 if __name__ == "__main__":

@@ -44,3 +44,9 @@ def test_the_findings_table_is_the_recipes_own():
     block = README.split(E.FINDINGS_BEGIN + "\n", 1)[1].split("\n" + E.results_page.FINDINGS_END, 1)[0]
     assert block == E.findings_markdown(E.shipped_summaries())
     assert block.count("- [") == len(E.shipped_summaries())  # a line per recipe (extensions: RESULTS.md)
+
+
+def test_it_stays_within_its_word_budget():
+    """A newcomer reads the README in minutes: at most 1,800 words (counted as ``wc -w`` does); the rest lives in
+    RESULTS.md and docs/."""
+    assert len(README.split()) <= 1800, len(README.split())

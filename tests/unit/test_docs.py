@@ -1,5 +1,6 @@
 """``make docs``: the API reference is the package's own names and docstrings, every config field is documented,
-and the committed pages (RESULTS.md, SPECIMENS.md) are what the stored results write now."""
+the committed pages (RESULTS.md, SPECIMENS.md, the index of docs/) are what the code writes now, and no relative
+link between the pages names a missing file."""
 
 from __future__ import annotations
 
@@ -51,8 +52,58 @@ def test_signatures_read_as_written():
 
 
 def test_the_committed_pages_are_what_the_stored_results_write():
-    """RESULTS.md and SPECIMENS.md change only with the stored results; the API reference is generated on demand
-    (``make docs``, not committed), so a docstring edit is never a test edit."""
+    """RESULTS.md and SPECIMENS.md change only with the stored results, the index only with ``docs.PAGES``; the API
+    reference is generated on demand (``make docs``, not committed), so a docstring edit is never a test edit."""
     stale = [path.name for path, text in docs.generated().items()
              if path != docs.API and (not path.is_file() or path.read_text() != text)]
     assert not stale, f"{stale} differ from what the code writes: run make docs"
+
+
+def test_every_relative_link_names_a_file_and_every_page_of_docs_is_indexed(api):
+    """What ``make docs`` fails on besides a stale page, on the pages as committed and the reference as written."""
+    texts = docs.read_pages({docs.API: api, docs.INDEX: docs.index_markdown()}, docs.ROOT)
+    assert {docs.ROOT / "README.md", docs.ROOT / "RESULTS.md", docs.INDEX, docs.API} <= set(texts)
+    assert docs.dead_links(texts, docs.ROOT) + docs.unlisted(texts, docs.ROOT) == []
+
+
+def test_a_link_to_no_file_and_a_page_missing_from_the_index_are_named(tmp_path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "fig 1.png").write_bytes(b"")
+    (tmp_path / "docs" / "NOTES.md").write_text("# Notes\n\n[back](../README.md#top)\n")
+    (tmp_path / "README.md").write_text(
+        "[notes](docs/NOTES.md) [gone](docs/GONE.md) [out](../elsewhere.md) [web](https://example.org/x.md) "
+        "[here](#top)\n```\n[in a code block](docs/CODE.md)\n```\n`[in a span](docs/SPAN.md)` "
+        "![figure](docs/fig%201.png) [api](docs/API.md#workbench)\n")
+    pages = {tmp_path / "docs" / "API.md": "# API\n", tmp_path / "docs" / "README.md": "[api](API.md)\n"}  # not on disk
+    texts = docs.read_pages(pages, tmp_path)
+    dead = docs.dead_links(texts, tmp_path)
+    assert len(dead) == 2 and "(docs/GONE.md)" in dead[0] and "(../elsewhere.md)" in dead[1], dead
+    missing = docs.unlisted(texts, tmp_path)
+    assert len(missing) == 1 and missing[0].startswith("docs/NOTES.md "), missing
+
+
+def test_make_docs_writes_what_check_then_passes_and_check_names_what_is_stale(tmp_path, monkeypatch, capsys):
+    """A clone (no reference, pages missing) fails the check on the committed pages only; ``make docs`` writes
+    them all; a stale reference a build left then fails it, and a broken link fails even the writing run."""
+    api, index, results = tmp_path / "docs" / "API.md", tmp_path / "docs" / "README.md", tmp_path / "RESULTS.md"
+    api.parent.mkdir()
+    monkeypatch.setattr(docs, "ROOT", tmp_path)
+    monkeypatch.setattr(docs, "BUILT", (api,))
+    monkeypatch.setattr(docs, "PAGES", {"API.md": "the reference", "USAGE.md": "how"})
+    monkeypatch.setattr(docs, "generated", lambda: {api: "# API\n", index: "[API](API.md)\n", results: "# Results\n"})
+
+    assert docs.main(["--check"]) == 1
+    named = capsys.readouterr().err
+    assert "docs/README.md" in named and "RESULTS.md" in named and "API.md" not in named, named
+    assert not index.exists()  # the check writes nothing
+
+    assert docs.main([]) == 0 and api.is_file() and index.is_file() and results.is_file()
+    assert docs.main(["--check"]) == 0
+    capsys.readouterr()
+
+    api.write_text("# API as an older build wrote it\n")
+    assert docs.main(["--check"]) == 1 and "docs/API.md" in capsys.readouterr().err
+
+    (tmp_path / "docs" / "USAGE.md").write_text("[renamed](CLI.md)\n")
+    assert docs.main([]) == 1 and "(CLI.md)" in capsys.readouterr().err
+    assert api.read_text() == "# API\n"  # still written

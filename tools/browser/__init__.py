@@ -1,6 +1,6 @@
 """Drive JupyterLab in headless Chromium the way a user does: open a notebook, Run All, use its widgets.
 
-Shared by the browser tests (``tests/browser``) and by ``make screens`` (``tools/screens.py``), so
+Shared by the browser tests (``tests/e2e/browser``) and by ``make screens`` (``tools/screens.py``), so
 the test and the screenshots a person looks at come from one flow:
 
 1. ``JupyterLab`` (``jupyterlab.py``) serves a temporary copy of the notebooks (``stage``) from this

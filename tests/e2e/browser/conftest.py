@@ -1,9 +1,10 @@
 """Fixtures of the browser tests: one JupyterLab server and one Chromium for the module, a time budget.
 
 The server serves a temporary folder holding a copy of ``notebooks/`` (JupyterLab autosaves what it
-runs; the committed notebooks must not change) and the harness's own self-test notebooks. Both
-fixtures stop what they started in their teardown, whatever the tests did; ``tools/browser``
-explains how. Everything is skipped, with the reason, where Chromium, Playwright or JupyterLab is missing.
+runs; the committed notebooks must not change) and the harness's own self-test notebooks; a module may
+serve another root by defining its own ``lab_root`` (test_docs_in_browser serves docs/). Both fixtures
+stop what they started in their teardown, whatever the tests did; ``tools/browser`` explains how.
+Everything is skipped, with the reason, where Chromium, Playwright or JupyterLab is missing.
 """
 
 from __future__ import annotations
@@ -69,4 +70,4 @@ def screens_index():
     reports: list[driver.NotebookReport] = []
     yield reports
     if reports:
-        driver.write_index(reports, driver.SCREENS, "the browser tests (pytest tests/browser)")
+        driver.write_index(reports, driver.SCREENS, "the browser tests (pytest tests/e2e/browser)")
