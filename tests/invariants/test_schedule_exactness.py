@@ -103,11 +103,11 @@ def test_a_prefix_drawn_per_pass_is_each_pass_under_its_own_mask(variant):
                                S.Multipass(4).run(model, idx, shared).logits, rtol=0, atol=ATOL)
     if model.mechanism.reads:  # the draws matter wherever memory is read
         assert not torch.equal(out.logits, S.Multipass(4).run(model, idx, rows[0]).logits)
-    with pytest.raises(ValueError, match=r"plain_prefix of shape \(2, 2\).*\(3, 2\)"):
+    with pytest.raises(ValueError, match=r"plain_prefix.*\(2, 2\).*\(3, 2\)"):
         S.Multipass(4).run(model, idx, rows[:2])
-    with pytest.raises(ValueError, match="finite number of passes"):
+    with pytest.raises(ValueError, match="plain_prefix.*finite"):
         next(S.iterate_passes(model, idx, rows))
-    with pytest.raises(ValueError, match=r"(?s)plain_prefix=.*\(passes - 1, B\)"):
+    with pytest.raises(ValueError, match="(?s)plain_prefix=.*multipass"):
         S.Sequential().run(model, idx, rows)
 
 

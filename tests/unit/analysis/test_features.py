@@ -28,7 +28,7 @@ def test_bad_conditions_are_refused():
         S.condition("suffix0")
     with pytest.raises(ValueError, match="multipassK"):
         S.condition("recurrent")
-    with pytest.raises(ValueError, match="non-empty sequence"):
+    with pytest.raises(ValueError, match="conditions='suffix1'"):
         condition_features(None, None, "suffix1")  # a bare name is not a sequence of conditions
     assert S.condition("suffix12") == S.Prefilled(S.Single(), S.Sequential(), suffix=12)
     assert S.condition("sequential") == S.Sequential() and S.condition("multipass3") == S.Multipass(3)

@@ -157,7 +157,7 @@ def test_intervention_effects_table():
         iv.intervention_effects(model, idx, 1, answers[:2])
     with pytest.raises(ValueError, match="kind"):
         iv.Intervention("swap")
-    with pytest.raises(ValueError, match="patch needs"):
+    with pytest.raises(ValueError, match="rows.*source"):
         iv.Intervention("patch")
     with pytest.raises(ValueError, match="regime"):
         iv.run_logits(model, idx, regime="hard", prompt_len=2)

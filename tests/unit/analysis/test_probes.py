@@ -77,16 +77,16 @@ def test_folds_never_split_a_group():
     assert set(fold.tolist()) == {0, 1, 2, 3}
     for g in np.unique(groups):
         assert len(set(fold[groups == g].tolist())) == 1
-    with pytest.raises(ValueError, match=r"too few examples: 500 examples in 37 groups cannot fill folds=38"):
+    with pytest.raises(ValueError, match="folds=38"):
         fold_assignment(groups, folds=38)
-    with pytest.raises(ValueError, match="folds=1 is invalid"):
+    with pytest.raises(ValueError, match="folds=1"):
         fold_assignment(groups, folds=1)
 
 
 def test_non_finite_features_are_refused_by_name_before_scikit_learn():
     x = np.random.default_rng(0).normal(size=(40, 3))
     x[7, 1] = np.nan
-    with pytest.raises(ValueError, match=r"features hold NaN or inf in 1 of 40 examples \(first: \[7\]\)"):
+    with pytest.raises(ValueError, match=r"features.*\[7\]"):
         fit_probe(x, np.arange(40) % 2, np.arange(40) // 4)
 
 
@@ -211,7 +211,8 @@ def test_probe_task_options_leave_the_defaults_alone():
     drawn = [per_batch.sample(16, seed=s) for s in range(12)]
     assert all(len(b.lengths.unique()) == 1 for b in drawn)  # one length per sample() call ...
     assert {int(b.lengths[0]) for b in drawn} == set(batch.lengths.tolist())  # ... and every choice over calls
-    for bad, match in (({"scratch_updates": []}, "at least one"), ({"scratch_updates": [8, 7]}, "scratch_updates=7"),
+    for bad, match in (({"scratch_updates": []}, r"scratch_updates=\[\]"),
+                       ({"scratch_updates": [8, 7]}, "scratch_updates=7"),
                        ({"scratch_draw": "example"}, "scratch_draw"),
                        ({"label_at": "space"}, "label_at"), ({"tokenizer": "utf8"}, "tokenizer")):
         with pytest.raises(ValueError, match=match):
@@ -259,7 +260,7 @@ def test_specimen_gates_colours_seeds_by_label_and_refuses_two_specimens_in_one_
     df = pd.DataFrame([dict(task="delayed_memory", arm="fbt", label=label, scratch_updates=s, gate_value=v)
                        for label, values in (("fbt", (1.0, 0.9)), ("fbt seed 1", (0.8, 0.7)))
                        for s, v in zip((0, 8), values)])
-    with pytest.raises(ValueError, match="by='arm' is invalid"):
+    with pytest.raises(ValueError, match="by='arm'"):
         wb.plots.specimen_gates(df, 0.95)
     fig = wb.plots.specimen_gates(df, 0.95, by="label")
     assert [p.get_height() for p in fig.axes[0].patches] == pytest.approx([1.0, 0.9, 0.8, 0.7])
@@ -292,11 +293,11 @@ def test_fixed_fold_strengths_are_the_fixed_probe_and_are_checked():
     fixed = fit_probe(x, labels, groups, control_labels=control, C=0.01)
     given = fit_probe(x, labels, groups, control_labels=control, fold_C=[0.01] * 4)
     assert given["fold_scores"] == fixed["fold_scores"] and given["control_accuracy"] == fixed["control_accuracy"]
-    with pytest.raises(ValueError, match="not both"):
+    with pytest.raises(ValueError, match="C=.*fold_C="):
         fit_probe(x, labels, groups, C=(0.1, 1.0), fold_C=[0.1] * 4)
-    with pytest.raises(ValueError, match="fold_C=.*one strength per outer fold"):
+    with pytest.raises(ValueError, match="fold_C=.*folds=4"):
         fit_probe(x, labels, groups, fold_C=[0.1] * 3)
-    with pytest.raises(ValueError, match="C=.*must be > 0"):
+    with pytest.raises(ValueError, match="C=.*-1.0"):
         fit_probe(x, labels, groups, C=(0.1, -1.0))
 
 

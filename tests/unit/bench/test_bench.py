@@ -117,7 +117,7 @@ class GPT(nn.Module):  # nanochat's interface: built on meta, init_weights(), mo
 
 
 def test_load_nanochat_names_what_it_needs(tmp_path):
-    with pytest.raises(ValueError, match="nanochat=.*holding nanochat/gpt.py"):
+    with pytest.raises(ValueError, match="nanochat=.*nanochat/gpt.py"):
         bench.load_nanochat(tmp_path)
 
 

@@ -287,22 +287,22 @@ def test_check_fails_on_its_hints_slip(slip):
 
 
 def test_checks_name_shape_and_type_mistakes():
-    with pytest.raises(AssertionError, match=r"prefill=1: shape \(3, 8, 29\), expected \(3, 9, 29\)"):
+    with pytest.raises(AssertionError, match=r"prefill=1.*\(3, 8, 29\).*\(3, 9, 29\)"):
         ex.check_kv_cache_step(lambda model, idx, prefill: model(idx)[:, :-1])
-    with pytest.raises(AssertionError, match="expected a tensor"):
+    with pytest.raises(AssertionError, match="list"):
         ex.check_glu_fusion(lambda model, tokens, memory: memory.tolist())
-    with pytest.raises(AssertionError, match=r"\(keys, values\)"):
+    with pytest.raises(AssertionError, match="fn.*Tensor"):
         ex.check_lrt_kv_injection(lambda model, layer, x, k, v, memory: k)
-    with pytest.raises(AssertionError, match="as a float"):
+    with pytest.raises(AssertionError, match="fn.*list"):
         ex.check_grouped_cv_probe(lambda features, labels, groups, folds: [0.5])
-    with pytest.raises(AssertionError, match="one number"):
+    with pytest.raises(AssertionError, match="fn.*Tensor"):
         ex.check_relative_distance(lambda logits, exact: logits - exact)
 
 
 def test_wrong_positions_are_named():
     """Without memory write-back, S = 2 is right on subset 0 (it reads the init pass anyway) and wrong on
     subset 1 from position 3 on: the message names exactly those positions."""
-    with torch.no_grad(), pytest.raises(AssertionError, match=r"lrt, subsets=2: differs at positions") as error:
+    with torch.no_grad(), pytest.raises(AssertionError, match="subsets=2") as error:
         ex.check_gauss_seidel_sweep(wrap(gauss_seidel_sweep, write_back=False))
     named = json.loads(str(error.value).split("positions ")[1].split("]")[0] + "]")
     assert named and all(t % 2 == 1 and t >= 3 for t in named)

@@ -159,9 +159,9 @@ def test_gate_checks_its_arguments():
     assert gate.check(-1).passed and not gate.check(0).passed and not gate.check(float("nan")).passed
     with pytest.raises(ValueError, match="op"):
         E.Gate("g", "q", "=>", 0.0)
-    with pytest.raises(ValueError, match="gates and a decision rule"):
+    with pytest.raises(ValueError, match="'x'.*gates"):
         E.Recipe("x", "c", "s", lambda s: [], lambda c: None)
-    with pytest.raises(ValueError, match="no value for gates"):
+    with pytest.raises(ValueError, match=r"\['learned'\]"):
         E.apply_gates(_tiny_recipe(0.5), {}, "reproduces")
 
 
@@ -202,7 +202,7 @@ def test_hierarchical_bootstrap_known_answers():
     tight = hierarchical_difference([np.full(100, m) for m in (0.0, 0.01, 0.02)],
                                     [np.full(100, m + 0.05) for m in (0.0, 0.01, 0.02)])
     assert tight["low"] > 0 and verdict(tight, 1) == "reproduces"
-    with pytest.raises(ValueError, match="same examples"):
+    with pytest.raises(ValueError, match=r"reference.*\[3\]"):
         hierarchical_difference([np.zeros(3)], [np.zeros(4)])
 
 

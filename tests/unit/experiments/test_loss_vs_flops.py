@@ -30,5 +30,5 @@ def test_mean_line_band_over_seeds_and_floor():
 def test_invalid_inputs_are_named():
     with pytest.raises(ValueError, match="x='step'"):
         plots.loss_vs_flops({"a": [history(0.0)]}, x="step")
-    with pytest.raises(ValueError, match="at least one history"):
+    with pytest.raises(ValueError, match="curves"):
         plots.loss_vs_flops({"a": []})

@@ -46,17 +46,16 @@ ENTRY_POINTS = {
     "prefilled": lambda idx: schedules.regime("fused", prompt_len=1).run(MODEL, idx),
     "regime_logits": lambda idx: regime_logits(MODEL, idx, 1, "soft"),
 }
-SHAPE = r"must be a non-empty \(B, T\) int64 or int32 tensor of token ids in \[0, 22\], got "
-BAD_IDS = {
-    "past_vocab": (torch.tensor([[1, 23]]), r"holds token ids in \[1, 23\], outside the allowed range \[0, 22\]"),
-    "negative": (torch.tensor([[-1, 2]]), r"holds token ids in \[-1, 2\], outside the allowed range \[0, 22\]"),
-    "float": (torch.ones(1, 3), SHAPE + r"shape \(1, 3\), dtype torch.float32"),
-    "bool": (torch.ones(1, 3, dtype=torch.bool), SHAPE + r"shape \(1, 3\), dtype torch.bool"),
-    "empty_T": (torch.zeros(1, 0, dtype=torch.long), SHAPE + r"shape \(1, 0\)"),
-    "empty_B": (torch.zeros(0, 3, dtype=torch.long), SHAPE + r"shape \(0, 3\)"),
-    "rank_1": (torch.tensor([1, 2]), SHAPE + r"shape \(2,\)"),
-    "rank_3": (torch.ones(1, 2, 2, dtype=torch.long), SHAPE + r"shape \(1, 2, 2\)"),
-    "list": ([[1, 2]], SHAPE + "list"),
+BAD_IDS = {  # the bad input, and what of it the message must name after the parameter's name
+    "past_vocab": (torch.tensor([[1, 23]]), r"\[1, 23\].*\[0, 22\]"),
+    "negative": (torch.tensor([[-1, 2]]), r"\[-1, 2\].*\[0, 22\]"),
+    "float": (torch.ones(1, 3), "torch.float32"),
+    "bool": (torch.ones(1, 3, dtype=torch.bool), "torch.bool"),
+    "empty_T": (torch.zeros(1, 0, dtype=torch.long), r"\(1, 0\)"),
+    "empty_B": (torch.zeros(0, 3, dtype=torch.long), r"\(0, 3\)"),
+    "rank_1": (torch.tensor([1, 2]), r"\(2,\)"),
+    "rank_3": (torch.ones(1, 2, 2, dtype=torch.long), r"\(1, 2, 2\)"),
+    "list": ([[1, 2]], "list"),
 }
 
 
@@ -64,14 +63,14 @@ BAD_IDS = {
 @pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))
 def test_bad_token_ids_are_named_at_every_entry_point(entry, bad):
     idx, message = BAD_IDS[bad]
-    with pytest.raises(ValueError, match="idx " + message):
+    with pytest.raises(ValueError, match="idx.*" + message):
         ENTRY_POINTS[entry](idx)
 
 
 @pytest.mark.parametrize("bad", sorted(BAD_IDS))
 def test_bad_prompts_are_named_by_generate(bad):
     idx, message = BAD_IDS[bad]
-    with pytest.raises(ValueError, match="prompt " + message):
+    with pytest.raises(ValueError, match="prompt.*" + message):
         wb.generate(MODEL, idx, 2)
 
 
@@ -99,21 +98,21 @@ def _mutated(config, **changes):
 
 
 CONFIGS = [
-    (lambda: wb.build_model(_mutated(small_config(), n_layer=0)), r"ModelConfig.n_layer=0 is invalid"),
-    (lambda: wb.build_model(wb.TrainConfig()), r"config must be a ModelConfig, got TrainConfig"),
-    (lambda: wb.train(_mutated(wb.TrainConfig(), steps=0)), r"TrainConfig.steps=0 is invalid"),
-    (lambda: wb.train(MODEL), r"cfg must be a TrainConfig, got GPT"),
-    (lambda: wb.train(wb.TrainConfig(), callback=5), r"callback=5 is invalid: must be None or a callable"),
-    (lambda: wb.LiveLossPlot(every=0), r"every=0 is invalid"),
-    (lambda: wb.ModelConfig(logit_softcap=float("inf")), r"ModelConfig.logit_softcap=inf is invalid: must be a finite"),
-    (lambda: wb.ModelConfig(logit_softcap=float("nan")), r"ModelConfig.logit_softcap=nan is invalid"),
-    (lambda: wb.ModelConfig(logit_softcap=-1.0), r"ModelConfig.logit_softcap=-1.0 is invalid: .* \[0.0, inf\)"),
-    (lambda: wb.ModelConfig(rope_base=float("inf")), r"ModelConfig.rope_base=inf is invalid"),
-    (lambda: wb.TrainConfig(lr=float("inf")), r"TrainConfig.lr=inf is invalid"),
-    (lambda: wb.TrainConfig(budget_flops=float("inf")), r"TrainConfig.budget_flops=inf is invalid"),
-    (lambda: wb.generate(MODEL, GOOD, 2, eos=23), r"eos=23 is invalid: must be an int in \[0, 22\]"),
-    (lambda: wb.generate(MODEL, GOOD, 2, eos=-1), r"eos=-1 is invalid: must be an int in \[0, 22\]"),
-    (lambda: wb.generate(MODEL, GOOD, 2, eos=1.5), r"eos=1.5 is invalid: must be an int in \[0, 22\]"),
+    (lambda: wb.build_model(_mutated(small_config(), n_layer=0)), "ModelConfig.n_layer=0"),
+    (lambda: wb.build_model(wb.TrainConfig()), "config.*TrainConfig"),
+    (lambda: wb.train(_mutated(wb.TrainConfig(), steps=0)), "TrainConfig.steps=0"),
+    (lambda: wb.train(MODEL), "cfg.*GPT"),
+    (lambda: wb.train(wb.TrainConfig(), callback=5), "callback=5"),
+    (lambda: wb.LiveLossPlot(every=0), "every=0"),
+    (lambda: wb.ModelConfig(logit_softcap=float("inf")), "ModelConfig.logit_softcap=inf"),
+    (lambda: wb.ModelConfig(logit_softcap=float("nan")), "ModelConfig.logit_softcap=nan"),
+    (lambda: wb.ModelConfig(logit_softcap=-1.0), r"ModelConfig.logit_softcap=-1.0.*\[0.0, inf\)"),
+    (lambda: wb.ModelConfig(rope_base=float("inf")), "ModelConfig.rope_base=inf"),
+    (lambda: wb.TrainConfig(lr=float("inf")), "TrainConfig.lr=inf"),
+    (lambda: wb.TrainConfig(budget_flops=float("inf")), "TrainConfig.budget_flops=inf"),
+    (lambda: wb.generate(MODEL, GOOD, 2, eos=23), r"eos=23.*\[0, 22\]"),
+    (lambda: wb.generate(MODEL, GOOD, 2, eos=-1), r"eos=-1.*\[0, 22\]"),
+    (lambda: wb.generate(MODEL, GOOD, 2, eos=1.5), r"eos=1.5.*\[0, 22\]"),
 ]
 
 
@@ -228,7 +227,7 @@ def test_a_size_that_cannot_fit_is_refused_before_allocation(case, monkeypatch):
     needs, instead of reaching the allocator (or a per-example loop that would run for hours)."""
     monkeypatch.setattr(wb.validation, "memory_bytes", lambda device=None: 16 * 2**20)
     make, name = SIZES[case]
-    with pytest.raises(ValueError, match=f"{name}.*needs .* GiB, more than all the 0.0 GiB of memory"):
+    with pytest.raises(ValueError, match=f"{name}.*GiB"):
         make()
 
 

@@ -275,7 +275,7 @@ def test_pickled_weights_are_refused_before_anything_is_unpickled(tmp_path):
     model = AutoModelForCausalLM.from_config(hf_config("gpt2"))
     model.config.save_pretrained(tmp_path)  # what an old or foreign directory holds: a config and a pickle
     torch.save(model.state_dict(), tmp_path / "pytorch_model.bin")  # written here, never read back
-    with pytest.raises(ValueError, match=r"only pickled ones \['pytorch_model\.bin'\].*never unpickles"):
+    with pytest.raises(ValueError, match=r"\['pytorch_model\.bin'\]"):
         hf.FeedbackLM.from_pretrained(tmp_path)
     with pytest.raises(ValueError, match="use_safetensors"):
         hf.FeedbackLM.from_pretrained(tmp_path, use_safetensors=False)
@@ -290,20 +290,20 @@ def test_bad_input_is_refused_clearly(hf_dirs):
             hf.FeedbackLM(model.hf, **options)
     with pytest.raises(TypeError, match="HFKVCache"):
         model.step(idx, kv=object())
-    with pytest.raises(ValueError, match="token ids"):
+    with pytest.raises(ValueError, match="idx"):
         model.step(torch.full_like(idx, V))  # one past the vocabulary: refused before the HF embedding indexes it
     with pytest.raises(ValueError, match="positions"):
         model.step(idx, positions=torch.arange(idx.size(1) + 1))
-    with pytest.raises(ValueError, match=r"memory must have shape"):
+    with pytest.raises(ValueError, match="memory"):
         model.step(idx, memory=torch.zeros(idx.size(0), idx.size(1), model.config.n_embd + 1, dtype=torch.float64))
-    with pytest.raises(NotImplementedError, match="one token"):
+    with pytest.raises(NotImplementedError, match="KVCache"):
         model.step(idx, kv=wb.kv_cache.KVCache(3, 2, 2, 8, 4))
     cache = model.new_kv_cache(2, 8)
-    with pytest.raises(ValueError, match="in order"):
+    with pytest.raises(ValueError, match=r"positions.*\[1, 2\]"):
         model.step(idx[:, :2], positions=torch.tensor([1, 2]), kv=cache)
     with pytest.raises(ValueError, match="full"):
         model.step(tokens(length=9), kv=cache)
-    with pytest.raises(ValueError, match="decoder layers"):
+    with pytest.raises(ValueError, match="Linear.*num_hidden_layers=3"):
         hf.decoder_layers(torch.nn.Linear(2, 2), 3)
 
 
@@ -345,8 +345,7 @@ def test_positions_past_a_learned_position_table_are_refused_by_name(hf_dirs):
     positions have no table, so the same positions are computed."""
     idx = tokens()
     past = torch.arange(60, 60 + idx.size(1))  # reaches 64 = n_positions
-    with pytest.raises(ValueError, match=r"positions reach 6\d, past this model's position table "
-                                         r"\(max_position_embeddings=64"):
+    with pytest.raises(ValueError, match="positions.*max_position_embeddings=64"):
         load(hf_dirs, "gpt2").step(idx, positions=past)
     assert torch.isfinite(load(hf_dirs, "llama").step(idx, positions=past).logits).all()
     load(hf_dirs, "gpt2").step(idx, positions=past - 4)  # the last row, 63, is in the table
@@ -376,7 +375,7 @@ def test_the_trainer_trains_a_given_wrapper_in_place(hf_dirs, tmp_path):
                           (dict(init_from=str(tmp_path)), "init_from")):
         with pytest.raises(ValueError, match=f"TrainConfig.{name}="):
             wb.train(cfg.replace(**changes), model=model)
-    with pytest.raises(ValueError, match="model reads"):
+    with pytest.raises(ValueError, match="model.*running_sum"):
         wb.train(cfg, model=small)
     with pytest.raises(ValueError, match="model="):
         wb.train(cfg, model=torch.nn.Linear(2, 2))

@@ -48,5 +48,5 @@ def test_rewind_recomputes_exactly_and_refuses_the_future():
     cache.rewind(5)
     again = model.step(idx[:, 5:], positions=torch.arange(5, 8), kv=cache).logits
     assert cache.pos == 8 and torch.allclose(again, first[:, 5:], atol=1e-12, rtol=0)
-    with pytest.raises(ValueError, match=r"position=9 is invalid: must be in \[0, 8\]"):
+    with pytest.raises(ValueError, match="position=9"):
         cache.rewind(9)

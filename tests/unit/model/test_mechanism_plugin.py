@@ -58,7 +58,7 @@ def _idx(cfg, batch=2, length=9):
 
 def test_a_registered_mechanism_is_a_config_value_with_its_own_constraints(echo):
     assert "test_echo" in wb.config.mechanisms() and MECHANISM_CLASSES["test_echo"] is Echo
-    with pytest.raises(ValueError, match=r"ModelConfig.n_layer=1 is invalid: must be >= 2 for test_echo"):
+    with pytest.raises(ValueError, match="n_layer=1.*test_echo"):
         small_config("test_echo", n_layer=1)
 
 
@@ -87,7 +87,7 @@ def test_its_own_site_is_an_intervention_site(echo):
     model, idx = perturbed_model(echo), _idx(echo)
     assert interventions.sites(model) == ["memory", "echo"]
     assert interventions.site_hook_name(model, "echo") == "hook_input"
-    with pytest.raises(ValueError, match=r"site='input' is invalid for a 'test_echo' model: .*\['memory', 'echo'\]"):
+    with pytest.raises(ValueError, match="site='input'.*'echo'"):
         interventions.site_hook_name(model, "input")
     clean = interventions.run_logits(model, idx)
     zeroed = interventions.intervene(model, idx, interventions.Intervention("zero"), 4, site="memory")
@@ -96,8 +96,8 @@ def test_its_own_site_is_an_intervention_site(echo):
 
 def test_unregistered_it_is_refused_and_the_builtins_cannot_be_removed(echo):
     unregister("test_echo")
-    with pytest.raises(ValueError, match="mechanism='test_echo' is invalid"):
+    with pytest.raises(ValueError, match="mechanism='test_echo'"):
         small_config("test_echo")
     register(Echo)  # for the fixture to remove
-    with pytest.raises(ValueError, match="name='lrt' is invalid"):
+    with pytest.raises(ValueError, match="name='lrt'"):
         unregister("lrt")

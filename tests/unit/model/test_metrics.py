@@ -38,7 +38,7 @@ def test_bits_per_byte_counts_bytes_per_token() -> None:
     n_bytes = token_bytes[targets.clamp(min=0)][mask].sum()
     expected = nats[mask].sum() / math.log(2) / n_bytes
     assert bits_per_byte(logits, targets, token_bytes) == pytest.approx(float(expected), rel=1e-6)
-    with pytest.raises(ValueError, match="no target"):
+    with pytest.raises(ValueError, match="target"):
         bits_per_byte(logits, torch.full_like(targets, -1))
 
 
@@ -52,7 +52,7 @@ def test_per_position_loss() -> None:
     assert per_pos[1] == pytest.approx(losses[2, 1].item(), rel=1e-6)
     assert per_pos[2] == pytest.approx(losses[:2, 2].mean().item(), rel=1e-6)
     assert torch.isnan(per_pos[3])
-    with pytest.raises(ValueError, match="do not match"):
+    with pytest.raises(ValueError, match="logits.*targets"):
         token_losses(logits, targets[:, :3])
 
 

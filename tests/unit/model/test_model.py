@@ -98,7 +98,7 @@ def test_pattern_hook_matches_sdpa_and_can_intervene():
     torch.testing.assert_close(logits, model(idx), rtol=0, atol=1e-12)
     with wb.with_hooks(model, {"blocks.0.hook_resid_post": lambda t, hook: torch.zeros_like(t)}):
         assert not torch.allclose(model(idx), logits)
-    with pytest.raises(ValueError, match="not a hook point"):
+    with pytest.raises(ValueError, match="blocks.9.nope"):
         with wb.with_hooks(model, {"blocks.9.nope": lambda t, hook: None}):
             pass
 
@@ -171,6 +171,6 @@ def test_a_hook_key_may_be_a_predicate_on_names():
     assert seen == [f"blocks.{layer}.hook_resid_post" for layer in range(3)]
     model(idx)
     assert len(seen) == 3  # removed on leaving the block
-    with pytest.raises(ValueError, match="accepts no hook point"):
+    with pytest.raises(ValueError, match="<lambda>"):
         with wb.with_hooks(model, [(lambda name: name == "nope", lambda t, hook: None)]):
             pass

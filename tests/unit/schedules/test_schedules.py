@@ -139,9 +139,9 @@ def test_schedules_are_values_with_one_flop_account_and_a_json_round_trip():
     # the string form keeps working and means the same value
     assert S.parse("interleaved", subsets=4) == values[3] and S.parse("multipass", passes=3).flops(model, 4, 8) \
         == values[2].flops(model, 4, 8)
-    with pytest.raises(ValueError, match="schedule='nope' is invalid"):
+    with pytest.raises(ValueError, match="schedule='nope'"):
         S.parse("nope")
-    with pytest.raises(ValueError, match="takes \\[.subsets.\\], not \\[.subset.\\]"):
+    with pytest.raises(ValueError, match=r"\['subset'\]"):
         S.parse({"schedule": "interleaved", "subset": 2})
     with pytest.raises(ValueError, match="passes"):
         S.Multipass(0)
@@ -213,7 +213,7 @@ def test_prefilled_round_trips_and_refuses_what_it_cannot_compute():
         S.Prefilled(S.Interleaved(2))
     with pytest.raises(ValueError, match="prefill_with="):
         S.Prefilled(S.Prefilled())
-    with pytest.raises(ValueError, match="needs prompt_len"):
+    with pytest.raises(ValueError, match="prompt_len"):
         S.Prefilled().run(model, idx)
     with pytest.raises(ValueError, match="prompt_len"):
         S.Prefilled(prompt_len=idx.size(1) + 1).run(model, idx)
@@ -224,9 +224,9 @@ def test_prefilled_round_trips_and_refuses_what_it_cannot_compute():
 
 
 @pytest.mark.parametrize("spec,message", [
-    ({"schedule": "sequential", "passes": 3}, "sequential takes no parameter, not \\['passes'\\]"),
-    ({"schedule": "interleaved", "block": 3}, "interleaved takes \\['subsets'\\], not \\['block'\\]"),
-    ({"schedule": "prefilled", "passes": 3}, "prefilled takes prefill, then, prompt_len and suffix"),
+    ({"schedule": "sequential", "passes": 3}, r"\['passes'\]"),
+    ({"schedule": "interleaved", "block": 3}, r"\['block'\]"),
+    ({"schedule": "prefilled", "passes": 3}, r"\['passes'\]"),
 ])
 def test_the_json_form_refuses_another_schedules_knob(spec, message):
     """A knob the schedule does not have would be silently dropped: the one parser refuses it."""
@@ -243,7 +243,7 @@ def test_train_config_takes_a_schedule_value_and_stores_its_string_fields():
         assert isinstance(cfg.schedule, str) and cfg.schedule_value() == value
         assert wb.TrainConfig.from_dict(cfg.to_dict()).schedule_value() == value  # the JSON round trip
     assert wb.TrainConfig(schedule=S_.Interleaved(4)) == wb.TrainConfig(schedule="interleaved", subsets=4)
-    with pytest.raises(ValueError, match="must be a training schedule value"):
+    with pytest.raises(ValueError, match="schedule=Prefilled"):
         wb.TrainConfig(schedule=S_.regime("soft"))
-    with pytest.raises(ValueError, match="does not store"):
+    with pytest.raises(ValueError, match=r"schedule=FixedPoint\(.*tol=0\.1"):
         wb.TrainConfig(schedule=S_.FixedPoint(8, tol=0.1))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 
 import pytest
 import torch
@@ -79,13 +80,13 @@ def _without_manifest(path):
 
 
 def test_missing_and_foreign_checkpoints(tmp_path):
-    with pytest.raises(CheckpointError, match="no checkpoint"):
+    with pytest.raises(CheckpointError, match=re.escape(str(tmp_path / "nothing"))):
         load_checkpoint(tmp_path / "nothing")
     save_checkpoint(perturbed_model(small_config()), tmp_path / "ck")
     (tmp_path / "ck" / "config.json").write_text(json.dumps({"architectures": ["GPT2LMHeadModel"]}))
-    with pytest.raises(CheckpointError, match="config.json is 38 bytes, its manifest says"):
+    with pytest.raises(CheckpointError, match=re.escape(str(tmp_path / "ck" / "config.json")) + ".*manifest"):
         load_checkpoint(tmp_path / "ck")
-    with pytest.raises(CheckpointError, match="not a workbench checkpoint"):
+    with pytest.raises(CheckpointError, match="config.json.*'model'"):
         load_checkpoint(_without_manifest(tmp_path / "ck"))
 
 
@@ -94,7 +95,8 @@ def test_weights_that_do_not_match_the_config_are_refused(tmp_path):
     header = json.loads((tmp_path / "ck" / "config.json").read_text())
     header["model"]["n_embd"] = 64
     (tmp_path / "ck" / "config.json").write_text(json.dumps(header))
-    with pytest.raises(CheckpointError, match="wrong shape"):
+    weights = re.escape(str(tmp_path / "ck" / "model.safetensors"))
+    with pytest.raises(CheckpointError, match=weights + ".*blocks.0.attn.c_k.weight"):
         load_checkpoint(tmp_path / "ck", verify=False)
 
 
@@ -106,13 +108,13 @@ def test_a_config_edited_to_other_values_of_the_same_shapes_is_refused(tmp_path)
     text = json.dumps(header, indent=2, sort_keys=True)
     (tmp_path / "ck" / "config.json").write_text(text + " " * (len((tmp_path / "ck" / "config.json").read_text())
                                                                  - len(text)))
-    with pytest.raises(CheckpointError, match="does not match its sha256 in manifest.json"):
+    with pytest.raises(CheckpointError, match=re.escape(str(tmp_path / "ck" / "config.json")) + ".*sha256"):
         load_checkpoint(tmp_path / "ck")
     assert load_checkpoint(tmp_path / "ck", verify=False).config.logit_softcap == 3.0  # the explicit opt-out
     # deleting the manifest does not turn verification off: it loads only when asked, with a warning
-    with pytest.raises(CheckpointError, match="has no manifest.json .*pass verify=False"):
+    with pytest.raises(CheckpointError, match=re.escape(str(tmp_path / "ck")) + ".*manifest.json.*verify=False"):
         load_checkpoint(_without_manifest(tmp_path / "ck"))
-    with pytest.warns(UserWarning, match="loaded unverified"):
+    with pytest.warns(UserWarning, match="verify=False"):
         assert load_checkpoint(tmp_path / "ck", verify=False).config.logit_softcap == 3.0
 
 
@@ -120,7 +122,7 @@ def test_a_config_edited_to_other_values_of_the_same_shapes_is_refused(tmp_path)
 def test_the_old_layout_loads_unchanged(tmp_path):
     model = perturbed_model(small_config("lrt"))
     save_checkpoint(model, tmp_path / "ck", metrics={"v": 1})
-    with pytest.warns(UserWarning, match="loaded unverified"):  # no manifest: loads when asked, with a warning
+    with pytest.warns(UserWarning, match="verify=False"):  # no manifest: loads when asked, with a warning
         again = load_checkpoint(_without_manifest(tmp_path / "ck"), verify=False)
         assert load_metrics(tmp_path / "ck", verify=False) == {"v": 1}
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), again.state_dict().values()))
@@ -134,7 +136,7 @@ def test_non_finite_weights_are_refused_unless_allowed(tmp_path, value):
     with torch.no_grad():
         model.blocks[1].mlp.c_fc.weight[0, 0] = value
     save_checkpoint(model, tmp_path / "ck")
-    with pytest.raises(CheckpointError, match=r"non-finite weights .*blocks.1.mlp.c_fc.weight.*allow_nonfinite"):
+    with pytest.raises(CheckpointError, match=r"blocks\.1\.mlp\.c_fc\.weight.*allow_nonfinite"):
         load_checkpoint(tmp_path / "ck")
     assert not torch.isfinite(load_checkpoint(tmp_path / "ck", allow_nonfinite=True).blocks[1].mlp.c_fc.weight).all()
 
@@ -145,8 +147,8 @@ def test_integer_weights_are_refused(tmp_path):
     state = read_safetensors(path)
     state["wte.weight"] = state["wte.weight"].to(torch.int32)
     save_file(state, str(path))
-    with pytest.raises(CheckpointError, match=r"floating point, got \['wte.weight \(torch.int32\)'\]"), \
-            pytest.warns(UserWarning, match="loaded unverified"):
+    with pytest.raises(CheckpointError, match="wte.weight.*torch.int32"), \
+            pytest.warns(UserWarning, match="verify=False"):
         load_checkpoint(_without_manifest(tmp_path / "ck"), verify=False)
 
 
@@ -167,7 +169,7 @@ def test_saving_never_destroys_what_is_not_a_checkpoint(tmp_path, what):
         (tmp_path / "elsewhere").mkdir()
         target.symlink_to(tmp_path / "elsewhere")
     before = sorted(p.name for p in tmp_path.rglob("*"))
-    with pytest.raises(CheckpointError, match=f"refusing to replace {target}: it is"):
+    with pytest.raises(CheckpointError, match=re.escape(str(target))):
         save_checkpoint(perturbed_model(small_config()), target)
     assert sorted(p.name for p in tmp_path.rglob("*")) == before
 
@@ -181,7 +183,7 @@ def test_saving_into_an_empty_directory_is_fine(tmp_path):
 @pytest.mark.parametrize("name", ["../x.json", "/tmp/x.json", "sub/x.json", ".hidden.json", "config.json",
                                   "manifest.json", "state.pt", ""])
 def test_extra_file_names_stay_inside_the_checkpoint(tmp_path, name):
-    with pytest.raises(ValueError, match="extra_files name .* is invalid: must be a plain file name"):
+    with pytest.raises(ValueError, match="extra_files.*" + re.escape(repr(name))):
         save_checkpoint(perturbed_model(small_config()), tmp_path / "ck", extra_files={name: {}})
     assert os.listdir(tmp_path) == []
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import time
 
@@ -89,7 +90,7 @@ def test_resume_from_another_working_directory_or_after_a_move_is_the_same_run(r
     moved = tmp_path / "moved"
     shutil.move(str(run), moved)
     assert train(tiny(str(moved), resume=True)).metrics["step"] == 3
-    with pytest.raises(ValueError, match=r"config differs in \['lr'\]"):  # what the run is still counts
+    with pytest.raises(ValueError, match=re.escape(str(moved)) + r".*\['lr'\]"):  # what the run is still counts
         train(tiny(str(moved), resume=True, lr=0.5))
 
 
@@ -105,18 +106,18 @@ def test_the_recipe_runner_takes_a_moved_run_directory_for_the_same_run(run, tmp
 def test_resume_refuses_history_without_a_usable_checkpoint(run):
     shutil.rmtree(run / "checkpoint")
     history = (run / "history.csv").read_bytes()
-    with pytest.raises(ValueError, match="history.csv holds a run but there is no usable checkpoint"):
+    with pytest.raises(ValueError, match="history.csv.*" + re.escape(str(run / "checkpoint"))):
         train(tiny(run, resume=True))
     assert (run / "history.csv").read_bytes() == history
 
 
 @pytest.mark.parametrize("state,manifest,message", [
     # without a manifest nothing vouches for the state file: the resume is refused before its counters are read
-    ({"step": -5, "tokens": 0, "flops": 0.0, "seconds": 0.0}, False, r"has no manifest.json"),
-    ({"tokens": 0}, False, r"has no manifest.json"),
-    ({"step": 99, "tokens": 0, "flops": 0.0, "seconds": 0.0}, False, r"has no manifest.json"),
-    ({"step": -5, "tokens": 0, "flops": 0.0, "seconds": 0.0}, True, r"train_state.json .* manifest"),
-    (None, True, r"missing file .*train_state.json"),
+    ({"step": -5, "tokens": 0, "flops": 0.0, "seconds": 0.0}, False, "manifest.json"),
+    ({"tokens": 0}, False, "manifest.json"),
+    ({"step": 99, "tokens": 0, "flops": 0.0, "seconds": 0.0}, False, "manifest.json"),
+    ({"step": -5, "tokens": 0, "flops": 0.0, "seconds": 0.0}, True, "train_state.json.*manifest"),
+    (None, True, "missing.*train_state.json"),
 ])
 def test_a_bad_state_file_is_named_and_never_truncates_history(run, state, manifest, message):
     if state is None:
@@ -131,10 +132,10 @@ def test_a_bad_state_file_is_named_and_never_truncates_history(run, state, manif
     assert (run / "history.csv").read_bytes() == history
 
 
-@pytest.mark.parametrize("content,message", [(None, "missing file .*train_config.json"),
-                                             ("{not json", "train_config.json is not valid JSON"),
-                                             ('{"lr": -1}', "train_config.json is not a valid train config"),
-                                             ("[1, 2]", "train_config.json is not a valid train config")])
+@pytest.mark.parametrize("content,message", [(None, "missing.*train_config.json"),
+                                             ("{not json", "train_config.json.*JSON"),
+                                             ('{"lr": -1}', "train_config.json.*lr=-1"),
+                                             ("[1, 2]", "train_config.json.*TrainConfig")])
 def test_a_missing_or_garbage_train_config_is_named_on_resume(run, content, message):
     if content is None:
         (run / "train_config.json").unlink()

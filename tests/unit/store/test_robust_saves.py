@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import signal
 import warnings
 
@@ -48,7 +49,7 @@ def test_a_hugging_face_model_directory_is_never_replaced(tmp_path, model):
     (hf_dir / "model.safetensors").write_bytes(b"weights")
     (hf_dir / "tokenizer.json").write_text("{}")
     before = tree(hf_dir)
-    with pytest.raises(CheckpointError, match="refusing to replace .*did not write"):
+    with pytest.raises(CheckpointError, match=re.escape(str(hf_dir))):
         save_checkpoint(model, hf_dir)
     assert tree(hf_dir) == before and sorted(os.listdir(tmp_path)) == ["gpt2"]
 
@@ -67,7 +68,7 @@ def test_files_a_user_puts_in_a_checkpoint_are_kept_across_saves(tmp_path, model
 def test_a_save_that_would_overwrite_a_user_file_refuses_and_names_it(tmp_path, model):
     save_checkpoint(model, tmp_path / "ck", metrics={"v": 1})
     (tmp_path / "ck" / "state.json").write_text("mine")
-    with pytest.raises(CheckpointError, match=r"\['state.json'\].*earlier save did not write"):
+    with pytest.raises(CheckpointError, match=r"\['state\.json'\]"):
         save_checkpoint(model, tmp_path / "ck", extra_files={"state.json": {"a": 1}})
     assert (tmp_path / "ck" / "state.json").read_text() == "mine" and load_metrics(tmp_path / "ck") == {"v": 1}
     assert sorted(os.listdir(tmp_path)) == ["ck"]
@@ -96,7 +97,7 @@ def test_a_foreign_checkpoint_folder_in_the_run_directory_is_refused_before_trai
     (out / "checkpoint" / "notes.txt").write_text("mine")
     cfg = wb.TrainConfig(task="running_sum", task_params={"p": 5, "length": 8}, steps=2, batch_size=4,
                          eval_size=4, progress=False, out_dir=str(out), model={"n_layer": 1, "n_head": 2, "n_embd": 16})
-    with pytest.raises(ValueError, match="not a checkpoint this package wrote"):
+    with pytest.raises(ValueError, match="out_dir=.*" + re.escape(str(out / "checkpoint"))):
         wb.train(cfg)
     assert os.listdir(out / "checkpoint") == ["notes.txt"] and not (out / "history.csv").exists()
 
@@ -118,7 +119,7 @@ def test_save_pretrained_keeps_a_users_directory_and_files(tmp_path):
     (mine / "config.json").write_text('{"my": "config"}')
     (mine / "notes.md").write_text("notes")
     before = tree(mine)
-    with pytest.raises(CheckpointError, match="refusing to replace"):
+    with pytest.raises(CheckpointError, match=re.escape(str(mine))):
         wrapper.save_pretrained(mine)
     assert tree(mine) == before
     wrapper.save_pretrained(tmp_path / "saved")
@@ -126,7 +127,7 @@ def test_save_pretrained_keeps_a_users_directory_and_files(tmp_path):
     wrapper.save_pretrained(tmp_path / "saved")
     assert (tmp_path / "saved" / "tokenizer.json").read_text() == "{}"
     FeedbackLM.from_pretrained(tmp_path / "saved")
-    with pytest.raises(ValueError, match="not a local directory"):
+    with pytest.raises(ValueError, match=re.escape(str(tmp_path / "absent"))):
         FeedbackLM.from_pretrained(tmp_path / "absent")
 
 
@@ -140,7 +141,7 @@ def test_a_named_pipe_is_refused_not_waited_on(tmp_path, model, manifest):
         (tmp_path / "ck" / "config.json").write_text(json.dumps({**header, "format": 1}))
     (tmp_path / "ck" / "model.safetensors").unlink()
     os.mkfifo(tmp_path / "ck" / "model.safetensors")
-    with pytest.raises(CheckpointError, match="model.safetensors is (a named pipe|.* bytes, its manifest says)"), \
+    with pytest.raises(CheckpointError, match=re.escape(str(tmp_path / "ck" / "model.safetensors"))), \
             warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the old layout loads only unverified, with a warning
         load_checkpoint(tmp_path / "ck", verify=manifest)
@@ -150,16 +151,17 @@ def test_a_link_to_dev_zero_is_refused_unread(tmp_path, model):
     save_checkpoint(model, tmp_path / "ck")
     (tmp_path / "ck" / "model.safetensors").unlink()
     (tmp_path / "ck" / "model.safetensors").symlink_to("/dev/zero")
-    with pytest.raises(CheckpointError, match="is a symbolic link: checkpoint files are read only as regular files"):
+    with pytest.raises(CheckpointError, match=re.escape(str(tmp_path / "ck" / "model.safetensors")) + ".*link"):
         load_checkpoint(tmp_path / "ck")
 
 
 def test_a_linked_checkpoint_directory_is_named_as_a_link(tmp_path, model):
     save_checkpoint(model, tmp_path / "ck")
     (tmp_path / "link").symlink_to(tmp_path / "ck")
-    with pytest.raises(CheckpointError, match="is a symbolic link .*give the target instead"):
+    link_and_target = re.escape(str(tmp_path / "link")) + ".*" + re.escape(str(tmp_path / "ck"))
+    with pytest.raises(CheckpointError, match=link_and_target):
         load_checkpoint(tmp_path / "link")
-    with pytest.raises(CheckpointError, match="symbolic link"):
+    with pytest.raises(CheckpointError, match=link_and_target):
         save_checkpoint(model, tmp_path / "link")
 
 
@@ -167,18 +169,18 @@ def test_a_linked_checkpoint_directory_is_named_as_a_link(tmp_path, model):
 @pytest.mark.parametrize("key", ["model", "format", "package_version"])
 def test_extra_cannot_overwrite_the_header(tmp_path, model, key):
     save_checkpoint(model, tmp_path / "ck", metrics={"v": 1})
-    with pytest.raises(ValueError, match=f"extra keys \\['{key}'\\] are invalid"):
+    with pytest.raises(ValueError, match=rf"extra.*\['{key}'\]"):
         save_checkpoint(model, tmp_path / "ck", extra={key: {"n_layer": 1}})
     assert load_checkpoint(tmp_path / "ck").config == model.config and load_metrics(tmp_path / "ck") == {"v": 1}
 
 
 @pytest.mark.parametrize("metrics, message", [
-    ([1, 2], "must be a dict"),
-    ("loss", "must be a dict"),
-    ({1: 2.0}, "keys must be strings"),
-    ({"loss": float("nan")}, r"metrics\['loss'\]=nan is invalid: JSON numbers must be finite"),
+    ([1, 2], "metrics=list"),
+    ("loss", "metrics=str"),
+    ({1: 2.0}, r"metrics.*\(int\)"),
+    ({"loss": float("nan")}, r"metrics\['loss'\]=nan"),
     ({"eval": {"acc": [0.5, float("inf")]}}, r"metrics\['eval'\]\['acc'\]\[1\]=inf"),
-    ({"when": object()}, r"metrics\['when'\] holds a object"),
+    ({"when": object()}, r"metrics\['when'\].*object"),
 ])
 def test_metrics_must_be_a_json_object_of_finite_numbers(tmp_path, model, metrics, message):
     with pytest.raises(ValueError, match=message):
@@ -194,9 +196,9 @@ def test_numpy_and_tensor_scalars_in_metrics_are_saved_as_numbers(tmp_path, mode
 def test_a_deleted_manifest_needs_verify_false_and_warns(tmp_path, model):
     save_checkpoint(model, tmp_path / "ck")
     (tmp_path / "ck" / "manifest.json").unlink()
-    with pytest.raises(CheckpointError, match="has no manifest.json.*pass verify=False"):
+    with pytest.raises(CheckpointError, match=re.escape(str(tmp_path / "ck")) + ".*manifest.json.*verify=False"):
         load_checkpoint(tmp_path / "ck")
-    with pytest.warns(UserWarning, match="loaded unverified"):
+    with pytest.warns(UserWarning, match="verify=False"):
         assert load_checkpoint(tmp_path / "ck", verify=False).config == model.config
 
 
@@ -216,11 +218,11 @@ def test_aux_weight_is_checked_in_the_schedule_api(model, bad):
     idx = torch.randint(0, 23, (1, 5))
     for make in (lambda: schedules.Multipass(2, bad), lambda: schedules.PassMix.of({1: 0.5, 2: 0.5}, bad),
                  lambda: schedules.Multipass(2, aux_weight=bad).run(model, idx)):
-        with pytest.raises(ValueError, match="aux_weight=.* is invalid: must be a finite number"):
+        with pytest.raises(ValueError, match=f"aux_weight={bad}"):
             make()
 
 
-@pytest.mark.parametrize("mix, message", [({1.5: 1.0}, "mix pass count=1.5"), ({1: float("nan")}, "probability"),
+@pytest.mark.parametrize("mix, message", [({1.5: 1.0}, "count=1.5"), ({1: float("nan")}, "probability"),
                                           ({1: 0.5, 2: float("inf")}, "probability")])
 def test_a_pass_mix_is_never_rounded_or_nan(mix, message):
     with pytest.raises(ValueError, match=message):
@@ -234,19 +236,19 @@ def test_numpy_keys_in_a_pass_mix_are_their_ints():
 def test_a_config_changed_after_construction_is_checked_when_built():
     cfg = wb.ModelConfig(vocab_size=11, n_layer=1, n_head=1, n_embd=8, seq_len=4)
     cfg.n_layer = 0
-    with pytest.raises(ValueError, match="ModelConfig.n_layer=0 is invalid"):
+    with pytest.raises(ValueError, match="n_layer=0"):
         wb.build_model(cfg)
 
 
 def test_fractional_positions_are_refused(model):
     idx = torch.randint(0, 23, (1, 3))
-    with pytest.raises(ValueError, match="positions must be an integer tensor"):
+    with pytest.raises(ValueError, match="positions.*torch.float32"):
         model.step(idx, positions=torch.tensor([0.0, 0.5, 1.0]))
 
 
 @pytest.mark.parametrize("temperature", [math.inf, math.nan, -1.0])
 def test_temperature_must_be_finite(model, temperature):
-    with pytest.raises(ValueError, match="temperature=.* is invalid: must be a finite number"):
+    with pytest.raises(ValueError, match=f"temperature={temperature}"):
         wb.generate(model, torch.zeros(1, 2, dtype=torch.long), 2, temperature=temperature)
 
 

@@ -201,7 +201,7 @@ def test_char_vocabulary_is_fixed_across_parameters() -> None:
     text = "required = 4\nStatus: done\n~{}"
     assert tok.decode(tok.encode(text)) == text and tok.decode(torch.tensor(tok.encode(text))) == text
     assert tok.decode([tok.pad_id] + tok.encode("ab") + [tok.pad_id]) == "ab"
-    with pytest.raises(ValueError, match="not in the ascii vocabulary"):
+    with pytest.raises(ValueError, match="'\u00e9'"):
         tok.encode("caf\u00e9")
 
 
@@ -280,12 +280,11 @@ def test_arith_cot_seq_len_is_tight() -> None:
 def test_registry_and_errors() -> None:
     assert tasks.names() == ["arith_cot", "completion_tracking", "delayed_memory", "multi_register",
                              "running_sum", "text"]
-    with pytest.raises(ValueError, match="unknown task 'nope'.*delayed_memory"):
+    with pytest.raises(ValueError, match="'nope'.*delayed_memory"):
         tasks.get("nope")
-    with pytest.raises(ValueError, match=r"unknown parameter\(s\) \['scratch'\].*scratch_updates"):
+    with pytest.raises(ValueError, match=r"\['scratch'\].*scratch_updates"):
         tasks.get("delayed_memory", scratch=8)
-    message = "scratch_updates=7 is invalid: must be one of (0, 8, 32, 128, 256)"
-    with pytest.raises(ValueError, match=re.escape(message)):
+    with pytest.raises(ValueError, match="scratch_updates=7.*256"):
         tasks.get("delayed_memory", scratch_updates=7)
     with pytest.raises(ValueError, match="registers=3"):
         tasks.get("multi_register", registers=3)

@@ -109,14 +109,14 @@ def test_stdlib_is_the_default_corpus() -> None:
 
 
 def test_text_errors(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="no such file"):
+    with pytest.raises(ValueError, match=re.escape(f"path={str(tmp_path / 'missing')!r}")):
         tasks.get("text", path=str(tmp_path / "missing"))
-    with pytest.raises(ValueError, match="not both"):
+    with pytest.raises(ValueError, match=r"path=.*dataset='x\.parquet'"):
         tasks.get("text", path=str(tmp_path), dataset="x.parquet")
     with pytest.raises(ValueError, match="val_fraction=1.5"):
         tasks.get("text", val_fraction=1.5)
     (tmp_path / "tiny.txt").write_bytes(b"0123456789" * 3)
-    with pytest.raises(ValueError, match="seq_len=64 needs at least 65"):
+    with pytest.raises(ValueError, match=r"tiny\.txt.*seq_len=64"):
         tasks.get("text", path=str(tmp_path / "tiny.txt"), seq_len=64).sample(1, seed=0)
 
 
@@ -184,5 +184,5 @@ def test_datasets_loader_round_trips_offline(tmp_path: Path, monkeypatch: pytest
     assert task.sample(4, seed=0).tokens.shape == (4, 16)
     capped = tasks.get("text", dataset=str(path), max_bytes=100)
     assert sum(len(d) for s in ("train", "val") for d in documents(capped.corpus(s)[0])) < 200
-    with pytest.raises(ValueError, match="no field 'body'"):
+    with pytest.raises(ValueError, match="'body'"):
         tasks.get("text", dataset=str(path), text_field="body").corpus()

@@ -189,7 +189,7 @@ def test_probe_compute_probes_every_model_once_per_task(monkeypatch):
         compute("delayed_memory", "sequential")
     with pytest.raises(ValueError, match="task"):
         compute("multi_register", "standard")
-    with pytest.raises(ValueError, match="unknown task"):
+    with pytest.raises(ValueError, match=r"models.*\['nope'\]"):
         widgets.probe_compute({"nope": {"a": "a"}}, ["standard"])
     with pytest.raises(ValueError, match="conditions"):
         widgets.probe_compute({"delayed_memory": {"a": "a"}}, ["suffix0"])

@@ -57,7 +57,7 @@ def test_intervention_explorer_redraws_on_every_control(model, batch):
     assert "memory read at 5" in explorer.figure.axes[0].get_title() and explorer.image.value != first_image
     other = wb.tasks.get("delayed_memory", scratch_updates=[0, 8], label_at="answer").sample(16, seed=0, split="val")
     assert other.label_positions.unique().numel() > 1
-    with pytest.raises(ValueError, match="one label position"):
+    with pytest.raises(ValueError, match="batch"):
         widgets.intervention_explorer(model, other)
 
 

@@ -99,8 +99,8 @@ def test_interleaved_with_one_subset_is_two_jacobi_passes(lrt_model, idx):
 
 
 @pytest.mark.parametrize("settings, match", [
-    ([], "settings"), (["nope"], "schedule"), ([{"schedule": "multipass"}], "needs passes"),
-    ([{"schedule": "single", "passes": 2}], "no parameter"), ([{"schedule": "blockwise", "subsets": 2}], "block")])
+    ([], "settings"), (["nope"], "schedule"), ([{"schedule": "multipass"}], "passes"),
+    ([{"schedule": "single", "passes": 2}], r"\['passes'\]"), ([{"schedule": "blockwise", "subsets": 2}], "block")])
 def test_compare_schedules_rejects_bad_settings(lrt_model, idx, settings, match):
     with pytest.raises(ValueError, match=match):
         sa.compare_schedules(lrt_model, idx, settings)

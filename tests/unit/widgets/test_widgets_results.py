@@ -148,7 +148,7 @@ def test_trace_example_draws_one_bar_per_regime_coloured_by_correctness():
         plots.trace_example(TRACES, example=7)
     with pytest.raises(ValueError, match="regime"):
         plots.trace_example(TRACES, example=0, regime="greedy")
-    with pytest.raises(ValueError, match="one run"):
+    with pytest.raises(ValueError, match=r"df.*\['a', 'b'\]"):
         plots.trace_example(pd.concat([TRACES.assign(run="a"), TRACES.assign(run="b")]), example=0)
 
 
@@ -223,5 +223,5 @@ def test_a_recipe_record_shows_its_verdict_and_folds_the_rest():
     for text in ("LRT beats the baseline.", "tiny", "reproduces when &lt;0", "LRT - baseline: +0.01", "learned",
                  "accuracy above chance"):
         assert text in folded, text
-    with pytest.raises(ValueError, match=r"summary lacks \['verdict'\]"):
+    with pytest.raises(ValueError, match=r"summary.*\['verdict'\]"):
         widgets.recipe_record("tiny_recipe", {k: v for k, v in SUMMARY.items() if k != "verdict"})
