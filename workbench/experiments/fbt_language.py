@@ -43,6 +43,7 @@ from .runs import spec_of
 # (no memory crosses a <bos>): the 600-step pilot's shape, where the pass-2 feedback paid on this machine
 MODEL = {"n_layer": 2, "n_head": 2, "n_embd": 128, "tie_embeddings": True, "document_token": BOS}
 SPECIMENS = "fbt_text"  # the recipe whose runs these recipes read
+STEPS = 800  # fbt_text's optimiser steps of every arm trained at equal steps (LONGS multiply them)
 # the paper's model (GLU fusion, trained as the paper and the reference read it) at LONG times fbt_text's steps: at
 # fbt_text's steps its feedback was unused (pass 2 worse than pass 1), and at 3x still unused, so its verdicts had no
 # model to read; each decision to read them at a longer multiple (LONGS), with that multiple's baselines, was written

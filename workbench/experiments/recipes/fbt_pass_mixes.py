@@ -22,7 +22,6 @@ needed (a one-layer model cannot answer without it).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -30,11 +29,12 @@ import pandas as pd
 
 from ... import tasks
 from ...checkpoint import load_metrics
+from .. import fbt_language as lang
 from .. import pass_mix_study as study
 from ..common import steps
 from ..core import Context, Finding, Outcome, Recipe, RunSpec, default_finding
 from ..fbt_language import MODEL as TEXT_MODEL
-from ..fbt_language import SPECIMENS, pending
+from ..fbt_language import pending
 from ..pass_mix_study import CLAIM, MIXES, PAPER, RULE, SEEDS, Setting, analyze_mixes, gates, mix_runs
 
 TEXT = {"seq_len": 512}  # the claim lives at positions past the passes iterated: a long window leaves 128 of them
@@ -64,11 +64,11 @@ def text_setting() -> Setting:
 
 def next_budget(ctx: Context) -> dict[str, Any]:
     """What would give the feedback mixes a model to read, and its CPU-hours on one core: as many multi-pass batches
-    as fbt_text's paper arm had at its longest training (where its own feedback gate came nearest to passing; every
+    as fbt_text's paper arm has at its longest training (where its own feedback gate came nearest to passing; every
     batch after its plain phase is multi-pass), at the share of them each mix draws, for every run of this recipe
-    (their measured CPU time, scaled by the steps). A lower bound: the mixes, prefix mix-in and context differ."""
-    text = json.loads((ctx.out.parent / SPECIMENS / "summary.json").read_text())
-    fed = max(int(n) for n in text["feedback_by_steps"]) * (1 - study.FEEDBACK_START)
+    (their measured CPU time, scaled by the steps). A lower bound: the mixes, prefix mix-in and context differ. Read
+    from fbt_text's definition, not its runs, so it holds wherever this recipe is reproduced alone."""
+    fed = lang.STEPS * lang.LONG * (1 - study.FEEDBACK_START)
     # multi-pass batches per step: the plain phase is the same share of both recipes' steps
     share = min(1 - MIXES[m][1] for m in study.FEEDBACK_MIXES) * (1 - study.FEEDBACK_START)
     train = [load_metrics(ctx.out / n)["train"] for n in ctx.runs]

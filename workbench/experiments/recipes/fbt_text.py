@@ -45,11 +45,10 @@ from ...train import TrainConfig
 from .. import fbt_language as lang
 from ..common import EXACT, describe, eval_size, matched_steps, step_flops, steps
 from ..core import Context, Extension, Finding, Gate, Outcome, Recipe, RunSpec, lead
-from ..fbt_language import LONG, LONGS, MODEL, PAPER_ARM
+from ..fbt_language import LONG, LONGS, MODEL, PAPER_ARM, STEPS
 from ..pass_mix_study import FEEDBACK_START  # the paper's progressive schedule: the first 20 % of steps plain
 
 TEXT = {"seq_len": 256}
-STEPS = 800  # optimiser steps of every arm trained at equal steps
 BATCH = 16
 SEEDS = (0, 1, 2)
 PREFIX_MIXIN = 1.0  # every pass after the first draws a plain prefix (the paper: "sample a prefix length p")
