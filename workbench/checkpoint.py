@@ -39,6 +39,7 @@ from .files import JSON_LIMIT, CheckpointError, json_bytes, parse_json, plain_js
 from .model import GPT, build_model
 from .store import MissingFile, atomic_directory, read_version
 from .store import find_version as _find_version
+from .validation import check_has_weights, check_path
 
 FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
@@ -213,6 +214,8 @@ def save_checkpoint(model: GPT, path: str | os.PathLike, metrics: dict[str, Any]
     else is refused, never deleted; files a user put in a checkpoint are kept.
     """
     model = _check_model(model)
+    check_has_weights("model", model)  # a meta model has shapes only: nothing to write
+    check_path("path", path)
     extra_files = extra_files or {}
     _check_extra_names(extra_files)
     header = {**_check_extra(extra), "format": FORMAT_VERSION, "package_version": __version__,

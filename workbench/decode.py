@@ -28,8 +28,8 @@ from collections.abc import Callable, Sequence
 import torch
 
 from . import schedules
-from .model import GPT, StepOutput, eval_mode
-from .validation import check_float, check_int, check_tokens
+from .model import GPT, StepOutput, check_model, eval_mode
+from .validation import check_float, check_has_weights, check_int, check_tokens
 
 REGIMES = schedules.REGIMES
 
@@ -58,7 +58,9 @@ def sample_next(logits: torch.Tensor, temperature: float = 0.0, top_k: int | Non
 def _validate(model: GPT, prompt: torch.Tensor, max_new_tokens: int, regime: str | schedules.Schedule,
               prefill_passes: int, temperature: float, top_k: int | None, eos: int | None) -> schedules.Schedule:
     """The checked arguments' schedule: the regime's value, or the value given (which must fill a KV cache)."""
+    check_model(model)
     check_tokens(model.config.vocab_size, prompt, "prompt")
+    check_has_weights("model", model, prompt)  # a meta prompt too: a shape-only dry run
     if eos is not None:
         check_int("eos", eos, 0, model.config.vocab_size - 1)
     check_int("max_new_tokens", max_new_tokens, 0)

@@ -40,7 +40,7 @@ from .functional import uniform_init_
 from .hooks import HookPoint, name_hook_points
 from .kv_cache import KVCache, KVStore, Mask, StaticKVCache
 from .mechanisms import Feedback, Mechanism, build_mechanism
-from .validation import check_fits, check_positions, check_tokens
+from .validation import check_fits, check_int, check_memory, check_positions, check_tokens
 
 # The LRT paper's d20 baseline (arXiv 2605.26797): its reported size, which includes value
 # embeddings our lean backbone does not carry. Used only to restate the paper's overhead ratio.
@@ -101,6 +101,18 @@ class FeedbackModel(Protocol):
     def num_params(self) -> int: ...
 
     def parameter_groups(self) -> dict[str, list[nn.Parameter]]: ...
+
+
+def check_model(model: object, name: str = "model") -> None:
+    """``model`` must be a feedback model: an ``nn.Module`` with ``FeedbackModel``'s interface (a ``GPT``, an
+    ``hf.FeedbackLM``). Anything else fails on its first missing attribute (``.config``), naming nothing the
+    caller passed; a ``TrainResult``, the usual slip, is pointed to its ``.model``."""
+    if not (isinstance(model, nn.Module) and isinstance(model, FeedbackModel)):
+        held = getattr(model, "model", None)
+        hint = f"; a {type(model).__name__} holds its model as .model: pass that" if isinstance(held, nn.Module) else ""
+        raise ValueError(f"{name}={type(model).__name__} is invalid: must be an nn.Module with the backbone's "
+                         f"interface (model.FeedbackModel: a GPT from build_model or load_checkpoint, or an "
+                         f"hf.FeedbackLM){hint}")
 
 
 class CausalSelfAttention(nn.Module):
@@ -239,7 +251,7 @@ class GPT(nn.Module):
              kv: KVStore | None = None) -> StepOutput:
         """The general forward over tokens ``idx`` (B, T) at absolute ``positions`` (default 0..T-1).
 
-        ``memory`` (B, T, D): the memory each position reads (already shifted: ``m_{t-1}``);
+        ``memory`` (B, T, ``mechanism.memory_width``): the memory each position reads (already shifted: ``m_{t-1}``);
         ``memory_mask`` (B, T) bool: positions that read it (others are plain; so is every position holding
         ``config.document_token``, whatever the mask says). ``kv``: a key/value
         store to write this chunk's keys/values into and attend against (None = causal self-attention
@@ -247,6 +259,7 @@ class GPT(nn.Module):
         """
         check_tokens(self.config.vocab_size, idx)
         B, T = idx.shape
+        check_memory(memory, memory_mask, B, T, self.mechanism.memory_width)
         positions = self.hook_positions(resolve_positions(idx, positions))
         c = self.config
         if memory is not None:
@@ -283,6 +296,8 @@ class GPT(nn.Module):
 
         ``static=True``: a fixed-shape cache for a compiled decode step (see ``kv_cache.py``).
         """
+        check_int("batch", batch, 1)  # checked here: torch.zeros would refuse either naming neither
+        check_int("max_len", max_len, 1)
         w = self.wte.weight
         c = self.config
         cls = StaticKVCache if static else KVCache

@@ -10,7 +10,8 @@ locked (``flock``), and only then renamed to the ``.NAME.tmp-*`` name clean-ups 
 concurrent save never removes a temporary another save is filling. Where the exchange is
 unavailable (not Linux, some network filesystems) the old version is first renamed aside
 (``.NAME.old-*``); a kill between the two renames leaves it there, where loads find it and the next
-save puts it back. The next successful save deletes what interrupted saves left.
+save puts it back. The next successful save deletes what interrupted saves left. (A NAME so long that
+these would pass the file system's name limit is shortened, with a hash of the whole: ``sibling_stem``.)
 
 What a save may replace: a directory the caller's ``owned`` recognises by a marker of its own
 (never by generic file names such as ``config.json``), or an empty one; anything else, a file, a
@@ -31,6 +32,7 @@ import ctypes
 import errno
 import fcntl
 import glob
+import hashlib
 import os
 import shutil
 import stat
@@ -133,10 +135,34 @@ def _carry_foreign(path: Path, tmp: Path, owned: Owned) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- swapping
+NAME_MAX = 255  # bytes in one file name where the file system cannot say (ext4, xfs, btrfs, tmpfs, APFS)
+SIBLING_TAIL = 18  # the most a sibling's name adds to its stem: "." + ".old-" + 12 hex digits
+
+
+def _name_max(directory: Path) -> int:
+    try:
+        return os.pathconf(directory, "PC_NAME_MAX")
+    except (OSError, ValueError):  # not there yet (then it holds no siblings), or no such query here
+        return NAME_MAX
+
+
+def sibling_stem(path: Path) -> str:
+    """What the names of ``path``'s siblings (its temporaries and set-aside versions) are made from: ``path.name``,
+    or, where that would push a sibling's name past the file system's limit, a prefix of it and a hash of the
+    whole. So a save to any path whose own name is legal works; the stem is the same at every call, so clean-ups
+    and loads find what an earlier save left."""
+    raw = os.fsencode(path.name)
+    limit = _name_max(path.parent) - SIBLING_TAIL
+    if len(raw) <= limit:
+        return path.name
+    digest = hashlib.sha256(raw).hexdigest()[:16]
+    return raw[:limit - len(digest) - 1].decode("utf-8", "ignore") + "~" + digest
+
+
 def siblings(path: Path, kind: str) -> list[Path]:
     """Leftovers of interrupted saves of ``path`` (``new``: staging, ``tmp``: temporaries, ``old``:
     set-aside old versions, ``del``: versions being deleted), newest first."""
-    found = [Path(p) for p in glob.glob(str(path.parent / f".{glob.escape(path.name)}.{kind}-*"))]
+    found = [Path(p) for p in glob.glob(str(path.parent / f".{glob.escape(sibling_stem(path))}.{kind}-*"))]
     return sorted(found, key=_mtime, reverse=True)
 
 
@@ -168,7 +194,7 @@ def _delete(version: Path, path: Path) -> None:
     """Delete a set-aside version of ``path``: first renamed to a ``.del-`` name that nothing restores,
     so a half-deleted version can never be put back at ``path`` by a concurrent save's restore; if that
     save renamed it first, it is the live version now and is left alone."""
-    tomb = path.parent / f".{path.name}.del-{uuid.uuid4().hex[:12]}"
+    tomb = path.parent / f".{sibling_stem(path)}.del-{uuid.uuid4().hex[:12]}"
     try:
         os.rename(version, tomb)
     except OSError:
@@ -217,7 +243,7 @@ def _swap_in(tmp: Path, path: Path, owned: Owned) -> None:
         held = _lock_version(path)
         if held is None:
             continue  # replaced or gone since the look above
-        aside = path.with_name(f".{path.name}.old-{uuid.uuid4().hex[:12]}")
+        aside = path.with_name(f".{sibling_stem(path)}.old-{uuid.uuid4().hex[:12]}")
         try:
             os.rename(path, aside)
             os.rename(tmp, path)
@@ -273,6 +299,7 @@ def _collect(path: Path) -> None:
     """Delete what interrupted saves of ``path`` left, except what a live writer holds (locked). A staging
     directory is still empty and unlocked for an instant after its save made it: removed then, that save
     makes another (``_locked_temporary``)."""
+    stem = sibling_stem(path)
     for leftover in siblings(path, "tmp") + siblings(path, "old") + siblings(path, "new") + siblings(path, "del"):
         try:
             fd = os.open(leftover, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
@@ -280,9 +307,9 @@ def _collect(path: Path) -> None:
             continue
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            if leftover.name.startswith(f".{path.name}.old-"):
+            if leftover.name.startswith(f".{stem}.old-"):
                 _delete(leftover, path)  # a restore may be taking it back at this moment
-            elif leftover.name.startswith(f".{path.name}.new-"):
+            elif leftover.name.startswith(f".{stem}.new-"):
                 os.rmdir(leftover)  # empty, or it is not a staging directory of ours: then left alone
             else:
                 shutil.rmtree(leftover, ignore_errors=True)
@@ -298,8 +325,9 @@ def _locked_temporary(path: Path) -> tuple[Path, int]:
     """A fresh directory beside ``path``, locked before any clean-up can see it: made under a ``.new-``
     name, locked, then renamed ``.tmp-`` (the name clean-ups skip while it is locked). A clean-up that
     removed it in the instant before the lock makes us start again."""
+    stem = sibling_stem(path)
     for _ in range(100):
-        staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.new-", dir=path.parent))
+        staging = Path(tempfile.mkdtemp(prefix=f".{stem}.new-", dir=path.parent))
         try:
             lock = os.open(staging, os.O_RDONLY | os.O_DIRECTORY)
         except FileNotFoundError:
@@ -307,7 +335,7 @@ def _locked_temporary(path: Path) -> tuple[Path, int]:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX)
             os.chmod(lock, 0o777 & ~current_umask())  # mkdtemp makes 0700; the swapped-in version must read like any
-            tmp = path.parent / f".{path.name}.tmp-{staging.name[len(path.name) + 6:]}"
+            tmp = path.parent / f".{stem}.tmp-{staging.name[len(stem) + 6:]}"
             os.rename(staging, tmp)
             return tmp, lock
         except FileNotFoundError:

@@ -47,12 +47,11 @@ import pandas as pd
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from torch import nn
 from tqdm.auto import tqdm
 
 from . import schedules, tasks
 from .checkpoint import WEIGHTS, check_weights, load_checkpoint, read_checkpoint, save_checkpoint
-from .model import GPT, FeedbackModel, build_model
+from .model import GPT, FeedbackModel, build_model, check_model
 from .optim import build_optimizers, load_optimizer_state, lr_factor, optimizer_state, set_lr
 from .run_dir import (
     CHECKPOINT_DIR,
@@ -383,7 +382,8 @@ def train(cfg: TrainConfig, callback: Callback | None = None, *, model: Feedback
     ``cfg.budget_flops``: a hard cap, which cuts the learning-rate schedule where it stands (a warning says so).
     To spend a budget with the schedule complete, size ``steps`` with ``experiments.matched_steps``, as
     ``train --budget-flops`` does. Raises ``NonFiniteLossError`` on a NaN/inf loss or gradient (the last good
-    checkpoint stays on disk) and ``ValueError`` for a bad config or a run directory that does not fit.
+    checkpoint stays on disk) and ``ValueError`` for a bad config or a run directory that does not fit. A resumed
+    run's ``metrics`` say where it came back from: ``resumed_from`` (the checkpoint directory) and ``resumed_at_step``.
 
     ``model``: train this model in place instead of building ``cfg.model`` (e.g. a ``hf.FeedbackLM``: anything
     with the backbone's interface, ``model.FeedbackModel``), on the same loop, schedule, optimisers and held-out
@@ -396,9 +396,7 @@ def train(cfg: TrainConfig, callback: Callback | None = None, *, model: Feedback
         raise ValueError(f"callback={callback!r} is invalid: must be None or a callable taking each history row")
     cfg = cfg.replace()  # validated again: a field changed after construction is checked before any step
     if model is not None:
-        if not (isinstance(model, nn.Module) and isinstance(model, FeedbackModel)):
-            raise ValueError(f"model={type(model).__name__} is invalid: must be an nn.Module with the backbone's "
-                             f"interface (model.FeedbackModel: step, parameter_groups, ...), e.g. hf.FeedbackLM")
+        check_model(model)
         for name in ("out_dir", "init_from"):
             if getattr(cfg, name) is not None:
                 raise ValueError(f"TrainConfig.{name}={getattr(cfg, name)!r} is invalid with model=: must be None "
@@ -420,8 +418,12 @@ def _train(cfg: TrainConfig, procs: _Processes, callback: Callback | None,
     out, resuming = prepare_run_dir(cfg, procs.main)
     run = _Run(cfg, procs, model)
     ckpt = None if out is None else out / CHECKPOINT_DIR
+    resumed: dict[str, Any] = {}
     if resuming:
         run.restore(ckpt)
+        # a run directory moved resumes all the same (out_dir is runtime, not identity): the metrics say from which
+        # checkpoint (as out_dir names it) and step, so the report shows where the run now is and how far it had got
+        resumed = {"resumed_from": str(ckpt), "resumed_at_step": run.step}
     history = History(history_columns(cfg), out / HISTORY_FILE if out is not None and procs.main else None,
                        keep_until=run.step if resuming else None)
     budget = cfg.budget_flops if cfg.budget_flops is not None else math.inf
@@ -476,5 +478,5 @@ def _train(cfg: TrainConfig, procs: _Processes, callback: Callback | None,
         warnings.warn(f"TrainConfig.budget_flops={cfg.budget_flops:g} stopped the run at step {run.step} of "
                       f"{cfg.steps}, its learning rate at {lr_factor(cfg, run.step - 1):.0%} of the peak: size steps "
                       f"with experiments.matched_steps to end the schedule within the budget", stacklevel=3)
-    metrics = {**run.counters(), "stop_reason": run.stop_reason, **(last_eval or run.evaluate())}
+    metrics = {**run.counters(), "stop_reason": run.stop_reason, **resumed, **(last_eval or run.evaluate())}
     return TrainResult(history.frame(), run.model.eval(), ckpt, metrics, cfg)

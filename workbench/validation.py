@@ -49,16 +49,55 @@ def check_float(name: str, value: object, lo: float, hi: float | None = None, lo
              f"{'inf)' if hi is None else f'{hi}]'}")
 
 
+def _described(value: object) -> str:
+    """What a refused tensor argument was: its shape and dtype, or the type of a non-tensor."""
+    if isinstance(value, torch.Tensor):
+        return f"shape {tuple(value.shape)}, dtype {value.dtype}"
+    return type(value).__name__
+
+
 def check_positions(positions: object, T: int) -> None:
     """``positions`` must be a 1-D integer tensor of ``T`` absolute positions >= 0 (a float position would
     index the rotary table between rows, silently)."""
     if not isinstance(positions, torch.Tensor) or positions.dtype not in (*TOKEN_DTYPES, torch.int16, torch.uint8) \
             or positions.numel() != T:
-        got = (f"shape {tuple(positions.shape)}, dtype {positions.dtype}" if isinstance(positions, torch.Tensor)
-               else type(positions).__name__)
-        raise ValueError(f"positions must be an integer tensor of T={T} absolute positions, got {got}")
+        raise ValueError(f"positions must be an integer tensor of T={T} absolute positions, got "
+                         f"{_described(positions)}")
     if positions.device.type == "cpu" and T and not torch.compiler.is_compiling() and int(positions.min()) < 0:
         raise ValueError(f"positions must be >= 0, got {positions.tolist()[:8]}")
+
+
+def check_memory(memory: object, memory_mask: object, B: int, T: int, width: int) -> None:
+    """``memory`` a floating (B, T, width) tensor and ``memory_mask`` a (B, T) bool one, matched to the forward's
+    tokens. Without it a wrong width or length fails inside a matmul or a broadcast naming neither, or, where the
+    mechanism reads no memory (the baseline), is silently ignored. Shapes and dtypes only: nothing is read, so
+    the per-token decode step waits for no device."""
+    if memory is not None and (not isinstance(memory, torch.Tensor) or tuple(memory.shape) != (B, T, width)
+                               or not memory.is_floating_point()):
+        raise ValueError(f"memory must be None or a floating-point tensor of shape (B, T, memory_width) = "
+                         f"{(B, T, width)} (the memory each of idx's positions reads), got {_described(memory)}")
+    if memory_mask is not None and (not isinstance(memory_mask, torch.Tensor) or tuple(memory_mask.shape) != (B, T)
+                                    or memory_mask.dtype != torch.bool):
+        raise ValueError(f"memory_mask must be None or a bool tensor of shape (B, T) = {(B, T)} (the positions of "
+                         f"idx that read memory), got {_described(memory_mask)}")
+
+
+def check_has_weights(name: str, module: torch.nn.Module, data: torch.Tensor | None = None) -> None:
+    """``module`` must hold weights, not only their shapes: a model built on the ``meta`` device fails deep in
+    torch (a device mismatch, "no data!") when run on real tokens or saved. ``data`` on the meta device too
+    is a shape-only dry run, which is allowed."""
+    if (data is None or not data.is_meta) and any(p.is_meta for p in module.parameters()):
+        raise ValueError(f"{name}={type(module).__name__} is invalid: it has no weights (its parameters are on the "
+                         "meta device, shapes only); give it some with model.to_empty(device='cpu') and then "
+                         "model.init_weights() or model.load_state_dict(...), or build it on cpu "
+                         "(build_model(config) / load_checkpoint(path))")
+
+
+def check_path(name: str, value: object) -> None:
+    """``value`` must name a file-system path (a non-empty str or an ``os.PathLike``): ``None`` would fail
+    inside ``pathlib`` naming no argument, and ``""`` would mean the current directory."""
+    if not isinstance(value, (str, os.PathLike)) or (isinstance(value, str) and not value):
+        fail(name, value, "must be a non-empty str or os.PathLike (a directory path)")
 
 
 def check_tokens(vocab_size: int, idx: object, name: str = "idx") -> None:
@@ -71,9 +110,8 @@ def check_tokens(vocab_size: int, idx: object, name: str = "idx") -> None:
     """
     allowed = f"[0, {vocab_size - 1}]"
     if not isinstance(idx, torch.Tensor) or idx.ndim != 2 or idx.numel() == 0 or idx.dtype not in TOKEN_DTYPES:
-        got = f"shape {tuple(idx.shape)}, dtype {idx.dtype}" if isinstance(idx, torch.Tensor) else type(idx).__name__
         raise ValueError(f"{name} must be a non-empty (B, T) int64 or int32 tensor of token ids in {allowed}, "
-                         f"got {got}")
+                         f"got {_described(idx)}")
     if idx.device.type == "cpu" and not torch.compiler.is_compiling():
         lo, hi = (int(v) for v in torch.aminmax(idx))
         if lo < 0 or hi >= vocab_size:

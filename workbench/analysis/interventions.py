@@ -45,7 +45,7 @@ from ..hooks import with_hooks
 from ..mechanisms import MECHANISM_CLASSES
 from ..metrics import token_losses
 from ..model import GPT, eval_mode
-from ..validation import check_int, check_tokens
+from ..validation import check_int, check_tokens, fail
 
 KINDS = ("patch", "zero", "mean")
 EditFn = Callable[..., "torch.Tensor | None"]
@@ -275,11 +275,17 @@ def intervene(model: GPT, idx: torch.Tensor, intervention: Intervention, positio
     check_tokens(model.config.vocab_size, idx)
     B, T = idx.shape
     if positions is not None:
-        positions = torch.as_tensor(positions)
+        allowed = f"must be None (every position that reads memory), an int or ({B},) ints in [0, {T - 1}]"
+        given = positions
+        try:  # an int tensor (or a list of ints) is an index; a float or a bool one would fail as one, naming nothing
+            positions = torch.as_tensor(positions)
+        except (TypeError, ValueError, RuntimeError):
+            fail("positions", given, allowed)
+        if positions.is_floating_point() or positions.is_complex() or positions.dtype == torch.bool:
+            fail("positions", given, f"{allowed} (got dtype {positions.dtype})")
         if positions.ndim > 1 or (positions.ndim == 1 and len(positions) != B) or bool(
                 (positions < 0).any() | (positions >= T).any()):
-            raise ValueError(f"positions={positions.tolist()!r} is invalid: must be None (every position that reads "
-                             f"memory), an int or ({B},) ints in [0, {T - 1}]")
+            fail("positions", positions.tolist(), allowed)
     source, rows = intervention.source, intervention.rows
     if source is not None and (source.ndim != 2 or source.shape[1] != T or (rows is None and len(source) != B)):
         raise ValueError(f"source must be ({B}, {T}) tokens like idx (or (B', {T}) with rows), "

@@ -175,7 +175,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if int(os.environ.get("RANK", "0")) == 0:
         m = result.metrics
         print(f"done ({m['stop_reason']}): {m['step']} steps, {m['tokens']} tokens, {m['flops']:.4g} FLOPs, "
-              f"{m['seconds']:.1f} s" + (f"; run dir {cfg.out_dir}" if cfg.out_dir else ""))
+              f"{m['seconds']:.1f} s" + (f"; run dir {cfg.out_dir}" if cfg.out_dir else "")
+              + (f"; resumed from {m['resumed_from']} at step {m['resumed_at_step']}" if "resumed_from" in m else ""))
         for label, values in held_out_lines(cfg, result):
             print(f"  held out, {label}: " + ", ".join(f"{k} {v:.4f}" for k, v in values.items()))
     return 0

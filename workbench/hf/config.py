@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ..validation import check_float
+
 FUSIONS = (None, "glu")
 INJECTIONS = (None, "residual")
 OPTION_NAMES = ("fusion", "inject", "feedback_layer", "jitter", "gamma_init", "document_token")
@@ -41,10 +43,8 @@ class FeedbackConfig:
                 or not -L <= self.feedback_layer <= L or self.feedback_layer == 0:
             raise ValueError(f"feedback_layer={self.feedback_layer!r} is invalid: must be an int index into "
                              f"hidden_states in [1, {L}] or [-{L}, -1] (0, the input itself, is no memory)")
-        if not 0.0 <= self.jitter <= 1.0:
-            raise ValueError(f"jitter={self.jitter!r} is invalid: must be in [0, 1]")
-        if not -10.0 <= self.gamma_init <= 10.0:
-            raise ValueError(f"gamma_init={self.gamma_init!r} is invalid: must be in [-10, 10]")
+        check_float("jitter", self.jitter, 0.0, 1.0)  # a number first: jitter="0.1" must not fail on the comparison
+        check_float("gamma_init", self.gamma_init, -10.0, 10.0)
         if self.document_token is not None and (isinstance(self.document_token, bool)
                                                 or not isinstance(self.document_token, int)
                                                 or not 0 <= self.document_token < self.vocab_size):

@@ -18,7 +18,7 @@ from ..hooks import HookPoint, name_hook_points
 from ..kv_cache import KVBuffer
 from ..mechanisms import Feedback
 from ..model import StepOutput, resolve_positions
-from ..validation import check_float, check_tokens
+from ..validation import check_float, check_int, check_memory, check_tokens
 from .cache import HFKVCache, StoreCache, store_mask
 from .config import OPTION_NAMES, FeedbackConfig
 from .mechanism import HFMechanism
@@ -91,6 +91,10 @@ class FeedbackLM(nn.Module):
                  feedback_layer: int = -1, jitter: float = 0.02, gamma_init: float = 0.0,
                  document_token: int | None = None) -> None:
         super().__init__()
+        if not (isinstance(hf_model, nn.Module) and hasattr(getattr(hf_model, "config", None), "get_text_config")
+                and callable(getattr(hf_model, "get_input_embeddings", None))):
+            raise ValueError(f"hf_model={type(hf_model).__name__} is invalid: must be a Hugging Face causal LM (a "
+                             "transformers PreTrainedModel, e.g. AutoModelForCausalLM.from_pretrained(...))")
         text = hf_model.config.get_text_config()
         embedding = hf_model.get_input_embeddings()
         if embedding.weight.size(1) != text.hidden_size:  # FBT and LRT read and write one width, D
@@ -186,9 +190,7 @@ class FeedbackLM(nn.Module):
             raise ValueError(f"positions reach {int(positions.max())}, past this model's position table "
                              f"(max_position_embeddings={self._position_limit}: positions in [0, "
                              f"{self._position_limit - 1}])")
-        if memory is not None and tuple(memory.shape) != (B, T, self.config.n_embd):
-            raise ValueError(f"memory must have shape (B, T, n_embd) = {(B, T, self.config.n_embd)}, "
-                             f"got {tuple(memory.shape)}")
+        check_memory(memory, memory_mask, B, T, self.config.n_embd)
         if memory is not None and self.config.document_token is not None:  # no memory crosses a document start
             opens = idx == self.config.document_token
             memory_mask = ~opens if memory_mask is None else memory_mask & ~opens
@@ -225,6 +227,9 @@ class FeedbackLM(nn.Module):
     def new_kv_cache(self, batch: int, max_len: int) -> HFKVCache:
         """An empty decoding cache for ``max_len`` positions (a DynamicCache grows as it is filled)."""
         from transformers import DynamicCache
+
+        check_int("batch", batch, 1)  # as GPT.new_kv_cache: the same arguments, the same refusals
+        check_int("max_len", max_len, 1)
 
         try:
             cache = DynamicCache(config=self.hf.config)

@@ -202,6 +202,18 @@ def test_intervene_checks_its_source_and_rows():
     torch.testing.assert_close(got, expected, rtol=0, atol=1e-10)  # batches of 5 and 3 rows: rounding only
 
 
+@pytest.mark.parametrize("positions", [1.5, torch.tensor([1.0, 2.0, 3.0]), torch.tensor(2.0), [1.0, 2.0, 3.0],
+                                       torch.tensor([True, False, True]), "1"], ids=repr)
+def test_intervene_wants_integer_positions(positions):
+    """A float (or bool) position used to fail as an index ("tensors used as indices must be long ..."), naming nothing;
+    it is refused by name with what is allowed, and the integer forms still run."""
+    model = perturbed_model(small_config("fbt"))
+    idx = _tokens(8)
+    with pytest.raises(ValueError, match="^positions=.*int"):
+        iv.intervene(model, idx, iv.Intervention("zero"), positions)
+    iv.intervene(model, idx, iv.Intervention("zero"), torch.tensor([1, 2, 3], dtype=torch.int32))
+
+
 def test_feedback_hooks_reach_generation():
     model = perturbed_model(small_config("fbt"))
     prompt = _tokens(10)[:, :4]

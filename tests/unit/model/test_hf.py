@@ -307,6 +307,28 @@ def test_bad_input_is_refused_clearly(hf_dirs):
         hf.decoder_layers(torch.nn.Linear(2, 2), 3)
 
 
+@pytest.mark.parametrize("options,name", [(dict(jitter="0.1"), "jitter"), (dict(jitter=True), "jitter"),
+                                          (dict(gamma_init="0"), "gamma_init")])
+def test_constructor_arguments_are_checked_by_type_and_range(hf_dirs, options, name):
+    """jitter="0.1" used to fail comparing a str with a float (TypeError), and jitter=True passed as 1.0: the numeric
+    options are checked for type as well as range, and refused by name."""
+    hf_model = load(hf_dirs, "gpt2").hf
+    with pytest.raises(ValueError, match=f"^{name}="):
+        hf.FeedbackLM(hf_model, **options)
+
+
+def test_the_wrapper_names_a_bad_model_cache_size_and_memory_mask(hf_dirs):
+    with pytest.raises(ValueError, match="^hf_model=NoneType"):
+        hf.FeedbackLM(None)  # was: AttributeError on .config
+    model, idx = load(hf_dirs, "gpt2"), tokens()
+    for batch, max_len, name in ((-1, 8, "batch"), (1, 1.5, "max_len")):
+        with pytest.raises(ValueError, match=f"^{name}="):
+            model.new_kv_cache(batch, max_len)
+    memory = torch.zeros(*idx.shape, model.config.n_embd, dtype=torch.float64)
+    with pytest.raises(ValueError, match="^memory_mask must be"):
+        model.step(idx, memory=memory, memory_mask=torch.ones(idx.size(0), idx.size(1) - 1, dtype=torch.bool))
+
+
 def test_an_embedding_narrower_than_the_hidden_states_is_refused():
     """OPT-350m's shape: inputs_embeds of width 8 projected to hidden states of 16. FBT and LRT fuse and inject
     the memory at the width it is read, so the wrapper refuses the model by name."""

@@ -174,3 +174,36 @@ def test_a_hook_key_may_be_a_predicate_on_names():
     with pytest.raises(ValueError, match="<lambda>"):
         with wb.with_hooks(model, [(lambda name: name == "nope", lambda t, hook: None)]):
             pass
+
+
+BAD_MEMORY = {  # what step is given beside idx (1, 3), and the parameter the refusal must name
+    "memory_too_wide": (dict(memory=torch.zeros(1, 3, 31)), "memory"),
+    "memory_too_long": (dict(memory=torch.zeros(1, 4, 32)), "memory"),
+    "memory_integer": (dict(memory=torch.zeros(1, 3, 32, dtype=torch.long)), "memory"),
+    "memory_list": (dict(memory=[[0.0] * 32] * 3), "memory"),
+    "mask_too_short": (dict(memory=torch.zeros(1, 3, 32), memory_mask=torch.ones(1, 2, dtype=torch.bool)),
+                       "memory_mask"),
+    "mask_float": (dict(memory=torch.zeros(1, 3, 32), memory_mask=torch.ones(1, 3)), "memory_mask"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_MEMORY))
+@pytest.mark.parametrize("mechanism", ["none", "lrt", "fbt"])
+def test_step_names_a_memory_it_cannot_use(mechanism, case):
+    """A memory of the wrong shape or dtype is refused by name at ``step``, for every mechanism: before, LRT and FBT
+    failed inside a matmul or broadcast ("mat1 and mat2 shapes ...") and the baseline ignored it silently."""
+    model = wb.build_model(wb.ModelConfig(vocab_size=16, n_layer=1, n_head=2, n_embd=32, seq_len=8,
+                                          mechanism=mechanism, tie_embeddings=mechanism == "fbt"))
+    kwargs, name = BAD_MEMORY[case]
+    with pytest.raises(ValueError, match=f"^{name} must be"):
+        model.step(torch.zeros(1, 3, dtype=torch.long), **kwargs)
+    model.step(torch.zeros(1, 3, dtype=torch.long), memory=torch.zeros(1, 3, 32),
+               memory_mask=torch.ones(1, 3, dtype=torch.bool))  # the shapes that fit still run
+
+
+@pytest.mark.parametrize("batch,max_len,name", [(-1, 4, "batch"), (0, 4, "batch"), (1.5, 4, "batch"),
+                                                (1, 1.5, "max_len"), (1, 0, "max_len"), (True, 4, "batch")])
+def test_new_kv_cache_wants_positive_ints(batch, max_len, name):
+    model = wb.build_model(wb.ModelConfig(vocab_size=16, n_layer=1, n_head=2, n_embd=32, seq_len=8))
+    with pytest.raises(ValueError, match=f"^{name}="):
+        model.new_kv_cache(batch=batch, max_len=max_len)

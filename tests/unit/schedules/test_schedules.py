@@ -72,6 +72,21 @@ def test_generate_validates(kwargs, field):
         wb.generate(model, torch.zeros(1, 2, dtype=torch.long), **args)
 
 
+def test_generate_says_what_model_must_be():
+    """None, a TrainResult (pointed to its .model) and a model with no weights (meta device: pointed to to_empty or
+    cpu) are refused by name; before, they failed on .config or on a device mismatch deep in the first forward."""
+    model, prompt = wb.build_model(small_config()), torch.zeros(1, 2, dtype=torch.long)
+    result = wb.TrainResult(pd.DataFrame(), model, None, {}, wb.TrainConfig())
+    with pytest.raises(ValueError, match="^model=NoneType"):
+        wb.generate(None, prompt, 2)
+    with pytest.raises(ValueError, match=r"^model=TrainResult.*\.model"):
+        wb.generate(result, prompt, 2)
+    meta = wb.build_model(small_config(), device="meta")
+    with pytest.raises(ValueError, match="^model=GPT.*meta device.*to_empty.*cpu"):
+        wb.generate(meta, prompt, 2)
+    assert wb.generate(meta, prompt.to("meta"), 2).shape == (1, 4)  # a meta prompt: the shape-only dry run
+
+
 @pytest.mark.parametrize("call,field", [(lambda m, i: S.Interleaved(0).run(m, i), "subsets"),
                                         (lambda m, i: S.Interleaved(99).run(m, i), "subsets"),
                                         (lambda m, i: S.Multipass(0).run(m, i), "passes"),

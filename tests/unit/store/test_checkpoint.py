@@ -203,6 +203,38 @@ def test_an_interrupted_two_rename_save_is_recovered(tmp_path, monkeypatch):
     assert sorted(os.listdir(tmp_path)) == ["ck"]
 
 
+def test_save_checkpoint_names_a_bad_path_and_a_model_without_weights(tmp_path, monkeypatch):
+    """path=None used to fail inside pathlib (TypeError) and a meta model inside safetensors ("Cannot copy out of meta
+    tensor"), naming neither; both are refused by name before anything is written, as is "" (the current directory)."""
+    model = perturbed_model(small_config())
+    (tmp_path / "notes.txt").write_text("mine")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="^path=None.*str or os.PathLike"):
+        save_checkpoint(model, None)
+    with pytest.raises(ValueError, match="^path=''"):
+        save_checkpoint(model, "")
+    with pytest.raises(ValueError, match="^model=GPT.*meta device.*to_empty.*cpu"):
+        save_checkpoint(wb.build_model(small_config(), device="meta"), tmp_path / "ck")
+    assert os.listdir(tmp_path) == ["notes.txt"]
+
+
+@pytest.mark.parametrize("name", ["a" * 250, "é" * 127 + "c"], ids=["ascii_250", "utf8_255_bytes"])
+def test_a_save_to_any_legal_name_works_however_long(tmp_path, monkeypatch, name):
+    """The temporaries and set-aside versions beside a checkpoint are named from its name: a 250-byte name pushed them
+    past the 255-byte limit (OSError: File name too long). A long name gives them a shortened stem with a hash of the
+    whole, which the next save's clean-up and a load of a version set aside find the same way."""
+    model, path = perturbed_model(small_config()), tmp_path / name
+    save_checkpoint(model, path, metrics={"v": 1})
+    save_checkpoint(model, path, metrics={"v": 2})  # the exchange: a temporary beside it
+    assert load_metrics(path) == {"v": 2} and os.listdir(tmp_path) == [name]
+    os.rename(path, tmp_path / f".{store.sibling_stem(path)}.old-dead")  # a save killed between its two renames
+    assert load_metrics(path) == {"v": 2}
+    monkeypatch.setattr(store, "_exchange", lambda a, b: False)  # the two-rename save, its old version set aside
+    save_checkpoint(model, path, metrics={"v": 3})
+    assert load_metrics(path) == {"v": 3} and os.listdir(tmp_path) == [name]
+    assert len(os.fsencode(store.sibling_stem(path))) + store.SIBLING_TAIL <= 255
+
+
 def test_a_saved_checkpoint_directory_has_the_usual_permissions(tmp_path):
     model = wb.build_model(wb.ModelConfig(vocab_size=11, n_layer=1, n_head=1, n_embd=8, seq_len=4))
     wb.save_checkpoint(model, tmp_path / "ck")

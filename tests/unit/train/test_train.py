@@ -319,6 +319,30 @@ def test_resume_after_interruption_is_exact(tmp_path):
         train(interrupted.replace(resume=True, lr=1e-3))
 
 
+def test_a_moved_run_says_where_and_from_which_step_it_resumed(tmp_path, capsys):
+    """A run directory moved between the interruption and the resume resumes all the same; its metrics (and the
+    train command's summary line) say from which checkpoint, at its new place, and from which step."""
+    from workbench.cli import main
+
+    flags = ["--task-param", "length=16", "--task-param", "p=5", "--n-layer", "2", "--n-head", "2", "--n-embd", "32",
+             "--batch-size", "8", "--eval-size", "16", "--log-every", "1", "--steps", "8", "--checkpoint-every", "5",
+             "--no-progress"]
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    for first, moved in (("a", "b"), ("c", "d")):
+        with pytest.raises(_Interrupt):
+            train(config_from_args(parser.parse_args([*flags, "--out", str(tmp_path / first)])),
+                  callback=_interrupt_at(7))
+        (tmp_path / first).rename(tmp_path / moved)
+    result = train(config_from_args(parser.parse_args([*flags, "--out", str(tmp_path / "b"), "--resume"])))
+    assert result.metrics["resumed_from"] == str(tmp_path / "b" / "checkpoint")
+    assert result.metrics["resumed_at_step"] == 5 and result.metrics["step"] == 8
+    assert "resumed_from" not in train(tiny(steps=2)).metrics  # a fresh run resumed from nothing
+    capsys.readouterr()
+    assert main(["train", *flags, "--out", str(tmp_path / "d"), "--resume"]) == 0
+    assert f"resumed from {tmp_path / 'd' / 'checkpoint'} at step 5" in capsys.readouterr().out
+
+
 def test_a_resumed_run_counts_the_cpu_time_of_every_part(tmp_path, monkeypatch):
     """CPU seconds ride in the checkpoint like the wall seconds: a run stopped at step 8 (checkpoint at 5) and
     resumed reports the 5 steps before the checkpoint plus the 11 after it, as an unbroken run of 16 does. A fake
