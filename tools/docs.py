@@ -48,7 +48,7 @@ PAGES = {
     "CLI.md": "a session at the command line, from a text file to decoded text, with what each command printed",
     "API.md": "every public name of the package with its signature and docstring (written by `make docs`, "
               "not committed)",
-    "SPECIMENS.md": "every shipped model: its recipe, task, shape, steps and gates",
+    "SPECIMENS.md": "every shipped model: its recipe, task, shape, steps, held-out number and gates",
 }
 
 

@@ -226,8 +226,9 @@ def write_results_md(root: str | Path | None = None, path: str | Path | None = N
 
 
 def specimens_markdown(root: str | Path | None = None, results: str = "../RESULTS.md") -> str:
-    """docs/SPECIMENS.md's text: per recipe its task, models, steps, seeds, gates and verdict, then one row per
-    shipped run; ``results`` is RESULTS.md as the page links it."""
+    """docs/SPECIMENS.md's text: per recipe its task, models, steps, seeds, gates (each with its value) and
+    verdict, then one row per shipped run with its own held-out number and, where its recipe gates each specimen,
+    that gate's value; ``results`` is RESULTS.md as the page links it."""
     root = checkpoints_root() if root is None else Path(root)
     summaries = shipped_summaries(root)
     if not summaries:
@@ -248,13 +249,27 @@ def specimens_markdown(root: str | Path | None = None, results: str = "../RESULT
                       verdict])
         sections += [f"## {name}", "", f"- **Claim**: {RECIPES[name].claim}", f"- **Verdict**: **{verdict}** "
                      f"([in full]({results}{_anchor(name)}))",
-                     f"- **It shows**: {_first_sentence(found.loc[name, 'finding'])[0]}", ""]
+                     f"- **It shows**: {_first_sentence(found.loc[name, 'finding'])[0]}",
+                     *(f"- **Gate** {g['name']}: {_value(g['value'])} (needs {g['op']} {g['threshold']:g}): "
+                       f"{'pass' if g['passed'] else '**fail**'}" for g in s.get("gates", [])), ""]
         columns = ["run", "task", "task_params", "mechanism", "shape", "params", "schedule", "steps", "seed"]
-        sections += (_table([c.replace("_", " ") for c in columns], mine[columns].values.tolist()) if len(mine)
-                     else [f"No models of its own: {_setting(name, mine).split(': ', 1)[1]}."])
+        shown = [[*row, f"{measure} {value:.3f} ({schedule})", _run_gate(gate, gate_value, passed)]
+                 for row, measure, value, schedule, gate, gate_value, passed in zip(
+                     mine[columns].values.tolist(), mine["measure"], mine["held_out"], mine["held_out_schedule"],
+                     mine["gate"], mine["gate_value"], mine["gate_passed"], strict=True)]
+        sections += (_table([c.replace("_", " ") for c in columns] + ["held out (schedule)", "own gate"], shown)
+                     if len(mine) else [f"No models of its own: {_setting(name, mine).split(': ', 1)[1]}."])
         sections.append("")
     lines += _table(["recipe", "models", "seeds", "gates", "claim", "verdict"], index)
     return "\n".join(lines + [""] + sections).rstrip("\n") + "\n"
+
+
+def _run_gate(gate: str | float | None, value: float, passed: bool | None) -> str:
+    """A specimen's own gate as the index shows it (its name is in the recipe's section of RESULTS.md); a run
+    its recipe gates only as a whole: the gates above."""
+    if gate is None or pd.isna(gate):
+        return "the recipe's (above)"
+    return f"{value:.3f} {'pass' if passed else '**fail**'}"
 
 
 def write_specimens_md(root: str | Path | None = None, path: str | Path | None = None) -> str:

@@ -22,7 +22,8 @@ runs compared "at matched compute" spent the same training FLOPs, up to one opti
 - ``compute_matching(compute, by)``: per group of runs meant to share a budget, the FLOP spread
   against the largest single step;
 - ``specimens_table(summaries)``: one row per shipped run: its task (which a checkpoint's ``config.json``
-  does not hold), model shape, schedule, steps and seed.
+  does not hold), model shape, schedule, steps, seed, its own held-out number and, where its recipe gates
+  each specimen, that gate's value.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .. import schedules
+from .. import schedules, tasks
 from ..checkpoint import load_config, load_metrics
 from ..model import build_model
 from ..train_config import TrainConfig
@@ -49,7 +50,8 @@ REQUIRED_FIELDS = ("claim", "setting", "number", "verdict", "scale")  # every su
 FINDING_COLUMNS = ["recipe", "kind", "paper", "ours", "verdict", "finding"]
 GATE_COLUMNS = ["recipe", "gate", "quantity", "value", "op", "threshold", "passed"]
 EXTRA_TABLES = ("pass_dynamics", "traces", "distances", "bars")  # tables some recipes write beside results.csv
-SPECIMEN_COLUMNS = ["recipe", "run", "task", "task_params", "mechanism", "shape", "params", "schedule", "steps", "seed"]
+SPECIMEN_COLUMNS = ["recipe", "run", "task", "task_params", "mechanism", "shape", "params", "schedule", "steps", "seed",
+                    "measure", "held_out", "held_out_schedule", "gate", "gate_value", "gate_passed"]
 COMPUTE_COLUMNS = ["run", "task", "seed", "schedule", "steps", "flops", "pass_flops", "mean_passes", "flops_per_step",
                    "expected_flops"]
 
@@ -244,20 +246,33 @@ def specimens_table(summaries: Mapping[str, Mapping[str, Any]], root: str | Path
     ``task`` and ``task_params`` are what the run trained on, from its ``metrics.json`` (the checkpoint's
     ``config.json`` holds the model, not the task); ``shape`` is layers x width and ``params`` the parameter
     count of the model in ``config.json``; ``schedule`` its training schedule; ``steps`` the optimiser steps it
-    trained (a FLOP budget may stop it before ``TrainConfig.steps``). A recipe that trains none of its own (it
-    analyses the runs of the recipes it ``reads``) adds no rows. ``root``: default the checkpoint root.
+    trained (a FLOP budget may stop it before ``TrainConfig.steps``). ``held_out`` is the run's own held-out
+    ``measure`` as its recipe evaluated it (bits/byte on text, answer accuracy on a task: the number that says
+    whether it learned), under ``held_out_schedule``. ``gate``, ``gate_value`` and ``gate_passed``: the run's own
+    competence gate where its recipe gates each specimen (``summary["specimens"]``, e.g. ``layer0_probes``),
+    else None (its recipe's gates hold over all its runs). A recipe that trains none of its own (it analyses the
+    runs of the recipes it ``reads``) adds no rows. ``root``: default the checkpoint root.
     """
     root = checkpoints_root() if root is None else Path(root)
     _check_summaries(summaries)
     rows = []
     for name, summary in summaries.items():
+        gated = {r["run"]: r for r in summary.get("specimens", []) if r.get("scratch_updates", 0) == 0}
         for run in summary.get("runs", []):
             model, _ = load_config(root / name / run)
             metrics = load_metrics(root / name / run)
             cfg = TrainConfig.from_dict(metrics["train_config"])
+            text = getattr(tasks.REGISTRY[cfg.task], "bytes_per_token", None) is not None
+            measure = "bits/byte" if text else "answer accuracy"
+            gate = gated.get(run)
             rows.append({"recipe": name, "run": run, "task": cfg.task,
                          "task_params": ", ".join(f"{k}={v}" for k, v in sorted(cfg.task_params.items())),
                          "mechanism": model.mechanism, "shape": f"{model.n_layer}x{model.n_embd}",
                          "params": build_model(model, device="meta").num_params(),
-                         "schedule": _schedule(cfg), "steps": int(metrics["train"]["step"]), "seed": cfg.seed})
+                         "schedule": _schedule(cfg), "steps": int(metrics["train"]["step"]), "seed": cfg.seed,
+                         "measure": measure, "held_out": metrics["eval"]["bpb" if text else "answer_accuracy"],
+                         "held_out_schedule": metrics["eval_schedule"]["schedule"],
+                         "gate": None if gate is None else f"{gate['gate']} ({gate['gate_condition']})",
+                         "gate_value": None if gate is None else gate["gate_value"],
+                         "gate_passed": None if gate is None else bool(gate["gated"])})
     return pd.DataFrame(rows, columns=SPECIMEN_COLUMNS)

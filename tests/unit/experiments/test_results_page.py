@@ -80,6 +80,30 @@ def test_the_specimens_index_names_every_shipped_run_and_its_task(pages):
         assert f"| {row.run} | {row.task} |" in pages["SPECIMENS.md"], row.run
 
 
+def test_the_specimens_index_gives_each_run_its_held_out_number_and_own_gate(pages):
+    """Each run's row carries the number that says whether it learned (bits/byte on text, answer accuracy on a
+    task) as its metrics.json has it, and layer0_probes' specimens their own gate's value."""
+    table = specimens_table(shipped_summaries()).set_index(["recipe", "run"])
+    root = checkpoints_root()
+    for (recipe, run), row in table.iterrows():
+        metrics = load_metrics(root / recipe / run)
+        key = "bpb" if row.task == "text" else "answer_accuracy"
+        assert row.held_out == metrics["eval"][key] and row.measure == ("bits/byte" if key == "bpb" else
+                                                                         "answer accuracy"), run
+    probes = json.loads((root / "layer0_probes" / "summary.json").read_text())["specimens"]
+    own = {r["run"]: r for r in probes if r["scratch_updates"] == 0}
+    for run, gate in own.items():
+        row = table.loc[("layer0_probes", run)]
+        assert (row.gate_value, row.gate_passed) == (gate["gate_value"], gate["gated"]), run
+        shown = f"| {gate['gate_value']:.3f} {'pass' if gate['gated'] else '**fail**'} |"
+        assert any(line.startswith(f"| {run} |") and line.endswith(shown)
+                   for line in pages["SPECIMENS.md"].splitlines()), run
+    assert table.loc["fbt_text", "gate"].isna().all()
+    ungated = set(json.loads((root / "layer0_probes" / "summary.json").read_text())["runs"]) - set(own)
+    assert ungated and all(any(line.startswith(f"| {run} |") and line.endswith("| the recipe's (above) |")
+                               for line in pages["SPECIMENS.md"].splitlines()) for run in ungated)
+
+
 def test_write_specimens_md_links_results_beside_the_root(tmp_path):
     root = tmp_path / "checkpoints"
     shutil.copytree(checkpoints_root() / "lrt_memory_sanity", root / "lrt_memory_sanity")
