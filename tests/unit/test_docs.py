@@ -107,3 +107,30 @@ def test_make_docs_writes_what_check_then_passes_and_check_names_what_is_stale(t
     (tmp_path / "docs" / "USAGE.md").write_text("[renamed](CLI.md)\n")
     assert docs.main([]) == 1 and "(CLI.md)" in capsys.readouterr().err
     assert api.read_text() == "# API\n"  # still written
+
+
+# where a snippet of the README or docs/ writes: train --out DIR, out_dir=..., save_checkpoint(model, DIR), ...
+WRITES = re.compile(r"""--out[ =](\S+)|out_dir\s*=\s*["']([^"']+)|save_checkpoint\([^,]+,\s*["']([^"']+)"""
+                    r"""|save_pretrained\(\s*["']([^"']+)|write_\w+\([^)]*?["']([^"']+)""")
+
+
+def written_paths(markdown: str) -> list[str]:
+    """The output paths the fenced code blocks of ``markdown`` name (prose outside code blocks is not run)."""
+    blocks = re.findall(r"^```[^\n]*\n(.*?)^```", markdown, flags=re.M | re.S)
+    return [next(g for g in m.groups() if g) for block in blocks for m in WRITES.finditer(block)]
+
+
+def test_no_snippet_a_reader_copies_writes_into_the_shipped_checkpoints():
+    """A reader who runs the README's or a docs page's snippets must not overwrite a specimen: every output they
+    name lies outside checkpoints/ (a scratch folder such as runs/)."""
+    pages = [docs.ROOT / "README.md", *sorted(docs.DOCS.glob("*.md"))]
+    found = {page.name: written_paths(page.read_text()) for page in pages}
+    assert sum(map(len, found.values())) >= 4, found  # the matcher still sees the snippets' outputs
+    inside = {name: [p for p in paths if p.strip("./").startswith("checkpoints")] for name, paths in found.items()}
+    assert not any(inside.values()), inside
+
+
+def test_a_snippet_writing_into_checkpoints_is_found():
+    page = "```python\nwb.save_checkpoint(model, 'checkpoints/demo')\n```\n```bash\ntrain --out ./checkpoints/x\n```"
+    assert written_paths(page) == ["checkpoints/demo", "./checkpoints/x"]
+    assert written_paths("`--out checkpoints/x` in prose") == []
