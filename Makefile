@@ -34,12 +34,14 @@ lab: install
 lab-headless:
 	$(MAKE) lab NO_BROWSER=1
 
-## ruff, then every tier (tests/unit, invariants, specimens, e2e with the browser) and the notebooks under nbval,
+## ruff, the docs check (make docs CHECK=1: stale pages, dead links), then every tier (tests/unit, invariants,
+## specimens, e2e with the browser) and the notebooks under nbval,
 ## in one worker per core (pytest-xdist; WORKERS=1 for one process). A notebook's cells stay on one worker.
 ## The 30 slowest tests are listed at the end, so a CI log shows where the suite's time goes.
 WORKERS ?= auto
 test: install
 	$(VENV)/bin/ruff check workbench tests tools
+	$(PY) tools/docs.py --check
 	$(PY) -m pytest tests $(if $(wildcard notebooks/*.ipynb),notebooks $(NBVAL),) -n $(WORKERS) --dist loadfile --durations=30
 
 ## the quick loop while coding: unit + invariant tests without the costly marks (under 5 minutes on 2 cores)
@@ -73,9 +75,9 @@ report: install
 reproduce: install
 	$(PY) -m workbench reproduce all
 
-## docs/API.md (the API reference, from the package's names and docstrings), docs/README.md (the index of docs/),
+## docs/API.md and docs/api/ (the API reference, a page per area, from the package's names and docstrings), docs/README.md,
 ## docs/SPECIMENS.md and RESULTS.md (from the shipped checkpoints' stored summaries: nothing is trained); CHECK=1
-## writes nothing and fails if any of them is out of date (API.md, not committed, only where a build left one).
+## writes nothing and fails if any of them is out of date (the reference, not committed, only where a build left it).
 ## Warnings are errors: both fail on a relative link in README.md, RESULTS.md or docs/ that names no file, or a
 ## page of docs/ the index does not list
 .PHONY: docs

@@ -1,6 +1,6 @@
-"""``make docs``: the API reference (docs/API.md) from the package's public names and docstrings, the index of
-docs/ (docs/README.md), and the pages written from the shipped checkpoints' stored summaries (docs/SPECIMENS.md,
-RESULTS.md). Nothing is trained, so it takes seconds.
+"""``make docs``: the API reference (docs/API.md, its contents, and a page per area under docs/api/) from the
+package's public names and docstrings, the index of docs/ (docs/README.md), and the pages written from the shipped
+checkpoints' stored summaries (docs/SPECIMENS.md, RESULTS.md). Nothing is trained, so it takes seconds.
 
     python tools/docs.py            # write them; exit 1 naming each broken link or page missing from the index
     python tools/docs.py --check    # write nothing; exit 1 also naming each file the code would write differently
@@ -9,7 +9,11 @@ Warnings are errors: a relative link in README.md, RESULTS.md or a page of docs/
 of docs/ the index does not list, fails both. The reference is not committed (.gitignore): ``--check`` compares
 it only where a build left one, and a link to it counts as a link to the page ``make docs`` writes.
 
-The reference has one section per public module (``pkgutil`` order, names starting with ``_`` skipped):
+Why plain Markdown and not an mkdocs or Sphinx site: GitHub and JupyterLab (where our readers are) render it with
+no site build, no server and no extra dependency, and the suite that checks the code checks its links.
+
+Each area (``AREAS``: model, mechanisms, schedules, decoding, training, analysis, experiments, hf, display, cli)
+has a page with one section per public module it holds (``pkgutil`` order, names starting with ``_`` skipped):
 its docstring, then its public names with their signatures and the first paragraph of their docstrings (a
 class adds its ``Attributes:`` section, the field documentation, and its public methods). A package that
 declares ``__all__`` lists those names, each linked to the module that defines it; a module without one
@@ -21,6 +25,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import inspect
+import os
 import pkgutil
 import re
 import sys
@@ -37,17 +42,41 @@ from workbench.experiments import results_page  # noqa: E402
 from workbench.files import write_bytes_atomic  # noqa: E402
 
 DOCS = ROOT / "docs"
-API = DOCS / "API.md"
+API = DOCS / "API.md"  # the reference's contents: each area, its page and its modules
+API_DIR = DOCS / "api"  # a page per area
 INDEX = DOCS / "README.md"  # GitHub and JupyterLab both show a folder's README when it opens
-BUILT = (API,)  # written for the reader by make docs, not committed: a clone has none until then
+BUILT = (API, API_DIR)  # written for the reader by make docs, not committed: a clone has none until then
+# the reference's areas, in a reader's order: what each is for and the modules it holds (a module goes to the area
+# naming the longest prefix of its dotted name; ``workbench`` itself, the names ``import workbench as wb`` gives,
+# opens the model's page)
+AREAS = {
+    "model": ("the backbone, its config, hooks and KV cache", ("workbench", "workbench.config", "workbench.model",
+              "workbench.functional", "workbench.fast", "workbench.hooks", "workbench.kv_cache", "workbench.diagrams",
+              "workbench.validation")),
+    "mechanisms": ("none, LRT and FBT: what a block reads from the memory", ("workbench.mechanisms",)),
+    "schedules": ("how a sequence is computed when each position reads its predecessor's memory",
+                  ("workbench.schedules",)),
+    "decoding": ("generation under STANDARD / SOFT / FUSED and held-out evaluation",
+                 ("workbench.decode", "workbench.evaluation", "workbench.metrics")),
+    "training": ("the trainer, its config, optimisers, tasks and checkpoints",
+                 ("workbench.train", "workbench.train_config", "workbench.optim", "workbench.tasks",
+                  "workbench.checkpoint", "workbench.store", "workbench.run_dir", "workbench.files")),
+    "analysis": ("caches, probes, interventions, fixed points, lenses and statistics",
+                 ("workbench.analysis", "workbench.stats")),
+    "experiments": ("the recipes, their runs and the results pages", ("workbench.experiments",)),
+    "hf": ("FeedbackLM, a transformers model", ("workbench.hf",)),
+    "display": ("figures, widgets and the notebooks' exercises", ("workbench.plots", "workbench.widgets",
+                                                                  "workbench.exercises")),
+    "cli": ("python -m workbench", ("workbench.cli",)),
+}
 SKIP = ("workbench.__main__",)  # importing it runs the command line
 # Each page of docs/ and what a reader opens it for, in the order a newcomer needs them: the index's lines
 PAGES = {
     "USAGE.md": "training, the recipes, every command, benchmarks, the package's layout, GPUs, checkpoints "
                 "and the recipes' figures",
     "CLI.md": "a session at the command line, from a text file to decoded text, with what each command printed",
-    "API.md": "every public name of the package with its signature and docstring (written by `make docs`, "
-              "not committed)",
+    "API.md": "every public name of the package with its signature and docstring, a page per area in api/ "
+              "(written by `make docs`, not committed)",
     "SPECIMENS.md": "every shipped model: its recipe, task, shape, steps, held-out number and gates",
 }
 
@@ -155,24 +184,29 @@ def entry(name: str, obj: object) -> list[str]:
     return lines
 
 
-def pointer(name: str, obj: object, home: str | None) -> str:
-    """A list item for a name documented elsewhere (a module, or a definition re-exported from its module) or
-    for a constant (its type and value)."""
-    if inspect.ismodule(obj):
-        return f"- `{name}`: module [`{obj.__name__}`](#{_anchor(obj.__name__)})"
-    if home is not None:
-        return f"- `{name}`: see [`{home}`](#{_anchor(home)})" + (f". {_summary(obj)}" if _summary(obj) else "")
-    return f"- `{name}`: `{type(obj).__name__}` `{_short_repr(obj)}`"
-
-
-def _short_repr(obj: object) -> str:
-    text = _plain(repr(obj)).replace("\n", " ")
-    return text if len(text) <= 100 else text[:97] + "..."
-
-
 def _anchor(module_name: str) -> str:
     """The GitHub anchor of a module's heading ``## workbench.x.y``: dots dropped."""
     return module_name.replace(".", "")
+
+
+def area_of(module_name: str) -> str:
+    """The area whose page documents ``module_name``: the one naming the longest prefix of it."""
+    best = max(((len(prefix), area) for area, (_, prefixes) in AREAS.items() for prefix in prefixes
+                if module_name == prefix or module_name.startswith(prefix + ".")), default=None)
+    if best is None:
+        raise ValueError(f"module_name={module_name!r} is in no area: add it to AREAS in tools/docs.py")
+    return best[1]
+
+
+def area_page(area: str) -> Path:
+    return API_DIR / f"{area}.md"
+
+
+def _link(module_name: str, page: Path) -> str:
+    """The link from ``page`` to ``module_name``'s section: an anchor on the same page, else the other page's."""
+    target = area_page(area_of(module_name))
+    where = "" if target == page else Path(os.path.relpath(target, page.parent)).as_posix()
+    return f"{where}#{_anchor(module_name)}"
 
 
 def _defined_in(obj: object, modules: set[str]) -> str | None:
@@ -181,23 +215,57 @@ def _defined_in(obj: object, modules: set[str]) -> str | None:
     return home if home in modules else None
 
 
-def api_markdown() -> str:
-    """docs/API.md's text."""
+def pointer(name: str, obj: object, home: str | None, page: Path) -> str:
+    """A list item for a name documented elsewhere (a module, or a definition re-exported from its module) or
+    for a constant (its type and value); links are relative to ``page``."""
+    if inspect.ismodule(obj):
+        return f"- `{name}`: module [`{obj.__name__}`]({_link(obj.__name__, page)})"
+    if home is not None:
+        return f"- `{name}`: see [`{home}`]({_link(home, page)})" + (f". {_summary(obj)}" if _summary(obj) else "")
+    return f"- `{name}`: `{type(obj).__name__}` `{_short_repr(obj)}`"
+
+
+def _short_repr(obj: object) -> str:
+    text = _plain(repr(obj)).replace("\n", " ")
+    return text if len(text) <= 100 else text[:97] + "..."
+
+
+def module_section(module: ModuleType, documented: set[str], page: Path) -> list[str]:
+    """A module's section: its docstring, pointers to what it re-exports, then each name it defines."""
+    lines = [f"## {module.__name__}", "", *(p for par in paragraphs(module) for p in (par, "")), ""]
+    names = [(name, getattr(module, name)) for name in public_names(module)]
+    homes = {name: _defined_in(obj, documented) for name, obj in names}
+    lines += [pointer(name, obj, homes[name], page) for name, obj in names if homes[name] != module.__name__] + [""]
+    for name, obj in names:
+        lines += entry(name, obj) if homes[name] == module.__name__ else []
+    return lines
+
+
+def api_pages() -> dict[Path, str]:
+    """docs/API.md (the contents: each area, its page and its modules) and each area's page under docs/api/."""
     modules = public_modules()
     documented = {m.__name__ for m in modules}
-    lines = ["# API reference", "",
-             "Written by `make docs` (`tools/docs.py`) from the package's public names and docstrings; do not edit. "
-             "`import workbench as wb` gives the names of the first section; `help(name)` shows the same text "
-             "in full. The fields of `ModelConfig` and `TrainConfig` are documented under their classes.", "",
-             "## Modules", ""]
-    lines += [f"- [`{m.__name__}`](#{_anchor(m.__name__)}): {_summary(m)}" for m in modules] + [""]
-    for module in modules:
-        lines += [f"## {module.__name__}", "", *(p for par in paragraphs(module) for p in (par, "")), ""]
-        names = [(name, getattr(module, name)) for name in public_names(module)]
-        homes = {name: _defined_in(obj, documented) for name, obj in names}
-        lines += [pointer(name, obj, homes[name]) for name, obj in names if homes[name] != module.__name__] + [""]
-        for name, obj in names:
-            lines += entry(name, obj) if homes[name] == module.__name__ else []
+    by_area = {area: [m for m in modules if area_of(m.__name__) == area] for area in AREAS}
+    contents = ["# API reference", "",
+                "Written by `make docs` (`tools/docs.py`) from the package's public names and docstrings; do not edit. "
+                "`import workbench as wb` gives the names of [`workbench`](api/model.md#workbench); `help(name)` shows "
+                "the same text in full. The fields of `ModelConfig` and `TrainConfig` are documented under their "
+                "classes. Plain Markdown rather than an mkdocs or Sphinx site: GitHub and JupyterLab render it with no "
+                "build and no extra dependency.", ""]
+    pages = {}
+    for area, (purpose, _) in AREAS.items():
+        page = area_page(area)
+        contents += [f"## [{area}](api/{page.name})", "", f"{purpose[0].upper()}{purpose[1:]}.", ""]
+        contents += [f"- [`{m.__name__}`]({_link(m.__name__, API)}): {_summary(m)}" for m in by_area[area]] + [""]
+        lines = [f"# API reference: {area}", "", f"{purpose[0].upper()}{purpose[1:]}. The other areas: "
+                 "[contents](../API.md).", ""]
+        for module in by_area[area]:
+            lines += module_section(module, documented, page)
+        pages[page] = _tidy(lines)
+    return {API: _tidy(contents), **pages}
+
+
+def _tidy(lines: list[str]) -> str:
     return re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip() + "\n"
 
 
@@ -214,7 +282,7 @@ def index_markdown() -> str:
 
 def generated() -> dict[Path, str]:
     """Each file ``make docs`` writes and the text the code gives it now."""
-    return {API: api_markdown(),
+    return {**api_pages(),
             INDEX: index_markdown(),
             DOCS / "SPECIMENS.md": results_page.specimens_markdown(),
             ROOT / "RESULTS.md": results_page.results_markdown()}
@@ -268,6 +336,11 @@ def unlisted(texts: dict[Path, str], root: Path) -> list[str]:
             for path in sorted(texts) if path.parent == root / "docs" and path != index and path.name not in PAGES]
 
 
+def _built(path: Path) -> bool:
+    """A page of the reference (``BUILT``), which a clone has none of until ``make docs`` writes it."""
+    return any(path == built or built in path.parents for built in BUILT)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true",
@@ -278,10 +351,11 @@ def main(argv: list[str] | None = None) -> int:
     problems = []
     if args.check:  # a clone has no reference: there is none to be out of date
         problems += [f"{_name(path, ROOT)} is out of date: run make docs" for path in out_of_date
-                     if path.is_file() or path not in BUILT]
+                     if path.is_file() or not _built(path)]
     else:
         for path in out_of_date:
-            write_bytes_atomic(path, pages[path].encode())  # docs/ and the root exist in a clone
+            path.parent.mkdir(exist_ok=True)  # docs/api/, which a clone lacks; docs/ and the root exist
+            write_bytes_atomic(path, pages[path].encode())
         print("written: " + (", ".join(_name(path, ROOT) for path in out_of_date) or "nothing"))
     texts = read_pages(pages, ROOT)
     problems += dead_links(texts, ROOT) + unlisted(texts, ROOT)

@@ -15,14 +15,20 @@ from workbench.train_config import TrainConfig
 
 
 @pytest.fixture(scope="module")
-def api() -> str:
-    return docs.api_markdown()
+def pages() -> dict:
+    return docs.api_pages()
+
+
+@pytest.fixture(scope="module")
+def api(pages) -> str:
+    """The area pages, one after another (the contents page holds no module's section)."""
+    return "\n".join(text for path, text in pages.items() if path != docs.API)
 
 
 def test_the_reference_documents_every_public_name_and_no_private_one(api):
     sections = {s.split("\n", 1)[0]: s for s in api.split("\n## ")[1:]}
     modules = docs.public_modules()
-    assert [m.__name__ for m in modules] == [name for name in sections if name != "Modules"]
+    assert sorted(m.__name__ for m in modules) == sorted(sections) and len(sections) == api.count("\n## ")
     assert "workbench" in sections and "workbench.config" in sections and "workbench.experiments" in sections
     for module in modules:
         names = docs.public_names(module)
@@ -42,6 +48,24 @@ def test_every_config_field_is_documented_in_order(api):
         assert "\n".join(items) in api.split(f"### `{cls.__name__}`", 1)[1]
 
 
+def test_each_area_has_a_page_its_modules_and_the_contents_link_to(pages):
+    """Every public module is on its area's page, and the contents page links each area and each module there."""
+    assert set(pages) == {docs.API, *(docs.area_page(area) for area in docs.AREAS)}
+    for module in docs.public_modules():
+        page = docs.area_page(docs.area_of(module.__name__))
+        assert f"\n## {module.__name__}\n" in pages[page], module.__name__
+        assert f"(api/{page.name}#{module.__name__.replace('.', '')})" in pages[docs.API], module.__name__
+    assert docs.area_of("workbench.schedules.values") == "schedules" and docs.area_of("workbench") == "model"
+    assert docs.area_of("workbench.train_config") == "training" and docs.area_of("workbench.hf.wrapper") == "hf"
+    with pytest.raises(ValueError, match="module_name"):
+        docs.area_of("elsewhere.module")
+
+
+def test_a_name_documented_on_another_page_links_there(pages):
+    """``workbench`` re-exports ``TrainConfig``: its pointer on the model page leads to the training page."""
+    assert "[`workbench.train_config`](training.md#workbenchtrain_config)" in pages[docs.area_page("model")]
+
+
 def test_signatures_read_as_written():
     def f(a: int, *, b: str | None = None) -> list[int]:
         return []
@@ -55,14 +79,14 @@ def test_the_committed_pages_are_what_the_stored_results_write():
     """RESULTS.md and SPECIMENS.md change only with the stored results, the index only with ``docs.PAGES``; the API
     reference is generated on demand (``make docs``, not committed), so a docstring edit is never a test edit."""
     stale = [path.name for path, text in docs.generated().items()
-             if path != docs.API and (not path.is_file() or path.read_text() != text)]
+             if not docs._built(path) and (not path.is_file() or path.read_text() != text)]
     assert not stale, f"{stale} differ from what the code writes: run make docs"
 
 
-def test_every_relative_link_names_a_file_and_every_page_of_docs_is_indexed(api):
+def test_every_relative_link_names_a_file_and_every_page_of_docs_is_indexed(pages):
     """What ``make docs`` fails on besides a stale page, on the pages as committed and the reference as written."""
-    texts = docs.read_pages({docs.API: api, docs.INDEX: docs.index_markdown()}, docs.ROOT)
-    assert {docs.ROOT / "README.md", docs.ROOT / "RESULTS.md", docs.INDEX, docs.API} <= set(texts)
+    texts = docs.read_pages({**pages, docs.INDEX: docs.index_markdown()}, docs.ROOT)
+    assert {docs.ROOT / "README.md", docs.ROOT / "RESULTS.md", docs.INDEX, *pages} <= set(texts)
     assert docs.dead_links(texts, docs.ROOT) + docs.unlisted(texts, docs.ROOT) == []
 
 

@@ -1,5 +1,6 @@
-"""The docs as a reader meets them in JupyterLab: the index of docs/ opens as rendered Markdown, and its link to
-the API reference opens that page, rendered, from a file the server has.
+"""The docs as a reader meets them in JupyterLab: the index of docs/ opens as rendered Markdown, its link to the
+API reference opens that page, rendered, from a file the server has, and the reference's link to an area opens
+that area's page.
 
 JupyterLab opens a ``.md`` file in its text editor; a reader picks Open With > Markdown Preview, the command
 (``markdownviewer:open``) this test runs. Its server serves a copy of docs/ with the reference as ``make docs``
@@ -51,15 +52,18 @@ def lab_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if reason:
         pytest.skip(reason)
     root = tmp_path_factory.mktemp("jupyterlab-docs")
-    shutil.copytree(docs.DOCS, root / "docs")
-    (root / "docs" / docs.API.name).write_text(docs.api_markdown())
+    shutil.copytree(docs.DOCS, root / "docs", ignore=shutil.ignore_patterns(docs.API.name, docs.API_DIR.name))
+    for path, text in docs.api_pages().items():
+        (root / path.relative_to(docs.ROOT)).parent.mkdir(exist_ok=True)
+        (root / path.relative_to(docs.ROOT)).write_text(text)
     return root
 
 
 def headings(markdown: str, level: int) -> list[str]:
     """The text of the Markdown headings of ``level`` (``#`` is 1) outside code blocks, as a reader sees them."""
     prose = re.sub(r"^```.*?^```", "", markdown, flags=re.M | re.S)
-    return [h.replace("`", "").strip() for h in re.findall(rf"^{'#' * level} (.+)$", prose, re.M)]
+    return [re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", h).replace("`", "").strip()
+            for h in re.findall(rf"^{'#' * level} (.+)$", prose, re.M)]
 
 
 def _shown(page: Any, path: str, deadline: driver.Deadline) -> dict[str, Any]:
@@ -69,7 +73,8 @@ def _shown(page: Any, path: str, deadline: driver.Deadline) -> dict[str, Any]:
     return page.evaluate(SHOWN)
 
 
-def test_the_index_opens_rendered_and_its_link_opens_the_api_reference(lab, chromium, browser_budget, lab_root):
+def test_the_index_opens_rendered_and_its_links_open_the_api_reference_and_an_area(lab, chromium, browser_budget,
+                                                                                    lab_root):
     if browser_budget.left() < 20:
         pytest.skip(f"this module's {browser_budget.seconds:.0f} s went to starting JupyterLab and Chromium")
     deadline = driver.Deadline(min(120.0, browser_budget.left()))
@@ -94,5 +99,12 @@ def test_the_index_opens_rendered_and_its_link_opens_the_api_reference(lab, chro
         page.locator(".jp-RenderedMarkdown a[href*='/files/docs/API.md']").first.click(timeout=deadline.ms(30))
         api = _shown(page, "docs/API.md", deadline)
         assert api["headings"] == headings(api_text, 1) + headings(api_text, 2), api["headings"][:5]
+
+        # and its first area's link opens that page of the reference, rendered
+        area = f"docs/api/{next(iter(docs.AREAS))}.md"
+        area_text = (lab_root / area).read_text()
+        page.locator(f".jp-RenderedMarkdown a[href*='/files/{area}']").first.click(timeout=deadline.ms(30))
+        shown = _shown(page, area, deadline)
+        assert shown["headings"] == headings(area_text, 1) + headings(area_text, 2), shown["headings"][:5]
     finally:
         context.close()
