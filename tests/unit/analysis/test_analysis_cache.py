@@ -178,3 +178,25 @@ def test_cache_reads_as_transformerlens_reads_its_cache():
     assert upto[:, 0, 0, 0].tolist() == [value[last, n] for n in ("hook_input", "blocks.0.hook_resid_mid",
                                                                     "blocks.0.hook_resid_post")]
     assert dict(cache.items()).keys() == set(cache) and len(cache) == len(value) // 2
+
+
+def test_pass_k_is_the_same_pass_in_the_cache_in_pass_dynamics_and_in_multipass(fbt_model):
+    """One numbering of passes everywhere: ``cache.pass_(k)``, ``pass_dynamics``' row with ``pass == k`` and
+    ``Multipass(k)`` all mean the k-th pass, the first being the plain one."""
+    from workbench.analysis.fixed_point import pass_dynamics
+
+    idx, training = _idx(), fbt_model.training
+    fbt_model.eval()  # no jitter: every schedule below computes the same passes
+    try:
+        with torch.no_grad():
+            _, cache = run_with_cache(fbt_model, idx, wb.schedules.Multipass(3))
+            dynamics = pass_dynamics(fbt_model, idx, passes=3).set_index("pass")
+            exact = wb.schedules.Sequential().run(fbt_model, idx).memory.double()
+            for k in (1, 2, 3):
+                memory = wb.schedules.Multipass(k).run(fbt_model, idx).memory
+                torch.testing.assert_close(cache.pass_(k)["hook_memory"], memory, rtol=0, atol=1e-12)
+                distance = float(torch.linalg.norm(memory.double() - exact) / torch.linalg.norm(exact))
+                assert dynamics.loc[k, "fixed_point_distance"] == pytest.approx(distance, rel=1e-6), k
+    finally:
+        fbt_model.train(training)
+    assert dynamics.loc[1, "fixed_point_distance"] > dynamics.loc[3, "fixed_point_distance"]
