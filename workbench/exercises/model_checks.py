@@ -291,9 +291,21 @@ def check_hf_fusion(fn: Callable[[Any, torch.Tensor, torch.Tensor], torch.Tensor
         memory = norm(torch.randn(ids.size(0), ids.size(1), width, generator=torch.Generator().manual_seed(5),
                                   dtype=dtype))
         with torch.no_grad():
-            expected = m.mechanism.fuse_input(m.hf.get_input_embeddings()(ids), Feedback(memory))
+            e = m.hf.get_input_embeddings()(ids)
+            expected = m.mechanism.fuse_input(e, Feedback(memory))
             got = fn(m, ids, memory)
+            fusion, rms = m.mechanism.fusion, e.pow(2).mean(dim=-1, keepdim=True).sqrt()
+            slips = [(norm(fusion.W_U(memory) * torch.sigmoid(fusion.W_G(norm(e)))), "it has unit RMS, not the "
+                      "scale of the embedding it replaces: multiply the normed product by rms(e) (an HF stack "
+                      "expects its embedding's raw scale)"),
+                     (norm(fusion.W_U(memory) * torch.sigmoid(fusion.W_G(e))) * rms, "the gate read the raw "
+                      "embedding: W_G reads RMSNorm(e), the embedding normed first (the HF embedding is far from "
+                      "unit scale, so the raw one saturates or flattens the sigmoid)")]
         tol = 1e-8 if dtype == torch.float64 else 1e-5
+        if isinstance(got, torch.Tensor) and got.shape == expected.shape:
+            for wrong, why in slips:
+                if torch.allclose(got.detach().to(wrong.dtype), wrong, atol=tol * max(1.0, float(wrong.abs().max()))):
+                    raise AssertionError(f"fused input: {why}.")
         close(got, expected.to(dtype), "fused input", hint, atol=tol * max(1.0, float(expected.abs().max())))
     passed("your fusion matches the wrapper's GLU fusion"
            + ("" if model is None else " (a tiny GPT-2 and this model)"))

@@ -169,10 +169,10 @@ def read_verdict(interval, expected_sign, *, use_sign=True, use_seeds=True, use_
     return "inconclusive"
 
 
-def hf_fused_input(model, input_ids, memory, *, rescale=True, hf_embedding=True):
+def hf_fused_input(model, input_ids, memory, *, rescale=True, gate_norm=True):
     fusion = model.mechanism.fusion
     e = model.hf.get_input_embeddings()(input_ids)
-    out = norm(fusion.W_U(memory) * torch.sigmoid(fusion.W_G(norm(e))))
+    out = norm(fusion.W_U(memory) * torch.sigmoid(fusion.W_G(norm(e) if gate_norm else e)))
     return out * e.pow(2).mean(dim=-1, keepdim=True).sqrt() if rescale else out
 
 
@@ -248,7 +248,10 @@ SLIPS = {
     "jacobian: transposed": (ex.check_one_step_jacobian, one_step_jacobian, dict(transpose=True), "transpose"),
     "jacobian: at memory 0": (ex.check_one_step_jacobian, one_step_jacobian, dict(at_zero=True), "cache.state"),
     "jacobian: no prefix": (ex.check_one_step_jacobian, one_step_jacobian, dict(plain=True), "KV cache"),
-    "hf: not back at the embedding's scale": (ex.check_hf_fusion, hf_fused_input, dict(rescale=False), "rms\\(e\\)"),
+    "hf: not back at the embedding's scale": (ex.check_hf_fusion, hf_fused_input, dict(rescale=False),
+                                              "unit RMS.*rms\\(e\\)"),
+    "hf: the gate reads the raw embedding": (ex.check_hf_fusion, hf_fused_input, dict(gate_norm=False),
+                                             "gate read the raw embedding"),
     "passes: the plain mean of the counts": (ex.check_mean_passes, mean_passes, dict(weighted=False), "probability"),
     "passes: the deepest count": (ex.check_mean_passes, mean_passes, dict(deepest=True), "deepest pass count"),
     "residual: by the previous pass's norm": (ex.check_residual, residual, dict(by="prev"), "previous pass's norm"),
