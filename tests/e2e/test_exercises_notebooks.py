@@ -55,3 +55,40 @@ def test_exercise_cells_are_stubs_with_the_solution_folded(path):
         assert re.search(rf"^\s*{name} = (wb\.)?ex(ercises)?\.check_\w+\({name}\b", check_cell, re.M), check_cell
         assert shown, f"no folded solution (<details><summary>Solution</summary>) for {name}"
         assert shown.strip() == inspect.getsource(getattr(sol, name)).strip(), f"the folded {name} is not sol.{name}"
+
+
+GRADED_HEADING = re.compile(r"^#+ .*\bExercise \((warm-up|core|stretch)\)", re.M | re.I)
+EXERCISE_HEADING = re.compile(r"^#+ .*\bExercise\b.*$", re.M | re.I)
+
+
+def exercise_headings(path: Path) -> list[str]:
+    """For every exercise check a notebook calls, the heading line that introduces its exercise: the last
+    markdown heading naming an exercise before the check."""
+    cells = json.loads(path.read_text())["cells"]
+    headings = []
+    for i, cell in enumerate(cells):
+        if cell["cell_type"] != "code" or not re.search(r"\bex(ercises)?\.check_\w+\(", "".join(cell["source"])):
+            continue
+        found = [m.group(0) for c in cells[:i] if c["cell_type"] == "markdown"
+                 for m in EXERCISE_HEADING.finditer("".join(c["source"]))]
+        headings.append(found[-1] if found else "")
+    return headings
+
+
+@pytest.mark.parametrize("path", OWNED, ids=[p.name for p in OWNED])
+def test_every_exercise_states_its_grade(path):
+    """Each exercise's heading says its grade, ``Exercise (warm-up|core|stretch): ...``, as a course grades them."""
+    headings = exercise_headings(path)
+    assert len(headings) == len(exercises_in(path))
+    ungraded = [h for h in headings if not GRADED_HEADING.search(h)]
+    assert not ungraded, f"exercises without a grade (warm-up, core or stretch): {ungraded}"
+
+
+def test_the_grade_check_sees_a_missing_grade(tmp_path):
+    notebook = tmp_path / "nb.ipynb"
+    cells = [{"cell_type": "markdown", "source": ["### Exercise (core): one\n"]},
+             {"cell_type": "code", "source": ["x = ex.check_a(x)"]},
+             {"cell_type": "markdown", "source": ["## 2 · More\n", "### Exercise: two\n"]},
+             {"cell_type": "code", "source": ["y = ex.check_b(y)"]}]
+    notebook.write_text(json.dumps({"cells": cells}))
+    assert [bool(GRADED_HEADING.search(h)) for h in exercise_headings(notebook)] == [True, False]
