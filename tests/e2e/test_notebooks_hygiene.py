@@ -96,3 +96,44 @@ def test_markdown_cells_are_at_most_250_words(path):
     long = [(i, len("".join(c["source"]).split())) for i, c in enumerate(json.loads(path.read_text())["cells"])
             if c["cell_type"] == "markdown" and len("".join(c["source"]).split()) > 250]
     assert not long, f"cells (index, words) over 250: {long}"
+
+
+GLOSSARY = re.compile(r"\*\*Glossary\b[^\n]*")
+ENTRY = re.compile(r"^[>\s]*(?:[-*]\s+)?(\*\*|\*)(?P<term>[^*]+?)\1", re.M)
+COURSE = [p for p in NOTEBOOKS if 1 <= int(p.name[:2]) <= 7]
+
+
+def glossary_terms(cell: str) -> list[str]:
+    """The terms a glossary cell defines: each entry's leading bold or italic words (``**a / b**`` is two)."""
+    body = cell[GLOSSARY.search(cell).end():]
+    return [part.strip() for m in ENTRY.finditer(body) for part in m.group("term").split(" / ") if part.strip()]
+
+
+def undefined_use(path: Path) -> tuple[int, list[str]]:
+    """(how many glossary cells the notebook has, the terms its glossary defines that no other cell uses)."""
+    sources = ["".join(c["source"]) for c in json.loads(path.read_text())["cells"]]
+    boxes = [i for i, text in enumerate(sources) if GLOSSARY.search(text)]
+    if len(boxes) != 1:
+        return len(boxes), []
+    others = "\n".join(text for i, text in enumerate(sources) if i != boxes[0]).lower()
+    return 1, [term for term in glossary_terms(sources[boxes[0]]) if term.lower() not in others]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_one_glossary_whose_terms_the_notebook_uses(path):
+    """A course notebook (01-07) has one glossary box, any other at most one, and every term a box defines is used
+    in the notebook's other cells, so the box cannot drift from the text."""
+    boxes, unused = undefined_use(path)
+    assert boxes == 1 if path in COURSE else boxes <= 1, f"{boxes} glossary cells, not one"
+    assert not unused, f"the glossary defines terms no other cell uses: {unused}"
+
+
+def test_the_glossary_check_sees_drift(tmp_path):
+    notebook = tmp_path / "nb.ipynb"
+    cells = [{"cell_type": "markdown", "source": ["> **Glossary.**\n", "> - **KV cache**: kept keys.\n",
+                                                  "> *Pass 2*: fed back.\n", "- **swap / cross**: edits\n"]},
+             {"cell_type": "markdown", "source": ["The KV cache and pass 2; a swap."]}]
+    notebook.write_text(json.dumps({"cells": cells}))
+    assert undefined_use(notebook) == (1, ["cross"])
+    notebook.write_text(json.dumps({"cells": cells + cells[:1]}))
+    assert undefined_use(notebook) == (2, [])
