@@ -11,8 +11,9 @@ import pytest
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("*.ipynb"))
 ABSOLUTE = re.compile(r'(?<![\w.])/(home|root|Users|tmp|work)/')
 OBJECTIVES = re.compile(r"you will learn|you will be able to|objectives", re.IGNORECASE)
-# Where a reader of the repository cannot follow: the project's shared folder, its private notes, a parent folder.
-OUTSIDE = re.compile(r"shared/|seeds/|PAPERS\.md|\.\./")
+# Where a reader of the repository cannot follow: the project's shared folder, its private notes, a parent folder
+# (but the repository's own docs/, which a notebook links as ../docs/PAGE.md).
+OUTSIDE = re.compile(r"shared/|seeds/|PAPERS\.md|\.\./(?!docs/[A-Z_]+\.md\b)")
 WIDGET = "application/vnd.jupyter.widget-view+json"
 def markdown(nb: dict) -> list[str]:
     return ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown"]
