@@ -31,7 +31,14 @@ def steps(base: float, scale: float) -> int:
     return max(2, int(round(base * scale)))
 
 
-SMOKE_EVAL_SIZE = 32
+def curve_every(n_steps: int, marks: int) -> int:
+    """The trainer's ``eval_every`` for ``marks`` held-out evaluations at regular steps. A run too short for them
+    (under 4 steps a mark: the test suite's few-step runs) is evaluated every quarter of its steps instead, the
+    four points a curve's last-quarter reading needs, not at every step."""
+    return max(1, n_steps // marks) if n_steps >= 4 * marks else max(1, n_steps // 4)
+
+
+SMOKE_EVAL_SIZE = 8
 
 
 def eval_size(scale: float) -> int:

@@ -15,7 +15,7 @@ from .. import schedules, tasks
 from ..evaluation import hierarchical_difference, per_example_metrics
 from ..plots import loss_vs_flops
 from ..train import TrainConfig
-from .common import EXACT, budget_runs, last_quarter_improvement, per_seed
+from .common import EXACT, budget_runs, curve_every, last_quarter_improvement, per_seed
 from .core import Context, RunSpec
 
 TEXT = {"seq_len": 128}
@@ -121,7 +121,7 @@ def text_runs(arms: tuple[str, ...], scale: float, seeds: tuple[int, ...] = SEED
     specs = [(f"{arm}_s{seed}", text_config(arm, seed, treatment), EXACT) for seed in seeds for arm in arms]
     runs = budget_runs("text_", specs, BASE_STEPS, scale, reference=text_config("baseline", 0))
     for run in runs:
-        run.train = run.train.replace(eval_every=max(1, run.train.steps // CURVE_MARKS))
+        run.train = run.train.replace(eval_every=curve_every(run.train.steps, CURVE_MARKS))
     return runs
 
 

@@ -43,7 +43,7 @@ from ... import tasks
 from ...checkpoint import load_metrics
 from ...train import TrainConfig
 from .. import fbt_language as lang
-from ..common import EXACT, describe, eval_size, matched_steps, step_flops, steps
+from ..common import EXACT, curve_every, describe, eval_size, matched_steps, step_flops, steps
 from ..core import Context, Extension, Finding, Gate, Outcome, Recipe, RunSpec, lead
 from ..fbt_language import LONG, LONGS, MODEL, PAPER_ARM, STEPS
 from ..pass_mix_study import FEEDBACK_START  # the paper's progressive schedule: the first 20 % of steps plain
@@ -102,7 +102,7 @@ def references(arm: str) -> tuple[str, str]:
 def _config(model: dict[str, Any], n_steps: int, seed: int, **schedule: Any) -> TrainConfig:
     return TrainConfig(task="text", task_params=dict(TEXT), model=dict(model), steps=n_steps, seed=seed,
                        batch_size=BATCH, progress=False, log_every=10, eval_size=CURVE_EVAL_SIZE,
-                       eval_every=max(1, n_steps // CURVE_MARKS), **schedule)
+                       eval_every=curve_every(n_steps, CURVE_MARKS), **schedule)
 
 
 def fbt_config(arm: str, n_steps: int, seed: int) -> TrainConfig:
