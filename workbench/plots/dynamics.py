@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from .base import (
     STYLE,
@@ -73,9 +74,11 @@ def contraction_curves(results: Runs, max_pass: int | None = None, depths: Mappi
     for (label, depth), style in zip((depths or {}).items(), (":", "--", "-.")):
         for ax in axes:
             ax.axvline(depth, color="grey", ls=style, lw=1.2, label=label if ax is axes[0] else None)
-    if last > 10:
-        for ax in axes:
+    for ax in axes:
+        if last > 10:
             log_count_axis(ax, last)
+        else:  # passes are whole: no tick at pass 1.5
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     handles, labels = shared_legend(axes)  # the runs and depths of every panel, and the loss panel's chance line
     if len(runs) > 1 or next(iter(runs)) or depths or chance or ZERO_LABEL in labels:
         fig.legend(handles, labels, fontsize=8, loc="outside right upper")

@@ -125,6 +125,8 @@ def test_contraction_curves_one_line_per_run_on_log_axes(runs):
     assert [list(line.get_ydata()) for line in floor.lines[3:]] == [[3.18, 3.18]]  # the loss panel's chance line
     assert "unigram loss 3.18" in [t.get_text() for t in floor.figure.legends[0].get_texts()]
     cut = plots.contraction_curves(runs["dynamics"]["fbt"].drop(columns="loss"), max_pass=4)
+    cut.canvas.draw()
+    assert all(float(t).is_integer() for ax in cut.axes[:2] for t in ax.get_xticks()), "a pass tick between passes"
     assert len(cut.axes) == 2 and list(cut.axes[0].lines[0].get_xdata()) == [1, 2, 3, 4]
     with pytest.raises(ValueError, match="runs"):
         plots.contraction_curves({})
