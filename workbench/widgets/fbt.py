@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import html
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 
 import ipywidgets as widgets
@@ -111,6 +112,20 @@ def probe_compute(models: Mapping[str, Mapping[str, GPT]], conditions: Sequence[
     return compute
 
 
+MAX_RUNS_SHOWN = 6  # lines a panel can hold and still be read
+
+
+def run_views(names: Sequence[str]) -> dict[str, list[str]]:
+    """The groups of runs a comparison widget offers besides each run: ``all`` where they fit one panel
+    (``MAX_RUNS_SHOWN``), else one group per seed, every arm's run of that seed (``<arm>_s<seed>``; a run without a
+    seed suffix joins each group), so each panel compares the arms at most ``MAX_RUNS_SHOWN`` lines at a time."""
+    if len(names) <= MAX_RUNS_SHOWN:
+        return {"all": list(names)}
+    seeds = {name: m[1] for name in names if (m := re.search(r"_s(\d+)$", name))}
+    return {f"every arm, seed {seed}": [n for n in names if seeds.get(n, seed) == seed]
+            for seed in sorted(set(seeds.values()), key=int)}
+
+
 def pass_window_explorer(dynamics: pd.DataFrame, seq_len: int, from_position: int,
                          depths: Mapping[str, int]) -> Explorer:
     """Slide through the Jacobi passes of several specimens at once, on the positions the claim is about.
@@ -131,14 +146,15 @@ def pass_window_explorer(dynamics: pd.DataFrame, seq_len: int, from_position: in
     check_int("seq_len", seq_len, 2)
     check_int("from_position", from_position, 0, seq_len - 1)
     runs = {name: frame.drop(columns="run") for name, frame in dynamics.groupby("run", sort=False)}
+    views = run_views(list(runs))
     last = int(dynamics["pass"].max())
     controls = {
-        "run": widgets.Dropdown(options=["all", *runs], value="all", description="run"),
+        "run": widgets.Dropdown(options=[*views, *runs], value=next(iter(views)), description="run"),
         "pass_": widgets.IntSlider(value=min(last, 30), min=1, max=last, description="pass", continuous_update=False),
     }
 
     def render(run: str, pass_: int) -> tuple[Figure, str]:
-        shown = runs if run == "all" else {run: runs[run]}
+        shown = {name: runs[name] for name in views[run]} if run in views else {run: runs[run]}
         note = (f"T = {seq_len}; every number over positions t >= {from_position} (not exact by causality "
                 f"before pass {from_position + 1}); pass {pass_}")
         figure = plots.contraction_curves(shown, max_pass=pass_, depths=depths, note=note)

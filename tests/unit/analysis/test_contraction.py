@@ -334,3 +334,19 @@ def test_pass_window_explorer_marks_the_window_and_follows_the_slider(models):
         pass_window_explorer(stacked.drop(columns="run"), T, w, {})
     with pytest.raises(ValueError, match="from_position"):
         pass_window_explorer(stacked, T, T, {})
+
+
+def test_pass_window_explorer_never_draws_more_runs_than_a_panel_holds(models):
+    """Seven runs (three arms of two seeds and an LRT) are shown seed by seed, every arm in each view."""
+    from workbench.widgets.fbt import MAX_RUNS_SHOWN, pass_window_explorer, run_views
+
+    idx, w = _idx(), 3
+    frame = pass_dynamics(models["fbt"], idx, passes=w, targets=torch.roll(idx, -1, dims=1), from_position=w)
+    names = [f"{arm}_s{seed}" for arm in ("a", "b", "c") for seed in (0, 1)] + ["lrt"]
+    explorer = pass_window_explorer(pd.concat([frame.assign(run=n) for n in names]), T, w, {})
+    assert list(explorer.controls["run"].options) == ["every arm, seed 0", "every arm, seed 1", *names]
+    for view in ("every arm, seed 0", "every arm, seed 1"):
+        explorer.controls["run"].value = view
+        lines = [line for line in explorer.figure.axes[1].lines if not line.get_label().startswith("_")]
+        assert len(lines) == 4 <= MAX_RUNS_SHOWN and "lrt" in explorer.summary.value, view
+    assert run_views(names[:2]) == {"all": names[:2]}
