@@ -75,7 +75,7 @@ def budget_runs(prefix: str, specs: list[tuple[str, TrainConfig, dict]], base_st
     first = (specs[0][1] if reference is None else reference).replace(schedule="single", pass_mix=None,
                                                                       steps=steps(base_steps, scale))
     budget = step_flops(first) * first.steps
-    return [RunSpec(f"{prefix}{name}", cfg.replace(steps=matched_steps(cfg, budget)), ev)
+    return [RunSpec(f"{prefix}{name}", cfg.replace(steps=matched_steps(cfg, budget)), ev, eval_size(scale))
             for name, cfg, ev in specs]
 
 

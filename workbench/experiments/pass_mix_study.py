@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 from .. import tasks
 from ..evaluation import hierarchical_difference
 from ..schedules import Multipass
-from .common import FBT_MIX, config, steps
+from .common import FBT_MIX, config, eval_size, steps
 from .core import Context, Gate, Outcome, RunSpec, apply_gates
 
 # One layer: the feedback is the only way a position sees its predecessor's top state, so a model
@@ -60,10 +60,12 @@ JACOBIAN_EXAMPLES = 2
 DECODE_EXAMPLES, DECODE_TOKENS = 4, 1000  # SOFT decoding far past the context: does the carried state stay bounded?
 
 
-def mix_runs(prefix: str, task: str, task_params: dict, n_steps: int, seeds: dict[str, tuple[int, ...]],
-             aux_weight: float = 1.0, model: dict | None = None, batch: int = BATCH) -> list[RunSpec]:
-    """One run per (mix, seed) in ``seeds``: the progressive schedule, jitter (the model's default), prefix mix-in."""
-    runs = []
+def mix_runs(prefix: str, task: str, task_params: dict, base_steps: int, scale: float,
+             seeds: dict[str, tuple[int, ...]], aux_weight: float = 1.0, model: dict | None = None,
+             batch: int = BATCH) -> list[RunSpec]:
+    """One run per (mix, seed) in ``seeds``, ``base_steps`` at ``scale``: the progressive schedule, jitter (the model's
+    default), prefix mix-in."""
+    runs, n_steps = [], steps(base_steps, scale)
     for name, mix_seeds in seeds.items():
         mix = MIXES[name]
         for seed in mix_seeds:
@@ -73,14 +75,15 @@ def mix_runs(prefix: str, task: str, task_params: dict, n_steps: int, seeds: dic
                          prefix_mixin=PREFIX_MIXIN if feedback else 0.0, aux_weight=aux_weight
                          ).replace(batch_size=batch)
             suffix = f"_s{seed}" if len(mix_seeds) > 1 else ""
-            runs.append(RunSpec(f"{prefix}{name}{suffix}", cfg, Multipass(2)))
+            runs.append(RunSpec(f"{prefix}{name}{suffix}", cfg, Multipass(2), eval_size(scale)))
     return runs
 
 
-def cross_run(prefix: str, task: str, task_params: dict, n_steps: int, aux_weight: float = 1.0) -> RunSpec:
+def cross_run(prefix: str, task: str, task_params: dict, base_steps: int, scale: float, aux_weight: float = 1.0
+              ) -> RunSpec:
     """The LRT cross: the FBT recipe's ``CROSS_MIX`` schedule, on an LRT of the same shape."""
-    spec = mix_runs(prefix, task, task_params, n_steps, {CROSS_MIX: (0,)}, aux_weight, LRT_MODEL)[0]
-    return RunSpec(f"{prefix}lrt_{CROSS_MIX}", spec.train, spec.eval_schedule)
+    spec = mix_runs(prefix, task, task_params, base_steps, scale, {CROSS_MIX: (0,)}, aux_weight, LRT_MODEL)[0]
+    return RunSpec(f"{prefix}lrt_{CROSS_MIX}", spec.train, spec.eval_schedule, spec.eval_size)
 
 
 def is_fbt(spec: RunSpec) -> bool:
@@ -110,9 +113,8 @@ STEPS = 28000
 def registers_runs(scale: float) -> list[RunSpec]:
     """The registers setting's runs (``fbt_pass_mixes_registers``): every mix, 2 seeds each, and the LRT cross;
     ``fixed_point_study`` trains from scratch under the same setting and training."""
-    n = steps(STEPS, scale)
-    return [*mix_runs("reg_", "multi_register", REGISTERS, n, {m: SEEDS for m in MIXES}, AUX_WEIGHT),
-            cross_run("reg_", "multi_register", REGISTERS, n, AUX_WEIGHT)]
+    return [*mix_runs("reg_", "multi_register", REGISTERS, STEPS, scale, {m: SEEDS for m in MIXES}, AUX_WEIGHT),
+            cross_run("reg_", "multi_register", REGISTERS, STEPS, scale, AUX_WEIGHT)]
 
 
 @dataclass(frozen=True)

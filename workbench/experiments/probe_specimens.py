@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from .. import tasks
 from ..schedules import Interleaved, Multipass, Single
-from .common import FBT_MIX, config, steps
+from .common import FBT_MIX, config, eval_size, steps
 from .core import EVAL_SEED, RunSpec
 
 PROBE_TASKS = ("completion_tracking", "delayed_memory", "multi_register")
@@ -126,8 +126,9 @@ def arm_steps(task: str, arm: str, scale: float = 1.0) -> int:
 
 def build(scale: float) -> list[RunSpec]:
     runs = [RunSpec(run_name(task, arm, seed), config(task, ARM_MODELS[arm], arm_steps(task, arm, scale), seed,
-                                                      TRAIN_TASK, **ARM_TRAINING[arm]), EVAL_SCHEDULE[arm])
+                                                      TRAIN_TASK, **ARM_TRAINING[arm]), EVAL_SCHEDULE[arm],
+                    eval_size(scale))
             for task in PROBE_TASKS for arm in ARMS for seed in ARM_SEEDS[arm]]
     runs.append(RunSpec("text_fbt", config("text", TEXT_MODEL, steps(TEXT_STEPS, scale), 0, TEXT_TASK,
-                                           **ARM_TRAINING["fbt"]), EVAL_SCHEDULE["fbt"]))
+                                           **ARM_TRAINING["fbt"]), EVAL_SCHEDULE["fbt"], eval_size(scale)))
     return runs

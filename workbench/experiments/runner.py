@@ -119,7 +119,7 @@ def ensure(recipe: str, scale: float | None = None) -> dict[str, Any]:
 
 def smoke_scale() -> float:
     """The scale the test suite runs every recipe at: a few steps each, small evaluations."""
-    return 0.01
+    return 0.001
 
 
 def list_recipes() -> pd.DataFrame:

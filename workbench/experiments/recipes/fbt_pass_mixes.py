@@ -31,7 +31,6 @@ from ... import tasks
 from ...checkpoint import load_metrics
 from .. import fbt_language as lang
 from .. import pass_mix_study as study
-from ..common import steps
 from ..core import Context, Finding, Outcome, Recipe, RunSpec, default_finding
 from ..fbt_language import MODEL as TEXT_MODEL
 from ..fbt_language import pending
@@ -50,7 +49,7 @@ SMOKE_TEXT, SMOKE_MODEL = {"seq_len": 128}, {**TEXT_MODEL, "n_layer": 1, "n_embd
 
 def build(scale: float) -> list[RunSpec]:
     text, model = (TEXT, TEXT_MODEL) if scale >= 1 else (SMOKE_TEXT, SMOKE_MODEL)
-    return mix_runs("mix_", "text", text, steps(STEPS, scale), {m: SEEDS for m in MIXES},
+    return mix_runs("mix_", "text", text, STEPS, scale, {m: SEEDS for m in MIXES},
                     model={**model, "mechanism": "fbt"}, batch=BATCH)
 
 

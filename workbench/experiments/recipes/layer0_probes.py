@@ -323,7 +323,7 @@ def verdicts(trained0: pd.DataFrame, path: pd.DataFrame) -> tuple[str, list[Exte
 def analyze(ctx: Context) -> Outcome:
     from ...plots import layer0_comparison, regularisation_paths, specimen_gates
 
-    table = specimens(ctx, max(32, int(GATE_N * min(1.0, ctx.scale))))
+    table = specimens(ctx, max(8, int(GATE_N * min(1.0, ctx.scale))))
     table.to_csv(ctx.out / "specimens.csv", index=False)
     unigram = tasks.get("text", **TEXT_TASK).unigram_loss()
     text_eval = ctx.per_example["text_fbt"]

@@ -46,7 +46,7 @@ from ...analysis.traces import (
 )
 from ...schedules import Multipass, condition, regime
 from ...stats import MIN_SEEDS
-from ..common import FBT_MIX, SMALL_MODEL, config, describe, steps
+from ..common import FBT_MIX, SMALL_MODEL, config, describe, eval_size, steps
 from ..core import EVAL_SEED, Context, Finding, Gate, Outcome, Recipe, RunSpec, lead
 
 # easier than the default (3 steps, operands <= 99); an operand <= 3 is never written out (42 % of the lines).
@@ -76,8 +76,9 @@ def build(scale: float) -> list[RunSpec]:
     fbt = [RunSpec(f"fbt_s{seed}", config("arith_cot", FBT, steps(TRAIN_STEPS, scale), seed, TASK,
                                            schedule="multipass", pass_mix=FBT_MIX, passes=3, feedback_start=0.3,
                                            prefix_mixin=0.5, prefix_draw="pass"),
-                   Multipass(2)) for seed in SEEDS]
-    return fbt + [RunSpec(f"baseline_s{seed}", config("arith_cot", BASELINE, steps(TRAIN_STEPS, scale), seed, TASK))
+                   Multipass(2), eval_size(scale)) for seed in SEEDS]
+    return fbt + [RunSpec(f"baseline_s{seed}", config("arith_cot", BASELINE, steps(TRAIN_STEPS, scale), seed, TASK),
+                                                    eval_size=eval_size(scale))
                   for seed in BASELINE_SEEDS]
 
 
