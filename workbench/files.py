@@ -6,6 +6,7 @@ summary build on.
 
 from __future__ import annotations
 
+import csv
 import errno
 import json
 import math
@@ -159,6 +160,12 @@ def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def write_csv(path: str | os.PathLike, table: Any) -> None:
+    """A pandas ``table`` as CSV at ``path``, written whole or not at all. Every string is quoted: unquoted, a
+    carriage return inside generated text (a byte model writes them) reads back as a row break."""
+    write_bytes_atomic(path, table.to_csv(index=False, quoting=csv.QUOTE_NONNUMERIC).encode())
 
 
 def write_json_atomic(path: str | os.PathLike, data: Any) -> None:

@@ -8,13 +8,14 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..files import write_csv
 from .options import check_out_dir, non_negative_int, positive_int
 from .runs import checkpoint_task
 
 
 def _write(table: pd.DataFrame, figure, out: str, stem: str) -> None:
     Path(out).mkdir(parents=True, exist_ok=True)
-    table.to_csv(Path(out) / f"{stem}.csv", index=False)
+    write_csv(Path(out) / f"{stem}.csv", table)
     figure.savefig(Path(out) / f"{stem}.png", dpi=110, bbox_inches="tight")
     print(f"wrote {Path(out) / stem}.csv and .png")
 

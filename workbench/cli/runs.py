@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import schedules
+from ..files import write_csv
 from .options import parse_key_values
 
 RUN_DIR = "a run directory (what `train --out DIR` writes: DIR/checkpoint inside)"
@@ -268,7 +269,7 @@ def probe_source(task, n: int | None, labels_path: str | None, seed: int, out: s
     batch = text_windows(task, n, seed)
     examples = Path(out) / "probe_examples.csv"
     Path(out).mkdir(parents=True, exist_ok=True)
-    pd.DataFrame({"example": range(n), "text": batch.texts, "label": labels}).to_csv(examples, index=False)
+    write_csv(examples, pd.DataFrame({"example": range(n), "text": batch.texts, "label": labels}))
     if labels is None:
         raise ValueError(f"--labels is required: task {task.name} provides no labels; label the {n} examples written "
                          f"to {examples}, one integer per line, and pass --labels PATH")

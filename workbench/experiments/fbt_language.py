@@ -14,7 +14,6 @@ recipes (``fbt_regimes``, ``fbt_prefill_gain``, ``fbt_fixed_point_text``) compar
 from __future__ import annotations
 
 import dataclasses
-import io
 import json
 import math
 from collections.abc import Mapping
@@ -29,7 +28,7 @@ from .. import schedules
 from ..checkpoint import load_checkpoint
 from ..decode import generate
 from ..evaluation import per_example_metrics
-from ..files import write_bytes_atomic
+from ..files import write_csv
 from ..model import GPT
 from ..stats import bootstrap
 from ..tasks import Batch
@@ -241,13 +240,6 @@ def collect_scores(ctx: Context, arm_of) -> pd.DataFrame:
     scores.insert(1, "arm", scores["run"].map(arm_of))
     write_csv(path, scores)
     return scores
-
-
-def write_csv(path: Path, table: pd.DataFrame) -> None:
-    """``table`` as CSV at ``path``, written whole or not at all (a reader never sees half a table)."""
-    buffer = io.StringIO()
-    table.to_csv(buffer, index=False)
-    write_bytes_atomic(path, buffer.getvalue().encode())
 
 
 def bars(ctx: Context, long: pd.DataFrame, title: str):

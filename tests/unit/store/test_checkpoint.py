@@ -253,3 +253,12 @@ def test_an_atomically_written_file_has_the_permissions_a_plain_write_leaves(tmp
     files.write_bytes_atomic(tmp_path / "summary.json", b"{}")
     assert (tmp_path / "summary.json").stat().st_mode & 0o777 == 0o640
     assert (tmp_path / "summary.json").read_bytes() == b"{}" and sorted(os.listdir(tmp_path)) == ["summary.json"]
+
+
+def test_a_csv_table_of_generated_text_reads_back_row_for_row(tmp_path):
+    """A byte model's continuation may hold a carriage return; unquoted, pandas reads it back as a row break."""
+    import pandas as pd
+
+    table = pd.DataFrame({"arm": ["a", "b"], "text": ["x\ry\x0c\"z,", "\n\r\n"], "value": [1.5, 2]})
+    files.write_csv(tmp_path / "t.csv", table)
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "t.csv"), table)

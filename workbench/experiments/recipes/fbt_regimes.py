@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ...files import write_csv
 from .. import fbt_language as lang
 from ..common import describe
 from ..core import Context, Extension, Finding, Outcome, Recipe, RunSpec, lead
@@ -65,8 +66,8 @@ def analyze(ctx: Context) -> Outcome:
                 "; ".join(describe(f"{arm} {label} - STANDARD", gaps[r], "bits/byte") for r, label in REGIMES.items())
                 + "; " + describe(f"{arm} pass 2 - pass 1", used, "bits/byte")))
     table = pd.DataFrame(rows)
-    lang.write_csv(ctx.out / "continuations.csv",
-                   lang.specimen_continuations(ctx.out.parent, lang.feedback_arms(scores)))
+    write_csv(ctx.out / "continuations.csv",
+              lang.specimen_continuations(ctx.out.parent, lang.feedback_arms(scores)))
     paper = regime_gaps(scores, PAPER_ARM)
     used = lang.feedback_used(scores, PAPER_ARM)
     number = "; ".join([*(describe(f"{PAPER_ARM} {label} - STANDARD", paper[r], "bits/byte")
