@@ -259,12 +259,12 @@ def _kept_positions(positions: Sequence[int] | torch.Tensor | None, B: int, T: i
 
 
 @torch.no_grad()
-def run_with_cache(model: GPT, idx: torch.Tensor, schedule: str | schedules.Schedule = "single", *, passes: int = 2,
-                   subsets: int = 2, block: int = 32, plain_prefix: int | torch.Tensor = 0,
+def run_with_cache(model: GPT, idx: torch.Tensor, schedule: str | schedules.Schedule = "single", *,
+                   plain_prefix: int | torch.Tensor = 0,
                    names_filter: NamesFilter = residual_stream, positions: Sequence[int] | torch.Tensor | None = None,
                    progress: bool | None = None) -> tuple[schedules.ScheduleOutput, ActivationCache]:
-    """Run ``schedule`` (a ``Schedule`` value, or a name with its keyword) on ``idx`` and cache the selected
-    activations of every pass.
+    """Run ``schedule`` (a ``Schedule`` value, its JSON form, or a name for its defaults) on ``idx`` and cache the
+    selected activations of every pass.
 
     ``positions``: None keeps every position; a 1-D list keeps those positions of every example (entries
     (B, K, ...)); a (B, 1) column keeps one position per example (entries (B, ...)). ``progress``: a tqdm bar
@@ -277,7 +277,7 @@ def run_with_cache(model: GPT, idx: torch.Tensor, schedule: str | schedules.Sche
     check_tokens(model.config.vocab_size, idx)
     if progress is not None and not isinstance(progress, bool):
         raise ValueError(f"progress={progress!r} is invalid: must be None, True or False")
-    value = schedules.parse(schedule, passes=passes, subsets=subsets, block=block)
+    value = schedules.parse(schedule)
     B, T = idx.shape
     keep, per_example = _kept_positions(positions, B, T)
     names = _select_names(model, names_filter)

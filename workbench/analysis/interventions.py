@@ -125,12 +125,11 @@ def feedback_hooks(model: GPT, fwd_hooks: Mapping[str, EditFn] | Sequence[tuple[
 
 # ------------------------------------------------------------------------------------------ runs
 def run_schedule(schedule: str | schedules.Schedule = "sequential", regime: str | None = None,
-                 prompt_len: int | None = None, prefill_passes: int = 1, T: int | None = None,
-                 **knobs: int) -> schedules.Schedule:
-    """The one value a run computes: the schedule (a value, or a name with its knob from ``knobs``), or the
+                 prompt_len: int | None = None, prefill_passes: int = 1, T: int | None = None) -> schedules.Schedule:
+    """The one value a run computes: the schedule (a value, its JSON form, or a name for its defaults), or the
     decoding ``regime`` teacher-forced on a prompt of ``prompt_len`` tokens (``schedules.regime``)."""
     if regime is None:
-        return schedules.parse(schedule, **knobs)
+        return schedules.parse(schedule)
     if regime not in schedules.REGIMES:
         raise ValueError(f"regime={regime!r} is invalid: must be None (a schedule) or one of {schedules.REGIMES}")
     if prompt_len is None:
@@ -142,9 +141,9 @@ def run_schedule(schedule: str | schedules.Schedule = "sequential", regime: str 
 
 def run_logits(model: GPT, idx: torch.Tensor, *, schedule: str | schedules.Schedule = "sequential",
                regime: str | None = None,
-               prompt_len: int | None = None, prefill_passes: int = 1, passes: int = 2, subsets: int = 2,
-               block: int = 32, plain_prefix: int | torch.Tensor = 0) -> torch.Tensor:
-    """Logits (B, T, V) of ``idx`` under a schedule (a value, or a name with its knob), or teacher-forced
+               prompt_len: int | None = None, prefill_passes: int = 1, plain_prefix: int | torch.Tensor = 0
+               ) -> torch.Tensor:
+    """Logits (B, T, V) of ``idx`` under a schedule (``run_schedule``'s forms), or teacher-forced
     under a decoding ``regime``.
 
     A regime computes what ``generate(idx[:, :prompt_len], regime=...)`` computes on the continuation
@@ -155,15 +154,13 @@ def run_logits(model: GPT, idx: torch.Tensor, *, schedule: str | schedules.Sched
     ``T - p`` steps.
     """
     check_tokens(model.config.vocab_size, idx)
-    value = run_schedule(schedule, regime, prompt_len, prefill_passes, idx.size(1), passes=passes, subsets=subsets,
-                         block=block)
+    value = run_schedule(schedule, regime, prompt_len, prefill_passes, idx.size(1))
     with eval_mode(model), torch.no_grad():
         return value.run(model, idx, plain_prefix).logits
 
 
 def reads_memory(idx: torch.Tensor, *, schedule: str | schedules.Schedule = "sequential", regime: str | None = None,
-                 prompt_len: int | None = None, block: int = 32, plain_prefix: int | torch.Tensor = 0,
-                 **_: Any) -> torch.Tensor:
+                 prompt_len: int | None = None, plain_prefix: int | torch.Tensor = 0, **_: Any) -> torch.Tensor:
     """(B, T) bool: the (example, position) pairs that read memory in the final result of a run
     (``Schedule.reads``).
 
@@ -172,7 +169,7 @@ def reads_memory(idx: torch.Tensor, *, schedule: str | schedules.Schedule = "seq
     the first (the prompt in its later passes).
     """
     B, T = idx.shape
-    value = run_schedule(schedule, regime, prompt_len, T=T, block=block)
+    value = run_schedule(schedule, regime, prompt_len, T=T)
     return value.reads(B, T, plain_prefix, idx.device)
 
 

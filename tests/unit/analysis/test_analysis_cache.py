@@ -20,10 +20,10 @@ def _idx(T=8, B=2):
     return torch.randint(0, 23, (B, T), generator=torch.Generator().manual_seed(1))
 
 
-@pytest.mark.parametrize("schedule,n_passes", [("single", 1), ("multipass", 3), ("sequential", 1),
-                                               ("interleaved", 2), ("blockwise", 1)])
+@pytest.mark.parametrize("schedule,n_passes", [("single", 1), (wb.schedules.Multipass(3), 3), ("sequential", 1),
+                                               (wb.schedules.Interleaved(3), 2), (wb.schedules.Blockwise(3), 1)])
 def test_passes_are_grouped_by_schedule(fbt_model, schedule, n_passes):
-    out, cache = run_with_cache(fbt_model, _idx(), schedule, passes=3, subsets=3, block=3)
+    out, cache = run_with_cache(fbt_model, _idx(), schedule)
     assert cache.n_passes == n_passes
     resid = cache.accumulated_resid()
     assert resid.shape == (4, 2, 8, 32) and not torch.isnan(resid).any()
@@ -33,15 +33,15 @@ def test_passes_are_grouped_by_schedule(fbt_model, schedule, n_passes):
 def test_a_schedule_value_caches_what_its_string_form_caches(fbt_model):
     idx = _idx()
     out, cache = run_with_cache(fbt_model, idx, wb.schedules.Interleaved(3))
-    ref_out, ref = run_with_cache(fbt_model, idx, "interleaved", subsets=3)
+    ref_out, ref = run_with_cache(fbt_model, idx, wb.schedules.Interleaved(3))
     assert cache.schedule == "interleaved" and cache.n_passes == ref.n_passes
     assert torch.equal(out.logits, ref_out.logits) and torch.equal(cache["hook_memory"], ref["hook_memory"])
 
 
 def test_the_default_caches_the_residual_stream_and_none_every_hook_but_patterns(fbt_model):
     idx = _idx()
-    _, residual = run_with_cache(fbt_model, idx, "multipass", passes=2)
-    _, everything = run_with_cache(fbt_model, idx, "multipass", passes=2, names_filter=None)
+    _, residual = run_with_cache(fbt_model, idx, wb.schedules.Multipass(2))
+    _, everything = run_with_cache(fbt_model, idx, wb.schedules.Multipass(2), names_filter=None)
     assert set(residual.keys()) == {n for n in everything.keys() if wb.analysis.cache.residual_stream(n)}
     assert "blocks.0.hook_resid_post" in residual.keys() and "hook_memory" in residual.keys()
     assert "blocks.0.attn.hook_k" not in residual.keys() and "blocks.0.attn.hook_k" in everything.keys()
@@ -53,8 +53,8 @@ def test_the_default_caches_the_residual_stream_and_none_every_hook_but_patterns
 def test_exact_schedules_cache_the_same_states(fbt_model):
     idx = _idx()
     _, seq = run_with_cache(fbt_model, idx, "sequential", names_filter=None)
-    _, mp = run_with_cache(fbt_model, idx, "multipass", passes=8, names_filter=None)
-    _, il = run_with_cache(fbt_model, idx, "interleaved", subsets=8, names_filter=None)
+    _, mp = run_with_cache(fbt_model, idx, wb.schedules.Multipass(8), names_filter=None)
+    _, il = run_with_cache(fbt_model, idx, wb.schedules.Interleaved(8), names_filter=None)
     for name in ("hook_input", "blocks.2.hook_resid_post", "blocks.1.attn.hook_k"):
         torch.testing.assert_close(mp[name], seq[name], rtol=0, atol=1e-11)
         torch.testing.assert_close(il[name], seq[name], rtol=0, atol=1e-11)
@@ -66,7 +66,7 @@ def test_exact_schedules_cache_the_same_states(fbt_model):
 def test_patterns_only_on_request_and_padded_for_sequential(fbt_model):
     _, cache = run_with_cache(fbt_model, _idx(), "single")
     assert not any(k.endswith("hook_pattern") for k in cache.keys())
-    _, full = run_with_cache(fbt_model, _idx(), "multipass", passes=8, names_filter="blocks.0.attn.hook_pattern")
+    _, full = run_with_cache(fbt_model, _idx(), wb.schedules.Multipass(8), names_filter="blocks.0.attn.hook_pattern")
     _, seq = run_with_cache(fbt_model, _idx(), "sequential", names_filter=["blocks.0.attn.hook_pattern"])
     assert full.keys() == ["blocks.0.attn.hook_pattern"]
     torch.testing.assert_close(seq["blocks.0.attn.hook_pattern"], full["blocks.0.attn.hook_pattern"],
@@ -75,8 +75,8 @@ def test_patterns_only_on_request_and_padded_for_sequential(fbt_model):
 
 def test_position_filters(fbt_model):
     idx = _idx()
-    _, full = run_with_cache(fbt_model, idx, "interleaved", subsets=3)
-    _, some = run_with_cache(fbt_model, idx, "interleaved", subsets=3, positions=[1, 6])
+    _, full = run_with_cache(fbt_model, idx, wb.schedules.Interleaved(3))
+    _, some = run_with_cache(fbt_model, idx, wb.schedules.Interleaved(3), positions=[1, 6])
     torch.testing.assert_close(some["blocks.1.hook_resid_post"], full["blocks.1.hook_resid_post"][:, [1, 6]])
     where = torch.tensor([5, 2])
     _, one = run_with_cache(fbt_model, idx, "sequential", positions=where[:, None],
@@ -91,9 +91,9 @@ def test_one_positions_parameter_takes_shared_positions_or_one_per_example(fbt_m
     """A 1-D list is kept for every example, a (B, 1) column is each example's own position: two examples and
     two positions, [5, 2] and [[5], [2]], do not read alike."""
     idx = _idx()
-    _, full = run_with_cache(fbt_model, idx, "multipass", passes=2)
-    _, shared = run_with_cache(fbt_model, idx, "multipass", passes=2, positions=[5, 2])
-    _, own = run_with_cache(fbt_model, idx, "multipass", passes=2, positions=[[5], [2]])
+    _, full = run_with_cache(fbt_model, idx, wb.schedules.Multipass(2))
+    _, shared = run_with_cache(fbt_model, idx, wb.schedules.Multipass(2), positions=[5, 2])
+    _, own = run_with_cache(fbt_model, idx, wb.schedules.Multipass(2), positions=[[5], [2]])
     name = "blocks.0.hook_resid_post"
     torch.testing.assert_close(shared[name], full[name][:, [5, 2]], rtol=0, atol=0)
     torch.testing.assert_close(own[name], full[name][torch.arange(2), torch.tensor([5, 2])], rtol=0, atol=0)
@@ -101,11 +101,11 @@ def test_one_positions_parameter_takes_shared_positions_or_one_per_example(fbt_m
 
 
 def test_progress_bar_on_request_and_silent_by_default(fbt_model, capsys):
-    run_with_cache(fbt_model, _idx(), "multipass", passes=3)
+    run_with_cache(fbt_model, _idx(), wb.schedules.Multipass(3))
     assert capsys.readouterr().err == ""
-    run_with_cache(fbt_model, _idx(), "multipass", passes=3, progress=True)
+    run_with_cache(fbt_model, _idx(), wb.schedules.Multipass(3), progress=True)
     assert "3/3" in capsys.readouterr().err  # one forward per pass of the three
-    run_with_cache(fbt_model, _idx(), "multipass", passes=3, progress=False)
+    run_with_cache(fbt_model, _idx(), wb.schedules.Multipass(3), progress=False)
     assert capsys.readouterr().err == ""
     with pytest.raises(ValueError, match="progress"):
         run_with_cache(fbt_model, _idx(), progress="yes")
@@ -113,7 +113,7 @@ def test_progress_bar_on_request_and_silent_by_default(fbt_model, capsys):
 
 def test_gates_are_cached_for_lrt():
     model = perturbed_model(small_config("lrt"))
-    _, cache = run_with_cache(model, _idx(), "multipass", passes=2, names_filter=lambda n: n.endswith("hook_gate"))
+    _, cache = run_with_cache(model, _idx(), wb.schedules.Multipass(2), names_filter=lambda n: n.endswith("hook_gate"))
     assert cache["blocks.0.attn.hook_gate"].shape == (2, 8, 2, 4, 1)
     assert torch.all((cache["blocks.0.attn.hook_gate"] > 0) & (cache["blocks.0.attn.hook_gate"] < 2))
 
@@ -127,7 +127,7 @@ def test_bad_filters_are_refused(fbt_model):
 
 
 def test_cache_leaves_no_hooks_behind(fbt_model):
-    run_with_cache(fbt_model, _idx(), "multipass", passes=2)
+    run_with_cache(fbt_model, _idx(), wb.schedules.Multipass(2))
     assert not any(m._forward_hooks for m in fbt_model.modules())
     assert isinstance(wb.schedules.Single().run(fbt_model, _idx()).logits, torch.Tensor)
 

@@ -81,12 +81,12 @@ def test_an_intervention_where_no_memory_is_read_changes_nothing(model, run):
     assert not torch.allclose(iv.intervene(model, idx, iv.Intervention("zero"), reading, **RUNS[run]), clean)
 
 
-def test_a_schedule_value_runs_and_reads_as_its_string_form(model):
+def test_a_schedule_value_runs_and_reads_as_its_json_form(model):
     idx = _tokens(5)
-    for value, named in ((wb.schedules.Blockwise(3), {"schedule": "blockwise", "block": 3}),
-                         (wb.schedules.Multipass(2), {"schedule": "multipass", "passes": 2})):
-        assert torch.equal(iv.run_logits(model, idx, schedule=value), iv.run_logits(model, idx, **named))
-        assert torch.equal(iv.reads_memory(idx, schedule=value), iv.reads_memory(idx, **named))
+    for value in (wb.schedules.Blockwise(3), wb.schedules.Multipass(2)):
+        logits = iv.run_logits(model, idx, schedule=value)
+        assert torch.equal(logits, iv.run_logits(model, idx, schedule=value.to_dict()))
+        assert torch.equal(iv.reads_memory(idx, schedule=value), iv.reads_memory(idx, schedule=value.to_dict()))
 
 
 def test_ablation_under_sequential_equals_ablation_under_multipass_T(model):
@@ -95,8 +95,8 @@ def test_ablation_under_sequential_equals_ablation_under_multipass_T(model):
         for intervention in (iv.Intervention("zero"), iv.Intervention("mean"), iv.Intervention("patch", source=source),
                              iv.Intervention("patch", rows=torch.tensor([2, 0, 1]))):
             exact = iv.intervene(model, idx, intervention, 4, site, schedule="sequential")
-            jacobi = iv.intervene(model, idx, intervention, 4, site, schedule="multipass", passes=T)
-            gauss_seidel = iv.intervene(model, idx, intervention, 4, site, schedule="interleaved", subsets=T)
+            jacobi = iv.intervene(model, idx, intervention, 4, site, schedule=wb.schedules.Multipass(T))
+            gauss_seidel = iv.intervene(model, idx, intervention, 4, site, schedule=wb.schedules.Interleaved(T))
             torch.testing.assert_close(jacobi, exact, rtol=0, atol=1e-10)
             torch.testing.assert_close(gauss_seidel, exact, rtol=0, atol=1e-10)
             assert not torch.allclose(exact[:, 4:], iv.run_logits(model, idx)[:, 4:])

@@ -127,7 +127,7 @@ def test_analysis_under_bf16_autocast():
     model = wb.build_model(cfg).eval()
     idx = _tokens(cfg)
     with autocast():
-        _, cache = run_with_cache(model, idx, "multipass", passes=2)
+        _, cache = run_with_cache(model, idx, wb.schedules.Multipass(2))
         dynamics = pass_dynamics(model, idx, passes=3, targets=_tokens(cfg, seed=1))
     assert cache.n_passes == 2 and torch.isfinite(cache["hook_input"]).all()
     assert dynamics["loss"].notna().all() and dynamics["fixed_point_distance"].notna().all()

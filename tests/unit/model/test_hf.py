@@ -149,7 +149,7 @@ def test_generate_takes_hugging_face_arguments(hf_dirs, family):
 def test_run_with_cache_reads_every_depth_and_pass(hf_dirs, family):
     model, idx = load(hf_dirs, family), tokens()
     L = model.config.n_layer
-    out, cache = run_with_cache(model, idx, schedule="multipass", passes=3)
+    out, cache = run_with_cache(model, idx, wb.schedules.Multipass(3))
     assert cache.n_passes == 3
     assert {"hook_embed", "hook_input", "hook_memory", "hook_final", "blocks.0.hook_resid_pre"} <= set(cache.keys())
     assert cache.accumulated_resid().shape == (L + 1, 2, idx.size(1), 16)
