@@ -36,8 +36,9 @@ VARIANTS = {
     "lrt per-layer mid": dict(mechanism="lrt", lrt_source_layer=1, lrt_projection="per_layer"),
     "fbt": dict(mechanism="fbt", tie_embeddings=True),
 }
-SCHEDULE_KW = {"single": {}, "sequential": {}, "multipass": {"passes": 2}, "interleaved": {"subsets": 2},
-               "blockwise": {"block": 16}, "fixed_point": {"passes": 4}}
+SCHEDULE_VALUES = {"single": wb.schedules.Single(), "sequential": wb.schedules.Sequential(),
+                   "multipass": wb.schedules.Multipass(2), "interleaved": wb.schedules.Interleaved(2),
+                   "blockwise": wb.schedules.Blockwise(16), "fixed_point": wb.schedules.FixedPoint(4)}
 
 
 class Report:
@@ -102,7 +103,7 @@ def check_bf16_training(report: Report, device: torch.device) -> None:
             opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
             idx = torch.randint(0, model.config.vocab_size, (4, 32), device=device)
             with torch.autocast(device.type, dtype=torch.bfloat16):
-                loss = wb.schedules.parse(schedule, **SCHEDULE_KW[schedule]).run(model, idx).loss(idx.roll(-1, 1))
+                loss = SCHEDULE_VALUES[schedule].run(model, idx).loss(idx.roll(-1, 1))
             loss.backward()
             opt.step()
             finite = bool(torch.isfinite(loss)) and all(bool(torch.isfinite(p).all()) for p in model.parameters())

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -25,15 +24,15 @@ from .tasks.base import Batch
 
 @torch.no_grad()
 def per_example_metrics(model: GPT, batch: Batch, schedule: str | schedules.Schedule = "single",
-                        batch_size: int = 64, plain_prefix: int = 0, **schedule_kw: Any) -> pd.DataFrame:
+                        batch_size: int = 64, plain_prefix: int = 0) -> pd.DataFrame:
     """One row per example: ``nats`` (summed loss over its targets), ``targets``, ``correct`` (argmax
     hits), ``loss`` (mean nats per target), ``accuracy``, ``answer_correct`` (every target right).
 
-    ``schedule``: a ``Schedule`` value (what ``RunSpec.eval_schedule`` holds), or a name with its keyword
-    arguments (the CLI form), parsed once. Runs in eval mode (no FBT jitter) and restores the caller's mode;
+    ``schedule``: a ``Schedule`` value (what ``RunSpec.eval_schedule`` holds), its JSON form or a name for its
+    defaults, parsed once. Runs in eval mode (no FBT jitter) and restores the caller's mode;
     ``batch_size`` bounds memory.
     """
-    value = schedules.parse(schedule, **schedule_kw)
+    value = schedules.parse(schedule)
     rows = []
     device = next(model.parameters()).device
     with eval_mode(model):

@@ -211,7 +211,7 @@ class _Run:
         # wall and CPU seconds of this process's steps, each carried across a resume (a resumed run's CPU time
         # counts every part, not only the last process's)
         self.step, self.tokens, self.flops, self.seconds, self.cpu_seconds = 0, 0, 0.0, 0.0, 0.0
-        self.schedule = cfg.schedule_value()
+        self.schedule = cfg.schedule
         # compiled: one graph per (schedule, pass count, train/eval mode), each traced on first use
         self.schedule_fn = torch.compile(schedules.run) if cfg.compile else schedules.run
 

@@ -7,13 +7,14 @@ the history of one experiment.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
 from .config import JSONMixin, ModelConfig
-from .schedules import SCHEDULES, Schedule, parse
-from .validation import MAX_COUNT, check_choice, check_float, check_int, fail
+from .schedules import SCHEDULES, Schedule, Single, parse
+from .validation import check_choice, check_float, check_int, fail
 
 OPTIMIZERS = ("muon", "adamw")
 LR_SCHEDULES = ("wsd", "cosine", "constant")
@@ -27,8 +28,6 @@ RUNTIME_FIELDS = ("out_dir", "resume", "device", "progress", "budget_flops", "co
                   "checkpoint_every")
 # Set from the task, never by the user.
 TASK_MODEL_FIELDS = ("vocab_size", "seq_len")
-# Fields that left the config, with the value that meant "off": configs stored before (run directories,
-# shipped checkpoints' metrics.json) still read, as the same run, when they hold that value.
 
 
 @dataclass
@@ -49,27 +48,19 @@ class TrainConfig(JSONMixin):
         model: ``ModelConfig`` fields as a dict, except ``vocab_size`` and ``seq_len`` (the task's).
             Checked through ``ModelConfig`` at once and stored as it normalised them; empty means
             ``ModelConfig``'s defaults.
-        schedule: How a training batch is computed: one of ``schedules.SCHEDULES`` (``"single"``,
-            ``"sequential"``, ``"multipass"``, ``"interleaved"``, ``"blockwise"``, ``"fixed_point"``) or a
-            schedule value, stored as this string and the fields below. ``"single"`` (default) reads no
-            memory: the baseline's training.
-        passes: ``"multipass"``: passes per batch (FBT's training); ``"fixed_point"``: the most Jacobi
-            passes. An int in [1, 1e6]; also the evaluation depth when ``pass_mix`` is set. 2 is the
-            shortest depth at which memory is read.
-        subsets: ``"interleaved"``: strided subsets S (LRT's training), an int in [1, 1e6]; 2 is the
-            paper's; S = seq_len is exact.
-        block: ``"blockwise"``: block length, an int in [1, 1e6]; 1 is sequential, seq_len is single-pass.
-        pass_mix: ``"multipass"`` only: ``{passes: probability}`` drawn per step (probabilities in (0, 1]
-            summing to 1), e.g. FBT's ``{1: .75, 2: .22, 3: .03}``; None (default) runs ``passes`` every step.
+        schedule: How a training batch is computed: a training schedule value (``Single()``, ``Sequential()``,
+            ``Multipass(K, aux_weight)``, ``Interleaved(S)``, ``Blockwise(B)``, ``FixedPoint(K, aux_weight, tol)``
+            or FBT's ``PassMix.of({1: .75, 2: .22, 3: .03}, aux_weight, passes)``, one depth drawn per step), its
+            JSON form (``to_dict``, as ``train_config.json`` stores it) or a bare name for its defaults.
+            ``Single()`` (default) reads no memory: the baseline's training. A multi-pass objective is
+            ``NTP_1 + aux_weight * mean_{k>=2} NTP_k``.
         feedback_start: Fraction of the steps trained single-pass before the schedule starts, a float in
             [0, 1) (progressive training); 0 (default) uses the schedule from the first step.
         prefix_mixin: Fraction of sequences given a random plain prefix (positions that read no memory) in
             passes after the first, a float in [0, 1]; FBT trains with it so a model also works from a
             plain prompt. 0 (default): none.
         prefix_draw: ``"sequence"`` (default): one prefix per sequence, shared by its passes; ``"pass"``: a
-            fresh draw in every pass after the first (``"multipass"`` only; the FBT paper's wording).
-        aux_weight: Multi-pass objective ``NTP_1 + aux_weight * mean_{k>=2} NTP_k``, a float in [0, 1e6];
-            1 (default) weighs the later passes as much as the first.
+            fresh draw in every pass after the first (multipass and pass mixes only; the FBT paper's wording).
         steps: Optimiser steps, an int >= 1.
         batch_size: Sequences per optimiser step over all processes and micro-batches, an int >= 1.
         grad_accum: Micro-batches per process per step, an int in [1, batch_size] that divides it: a memory
@@ -120,17 +111,13 @@ class TrainConfig(JSONMixin):
     # --- model: ModelConfig fields except vocab_size and seq_len, which the task sets ---
     model: dict[str, Any] = field(default_factory=dict)
     # --- schedule ---
-    schedule: str = "single"  # one of schedules.SCHEDULES, or a Schedule value (stored as these string fields)
-    passes: int = 2  # multipass: passes per batch (also the eval depth when pass_mix is set)
-    subsets: int = 2  # interleaved: strided subsets
-    block: int = 32  # blockwise: block length
-    pass_mix: dict[int, float] | None = None  # multipass {passes: prob}, e.g. FBT {1: .75, 2: .22, 3: .03}
+    # a training schedule value (its JSON form or a bare name are read into one)
+    schedule: Schedule = field(default_factory=Single)
     feedback_start: float = 0.0  # fraction of the steps trained single-pass before the schedule (progressive)
     prefix_mixin: float = 0.0  # fraction of sequences given a random plain prefix in passes after the first
     # "sequence": one prefix per sequence, shared by its passes; "pass": a fresh draw in every pass after the
     # first (multipass only; the FBT paper's wording, arXiv 2608.08888)
     prefix_draw: str = "sequence"
-    aux_weight: float = 1.0  # multipass: lambda in NTP_1 + lambda * mean_{k>=2} NTP_k
     # --- optimisation ---
     steps: int = 200  # optimiser steps
     batch_size: int = 32  # sequences per optimiser step, over all processes and micro-batches
@@ -175,21 +162,15 @@ class TrainConfig(JSONMixin):
         if not isinstance(self.task_params, dict) or not all(isinstance(k, str) for k in self.task_params):
             fail(f"{c}.task_params", self.task_params, "must be a dict with string keys")
         self._check_model(c)
-        self._unpack_schedule(c)
-        check_choice(f"{c}.schedule", self.schedule, SCHEDULES)
-        check_int(f"{c}.passes", self.passes, 1, MAX_COUNT)
-        check_int(f"{c}.subsets", self.subsets, 1, MAX_COUNT)
-        check_int(f"{c}.block", self.block, 1, MAX_COUNT)
-        self._check_pass_mix(c)
+        self._check_schedule(c)
         check_float(f"{c}.feedback_start", self.feedback_start, 0.0, 1.0)
         if self.feedback_start == 1.0:
             fail(f"{c}.feedback_start", self.feedback_start, "must be in [0, 1)")
         check_float(f"{c}.prefix_mixin", self.prefix_mixin, 0.0, 1.0)
         check_choice(f"{c}.prefix_draw", self.prefix_draw, PREFIX_DRAWS)
-        if self.prefix_draw == "pass" and self.schedule != "multipass":
-            fail(f"{c}.prefix_draw", self.prefix_draw, f"needs schedule='multipass' (the schedule whose passes "
-                 f"read memory one after another), not {self.schedule!r}")
-        check_float(f"{c}.aux_weight", self.aux_weight, 0.0, 1e6)
+        if self.prefix_draw == "pass" and self.schedule.to_dict()["schedule"] != "multipass":
+            fail(f"{c}.prefix_draw", self.prefix_draw, f"needs a multipass schedule or pass mix (whose passes "
+                 f"read memory one after another), not {self.schedule.label!r}")
         check_int(f"{c}.steps", self.steps, 1)
         check_int(f"{c}.batch_size", self.batch_size, 1)
         check_int(f"{c}.grad_accum", self.grad_accum, 1, self.batch_size)
@@ -254,60 +235,28 @@ class TrainConfig(JSONMixin):
         if probe.tie_embeddings and "tie_embeddings" not in model:  # ModelConfig's default (FBT's), stored so the
             self.model["tie_embeddings"] = True  # run's record says its embeddings are tied
 
-    def _unpack_schedule(self, c: str) -> None:
-        """A schedule value becomes the string fields its JSON form has (``to_dict``), so the config stays one
-        flat JSON record; a value those fields cannot say again (a decoding value, another ``tol``) is refused."""
-        value = self.schedule
-        if isinstance(value, str):
-            return
-        spec = value.to_dict() if callable(getattr(value, "to_dict", None)) else {}
-        if spec.get("schedule") not in SCHEDULES:
-            fail(f"{c}.schedule", value, f"must be a training schedule value or one of {SCHEDULES}")
-        self.schedule = spec.pop("schedule")
-        for name, field_value in spec.items():
-            setattr(self, name, field_value)
-        self.aux_weight = getattr(value, "aux_weight", self.aux_weight)
-        self._check_pass_mix(c)
-        if self.schedule_value() != value:
-            fail(f"{c}.schedule", value, "has a setting TrainConfig does not store (its fields: schedule, passes, "
-                  "subsets, block, aux_weight, pass_mix)")
-
-    def _check_pass_mix(self, c: str) -> None:
-        """Keys become ints (JSON stores them as strings), sorted, so the round trip is exact."""
-        if self.pass_mix is None:
-            return
-        if self.schedule != "multipass":
-            fail(f"{c}.pass_mix", self.pass_mix, f"needs schedule='multipass', not {self.schedule!r}")
-        if not isinstance(self.pass_mix, dict) or not self.pass_mix:
-            fail(f"{c}.pass_mix", self.pass_mix, "must be a non-empty dict {passes: probability}")
-        mix = {}
-        for key, prob in self.pass_mix.items():
-            try:
-                k = int(key)
-            except (TypeError, ValueError):
-                k = 0
-            if k < 1 or k > MAX_COUNT or str(k) != str(key).strip():
-                fail(f"{c}.pass_mix", self.pass_mix, f"key {key!r} must be a pass count in [1, {MAX_COUNT}]")
-            check_float(f"{c}.pass_mix", prob, 0.0, 1.0, lo_open=True)
-            mix[k] = float(prob)
-        if abs(sum(mix.values()) - 1.0) > 1e-6:
-            fail(f"{c}.pass_mix", self.pass_mix, f"probabilities must sum to 1, not {sum(mix.values())}")
-        self.pass_mix = dict(sorted(mix.items()))
+    def _check_schedule(self, c: str) -> None:
+        """The schedule as a value (from its JSON form or name), and one a training run can use: no decoding value."""
+        try:
+            self.schedule = parse(self.schedule)
+        except ValueError as e:
+            raise ValueError(f"{c}.schedule: {e}") from None
+        if self.schedule.to_dict()["schedule"] not in SCHEDULES:
+            fail(f"{c}.schedule", self.schedule, f"must be a training schedule ({', '.join(SCHEDULES)} or a pass mix)")
 
     def model_config(self, vocab_size: int, seq_len: int) -> ModelConfig:
         """The ModelConfig of this run, given the task's vocabulary and sequence length."""
         return ModelConfig(vocab_size=vocab_size, seq_len=seq_len, **self.model)
 
-    def schedule_value(self) -> Schedule:
-        """The run's schedule as one value, parsed from the string fields the CLI, JSON and stored runs use
-        (a pass mix evaluates ``passes`` deep, as it always did)."""
-        return parse(self.schedule, passes=self.passes, subsets=self.subsets, block=self.block,
-                     aux_weight=self.aux_weight, pass_mix=self.pass_mix)
-
     @property
     def max_passes(self) -> int:
         """The most passes (pass-loss columns) any step of this run can make."""
-        return self.schedule_value().max_passes
+        return self.schedule.max_passes
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field as JSON values, the schedule in its JSON form."""
+        data = {f.name: copy.deepcopy(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        return {**data, "schedule": self.schedule.to_dict()}
 
     def replace(self, **changes: Any) -> TrainConfig:
         """A validated copy with some fields changed."""

@@ -123,8 +123,8 @@ def test_lrt_at_init_is_the_baseline(name):
             lrt.get_parameter(n).copy_(p)
     idx = token_batch(cfg)
     ref = base(idx)
-    for sched in ("sequential", "multipass", "interleaved"):
-        torch.testing.assert_close(S.parse(sched, passes=3, subsets=3).run(lrt, idx).logits, ref, rtol=0, atol=ATOL)
+    for value in (S.Sequential(), S.Multipass(3), S.Interleaved(3)):
+        torch.testing.assert_close(value.run(lrt, idx).logits, ref, rtol=0, atol=ATOL)
 
 
 def test_generation_reproduces_sequential_logits(variant):

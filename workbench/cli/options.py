@@ -101,7 +101,7 @@ def schedule_option(text: str) -> schedules.Schedule:
             return schedules.parse(name)
         if name not in schedules.KNOBS:
             raise ValueError(f"{name} has no knob")
-        return schedules.parse(name, **{schedules.KNOBS[name]: int(knob)})
+        return schedules.parse({"schedule": name, schedules.KNOBS[name]: int(knob)})
     except (ValueError, TypeError) as e:
         raise argparse.ArgumentTypeError(f"{text!r} is invalid: must be {SCHEDULE_FORMS} ({e})") from None
 

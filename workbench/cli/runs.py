@@ -77,7 +77,7 @@ class Run:
         if not self.train_config:
             return None
         try:
-            return TrainConfig.from_dict(self.train_config).schedule_value()
+            return TrainConfig.from_dict(self.train_config).schedule
         except (TypeError, ValueError):
             return None
 

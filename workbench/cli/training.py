@@ -55,19 +55,23 @@ def _cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
-# (flag, TrainConfig field, type, help); defaults are TrainConfig's, so they live in one place
-_FLAGS: list[tuple[str, str, Any, str]] = [
-    ("--task", "task", str, "task name (workbench.tasks.names())"),
-    ("--schedule", "schedule", str, f"one of {schedules.SCHEDULES}"),
-    ("--passes", "passes", int, "multipass: passes per batch"),
+# the training schedule's JSON form, key by key (``schedules.parse`` refuses a key the named schedule lacks);
+# unset keys take the schedule's own defaults
+_SCHEDULE_FLAGS: list[tuple[str, str, Any, str]] = [
+    ("--schedule", "schedule", str, f"one of {schedules.SCHEDULES} (default: single)"),
+    ("--passes", "passes", int, "multipass, fixed_point: passes per batch"),
     ("--subsets", "subsets", int, "interleaved: strided subsets"),
     ("--block", "block", int, "blockwise: block length"),
     ("--pass-mix", "pass_mix", pass_mix_option, "multipass: pass-count mix per batch, e.g. 1:0.75,2:0.22,3:0.03"),
+    ("--aux-weight", "aux_weight", float, "multipass, fixed_point: weight of the extra passes' loss"),
+]
+# (flag, TrainConfig field, type, help); defaults are TrainConfig's, so they live in one place
+_FLAGS: list[tuple[str, str, Any, str]] = [
+    ("--task", "task", str, "task name (workbench.tasks.names())"),
     ("--feedback-start", "feedback_start", float, "fraction of steps trained single-pass first"),
     ("--prefix-mixin", "prefix_mixin", float, "fraction of sequences given a random plain prefix"),
     ("--prefix-draw", "prefix_draw", str, "sequence (one prefix shared by its passes) or pass (a fresh draw "
                                           "in every pass after the first; multipass)"),
-    ("--aux-weight", "aux_weight", float, "multipass: weight of the extra passes' loss"),
     ("--steps", "steps", int, "optimiser steps"),
     ("--batch-size", "batch_size", int, "sequences per step over all processes"),
     ("--grad-accum", "grad_accum", int, "micro-batches per process per step"),
@@ -102,6 +106,8 @@ def _metavar(flag: str) -> str:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The train command's flags (``python -m workbench train``), one per TrainConfig field a user sets."""
     defaults = TrainConfig()
+    for flag, name, kind, text in _SCHEDULE_FLAGS:
+        parser.add_argument(flag, dest=name, type=kind, default=None, metavar=_metavar(flag), help=text)
     for flag, name, kind, text in _FLAGS:
         parser.add_argument(flag, dest=name, type=kind, default=None, metavar=_metavar(flag),
                             help=f"{text} (default: {getattr(defaults, name)})")
@@ -128,6 +134,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
     """The TrainConfig the flags describe (unset flags keep TrainConfig's defaults)."""
     given = {name: getattr(args, name) for _, name, _, _ in _FLAGS if getattr(args, name) is not None}
+    schedule = {name: getattr(args, name) for _, name, _, _ in _SCHEDULE_FLAGS if getattr(args, name) is not None}
+    if schedule:
+        given["schedule"] = {"schedule": "single", **schedule}
     model = parse_key_values(args.model_param, "--model-param")
     for flag, name, _ in _MODEL_FLAGS:
         value = getattr(args, f"model_{name}")
@@ -158,7 +167,7 @@ def _loss_figure(cfg: TrainConfig) -> Callable[[dict[str, Any]], None] | None:
     from ..plots import LossFigure
     from ..run_dir import FIGURE_FILE
 
-    title = f"{cfg.task}: {cfg.model.get('mechanism', 'none')}, {cfg.schedule_value().label}"
+    title = f"{cfg.task}: {cfg.model.get('mechanism', 'none')}, {cfg.schedule.label}"
     return LossFigure(Path(cfg.out_dir) / FIGURE_FILE, title=title)
 
 
@@ -192,7 +201,7 @@ def held_out_lines(cfg: TrainConfig, result) -> list[tuple[str, dict[str, float]
 
     task = tasks.get(cfg.task, **cfg.task_params)
     names = metric_names(task)
-    m, value = result.metrics, cfg.schedule_value()
+    m, value = result.metrics, cfg.schedule
     lines = [(f"{value.label} (the training schedule)", {k: m[f"val_{k}"] for k in names if f"val_{k}" in m})]
     if result.model.config.mechanism != "none" and value != EXACT:
         batch = task.sample(cfg.eval_size, seed=cfg.eval_seed, split="val")

@@ -54,7 +54,7 @@ def step_flops(cfg: TrainConfig, schedule: schedules.Schedule | None = None) -> 
     step-cost function budgets, orderings and compute tables use."""
     task = tasks.get(cfg.task, **cfg.task_params)
     model = build_model(cfg.model_config(task.vocab_size, task.seq_len), device="meta")
-    return (schedule or cfg.schedule_value()).flops(model, cfg.batch_size, task.seq_len)
+    return (schedule or cfg.schedule).flops(model, cfg.batch_size, task.seq_len)
 
 
 def matched_steps(cfg: TrainConfig, budget_flops: float) -> int:
@@ -72,7 +72,7 @@ def budget_runs(prefix: str, specs: list[tuple[str, TrainConfig, dict]], base_st
                 reference: TrainConfig | None = None) -> list[RunSpec]:
     """Runs given the same training FLOPs as ``base_steps`` single-pass steps of ``reference`` (default: the
     first config); a reference outside ``specs`` lets two recipes give a shared arm the same budget."""
-    first = (specs[0][1] if reference is None else reference).replace(schedule="single", pass_mix=None,
+    first = (specs[0][1] if reference is None else reference).replace(schedule=schedules.Single(),
                                                                       steps=steps(base_steps, scale))
     budget = step_flops(first) * first.steps
     return [RunSpec(f"{prefix}{name}", cfg.replace(steps=matched_steps(cfg, budget)), ev, eval_size(scale))

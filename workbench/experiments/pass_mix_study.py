@@ -17,7 +17,7 @@ from tqdm.auto import tqdm
 
 from .. import tasks
 from ..evaluation import hierarchical_difference
-from ..schedules import Multipass
+from ..schedules import Multipass, PassMix
 from .common import FBT_MIX, config, eval_size, steps
 from .core import Context, Gate, Outcome, RunSpec, apply_gates
 
@@ -70,9 +70,9 @@ def mix_runs(prefix: str, task: str, task_params: dict, base_steps: int, scale: 
         mix = MIXES[name]
         for seed in mix_seeds:
             feedback = len(mix) > 1
-            cfg = config(task, model or MODEL, n_steps, seed, task_params, schedule="multipass", pass_mix=mix,
-                         passes=max(mix), feedback_start=FEEDBACK_START if feedback else 0.0,
-                         prefix_mixin=PREFIX_MIXIN if feedback else 0.0, aux_weight=aux_weight
+            cfg = config(task, model or MODEL, n_steps, seed, task_params, schedule=PassMix.of(mix, aux_weight),
+                         feedback_start=FEEDBACK_START if feedback else 0.0,
+                         prefix_mixin=PREFIX_MIXIN if feedback else 0.0
                          ).replace(batch_size=batch)
             suffix = f"_s{seed}" if len(mix_seeds) > 1 else ""
             runs.append(RunSpec(f"{prefix}{name}{suffix}", cfg, Multipass(2), eval_size(scale)))
@@ -141,7 +141,7 @@ def label_targets(batch: tasks.Batch) -> torch.Tensor:
 
 
 def mix_of(spec: RunSpec) -> str:
-    return next(name for name, mix in MIXES.items() if mix == spec.train.pass_mix)
+    return next(name for name, mix in MIXES.items() if mix == dict(spec.train.schedule.mix))
 
 
 @torch.no_grad()

@@ -6,7 +6,7 @@ each specimen's run name and competence gate batch.
 from __future__ import annotations
 
 from .. import tasks
-from ..schedules import Interleaved, Multipass, Single
+from ..schedules import Interleaved, Multipass, PassMix, Single
 from .common import FBT_MIX, config, eval_size, steps
 from .core import EVAL_SEED, RunSpec
 
@@ -38,9 +38,9 @@ ARM_MODELS = {"baseline": {**MODEL, "tie_embeddings": True}, "fbt": FBT_MODEL, "
 
 
 ARM_TRAINING = {"baseline": {},
-                "fbt": {"schedule": "multipass", "pass_mix": FBT_MIX, "passes": 2, "feedback_start": 0.2,
+                "fbt": {"schedule": PassMix.of(FBT_MIX, passes=2), "feedback_start": 0.2,
                         "prefix_mixin": 0.5, "prefix_draw": "pass"},  # FBT's 75/22/3 recipe
-                "lrt": {"schedule": "interleaved", "subsets": 2, "lrt_gamma_lr": 0.5,
+                "lrt": {"schedule": Interleaved(2), "lrt_gamma_lr": 0.5,
                         "lrt_alpha_lr": 0.005}}  # LRT's own training (the paper's interleaved passes)
 
 

@@ -173,7 +173,7 @@ def _step_flops(cfg: TrainConfig) -> tuple[float, float]:
     schedule); the second is NaN when the work varies per step (a pass mix, or plain steps before
     ``feedback_start``)."""
     plain = step_flops(cfg, schedules.Single())
-    if cfg.pass_mix is not None or cfg.feedback_start > 0:
+    if "pass_mix" in cfg.schedule.to_dict() or cfg.feedback_start > 0:
         return plain, float("nan")
     return plain, step_flops(cfg)
 
@@ -200,7 +200,8 @@ def run_compute(recipe: str, runs: Sequence[str] | None = None) -> pd.DataFrame:
         cfg = TrainConfig.from_dict(metrics["train_config"])
         plain, per_step = _step_flops(cfg)
         steps, flops = int(metrics["train"]["step"]), float(metrics["train"]["flops"])
-        rows.append({"run": run, "task": cfg.task, "seed": cfg.seed, "schedule": cfg.schedule, "steps": steps,
+        rows.append({"run": run, "task": cfg.task, "seed": cfg.seed, "schedule": cfg.schedule.to_dict()["schedule"],
+                     "steps": steps,
                      "flops": flops, "pass_flops": plain, "mean_passes": flops / (steps * plain),
                      "flops_per_step": per_step, "expected_flops": steps * per_step})
     return pd.DataFrame(rows, columns=COMPUTE_COLUMNS)
@@ -232,12 +233,13 @@ def compute_matching(compute: pd.DataFrame, by: str | Sequence[str] = "task") ->
 def _schedule(cfg: TrainConfig) -> str:
     """A run's training schedule in a few words: its name, the knob it was given, a pass mix as its draws, and a
     single-pass start (``feedback_start``)."""
-    knob = {"multipass": f" {cfg.passes}", "fixed_point": f" K={cfg.passes}", "interleaved": f" S={cfg.subsets}",
-            "blockwise": f" B={cfg.block}"}.get(cfg.schedule, "")
-    if cfg.pass_mix is not None:
-        knob = " mix " + "/".join(f"{k}:{p:g}" for k, p in cfg.pass_mix.items())
+    value, spec = cfg.schedule, cfg.schedule.to_dict()
+    symbol = "" if spec["schedule"] == "multipass" else f"{value.symbol}="
+    knob = "" if value.knob is None else f" {symbol}{value.knob}"
+    if "pass_mix" in spec:
+        knob = " mix " + "/".join(f"{k}:{p:g}" for k, p in spec["pass_mix"].items())
     start = f" after {cfg.feedback_start:.0%} single" if cfg.feedback_start > 0 else ""
-    return cfg.schedule + knob + start
+    return spec["schedule"] + knob + start
 
 
 def specimens_table(summaries: Mapping[str, Mapping[str, Any]], root: str | Path | None = None) -> pd.DataFrame:

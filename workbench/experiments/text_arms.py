@@ -14,6 +14,7 @@ import seaborn as sns
 from .. import schedules, tasks
 from ..evaluation import hierarchical_difference, per_example_metrics
 from ..plots import loss_vs_flops
+from ..schedules import Blockwise, Interleaved, Schedule, Single
 from ..train import TrainConfig
 from .common import EXACT, budget_runs, curve_every, last_quarter_improvement, per_seed
 from .core import Context, RunSpec
@@ -34,22 +35,22 @@ TREATMENTS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
 TREATMENT = "reference"
 
 
-# each LRT arm: (its training schedule, that schedule's TrainConfig options, its changes to the LRT model)
-ARMS: dict[str, tuple[str, dict[str, int], dict[str, Any]]] = {
-    "lrt_interleaved": ("interleaved", {"subsets": 2}, {}),
-    "lrt_blockwise": ("blockwise", {"block": 32}, {}),
+# each LRT arm: (its training schedule, its changes to the LRT model)
+ARMS: dict[str, tuple[Schedule, dict[str, Any]]] = {
+    "lrt_interleaved": (Interleaved(2), {}),
+    "lrt_blockwise": (Blockwise(32), {}),
     # the LRT paper's ablations, each one change to lrt_interleaved (the top source, m_{t-1}, K/V and residual):
     # the source block (of 4: "src3" is block 3, upper-middle; "src1" block 1), ...
-    "lrt_src3": ("interleaved", {"subsets": 2}, {"lrt_source_layer": 2}),
-    "lrt_src1": ("interleaved", {"subsets": 2}, {"lrt_source_layer": 0}),
+    "lrt_src3": (Interleaved(2), {"lrt_source_layer": 2}),
+    "lrt_src1": (Interleaved(2), {"lrt_source_layer": 0}),
     # ... the memory source (m_{t-2}; a pooled average of the earlier positions), ...
-    "lrt_older": ("interleaved", {"subsets": 2}, {"lrt_memory": "older"}),
-    "lrt_pooled": ("interleaved", {"subsets": 2}, {"lrt_memory": "pooled"}),
+    "lrt_older": (Interleaved(2), {"lrt_memory": "older"}),
+    "lrt_pooled": (Interleaved(2), {"lrt_memory": "pooled"}),
     # ... the injection path, ...
-    "lrt_kv_only": ("interleaved", {"subsets": 2}, {"lrt_inject": ("kv",)}),
-    "lrt_residual_only": ("interleaved", {"subsets": 2}, {"lrt_inject": ("residual",)}),
+    "lrt_kv_only": (Interleaved(2), {"lrt_inject": ("kv",)}),
+    "lrt_residual_only": (Interleaved(2), {"lrt_inject": ("residual",)}),
     # ... and the gates and layer scales with no memory (the baseline's schedule: nothing recurs)
-    "gates_only": ("single", {}, {"lrt_memory": "none"}),
+    "gates_only": (Single(), {"lrt_memory": "none"}),
 }
 
 
@@ -105,13 +106,13 @@ def text_config(arm: str, seed: int, treatment: str = TREATMENT) -> TrainConfig:
         return TrainConfig(model=dict(TEXT_MODEL), **common)
     if arm not in ARMS:
         raise ValueError(f"arm={arm!r} is invalid: must be 'baseline' or one of {sorted(ARMS)}")
-    schedule, options, changes = ARMS[arm]
+    schedule, changes = ARMS[arm]
     model = {**lrt_model(treatment), **changes}
     # a scale the arm's model does not have gets no learning rate of its own
     scales = {k: v for k, v in TREATMENTS[treatment][1].items()
               if "residual" in model.get("lrt_inject", ("residual",))
               and (k != "lrt_gamma_lr" or model.get("lrt_memory") != "none")}
-    return TrainConfig(model=model, schedule=schedule, **options, **scales, **common)
+    return TrainConfig(model=model, schedule=schedule, **scales, **common)
 
 
 def text_runs(arms: tuple[str, ...], scale: float, seeds: tuple[int, ...] = SEEDS, treatment: str = TREATMENT
@@ -131,7 +132,7 @@ def arm_runs(ctx: Context, arms: tuple[str, ...]) -> dict[str, list[str]]:
 
 def own_schedule(spec: RunSpec) -> schedules.Schedule:
     """A run's own training schedule, the one its own-schedule evaluation runs."""
-    return spec.train.schedule_value()
+    return spec.train.schedule
 
 
 def add_bpb(frame: pd.DataFrame) -> pd.DataFrame:

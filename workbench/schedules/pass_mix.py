@@ -16,7 +16,10 @@ from .values import Multipass, Schedule
 
 
 def _plain(value: Any) -> Any:
-    """A numpy scalar as the Python number it equals (anything else unchanged, for the checks to judge)."""
+    """A numpy scalar as the Python number it equals, a JSON key ``"2"`` as the pass count 2 (anything else
+    unchanged, for the checks to judge)."""
+    if isinstance(value, str) and value.isdigit() and str(int(value)) == value:
+        return int(value)
     return value.item() if isinstance(value, np.generic) else value
 
 
@@ -24,8 +27,8 @@ def _plain(value: Any) -> Any:
 class PassMix(Schedule):
     """FBT's training mix: each batch draws its pass count (e.g. ``{1: .75, 2: .22, 3: .03}``).
 
-    Runs (evaluation) ``passes`` deep, by default the deepest trained depth (``TrainConfig.passes``
-    sets it explicitly, as stored runs did); costs the expected passes per batch.
+    Runs (evaluation) ``passes`` deep, by default the deepest trained depth (a recipe may evaluate shallower than
+    its deepest draw); costs the expected passes per batch.
     """
 
     mix: tuple[tuple[int, float], ...] = ((1, 0.75), (2, 0.22), (3, 0.03))
@@ -96,6 +99,7 @@ class PassMix(Schedule):
         return "pass mix " + "/".join(f"{round(100 * p):g}" for _, p in self.mix)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"schedule": "multipass", "pass_mix": {k: p for k, p in self.mix}, "passes": self.passes}
+        return {"schedule": "multipass", "pass_mix": {k: p for k, p in self.mix}, "passes": self.passes,
+                **({} if self.aux_weight == 1.0 else {"aux_weight": self.aux_weight})}
 
 

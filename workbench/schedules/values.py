@@ -7,6 +7,7 @@ cache, recipes and plots take one value; ``parse`` reads the string / JSON form 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -25,8 +26,8 @@ from .recurrence import jacobi_pass, through_cache
 class Schedule:
     """A schedule as a small immutable value: how to run it, what it costs, its label and its one knob.
 
-    Trainer, evaluation, cache, recipes and plots take one value instead of a name plus loose keyword
-    arguments; ``parse`` reads the string / JSON form the CLI and checkpoints use.
+    Trainer, ``TrainConfig``, evaluation, cache, recipes and plots take one value; ``parse`` reads its JSON form
+    (``to_dict``: what the CLI builds and checkpoints store) or a bare name for its defaults.
     """
 
     name: ClassVar[str] = ""
@@ -105,8 +106,12 @@ class Schedule:
         return self.name if self.knob is None else f"{self.name}({self.symbol}={self.knob})"
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON form (``{"schedule": name, knob: value}``) that ``parse`` reads back."""
-        return {"schedule": self.name, **({} if self.knob_name is None else {self.knob_name: self.knob})}
+        """The JSON form that ``parse`` reads back: ``{"schedule": name, knob: value}``, and every other field
+        (``aux_weight``, ``tol``) where it differs from its default."""
+        knob = {} if self.knob_name is None else {self.knob_name: self.knob}
+        rest = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if f.name != self.knob_name and getattr(self, f.name) != f.default}
+        return {"schedule": self.name, **knob, **rest}
 
 
 @dataclass(frozen=True)

@@ -171,7 +171,8 @@ def test_fixed_point_schedule_trains_at_the_state_the_exact_recurrence_reaches()
     torch.testing.assert_close(out.logits, exact.logits, rtol=1e-9, atol=1e-9)
     plain, last = out.pass_losses(targets)
     torch.testing.assert_close(out.loss(targets), plain + 0.5 * last)
-    assert S.parse("fixed_point", passes=7) == S.FixedPoint(7) and S.FixedPoint(7).label == "fixed_point(K=7)"
+    assert S.parse({"schedule": "fixed_point", "passes": 7}) == S.FixedPoint(7)
+    assert S.FixedPoint(7).label == "fixed_point(K=7)"
     with pytest.raises(ValueError, match="tol"):
         S.FixedPoint(3, tol=1.5)
 

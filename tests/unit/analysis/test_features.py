@@ -53,18 +53,19 @@ def test_conditions_are_the_exact_recurrences(arith_batch, mechanism, overrides)
     P = arith_batch.label_positions
     names = residual_names(model.config.n_layer)
 
-    def reference(schedule: str, **kw) -> torch.Tensor:
-        _, cache = run_with_cache(model, arith_batch.tokens, schedule, names_filter=names, positions=P[:, None], **kw)
+    def reference(schedule: str | wb.schedules.Schedule, plain_prefix: int | torch.Tensor = 0) -> torch.Tensor:
+        _, cache = run_with_cache(model, arith_batch.tokens, schedule, names_filter=names, positions=P[:, None],
+                                  plain_prefix=plain_prefix)
         return cache.accumulated_resid()
 
     tight = dict(rtol=0, atol=1e-9)
     torch.testing.assert_close(feats["standard"], reference("single"), **tight)
     torch.testing.assert_close(feats["sequential"], reference("sequential"), **tight)
-    torch.testing.assert_close(feats["multipass3"], reference("multipass", passes=3), **tight)
+    torch.testing.assert_close(feats["multipass3"], reference(wb.schedules.Multipass(3)), **tight)
     for k in (1, 2, 4):  # k fused tokens after a plain prefix: sequential and k + 1 Jacobi passes agree
         torch.testing.assert_close(feats[f"suffix{k}"], reference("sequential", plain_prefix=P - k + 1), **tight)
-        torch.testing.assert_close(feats[f"suffix{k}"], reference("multipass", passes=k + 1, plain_prefix=P - k + 1),
-                                   **tight)
+        fused = reference(wb.schedules.Multipass(k + 1), plain_prefix=P - k + 1)
+        torch.testing.assert_close(feats[f"suffix{k}"], fused, **tight)
     assert (feats["suffix1"] - feats["standard"]).abs().max() > 1e-3  # the recurrence did change something
     torch.testing.assert_close(probe_features(model, arith_batch, "suffix2"), feats["suffix2"], rtol=0, atol=0)
     # a schedule value is a condition: the named forms' values give their features, under their names
@@ -135,7 +136,7 @@ def test_answer_correct_is_the_condition_computed_exactly(mechanism):
                               ("suffix1", {"schedule": "sequential", "plain_prefix": pos}),
                               ("suffix2", {"schedule": "sequential", "plain_prefix": pos - 1}),
                               ("sequential", {"schedule": "sequential"}),
-                              ("multipass2", {"schedule": "multipass", "passes": 2})):
+                              ("multipass2", {"schedule": wb.schedules.Multipass(2)})):
             expected = per_example_metrics(model, sub, **kw)["answer_correct"].to_numpy()
             assert np.array_equal(answer_correct(model, sub, condition, batch_size=5), expected), condition
             value = wb.schedules.condition(condition)  # the condition's schedule value scores the same

@@ -15,9 +15,9 @@ from workbench.hooks import hook_points
 T = 9
 RUNS = {
     "sequential": dict(schedule="sequential"),
-    "multipass3": dict(schedule="multipass", passes=3),
-    "interleaved2": dict(schedule="interleaved", subsets=2),
-    "blockwise3": dict(schedule="blockwise", block=3),
+    "multipass3": dict(schedule=schedules.Multipass(3)),
+    "interleaved2": dict(schedule=schedules.Interleaved(2)),
+    "blockwise3": dict(schedule=schedules.Blockwise(3)),
     "soft": dict(regime="soft", prompt_len=4),
     "fused": dict(regime="fused", prompt_len=4, prefill_passes=2),
 }

@@ -169,7 +169,7 @@ def test_matched_steps_follow_the_flop_accounting():
     cfg = E.config("running_sum", E.LRT_MODEL, 1, 0, E.RUNNING_SUM)
     single = E.matched_steps(cfg, 1e12)
     assert E.matched_steps(cfg.replace(schedule="interleaved"), 1e12) == single // 2
-    assert E.matched_steps(cfg.replace(schedule="multipass", passes=3), 1e12) == single // 3
+    assert E.matched_steps(cfg.replace(schedule=S.Multipass(3)), 1e12) == single // 3
 
 
 def test_paired_difference_and_verdict():

@@ -107,7 +107,7 @@ def test_the_decision_rule_reads_equal_tokens_and_reports_matched_compute(equal,
 
 def test_training_flops_count_the_plain_phase_at_one_pass_and_the_rest_at_the_mean_passes():
     cfg = fbt_text.fbt_config("glu_mix", 100, 0)
-    single = step_flops(cfg.replace(schedule="single", pass_mix=None, feedback_start=0.0, prefix_mixin=0.0,
+    single = step_flops(cfg.replace(schedule="single", feedback_start=0.0, prefix_mixin=0.0,
                                     prefix_draw="sequence"))
     mean_passes = sum(k * p for k, p in fbt_text.TRAININGS["mix"][0].items())
     assert fbt_text.training_flops(cfg) / (100 * single) == pytest.approx(0.2 + 0.8 * mean_passes, rel=1e-9)

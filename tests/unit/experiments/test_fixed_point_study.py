@@ -66,8 +66,8 @@ def test_study_rule_and_arms():
     assert scratch["fbt_additive"].model == {**scratch["fbt_glu"].model, "fbt_fusion": "additive"}
     assert scratch["fbt_additive"].replace(model=scratch["fbt_glu"].model) == scratch["fbt_glu"]  # only the fusion
     # the phased reading: after the same plain phase, every batch fed back (2-pass, 3 % 3-pass); nothing else differs
-    assert scratch["fbt_glu_phased"].pass_mix == study.PHASED_MIX and 1 not in study.PHASED_MIX
-    assert scratch["fbt_glu_phased"].replace(pass_mix=scratch["fbt_glu"].pass_mix) == scratch["fbt_glu"]
+    assert dict(scratch["fbt_glu_phased"].schedule.mix) == study.PHASED_MIX and 1 not in study.PHASED_MIX
+    assert scratch["fbt_glu_phased"].replace(schedule=scratch["fbt_glu"].schedule) == scratch["fbt_glu"]
     steps = {study.arm_of(r): r.train.steps for r in study.build(1.0)}  # the duration family: 3x the steps
     assert steps[("duration", "ft_fixed_point_4500")] == steps[("duration", "ft_mix_4500")] == 3 * steps[
         ("training", "ft_fixed_point")] == 4500
@@ -77,7 +77,7 @@ def test_study_rule_and_arms():
     assert {r.train.batch_size for r in long} == {study.LONG_BATCH}
     assert {r.eval_batch().tokens.size(1) for r in long} == {wb.tasks.get("multi_register", **study.LONG).seq_len}
     sequential = [r for r in runs if study.arm_of(r) == ("training", "ft_sequential")]
-    assert [(r.train.schedule, r.train.prefix_mixin) for r in sequential] == [("sequential", 0.0)] * 2  # the exact
+    assert [(r.train.schedule, r.train.prefix_mixin) for r in sequential] == [(S.Sequential(), 0.0)] * 2  # the exact
     assert [r.train.init_from for r in sequential] == [study.SPECIMEN.format(seed=s) for s in study.SEEDS]  # recurrence
 
 

@@ -255,8 +255,8 @@ def test_generate_warns_past_the_trained_length_and_not_within_it():
 def test_the_trainer_and_the_schedules_accept_the_same_pass_counts():
     from workbench.validation import MAX_COUNT
 
-    assert schedules.Multipass(MAX_COUNT).passes == wb.TrainConfig(schedule="multipass", passes=MAX_COUNT).passes
+    assert wb.TrainConfig(schedule=schedules.Multipass(MAX_COUNT)).schedule.passes == MAX_COUNT
     with pytest.raises(ValueError, match="passes"):
         schedules.Multipass(MAX_COUNT + 1)
     with pytest.raises(ValueError, match="passes"):
-        wb.TrainConfig(schedule="multipass", passes=MAX_COUNT + 1)
+        wb.TrainConfig(schedule={"schedule": "multipass", "passes": MAX_COUNT + 1})

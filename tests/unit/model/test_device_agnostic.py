@@ -20,8 +20,8 @@ from workbench.schedules import SCHEDULES
 
 S = wb.schedules
 B, T = 2, 9
-SCHEDULE_KW = {"single": {}, "sequential": {}, "multipass": {"passes": 3}, "interleaved": {"subsets": 3},
-               "blockwise": {"block": 4}, "fixed_point": {"passes": 3}}
+VALUES = {"single": S.Single(), "sequential": S.Sequential(), "multipass": S.Multipass(3),
+          "interleaved": S.Interleaved(3), "blockwise": S.Blockwise(4), "fixed_point": S.FixedPoint(3)}
 REPRESENTATIVE = ("none", "lrt_per_layer_mid", "fbt")  # one variant per mechanism where a loop over all is slow
 
 
@@ -47,7 +47,7 @@ def autocast() -> torch.autocast:
 def test_every_schedule_trains_on_meta(variant, schedule):
     model = _meta_model(variant).train()
     idx = torch.empty(B, T, dtype=torch.long, device="meta")
-    out = S.parse(schedule, **SCHEDULE_KW[schedule]).run(model, idx, _prefix("meta"))
+    out = VALUES[schedule].run(model, idx, _prefix("meta"))
     loss = out.loss(idx)
     loss.backward()
     assert loss.device.type == "meta" and out.logits.shape == (B, T, model.config.vocab_size)
@@ -69,13 +69,13 @@ def test_generate_on_meta(variant, regime):
 def test_run_with_cache_on_meta(variant, schedule):
     model = _meta_model(variant).eval()
     idx = torch.empty(B, T, dtype=torch.long, device="meta")
-    kw = SCHEDULE_KW[schedule]
-    _, cache = run_with_cache(model, idx, schedule, **kw)
+    value = VALUES[schedule]
+    _, cache = run_with_cache(model, idx, value)
     assert cache["hook_input"].shape == (B, T, model.config.n_embd) and cache["hook_input"].device.type == "meta"
-    _, kept = run_with_cache(model, idx, schedule, names_filter="hook_memory", positions=[2, 5], **kw)
+    _, kept = run_with_cache(model, idx, value, names_filter="hook_memory", positions=[2, 5])
     assert kept["hook_memory"].shape == (B, 2, model.mechanism.memory_width)
-    _, per_example = run_with_cache(model, idx, schedule, names_filter=["blocks.0.attn.hook_pattern"],
-                                    positions=torch.tensor([[3], [8]]), **kw)
+    _, per_example = run_with_cache(model, idx, value, names_filter=["blocks.0.attn.hook_pattern"],
+                                    positions=torch.tensor([[3], [8]]))
     assert per_example["blocks.0.attn.hook_pattern"].shape == (B, model.config.n_head, T)
 
 
@@ -94,7 +94,7 @@ def test_every_schedule_trains_under_bf16_autocast(variant, schedule):
     torch.manual_seed(0)
     model = wb.build_model(cfg).eval()
     idx, targets = _tokens(cfg), _tokens(cfg, seed=1)
-    value, prefix = S.parse(schedule, **SCHEDULE_KW[schedule]), _prefix("cpu")
+    value, prefix = VALUES[schedule], _prefix("cpu")
     reference = value.run(model, idx, prefix)
     with autocast():
         out = value.run(model, idx, prefix)

@@ -347,13 +347,13 @@ def test_multipass_training_lowers_the_loss(hf_dirs):
     idx = torch.randint(0, V, (16, 10), generator=g)
     targets = idx.cumsum(dim=1) % V  # running sum mod V: the state a position carries forward
     prefix = torch.randint(0, 10, (16,), generator=g)
-    assert S.parse("multipass", passes=2).flops(model, 16, 10) == 2 * model.flops_per_token(10) * 16 * 10
+    assert S.Multipass(2).flops(model, 16, 10) == 2 * model.flops_per_token(10) * 16 * 10
     groups = model.parameter_groups()  # what the trainer's optimisers are built from: every parameter once
     assert sorted(id(p) for g in groups.values() for p in g) == sorted(id(p) for p in model.parameters())
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     losses = []
     for _ in range(12):
-        loss = S.parse("multipass", passes=2).run(model, idx, prefix).loss(targets)
+        loss = S.Multipass(2).run(model, idx, prefix).loss(targets)
         opt.zero_grad()
         loss.backward()
         assert model.mechanism.fusion.W_U.weight.grad.abs().sum() > 0  # gradients reach the fusion through pass 2
@@ -382,7 +382,7 @@ def test_the_trainer_trains_a_given_wrapper_in_place(hf_dirs, tmp_path):
     torch.manual_seed(0)
     model = hf.FeedbackLM(AutoModelForCausalLM.from_config(config)).float()
     small = load(hf_dirs, "gpt2")  # vocab V: fewer ids than the task's
-    cfg = wb.TrainConfig(task="running_sum", task_params={"p": 5, "length": 8}, schedule="multipass", passes=2,
+    cfg = wb.TrainConfig(task="running_sum", task_params={"p": 5, "length": 8}, schedule=wb.schedules.Multipass(2),
                          steps=30, batch_size=16, optimizer="adamw", lr=3e-3, eval_every=0, eval_size=64,
                          progress=False)
     batch = task.sample(64, seed=cfg.eval_seed, split="val")

@@ -105,7 +105,7 @@ def test_every_schedule_trains(schedule):
         cfg = small_config(mech, lrt_gamma_init=0.1)
         model = wb.build_model(cfg).train()
         idx = token_batch(cfg)
-        out = S.parse(schedule, passes=3, subsets=3, block=3).run(model, idx)
+        out = S.parse({"schedule": schedule, S.KNOBS[schedule]: 3} if schedule in S.KNOBS else schedule).run(model, idx)
         out.loss(torch.roll(idx, -1, 1)).backward()
         grads = [p.grad for p in model.mechanism.parameters()]
         assert all(g is not None and torch.isfinite(g).all() for g in grads)
@@ -126,8 +126,8 @@ def test_objective_weights():
 def test_schedule_flops_count_passes():
     model = wb.build_model(small_config())
     one = S.parse("single").flops(model, 4, 16)
-    assert S.parse("multipass", passes=3).flops(model, 4, 16) == 3 * one
-    assert S.parse("interleaved", subsets=4).flops(model, 4, 16) == 2 * one
+    assert S.Multipass(3).flops(model, 4, 16) == 3 * one
+    assert S.Interleaved(4).flops(model, 4, 16) == 2 * one
     assert S.parse("sequential").flops(model, 4, 16) == one
 
 
@@ -146,14 +146,13 @@ def test_schedules_are_values_with_one_flop_account_and_a_json_round_trip():
     mix = values[-1]
     assert mix.pass_equivalents() == pytest.approx(1.28) and mix.deepest == S.Multipass(3)
     # a pass mix runs (evaluates) at the depth it is given, the deepest by default, and draws each batch's depth
-    assert mix.passes == 3 and S.parse("multipass", passes=2, pass_mix={1: 0.5, 3: 0.5}).passes == 2
+    assert mix.passes == 3 and S.parse({"schedule": "multipass", "passes": 2, "pass_mix": {1: 0.5, 3: 0.5}}).passes == 2
     assert mix.draw(np.random.default_rng(0)) in (S.Multipass(1), S.Multipass(2), S.Multipass(3))
     assert S.parse("multipass") == S.Multipass() and S.KNOBS == {"multipass": "passes", "interleaved": "subsets",
                                                                   "blockwise": "block", "fixed_point": "passes"}
-    assert S.parse("multipass", pass_mix={1: 0.75, 2: 0.22, 3: 0.03}) == mix
-    # the string form keeps working and means the same value
-    assert S.parse("interleaved", subsets=4) == values[3] and S.parse("multipass", passes=3).flops(model, 4, 8) \
-        == values[2].flops(model, 4, 8)
+    assert S.parse({"schedule": "multipass", "pass_mix": {"1": 0.75, "2": 0.22, "3": 0.03}}) == mix  # JSON's keys
+    # a name is that schedule at its defaults
+    assert S.parse("interleaved") == S.Interleaved() and S.parse("fixed_point") == S.FixedPoint()
     with pytest.raises(ValueError, match="schedule='nope'"):
         S.parse("nope")
     with pytest.raises(ValueError, match=r"\['subset'\]"):
@@ -168,12 +167,10 @@ def test_a_value_runs_exactly_as_its_name():
     model = wb.build_model(wb.ModelConfig(vocab_size=13, n_layer=2, n_head=2, n_embd=16, seq_len=8, mechanism="lrt"))
     model = model.double().eval()
     idx = torch.randint(0, 13, (2, 8))
-    for value, (name, kw) in [(S.Interleaved(2), ("interleaved", {"subsets": 2})),
-                              (S.Multipass(3), ("multipass", {"passes": 3})),
-                              (S.Blockwise(4), ("blockwise", {"block": 4}))]:
-        assert torch.equal(S.parse(value).run(model, idx).logits, S.parse(name, **kw).run(model, idx).logits)
+    for value in (S.Interleaved(2), S.Multipass(3), S.Blockwise(4)):
+        assert torch.equal(S.parse(value).run(model, idx).logits, S.parse(value.to_dict()).run(model, idx).logits)
     with pytest.raises(ValueError, match="block"):  # run() no longer clamps what blockwise() refuses
-        S.parse("blockwise", block=9).run(model, idx)
+        S.Blockwise(9).run(model, idx)
 
 
 def test_evaluation_takes_a_schedule_value_or_its_string_form():
@@ -184,7 +181,7 @@ def test_evaluation_takes_a_schedule_value_or_its_string_form():
     batch = task.sample(6, seed=0)
     model = perturbed_model(small_config("lrt", vocab_size=task.vocab_size, seq_len=task.seq_len))
     by_value = per_example_metrics(model, batch, wb.schedules.Multipass(2), batch_size=4, plain_prefix=2)
-    by_name = per_example_metrics(model, batch, "multipass", batch_size=4, plain_prefix=2, passes=2)
+    by_name = per_example_metrics(model, batch, "multipass", batch_size=4, plain_prefix=2)
     pd.testing.assert_frame_equal(by_value, by_name)
     exact = per_example_metrics(model, batch, schedule="sequential", plain_prefix=2)
     pd.testing.assert_frame_equal(exact, per_example_metrics(model, batch, wb.schedules.Sequential(), plain_prefix=2))
@@ -250,15 +247,13 @@ def test_the_json_form_refuses_another_schedules_knob(spec, message):
     assert S.parse({"schedule": "interleaved", "subsets": 3}) == S.Interleaved(3)
 
 
-def test_train_config_takes_a_schedule_value_and_stores_its_string_fields():
-    S_ = S
-    for value in (S_.Multipass(3, aux_weight=0.5), S_.Interleaved(4), S_.PassMix.of({1: 0.75, 2: 0.25}),
-                  S_.FixedPoint(8), S_.Blockwise(4), S_.Single()):
+def test_train_config_stores_the_schedule_value_itself():
+    for value in (S.Multipass(3, aux_weight=0.5), S.Interleaved(4), S.PassMix.of({1: 0.75, 2: 0.25}),
+                  S.FixedPoint(8, tol=0.1), S.Blockwise(4), S.Single()):
         cfg = wb.TrainConfig(schedule=value)
-        assert isinstance(cfg.schedule, str) and cfg.schedule_value() == value
-        assert wb.TrainConfig.from_dict(cfg.to_dict()).schedule_value() == value  # the JSON round trip
-    assert wb.TrainConfig(schedule=S_.Interleaved(4)) == wb.TrainConfig(schedule="interleaved", subsets=4)
-    with pytest.raises(ValueError, match="schedule=Prefilled"):
-        wb.TrainConfig(schedule=S_.regime("soft"))
-    with pytest.raises(ValueError, match=r"schedule=FixedPoint\(.*tol=0\.1"):
-        wb.TrainConfig(schedule=S_.FixedPoint(8, tol=0.1))
+        assert cfg.schedule == value
+        assert wb.TrainConfig.from_dict(cfg.to_dict()) == cfg  # the JSON round trip
+    assert wb.TrainConfig(schedule=S.Interleaved(4)) == wb.TrainConfig(schedule={"schedule": "interleaved",
+                                                                                  "subsets": 4})
+    with pytest.raises(ValueError, match="schedule"):
+        wb.TrainConfig(schedule=S.regime("soft"))

@@ -40,30 +40,43 @@ def tiny(**overrides) -> TrainConfig:
     return TrainConfig(**base)
 
 
-FBT_RECIPE = dict(model=dict(TINY_MODEL, mechanism="fbt"), schedule="multipass",
-                  pass_mix={1: 0.5, 2: 0.3, 3: 0.2}, feedback_start=0.25, prefix_mixin=0.5)
+FBT_RECIPE = dict(model=dict(TINY_MODEL, mechanism="fbt"), schedule=wb.schedules.PassMix.of({1: 0.5, 2: 0.3, 3: 0.2}),
+                  feedback_start=0.25, prefix_mixin=0.5)
 
 
 # ------------------------------------------------------------------------------------------ config
 @pytest.mark.parametrize("field, value", [
-    ("steps", 0), ("batch_size", -1), ("grad_accum", 3), ("schedule", "jacobi"), ("passes", 0),
+    ("steps", 0), ("batch_size", -1), ("grad_accum", 3), ("schedule", "jacobi"),
+    ("schedule", {"schedule": "multipass", "passes": 0}), ("schedule", wb.schedules.regime("soft", 1, 4)),
     ("optimizer", "sgd"), ("lr", 0.0), ("matrix_lr", float("nan")), ("lr_schedule", "linear"),
     ("warmup_steps", 13), ("decay_frac", 1.5), ("grad_clip", -1.0), ("feedback_start", 1.0),
     ("prefix_mixin", 2.0), ("budget_flops", 0.0), ("device", "tpu"), ("log_every", 0), ("seed", -1),
-    ("pass_mix", {1: 0.5, 2: 0.4}), ("pass_mix", {0: 1.0}), ("resume", True),
+    ("schedule", {"schedule": "multipass", "pass_mix": {1: 0.5, 2: 0.4}}),
+    ("schedule", {"schedule": "multipass", "pass_mix": {0: 1.0}}), ("resume", True),
     ("model", {"n_layr": 2}), ("model", {"vocab_size": 10}), ("model", {"n_embd": 30}), ("task", ""),
     ("compile", "yes"), ("prefix_draw", "document"),
 ])
 def test_bad_values_name_their_field(field, value):
-    # pass_mix is only valid with multipass; give it that so the error is about the mix itself
-    extra = {"schedule": "multipass"} if field == "pass_mix" else {}
     with pytest.raises(ValueError, match=field if field != "model" else "model|n_embd"):
-        tiny(**{field: value, **extra})
+        tiny(**{field: value})
 
 
-def test_pass_mix_needs_multipass():
-    with pytest.raises(ValueError, match="pass_mix.*multipass"):
-        tiny(pass_mix={1: 1.0})
+def test_a_schedule_key_the_schedule_lacks_is_refused_by_name():
+    with pytest.raises(ValueError, match="pass_mix"):
+        tiny(schedule={"schedule": "interleaved", "pass_mix": {1: 1.0}})
+    with pytest.raises(ValueError, match="passes"):
+        tiny(schedule={"schedule": "blockwise", "passes": 3})
+
+
+def test_the_schedule_is_stored_as_its_value_with_every_setting():
+    """A fixed point's own tolerance and a pass mix's objective weight survive the JSON round trip."""
+    for value in (wb.schedules.FixedPoint(12, aux_weight=2.0, tol=1e-5),
+                  wb.schedules.PassMix.of({1: 0.75, 2: 0.22, 3: 0.03}, aux_weight=3.0, passes=2),
+                  wb.schedules.Multipass(3, aux_weight=0.5), wb.schedules.Blockwise(4)):
+        cfg = tiny(schedule=value)
+        assert cfg.schedule == value and TrainConfig.from_json(cfg.to_json()).schedule == value
+    assert tiny(schedule="interleaved").schedule == wb.schedules.Interleaved()
+    assert tiny(schedule={"schedule": "multipass", "passes": 3}).schedule == wb.schedules.Multipass(3)
 
 
 def test_json_round_trip_is_exact_and_fbt_ties_embeddings():
@@ -71,7 +84,7 @@ def test_json_round_trip_is_exact_and_fbt_ties_embeddings():
     cfg = tiny(**{**FBT_RECIPE, "model": user_model}, budget_flops=1e9, out_dir="runs/x")
     assert cfg.model["tie_embeddings"] is True and "tie_embeddings" not in user_model
     back = TrainConfig.from_json(cfg.to_json())
-    assert back == cfg and back.pass_mix == {1: 0.5, 2: 0.3, 3: 0.2}
+    assert back == cfg and dict(back.schedule.mix) == {1: 0.5, 2: 0.3, 3: 0.2}
     lrt = tiny(model=dict(TINY_MODEL, mechanism="lrt", lrt_inject=["kv"]))
     assert TrainConfig.from_json(lrt.to_json()) == lrt and lrt.model["lrt_inject"] == ("kv",)
     with pytest.raises(ValueError, match="tie_embeddings"):
@@ -376,7 +389,7 @@ def test_passes_without_targets_contribute_nothing_instead_of_nan():
     """delayed_memory puts its 3 targets at the end: interleaved subset s misses them when no target
     position is s mod S. An empty mean would be NaN and trip the guard; the trainer counts it as 0."""
     cfg = tiny(task="delayed_memory", task_params={"scratch_updates": 0},
-               model=dict(TINY_MODEL, mechanism="lrt"), schedule="interleaved", subsets=8, steps=2,
+               model=dict(TINY_MODEL, mechanism="lrt"), schedule=wb.schedules.Interleaved(8), steps=2,
                batch_size=4, eval_size=4)
     h = train(cfg).history
     assert np.isfinite(h["loss"]).all()
@@ -424,11 +437,16 @@ def test_cli_flags_build_the_config():
                               "--pass-mix", "1:0.75,2:0.22,3:0.03", "--steps", "50",
                               "--out", "runs/x", "--resume", "--no-progress", "--lr", "0.001", "--compile"])
     cfg = config_from_args(args)
-    assert cfg == TrainConfig(task="running_sum", task_params={"length": 16, "p": 5}, schedule="multipass",
+    assert cfg == TrainConfig(task="running_sum", task_params={"length": 16, "p": 5},
+                              schedule=wb.schedules.PassMix.of({1: 0.75, 2: 0.22, 3: 0.03}),
                               model=dict(TINY_MODEL, mechanism="fbt", fbt_jitter=0.01, tie_embeddings=True),
-                              pass_mix={1: 0.75, 2: 0.22, 3: 0.03}, steps=50,
+                              steps=50,
                               out_dir="runs/x", resume=True, progress=False, lr=0.001, compile=True)
     assert config_from_args(parser.parse_args([])) == TrainConfig()
+    assert config_from_args(parser.parse_args(["--schedule", "fixed_point", "--passes", "9", "--aux-weight", "2"])
+                            ).schedule == wb.schedules.FixedPoint(9, aux_weight=2.0)
+    with pytest.raises(ValueError, match="passes"):  # a knob of another schedule is refused, not ignored
+        config_from_args(parser.parse_args(["--schedule", "interleaved", "--passes", "3"]))
 
 
 def test_cli_budget_flops_sizes_the_steps_so_the_schedule_ends_within_it():

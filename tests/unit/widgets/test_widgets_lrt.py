@@ -34,7 +34,7 @@ def lrt_model() -> wb.GPT:
     ("interleaved", {"subsets": 4}, 5, 2 * T), ("blockwise", {"block": 3}, 3, T)])
 def test_count_work_counts_what_each_schedule_runs(lrt_model, idx, schedule, kwargs, forwards, token_forwards):
     with work.count_work(lrt_model) as counted:
-        wb.schedules.parse(schedule, **kwargs).run(lrt_model, idx)
+        wb.schedules.parse({"schedule": schedule, **kwargs}).run(lrt_model, idx)
     assert (counted.forwards, counted.token_forwards) == (forwards, token_forwards)
     with work.count_work(lrt_model) as after:
         pass

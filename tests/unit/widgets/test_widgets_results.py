@@ -34,8 +34,7 @@ def step_flops(cfg: TrainConfig, mean_passes: float | None) -> float:
     model = build_model(cfg.model_config(task.vocab_size, task.seq_len), device="meta")
     if mean_passes is not None:
         return mean_passes * schedules.Single().flops(model, cfg.batch_size, task.seq_len)
-    value = schedules.parse(cfg.schedule, passes=cfg.passes, subsets=cfg.subsets)
-    return value.flops(model, cfg.batch_size, task.seq_len)
+    return cfg.schedule.flops(model, cfg.batch_size, task.seq_len)
 
 
 def write_run(root, recipe: str, run: str, cfg: TrainConfig, extra_steps: int = 0,
@@ -55,7 +54,7 @@ def root(tmp_path, monkeypatch):
     monkeypatch.setenv(experiments.ROOT_ENV, str(tmp_path))
     model = {"n_layer": 1, "n_head": 2, "n_embd": 16}
     base = TrainConfig(task="running_sum", task_params=TASK, model=model, steps=4, batch_size=4)
-    lrt = base.replace(model={**model, "mechanism": "lrt"}, schedule="interleaved", subsets=2, steps=2)
+    lrt = base.replace(model={**model, "mechanism": "lrt"}, schedule=schedules.Interleaved(2), steps=2)
     write_run(tmp_path, "lrt_vs_baseline", "state_baseline_s0", base)
     write_run(tmp_path, "lrt_vs_baseline", "state_lrt_interleaved_s0", lrt)
     write_run(tmp_path, "lrt_vs_baseline", "text_baseline_s0", base.replace(task="text", task_params={"seq_len": 8}))
@@ -67,7 +66,7 @@ def root(tmp_path, monkeypatch):
     ARMS.to_csv(tmp_path / "lrt_vs_baseline" / "results.csv", index=False)
     mixes = tmp_path / "fbt_pass_mixes"
     write_run(tmp_path, "fbt_pass_mixes", "mix_a", base.replace(model={**model, "mechanism": "fbt"},
-                                                                 schedule="multipass", pass_mix={1: 0.5, 2: 0.5}),
+                                                                 schedule=schedules.PassMix.of({1: 0.5, 2: 0.5})),
               mean_passes=1.5)
     pd.DataFrame({"arm": ["mix_a"], "loss_last": [1.9]}).to_csv(mixes / "results.csv", index=False)
     DYNAMICS.to_csv(mixes / "pass_dynamics.csv", index=False)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ...schedules import Interleaved, Multipass
 from ..common import (
     EXACT,
     FBT_MODEL,
@@ -27,13 +28,13 @@ def build(scale: float) -> list[RunSpec]:
     specs = []
     for seed in (0, 1):
         specs += [(f"fbt_multipass_s{seed}", config("running_sum", FBT_MODEL, 1, seed, RUNNING_SUM,
-                                                    schedule="multipass", passes=2), EXACT),
+                                                    schedule=Multipass(2)), EXACT),
                   (f"fbt_interleaved_s{seed}", config("running_sum", FBT_MODEL, 1, seed, RUNNING_SUM,
-                                                      schedule="interleaved", subsets=2), EXACT),
+                                                      schedule=Interleaved(2)), EXACT),
                   (f"lrt_interleaved_s{seed}", config("running_sum", LRT_MODEL, 1, seed, RUNNING_SUM,
-                                                      schedule="interleaved", subsets=2), EXACT),
+                                                      schedule=Interleaved(2)), EXACT),
                   (f"lrt_multipass_s{seed}", config("running_sum", LRT_MODEL, 1, seed, RUNNING_SUM,
-                                                    schedule="multipass", passes=2), EXACT)]
+                                                    schedule=Multipass(2)), EXACT)]
     return budget_runs("cross_", specs, 300, scale)
 
 

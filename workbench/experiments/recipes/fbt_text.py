@@ -41,6 +41,7 @@ import pandas as pd
 
 from ... import tasks
 from ...checkpoint import load_metrics
+from ...schedules import PassMix, Single
 from ...train import TrainConfig
 from .. import fbt_language as lang
 from ..common import EXACT, curve_every, describe, eval_size, matched_steps, step_flops, steps
@@ -110,7 +111,7 @@ def fbt_config(arm: str, n_steps: int, seed: int) -> TrainConfig:
     fusion, training = parts(arm)[0].split("_")
     t = TRAININGS[training]
     return _config({**MODEL, "mechanism": "fbt", "fbt_fusion": FUSIONS[fusion]}, n_steps, seed,
-                   schedule="multipass", pass_mix=dict(t.mix), passes=t.depth, feedback_start=FEEDBACK_START,
+                   schedule=PassMix.of(dict(t.mix), passes=t.depth), feedback_start=FEEDBACK_START,
                    prefix_mixin=t.prefix_mixin, prefix_draw="pass")
 
 
@@ -118,7 +119,7 @@ def training_flops(cfg: TrainConfig) -> float:
     """What a run's training costs under the trainer's account: its plain phase at one pass, the rest at its
     schedule's expected passes (tokens x mean passes)."""
     plain = int(cfg.feedback_start * cfg.steps + 0.999999)  # the trainer's steps with step < start * steps
-    single = step_flops(cfg.replace(schedule="single", pass_mix=None, feedback_start=0.0, prefix_mixin=0.0,
+    single = step_flops(cfg.replace(schedule=Single(), feedback_start=0.0, prefix_mixin=0.0,
                                     prefix_draw="sequence"))
     return plain * single + (cfg.steps - plain) * step_flops(cfg)
 

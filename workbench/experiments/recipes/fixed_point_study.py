@@ -75,7 +75,7 @@ from ...analysis.jacobians import lyapunov
 from ...checkpoint import load_metrics
 from ...evaluation import hierarchical_difference
 from ...model import GPT, eval_mode
-from ...schedules import FixedPoint, Sequential
+from ...schedules import FixedPoint, PassMix, Sequential
 from ..common import FBT_MIX, config, eval_size, steps
 from ..core import EVAL_SEED, Context, Finding, Gate, Outcome, Recipe, RunSpec, lead
 from ..pass_mix_study import AUX_WEIGHT, BATCH, FEEDBACK_START, PREFIX_MIXIN, REGISTERS
@@ -170,8 +170,8 @@ DYNAMICS_EXAMPLES, LONG_EXAMPLES, LONG_FUSED, LONG_PASSES = 64, 64, 16, 1000
 def _scratch_run(arm: str, model: dict, mix: dict[int, float], seed: int, scale: float) -> RunSpec:
     """The registers recipe's run of this model, pass mix and seed, under its name (so a shipped specimen is reused,
     not retrained), evaluated under the exact recurrence."""
-    cfg = config("multi_register", model, steps(SCRATCH_STEPS, scale), seed, REGISTERS, schedule="multipass",
-                 pass_mix=mix, passes=3, feedback_start=FEEDBACK_START, prefix_mixin=PREFIX_MIXIN, aux_weight=AUX_WEIGHT
+    cfg = config("multi_register", model, steps(SCRATCH_STEPS, scale), seed, REGISTERS,
+                 schedule=PassMix.of(mix, AUX_WEIGHT, 3), feedback_start=FEEDBACK_START, prefix_mixin=PREFIX_MIXIN
                  ).replace(batch_size=BATCH)
     return RunSpec(SHIPPED[arm].format(s=seed, suffix=f"_s{seed}" if seed else ""), cfg, Sequential(),
                    eval_size(scale))
@@ -180,13 +180,13 @@ def _scratch_run(arm: str, model: dict, mix: dict[int, float], seed: int, scale:
 def _finetune_run(arm: str, change: dict, seed: int, family: Family, scale: float) -> RunSpec:
     model = {**FBT_GLU, **{k: change[k] for k in ("fbt_jitter", "fbt_fusion") if k in change}}
     if change.get("sequential"):  # the exact recurrence itself, backpropagated through every position
-        schedule = {"schedule": "sequential", "prefix_mixin": 0.0}
+        schedule = {"schedule": Sequential(), "prefix_mixin": 0.0}
     elif "fixed_point" in change:
-        schedule = {"schedule": "fixed_point", "passes": change["fixed_point"].passes, "aux_weight": 1.0,
+        schedule = {"schedule": change["fixed_point"],
                     "prefix_mixin": 0.0}
     else:
         mix = change["pass_mix"]
-        schedule = {"schedule": "multipass", "pass_mix": mix, "passes": max(mix), "aux_weight": AUX_WEIGHT,
+        schedule = {"schedule": PassMix.of(mix, AUX_WEIGHT),
                     "prefix_mixin": PREFIX_MIXIN}
     cfg = config("multi_register", model, steps(family.steps, scale), FINETUNE_SEED + seed, family.setting,
                  optimizer="adamw", lr=FINETUNE_LR, lr_schedule="constant",

@@ -44,7 +44,7 @@ from ...analysis.traces import (
     trace_lengths,
     training_traces,
 )
-from ...schedules import Multipass, condition, regime
+from ...schedules import Multipass, PassMix, condition, regime
 from ...stats import MIN_SEEDS
 from ..common import FBT_MIX, SMALL_MODEL, config, describe, eval_size, steps
 from ..core import EVAL_SEED, Context, Finding, Gate, Outcome, Recipe, RunSpec, lead
@@ -74,7 +74,7 @@ SEPARABLE = 1e-6  # first-token log-probabilities of SOFT and STANDARD closer th
 def build(scale: float) -> list[RunSpec]:
     # the paper's FBT recipe read as the paper words it: a fresh plain prefix in every pass after the first
     fbt = [RunSpec(f"fbt_s{seed}", config("arith_cot", FBT, steps(TRAIN_STEPS, scale), seed, TASK,
-                                           schedule="multipass", pass_mix=FBT_MIX, passes=3, feedback_start=0.3,
+                                           schedule=PassMix.of(FBT_MIX, passes=3), feedback_start=0.3,
                                            prefix_mixin=0.5, prefix_draw="pass"),
                    Multipass(2), eval_size(scale)) for seed in SEEDS]
     return fbt + [RunSpec(f"baseline_s{seed}", config("arith_cot", BASELINE, steps(TRAIN_STEPS, scale), seed, TASK),

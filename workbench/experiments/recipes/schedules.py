@@ -72,7 +72,7 @@ RECIPE = Recipe(
     "schedules",
     "Interleaved training clearly beats block-wise training (the paper's ablation at matched compute).",
     f"The lrt_vs_baseline text specimens (4x64 bytes, context {TEXT['seq_len']}): LRT trained interleaved S=2 "
-    f"vs block-wise (block {ARMS['lrt_blockwise'][1]['block']}), each at the FLOPs of {BASE_STEPS} baseline "
+    f"vs block-wise (block {ARMS['lrt_blockwise'][0].block}), each at the FLOPs of {BASE_STEPS} baseline "
     f"steps of {BATCH} windows at a {LR_SCHEDULE} learning rate, {len(SEEDS)} seeds, evaluated with the exact "
     "recurrence and under their own schedule.",
     lambda scale: text_runs(SCHEDULE_ARMS, scale), analyze,
