@@ -160,16 +160,17 @@ def run_logits(model: GPT, idx: torch.Tensor, *, schedule: str | schedules.Sched
 
 
 def reads_memory(idx: torch.Tensor, *, schedule: str | schedules.Schedule = "sequential", regime: str | None = None,
-                 prompt_len: int | None = None, plain_prefix: int | torch.Tensor = 0, **_: Any) -> torch.Tensor:
+                 prompt_len: int | None = None, prefill_passes: int = 1, plain_prefix: int | torch.Tensor = 0
+                 ) -> torch.Tensor:
     """(B, T) bool: the (example, position) pairs that read memory in the final result of a run
-    (``Schedule.reads``).
+    (``Schedule.reads``); the keywords are ``run_logits``', so one set of them describes a run to both.
 
     Position 0 never does; nor a plain prefix; ``single`` and ``standard`` read none; ``blockwise``
     only the first position of each block; ``soft`` the continuation; ``fused`` every position after
     the first (the prompt in its later passes).
     """
     B, T = idx.shape
-    value = run_schedule(schedule, regime, prompt_len, T=T)
+    value = run_schedule(schedule, regime, prompt_len, prefill_passes, T)
     return value.reads(B, T, plain_prefix, idx.device)
 
 

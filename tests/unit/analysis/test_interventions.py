@@ -251,3 +251,9 @@ def test_the_swap_patch_exercise_check_passes_a_solution_and_fails_the_usual_sli
                  lambda m, t, i, j, p: solution(m, t, i, j, p, step_at=0)):  # the step not told its position
         with pytest.raises(AssertionError, match="reading example"):
             ex.check_swap_patch(slip)
+
+
+def test_a_knob_beside_the_schedule_is_refused_not_swallowed(model):
+    """``passes=3`` beside a schedule once went unread by ``reads_memory``; every run keyword is now one both take."""
+    with pytest.raises(TypeError, match="passes"):
+        iv.intervene(model, _tokens(2), iv.Intervention("zero"), 3, schedule="multipass", passes=3)
