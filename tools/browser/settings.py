@@ -15,7 +15,7 @@ CHROMIUM = Path(os.environ.get("WORKBENCH_CHROMIUM", "/usr/bin/chromium"))
 CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                   "--disable-sync", "--no-first-run", "--disable-quic", "--disable-dev-shm-usage"]
 NOTEBOOK_SECONDS = float(os.environ.get("WORKBENCH_BROWSER_NOTEBOOK_SECONDS", "180"))  # one notebook, all in
-BUDGET_SECONDS = float(os.environ.get("WORKBENCH_BROWSER_BUDGET_SECONDS", "600"))  # the whole browser session
+BUDGET_SECONDS = float(os.environ.get("WORKBENCH_BROWSER_BUDGET_SECONDS", "900"))  # the whole browser session
 CHANGE_SECONDS = 60.0  # how long a widget may take to redraw after its control moves
 VIEWPORT = {"width": 1400, "height": 1000}
 MAX_SCREENSHOT_HEIGHT = 12000  # px; a longer notebook is cut there in its full-page screenshot

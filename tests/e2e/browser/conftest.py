@@ -21,7 +21,7 @@ from tools import browser as driver
 
 @pytest.fixture(scope="session")
 def browser_budget() -> driver.Deadline:
-    """The whole browser session's time (WORKBENCH_BROWSER_BUDGET_SECONDS, default 600 s), from its first use."""
+    """The whole browser session's time (WORKBENCH_BROWSER_BUDGET_SECONDS, default 900 s), from its first use."""
     return driver.Deadline(driver.BUDGET_SECONDS)
 
 

@@ -8,7 +8,7 @@ label, summary or figure); a screenshot of the notebook after that is saved unde
 must pass, one with an error and a widget that responds to nothing must fail for those reasons.
 
 Bounded: one server and one browser for the module, notebooks in sequence, at most
-WORKBENCH_BROWSER_NOTEBOOK_SECONDS (180) per notebook and WORKBENCH_BROWSER_BUDGET_SECONDS (600)
+WORKBENCH_BROWSER_NOTEBOOK_SECONDS (180) per notebook and WORKBENCH_BROWSER_BUDGET_SECONDS (900)
 for everything; notebooks left when the budget is spent are skipped, saying so.
 """
 
