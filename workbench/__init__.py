@@ -1,9 +1,7 @@
 """workbench: a research and teaching workbench for latent feedback in transformers.
 
-The two methods it studies (LRT, FBT) are one pattern — token t reads a memory that position t-1
-produced — split into a *mechanism* (where memory is read and consumed, ``mechanisms.py``) and a
-*schedule* (how a sequence is computed, ``schedules.py``), on one nanochat-style backbone.
-"""
+The two methods it studies (LRT, FBT) are one pattern, token t reads a memory that position t-1 produced, split into a
+*mechanism* (where memory is read and consumed) and a *schedule* (how a sequence is computed) on one backbone."""
 
 from . import analysis, hooks, schedules, tasks
 from ._version import __version__

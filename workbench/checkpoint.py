@@ -1,24 +1,9 @@
-"""Checkpoints: a directory of safetensors + JSON that a reader sees whole, one version at a time.
+"""Checkpoints: a directory of ``config.json``, ``model.safetensors``, ``metrics.json`` and ``manifest.json`` (size and
+sha256 of every file) that a reader sees whole, one version at a time (``store``).
 
-Layout of ``checkpoints/NAME/`` (a plain directory: every file can also be read directly)::
-
-    config.json          {"format": 2, "package_version": ..., "model": ModelConfig fields, ...extra}
-    model.safetensors    the state dict (tied weights stored once)
-    metrics.json         whatever the caller recorded (a JSON object: losses, eval numbers, recipe, seed)
-    manifest.json        size and sha256 of every file the save wrote
-
-Format 2 is always saved with its manifest. A checkpoint without one (deleted, or an incomplete copy)
-loads only with ``verify=False``, and with a warning: nothing else could tell an edited config.json from
-the saved one.
-
-What a save replaces and keeps: a directory is recognised as a checkpoint by our own marker (a
-manifest of ours, or a config.json holding our ``format`` and ``model``), never by file names a
-Hugging Face model directory also has; any other non-empty directory is refused. Files a user puts
-inside a checkpoint directory (notes, an evaluation table) are kept across re-saves; a save that
-would overwrite one of them refuses and names it. The directory transaction itself (atomic swap,
-concurrent savers and readers, kills) is ``store``'s, one file's (strict JSON, bounded reads) ``files``';
-nothing is ever unpickled.
-"""
+A checkpoint without its manifest loads only with ``verify=False``: nothing else could tell an edited config.json from
+the saved one. A directory counts as ours only by our own marker, never by file names a Hugging Face directory also has.
+Nothing is ever unpickled."""
 
 from __future__ import annotations
 
@@ -68,17 +53,14 @@ def read_safetensors(path: str | os.PathLike) -> dict[str, torch.Tensor]:
 
 # ---------------------------------------------------------------------------------------------- recognising one
 def is_checkpoint(path: str | os.PathLike) -> bool:
-    """A directory laid out as a checkpoint (a manifest, or the older config + weights): what loads
-    look for. Whether it is really ours is checked when it is read (``owned_names`` when saving)."""
+    """A directory laid out as a checkpoint (what loads look for); whether it is ours is checked when it is read."""
     p = Path(path)
     return (p.is_dir() and not p.is_symlink()
             and (os.path.lexists(p / MANIFEST) or (os.path.lexists(p / CONFIG) and os.path.lexists(p / WEIGHTS))))
 
 
 def owned_names(path: Path) -> set[str] | None:
-    """The files a save of this module wrote in the directory ``path`` (what the next save may
-    replace); None when ``path`` carries no marker of ours (a manifest of ours, or a config.json with
-    our ``format`` and ``model``), whatever its file names."""
+    """The files a save of ours wrote in ``path`` (what the next save may replace); None without our marker."""
     manifest = try_json(path / MANIFEST)
     if (isinstance(manifest, dict) and manifest.get("format") == FORMAT_VERSION
             and isinstance(manifest.get("files"), dict)):
@@ -90,8 +72,7 @@ def owned_names(path: Path) -> set[str] | None:
 
 
 def find_checkpoint(path: str | os.PathLike) -> Path | None:
-    """Where the current version of the checkpoint ``path`` lies: ``path`` itself, or, when a save was
-    killed between its two renames, the old version it had set aside; None when there is none."""
+    """The current version of ``path``, or the old one a save killed between its renames set aside."""
     return _find_version(Path(path), is_checkpoint)
 
 
@@ -107,8 +88,8 @@ def _manifest_files(data: bytes, where: Path) -> dict[str, dict[str, Any]]:
 
 
 def _read_version(fd: int, where: Path, names: tuple[str, ...], verify: bool) -> tuple[dict[str, bytes], bool]:
-    """The files ``names`` of the directory open as ``fd``, checked against its manifest (sizes before
-    reading, then hashes), and whether the version went unverified for want of a manifest it should have."""
+    """The files ``names`` of the directory ``fd``, checked against its manifest (sizes before reading), and whether the
+    version went unverified."""
     present = set(os.listdir(fd))
     listing, unverified = None, False
     if MANIFEST in present:
@@ -146,8 +127,7 @@ def _missing(path: Path) -> str:
 
 
 def read_checkpoint(path: str | os.PathLike, names: tuple[str, ...], verify: bool = True) -> dict[str, Any]:
-    """The files ``names`` from one version of the checkpoint ``path`` (never a mix of two), parsed:
-    ``.json`` as JSON, ``.safetensors`` as a tensor dict."""
+    """The files ``names`` from one version of ``path``, parsed (``.json`` as JSON, ``.safetensors`` as tensors)."""
     path = Path(path)
     files, unverified = read_version(path, lambda fd, where: _read_version(fd, where, names, verify),
                                      is_checkpoint, _missing)
@@ -204,15 +184,10 @@ def _check_metrics(metrics: Any) -> dict[str, Any]:
 def save_checkpoint(model: GPT, path: str | os.PathLike, metrics: dict[str, Any] | None = None,
                     extra: dict[str, Any] | None = None,
                     extra_files: dict[str, dict[str, torch.Tensor] | Any] | None = None) -> Path:
-    """Write ``model`` (config, weights) and ``metrics`` to the directory ``path`` as one new version.
+    """Write ``model`` (config, weights) and ``metrics`` to ``path`` as one new version.
 
-    ``extra`` goes into config.json beside the model config (recipe name, seed, ...; not the
-    header's own keys ``RESERVED_KEYS``); ``metrics`` must be a JSON object with finite numbers;
-    ``extra_files`` maps plain file names to tensor dicts (``.safetensors``) or JSON data
-    (``.json``), written inside the same version (the trainer's resumable state). Every argument is
-    checked before anything is written. ``path`` must be absent, empty or a checkpoint: anything
-    else is refused, never deleted; files a user put in a checkpoint are kept.
-    """
+    ``extra`` goes into config.json; ``extra_files`` (``.safetensors`` or ``.json``) are written in the same version.
+    Everything is checked before a byte is written; files a user put in the checkpoint are kept."""
     model = _check_model(model)
     check_has_weights("model", model)  # a meta model has shapes only: nothing to write
     check_path("path", path)
@@ -273,12 +248,8 @@ def check_weights(state: dict[str, torch.Tensor], config: ModelConfig, where: Pa
 
 def load_checkpoint(path: str | os.PathLike, device: torch.device | str | None = None, *,
                     allow_nonfinite: bool = False, verify: bool = True) -> GPT:
-    """Rebuild the model saved in ``path``, checking every tensor against its config.
-
-    Refused unless asked otherwise: non-finite weights (``allow_nonfinite``) and files that no
-    longer match the manifest the save wrote (``verify``: an edited config.json of the same shapes
-    would otherwise load silently as a different model).
-    """
+    """Rebuild the model saved in ``path``, checking every tensor against its config; an edited config.json of the same
+    shapes would otherwise load silently as a different model."""
     path = Path(path)
     files = read_checkpoint(path, (CONFIG, WEIGHTS), verify)
     config, state = _header_config(files[CONFIG], path), files[WEIGHTS]

@@ -1,10 +1,5 @@
-"""Configuration dataclasses, validated at construction.
-
-Every field carries a comment saying what it is; every bad value raises a ``ValueError`` that
-names the field and the allowed range, so a typo in a notebook fails loudly at the line that made
-it rather than as a shape error deep inside a forward pass. Configs round-trip through JSON
-exactly (``to_json`` / ``from_json``) because checkpoints store them that way.
-"""
+"""Configuration dataclasses, validated at construction (a bad value raises a ``ValueError`` naming the field and its
+range, at the line that made it, not as a shape error in a forward pass), with an exact JSON round trip."""
 
 from __future__ import annotations
 
@@ -45,8 +40,7 @@ class JSONMixin:
     """Exact JSON round trip for flat dataclasses whose tuples are stored as lists."""
 
     def _plain_numbers(self) -> None:
-        """numpy scalars (``np.int64(4)``, ``np.float32(0.1)``) become the Python numbers they equal, so
-        they validate and serialise as those do."""
+        """Turn numpy scalar fields into Python numbers so they validate and serialise as those."""
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if isinstance(value, np.generic):
@@ -73,66 +67,32 @@ class JSONMixin:
 
 @dataclass
 class ModelConfig(JSONMixin):
-    """Shape of the GPT backbone and of the latent-feedback mechanism it carries.
-
-    Every field is checked when the config is made (and again by ``GPT``): a bad value raises a
-    ``ValueError`` naming the field and its allowed range. The defaults are a small nanochat-style
-    byte model with no feedback; a training run sets ``vocab_size`` and ``seq_len`` from its task.
+    """Shape of the GPT backbone and of the latent-feedback mechanism it carries (checked again by ``GPT``).
 
     Attributes:
-        vocab_size: Number of token ids, an int >= 2. A training run takes it from its task's tokenizer
-            (byte-level text: 258, the 256 bytes and two special tokens).
-        n_layer: Transformer blocks (L), an int >= 1. 4 keeps a CPU run to minutes.
-        n_head: Query heads, an int >= 1 that divides ``n_embd``.
-        n_kv_head: Key/value heads (grouped-query attention), an int in [1, n_head] that divides ``n_head``;
-            None means ``n_head`` (plain multi-head attention). Fewer heads shrink the KV cache a decoder keeps.
-        n_embd: Residual width (D), an int >= 2, divisible by ``n_head``; with ``rope`` the head size
-            ``n_embd / n_head`` must be even.
-        seq_len: Training context length, an int >= 1. Decoding may run past it: rotary tables are computed
-            on the fly, so nothing is sized by it but training batches.
-        rope: Rotary position embeddings on queries and keys (default True, as nanochat). False gives no
-            position signal at all (NoPE), an ablation.
-        rope_base: Rotary base, a float > 0; 10000 is the usual choice (larger: slower-turning frequencies).
-        qk_norm: RMS-normalise each head's query and key (default True, nanochat), which keeps attention
-            logits bounded; False uses the raw projections (an ablation).
-        logit_softcap: ``logits = c * tanh(logits / c)`` with c = this float >= 0; 0 disables the cap.
-            15 (nanochat) stops a few logits from running away early in training.
-        tie_embeddings: Share the input embedding and the readout (a bool). None (default) resolves to True
-            for ``mechanism="fbt"``, which requires it (its fused input lives in the embedding space), and
-            False otherwise (nanochat unties them).
-        mechanism: The latent feedback: ``"none"`` (the baseline), ``"lrt"`` or ``"fbt"``, or a mechanism
-            registered with ``mechanisms.register``. Each mechanism may constrain other fields.
-        lrt_source_layer: LRT: the block whose RMS-normed output becomes the memory, an int in
-            [-1, n_layer - 1]; -1 (default) is the top, after the final norm (what the readout sees).
-        lrt_inject: LRT: where the memory enters each block, a non-empty subset of ``("kv", "residual")``
-            (a str or list is accepted and stored as a tuple). Both (default) is the paper's model;
-            one alone is the injection ablation.
-        lrt_projection: LRT: the recurrent K/V projection, ``"shared"`` by all blocks (default, fewer
-            parameters) or ``"per_layer"`` (one per block, as the reference code).
-        lrt_gamma_init: LRT: initial residual-injection scale, a float in [-10, 10]. 0 (default) starts the
-            model exactly as the baseline; the reference code uses 0.1.
-        lrt_gate_channels: LRT: how many leading channels of the block input the K/V gates read, an int in
-            [1, n_embd]; None means ``min(32, n_embd)``, the public code's 32.
-        lrt_kv_init: LRT: the recurrent K/V projections start at ``"zero"`` (default: no memory is read at
-            step 0, so the model starts as the baseline) or ``"uniform"`` (the reference code's init, so the
-            memory reaches keys and values from the first step).
-        lrt_memory: LRT: what position t's injections read, within one forward per token (the paper's
-            ablation): ``"previous"`` m_{t-1} (default); ``"older"`` m_{t-2} (the carried memory holds two
-            states); ``"pooled"`` an exponential average of every earlier source state (decay
-            ``lrt_pool_decay``); ``"none"`` no memory, the gates and layer scales alone (the paper's
-            "generic gates" control; train it single-pass).
-        lrt_pool_decay: LRT ``"pooled"``: ``m~_t = decay * m~_{t-1} + (1 - decay) * h_t``, a float in (0, 1);
-            0.9 averages over about ten positions. Ignored by the other memories.
-        fbt_jitter: FBT: half-width of the uniform noise added to the carried state in training (FBT's noise
-            regularisation; never in evaluation or decoding), a float in [0, 1]; 0 turns it off.
-        fbt_fusion: FBT: how state and token make the input. ``"glu"`` (default, the paper's):
-            ``u = norm((W_U m) * sigmoid(W_G e))``, the state on the value path and the token only gating it;
-            ``"additive"`` (ours): ``u = norm(e + (W_U m) * sigmoid(W_G e))``, the token embedding kept intact.
-        document_token: The token that opens a document (a text task's ``<bos>``), an int in
-            [0, vocab_size - 1]: a position holding it reads no memory in any schedule, decoding regime or
-            mechanism, so no memory crosses a document start (the FBT reference's rule). None (default):
-            no token is special and the memory runs across packed documents.
-    """
+        vocab_size: Number of token ids, >= 2; a training run takes it from its task.
+        n_layer: Transformer blocks (L).
+        n_head: Query heads; must divide ``n_embd``.
+        n_kv_head: Key/value heads (grouped-query attention), dividing ``n_head``; None means ``n_head``.
+        n_embd: Residual width (D); with ``rope`` the head size must be even.
+        seq_len: Training context length; decoding may run past it (rotary tables are computed on the fly).
+        rope: Rotary position embeddings; False gives no position signal (NoPE, an ablation).
+        rope_base: Rotary base, > 0.
+        qk_norm: RMS-normalise each head's query and key, which keeps attention logits bounded (nanochat).
+        logit_softcap: ``logits = c * tanh(logits / c)``; 0 disables it. 15 stops logits running away early.
+        tie_embeddings: Share embedding and readout; None: True for ``"fbt"`` (its fused input needs it), else False.
+        mechanism: ``"none"`` (the baseline), ``"lrt"``, ``"fbt"`` or one registered with ``mechanisms.register``.
+        lrt_source_layer: LRT: the block whose RMS-normed output is the memory; -1 is the top, after the final norm.
+        lrt_inject: LRT: where memory enters each block, a non-empty subset of ``("kv", "residual")`` (both: the paper).
+        lrt_projection: LRT: the recurrent K/V projection, ``"shared"`` by all blocks or ``"per_layer"``.
+        lrt_gamma_init: LRT: initial residual-injection scale; 0 starts exactly as the baseline (reference code: 0.1).
+        lrt_gate_channels: LRT: leading channels of the block input the K/V gates read; None: ``min(32, n_embd)``.
+        lrt_kv_init: LRT: recurrent K/V projections start ``"zero"`` (the baseline) or ``"uniform"`` (reference code).
+        lrt_memory: LRT: what position t reads: ``"previous"``, ``"older"`` (m_{t-2}), ``"pooled"`` or ``"none"``.
+        lrt_pool_decay: LRT ``"pooled"``: ``m~_t = decay * m~_{t-1} + (1 - decay) * h_t``, in (0, 1).
+        fbt_jitter: FBT: half-width of the uniform noise added to the carried state, in training only.
+        fbt_fusion: FBT: ``"glu"`` (the paper's) or ``"additive"`` (ours: the token embedding kept intact).
+        document_token: A position holding this token reads no memory, so none crosses a document start; None: any."""
 
     vocab_size: int = 256  # number of token ids
     n_layer: int = 4  # number of transformer blocks (L)
@@ -144,9 +104,7 @@ class ModelConfig(JSONMixin):
     rope_base: float = 10000.0  # rotary embedding base
     qk_norm: bool = True  # RMS-normalise each head's query and key (nanochat); False: raw projections (an ablation)
     logit_softcap: float = 15.0  # logits = c * tanh(logits / c); 0 disables the cap
-    # share the input embedding and the readout; None: tied for FBT (its fused input lives in the embedding space,
-    # which it requires), untied otherwise (nanochat)
-    tie_embeddings: bool | None = None
+    tie_embeddings: bool | None = None  # None: tied for FBT (which requires it), untied otherwise
     mechanism: str = "none"  # latent feedback: "none" | "lrt" | "fbt"
     # --- LRT (Latent Recurrent Transformer) ---
     lrt_source_layer: int = -1  # block whose (normalised) output is the memory; -1 = top, after final norm
@@ -155,22 +113,13 @@ class ModelConfig(JSONMixin):
     lrt_gamma_init: float = 0.0  # initial residual-injection scale (0 = start as the baseline; code used 0.1)
     lrt_gate_channels: int | None = None  # gates read the first C channels of the block input; None = min(32, D)
     lrt_kv_init: str = "zero"  # recurrent K/V projections start "zero" (no memory read) or "uniform" (reference code)
-    # what position t's injections read, each within one forward per token (the LRT paper's ablation): "previous"
-    # m_{t-1}; "older" m_{t-2} (the carried memory holds two states); "pooled" an exponential average of the source
-    # states of every earlier position (decay ``lrt_pool_decay``); "none" no memory at all, the gates and layer
-    # scales alone (the paper's "generic gates or layer scaling" control: train it single-pass)
-    lrt_memory: str = "previous"
+    lrt_memory: str = "previous"  # what position t reads: "previous" | "older" | "pooled" | "none"
     lrt_pool_decay: float = 0.9  # "pooled": m~_t = decay * m~_{t-1} + (1 - decay) * h_t
     # --- FBT (Full-Bandwidth Transformer) ---
     fbt_jitter: float = 0.02  # half-width of the uniform noise added to the carried state in training
-    # "glu": u = norm((W_U m) * sigmoid(W_G e)), the paper's (the state on the value path, the token only gates
-    # it); "additive" (ours, beyond the paper): u = norm(e + (W_U m) * sigmoid(W_G e)), the token kept intact
-    fbt_fusion: str = "glu"
+    fbt_fusion: str = "glu"  # "glu" (the paper's) | "additive" (ours: the token embedding kept intact)
     # --- documents ---
-    # the token that opens a document (a text task's <bos>): a position holding it reads no memory, in every
-    # schedule, decoding regime and mechanism, so no memory crosses a document start (the FBT reference's rule);
-    # None: no token is special and the memory runs across packed documents
-    document_token: int | None = None
+    document_token: int | None = None  # a position holding it reads no memory; None: memory crosses documents
 
     def __post_init__(self) -> None:
         self.validate()

@@ -1,23 +1,9 @@
 """The engine: autoregressive generation with a KV cache and the three decoding regimes.
 
-Regimes, all on the same weights, all one forward per generated token:
-- ``standard``: no feedback anywhere (the model as an ordinary transformer);
-- ``soft``: plain single-pass prefill of the prompt, then every generated token reads the memory
-  its predecessor produced (latent feedback during generation);
-- ``fused``: the prompt is refined by ``prefill_passes`` fused passes (multi-pass prefill: one
-  plain pass, then ``prefill_passes`` passes reading the previous pass's memory), then as ``soft``.
-
-``compile=True`` runs each generated token's forward through ``torch.compile`` over a fixed-shape
-cache (``StaticKVCache``): one graph per (model, batch size, regime), with the elementwise work of
-a step fused and Python's per-op overhead gone. The first call compiles (seconds to a minute on a
-CPU); later calls reuse it. Results match eager decoding to float rounding.
-
-Each regime is a ``schedules`` value (``schedules.regime``: STANDARD ``Single()``, SOFT ``Prefilled(Single())``,
-FUSED ``Prefilled(Multipass(1 + prefill_passes))``), and ``generate`` takes such a value too: its ``prefill``
-fills the cache, and the generated tokens read memory when the value does.
-
-The model knows nothing of sampling; this module knows nothing of how memory is consumed.
-"""
+On the same weights and one forward per token: ``standard`` reads no feedback; ``soft`` prefills the prompt plainly,
+then each generated token reads its predecessor's memory; ``fused`` first refines the prompt by Jacobi passes.
+``compile=True`` compiles the per-token step over a fixed-shape ``StaticKVCache`` (one graph per model, batch size and
+regime; results match eager to float rounding)."""
 
 from __future__ import annotations
 
@@ -39,10 +25,8 @@ Generators = torch.Generator | Sequence[torch.Generator] | None
 
 def sample_next(logits: torch.Tensor, temperature: float = 0.0, top_k: int | None = None,
                 generator: Generators = None) -> torch.Tensor:
-    """Next token ids (B,) from last-position logits (B, V): greedy at temperature 0.
-
-    ``generator``: one for the batch, or one per row (B of them), so that a row's draws do not depend on
-    which other rows are decoded beside it (a sequence decoded alone or in any batch samples the same)."""
+    """Next token ids (B,) from last-position logits (B, V), greedy at temperature 0; one ``generator`` per row keeps a
+    row's draws independent of the rows decoded beside it."""
     if temperature == 0.0:
         return logits.argmax(dim=-1)
     logits = logits.float() / temperature
@@ -86,19 +70,10 @@ def generate(model: GPT, prompt: torch.Tensor, max_new_tokens: int, regime: str 
              prefill_passes: int = 1, temperature: float = 0.0, top_k: int | None = None,
              eos: int | None = None, generator: Generators = None,
              return_logits: bool = False, compile: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """Continue ``prompt`` (B, T) by up to ``max_new_tokens``: returns (B, T + new) like Hugging Face (and, like
-    it, warns when the output runs past the length the model was trained at).
+    """Continue ``prompt`` (B, T) by up to ``max_new_tokens``, returning (B, T + new) like Hugging Face.
 
-    Sequences that emit ``eos`` are padded with ``eos`` afterwards; generation stops early once all
-    have (that check reads a value each token, so only generation with ``eos`` waits for the device;
-    without it nothing here does). With ``return_logits`` also returns the logits that chose each new
-    token (B, new, V).
-    ``regime``: a regime's name (``prefill_passes`` is FUSED's) or a schedule value (``Prefilled(...)``,
-    or ``Single()``, ``Sequential()``, ``Multipass(K)`` for the prompt, the tokens then reading memory
-    unless the value is ``Single()``).
-    ``compile``: compile the per-token step (see the module docstring); the prefill stays eager.
-    ``generator``: sampling's random source, one for the batch or one per row (``sample_next``).
-    """
+    Sequences that emit ``eos`` are padded with it; generation stops once all have (only then does a step wait for the
+    device). ``regime``: a name or a schedule value for the prompt. Warns past the trained ``seq_len``."""
     value = _validate(model, prompt, max_new_tokens, regime, prefill_passes, temperature, top_k, eos)
     B, P = prompt.shape
     if not (generator is None or isinstance(generator, torch.Generator)
@@ -127,7 +102,7 @@ def generate(model: GPT, prompt: torch.Tensor, max_new_tokens: int, regime: str 
 def _decode(model: GPT, value: schedules.Schedule, prompt: torch.Tensor, cache, max_new_tokens: int,
             step_fn: Callable[..., StepOutput], temperature: float, top_k: int | None, eos: int | None,
             generator: Generators, return_logits: bool) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """The prefill and the token loop of ``generate`` (arguments checked, model in eval mode)."""
+    """The prefill and the token loop of ``generate``."""
     B, P = prompt.shape
     logits = value.prefill(model, prompt, cache).logits[:, -1]
     feedback = value.reads_memory

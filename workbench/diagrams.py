@@ -1,19 +1,5 @@
-"""Diagrams of the ideas, drawn by the package (matplotlib, no image files), for the notebooks and docs.
-
-``plots`` draws what an analysis measured; these draw what the code *does*, from the same rules
-the schedules and the decoder follow, so a notebook can show the dependency structure before it
-measures it. Each function returns a pyplot-free ``Figure`` (nothing registered globally) and
-checks its arguments (a ``ValueError`` names the parameter and its allowed range). Arrows that
-carry memory are ``FancyArrowPatch``es with ``gid="memory"``, so a test can count them.
-
-- ``recurrence``: the one idea, token t reads ``m_{t-1}``, for FBT (top state into the input) or LRT
-  (a source layer's state into every block);
-- ``interleaved_sweep``: LRT's training, an init pass then S strided subsets refined in order, each
-  reading memory its predecessor subset wrote back in this sweep (or the init pass, for subset 0);
-- ``jacobi_passes``: FBT's training, pass k reads pass k-1's memory shifted by one: the exact staircase;
-- ``fbt_fusion``: the GLU that fuses ``m_{t-1}`` with the token embedding;
-- ``decoding_regimes``: STANDARD / SOFT / FUSED on the same weights.
-"""
+"""Diagrams of what the code *does* (``plots`` draws what an analysis measured), from the rules the schedules and the
+decoder follow; each returns a pyplot-free ``Figure`` whose memory arrows carry ``gid="memory"`` for tests."""
 
 from __future__ import annotations
 
@@ -55,12 +41,8 @@ DRAWN = ("none", "lrt", "fbt")  # the mechanisms this drawing knows where to put
 
 
 def recurrence(positions: int = 4, layers: int = 3, mechanism: str = "fbt", source_layer: int = -1) -> Figure:
-    """Token t reads ``m_{t-1}``: columns are positions, rows depths (0 = the input, ``layers`` = the top).
-
-    ``fbt``: the top state of position t-1 is fused into the input of position t (one arrow per
-    position). ``lrt``: the state after block ``source_layer`` (-1 = the top) of position t-1 enters
-    every block of position t (one arrow per block). ``none``: no arrow; only the token crosses.
-    """
+    """Token t reads ``m_{t-1}``: columns are positions, rows depths (FBT: into the input; LRT: from ``source_layer``
+    into every block)."""
     check_int("positions", positions, 2, 12)
     check_int("layers", layers, 1, 8)
     if mechanism not in DRAWN:
@@ -92,25 +74,16 @@ def recurrence(positions: int = 4, layers: int = 3, mechanism: str = "fbt", sour
 
 # ---------------------------------------------------------------------------------------------- schedules
 def interleaved_reads(seq_len: int, subsets: int) -> dict[int, int]:
-    """For every position t > 0: the pass whose memory of t-1 it reads in an interleaved sweep.
-
-    Pass 0 is the init pass; subset s (positions ``t % S == s``) is refined at pass s + 1. Its
-    predecessor t-1 sits in subset s-1, already refined in this sweep (pass s) and written back,
-    except for subset 0, whose predecessors in subset S-1 still hold the init pass's estimate.
-    This is ``schedules.Interleaved``'s rule; position 0 reads nothing.
-    """
+    """For every position t > 0: the pass whose memory of t-1 it reads in an interleaved sweep (subset s reads subset
+    s-1 of this sweep; subset 0 the init pass)."""
     check_int("seq_len", seq_len, 2)
     check_int("subsets", subsets, 1, seq_len)
     return {t: (t % subsets) for t in range(1, seq_len)}
 
 
 def interleaved_sweep(seq_len: int = 8, subsets: int = 2) -> Figure:
-    """Subsets x positions: the init pass, then each strided subset refined in order with write-back.
-
-    A coloured cell is a position computed in that pass; the number in it is the pass whose memory
-    of its predecessor it reads, and the arrow comes from there. Subset 0 reads the init pass;
-    every later subset reads what the subset before it wrote back in this same sweep.
-    """
+    """Subsets x positions: the init pass, then each strided subset refined in order with write-back; each cell is
+    labelled with the pass whose memory it reads."""
     check_int("seq_len", seq_len, 2, 24)
     check_int("subsets", subsets, 1, min(seq_len, len(SUBSET_COLOURS)))
     reads = interleaved_reads(seq_len, subsets)
@@ -132,13 +105,7 @@ def interleaved_sweep(seq_len: int = 8, subsets: int = 2) -> Figure:
 
 
 def jacobi_passes(seq_len: int = 6, passes: int | None = None) -> Figure:
-    """Passes x positions: pass k reads pass k-1's memory shifted by one; green cells are exact.
-
-    The system is causal, so position t of pass k depends only on positions < t of pass k-1: pass
-    1 is exact at position 0, and each pass carries one more exact memory one step on (the
-    staircase, ``t < k``). The red arrows follow it: the memory that makes position k-1 exact at
-    pass k. ``passes`` defaults to ``seq_len`` (exact everywhere).
-    """
+    """Passes x positions: pass k reads pass k-1's memory shifted by one, so it is exact at ``t < k``."""
     check_int("seq_len", seq_len, 2, 24)
     passes = seq_len if passes is None else passes
     check_int("passes", passes, 1, 24)
@@ -192,13 +159,7 @@ def fbt_fusion() -> Figure:
 
 
 def decoding_regimes(prompt_len: int = 4, new_tokens: int = 3, prefill_passes: int = 2) -> Figure:
-    """STANDARD / SOFT / FUSED on the same weights, one panel each (``decode.generate``'s three regimes).
-
-    Grey cells are the prompt, blue the generated tokens; red arrows carry memory. STANDARD reads
-    none. SOFT prefills the prompt in one plain pass, then each generated token reads its
-    predecessor's memory. FUSED refines the prompt by ``prefill_passes`` Jacobi passes after the
-    plain one (each reading the pass below it, shifted by one), then generates as SOFT.
-    """
+    """STANDARD / SOFT / FUSED on the same weights, one panel each; red arrows carry memory."""
     check_int("prompt_len", prompt_len, 2, 12)
     check_int("new_tokens", new_tokens, 1, 12)
     check_int("prefill_passes", prefill_passes, 1, 6)

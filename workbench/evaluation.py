@@ -1,10 +1,7 @@
 """Evaluation of a model on a fixed batch under any schedule, per example and in total.
 
-Per-example numbers are what honest comparisons need: two models evaluated on the same held-out
-sequences can be compared *paired*, example by example, with a bootstrap interval for the
-difference (``paired_difference``), instead of eyeballing two means. The intervals come from
-``stats.bootstrap``; the verdict rule is ``stats.verdict``.
-"""
+Per-example numbers let two models on the same held-out sequences be compared *paired*, with a bootstrap interval for
+the difference (``paired_difference``), instead of eyeballing two means."""
 
 from __future__ import annotations
 
@@ -25,13 +22,10 @@ from .tasks.base import Batch
 @torch.no_grad()
 def per_example_metrics(model: GPT, batch: Batch, schedule: str | schedules.Schedule = "single",
                         batch_size: int = 64, plain_prefix: int = 0) -> pd.DataFrame:
-    """One row per example: ``nats`` (summed loss over its targets), ``targets``, ``correct`` (argmax
-    hits), ``loss`` (mean nats per target), ``accuracy``, ``answer_correct`` (every target right).
+    """One row per example: ``nats`` (summed), ``targets``, ``correct``, ``loss`` (per target), ``accuracy``,
+    ``answer_correct`` (every target right).
 
-    ``schedule``: a ``Schedule`` value (what ``RunSpec.eval_schedule`` holds), its JSON form or a name for its
-    defaults, parsed once. Runs in eval mode (no FBT jitter) and restores the caller's mode;
-    ``batch_size`` bounds memory.
-    """
+    Runs in eval mode (no FBT jitter) and restores the caller's mode; ``batch_size`` bounds memory."""
     value = schedules.parse(schedule)
     rows = []
     device = next(model.parameters()).device
@@ -55,12 +49,10 @@ def per_example_metrics(model: GPT, batch: Batch, schedule: str | schedules.Sche
 
 
 def summarize(per_example: pd.DataFrame, bytes_per_token: float | None = None) -> dict[str, float]:
-    """Totals over examples: ``loss`` (nats per target), ``bpb``, ``accuracy`` (per target), and on a task of
-    answers (``bytes_per_token`` None) ``answer_accuracy`` (per example: every target right).
+    """Totals over examples: ``loss`` (nats per target), ``bpb``, ``accuracy`` and ``answer_accuracy``.
 
-    ``bytes_per_token`` is byte-level text's (``task.bytes_per_token``): ``bpb`` is then bits per byte, and
-    ``answer_accuracy`` is left out, since a window of text has no answer (it would read 0.0). Without it
-    ``bpb`` is bits per token."""
+    With ``bytes_per_token`` (byte-level text) ``bpb`` is bits per byte and ``answer_accuracy`` is left out, since a
+    window of text has no answer; without it ``bpb`` is bits per token."""
     targets = float(per_example["targets"].sum())
     loss = float(per_example["nats"].sum()) / max(targets, 1.0)
     summary = {"loss": loss, "bpb": loss / math.log(2) / (1.0 if bytes_per_token is None else bytes_per_token),
@@ -72,8 +64,7 @@ def summarize(per_example: pd.DataFrame, bytes_per_token: float | None = None) -
 
 def paired_difference(a: np.ndarray, b: np.ndarray, n_boot: int = 2000, seed: int = 0,
                       level: float = 0.95) -> dict[str, float]:
-    """Mean of ``b - a`` over paired examples with a bootstrap interval (resampling examples):
-    ``stats.bootstrap(b, a)``."""
+    """Mean of ``b - a`` over paired examples with a bootstrap interval: ``stats.bootstrap(b, a)``."""
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     if a.shape != b.shape or a.ndim != 1 or len(a) == 0:
         raise ValueError(f"a and b must be 1-D arrays of the same non-zero length, got {a.shape} and {b.shape}")
@@ -82,14 +73,9 @@ def paired_difference(a: np.ndarray, b: np.ndarray, n_boot: int = 2000, seed: in
 
 def hierarchical_difference(reference: Sequence[np.ndarray], arm: Sequence[np.ndarray], n_boot: int = 2000,
                             seed: int = 0, level: float = 0.95) -> dict[str, float]:
-    """Mean of ``arm - reference`` with an interval that carries seed variance as well as example noise:
-    ``stats.bootstrap(arm, reference, unit="seeds")``.
+    """Mean of ``arm - reference`` with an interval carrying seed variance as well as example noise (one per-example
+    array per seed, same examples).
 
-    Each argument holds one per-example array per training seed, all on the same held-out examples.
-    Each bootstrap replicate resamples the examples (one draw shared by every seed and both arms,
-    since the examples are paired), then the seeds of each arm (independently: two seeds of two arms
-    are unrelated runs). With one seed per arm it reduces to the paired example bootstrap; with
-    constant examples, to a bootstrap of the seed means. Why: two seeds of one arm can differ by
-    more than the effect between arms, and an example-only interval would hide that.
-    """
+    Two seeds of one arm can differ by more than the effect between arms, and an example-only interval would hide that.
+    See ``stats.bootstrap(unit="seeds")``."""
     return bootstrap(arm, reference, unit="seeds", n_boot=n_boot, seed=seed, level=level)

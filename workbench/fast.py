@@ -1,26 +1,8 @@
 """The backbone's measured CPU speed-ups, in one place behind one switch.
 
-``functional`` is the learner's path: RMSNorm, ReLU^2 and rotary embeddings written as nanochat writes them.
-The model and the mechanisms take their primitives from ``ops()``, the one place the switch is read: this
-module's twins when ``ENABLED`` (the default), ``functional`` otherwise. The twins:
-
-- ``norm`` / ``relu_squared``: hand-derived backwards (autograd ``Function``s). Autograd through the
-  composite ops allocates a fresh activation-sized buffer per elementwise op, and on a CPU a fresh
-  large buffer costs more than the arithmetic (page faults); these allocate once and work in place.
-  Their forwards are the very ops PyTorch runs (bitwise the same values); without a gradient ``norm``
-  runs five ops where ``F.rms_norm`` runs about ten (dtype round trips), which is the cost of a
-  decoded token's many small norms.
-- ``per_head``: the rotary tables laid out per head once per forward, so the products with the
-  queries and keys run one long inner loop instead of a broadcast over heads.
-- ``apply_rotary``: the rotation summed in place into buffers no backward reads.
-- ``rotary``: under ``torch.compile``, the tables marked as costly (``stored_once``) so inductor stores them
-  once instead of recomputing a cos and a sin per element of every query and key.
-
-Equal to the plain path: ``tests/invariants/test_fast_path.py`` holds every function here to its plain
-twin (bit for bit where the op sequence is the same, float64 gradients otherwise) and whole models to
-theirs; ``make bench`` times the plain path beside this one ("... plain path" rows: what it buys).
-Turn it off for a block with ``with fast.disabled():``, for a process with ``WORKBENCH_FAST=0``.
-"""
+The model takes its primitives from ``ops()``: these twins when ``ENABLED``, ``functional``'s plain forms otherwise. On
+a CPU autograd's fresh buffer per elementwise op costs more than the arithmetic, hence the hand-derived backwards.
+``tests/invariants/test_fast_path.py`` holds each to its twin. Off: ``fast.disabled()`` or ``WORKBENCH_FAST=0``."""
 
 from __future__ import annotations
 
@@ -40,7 +22,7 @@ ENABLED = os.environ.get("WORKBENCH_FAST", "1") != "0"
 
 @contextlib.contextmanager
 def disabled() -> Iterator[None]:
-    """Run the plain path (``functional``'s own code) inside the block; the switch is restored after."""
+    """Run the plain path (``functional``) inside the block."""
     global ENABLED
     before, ENABLED = ENABLED, False
     try:
@@ -50,21 +32,17 @@ def disabled() -> Iterator[None]:
 
 
 def ops() -> ModuleType:
-    """The primitives the model runs (``norm``, ``relu_squared``, ``rotary``, ``per_head``, ``apply_rotary``):
-    this module while ``ENABLED``, ``functional``'s plain forms otherwise. The one place the switch is read."""
+    """The primitives the model runs: this module while ``ENABLED``, ``functional`` otherwise."""
     return _THIS if ENABLED else functional
 
 
 def _wants_grad(x: torch.Tensor) -> bool:
-    """Whether autograd will differentiate through ``x`` here (only then is a hand-derived backward used)."""
     return x.requires_grad and torch.is_grad_enabled()
 
 
 class _RMSNorm(torch.autograd.Function):
-    """``y = x * rstd``, ``rstd = (mean(x^2) + eps)^-1/2``; backward ``rstd * (g - y * mean(g * y))``.
-
-    The forward is ``F.rms_norm``'s own op sequence for float32/float64 (bitwise its result), keeping
-    ``rstd``; it is an output, so the backward is itself differentiable (the analyses take vjps of vjps)."""
+    """``F.rms_norm``'s own forward op sequence, keeping ``rstd`` as an output so the backward is itself differentiable
+    (vjps of vjps)."""
 
     @staticmethod
     def forward(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -93,7 +71,7 @@ class _RMSNorm(torch.autograd.Function):
 
 
 def norm(x: torch.Tensor) -> torch.Tensor:
-    """``functional.norm``'s values through ``_RMSNorm``'s five ops (float32/float64; other dtypes: PyTorch's)."""
+    """``functional.norm``'s values in five ops where ``F.rms_norm`` runs about ten (float32/float64 only)."""
     if x.dtype not in (torch.float32, torch.float64):
         return F.rms_norm(x, (x.size(-1),))
     return _RMSNorm.apply(x)[0] if _wants_grad(x) else _RMSNorm.forward(x)[0]
@@ -126,14 +104,8 @@ def relu_squared(h: torch.Tensor) -> torch.Tensor:
 
 
 def stored_once(table: torch.Tensor) -> torch.Tensor:
-    """``table`` itself (exactly: ``exp(NaN)`` is NaN), marked as costly for the compiler.
-
-    Inductor inlines a cheap pointwise producer into each of its consumers; for the rotary tables that
-    means a cos and a sin per element of every query and key (B * heads times per angle), forward and
-    backward (about 5 % of a compiled 4x128 training step on a CPU, in inductor's kernel profile). Its
-    CPU heuristic stores a reused buffer once when the buffer's expression contains ``exp`` (one of its
-    "heavy" ops), so this one does. Only under ``torch.compile``: eager code computes the tables once anyway.
-    """
+    """``table`` itself (``exp(NaN)`` is NaN), marked costly so inductor stores it once instead of inlining a cos and a
+    sin into every query and key (its CPU heuristic keeps buffers whose expression holds ``exp``)."""
     return torch.where(table.isnan(), table.exp(), table)
 
 
@@ -147,11 +119,7 @@ def rotary(positions: torch.Tensor, head_dim: int, base: float,
 
 
 def per_head(table: torch.Tensor, heads: int) -> torch.Tensor:
-    """A (T, hd) rotary table laid out as (T, heads, hd), contiguous: done once per forward.
-
-    Broadcast over the heads, a product with x (B, T, H, hd) runs its inner loop over hd elements only
-    (about three times slower at hd = 32 on a CPU); laid out per head it runs over T * H * hd.
-    """
+    """A rotary table as contiguous (T, heads, hd): a broadcast over heads runs ~3x slower on a CPU."""
     return table[:, None, :].expand(table.size(0), heads, table.size(1)).contiguous()
 
 

@@ -1,8 +1,4 @@
-"""One file, read and written safely: strict JSON, reads that never block or run unbounded, atomic writes.
-
-What ``store`` (a directory of such files, swapped whole) and everything that writes a table, a figure or a
-summary build on.
-"""
+"""One file, read and written safely: strict JSON, reads that never block or run unbounded, atomic writes."""
 
 from __future__ import annotations
 
@@ -29,9 +25,8 @@ class CheckpointError(ValueError):
 
 # ---------------------------------------------------------------------------------------------- JSON
 def plain_json(value: Any, where: str, top: bool = True) -> Any:
-    """``value`` as strict JSON data (numpy and 0-d torch scalars as Python numbers), checked on the way:
-    finite numbers, string keys (int keys inside, which JSON writes as strings); anything else is a
-    ``ValueError`` naming where it sits (``metrics['loss'][2]``)."""
+    """``value`` as strict JSON data (numpy and 0-d torch scalars as Python numbers): finite numbers, string keys;
+    anything else is a ``ValueError`` naming where it sits (``metrics['loss'][2]``)."""
     if isinstance(value, (np.generic, torch.Tensor)) and getattr(value, "ndim", 0) == 0:
         value = value.item()
     if value is None or isinstance(value, (bool, str)):
@@ -77,13 +72,10 @@ def _kind(mode: int) -> str:
 
 def read_regular(name: str | os.PathLike, dir_fd: int | None = None, *, size: int | None = None,
                  limit: int | None = None, where: Path | None = None) -> bytes:
-    """The bytes of the regular file ``name`` (inside the directory ``dir_fd`` when given).
+    """The bytes of the regular file ``name`` (inside ``dir_fd`` when given), never blocking or unbounded.
 
-    Never blocks and never reads unbounded: a FIFO, device or directory is refused by name (opened
-    non-blocking, checked with ``fstat`` before a byte is read), symbolic links are not followed
-    (checkpoints hold regular files only), ``size`` (what a manifest says) must match before
-    reading, and a file over ``limit`` bytes is refused unread.
-    """
+    It opens non-blocking and checks ``fstat`` before reading, so a FIFO, device or directory is refused by name; links
+    are not followed; ``size`` must match and ``limit`` is enforced unread."""
     where = Path(where if where is not None else name)
     try:
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY, dir_fd=dir_fd)
@@ -143,10 +135,8 @@ def current_umask() -> int:
 
 
 def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
-    """Write through a temporary file and rename it into place: a reader sees the old file or the new one,
-    never half of one, and the temporary never outlives a failure. The file gets the permissions a plain
-    ``open(path, "w")`` would leave: a replaced file keeps its own, a new one follows the umask (mkstemp's
-    temporary is 0600, which would hide the file from every other account)."""
+    """Write through a temporary renamed into place, with the permissions a plain ``open(path, "w")`` would give
+    (mkstemp's 0600 would hide the file from other accounts)."""
     path = Path(path)
     mode = path.stat().st_mode & 0o7777 if path.is_file() else 0o666 & ~current_umask()
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
@@ -163,11 +153,11 @@ def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
 
 
 def write_csv(path: str | os.PathLike, table: Any) -> None:
-    """A pandas ``table`` as CSV at ``path``, written whole or not at all. Every string is quoted: unquoted, a
-    carriage return inside generated text (a byte model writes them) reads back as a row break."""
+    """A pandas ``table`` as CSV, written atomically. Every string is quoted: unquoted, a carriage return inside
+    generated text reads back as a row break."""
     write_bytes_atomic(path, table.to_csv(index=False, quoting=csv.QUOTE_NONNUMERIC).encode())
 
 
 def write_json_atomic(path: str | os.PathLike, data: Any) -> None:
-    """``write_bytes_atomic`` of ``data`` as JSON (checked plain first, so a bad value names its key)."""
+    """``write_bytes_atomic`` of ``data`` as JSON (checked first, so a bad value names its key)."""
     write_bytes_atomic(path, json_bytes(data, Path(path).name))

@@ -1,9 +1,7 @@
 """TransformerLens-style named hook points.
 
-Every activation worth reading passes through an identity ``HookPoint`` whose name is its place in
-the module tree (``blocks.3.hook_resid_post``). A hook is ``fn(tensor, *, hook) -> tensor | None``:
-returning a tensor replaces the activation (an intervention), returning None only observes it.
-"""
+A hook is ``fn(tensor, *, hook) -> tensor | None``: returning a tensor replaces the activation (an intervention),
+returning None only observes it."""
 
 from __future__ import annotations
 
@@ -34,7 +32,7 @@ class HookPoint(nn.Module):
 
     @property
     def active(self) -> bool:
-        """True when a hook is attached: lets costly optional activations be computed only on request."""
+        """True when a hook is attached, so costly optional activations are computed only on request."""
         return bool(self._forward_hooks)
 
     def add_hook(self, fn: HookFn) -> torch.utils.hooks.RemovableHandle:
@@ -57,8 +55,7 @@ HookName = str | Callable[[str], bool]  # a hook point's name, or a predicate on
 
 
 def _select(points: dict[str, HookPoint], name: HookName) -> list[HookPoint]:
-    """The hook points ``name`` means: the one of that name, or every one whose name the predicate accepts;
-    a name that is not a hook point, or a predicate that accepts none, is a ``ValueError``."""
+    """The hook points a name or predicate means; one that matches none is a ``ValueError``."""
     if callable(name):
         chosen = [point for n, point in points.items() if name(n)]
         if not chosen:
@@ -73,11 +70,10 @@ def _select(points: dict[str, HookPoint], name: HookName) -> list[HookPoint]:
 
 @contextmanager
 def with_hooks(model: nn.Module, fwd_hooks: dict[HookName, HookFn] | list[tuple[HookName, HookFn]]) -> Iterator[None]:
-    """Attach hooks for the duration of a ``with`` block; always removed afterwards, even on an error.
+    """Attach hooks for the duration of a ``with`` block; always removed afterwards.
 
-    Each key is a hook point's name or a predicate on names (``lambda n: n.endswith("hook_resid_post")``
-    attaches ``fn`` to every block's residual output), as in TransformerLens' ``model.hooks``.
-    """
+    Each key is a hook point's name or a predicate on names (``lambda n: n.endswith("hook_resid_post")``), as in
+    TransformerLens."""
     points = hook_points(model)  # one walk of the module tree, however many hooks
     items = fwd_hooks.items() if isinstance(fwd_hooks, dict) else fwd_hooks
     handles = []

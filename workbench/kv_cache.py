@@ -1,29 +1,9 @@
 """Key/value stores that attention reads and writes, indexed by absolute position.
 
-Every store satisfies ``KVStore`` (``update(layer, k, v, positions) -> (k_all, v_all, mask)`` and
-``advance(n)``), the one interface attention, the schedules and the Hugging Face wrapper rely on;
-the decoding caches also satisfy ``DecodeCache`` (a cursor ``pos`` with ``rewind``, and the carried
-``state``), which is what ``generate`` and the probes' recurrent suffixes rely on:
-
-- ``KVCache``: the decoding cache. Positions arrive in order (a prefill chunk, then one token at a
-  time); inference writes into preallocated tensors, and under autograd it concatenates instead,
-  so the exact ``sequential`` schedule can be trained through the very same code path. Next to the
-  keys and values it carries the recurrent ``state``: the memory the next token will read.
-- ``StaticKVCache``: the decoding cache for a compiled decode step. Its shapes never change: a
-  step writes at the positions it is given and attends to every slot under a position mask, so no
-  Python integer (a write cursor, a length) enters the step and ``torch.compile`` traces one graph
-  for every token.
-- ``PurePrefix``: a cache's first positions, extended by concatenation and never written in place, so a
-  stretch of the recurrence is a pure function of the memory it starts from (``schedules.continuation``:
-  what Jacobians, Lyapunov exponents and power iterations differentiate, again and again).
-- ``KVBuffer``: the interleaved-training buffer. It holds K/V for every position in S strided
-  groups (group s = positions s, s+S, ...); refining group s replaces that group outright (no
-  detach, so gradients flow through earlier refinements, and no copy of the whole buffer) and
-  attends to every position, re-interleaved into position order, under a position-aware mask.
-
-``mask`` is what ``F.scaled_dot_product_attention`` needs: ``"causal"`` when queries and keys are
-the same positions, ``None`` when every key is visible, else a boolean (Tq, Tk) tensor.
-"""
+``KVCache`` concatenates under autograd, so the exact ``sequential`` schedule trains through the decoding path;
+``StaticKVCache`` never changes shape, so ``torch.compile`` traces one decode graph; ``PurePrefix`` never writes in
+place, so a stretch of the recurrence is a pure function of its starting memory; ``KVBuffer`` holds interleaved
+training's strided groups. ``mask``: ``"causal"``, ``None`` (every key visible) or a boolean (Tq, Tk) tensor."""
 
 from __future__ import annotations
 
@@ -86,17 +66,14 @@ class _Preallocated:
 
 
 class Cursor:
-    """The write cursor of a decoding cache: ``pos`` positions stored, moved on by ``advance`` and back by
-    ``rewind`` (shared by ``KVCache`` and ``hf.HFKVCache``)."""
+    """The write cursor of a decoding cache (shared by ``KVCache`` and ``hf.HFKVCache``)."""
 
     pos: int = 0  # number of positions already stored (``advance`` counts them per instance)
 
     def advance(self, n: int) -> None:
-        """Mark ``n`` more positions as stored (called once per forward, after every layer)."""
         self.pos += n
 
     def rewind(self, position: int) -> None:
-        """Forget positions ``position`` and later (the next step overwrites them)."""
         if not 0 <= position <= self.pos:
             raise ValueError(f"position={position!r} is invalid: must be in [0, {self.pos}] (the positions stored)")
         self.pos = position
@@ -128,12 +105,9 @@ class KVCache(Cursor, _Preallocated):
 
 
 class StaticKVCache(_Preallocated):
-    """Fixed-shape K/V of ``max_len`` slots plus the carried ``state``, addressed only by position.
+    """Fixed-shape K/V addressed only by position, for a compiled decode step (inference only).
 
-    Slots not yet written hold zeros and are masked out (a query sees keys at its position or
-    earlier), so attending to all of them gives the same result as ``KVCache``'s growing slice. The
-    caller keeps the cursor: the positions it passes are where the step writes. Inference only.
-    """
+    Unwritten slots hold zeros and are masked out, so attending to all of them equals ``KVCache``'s growing slice."""
 
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor,
                positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, Mask]:
@@ -149,13 +123,8 @@ class StaticKVCache(_Preallocated):
 
 
 class PurePrefix:
-    """Positions ``< t`` of a cache, then every position written after them, appended by concatenation.
-
-    Nothing is written in place and the source cache is only read, so calling the same stretch of the
-    recurrence again (or under ``torch.func`` transforms) always starts from the same prefix; the tangent
-    of a memory flows through the keys/values later positions attend to as well as through the memory chain.
-    ``state`` is the memory position ``t`` reads (a ``DecodeCache``'s, for ``schedules.carry``).
-    """
+    """Positions ``< t`` of a cache, then every later position appended by concatenation; the source is only read, so
+    rerunning a stretch (or under ``torch.func``) starts from the same prefix."""
 
     def __init__(self, cache: KVCache, t: int, state: torch.Tensor | None) -> None:
         self.k = [k[:, :, :t] for k in cache.k]
@@ -176,8 +145,7 @@ class PurePrefix:
 
 
 def interleave(groups: list[torch.Tensor], dim: int, length: int) -> torch.Tensor:
-    """Inverse of strided splitting: ``groups[s]`` holds positions s, s+S, ... along ``dim``; returns
-    the ``length`` positions in order (one stack; shorter trailing groups are padded, then cut off)."""
+    """Inverse of strided splitting: ``groups[s]`` holds positions s, s+S, ... along ``dim``."""
     longest = groups[0].size(dim)
     padded = []
     for g in groups:
@@ -189,13 +157,9 @@ def interleave(groups: list[torch.Tensor], dim: int, length: int) -> torch.Tenso
 
 
 class KVBuffer:
-    """K/V of every position of a sequence, refined one strided group at a time (interleaved training).
+    """K/V of every position, refined one strided group at a time (interleaved training).
 
-    The init pass (``refining is None``) stores every position; ``refine(s)`` then selects group s,
-    whose next ``update`` replaces that group's keys/values in place of the stale ones. Storing the
-    groups separately is what makes a refinement cheap: writing a subset back into one
-    whole-sequence tensor would copy all of it per layer and refinement, forwards and backwards.
-    """
+    Groups are stored apart: writing a subset back into one tensor would copy all of it per layer and refinement."""
 
     def __init__(self, n_layer: int, subsets: int) -> None:
         self.subsets = subsets

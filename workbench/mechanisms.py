@@ -1,30 +1,9 @@
 """Latent-feedback mechanisms: where the memory is read and how it is consumed.
 
-Both papers are one pattern: token t reads a memory vector ``m_{t-1}`` that position t-1
-produced. A mechanism decides three things, and the backbone calls it at three named points:
-
-- **read** (``source_layer``): which depth becomes the memory. The memory is always the RMS-normed
-  state at that depth, so its scale is O(1) whatever the depth (for the top this is exactly the
-  final norm the readout uses);
-- **input** (``fuse_input``): how the memory enters the input vector (FBT's GLU fusion);
-- **block** (``inject_residual``, ``inject_kv``): how it enters each block's residual stream and
-  attention keys/values (LRT).
-
-How a whole sequence is computed when every position needs its predecessor's memory is not the
-mechanism's business: that is a *schedule* (``schedules.py``). A mechanism sees a ``Feedback``: the
-memory each query position reads, and a mask of the positions that read any memory at all.
-
-Mechanisms (each a ``Mechanism``, whose points are all the identity):
-- ``NoFeedback`` ("none"): the baseline; overrides nothing.
-- ``LRT`` ("lrt"): gated recurrent K/V projection (shared or per layer) and residual injection
-  ``alpha_l * x + gamma_l * m`` (LRT paper and its public code). Each layer's injections read the
-  memory through their own hook point, ``mechanism.hook_read.{l}``, so an intervention can reach
-  one injection point and leave the others alone.
-- ``FBT`` ("fbt"): ``u_t = RMSNorm((W_U m) * sigmoid(W_G RMSNorm(e_t)))`` (FBT paper): the state on
-  the value path, the token only gates it, with uniform jitter on the carried state in training.
-  ``fbt_fusion="additive"`` (ours) adds that gated state to the intact token embedding instead,
-  ``RMSNorm(e_t + (W_U m) * sigmoid(W_G e_t))``, the way LRT adds its memory to an intact stream.
-"""
+Token t reads a memory ``m_{t-1}`` that position t-1 produced. A mechanism picks the depth that becomes the memory
+(always RMS-normed, so O(1) at any depth) and how it enters the input (FBT) or each block (LRT); how a whole sequence is
+computed is a *schedule*'s business. ``NoFeedback`` is the baseline; ``LRT`` adds a gated recurrent K/V projection and
+residual injection ``alpha_l * x + gamma_l * m``; ``FBT`` fuses ``u_t = RMSNorm((W_U m) * sigmoid(W_G e_t))``."""
 
 from __future__ import annotations
 
@@ -44,13 +23,8 @@ from .hooks import HookPoint
 
 @dataclass
 class Feedback:
-    """What the positions of one forward read: ``memory[:, i]`` is ``m_{t_i - 1}``.
-
-    ``memory`` None means no position reads memory (a plain pass). ``mask`` (B, T) bool marks the
-    positions that read it; the others are *plain* (position 0, a prompt, a plain prefix); None
-    means every position reads it. ``memo`` holds per-forward work a mechanism shares across
-    blocks (LRT's shared projection is computed once, not once per block).
-    """
+    """What the positions of one forward read: ``memory[:, i]`` is ``m_{t_i - 1}``; ``mask`` (B, T) marks the positions
+    that read it (None: all); ``memo`` holds work shared across blocks."""
 
     memory: torch.Tensor | None = None
     mask: torch.Tensor | None = None
@@ -66,15 +40,10 @@ class Feedback:
 
 
 class Mechanism(nn.Module):
-    """What the backbone calls at its points: reads the top state (``source_layer`` -1, so schedules can
-    report it) and every point is the identity; a mechanism overrides the points it uses.
+    """Base mechanism: reads the top state and every point is the identity; subclasses override what they use.
 
-    A mechanism also describes itself, so that nothing else branches on its name: its ``name`` (the
-    ``ModelConfig.mechanism`` value), a one-line ``caption``, the config ``constraints`` it needs, the
-    ``sites`` an intervention can edit besides the memory itself, and the configs whose overhead
-    ``python -m workbench info --d20`` reports (``overhead_rows``). ``register`` makes a new one a
-    ``ModelConfig.mechanism`` value: a third mechanism is one class (see the test suite's).
-    """
+    It describes itself (``name``, ``caption``, ``constraints``, ``sites``, ``overhead_rows``) so nothing else branches
+    on its name."""
 
     name: ClassVar[str] = ""
     caption: ClassVar[str] = ""
@@ -101,8 +70,7 @@ class Mechanism(nn.Module):
         pass
 
     def emit(self, state: torch.Tensor, feedback: Feedback) -> torch.Tensor:
-        """The memory a position leaves for its successor, from its source ``state`` (B, T, D) and what it read
-        (``feedback``): the state itself, unless the mechanism carries more (LRT's older or pooled sources)."""
+        """The memory a position leaves for its successor: its source ``state`` unless the mechanism carries more."""
         return state
 
     def fuse_input(self, embedded: torch.Tensor, feedback: Feedback) -> torch.Tensor:
@@ -163,10 +131,8 @@ class LRT(Mechanism):
         self.memory_width = 2 * config.n_embd if config.lrt_memory == "older" else config.n_embd
 
     def init_weights(self) -> None:
-        """Zero gates (gates = 2*sigmoid(0) = 1) and, by default, zero projections: with gamma=0 the model
-        starts as the baseline. ``lrt_kv_init="uniform"`` starts the projections as the reference code
-        does (nanochat's matrix init, the scale of the block's own K/V), so the memory reaches keys and
-        values from the first step instead of waiting for the projections to grow from zero."""
+        """Zero gates (2*sigmoid(0) = 1) and, by default, zero projections: with gamma=0 the model starts as the
+        baseline. ``"uniform"`` (the reference code's) lets the memory reach keys and values from the first step."""
         with torch.no_grad():
             if self.injects_kv:
                 for lin in self.gates:
@@ -182,9 +148,8 @@ class LRT(Mechanism):
                     self.gamma.fill_(self.config.lrt_gamma_init)
 
     def emit(self, state: torch.Tensor, feedback: Feedback) -> torch.Tensor:
-        """``"older"``: the state beside the one it read (``[h_t, h_{t-1}]``), so its successor injects
-        ``h_{t-1}``, two positions back from itself; ``"pooled"``: the decayed average of the states so far (a
-        plain position starts it afresh); otherwise the state."""
+        """``"older"``: ``[h_t, h_{t-1}]``, so the successor injects ``h_{t-1}``; ``"pooled"``: the decayed average so
+        far; otherwise the state."""
         read = feedback.masked_memory()
         if self.memory_source == "older":
             return torch.cat([state, torch.zeros_like(state) if read is None else read[..., : self.width]], dim=-1)
@@ -215,9 +180,7 @@ class LRT(Mechanism):
         return g_local * k + g_feedback * k_rec, g_local * v + g_feedback * v_rec, gates
 
     def _layer(self, layer: int, memo: dict) -> tuple[Any, Any, Any, bool]:
-        """Block ``layer``'s ``(alpha, gamma, gate weight, whether a hook listens at hook_read.{layer})``; None
-        for a part this LRT does not inject. Looked up for every layer at a forward's first block and kept in its
-        ``memo``: indexing a parameter vector is an op, and a decoded token would pay it in every block."""
+        """Block ``layer``'s scales and gate weight, memoised: indexing a parameter is an op per block per token."""
         if "lrt" not in memo:
             n = len(self.hook_read)
             alpha = self.alpha.unbind() if self.injects_residual else (None,) * n
@@ -227,10 +190,8 @@ class LRT(Mechanism):
         return memo["lrt"][layer]
 
     def _read(self, layer: int, feedback: Feedback, hooked: bool) -> torch.Tensor | None:
-        """The memory layer ``layer`` injects (plain positions zeroed), through its hook point when a hook
-        listens (``hooked``, from ``_layer``); memoised so the residual and K/V injections of one layer see
-        one (possibly edited) read. An edit cannot make a plain position read memory: the mask applies again
-        after the hook."""
+        """The memory ``layer`` injects, memoised so both injections see one (possibly edited) read; the mask is
+        reapplied after the hook."""
         m = feedback.masked_memory() if self.reads else None
         if m is not None and self.memory_source == "older":
             m = m[..., self.width:]
@@ -243,8 +204,7 @@ class LRT(Mechanism):
         return feedback.memo[key]
 
     def _project(self, layer: int, m: torch.Tensor, memo: dict, hooked: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        """Recurrent keys/values (B, T, kv_heads, head_dim); a shared projection is computed once per forward
-        (once per layer for a layer whose read a hook may have edited)."""
+        """Recurrent keys/values (B, T, kv_heads, head_dim), a shared projection computed once per forward."""
         proj = 0 if len(self.rec_k) == 1 else layer
         key = ("rec_kv", proj, layer if hooked else None)
         if key not in memo:

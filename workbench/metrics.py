@@ -1,7 +1,6 @@
 """Metrics over logits and ``-1``-masked targets: bits per byte, per-position loss, answer accuracy.
 
-Losses are summed in float64 before dividing, so a metric over many batches is exact up to the
-model's own precision and does not depend on how the data was batched.
+Losses are summed in float64 before dividing, so a metric over many batches does not depend on how the data was batched.
 """
 
 from __future__ import annotations
@@ -13,7 +12,7 @@ import torch.nn.functional as F
 
 
 def _flat_logits(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """(N, V) logits in float32, or float64 for float64 logits (the exactness tests); bf16 never."""
+    """(N, V) logits in float32 (float64 kept, for the exactness tests); never bf16."""
     if logits.shape[:-1] != targets.shape:
         raise ValueError(f"logits {tuple(logits.shape)} do not match targets {tuple(targets.shape)}")
     flat = logits.reshape(-1, logits.shape[-1])
@@ -35,9 +34,8 @@ def bits_per_byte(logits: torch.Tensor, targets: torch.Tensor,
                   token_bytes: torch.Tensor | None = None) -> float:
     """Total loss in bits divided by the bytes the targets stand for.
 
-    ``token_bytes`` (vocab,) gives each token's length in bytes (e.g. ``ByteTokenizer().token_bytes``);
-    targets of zero bytes (special tokens) count in neither sum. Without it every target is one byte.
-    """
+    ``token_bytes`` (vocab,) gives each token's byte length; zero-byte targets (special tokens) count in neither sum.
+    Without it every target is one byte."""
     mask = targets >= 0
     losses = token_losses(logits, targets).double()
     if token_bytes is None:
@@ -60,9 +58,8 @@ def per_position_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tens
 
 
 def answer_accuracy(logits: torch.Tensor, targets: torch.Tensor, start: torch.Tensor | None = None) -> float:
-    """Fraction of examples whose every target from ``start`` on (e.g. ``batch.label_positions``) is the
-    argmax of the logits: teacher-forced exact match of the answer span. Examples with no target there
-    are skipped."""
+    """Fraction of examples whose every target from ``start`` on is the argmax: teacher-forced exact match of the answer
+    span. Examples with no target there are skipped."""
     mask = targets >= 0
     if start is not None:
         positions = torch.arange(targets.shape[1], device=targets.device)

@@ -1,26 +1,9 @@
 """The GPT backbone every mechanism and schedule shares (nanochat-style).
 
-Notable features:
-- rotary position embeddings computed from each token's *absolute position* (elementwise, so a full
-  pass, a KV-cache step and an interleaved refinement of a strided subset see identical angles, and
-  nothing depends on a tensor's value: the step traces whole under ``torch.compile``);
-- QK-norm; RMSNorm without learnable parameters; ReLU² MLP; no biases anywhere (``rope=False`` and
-  ``qk_norm=False`` take RoPE or QK-norm out, for ablations and for measuring what each costs);
-- untied input embedding and readout by default (``tie_embeddings`` shares them; FBT needs it);
-- optional logit soft-cap ``c * tanh(logits / c)``;
-- ``F.scaled_dot_product_attention`` with GQA, against either the current tokens (causal) or a
-  key/value store (``kv_cache.KVCache`` / ``KVBuffer``) under a position-aware mask;
-- three mechanism points — *read* the memory, fuse it into the *input*, inject it in each *block* —
-  that are identities for ``mechanism="none"`` (see ``mechanisms.py``);
-- TransformerLens-style ``HookPoint``s: ``hook_embed``, ``hook_input`` (depth 0, after fusion),
-  ``blocks.{l}.hook_resid_pre/mid/post``, ``blocks.{l}.attn.hook_q/k/v/pattern/gate``,
-  ``hook_memory`` (the memory each position produces), ``hook_memory_in`` (the memory each position
-  reads, ``m_{t-1}``, before any mechanism consumes it: the site of causal interventions on the
-  feedback channel), ``hook_final``, and ``hook_positions`` (the positions each forward computes).
-
-``model(idx)`` is one plain pass with no feedback; ``model.step(...)`` is the general forward the
-schedules and the decoder build on.
-"""
+RoPE is computed from each token's absolute position, so a full pass, a KV-cache step and an interleaved refinement see
+identical angles and a step traces whole under ``torch.compile``. The three mechanism points (read, fuse into the input,
+inject in each block) are identities for ``mechanism="none"``. ``hook_memory_in`` (the memory each position reads,
+before any mechanism consumes it) is the site of interventions on the feedback channel."""
 
 from __future__ import annotations
 
@@ -79,11 +62,7 @@ class StepOutput:
 
 @runtime_checkable
 class FeedbackModel(Protocol):
-    """What the schedules, decoding, training and analysis rely on: ``GPT`` and ``hf.FeedbackLM`` both are one.
-
-    ``step`` is the one general forward (tokens at positions, the memory each reads, a key/value
-    store); everything else is accounting the trainer and the benchmarks read.
-    """
+    """What the schedules, decoding, training and analysis rely on: ``GPT`` and ``hf.FeedbackLM`` both are one."""
 
     config: Any  # n_layer, n_embd, vocab_size, mechanism, source_depth, ...
 
@@ -104,9 +83,7 @@ class FeedbackModel(Protocol):
 
 
 def check_model(model: object, name: str = "model") -> None:
-    """``model`` must be a feedback model: an ``nn.Module`` with ``FeedbackModel``'s interface (a ``GPT``, an
-    ``hf.FeedbackLM``). Anything else fails on its first missing attribute (``.config``), naming nothing the
-    caller passed; a ``TrainResult``, the usual slip, is pointed to its ``.model``."""
+    """Raise unless ``model`` has ``FeedbackModel``'s interface; a ``TrainResult`` is pointed to its ``.model``."""
     if not (isinstance(model, nn.Module) and isinstance(model, FeedbackModel)):
         held = getattr(model, "model", None)
         hint = f"; a {type(model).__name__} holds its model as .model: pass that" if isinstance(held, nn.Module) else ""
@@ -191,14 +168,10 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    """The backbone: token embedding, ``n_layer`` blocks, a readout, and one mechanism (none / LRT / FBT).
+    """The backbone: token embedding, ``n_layer`` blocks, a readout, and one mechanism.
 
-    ``model(idx)`` is one plain causal pass (logits ``(B, T, V)``), as nanoGPT's would be. Feedback needs
-    the previous position's memory, which one pass cannot have: ``model.step(idx, memory=, memory_mask=,
-    positions=, kv=)`` is the forward every schedule (``schedules``) and the decoder (``decode``) call, one
-    pass over the given positions reading the given memory and, with ``kv``, a cache of earlier positions.
-    Build one with ``build_model(config)``; read activations with ``analysis.run_with_cache``.
-    """
+    ``model(idx)`` is one plain causal pass; feedback needs the previous position's memory, which one pass cannot have,
+    so schedules and the decoder call ``model.step``."""
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
@@ -218,13 +191,8 @@ class GPT(nn.Module):
 
     # ------------------------------------------------------------------ init
     def init_weights(self) -> None:
-        """Every init choice in one place (works after ``to_empty`` from the meta device).
-
-        Embedding N(0, 1) (N(0, 1/D) when tied, so tied logits start O(1)); readout N(0, 0.001);
-        attention and MLP input matrices uniform with variance 1/D; both output projections zero,
-        so every block starts as the identity; the mechanism's own init (LRT: zero projections and
-        gates of 1, gamma as configured; FBT: uniform fusion matrices).
-        """
+        """Every init choice in one place (works after ``to_empty`` from the meta device): tied embeddings N(0, 1/D) so
+        logits start O(1); output projections zero, so every block starts as the identity."""
         D = self.config.n_embd
         with torch.no_grad():
             self.wte.weight.normal_(0.0, D ** -0.5 if self.config.tie_embeddings else 1.0)
@@ -251,12 +219,9 @@ class GPT(nn.Module):
              kv: KVStore | None = None) -> StepOutput:
         """The general forward over tokens ``idx`` (B, T) at absolute ``positions`` (default 0..T-1).
 
-        ``memory`` (B, T, ``mechanism.memory_width``): the memory each position reads (already shifted: ``m_{t-1}``);
-        ``memory_mask`` (B, T) bool: positions that read it (others are plain; so is every position holding
-        ``config.document_token``, whatever the mask says). ``kv``: a key/value
-        store to write this chunk's keys/values into and attend against (None = causal self-attention
-        over ``idx`` alone).
-        """
+        ``memory`` (B, T, memory width) is what each position reads, already shifted; ``memory_mask`` (B, T) picks who
+        reads it (never a ``document_token``). ``kv``: a store to write keys/values into and attend against; None is
+        causal."""
         check_tokens(self.config.vocab_size, idx)
         B, T = idx.shape
         check_memory(memory, memory_mask, B, T, self.mechanism.memory_width)
@@ -292,10 +257,7 @@ class GPT(nn.Module):
         return StepOutput(logits=logits, memory=memory_out, top=x)
 
     def new_kv_cache(self, batch: int, max_len: int, static: bool = False) -> KVCache | StaticKVCache:
-        """An empty KV cache sized for ``max_len`` positions, on the model's device and dtype.
-
-        ``static=True``: a fixed-shape cache for a compiled decode step (see ``kv_cache.py``).
-        """
+        """An empty KV cache on the model's device and dtype; ``static=True`` for a compiled decode step."""
         check_int("batch", batch, 1)  # checked here: torch.zeros would refuse either naming neither
         check_int("max_len", max_len, 1)
         w = self.wte.weight
@@ -319,11 +281,7 @@ class GPT(nn.Module):
         return self.num_params_by_group()["total"]
 
     def flops_per_token(self, seq_len: int | None = None) -> float:
-        """Training FLOPs (forward + backward) per token of one full pass, nanochat's estimate.
-
-        ``6 * N`` for every matrix the token goes through (the embedding lookup is free, the readout
-        is a matrix), plus ``12 * L * D * T`` for attention scores and values over ``T`` keys.
-        """
+        """Training FLOPs per token of one full pass (nanochat's estimate: 6 per matmul weight, plus attention)."""
         c = self.config
         T = c.seq_len if seq_len is None else seq_len
         groups = self.num_params_by_group()
@@ -357,10 +315,7 @@ D20_SHAPE = dict(vocab_size=65536, n_layer=20, n_head=10, n_embd=1280, seq_len=2
 
 
 def mechanism_overhead(config: ModelConfig) -> dict[str, float]:
-    """Parameters a mechanism adds over the same backbone without it, counted on the meta device.
-
-    ``baseline_params`` keeps the embedding tying of ``config`` (FBT's baseline is the tied model).
-    """
+    """Parameters a mechanism adds over the same backbone (same embedding tying), counted on the meta device."""
     base = build_model(config.replace(mechanism="none"), device="meta").num_params()
     total = build_model(config, device="meta").num_params()
     extra = total - base
@@ -370,10 +325,8 @@ def mechanism_overhead(config: ModelConfig) -> dict[str, float]:
 
 def build_model(config: ModelConfig, device: torch.device | str | None = None,
                 dtype: torch.dtype | None = None) -> GPT:
-    """Build on the meta device (no memory touched), materialise on ``device``, then init.
-
-    The config is validated again first: a field changed after construction (``cfg.n_layer = 0``) is
-    refused by name instead of building a model that is not the one asked for."""
+    """Build on the meta device, materialise on ``device``, then init; the config is validated again first, so a field
+    changed after construction is refused by name."""
     if not isinstance(config, ModelConfig):
         raise ValueError(f"config must be a ModelConfig, got {type(config).__name__}")
     config = dataclasses.replace(config)

@@ -1,15 +1,9 @@
 """Optimisers, the learning-rate schedule, and optimiser state as safetensors + JSON.
 
-Muon (``torch.optim.Muon``) orthogonalises the update of 2-D hidden matrices, which is what it is
-designed for; embeddings, the readout and 1-D scalars (LRT's alpha/gamma) stay on AdamW, as in
-nanochat. ``optimizer="adamw"`` puts everything on AdamW (a control, and what older setups use).
-LRT's injection scales may get their own AdamW groups (``lrt_gamma_lr``, ``lrt_alpha_lr``), as the
-reference code trains them: gamma at 0.5 moves ~170x faster than in the shared group at 3e-3, so the
-memory's residual path can open within a short run instead of staying near its initial value.
-
-The learning rate of every group is ``base_lr * lr_factor(step)``, so one function describes the
-schedule and a resumed run recomputes it from the step alone.
-"""
+Muon orthogonalises the updates of 2-D hidden matrices; embeddings, the readout and 1-D scalars stay on AdamW, as in
+nanochat. LRT's injection scales may get their own AdamW groups, as the reference code trains them: gamma at 0.5 moves
+~170x faster than in the shared group at 3e-3, so the memory's residual path can open within a short run. Every group's
+rate is ``base_lr * lr_factor(step)``, so a resumed run recomputes it from the step alone."""
 
 from __future__ import annotations
 
@@ -45,7 +39,7 @@ def build_optimizers(model: GPT, cfg: TrainConfig) -> dict[str, torch.optim.Opti
 
 
 def _lrt_scale_groups(model: GPT, cfg: TrainConfig) -> list[dict[str, Any]]:
-    """One AdamW group per LRT injection scale given its own rate (``lrt_gamma_lr`` / ``lrt_alpha_lr``)."""
+    """One AdamW group per LRT injection scale given its own rate."""
     mechanism = getattr(model, "mechanism", None)
     out = []
     for name, lr in (("gamma", cfg.lrt_gamma_lr), ("alpha", cfg.lrt_alpha_lr)):
@@ -87,9 +81,8 @@ def optimizer_state(optimizers: dict[str, torch.optim.Optimizer]
                     ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """Optimiser state split into tensors (for safetensors) and everything else (for JSON).
 
-    Hyper-parameters are not stored: they come from the TrainConfig, which a resume must match.
-    Tensor ``NAME.PARAM.KEY`` is the state entry KEY of parameter index PARAM in optimiser NAME.
-    """
+    Hyper-parameters are not stored: they come from the TrainConfig, which a resume must match. Tensor
+    ``NAME.PARAM.KEY`` is state entry KEY of parameter index PARAM in optimiser NAME."""
     tensors: dict[str, torch.Tensor] = {}
     meta: dict[str, Any] = {}
     for name, opt in optimizers.items():

@@ -1,18 +1,9 @@
 """The run directory of a training run: what is in it, who holds it, and whether a run may go on in it.
 
-It holds ``train_config.json``, ``history.csv`` (one row per logged step), ``loss.png`` and
-``checkpoint/`` (replaced atomically; only rank 0 writes anything). It belongs to one trainer at a
-time: rank 0 holds an OS lock on ``.trainer.lock`` (which names it) for the whole run, so a second
-trainer on the same directory fails at once instead of interleaving its history with the first's.
-Before anything is written, ``prepare_run_dir`` checks the directory against ``resume``: a stored
-config that differs, or a history without a checkpoint, is refused with the command that fits. A
-fresh run never replaces files it cannot tell are a run's of ours: a ``history.csv``, ``loss.png`` or
-``train_config.json`` in a directory without a valid ``train_config.json`` is refused unless
-``overwrite`` is set, and a ``checkpoint/`` that is not a checkpoint is refused before any compute.
-Other files in the directory are never touched.
-
-Apart from the trainer's loop (``train.py``) because none of this depends on how a step computes.
-"""
+Rank 0 holds an OS lock on ``.trainer.lock`` for the whole run, so a second trainer on the same directory fails at once
+instead of interleaving its history with the first's. ``prepare_run_dir`` checks the directory against ``resume`` before
+anything is written, and a fresh run never replaces a history, figure or config it cannot tell is a run's of ours
+(unless ``overwrite``). Other files are never touched."""
 
 from __future__ import annotations
 
@@ -68,8 +59,8 @@ class History:
     """Rows in memory and, on rank 0 with a run directory, appended to ``history.csv`` as they come."""
 
     def __init__(self, columns: list[str], path: Path | None, keep_until: int | None) -> None:
-        """``keep_until``: resuming from that step, keep the file's rows up to it and drop later ones
-        (written after the checkpoint by the interrupted run); None starts a fresh file."""
+        """``keep_until``: resuming from that step, keep the file's rows up to it and drop later ones (written after the
+        checkpoint by the interrupted run); None starts a fresh file."""
         self.columns, self.path, self.rows = columns, path, []
         if path is None:
             return
@@ -101,7 +92,7 @@ class History:
 
 
 def check_counters(state: Any, where: Path, steps: int) -> None:
-    """``train_state.json``: step in [1, steps], tokens an int >= 0, flops, seconds and cpu_seconds numbers >= 0."""
+    """Check ``train_state.json``: step in [1, steps], other counters numbers >= 0."""
     def number(key: str, kinds: tuple[type, ...]) -> bool:
         v = state.get(key)
         return isinstance(v, kinds) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
@@ -113,7 +104,6 @@ def check_counters(state: Any, where: Path, steps: int) -> None:
 
 
 def _logged_rows(path: Path) -> bool:
-    """Whether ``history.csv`` holds any row past its header."""
     if not path.is_file():
         return False
     with path.open() as f:
@@ -121,7 +111,7 @@ def _logged_rows(path: Path) -> bool:
 
 
 def _stored_config(out: Path) -> dict[str, Any]:
-    """The trajectory of the run stored in ``out``, any problem a ``ValueError`` naming the file."""
+    """The trajectory of the run stored in ``out``."""
     data = read_json(out / CONFIG_FILE)
     try:
         return TrainConfig.from_dict(data).trajectory_dict()
@@ -130,7 +120,6 @@ def _stored_config(out: Path) -> dict[str, Any]:
 
 
 def _is_our_run(out: Path) -> bool:
-    """Whether ``out`` holds a train_config.json a run of ours wrote (a valid TrainConfig)."""
     data = try_json(out / CONFIG_FILE)
     try:
         TrainConfig.from_dict(data)
@@ -140,7 +129,7 @@ def _is_our_run(out: Path) -> bool:
 
 
 def _check_foreign_files(out: Path, overwrite: bool) -> None:
-    """A fresh run writes config, history and figure: refuse where files of those names are not a run's of ours."""
+    """Refuse a fresh run where its config, history or figure names hold files not a run's of ours."""
     ckpt = out / CHECKPOINT_DIR
     if os.path.lexists(ckpt) and not (ckpt.is_dir() and not ckpt.is_symlink()
                                       and (not any(ckpt.iterdir()) or owned_names(ckpt) is not None)):
@@ -169,8 +158,7 @@ def prepare_run_dir(cfg: TrainConfig, main: bool) -> tuple[Path | None, bool]:
                          f"{out / CHECKPOINT_DIR}; rerun without --resume to start over (replacing its history), "
                          f"or choose another out_dir")
     if cfg.resume and has_checkpoint:
-        # the stored config sits in ``out`` itself, and out_dir is not part of a run's identity: a run resumed
-        # from another working directory (a relative path stored), or moved, is the same run
+        # out_dir is not part of a run's identity: a run moved, or resumed from elsewhere, is the same run
         previous, current = _stored_config(out), cfg.trajectory_dict()
         diff = sorted(k for k, v in current.items() if previous.get(k) != v)
         if diff:
@@ -186,9 +174,8 @@ def prepare_run_dir(cfg: TrainConfig, main: bool) -> tuple[Path | None, bool]:
 def hold_run_dir(out_dir: str | None) -> Iterator[None]:
     """Hold the run directory's lock for the block (``None``: nothing to hold, e.g. ranks > 0).
 
-    ``flock`` is released by the kernel however the holder ends (kill -9 included), so a stale
-    lock file never blocks anyone; its text only names the holder for the error message.
-    """
+    ``flock`` is released by the kernel however the holder ends (kill -9 included), so a stale lock file never blocks
+    anyone; its text only names the holder for the error message."""
     if out_dir is None:
         yield
         return

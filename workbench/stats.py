@@ -1,21 +1,10 @@
 """Statistics for verdicts: one bootstrap engine and the verdict rule.
 
-Every interval in the package comes from ``bootstrap``, which resamples the unit the data were
-drawn in, so that an interval is as wide as the real uncertainty:
-
-- ``unit="examples"``: held-out examples (one model, or two conditions paired example by example);
-- ``unit="groups"``: whole groups of examples that share a context (probe tasks), mean only;
-- ``unit="seeds"``: training seeds, then examples: each value is one array per seed, all on the
-  same examples. Seeds of two arms are unrelated runs, resampled independently (``paired_seeds=False``),
-  or the same runs under two conditions, resampled together (``paired_seeds=True``).
-
-``statistic`` is ``"mean"`` or ``"median"`` of each resample (per seed, then averaged over seeds); with
-a ``reference`` the interval is for ``statistic(arm) - statistic(reference)``. Draws are shared where
-the data are paired (the same examples for every seed and arm; the same seeds when paired) and made
-outer unit first, so a fixed ``seed`` gives the same interval on any machine.
-
-``verdict`` reads an interval against the sign a paper predicts.
-"""
+``bootstrap`` resamples the unit the data were drawn in, so an interval is as wide as the real uncertainty:
+``"examples"`` (one model, or two conditions paired by example), ``"groups"`` (examples sharing a context, mean only) or
+``"seeds"`` (training seeds, then examples; two arms' seeds resampled independently, or together with
+``paired_seeds=True``). Paired data share draws, and draws are made outer unit first, so a fixed ``seed`` gives the same
+interval on any machine."""
 
 from __future__ import annotations
 
@@ -60,10 +49,8 @@ def bootstrap(arm: Values, reference: Values | None = None, *, unit: str = "exam
               level: float = 0.95) -> dict[str, float]:
     """``statistic`` of ``arm`` (minus that of ``reference``) with a percentile-bootstrap interval over ``unit``.
 
-    Returns ``mean`` (the point estimate, whatever the statistic), ``low``, ``high``, and for
-    ``unit="seeds"`` the number of ``seeds`` behind it (the fewer of the two arms: ``verdict`` refuses
-    fewer than ``MIN_SEEDS``). ``seed`` may be a generator, which the draws then advance.
-    """
+    Returns ``mean`` (the point estimate, whatever the statistic), ``low``, ``high``, and for ``unit="seeds"`` the
+    number of ``seeds`` behind it (the fewer of the two arms). A generator ``seed`` is advanced by the draws."""
     if unit not in UNITS:
         fail("unit", unit, f"must be one of {UNITS}")
     if statistic not in STATISTICS:
@@ -119,9 +106,8 @@ def bootstrap(arm: Values, reference: Values | None = None, *, unit: str = "exam
 
 
 def verdict(interval: dict[str, float], expected_sign: int) -> str:
-    """'reproduces' when the interval excludes 0 on the paper's side, 'does not reproduce' when it
-    excludes 0 on the other side, else 'inconclusive'; an interval from fewer than ``MIN_SEEDS`` seeds
-    per arm (``bootstrap(unit="seeds")`` records them) is 'not tested'."""
+    """'reproduces' when the interval excludes 0 on the paper's side, 'does not reproduce' on the other side, else
+    'inconclusive'; 'not tested' with fewer than ``MIN_SEEDS`` seeds per arm."""
     if expected_sign not in (-1, 1):
         raise ValueError(f"expected_sign={expected_sign!r} is invalid: must be -1 or 1")
     if interval.get("seeds", MIN_SEEDS) < MIN_SEEDS:

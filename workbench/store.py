@@ -1,30 +1,11 @@
 """The directory transaction: a directory of files that a reader sees whole, one version at a time.
 
-What the checkpoint format (``checkpoint.py``) and the Hugging Face wrapper (``hf``) build on;
-it knows nothing of models.
-
-Writing (``atomic_directory``): the new version is written complete under a temporary name beside
-the destination and swapped with the old one by one atomic ``renameat2(RENAME_EXCHANGE)``: there is
-no instant with no version at the path. The temporary is created under a name no clean-up touches,
-locked (``flock``), and only then renamed to the ``.NAME.tmp-*`` name clean-ups look for, so a
-concurrent save never removes a temporary another save is filling. Where the exchange is
-unavailable (not Linux, some network filesystems) the old version is first renamed aside
-(``.NAME.old-*``); a kill between the two renames leaves it there, where loads find it and the next
-save puts it back. The next successful save deletes what interrupted saves left. (A NAME so long that
-these would pass the file system's name limit is shortened, with a hash of the whole: ``sibling_stem``.)
-
-What a save may replace: a directory the caller's ``owned`` recognises by a marker of its own
-(never by generic file names such as ``config.json``), or an empty one; anything else, a file, a
-symbolic link or a write-protected directory is refused before a byte is written. Files inside the
-old version that ``owned`` does not claim (the user's notes, a tokenizer) are carried into the new
-version (hard links); a save that would overwrite one of them is refused and names it.
-
-Reading (``read_version``): the directory is opened once and every file read through that handle,
-so one read sees one version even while a writer swaps another in; a version deleted under a
-reader is read again from the new one. Only regular files are opened, never followed through a
-symbolic link, and never read past the size the caller expects (a FIFO, a device or a link to
-``/dev/zero`` is refused by name instead of blocking or filling memory).
-"""
+A new version is written beside the destination under a locked temporary (so no concurrent clean-up removes it) and
+swapped in by one atomic ``renameat2(RENAME_EXCHANGE)``, so there is never an instant with no version at the path;
+without it the old version is first renamed aside, where loads find it if a kill comes between the renames. A save
+replaces only a directory ``owned`` recognises, or an empty one, and carries unclaimed entries (the user's notes) into
+the new version. A read goes through one directory handle, so it sees one version, and opens only regular files, never
+past the expected size (a FIFO or ``/dev/zero`` is refused instead of blocking or filling memory)."""
 
 from __future__ import annotations
 
@@ -53,8 +34,7 @@ Owned = Callable[[Path], "set[str] | None"]  # the names of a version its writer
 
 
 class MissingFile(FileNotFoundError):
-    """A file a version should hold is not there: a ``CheckpointError`` saying ``message`` if the version
-    stays put, a retry if it was a version being deleted under the reader (``read_version``)."""
+    """A file a version should hold is absent: an error if the version stays put, a retry if it was replaced."""
 
     def __init__(self, message: str, filename: str) -> None:
         super().__init__(2, "missing file", filename)
@@ -72,9 +52,8 @@ def _listing(path: Path) -> str:
 
 
 def check_replaceable(path: Path, owned: Owned) -> set[str] | None:
-    """The names ``owned`` claims in the directory at ``path`` (None: nothing there to replace);
-    anything a save must not replace is refused, naming what it is. A directory that another saver
-    swaps while we look is looked at again, never refused for being caught half-moved."""
+    """The names ``owned`` claims at ``path`` (None: nothing there); refuse anything a save must not replace, but look
+    again at a directory swapped while we looked."""
     for _ in range(100):
         try:
             st = os.lstat(path)
@@ -101,7 +80,7 @@ def check_replaceable(path: Path, owned: Owned) -> set[str] | None:
 
 
 def _link_tree(src: Path, dst: Path) -> None:
-    """Put ``src`` at ``dst`` without copying data where the filesystem allows (hard links)."""
+    """Put ``src`` at ``dst`` by hard links where the filesystem allows."""
     if src.is_dir() and not src.is_symlink():
         dst.mkdir()
         shutil.copystat(src, dst)
@@ -115,8 +94,7 @@ def _link_tree(src: Path, dst: Path) -> None:
 
 
 def _carry_foreign(path: Path, tmp: Path, owned: Owned) -> None:
-    """Carry into the new version ``tmp`` every entry of the old version at ``path`` that its writer
-    did not claim; refuse (naming them) where the new version writes a file of the same name."""
+    """Carry unclaimed entries of the old version into ``tmp``; refuse where ``tmp`` writes the same name."""
     try:
         names = check_replaceable(path, owned)
         foreign = sorted(set(os.listdir(path)) - (names or set())) if names is not None else []
@@ -147,10 +125,8 @@ def _name_max(directory: Path) -> int:
 
 
 def sibling_stem(path: Path) -> str:
-    """What the names of ``path``'s siblings (its temporaries and set-aside versions) are made from: ``path.name``,
-    or, where that would push a sibling's name past the file system's limit, a prefix of it and a hash of the
-    whole. So a save to any path whose own name is legal works; the stem is the same at every call, so clean-ups
-    and loads find what an earlier save left."""
+    """The stem of ``path``'s temporaries: ``path.name``, or a prefix and a hash where a sibling's name would pass the
+    file system's limit."""
     raw = os.fsencode(path.name)
     limit = _name_max(path.parent) - SIBLING_TAIL
     if len(raw) <= limit:
@@ -160,8 +136,7 @@ def sibling_stem(path: Path) -> str:
 
 
 def siblings(path: Path, kind: str) -> list[Path]:
-    """Leftovers of interrupted saves of ``path`` (``new``: staging, ``tmp``: temporaries, ``old``:
-    set-aside old versions, ``del``: versions being deleted), newest first."""
+    """Leftovers of interrupted saves of ``path`` of one ``kind`` (new, tmp, old, del), newest first."""
     found = [Path(p) for p in glob.glob(str(path.parent / f".{glob.escape(sibling_stem(path))}.{kind}-*"))]
     return sorted(found, key=_mtime, reverse=True)
 
@@ -191,9 +166,7 @@ def _exchange(a: Path, b: Path) -> bool:
 
 
 def _delete(version: Path, path: Path) -> None:
-    """Delete a set-aside version of ``path``: first renamed to a ``.del-`` name that nothing restores,
-    so a half-deleted version can never be put back at ``path`` by a concurrent save's restore; if that
-    save renamed it first, it is the live version now and is left alone."""
+    """Delete a set-aside version via a ``.del-`` name, so no concurrent restore puts it back half-deleted."""
     tomb = path.parent / f".{sibling_stem(path)}.del-{uuid.uuid4().hex[:12]}"
     try:
         os.rename(version, tomb)
@@ -203,8 +176,7 @@ def _delete(version: Path, path: Path) -> None:
 
 
 def _rescue(old: Path, path: Path, owned: Owned) -> None:
-    """After a swap: entries that arrived in the old version (now at ``old``) while the save ran, and
-    that its writer did not claim, are moved into the new version rather than deleted with it."""
+    """Move entries that arrived in the old version during the save, unclaimed, into the new one."""
     try:
         left = set(os.listdir(old)) - (owned(old) or set()) - set(os.listdir(path))
     except OSError:
@@ -260,8 +232,7 @@ def _swap_in(tmp: Path, path: Path, owned: Owned) -> None:
 
 
 def _lock_version(path: Path) -> int | None:
-    """The version now at ``path``, locked, or None if it moved meanwhile. Between a save's two renames the old
-    version is the only one there is: locked, no other saver's clean-up deletes it under a reader."""
+    """The version at ``path``, locked against other clean-ups while a save renames it, or None if it moved."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     except OSError:
@@ -274,8 +245,7 @@ def _lock_version(path: Path) -> int | None:
 
 
 def find_version(path: Path, is_version: Callable[[Path], bool]) -> Path | None:
-    """Where the current version at ``path`` lies: ``path`` itself, or, when a save was killed between
-    its two renames, the old version it had set aside; None when there is none."""
+    """The current version: ``path``, or the old version a save killed between its renames set aside."""
     if path.is_symlink():
         return None
     if is_version(path):
@@ -286,7 +256,7 @@ def find_version(path: Path, is_version: Callable[[Path], bool]) -> Path | None:
 
 
 def _restore_set_aside(path: Path, is_version: Callable[[Path], bool]) -> None:
-    """A save killed between its two renames left no ``path``: put its old version back."""
+    """Put back the old version a save killed between its two renames left aside."""
     found = find_version(path, is_version)
     if found is not None and found != path:
         try:
@@ -296,9 +266,7 @@ def _restore_set_aside(path: Path, is_version: Callable[[Path], bool]) -> None:
 
 
 def _collect(path: Path) -> None:
-    """Delete what interrupted saves of ``path`` left, except what a live writer holds (locked). A staging
-    directory is still empty and unlocked for an instant after its save made it: removed then, that save
-    makes another (``_locked_temporary``)."""
+    """Delete what interrupted saves left, except what a live writer holds locked."""
     stem = sibling_stem(path)
     for leftover in siblings(path, "tmp") + siblings(path, "old") + siblings(path, "new") + siblings(path, "del"):
         try:
@@ -322,9 +290,7 @@ def _collect(path: Path) -> None:
 
 
 def _locked_temporary(path: Path) -> tuple[Path, int]:
-    """A fresh directory beside ``path``, locked before any clean-up can see it: made under a ``.new-``
-    name, locked, then renamed ``.tmp-`` (the name clean-ups skip while it is locked). A clean-up that
-    removed it in the instant before the lock makes us start again."""
+    """A fresh directory beside ``path``, locked before it takes the ``.tmp-`` name clean-ups look for."""
     stem = sibling_stem(path)
     for _ in range(100):
         staging = Path(tempfile.mkdtemp(prefix=f".{stem}.new-", dir=path.parent))
@@ -353,11 +319,7 @@ def atomic_directory(path: str | os.PathLike, owned: Owned,
                      is_version: Callable[[Path], bool] | None = None) -> Iterator[Path]:
     """Yield a fresh temporary directory that replaces ``path`` only if the block succeeds.
 
-    ``path`` may be absent, an empty directory or one ``owned`` recognises; anything else is
-    refused before a byte is written. Entries of the old version that ``owned`` does not claim are
-    carried into the new one. ``is_version``: what counts as a set-aside old version to restore
-    (default: what ``owned`` recognises).
-    """
+    ``path`` must be absent, empty or recognised by ``owned``: anything else is refused before a byte is written."""
     path = Path(path)
     is_version = is_version or (lambda p: p.is_dir() and owned(p) is not None)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -388,12 +350,8 @@ def _same_directory(fd: int, where: Path) -> bool:
 
 def read_version(path: Path, read: Callable[[int, Path], T], is_version: Callable[[Path], bool],
                  missing: Callable[[Path], str], what: str = "checkpoint") -> T:
-    """``read(dir_fd, where)`` on one version of the directory ``path`` (never a mix of two).
-
-    A file a concurrent writer deleted under us (``FileNotFoundError``) means a newer version is in
-    place: read that one. A file missing from a version that stays put is a ``CheckpointError``;
-    so is no version at all (``missing(path)`` says why).
-    """
+    """``read(dir_fd, where)`` on one version of ``path``, never a mix of two; a file deleted under the reader means a
+    newer version is in place, which is read instead."""
     if path.is_symlink():
         raise CheckpointError(f"{path} is a symbolic link (to {os.readlink(path)}): a {what} is read only at its "
                               f"real path, never through a link; give the target instead")

@@ -1,33 +1,10 @@
 """The short-run trainer: one loop for every mechanism x schedule.
 
-``train(TrainConfig)`` (and ``python -m workbench train``) builds the task and the model, then at
-each step asks a *plan* which schedule and how many passes this batch gets (single-pass before
-``feedback_start``; FBT's pass mix drawn from ``(seed, step)``), runs that schedule, and
-back-propagates its objective. Everything a step does is a pure function of ``(seed, step)`` and the
-restored state, which is what makes resume exact:
-
-- the data of step i is ``TrainStream(task, batch_size, seed).batch(i)``, the *global* batch: each
-  process takes a contiguous slice of it and splits that into ``grad_accum`` micro-batches, so the
-  maths of a step does not depend on how many processes or micro-batches compute it (FBT's jitter
-  noise aside: its draws follow the micro-batch shape);
-- the pass count and the plain-prefix lengths come from numpy generators seeded with
-  ``(seed, purpose, step)``; the global torch RNG (FBT's jitter draws from it inside the forward)
-  is reseeded from ``(seed, step, rank)`` before every step, inside ``fork_rng`` so the caller's
-  RNG is untouched. So no RNG state needs saving: the checkpoint holds weights, optimiser state
-  (safetensors + JSON) and the step counters (``train_state.json``).
-
-Each micro-batch's pass losses are summed and divided by the global batch's target counts, so the
-objective summed over micro-batches and processes is the global batch's, whatever the split.
-Under ``torchrun`` the schedules call ``model.step`` many times per batch, which a
-DistributedDataParallel wrapper would not see (its hooks fire on ``forward``); gradients are
-therefore all-reduced by hand (one flattened ``all_reduce``) after the micro-batches, before
-clipping: the same result, with no wrapper in the way of the schedules.
-
-The run directory (``out_dir``: config, history, checkpoint, lock) is ``run_dir``'s; its ``loss.png`` is
-drawn by the callback the train command passes (``plots.LossFigure``).
-The command's flags live with the other commands (``cli``), the live loss curve a notebook passes as
-``callback`` with the widgets (``widgets.live``): neither is the loop's business.
-"""
+A step is a pure function of ``(seed, step)`` and the restored state, so resume is exact with no RNG state saved: the
+data is the *global* batch ``TrainStream(...).batch(step)`` sliced per process and micro-batch, and every draw comes
+from a generator seeded with ``(seed, purpose, step[, rank])``. Pass losses are divided by the global batch's target
+counts, so the objective does not depend on the split. Under ``torchrun`` gradients are all-reduced by hand: the
+schedules call ``model.step``, which a DistributedDataParallel wrapper would not see (its hooks fire on ``forward``)."""
 
 from __future__ import annotations
 
@@ -96,7 +73,7 @@ class StepPlan:
 
     @property
     def passes(self) -> int:
-        """Jacobi passes (multipass); 1 for every other schedule: the history's ``passes`` column."""
+        """Jacobi passes (multipass); 1 for every other schedule."""
         return self.schedule.jacobi_passes
 
 
@@ -105,10 +82,8 @@ FINE_TUNABLE = ("fbt_jitter", "fbt_fusion", "seq_len")
 
 
 def _start_from(model: GPT, path: str) -> None:
-    """Copy a saved checkpoint's weights into ``model`` (``TrainConfig.init_from``): the same parameters, every
-    model field equal but those that change how the weights are used, not which there are (``FINE_TUNABLE``:
-    a fine-tune may train with other jitter, fuse the same matrices another way, or train at another length: rotary
-    positions are computed, not learned)."""
+    """Copy a checkpoint's weights into ``model``; the configs must match outside ``FINE_TUNABLE`` (fields that change
+    how weights are used, not which there are)."""
     source = load_checkpoint(path)
     kept = {name: getattr(model.config, name) for name in FINE_TUNABLE}
     if dataclasses.replace(source.config, **kept) != model.config:
@@ -119,7 +94,7 @@ def _start_from(model: GPT, path: str) -> None:
 
 
 def derived_seed(seed: int, purpose: int, *keys: int) -> int:
-    """A 64-bit seed for one purpose and (step, rank, ...), well mixed by numpy's SeedSequence."""
+    """A 64-bit seed for one purpose and (step, rank, ...), mixed by numpy's SeedSequence."""
     return int(np.random.SeedSequence([seed, purpose, *keys]).generate_state(1, dtype=np.uint64)[0])
 
 
@@ -208,8 +183,7 @@ class _Run:
         val = self.task.sample(cfg.eval_size, seed=cfg.eval_seed, split="val")
         self.val_tokens = _pad(val.tokens, self.T, self.pad_id)
         self.val_targets = _pad(val.targets, self.T, -1)
-        # wall and CPU seconds of this process's steps, each carried across a resume (a resumed run's CPU time
-        # counts every part, not only the last process's)
+        # seconds are carried across a resume, so a resumed run's CPU time counts every part
         self.step, self.tokens, self.flops, self.seconds, self.cpu_seconds = 0, 0, 0.0, 0.0, 0.0
         self.schedule = cfg.schedule
         # compiled: one graph per (schedule, pass count, train/eval mode), each traced on first use
@@ -234,9 +208,7 @@ class _Run:
         return self._drawn[1]
 
     def plain_prefix(self, step: int, plan: StepPlan) -> torch.Tensor:
-        """Plain-prefix lengths for the global batch (FBT's prefix mix-in; zeros = none): (B,), one per
-        sequence shared by its passes, or under ``prefix_draw="pass"`` (passes - 1, B), a fresh draw for every
-        pass that reads memory."""
+        """Plain-prefix lengths: (B,), or (passes - 1, B) under ``prefix_draw="pass"``."""
         B, cfg = self.cfg.batch_size, self.cfg
         if not plan.schedule.reads_memory or cfg.prefix_mixin == 0 or plan.seq_len < 2:
             return torch.zeros(B, dtype=torch.long)
@@ -299,10 +271,7 @@ class _Run:
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
-        """Held-out loss, bits per byte and accuracy (argmax at target positions) of the final estimate.
-
-        The schedule is the run's own (a pass mix ``passes`` deep), sharded across processes.
-        """
+        """Held-out loss, bits per byte and accuracy of the final estimate under the run's own schedule."""
         self.model.eval()
         sums = torch.zeros(3, dtype=torch.float64, device=self.device)  # nats, correct, targets
         n = self.val_tokens.size(0)
@@ -340,8 +309,7 @@ class _Run:
                                      STATE_FILE: self.counters()})
 
     def restore(self, path: Path) -> None:
-        """Weights, optimiser state and counters from one version of a checkpoint this config wrote,
-        all checked before anything is used (a bad state file must not cut the history short)."""
+        """Weights, optimiser state and counters from a checkpoint, all checked before any is used."""
         files = read_checkpoint(path, (WEIGHTS, "optimizer.safetensors", "optimizer.json", STATE_FILE))
         state = files[STATE_FILE]
         check_counters(state, path / STATE_FILE, self.cfg.steps)
@@ -353,8 +321,7 @@ class _Run:
 
 
 def progress_losses(row: dict[str, Any]) -> dict[str, str]:
-    """The progress bar's losses, each labelled: one pass's ``loss``, or every pass's own (``pass1``, ``pass2``, ...)
-    rather than their sum, the objective a multi-pass step minimises (13.2 at step 1 is five passes of 2.6)."""
+    """The progress bar's losses: each pass's own rather than their sum (13.2 at step 1 is five passes of 2.6)."""
     passes = {name.removeprefix("loss_"): value for name, value in row.items() if name.startswith("loss_pass")}
     if len(passes) <= 1:
         return {"loss": f"{row['loss']:.4f}"}
@@ -362,8 +329,7 @@ def progress_losses(row: dict[str, Any]) -> dict[str, str]:
 
 
 def _check_given_model(model: FeedbackModel, task: tasks.Task, world: int) -> None:
-    """A model handed to ``train``: one with the backbone's interface, able to read the task's tokens, in one
-    process (under torchrun each process would hold its own copy, and nothing would make them start equal)."""
+    """Refuse a given model with too small a vocabulary, or under torchrun (its copies would not start equal)."""
     vocab = model.readout_weight.shape[0]
     if vocab < task.vocab_size:
         raise ValueError(f"model reads {vocab} token ids, task {task.name} uses {task.vocab_size}: must be at least "
@@ -374,22 +340,11 @@ def _check_given_model(model: FeedbackModel, task: tasks.Task, world: int) -> No
 
 
 def train(cfg: TrainConfig, callback: Callback | None = None, *, model: FeedbackModel | None = None) -> TrainResult:
-    """Train a model as ``cfg`` says; ``callback(row)`` is called (rank 0) for every history row, and
-    ``callback.on_train_end(history)``, when it has one, once the run stops, however it stops (a figure
-    of the run, such as ``plots.LossFigure``, is drawn there: the trainer itself draws nothing).
+    """Train a model as ``cfg`` says; ``callback(row)`` gets every history row (rank 0), and
+    ``callback.on_train_end(history)`` runs once the run stops.
 
-    Stops after ``cfg.steps`` steps, or before the step that would take the training FLOPs past
-    ``cfg.budget_flops``: a hard cap, which cuts the learning-rate schedule where it stands (a warning says so).
-    To spend a budget with the schedule complete, size ``steps`` with ``experiments.matched_steps``, as
-    ``train --budget-flops`` does. Raises ``NonFiniteLossError`` on a NaN/inf loss or gradient (the last good
-    checkpoint stays on disk) and ``ValueError`` for a bad config or a run directory that does not fit. A resumed
-    run's ``metrics`` say where it came back from: ``resumed_from`` (the checkpoint directory) and ``resumed_at_step``.
-
-    ``model``: train this model in place instead of building ``cfg.model`` (e.g. a ``hf.FeedbackLM``: anything
-    with the backbone's interface, ``model.FeedbackModel``), on the same loop, schedule, optimisers and held-out
-    evaluation. It is not saved (no ``out_dir``: a workbench checkpoint holds a ``GPT``; save it the way its own
-    class saves, e.g. ``FeedbackLM.save_pretrained``), and ``cfg.model`` and ``init_from`` must be left unset.
-    """
+    ``cfg.budget_flops`` is a hard cap that cuts the learning-rate schedule where it stands (size ``steps`` with
+    ``experiments.matched_steps`` instead). ``model``: train this ``FeedbackModel`` in place (not saved)."""
     if not isinstance(cfg, TrainConfig):
         raise ValueError(f"cfg must be a TrainConfig, got {type(cfg).__name__}")
     if callback is not None and not callable(callback):
@@ -421,8 +376,6 @@ def _train(cfg: TrainConfig, procs: _Processes, callback: Callback | None,
     resumed: dict[str, Any] = {}
     if resuming:
         run.restore(ckpt)
-        # a run directory moved resumes all the same (out_dir is runtime, not identity): the metrics say from which
-        # checkpoint (as out_dir names it) and step, so the report shows where the run now is and how far it had got
         resumed = {"resumed_from": str(ckpt), "resumed_at_step": run.step}
     history = History(history_columns(cfg), out / HISTORY_FILE if out is not None and procs.main else None,
                        keep_until=run.step if resuming else None)

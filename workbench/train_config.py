@@ -1,9 +1,6 @@
 """TrainConfig: everything that determines a training run, validated, with an exact JSON round trip.
 
-A run directory stores it as ``train_config.json``; ``--resume`` refuses to continue a run under a
-different config (outside ``RUNTIME_FIELDS``), because the loss history would silently stop being
-the history of one experiment.
-"""
+``--resume`` refuses a different config (outside ``RUNTIME_FIELDS``): the history would stop being one experiment's."""
 
 from __future__ import annotations
 
@@ -20,10 +17,8 @@ OPTIMIZERS = ("muon", "adamw")
 LR_SCHEDULES = ("wsd", "cosine", "constant")
 DEVICES = ("auto", "cpu", "cuda")
 PREFIX_DRAWS = ("sequence", "pass")
-# Fields that may change between an interrupted run and its resumption: they do not change the
-# trajectory (where it runs, whether a bar is drawn, when a budget stops it).
-# how often a run saves does not change its history (a resumed run is the same run, bit for bit): runtime too
-# out_dir is where a run is, not what it is: a run moved (or resumed from another working directory) is the same run
+# Fields that may change when a run resumes: they do not change its trajectory (out_dir is where a run is, not what
+# it is; how often it saves does not change its history).
 RUNTIME_FIELDS = ("out_dir", "resume", "device", "progress", "budget_flops", "compile", "overwrite",
                   "checkpoint_every")
 # Set from the task, never by the user.
@@ -34,76 +29,42 @@ TASK_MODEL_FIELDS = ("vocab_size", "seq_len")
 class TrainConfig(JSONMixin):
     """One training run: task, model, schedule, optimiser, evaluation, checkpoints, budget.
 
-    Every field is checked when the config is made: a bad value raises a ``ValueError`` naming the
-    field and its allowed range. The defaults train a small baseline on ``running_sum`` for 200 steps
-    on a CPU. Fields in ``RUNTIME_FIELDS`` may differ when a run resumes; every other field is part
-    of the run's identity (``trajectory_dict``).
-
     Attributes:
-        task: A task name from ``workbench.tasks.names()`` (default ``"running_sum"``: the running sum mod p,
-            the simplest task whose latent state changes at every token). It sets the model's ``vocab_size``
-            and ``seq_len``.
-        task_params: Keyword arguments of ``tasks.get`` for the task (a dict with string keys), e.g.
-            ``{"p": 5, "length": 8}``; empty means the task's defaults.
-        model: ``ModelConfig`` fields as a dict, except ``vocab_size`` and ``seq_len`` (the task's).
-            Checked through ``ModelConfig`` at once and stored as it normalised them; empty means
-            ``ModelConfig``'s defaults.
-        schedule: How a training batch is computed: a training schedule value (``Single()``, ``Sequential()``,
-            ``Multipass(K, aux_weight)``, ``Interleaved(S)``, ``Blockwise(B)``, ``FixedPoint(K, aux_weight, tol)``
-            or FBT's ``PassMix.of({1: .75, 2: .22, 3: .03}, aux_weight, passes)``, one depth drawn per step), its
-            JSON form (``to_dict``, as ``train_config.json`` stores it) or a bare name for its defaults.
-            ``Single()`` (default) reads no memory: the baseline's training. A multi-pass objective is
-            ``NTP_1 + aux_weight * mean_{k>=2} NTP_k``.
-        feedback_start: Fraction of the steps trained single-pass before the schedule starts, a float in
-            [0, 1) (progressive training); 0 (default) uses the schedule from the first step.
-        prefix_mixin: Fraction of sequences given a random plain prefix (positions that read no memory) in
-            passes after the first, a float in [0, 1]; FBT trains with it so a model also works from a
-            plain prompt. 0 (default): none.
-        prefix_draw: ``"sequence"`` (default): one prefix per sequence, shared by its passes; ``"pass"``: a
-            fresh draw in every pass after the first (multipass and pass mixes only; the FBT paper's wording).
-        steps: Optimiser steps, an int >= 1.
-        batch_size: Sequences per optimiser step over all processes and micro-batches, an int >= 1.
-        grad_accum: Micro-batches per process per step, an int in [1, batch_size] that divides it: a memory
-            knob, the maths does not change.
-        optimizer: ``"muon"`` (default, as nanochat: Muon for the hidden matrices, AdamW for the rest) or
-            ``"adamw"`` (AdamW for everything).
-        lr: AdamW learning rate (embedding, readout, scalars; everything under ``"adamw"``), in (0, 10].
-        lrt_gamma_lr: LRT's residual-injection scale gamma in its own AdamW group at this rate, in (0, 10],
-            as the reference code trains it (0.5); needs ``mechanism="lrt"`` with residual injection.
-            None (default): gamma stays in the shared group at ``lr`` (the workbench's original treatment).
-        lrt_alpha_lr: The same for LRT's layer scale alpha (the reference code: 0.005).
-        matrix_lr: Muon learning rate of the hidden matrices, in (0, 10].
-        weight_decay: Decoupled weight decay of the hidden matrices, in [0, 10]; 0 (default) for short runs.
-        lr_schedule: After the warmup: ``"wsd"`` (default: warmup-stable-decay, flat then a linear decay),
-            ``"cosine"`` or ``"constant"`` (the recipes at matched compute use it: their arms run different
-            step counts, and a point on a held-out curve then does not depend on where the run stops).
-        warmup_steps: Linear warmup length, an int in [0, steps]; 0 (default): none.
-        decay_frac: ``"wsd"``: fraction of the steps spent decaying at the end, a float in [0, 1].
-        min_lr_frac: ``"wsd"`` and ``"cosine"``: final learning rate as a fraction of the peak, in [0, 1].
-        grad_clip: Largest global gradient norm, a float >= 0; 0 disables clipping (the norm is still
-            logged).
-        seed: An int >= 0 from which initialisation, data, pass mix, prefixes and jitter all derive, so a
-            run is reproducible from its config.
-        init_from: A saved checkpoint directory whose weights start the run instead of a fresh
-            initialisation (fine-tuning; its model config must be this run's); a relative path is read from
-            the working directory. None (default): a fresh initialisation.
-        eval_every: Evaluate on held-out batches every N steps, an int >= 0; 0 (default): only at the end.
-        eval_size: Held-out sequences per evaluation (``split="val"``, seed ``eval_seed``), an int >= 1.
-        eval_seed: Seed of the held-out sequences, an int >= 0; fixed, so evaluations compare across runs.
-        log_every: One history row every N steps (and at every evaluation and the last step), an int >= 1.
-        checkpoint_every: Save a checkpoint every N steps, an int >= 0; 0 (default): only at the end.
-        budget_flops: Stop before the step that would exceed this many training FLOPs (a float > 0), for
-            comparisons at matched compute; None (default): run every step.
-        out_dir: The run directory (history, config, checkpoints); None (default): nothing is written.
-        resume: Continue from ``out_dir``'s checkpoint if there is one (needs ``out_dir``); refused when the
-            stored config differs outside ``RUNTIME_FIELDS``.
-        device: ``"auto"`` (default: CUDA when present), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
-        progress: Draw a tqdm progress bar (default True).
-        compile: Run each schedule under ``torch.compile`` (default False): the same maths, float rounding
-            differs slightly.
-        overwrite: Let a fresh run replace history, config or figure files in ``out_dir`` that no run of
-            ours wrote (default False, so a typo in ``out_dir`` cannot clobber other files).
-    """
+        task: A name from ``workbench.tasks.names()``; it sets the model's ``vocab_size`` and ``seq_len``.
+        task_params: Keyword arguments of ``tasks.get``, e.g. ``{"p": 5, "length": 8}``.
+        model: ``ModelConfig`` fields except ``vocab_size`` and ``seq_len``, stored as ``ModelConfig`` normalised them.
+        schedule: A training schedule value, its JSON form or a bare name; ``Single()`` reads no memory (the baseline).
+        feedback_start: Fraction of the steps trained single-pass before the schedule starts, in [0, 1).
+        prefix_mixin: Fraction of sequences given a plain prefix in later passes (FBT: works from a plain prompt too).
+        prefix_draw: ``"sequence"``: one prefix shared by a sequence's passes; ``"pass"``: a fresh draw per pass.
+        steps: Optimiser steps.
+        batch_size: Sequences per optimiser step over all processes and micro-batches.
+        grad_accum: Micro-batches per process per step: a memory knob, the maths is the same.
+        optimizer: ``"muon"`` (Muon for hidden matrices, AdamW for the rest, as nanochat) or ``"adamw"``.
+        lr: AdamW learning rate (embedding, readout, scalars; everything under ``"adamw"``).
+        lrt_gamma_lr: LRT's gamma in its own AdamW group at this rate (reference code: 0.5); None: shared at ``lr``.
+        lrt_alpha_lr: The same for LRT's layer scale alpha (reference code: 0.005).
+        matrix_lr: Muon learning rate of the hidden matrices.
+        weight_decay: Decoupled weight decay of the hidden matrices.
+        lr_schedule: ``"wsd"`` (warmup-stable-decay), ``"cosine"`` or ``"constant"`` (matched-compute recipes).
+        warmup_steps: Linear warmup length.
+        decay_frac: ``"wsd"``: fraction of the steps spent decaying at the end.
+        min_lr_frac: ``"wsd"`` and ``"cosine"``: final learning rate as a fraction of the peak.
+        grad_clip: Largest global gradient norm; 0 disables clipping (the norm is still logged).
+        seed: Initialisation, data, pass mix, prefixes and jitter all derive from it.
+        init_from: A checkpoint directory whose weights start the run (fine-tuning; same model config).
+        eval_every: Evaluate on held-out batches every N steps; 0: only at the end.
+        eval_size: Held-out sequences per evaluation (``split="val"``).
+        eval_seed: Seed of the held-out sequences; fixed, so evaluations compare across runs.
+        log_every: One history row every N steps (and at every evaluation and the last step).
+        checkpoint_every: Save a checkpoint every N steps; 0: only at the end.
+        budget_flops: Stop before the step that would exceed this many training FLOPs; None: no cap.
+        out_dir: The run directory (history, config, checkpoints); None: nothing is written.
+        resume: Continue from ``out_dir``'s checkpoint; refused when the stored config differs.
+        device: ``"auto"`` (CUDA when present), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
+        progress: Draw a tqdm progress bar.
+        compile: Run each schedule under ``torch.compile`` (float rounding differs slightly).
+        overwrite: Let a fresh run replace files in ``out_dir`` that no run of ours wrote."""
 
     # --- data ---
     task: str = "running_sum"  # a name from workbench.tasks.names()
@@ -111,21 +72,17 @@ class TrainConfig(JSONMixin):
     # --- model: ModelConfig fields except vocab_size and seq_len, which the task sets ---
     model: dict[str, Any] = field(default_factory=dict)
     # --- schedule ---
-    # a training schedule value (its JSON form or a bare name are read into one)
     schedule: Schedule = field(default_factory=Single)
     feedback_start: float = 0.0  # fraction of the steps trained single-pass before the schedule (progressive)
     prefix_mixin: float = 0.0  # fraction of sequences given a random plain prefix in passes after the first
-    # "sequence": one prefix per sequence, shared by its passes; "pass": a fresh draw in every pass after the
-    # first (multipass only; the FBT paper's wording, arXiv 2608.08888)
-    prefix_draw: str = "sequence"
+    prefix_draw: str = "sequence"  # "sequence" | "pass" (the FBT paper's wording, arXiv 2608.08888)
     # --- optimisation ---
     steps: int = 200  # optimiser steps
     batch_size: int = 32  # sequences per optimiser step, over all processes and micro-batches
     grad_accum: int = 1  # micro-batches per process per step (memory knob: the maths does not change)
     optimizer: str = "muon"  # "muon": Muon for hidden matrices + AdamW for the rest; "adamw": AdamW for all
     lr: float = 3e-3  # AdamW learning rate (embedding, readout, scalars; everything when optimizer="adamw")
-    # LRT injection scales in their own AdamW groups, as the reference code trains them (gamma 0.5, alpha
-    # 0.005); None keeps a scale in the shared AdamW group at ``lr`` (the workbench's original treatment)
+    # LRT injection scales in their own AdamW groups (reference code: gamma 0.5, alpha 0.005); None: shared at lr
     lrt_gamma_lr: float | None = None
     lrt_alpha_lr: float | None = None
     matrix_lr: float = 0.02  # Muon learning rate for the hidden matrices
@@ -136,9 +93,7 @@ class TrainConfig(JSONMixin):
     min_lr_frac: float = 0.0  # wsd / cosine: final learning rate as a fraction of the peak
     grad_clip: float = 1.0  # max global gradient norm; 0 disables clipping (the norm is still logged)
     seed: int = 0  # initialisation, data, pass mix, prefixes and jitter all derive from it
-    # a saved checkpoint directory whose weights start the run instead of a fresh initialisation (fine-tuning;
-    # its model config must be this run's); a relative path is read from the working directory
-    init_from: str | None = None
+    init_from: str | None = None  # a checkpoint directory whose weights start the run (fine-tuning)
     # --- evaluation, logging, checkpoints ---
     eval_every: int = 0  # evaluate on held-out batches every N steps; 0 = only at the end
     eval_size: int = 256  # held-out sequences (split="val", seed=eval_seed)
@@ -214,7 +169,7 @@ class TrainConfig(JSONMixin):
             fail(f"{c}.device", self.device, f"must be one of {DEVICES} or 'cuda:N'")
 
     def _check_model(self, c: str) -> None:
-        """Validate through ModelConfig now (placeholder vocabulary) and store the values it normalised."""
+        """Validate through ``ModelConfig`` now (placeholder vocabulary) and store the values it normalised."""
         if not isinstance(self.model, dict):
             fail(f"{c}.model", self.model, "must be a dict of ModelConfig fields")
         given = sorted(set(self.model) & set(TASK_MODEL_FIELDS))
@@ -236,7 +191,7 @@ class TrainConfig(JSONMixin):
             self.model["tie_embeddings"] = True  # run's record says its embeddings are tied
 
     def _check_schedule(self, c: str) -> None:
-        """The schedule as a value (from its JSON form or name), and one a training run can use: no decoding value."""
+        """Parse the schedule and refuse a decoding-only value."""
         try:
             self.schedule = parse(self.schedule)
         except ValueError as e:

@@ -1,9 +1,5 @@
-"""Argument checks shared by the configs, the model, the schedules, the decoder and the analysis functions.
-
-Every failure is a ``ValueError`` that names the parameter and the allowed range, so bad input
-fails at the call that made it rather than as a shape error (or ``IndexError: index out of range in
-self``) deep inside a forward pass.
-"""
+"""Argument checks: each failure is a ``ValueError`` naming the parameter and its allowed range, so bad input fails at
+the call that made it rather than deep inside a forward pass."""
 
 from __future__ import annotations
 
@@ -39,9 +35,7 @@ def check_int(name: str, value: object, lo: int, hi: int | None = None) -> None:
 
 
 def check_float(name: str, value: object, lo: float, hi: float | None = None, lo_open: bool = False) -> None:
-    """``value`` must be a finite number (not a bool; numpy scalars count) in ``[lo, hi]`` (``(lo, hi]`` with
-    ``lo_open``): NaN and inf are refused by name rather than turning a loss or a sampling distribution
-    (or, through a softcap of inf, every logit) into NaN further on."""
+    """``value`` must be a finite number in ``[lo, hi]`` (``(lo, hi]`` with ``lo_open``): NaN would spread."""
     bad_type = isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating))
     if bad_type or not math.isfinite(value) or (value <= lo if lo_open else value < lo) or (
             hi is not None and value > hi):
@@ -50,15 +44,13 @@ def check_float(name: str, value: object, lo: float, hi: float | None = None, lo
 
 
 def _described(value: object) -> str:
-    """What a refused tensor argument was: its shape and dtype, or the type of a non-tensor."""
     if isinstance(value, torch.Tensor):
         return f"shape {tuple(value.shape)}, dtype {value.dtype}"
     return type(value).__name__
 
 
 def check_positions(positions: object, T: int) -> None:
-    """``positions`` must be a 1-D integer tensor of ``T`` absolute positions >= 0 (a float position would
-    index the rotary table between rows, silently)."""
+    """``positions``: 1-D integers >= 0 (a float would index the rotary table between rows, silently)."""
     if not isinstance(positions, torch.Tensor) or positions.dtype not in (*TOKEN_DTYPES, torch.int16, torch.uint8) \
             or positions.numel() != T:
         raise ValueError(f"positions must be an integer tensor of T={T} absolute positions, got "
@@ -68,10 +60,8 @@ def check_positions(positions: object, T: int) -> None:
 
 
 def check_memory(memory: object, memory_mask: object, B: int, T: int, width: int) -> None:
-    """``memory`` a floating (B, T, width) tensor and ``memory_mask`` a (B, T) bool one, matched to the forward's
-    tokens. Without it a wrong width or length fails inside a matmul or a broadcast naming neither, or, where the
-    mechanism reads no memory (the baseline), is silently ignored. Shapes and dtypes only: nothing is read, so
-    the per-token decode step waits for no device."""
+    """``memory`` a floating (B, T, width) tensor and ``memory_mask`` a (B, T) bool one; shapes and dtypes only, so the
+    decode step waits for no device."""
     if memory is not None and (not isinstance(memory, torch.Tensor) or tuple(memory.shape) != (B, T, width)
                                or not memory.is_floating_point()):
         raise ValueError(f"memory must be None or a floating-point tensor of shape (B, T, memory_width) = "
@@ -83,9 +73,7 @@ def check_memory(memory: object, memory_mask: object, B: int, T: int, width: int
 
 
 def check_has_weights(name: str, module: torch.nn.Module, data: torch.Tensor | None = None) -> None:
-    """``module`` must hold weights, not only their shapes: a model built on the ``meta`` device fails deep in
-    torch (a device mismatch, "no data!") when run on real tokens or saved. ``data`` on the meta device too
-    is a shape-only dry run, which is allowed."""
+    """``module`` must hold weights, not only shapes, unless ``data`` is on the meta device too (a dry run)."""
     if (data is None or not data.is_meta) and any(p.is_meta for p in module.parameters()):
         raise ValueError(f"{name}={type(module).__name__} is invalid: it has no weights (its parameters are on the "
                          "meta device, shapes only); give it some with model.to_empty(device='cpu') and then "
@@ -94,20 +82,14 @@ def check_has_weights(name: str, module: torch.nn.Module, data: torch.Tensor | N
 
 
 def check_path(name: str, value: object) -> None:
-    """``value`` must name a file-system path (a non-empty str or an ``os.PathLike``): ``None`` would fail
-    inside ``pathlib`` naming no argument, and ``""`` would mean the current directory."""
+    """``value`` must be a non-empty str or ``os.PathLike`` (``""`` would mean the current directory)."""
     if not isinstance(value, (str, os.PathLike)) or (isinstance(value, str) and not value):
         fail(name, value, "must be a non-empty str or os.PathLike (a directory path)")
 
 
 def check_tokens(vocab_size: int, idx: object, name: str = "idx") -> None:
-    """``idx`` must be a non-empty (B, T) int64/int32 tensor of ids in ``[0, vocab_size)``.
-
-    Called at every forward, so it must cost nothing measurable: type, rank and emptiness are free;
-    the values are read only on the CPU. On an accelerator reading them would wait for the device
-    (and its embedding lookup asserts out-of-range ids itself); under ``torch.compile`` it would
-    break the graph; a ``meta`` tensor has no values.
-    """
+    """``idx`` must be a non-empty (B, T) int64/int32 tensor of ids in ``[0, vocab_size)``; values are read only on the
+    CPU (elsewhere it would wait for the device or break a compiled graph)."""
     allowed = f"[0, {vocab_size - 1}]"
     if not isinstance(idx, torch.Tensor) or idx.ndim != 2 or idx.numel() == 0 or idx.dtype not in TOKEN_DTYPES:
         raise ValueError(f"{name} must be a non-empty (B, T) int64 or int32 tensor of token ids in {allowed}, "
@@ -120,8 +102,7 @@ def check_tokens(vocab_size: int, idx: object, name: str = "idx") -> None:
 
 
 def memory_bytes(device: torch.device | str | None = None) -> int | None:
-    """All the memory ``device`` has (this machine's physical RAM for the CPU, the accelerator's own
-    otherwise); None where it cannot be known (a ``meta`` tensor needs none)."""
+    """All the memory ``device`` has (physical RAM for the CPU); None where it cannot be known."""
     device = torch.device(device or "cpu")
     if device.type == "cpu":
         try:
@@ -134,9 +115,8 @@ def memory_bytes(device: torch.device | str | None = None) -> int | None:
 
 
 def check_fits(name: str, value: object, nbytes: float, what: str, device: torch.device | str | None = None) -> None:
-    """Refuse, before anything is allocated, a size that could never fit: ``nbytes`` (what ``what`` needs)
-    beyond all the memory ``device`` has. Without it the allocator fails with a bare byte count that
-    names no argument, or the machine swaps until it is killed."""
+    """Refuse ``nbytes`` beyond all the memory ``device`` has before anything is allocated, rather than a bare allocator
+    error or a machine swapping until it is killed."""
     total = memory_bytes(device)
     if total is not None and nbytes > total:
         fail(name, value, f"{what} needs {nbytes / 2**30:,.1f} GiB, more than all the "

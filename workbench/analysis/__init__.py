@@ -1,8 +1,5 @@
-"""Measurements: activation caches, the recurrence's Jacobians and fixed point, lenses, probe features and probes,
-interventions on the memory, reasoning traces.
-
-Every function returns plain data (tensors, pandas DataFrames); ``workbench.plots`` draws them.
-"""
+"""Measurements: activation caches, the recurrence's Jacobians and fixed point, lenses, probes, interventions on the
+memory, reasoning traces. Every function returns plain data (tensors, DataFrames); ``workbench.plots`` draws them."""
 
 from .cache import ActivationCache, run_with_cache
 from .features import DEFAULT_CONDITIONS, condition_features, probe_features

@@ -1,26 +1,14 @@
 """Activation caches per depth and per pass, under any schedule (TransformerLens-style).
 
-``run_with_cache(model, idx, schedule=...)`` runs a schedule with hooks attached and returns an
-``ActivationCache`` keyed by hook names (``hook_input`` is depth 0, after any fusion;
-``blocks.{l}.hook_resid_post`` is depth l+1; ``hook_memory``; ``blocks.{l}.attn.hook_gate``;
-``blocks.{l}.attn.hook_pattern`` only on request, since it forces an explicit attention).
+Hook names: ``hook_input`` is depth 0 (after any fusion), ``blocks.{l}.hook_resid_post`` depth l+1, then
+``hook_memory``, ``blocks.{l}.attn.hook_gate``; ``blocks.{l}.attn.hook_pattern`` only on request (it forces an explicit
+attention).
 
-Schedules call the model several times. The cache groups those forwards into **passes** with one
-rule: forwards accumulate into the current pass until it holds all T positions (every schedule
-computes each position once per pass, so the next forward would recompute one). So
-``multipass(K)`` gives K passes; ``sequential`` and ``blockwise`` give one pass assembled from their
-chunks; ``interleaved(S)`` gives two — the init pass and the refined one assembled from its S
-subsets. Passes are numbered from 1, as ``pass_dynamics`` and the trainer's ``loss_pass{k}`` number them:
-``cache.pass_(1)`` is the plain pass. The rule counts positions, never reads them, and activations are
-filed on the device they are on: recording waits for no device and runs on ``meta`` tensors too.
-
-Filtering keeps memory small: ``names_filter`` (a name, a list, or a predicate) and ``positions``: a 1-D
-list of positions kept for every example, or a (B, 1) column of one position per example (e.g. the
-final colon of a probe task, ``batch.label_positions[:, None]``: entries are then (B, ...)). A long run
-shows a progress bar (``progress``). By default only the residual stream is cached (``residual_stream``:
-embeddings, every block's resid pre/mid/post, the final state, the memory and what it becomes), as
-TransformerLens advises for long runs; ``None`` caches every hook point but the attention patterns.
-"""
+Schedules call the model several times; forwards accumulate into the current **pass** until it holds all T positions
+(every schedule computes each position once per pass). So ``multipass(K)`` gives K passes, ``sequential`` and
+``blockwise`` one, ``interleaved(S)`` two (init and refined). Passes are numbered from 1, as in ``pass_dynamics`` and
+the trainer's ``loss_pass{k}``. The rule counts positions without reading them: recording never waits for a device
+and runs on ``meta`` tensors too."""
 
 from __future__ import annotations
 
@@ -44,8 +32,8 @@ RESIDUAL_HOOKS = ("hook_embed", "hook_input", "hook_resid_pre", "hook_resid_mid"
 
 
 def residual_stream(name: str) -> bool:
-    """``run_with_cache``'s default ``names_filter``: the residual stream at every depth and the fed-back memory,
-    not the per-head queries, keys, values, gates and mechanism reads (a multi-pass run of those adds up)."""
+    """``run_with_cache``'s default ``names_filter``: the residual stream and the fed-back memory, not per-head
+    q/k/v, gates and mechanism reads (over many passes those add up)."""
     return name.rsplit(".", 1)[-1] in RESIDUAL_HOOKS
 
 
@@ -91,13 +79,10 @@ def act_name(name: str, layer: int | None = None) -> str:
 
 
 class ActivationCache:
-    """Activations by hook name, for every pass of a schedule, read as TransformerLens reads its cache.
+    """Activations by hook name for every pass of a schedule, read as TransformerLens reads its cache.
 
-    ``cache[name]`` is the activation of the last pass (the state the schedule ends in);
-    ``cache["resid_post", 3]`` is ``blocks.3.hook_resid_post`` (the second index is a layer, as in
-    TransformerLens, never a pass). Passes have their own accessors: ``cache.pass_(k)`` is a cache of
-    pass k alone (from 1), ``cache.stack_passes(name)`` stacks one hook over passes (index 0 is pass 1).
-    """
+    ``cache[name]`` is the last pass (the state the schedule ends in); ``cache["resid_post", 3]`` is
+    ``blocks.3.hook_resid_post`` (the second index is a layer, as in TransformerLens, never a pass)."""
 
     def __init__(self, passes: list[dict[str, torch.Tensor]], positions: torch.Tensor | None,
                  schedule: str, n_layer: int) -> None:
@@ -111,8 +96,7 @@ class ActivationCache:
         return len(self.passes)
 
     def pass_(self, k: int) -> ActivationCache:
-        """The activations of pass ``k`` as a one-pass cache: 1 is the first pass (the plain one), as
-        ``pass_dynamics`` counts; negative ``k`` counts from the end (-1 is the last)."""
+        """Pass ``k`` as a one-pass cache: 1 is the plain pass; negative ``k`` counts from the end."""
         n = self.n_passes
         if isinstance(k, bool) or not isinstance(k, int) or not (1 <= k <= n or -n <= k <= -1):
             raise ValueError(f"k={k!r} is invalid: this cache holds {n} passes, numbered 1 to {n} "
@@ -149,8 +133,8 @@ class ActivationCache:
         return torch.stack([p[name] for p in self.passes])
 
     def stack_activation(self, activation_name: str, layer: int = -1) -> torch.Tensor:
-        """(layers, ...): one block activation (a short name, e.g. ``"resid_post"``) of every layer below
-        ``layer`` (-1: all), as TransformerLens' ``stack_activation``."""
+        """(layers, ...): one block activation (a short name, e.g. ``"resid_post"``) of every layer below ``layer``
+        (-1: all), as TransformerLens' ``stack_activation``."""
         stop = self.n_layer if layer == -1 else layer
         if not 0 < stop <= self.n_layer:
             raise ValueError(f"layer={layer!r} is invalid: must be -1 or in [1, {self.n_layer}]")
@@ -159,9 +143,8 @@ class ActivationCache:
     def accumulated_resid(self, layer: int | None = None, incl_mid: bool = False, return_labels: bool = False
                           ) -> torch.Tensor | tuple[torch.Tensor, list[str]]:
         """(components, ...): the residual stream at every depth up to ``layer``, as TransformerLens'
-        ``accumulated_resid``: depth l < L is what block l reads (``l_pre``: ``hook_input`` for l = 0,
-        after any fusion), depth L the final stream (``final_post``); ``incl_mid`` adds each block's
-        ``resid_mid``. ``layer`` None (or L) covers all L + 1 depths."""
+        ``accumulated_resid``: depth l < L is what block l reads (``hook_input`` for l = 0), depth L the final
+        stream; ``incl_mid`` adds each block's ``resid_mid``."""
         stop = self.n_layer if layer is None or layer == -1 else layer
         if not 0 <= stop <= self.n_layer:
             raise ValueError(f"layer={layer!r} is invalid: must be None, -1 or in [0, {self.n_layer}]")
@@ -181,13 +164,7 @@ class ActivationCache:
 
 
 class _Recorder:
-    """Collects hook outputs forward by forward and assembles them into passes.
-
-    Positions are mapped to their slots on the device the forward ran on, without reading them.
-    Kept positions (``keep``, or all) fill slots 0..K-1; a forward's other positions go to one spare
-    slot K, cut off by ``finish``. Per example (one kept position each), an example whose position
-    this forward does not compute keeps its previous entry.
-    """
+    """Collects hook outputs forward by forward into passes; positions map to slots on-device, never read."""
 
     def __init__(self, seq_len: int, keep: torch.Tensor | None, per_example: bool, device: torch.device,
                  bar: tqdm) -> None:
@@ -263,17 +240,12 @@ def run_with_cache(model: GPT, idx: torch.Tensor, schedule: str | schedules.Sche
                    plain_prefix: int | torch.Tensor = 0,
                    names_filter: NamesFilter = residual_stream, positions: Sequence[int] | torch.Tensor | None = None,
                    progress: bool | None = None) -> tuple[schedules.ScheduleOutput, ActivationCache]:
-    """Run ``schedule`` (a ``Schedule`` value, its JSON form, or a name for its defaults) on ``idx`` and cache the
-    selected activations of every pass.
+    """Run ``schedule`` (a ``Schedule``, its JSON form, or a name) on ``idx`` and cache the selected activations of
+    every pass.
 
-    ``positions``: None keeps every position; a 1-D list keeps those positions of every example (entries
-    (B, K, ...)); a (B, 1) column keeps one position per example (entries (B, ...)). ``progress``: a tqdm bar
-    over the model's forwards (a multipass run's passes); None shows it only once the run has taken
-    ``PROGRESS_DELAY_S`` seconds, so short runs stay silent.
-
-    Returns the schedule's output and the cache. Unwritten entries (a position a pass did not
-    compute) are NaN, so a mistake shows rather than reads as zero.
-    """
+    ``positions``: None keeps all; a 1-D list keeps those of every example (entries (B, K, ...)); a (B, 1) column one
+    per example (entries (B, ...)). Unwritten entries (a position a pass did not compute) are NaN, so a mistake shows
+    rather than reads as zero."""
     check_tokens(model.config.vocab_size, idx)
     if progress is not None and not isinstance(progress, bool):
         raise ValueError(f"progress={progress!r} is invalid: must be None, True or False")

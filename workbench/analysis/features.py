@@ -1,19 +1,12 @@
 """A probe batch run under a prefill condition: the residual features at each label position, and the answers.
 
-The FBT paper's appendix F asks at which depth a linear classifier can read the label fixed before the final
-colon, and whether recurrent prefill brings it down to the shallow layers. ``condition_features`` computes
-the features those probes read (depth 0: the input after fusion, depth l: block l's output) under each
-**prefill condition**, a schedule value (``schedules.condition``) or its name:
-
-- ``standard``: one plain pass; ``sequential``: the full recurrence; ``multipassK``: K Jacobi passes;
-- ``suffixK``: only the last k tokens up to the label read memory, the exact recurrence with
-  ``plain_prefix = label_pos - k + 1`` (the paper's "k + 1 forwards").
-
-The conditions share their forwards: the plain pass that gives ``standard`` also fills a KV cache, and every
-recurrent suffix rewinds it to its first fused position and steps only the fused tokens (tests check this
-against ``schedules.Sequential`` and ``schedules.Multipass``). ``answer_correct`` says whether the model
-answers under a condition: a probe of a model that cannot answer there measures nothing.
-"""
+The FBT paper (appendix F) asks at which depth a linear probe can read the label fixed before the final colon, and
+whether recurrent prefill brings it down to shallow layers. A **prefill condition** is a schedule value
+(``schedules.condition``) or its name: ``standard`` (one plain pass), ``sequential`` (the full recurrence),
+``multipassK`` (K Jacobi passes), ``suffixK`` (only the last k tokens up to the label read memory: the exact
+recurrence with ``plain_prefix = label_pos - k + 1``, the paper's "k + 1 forwards"). Conditions share their forwards:
+the plain pass fills a KV cache that each recurrent suffix rewinds. A probe of a model that cannot answer under a
+condition (``answer_correct``) measures nothing."""
 
 from __future__ import annotations
 
@@ -37,8 +30,8 @@ Condition = str | schedules.Schedule  # a name (the tables' label) or any schedu
 
 # ------------------------------------------------------------------------------------------ checks
 def named_conditions(conditions: Sequence[Condition]) -> dict[str, schedules.Schedule]:
-    """``{table label: value}`` of the conditions asked for (``schedules.condition``), validated before any
-    forward: a typo in a sweep fails with the allowed forms before the first one runs."""
+    """``{table label: value}`` of the conditions, validated before any forward: a typo in a sweep fails before the
+    first one runs."""
     if isinstance(conditions, str) or not isinstance(conditions, Sequence) or not conditions:  # one bare condition
         fail("conditions", conditions, "must be a non-empty sequence of conditions")
     return {schedules.condition_name(c): schedules.condition(c) for c in conditions}
@@ -56,9 +49,8 @@ def check_batch(batch: Batch) -> None:
 
 
 def by_label_position(batch: Batch, batch_size: int | None = None) -> Iterator[tuple[int, torch.Tensor]]:
-    """``(label position, rows)`` for every label position of ``batch`` (ascending), its rows in chunks of at most
-    ``batch_size`` (None: all at once). The model is causal: cut to its label position, a group's forward ends
-    exactly where the label is read, whatever the padding."""
+    """``(label position, rows)`` per label position of ``batch``, rows in chunks of at most ``batch_size``. Cut to
+    its label position, a group's causal forward ends where the label is read, whatever the padding."""
     positions = batch.label_positions.cpu()
     for pos in positions.unique().tolist():
         rows = (positions == pos).nonzero().squeeze(1)
@@ -85,9 +77,7 @@ def residual_names(n_layer: int) -> list[str]:
 
 
 def _recurrent_suffix(model: GPT, idx: torch.Tensor, cache: KVCache, plain_memory: torch.Tensor, start: int) -> None:
-    """Recompute positions ``start..T-1`` one at a time, each reading its predecessor's memory,
-    against a cache whose positions before ``start`` hold the plain pass (= the exact recurrence
-    with ``plain_prefix = start``: the first fused token reads the plain memory of ``start - 1``)."""
+    """Recompute ``start..T-1`` as the exact recurrence with ``plain_prefix = start`` over the plain pass's cache."""
     cache.rewind(start)  # the entries beyond are overwritten before anything can read them
     cache.state = plain_memory[:, start - 1]
     schedules.recur(model, idx, cache, start)
@@ -136,14 +126,10 @@ def _group_features(model: GPT, idx: torch.Tensor, values: dict[str, schedules.S
 @torch.no_grad()
 def condition_features(model: GPT, batch: Batch, conditions: Sequence[Condition] = DEFAULT_CONDITIONS, *,
                        batch_size: int = 1024) -> dict[str, torch.Tensor]:
-    """Residual features at every example's label position, per condition: ``{name: (L + 1, n, D)}``, keyed by
-    each condition's table label (``schedules.condition_name``; a name given is its own label).
+    """Residual features ``{label: (L + 1, n, D)}`` at every example's label position, per condition.
 
-    Conditions share their forwards (one plain pass per chunk serves ``standard`` and seeds every
-    recurrent suffix). Examples are grouped by label position and each group is cut to its label
-    position: the model is causal, so right padding and the label token never matter, and every
-    forward of a group ends exactly where the probe reads. ``batch_size`` bounds memory, not results.
-    """
+    Examples are grouped by label position and cut there: the model is causal, so padding and the label token never
+    matter. ``batch_size`` bounds memory, not results."""
     parsed = named_conditions(conditions)
     check_batch(batch)
     check_int("batch_size", batch_size, 1)
@@ -161,24 +147,17 @@ def condition_features(model: GPT, batch: Batch, conditions: Sequence[Condition]
 
 def probe_features(model: GPT, batch: Batch, condition: Condition = "standard", *,
                    batch_size: int = 1024) -> torch.Tensor:
-    """Residual features (L + 1, n, D) at every example's label position under one prefill condition.
-
-    Depth 0 is the input vector after fusion, depth l the output of block l; see the module docstring
-    for the conditions. For several conditions at once, ``condition_features`` shares the forwards.
-    """
+    """Residual features (L + 1, n, D) at every example's label position under one prefill condition (depth 0: the
+    input after fusion); ``condition_features`` shares the forwards of several."""
     return condition_features(model, batch, (condition,), batch_size=batch_size)[schedules.condition_name(condition)]
 
 
 # ------------------------------------------------------------------------------------------ answers
 def answer_correct(model: GPT, batch: Batch, condition: Condition = "standard", *,
                    batch_size: int = 256) -> np.ndarray:
-    """Per example (n,) bool: is every answer target right when the sequence is computed under
-    ``condition`` (the probe's prefill, then the same recurrence through the answer)?
-
-    ``evaluation.per_example_metrics``' ``answer_correct`` under the condition's value ``anchored`` at each
-    example's label position (``suffixK``: ``Prefilled(Single(), Sequential(), prompt_len=label_pos - K + 1)``,
-    STANDARD prefill + SOFT decoding for K = 1), the examples of one label position run together.
-    """
+    """Per example (n,) bool: is every answer target right under ``condition`` (its prefill, then the same recurrence
+    through the answer)? The condition is ``anchored`` at each label position (``suffix1``: STANDARD prefill, SOFT
+    decoding)."""
     check_batch(batch)
     check_int("batch_size", batch_size, 1)
     value = schedules.condition(condition)

@@ -1,17 +1,10 @@
 """The Jacobi pass map and its fixed point: does iterating it converge, and can the model read what it converges to?
 
-FBT's training (and any fused prefill) runs the *pass map* H^(k) = F(shift(H^(k-1))): Jacobi on a causal
-system whose fixed point H* is the exact sequential recurrence. The paper's stability claim is that, trained
-with a small share of 3-pass batches, this map contracts toward H* even iterated hundreds of passes past its
-training depth. ``pass_dynamics`` measures the approach (residual, distance to H*, contraction rate, loss;
-streamed, optionally only where the passes are not yet exact by causality) and ``pass_milestones`` reads it;
-``fixed_point_quality`` asks whether H* is any good (a fixed point can be reached and still be unreadable);
-``iterate_geometry`` and ``adaptive_prefill`` give the iterates' shape and a stopping rule;
-``residual_behaviour`` names the shape of a residual curve.
-
-H is always the *memory* (``StepOutput.memory``, the state fed back). Every function runs the model in eval
-mode (FBT's training jitter would blur a fixed point) and restores its mode after.
-"""
+Fused prefill runs the *pass map* H^(k) = F(shift(H^(k-1))): Jacobi on a causal system whose fixed point H* is the
+exact sequential recurrence. The FBT paper claims that, trained with a small share of 3-pass batches, this map
+contracts toward H* even hundreds of passes past its training depth. H is always the *memory*
+(``StepOutput.memory``). Everything runs in eval mode (training jitter would blur a fixed point) and restores the
+mode."""
 
 from __future__ import annotations
 
@@ -49,13 +42,8 @@ def _norm(x: torch.Tensor) -> float:
 # ---------------------------------------------------------------------------------------------- passes
 def exact_by_causality(B: int, T: int, k: int, plain_prefix: int | torch.Tensor = 0,
                        device: torch.device | str = "cpu") -> torch.Tensor:
-    """(B, T) bool: the positions pass k (1-based) of the Jacobi iteration has made exact by causality.
-
-    Position t reads ``m_{t-1}``; positions below the plain prefix (and position 0) read nothing and
-    are exact at pass 1, and each pass carries one more exact memory one position on. So with a
-    prefix of p, pass k is exact at t < max(p, 1) + k - 1: whatever such a position shows is the
-    sequential recurrence itself, not the iteration approaching it.
-    """
+    """(B, T) bool: the positions pass k (1-based) has made exact by causality, t < max(p, 1) + k - 1 for a plain
+    prefix p: there the numbers are the sequential recurrence itself, not the iteration approaching it."""
     first_read = torch.as_tensor(plain_prefix, device=device).clamp(min=1).expand(B)
     return torch.arange(T, device=device)[None, :] < (first_read[:, None] + k - 1)
 
@@ -75,25 +63,12 @@ def pass_dynamics(model: GPT, idx: torch.Tensor, passes: int = 1000, targets: to
                   progress: bool = False, from_position: int = 0, keep_examples: bool = False) -> pd.DataFrame:
     """Iterate the Jacobi pass map ``passes`` times and report how it approaches its fixed point.
 
-    One row per pass k (1-based): ``delta`` = ``||H^k - H^(k-1)|| / ||H^k||`` (NaN at pass 1);
-    ``fixed_point_distance`` = ``||H^k - H*|| / ||H*||`` to the exact sequential memory H*;
-    ``contraction_rate`` = ``delta_k / delta_(k-1)`` (NaN where undefined, e.g. once the residual
-    is exactly 0); ``loss`` = mean next-token cross-entropy against ``targets`` (B, T), -1 = ignored
-    (NaN without targets); ``exact_by_causality`` = the share of the measured positions that pass k
-    has already made exact (``exact_by_causality``): where it is above 0 part of each number is the
-    sequential recurrence, not the iteration.
-
-    ``from_position``: measure every quantity (norms and loss) only over positions t >= it. A causal
-    Jacobi iteration is exact after T passes, and position t after t + 1, so the claim that the
-    pass map stays near its fixed point *while iterating* lives at positions the passes have not
-    reached: with ``from_position`` >= ``passes`` every pass is compared on the same positions, none
-    of them exact by causality. ``keep_examples``: add ``example_loss``, each example's own loss at
-    that pass (a list, NaN where an example has no target in the window), for intervals over examples.
-
-    Passes are streamed from ``schedules.iterate_passes`` and only the previous one is kept: memory
-    does not grow with ``passes``. ``reference``: H* (B, T, D_mem) when the caller already has it;
-    otherwise computed once with ``schedules.Sequential``. ``progress``: a tqdm bar over passes.
-    """
+    One row per pass k: ``delta`` ``||H^k - H^(k-1)|| / ||H^k||``, ``fixed_point_distance`` ``||H^k - H*|| /
+    ||H*||``, ``contraction_rate`` ``delta_k / delta_(k-1)``, ``loss``, ``exact_by_causality`` (share of measured
+    positions). ``from_position``: measure only positions t >= it. Position t is exact after t + 1 passes, so the
+    claim that the map stays near its fixed point *while iterating* lives at positions not yet reached: with
+    ``from_position >= passes`` no measured position is exact by causality. Passes are streamed: memory does not grow
+    with ``passes``; ``reference``: H* (B, T, D) when already computed."""
     check_tokens(model.config.vocab_size, idx)
     check_int("passes", passes, 1)
     B, T = idx.shape
@@ -137,15 +112,10 @@ def pass_milestones(runs: Mapping[str, pd.DataFrame], seq_len: int, tol: float =
                     training_passes: Sequence[int] = (1, 2, 3)) -> pd.DataFrame:
     """One row per ``pass_dynamics`` table: its loss at the passes that matter, and where it settled.
 
-    On length-T sequences the Jacobi iteration *is* the exact recurrence from pass T on, so a run
-    of more than T passes tells two stories: passes 1..T (the approach: how fast positions settle,
-    whether the training depths already predict well) and the tail after T (rounding noise around
-    the fixed point, whose loss is the sequential recurrence's own). Columns: ``run``, ``passes``
-    (how many were run), ``seq_len``, ``settled_at`` (first pass with ``fixed_point_distance < tol``;
-    NaN if none), ``rate_before_T`` (median ``contraction_rate`` over the passes before T: below 1,
-    the residual shrank before exactness forced it to), ``loss_pass{k}`` for ``training_passes``,
-    ``loss_at_T`` (NaN when fewer than T passes were run), ``loss_last``, ``delta_last``.
-    """
+    On length-T sequences the iteration *is* the exact recurrence from pass T on: passes 1..T are the approach, the
+    tail rounding noise. ``settled_at``: first pass with ``fixed_point_distance < tol``; ``rate_before_T``: median
+    ``contraction_rate`` before T (below 1: the residual shrank before exactness forced it); ``loss_pass{k}`` for
+    ``training_passes``, ``loss_at_T``, ``loss_last``, ``delta_last``."""
     if not runs:
         raise ValueError("runs is empty: give at least one name -> pass_dynamics table")
     check_int("seq_len", seq_len, 1)
@@ -189,12 +159,8 @@ def example_scores(logits: torch.Tensor, targets: torch.Tensor) -> tuple[np.ndar
 @torch.no_grad()
 def fixed_point_quality(model: GPT, idx: torch.Tensor, targets: torch.Tensor, passes: int,
                         plain_prefix: int | torch.Tensor = 0) -> FixedPointQuality:
-    """Loss and accuracy of passes 1..``passes`` and of the exact recurrence, with their distance.
-
-    ``distance`` is ``||H^k - H*|| / ||H*||`` per example over all positions (per position in
-    ``per_position``): convergence. The exact row says whether what the passes converge to is
-    any good: a fixed point can be reached and still be unreadable.
-    """
+    """Loss and accuracy of passes 1..``passes`` and of the exact recurrence, with each pass's distance ``||H^k -
+    H*|| / ||H*||``: a fixed point can be reached and still be unreadable."""
     check_tokens(model.config.vocab_size, idx)
     check_int("passes", passes, 1, MAX_COUNT)
     if targets.shape != idx.shape:
@@ -228,8 +194,7 @@ class Geometry:
 
 def _step_stats(previous: torch.Tensor, previous_logp: torch.Tensor, memory: torch.Tensor,
                 logp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(B, T) per position: the relative residual ``||H^k - H^(k-1)|| / ||H^k||`` and the KL from pass k-1's
-    next-token distribution to pass k's (float64 inputs): what the stopping rule reads."""
+    """(B, T) relative residual and KL from pass k-1's next-token distribution to pass k's."""
     residual = torch.linalg.vector_norm(memory - previous, dim=-1) / torch.linalg.vector_norm(memory, dim=-1)
     return residual, (previous_logp.exp() * (previous_logp - logp)).sum(-1)
 
@@ -239,13 +204,10 @@ def iterate_geometry(model: GPT, idx: torch.Tensor, passes: int, targets: torch.
                      rel_tol: float = 1e-3, kl_tol: float = 1e-4, plain_prefix: int | torch.Tensor = 0) -> Geometry:
     """The shape of the fused-prefill iteration, pass by pass.
 
-    Per pass k >= 2, with the step ``s_k = H^k - H^(k-1)``: ``residual`` ``||s_k|| / ||H^k||``,
-    ``cosine`` between ``s_k`` and ``s_(k-1)`` (near -1: the iterates oscillate; near 1: they
-    creep one way), ``acceleration`` ``||s_k - s_(k-1)|| / ||s_(k-1)||``, ``kl`` the mean KL from
-    pass k-1's next-token distribution to pass k's, ``loss`` over ``targets`` and ``stopped_share``
-    the share of positions that have met the stopping rule: relative residual below ``rel_tol``
-    *and* KL below ``kl_tol`` at that position. ``passes_needed`` gives each position's first such pass.
-    """
+    Per pass k >= 2, with step ``s_k = H^k - H^(k-1)``: ``residual`` ``||s_k|| / ||H^k||``, ``cosine`` of ``s_k`` and
+    ``s_(k-1)`` (near -1: oscillating; near 1: creeping one way), ``acceleration`` ``||s_k - s_(k-1)|| /
+    ||s_(k-1)||``, ``kl`` (pass k-1 to k), ``loss`` and ``stopped_share``: positions that met the stopping rule
+    (residual < ``rel_tol`` *and* KL < ``kl_tol``). ``passes_needed`` is each position's first such pass (0: never)."""
     check_tokens(model.config.vocab_size, idx)
     check_int("passes", passes, 2, MAX_COUNT)
     for name, tol in (("rel_tol", rel_tol), ("kl_tol", kl_tol)):
@@ -284,8 +246,8 @@ def iterate_geometry(model: GPT, idx: torch.Tensor, passes: int, targets: torch.
 @torch.no_grad()
 def adaptive_prefill(model: GPT, idx: torch.Tensor, max_passes: int, rel_tol: float = 1e-3, kl_tol: float = 1e-4,
                      plain_prefix: int | torch.Tensor = 0) -> tuple[schedules.ScheduleOutput, int]:
-    """Fused prefill that stops when the whole batch meets the stopping rule (see ``iterate_geometry``), or
-    at ``max_passes``. Returns the last pass as a ``ScheduleOutput`` and the passes it ran."""
+    """Fused prefill that stops once the whole batch meets ``iterate_geometry``'s stopping rule, or at
+    ``max_passes``: the last pass and the number of passes run."""
     check_tokens(model.config.vocab_size, idx)
     check_int("max_passes", max_passes, 1, MAX_COUNT)
     prev = prev_logp = None
@@ -301,13 +263,8 @@ def adaptive_prefill(model: GPT, idx: torch.Tensor, max_passes: int, rel_tol: fl
 
 
 def residual_behaviour(residuals: Sequence[float], zero: float = 1e-6) -> str:
-    """How the pass residual behaves after the first passes: one of ``BEHAVIOURS``.
-
-    "decays to zero": the last residual below ``zero``; "grows": the median of the last half above
-    twice the first half's; "oscillates": it does not fall by half from the first half to the last,
-    and its successive changes alternate in sign more than half the time; otherwise "decays to a
-    plateau".
-    """
+    """How the pass residual behaves after the first passes: one of ``BEHAVIOURS`` ("oscillates": it does not halve
+    and its changes alternate in sign more than half the time)."""
     values = np.asarray([r for r in residuals if np.isfinite(r)], dtype=np.float64)
     if len(values) < 4:
         raise ValueError(f"residuals must hold at least 4 finite values, got {len(values)}")

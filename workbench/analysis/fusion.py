@@ -1,15 +1,8 @@
 """FBT's latent feedback taken apart: how much it carries and what the fused input is made of.
 
-- ``feedback_bandwidth``: the bandwidth argument in numbers — ``log2 |V|`` bits per sampled token
-  against a ``D``-dimensional state, from a model's config;
-- ``fusion_parts``: the fused input ``u_t = RMSNorm((W_U m_{t-1}) * sigmoid(W_G e_t))`` decomposed
-  per position under the exact recurrence: the size of the value path, the gate, and whether the
-  fused input points along the state or along the token.
-
-How the decoding regimes score a text is ``regimes``; how the Jacobi passes settle is
-``schedule_agreement.jacobi_errors``; ``pass_dynamics`` read at its milestones is
-``fixed_point.pass_milestones``.
-"""
+``feedback_bandwidth`` puts the bandwidth argument in numbers (``log2 |V|`` bits per sampled token against a
+D-dimensional state); ``fusion_parts`` decomposes the fused input ``u_t = RMSNorm((W_U m_{t-1}) * sigmoid(W_G e_t))``
+per position under the exact recurrence."""
 
 from __future__ import annotations
 
@@ -31,11 +24,8 @@ FUSION_COLUMNS = ["example", "position", "token", "reads", "value_rms", "gate_me
 
 
 def feedback_bandwidth(config: ModelConfig, bits_per_value: int = 16) -> dict[str, float]:
-    """What a step can feed back to the bottom of the stack: a sampled token or the state it came from.
-
-    A token carries at most ``log2 |V|`` bits (``token_bits``); the top state is ``D`` numbers of
-    ``bits_per_value`` bits each (``state_bits``, e.g. 16 for bf16). ``ratio`` = state / token bits.
-    """
+    """What a step can feed back: a sampled token (at most ``log2 |V|`` bits, ``token_bits``) or the state it came
+    from (D values of ``bits_per_value`` bits, ``state_bits``; 16 for bf16); ``ratio`` = state / token bits."""
     if not isinstance(config, ModelConfig):
         raise ValueError(f"config must be a ModelConfig, got {type(config).__name__}")
     check_int("bits_per_value", bits_per_value, 1, 64)
@@ -58,14 +48,10 @@ def _cosine(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 def fusion_parts(model: GPT, idx: torch.Tensor, plain_prefix: int = 0) -> pd.DataFrame:
     """The fused input of every position under the exact recurrence, decomposed into its two paths.
 
-    One row per (example, position): ``reads`` (whether the position fuses ``m_{t-1}`` at all);
-    ``value_rms`` = RMS of the value path ``W_U m_{t-1}`` (NaN where nothing is read);
-    ``gate_mean`` / ``gate_std`` = mean and spread over channels of the gate ``sigmoid(W_G e_t)``
-    (defined for every token); ``cos_value`` / ``cos_embed`` = cosine of the model's actual input
-    ``u_t`` (``hook_input``) with the value path and with the plain embedding ``e_t``. A plain
-    position has ``cos_embed = 1``; a fused one whose ``cos_value`` is high reads mostly the state,
-    channel-wise gated by the token — the GLU's design: the token cannot route around the state.
-    """
+    One row per (example, position): ``reads``; ``value_rms`` of the value path ``W_U m_{t-1}`` (NaN where nothing is
+    read); ``gate_mean`` / ``gate_std`` of ``sigmoid(W_G e_t)`` over channels; ``cos_value`` / ``cos_embed``: cosine
+    of the actual input ``u_t`` with the value path and with ``e_t``. A fused position with high ``cos_value`` reads
+    mostly the state, gated by the token: by the GLU's design the token cannot route around the state."""
     _check_fbt(model)
     check_tokens(model.config.vocab_size, idx)
     B, T = idx.shape

@@ -1,33 +1,11 @@
 """Causal interventions on the feedback channel: patch, zero or mean-ablate the memory a position reads.
 
-A probe shows that a label is *decodable* from the memory, not that the model *uses* it (the FBT
-paper's own warning, arXiv 2608.08888, appendix F). An intervention tells the two apart: replace
-the memory ``m_{t-1}`` that position t reads and watch the answer. This module does that under any
-schedule (``single``, ``sequential``, ``multipass``, ``interleaved``, ``blockwise``) and any
-teacher-forced decoding regime (``standard``, ``soft``, ``fused``), at three kinds of **site**:
-
-- ``"memory"``: ``hook_memory_in``, the memory a position reads before any mechanism consumes it
-  (FBT's fusion, every LRT injection);
-- ``"input"``: ``hook_input``, the fused input at depth 0 (FBT: the GLU fusion's output), edited
-  only in forwards and at positions that read memory;
-- ``"inject{l}"``: ``mechanism.hook_read.{l}``, the memory LRT's layer l injects (residual and K/V),
-  leaving the other layers' reads alone.
-
-Three **interventions** (``Intervention``): ``patch`` — the value another run had at the same site,
-forward and position (activation patching; ``rows`` picks a row of this batch, e.g. a group mate,
-``source`` runs other tokens); ``zero``; ``mean`` — the mean over the batch's rows that read memory
-there. A schedule calls the model several times (a multi-pass run reads memory once per pass after
-the first), so a site is recorded forward by forward and replayed forward by forward: patching a
-run with its own record reproduces it bit for bit, under every schedule.
-
-- ``feedback_hooks(model, {site: fn})``: a context manager for ad-hoc edits ``fn(tensor, *, hook)``
-  in the style of ``wb.with_hooks`` and TransformerLens' ``run_with_hooks``; ``hook`` is a
-  ``FeedbackHook`` saying which forward and which absolute positions the tensor holds;
-- ``intervention_effects``: one call, a tidy DataFrame of the answer's logit difference and flip
-  rate per position and intervention;
-- ``ablation_by_distance``: the loss change at t when the memory read d positions back is ablated.
-The label-swap design on a probe task's batch is ``experiments.decodability``.
-"""
+A probe shows that a label is *decodable* from the memory, not that the model *uses* it (the FBT paper's warning,
+arXiv 2608.08888, appendix F); replacing the memory ``m_{t-1}`` that position t reads and watching the answer tells
+the two apart, under any schedule or teacher-forced regime. **Sites**: ``"memory"`` (``hook_memory_in``, before any
+mechanism reads it), ``"input"`` (``hook_input``, FBT's fused input), ``"inject{l}"`` (what LRT's layer l injects). A
+schedule may call the model several times, so a site is recorded and replayed forward by forward: patching a run with
+its own record reproduces it bit for bit."""
 
 from __future__ import annotations
 
@@ -100,13 +78,11 @@ class _Tracker:
 
 @contextmanager
 def feedback_hooks(model: GPT, fwd_hooks: Mapping[str, EditFn] | Sequence[tuple[str, EditFn]]) -> Iterator[None]:
-    """Attach edits ``fn(tensor, *, hook)`` to feedback sites for a ``with`` block (removed afterwards).
+    """Attach edits ``fn(tensor, *, hook)`` to feedback sites for a ``with`` block.
 
-    ``fwd_hooks`` maps a site (``"memory"``, ``"input"``, ``"inject{l}"``) to a function that gets the
-    tensor (B, Tc, D) of one forward and a ``FeedbackHook``; returning a tensor replaces it, None only
-    observes. Functions are called only in forwards that read memory, so an edit never reaches a
-    plain pass. Works around anything that calls the model: ``schedules.run``, ``generate``, caches.
-    """
+    ``fn`` gets one forward's tensor (B, Tc, D) and a ``FeedbackHook``; a returned tensor replaces it, None only
+    observes. Called only in forwards that read memory, so an edit never reaches a plain pass; works around anything
+    that calls the model (``schedules.run``, ``generate``, caches)."""
     tracker = _Tracker()
     items = list(fwd_hooks.items() if isinstance(fwd_hooks, Mapping) else fwd_hooks)
     named = [(site, site_hook_name(model, site), fn) for site, fn in items]
@@ -126,8 +102,8 @@ def feedback_hooks(model: GPT, fwd_hooks: Mapping[str, EditFn] | Sequence[tuple[
 # ------------------------------------------------------------------------------------------ runs
 def run_schedule(schedule: str | schedules.Schedule = "sequential", regime: str | None = None,
                  prompt_len: int | None = None, prefill_passes: int = 1, T: int | None = None) -> schedules.Schedule:
-    """The one value a run computes: the schedule (a value, its JSON form, or a name for its defaults), or the
-    decoding ``regime`` teacher-forced on a prompt of ``prompt_len`` tokens (``schedules.regime``)."""
+    """The value a run computes: ``schedule`` (a value, its JSON form or a name), or the decoding ``regime``
+    teacher-forced on a ``prompt_len``-token prompt."""
     if regime is None:
         return schedules.parse(schedule)
     if regime not in schedules.REGIMES:
@@ -143,16 +119,8 @@ def run_logits(model: GPT, idx: torch.Tensor, *, schedule: str | schedules.Sched
                regime: str | None = None,
                prompt_len: int | None = None, prefill_passes: int = 1, plain_prefix: int | torch.Tensor = 0
                ) -> torch.Tensor:
-    """Logits (B, T, V) of ``idx`` under a schedule (``run_schedule``'s forms), or teacher-forced
-    under a decoding ``regime``.
-
-    A regime computes what ``generate(idx[:, :prompt_len], regime=...)`` computes on the continuation
-    ``idx[:, prompt_len:]`` (``schedules.regime``'s value at ``prompt_len``): the prompt in one plain pass
-    (``standard``, ``soft``) or ``1 + prefill_passes`` Jacobi passes (``fused``) through a KV cache, then
-    every continuation token reads its predecessor's memory (``soft``, ``fused``). ``soft`` with
-    ``prompt_len = p`` is the exact recurrence with ``plain_prefix = p`` at the cost of one prefill and
-    ``T - p`` steps.
-    """
+    """Logits (B, T, V) of ``idx`` under a schedule, or teacher-forced under a decoding ``regime`` as
+    ``generate(idx[:, :prompt_len], regime=...)`` computes the continuation."""
     check_tokens(model.config.vocab_size, idx)
     value = run_schedule(schedule, regime, prompt_len, prefill_passes, idx.size(1))
     with eval_mode(model), torch.no_grad():
@@ -162,13 +130,8 @@ def run_logits(model: GPT, idx: torch.Tensor, *, schedule: str | schedules.Sched
 def reads_memory(idx: torch.Tensor, *, schedule: str | schedules.Schedule = "sequential", regime: str | None = None,
                  prompt_len: int | None = None, prefill_passes: int = 1, plain_prefix: int | torch.Tensor = 0
                  ) -> torch.Tensor:
-    """(B, T) bool: the (example, position) pairs that read memory in the final result of a run
-    (``Schedule.reads``); the keywords are ``run_logits``', so one set of them describes a run to both.
-
-    Position 0 never does; nor a plain prefix; ``single`` and ``standard`` read none; ``blockwise``
-    only the first position of each block; ``soft`` the continuation; ``fused`` every position after
-    the first (the prompt in its later passes).
-    """
+    """(B, T) bool: the (example, position) pairs that read memory in a run's final result (``Schedule.reads``); the
+    keywords are ``run_logits``', so one set describes a run to both."""
     B, T = idx.shape
     value = run_schedule(schedule, regime, prompt_len, prefill_passes, T)
     return value.reads(B, T, plain_prefix, idx.device)
@@ -207,11 +170,8 @@ def record_site(model: GPT, idx: torch.Tensor, site: str = "memory", **run: Any)
 
 @dataclass(frozen=True)
 class Intervention:
-    """One edit of a site: ``kind`` ``patch`` (needs ``rows``, ``source`` or both), ``zero`` or ``mean``.
-
-    ``patch``: each row i takes the recorded value of row ``rows[i]`` (default i) of the run on
-    ``source`` tokens (default: this batch) — a group mate, a shuffled batch, another prompt.
-    """
+    """One edit of a site: ``zero``, ``mean`` (over the rows that read memory there) or ``patch``: row i takes the
+    recorded value of row ``rows[i]`` (default i) of the run on ``source`` (default: this batch)."""
 
     kind: str
     rows: torch.Tensor | None = None  # (B,) long
@@ -227,8 +187,8 @@ class Intervention:
 
 
 def edit_function(intervention: Intervention, where: torch.Tensor, record: SiteRecord) -> EditFn:
-    """The ``fn(tensor, *, hook)`` that applies an intervention at ``where`` (B, T) bool, replaying ``record``
-    (the source run for a patch, the clean run for a mean) forward by forward."""
+    """The edit applying ``intervention`` where ``where`` (B, T) is set, replaying ``record`` (the source run for a
+    patch, the clean run for a mean) forward by forward."""
     kind = intervention.kind
     rows = intervention.rows
 
@@ -253,8 +213,7 @@ def edit_function(intervention: Intervention, where: torch.Tensor, record: SiteR
 
 
 def _where(B: int, T: int, positions: torch.Tensor | int | None, reads: torch.Tensor) -> torch.Tensor:
-    """(B, T) bool: one position per row (``positions`` int or (B,)) that also reads memory; every position that
-    reads memory for ``positions=None`` (the whole memory stream)."""
+    """(B, T) bool: ``positions`` (one per row; None: all) that also read memory."""
     if positions is None:
         return reads.clone()
     chosen = torch.zeros(B, T, dtype=torch.bool, device=reads.device)
@@ -264,12 +223,9 @@ def _where(B: int, T: int, positions: torch.Tensor | int | None, reads: torch.Te
 
 def intervene(model: GPT, idx: torch.Tensor, intervention: Intervention, positions: int | torch.Tensor | None,
               site: str = "memory", clean: SiteRecord | None = None, **run: Any) -> torch.Tensor:
-    """Logits (B, T, V) of ``idx`` with ``site`` edited at ``positions`` (int, or one per row (B,)), or at every
-    position that reads memory (``None``: the whole memory stream, in every forward that reads it).
-
-    ``clean``: this run's own record (``record_site``), reused for ``mean`` and row patches when given.
-    Positions that read no memory are left alone, whatever the site.
-    """
+    """Logits (B, T, V) of ``idx`` with ``site`` edited at ``positions`` (int or (B,)), or wherever memory is read
+    (None), in every forward. Positions that read no memory are left alone; ``clean`` (this run's ``record_site``) is
+    reused when given."""
     check_tokens(model.config.vocab_size, idx)
     B, T = idx.shape
     if positions is not None:
@@ -301,8 +257,7 @@ def intervene(model: GPT, idx: torch.Tensor, intervention: Intervention, positio
 # ------------------------------------------------------------------------------------------ effects
 def answer_numbers(logits: torch.Tensor, answers: torch.Tensor, foils: torch.Tensor | None
                    ) -> tuple[np.ndarray, np.ndarray]:
-    """Per row: logit(answer) - logit(foil) (or - the best other token), and the prediction (the answer
-    or the foil when a foil is given, else the argmax over the vocabulary)."""
+    """Per row: logit(answer) - logit(foil, or else the best other token), and the prediction."""
     logits = logits.double()
     rows = torch.arange(len(answers))
     correct = logits[rows, answers]
@@ -321,17 +276,11 @@ def intervention_effects(model: GPT, idx: torch.Tensor, positions: int | Sequenc
                          site: str = "memory", per_example: bool = False, **run: Any) -> pd.DataFrame:
     """How each intervention at each position moves the answer: one call, a tidy DataFrame.
 
-    ``positions``: where to intervene (each on its own run; ``None``: the whole memory stream at once, reported
-    as position -1, with ``answer_positions`` given); ``answers`` (B,): the answer token read
-    at ``answer_positions`` (int or (B,); default the intervened position itself, whose prediction
-    reads the edited memory first); ``foils`` (B,): the wrong answer to compare with (default: the
-    best other token). ``interventions``: names -> ``Intervention``, or kind names (``"zero"``,
-    ``"mean"``). ``run``: the schedule or regime (``run_logits``' keywords; default ``sequential``).
-
-    Returns per (site, position, intervention): ``n``, ``logit_diff_clean``, ``logit_diff``,
-    ``logit_diff_change`` (means) and ``flip_rate`` (share of rows whose prediction changed);
-    ``per_example=True`` gives one row per example instead (``flipped`` bool).
-    """
+    Each of ``positions`` is intervened on its own run (None: the whole memory stream at once, reported as position
+    -1, with ``answer_positions`` given). ``answers`` (B,) are read at ``answer_positions`` (default the intervened
+    position, whose prediction reads the edited memory first) against ``foils`` (default: the best other token);
+    ``run`` takes ``run_logits``' keywords. Per (site, position, intervention): ``n``, mean ``logit_diff_clean``,
+    ``logit_diff``, ``logit_diff_change`` and ``flip_rate``; ``per_example=True`` gives one row per example."""
     check_tokens(model.config.vocab_size, idx)
     B, T = idx.shape
     named = {k: Intervention(k) for k in interventions} if not isinstance(interventions, Mapping) \
@@ -383,16 +332,11 @@ def summarize_effects(per_example: pd.DataFrame) -> pd.DataFrame:
 def ablation_by_distance(model: GPT, idx: torch.Tensor, max_distance: int, *, targets: torch.Tensor | None = None,
                          positions: Sequence[int] | None = None, kind: str = "mean", site: str = "memory",
                          batch_size: int = 2048, **run: Any) -> pd.DataFrame:
-    """How far back the recurrent state matters: ablate the memory read at position r (``m_{r-1}``) and
-    measure the next-token loss change at ``t = r + d - 1`` for ``d = 1..max_distance`` (``d`` = how many
-    positions back from t the ablated memory was produced).
+    """How far back the recurrent state matters: ablate the memory read at r (``m_{r-1}``) and measure the loss change
+    at ``t = r + d - 1`` for ``d = 1..max_distance``.
 
-    ``positions``: the ablated reads r (default every position that reads memory in the first
-    example); ``kind``: ``zero`` or ``mean``; ``targets`` (B, T), -1 = no loss (default: ``idx``
-    shifted left). Every r is its own run, batched as copies of ``idx`` up to ``batch_size`` rows.
-    Returns one row per (example, position r, distance d): ``target_position``, ``loss_clean``,
-    ``loss``, ``increase`` (nats).
-    """
+    ``positions`` (the reads r) default to wherever the first example reads memory; each r is its own run, batched as
+    copies of ``idx`` up to ``batch_size`` rows. One row per (example, r, d), ``increase`` in nats."""
     check_tokens(model.config.vocab_size, idx)
     B, T = idx.shape
     check_int("max_distance", max_distance, 1, T)

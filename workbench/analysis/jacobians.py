@@ -1,17 +1,9 @@
 """Derivatives of the token recurrence: how a perturbation of the carried state moves everything after it.
 
-A Jacobi pass map over a causal sequence is nilpotent (its Jacobian is strictly lower triangular in position),
-so its norm certifies nothing about fused prefill or SOFT decoding: the token recurrence ``m_{t-1} -> m_t``
-decides. Every map here is ``schedules.continuation`` (the exact recurrence as a pure function of the memory a
-position reads) differentiated by ``torch.func``: the one-step Jacobian with its spectral norm *and* radius
-(``recurrence_jacobians``, ``jacobian_spectra``: a norm above 1 with a radius below 1 is a transient), that
-norm by power iteration (``jacobian_norm``; a whole pass's: ``pass_map_jacobian``), the exact tangent through
-the memory chain *and* the keys/values later positions attend to, with its finite-time Lyapunov exponents
-(``tangent_map``, ``lyapunov``), and a finite nudge followed along the recurrence (``sensitivity``).
-
-Everything runs in eval mode. The Jacobians and exponents run on a float64 copy of the model: exponents are
-logarithms of products of many factors, which float32 would round away.
-"""
+A Jacobi pass map over a causal sequence is nilpotent (its Jacobian is strictly lower triangular in position), so its
+norm certifies nothing about fused prefill or SOFT decoding: the token recurrence ``m_{t-1} -> m_t`` decides. Every
+map is ``schedules.continuation`` differentiated by ``torch.func``. Jacobians and exponents use a float64 copy of the
+model: exponents are logarithms of products of many factors, which float32 would round away."""
 
 from __future__ import annotations
 
@@ -48,16 +40,15 @@ def _check_window(T: int, t0: int, horizon: int, name: str = "horizon") -> None:
 
 
 def _exact_prefix(model: GPT, idx: torch.Tensor, t: int, size: int | None = None) -> tuple[KVCache, torch.Tensor]:
-    """The exact recurrence over positions ``< t`` in a cache of ``size`` positions (default t): the cache and
-    the memory position ``t`` reads."""
+    """The exact recurrence over positions < ``t`` in a cache of ``size``: the cache and the memory ``t`` reads."""
     cache = model.new_kv_cache(idx.size(0), t if size is None else size)
     schedules.Sequential().prefill(model, idx[:, :t], cache)
     return cache, cache.state
 
 
 def _linearised(fn: Callable[[torch.Tensor], torch.Tensor], point: torch.Tensor):
-    """``(w -> J^T w, v -> J v)`` of ``fn`` at ``point``. J^T w is linear in w, so the pullback of the pullback
-    (taken anywhere) is v -> J v: reverse over reverse, built once, with no forward-mode rules needed."""
+    """``(w -> J^T w, v -> J v)`` of ``fn`` at ``point``: reverse over reverse (J^T w is linear in w), no
+    forward-mode rules needed."""
     value, pullback = torch.func.vjp(fn, point)
     _, push = torch.func.vjp(pullback, torch.zeros_like(value))
     return (lambda w: pullback(w)[0]), (lambda v: push((v,))[0])
@@ -80,12 +71,10 @@ def _orthonormal(B: int, D: int, k: int, seed: int, like: torch.Tensor) -> torch
 # ---------------------------------------------------------------------------------------------- one step
 @torch.no_grad()
 def recurrence_jacobians(model: GPT, idx: torch.Tensor, positions: Sequence[int]) -> torch.Tensor:
-    """(B, len(positions), D, D): the one-step Jacobian ``d m_t / d m_{t-1}`` at each position t.
+    """(B, len(positions), D, D), float64: the one-step Jacobian ``d m_t / d m_{t-1}`` at each t.
 
-    Everything but the memory position t reads is held at the exact sequential values (the
-    keys/values of positions < t, the token at t). Built row by row from D vector-Jacobian products;
-    examples are independent, so one product gives the same row of every example's Jacobian. Float64.
-    """
+    All but the memory t reads is held at the exact sequential values (keys/values of positions < t, the token at t).
+    Built from D vector-Jacobian products; one product gives a row of every example's Jacobian."""
     check_tokens(model.config.vocab_size, idx)
     B, T = idx.shape
     positions = [int(t) for t in positions]
@@ -106,11 +95,8 @@ def recurrence_jacobians(model: GPT, idx: torch.Tensor, positions: Sequence[int]
 
 
 def jacobian_spectra(model: GPT, idx: torch.Tensor, positions: Sequence[int]) -> pd.DataFrame:
-    """Spectral norm and spectral radius of the one-step Jacobian per (example, position).
-
-    Norm < 1: this step shrinks every perturbation of the carried state. Radius < 1 with a norm
-    above 1: the step stretches some directions, but repeated it would shrink them.
-    """
+    """Spectral norm and radius of the one-step Jacobian per (example, position): a norm above 1 with a radius below
+    1 is a transient (the step stretches some directions, but repeated it shrinks them)."""
     jac = recurrence_jacobians(model, idx, positions)
     norms = torch.linalg.matrix_norm(jac, ord=2)
     radii = torch.linalg.eigvals(jac).abs().amax(-1)
@@ -121,9 +107,7 @@ def jacobian_spectra(model: GPT, idx: torch.Tensor, positions: Sequence[int]) ->
 
 def _power_iteration(fn: Callable[[torch.Tensor], torch.Tensor], point: torch.Tensor, v: torch.Tensor,
                      iters: int) -> dict[str, object]:
-    """Largest singular value of ``fn``'s Jacobian at ``point`` per example, from the start ``v``: each iteration
-    takes ``u = J v`` and ``J^T u`` and renormalises, so ``||J v||`` climbs to it. Examples are independent, so
-    their Jacobians are the blocks of a block-diagonal map, iterated side by side."""
+    """Largest singular value of ``fn``'s Jacobian per example, from ``v`` (examples iterate side by side)."""
     pullback, pushforward = _linearised(fn, point)
     estimates: list[float] = []
     for _ in range(iters):
@@ -139,14 +123,9 @@ def _power_iteration(fn: Callable[[torch.Tensor], torch.Tensor], point: torch.Te
 @torch.no_grad()
 def jacobian_power_iteration(model: GPT, idx: torch.Tensor, t: int, iters: int = 50,
                              seed: int = 0) -> dict[str, object]:
-    """Power iteration for the spectral norm of the one-step feedback map ``m_{t-1} -> m_t``.
-
-    Everything but the memory position ``t`` reads is held at the exact sequential values (the
-    keys/values of positions < t, the token at t); both products are reverse-mode autograd.
-    Returns ``norm`` (float: the spectral norm of the whole batch's map, the largest example's),
-    ``per_example`` (B,) and ``estimates`` (the batch norm after each iteration, to judge
-    convergence). A norm below 1 means this step contracts perturbations of the memory locally.
-    """
+    """Power iteration for the spectral norm of the one-step feedback map ``m_{t-1} -> m_t``, all else held at the
+    exact sequential values: ``norm`` (the largest example's), ``per_example`` (B,) and ``estimates`` (per iteration,
+    to judge convergence)."""
     check_tokens(model.config.vocab_size, idx)
     B, T = idx.shape
     check_int("t", t, 1, T - 1)
@@ -154,39 +133,27 @@ def jacobian_power_iteration(model: GPT, idx: torch.Tensor, t: int, iters: int =
     with eval_mode(model):
         cache, point = _exact_prefix(model, idx, t)
         step = schedules.continuation(model, idx, cache, t, t + 1)
-        # The fused attention kernels have no second derivative; the math kernel is plain matmuls
-        # and softmax, which autograd differentiates twice.
+        # the fused attention kernels have no second derivative; the math kernel (matmuls, softmax) has
         with sdpa_kernel(SDPBackend.MATH):
             return _power_iteration(lambda memory: step(memory)[:, 0], point,
                                     _unit_directions((B, point.size(-1)), seed, point), iters)
 
 
 def jacobian_norm(model: GPT, idx: torch.Tensor, t: int, iters: int = 50, seed: int = 0) -> float:
-    """Spectral norm of the one-step feedback map ``m_{t-1} -> m_t`` at position ``t`` (power iteration).
-
-    Below 1: a small error in the memory position t reads shrinks at t (local contraction).
-    See ``jacobian_power_iteration`` for the iterates and per-example values.
-    """
+    """Spectral norm of the one-step feedback map ``m_{t-1} -> m_t`` at ``t`` (``jacobian_power_iteration``): below
+    1, a small error in the memory ``t`` reads shrinks there."""
     return float(jacobian_power_iteration(model, idx, t, iters, seed)["norm"])
 
 
 @torch.no_grad()
 def pass_map_jacobian(model: GPT, idx: torch.Tensor, iters: int = 30, seed: int = 0,
                       plain_prefix: int | torch.Tensor = 0) -> dict[str, object]:
-    """Power iteration for the spectral norm of the whole pass map ``H -> F(shift(H))`` at its fixed point.
+    """Power iteration for the spectral norm of the whole pass map ``H -> F(shift(H))`` at its fixed point H*.
 
-    F is one Jacobi pass: every position t reads ``H_{t-1}`` and returns its new memory; the
-    Jacobian is taken at the exact sequential memory H* (the point the iteration should settle at),
-    over all positions at once, as in ``jacobian_power_iteration``. ``norm`` is the largest example's.
-
-    Why both this and the one-step norm: a norm below 1 certifies that a pass shrinks every
-    perturbation of H*. A norm above 1 does *not* mean the iteration diverges: the map is strictly
-    causal (position t depends on positions < t of the previous pass only), so its Jacobian is
-    nilpotent, its spectral radius is 0, and T passes reach H* whatever the norm. Above 1 says a
-    perturbation can grow for a while before causality flushes it out: the transient the pass-mix
-    claim is about, on sequences much longer than the passes run.
-    Returns ``norm``, ``per_example`` (B,) and ``estimates`` (the norm after each iteration).
-    """
+    Below 1 certifies that a pass shrinks every perturbation of H*. Above 1 does *not* mean divergence: the map is
+    strictly causal, so its Jacobian is nilpotent and T passes reach H* whatever the norm; a perturbation can grow
+    for a while before causality flushes it out, the transient the pass-mix claim is about. Returns ``norm`` (the
+    largest example's), ``per_example`` and ``estimates``."""
     check_tokens(model.config.vocab_size, idx)
     B, T = idx.shape
     check_int("iters", iters, 1)
@@ -203,13 +170,11 @@ def pass_map_jacobian(model: GPT, idx: torch.Tensor, iters: int = 30, seed: int 
 # ---------------------------------------------------------------------------------------------- tangents
 @torch.no_grad()
 def tangent_map(model: GPT, idx: torch.Tensor, t0: int, horizon: int, directions: torch.Tensor) -> torch.Tensor:
-    """The exact tangent of the recurrence: how a perturbation of ``m_t0`` moves ``m_{t0+1..t0+horizon}``.
+    """The exact tangent of the recurrence, (B, horizon, D, k), float64: ``d m_{t0+n} / d m_t0 @ directions`` for n =
+    1..``horizon``.
 
-    ``directions`` (B, D, k): k tangent vectors per example, added to the memory position ``t0 + 1``
-    reads. Returns (B, horizon, D, k): ``d m_{t0+n} / d m_t0 @ directions`` for n = 1..horizon,
-    through the memory chain and the keys/values of positions ``t0 + 1 ..`` that later positions
-    attend to (the keys/values of positions ``<= t0`` do not depend on ``m_t0``). Float64.
-    """
+    ``directions`` (B, D, k) perturb the memory position ``t0 + 1`` reads; the tangent runs through the memory chain
+    and through the keys/values of positions after ``t0`` that later positions attend to."""
     check_tokens(model.config.vocab_size, idx)
     B, T = idx.shape
     _check_window(T, t0, horizon)
@@ -226,12 +191,9 @@ def tangent_map(model: GPT, idx: torch.Tensor, t0: int, horizon: int, directions
 
 
 def lyapunov_from_jacobians(jacobians: torch.Tensor, k: int, start: torch.Tensor | None = None) -> torch.Tensor:
-    """Finite-time Lyapunov exponents of the product ``J_n ... J_1`` by QR at every step (Benettin).
-
-    ``jacobians`` (B, n, D, D), applied in order along dimension 1; ``start`` (B, D, k) orthonormal
-    directions to follow (default: the first k axes). Returns (B, n, k): after each step, the top
-    ``k`` exponents ``(1/n) sum log |R_ii|``. A zero factor gives ``-inf``.
-    """
+    """Finite-time Lyapunov exponents of ``J_n ... J_1`` by QR at every step (Benettin): (B, n, k), the top ``k``
+    exponents ``(1/n) sum log |R_ii|`` after each step; ``start`` (B, D, k) orthonormal, default the first k axes. A
+    zero factor gives ``-inf``."""
     if jacobians.ndim != 4 or jacobians.size(-1) != jacobians.size(-2):
         raise ValueError(f"jacobians must have shape (B, n, D, D), got {tuple(jacobians.shape)}")
     B, n, D, _ = jacobians.shape
@@ -248,15 +210,12 @@ def lyapunov_from_jacobians(jacobians: torch.Tensor, k: int, start: torch.Tensor
 
 def lyapunov(model: GPT, idx: torch.Tensor, t0: int, horizon: int | None = None, k: int = 1, path: str = "full",
              seed: int = 0) -> pd.DataFrame:
-    """Finite-time Lyapunov exponents of the exact recurrence from position ``t0``, per example and horizon.
+    """Finite-time Lyapunov exponents of the exact recurrence from ``t0``: one row per (example, horizon, index).
 
-    ``path="full"``: the exact tangent (``tangent_map``) of k random orthonormal directions, its
-    QR after each horizon n giving ``(1/n) log |R_ii|``: the top exponent is exact; lower ones hold
-    while their gap to it times n stays within float64's ~36 nats. ``path="memory"``: the one-step
-    Jacobians (keys/values held at the trajectory) chained with QR at every step. Exponent < 0: a
-    perturbation of the carried state dies out (the recurrence forgets); > 0: it grows.
-    One row per (example, horizon, index).
-    """
+    ``path="full"``: QR of the exact tangent (``tangent_map``) of k random orthonormal directions; the top exponent
+    is exact, lower ones hold while their gap to it times n stays within float64's ~36 nats. ``path="memory"``:
+    one-step Jacobians (keys/values held) chained by QR. Below 0 a perturbation of the carried state dies out; above
+    0 it grows."""
     check_tokens(model.config.vocab_size, idx)
     B, T = idx.shape
     horizon = T - 1 - t0 if horizon is None else horizon
@@ -282,17 +241,12 @@ def lyapunov(model: GPT, idx: torch.Tensor, t0: int, horizon: int | None = None,
 @torch.no_grad()
 def sensitivity(model: GPT, idx: torch.Tensor, t0: int, max_distance: int | None = None, eps: float = 1e-3,
                 seed: int = 0) -> pd.DataFrame:
-    """How a nudge to the memory position ``t0`` carries forward spreads along the exact recurrence.
+    """How a nudge to the memory at ``t0`` spreads along the exact recurrence.
 
-    Runs the sequential recurrence to ``t0``, then continues twice from the same KV cache: clean,
-    and with ``eps * u`` added to the state ``m_t0`` that position ``t0 + 1`` reads (``u`` a random
-    unit vector per example). One row per ``distance`` d = 1..``max_distance`` (default: to the end
-    of ``idx``): ``position`` = t0 + d, ``effect`` = ``||Δm_{t0+d}|| / eps`` and ``logit_effect`` =
-    ``||Δlogits_{t0+d}|| / eps``, both root-mean-square over the batch (the injected perturbation
-    itself has effect 1). An effect that decays with d means the feedback forgets; growth means
-    the recurrence amplifies small errors. Without a mechanism (``none``) the memory is never read,
-    so the effect is exactly 0. Use a float64 model for ``eps`` far below 1e-3.
-    """
+    ``eps * u`` (``u`` a random unit vector per example) is added to ``m_t0``; ``effect`` and ``logit_effect`` are
+    the changes of memory and logits at ``t0 + d`` divided by ``eps``, RMS over the batch (the nudge itself has
+    effect 1): decay means the feedback forgets, growth that it amplifies errors. Use a float64 model for ``eps`` far
+    below 1e-3."""
     check_tokens(model.config.vocab_size, idx)
     B, T = idx.shape
     max_distance = T - 1 - t0 if max_distance is None else max_distance

@@ -1,7 +1,5 @@
-"""Logit lens across passes (``fed_back_lens``): what the stream at an answer position says about the answer at
-every pass and depth, read through the model's own readout or an affine tuned lens (``fit_tuned_lens``), and
-the memory fed back there read the same way. Runs in eval mode; tidy data out.
-"""
+"""Logit lens across passes: what the stream at an answer position says about the answer at every pass and depth,
+through the model's readout or an affine tuned lens, and the fed-back memory read the same way."""
 
 from __future__ import annotations
 
@@ -40,8 +38,8 @@ def _readout(model: GPT, stream: torch.Tensor) -> torch.Tensor:
 
 
 def _answer_streams(model: GPT, idx: torch.Tensor, where: torch.Tensor, passes: int) -> tuple[torch.Tensor, ...]:
-    """Per pass, at each example's position ``where``: the stream at every depth (passes, L+1, B, D), the
-    memory read there (passes, B, D) and the depth-0 input (passes, B, D)."""
+    """Per pass at each ``where``: the stream at every depth (passes, L+1, B, D), the memory read there and the
+    depth-0 input (passes, B, D)."""
     _, cache = run_with_cache(model, idx, schedules.Multipass(passes), positions=where[:, None],
                               names_filter=lambda n: n in ("hook_input", "hook_memory_in")
                               or n.endswith("hook_resid_post"))
@@ -54,9 +52,8 @@ def _answer_streams(model: GPT, idx: torch.Tensor, where: torch.Tensor, passes: 
 @torch.no_grad()
 def fit_tuned_lens(model: GPT, idx: torch.Tensor, where: torch.Tensor, passes: int = 1,
                    ridge: float = 1e-3) -> TunedLens:
-    """An affine tuned lens fitted on held-out prompts ``idx``: per depth, ridge least squares from the
-    stream at ``where`` to the final stream there, pooled over passes 1..``passes`` (the final depth
-    maps to itself)."""
+    """An affine tuned lens, fitted on held-out prompts: per depth, ridge least squares from the stream at ``where``
+    to the final stream there, pooled over passes 1..``passes``."""
     with eval_mode(model):
         resid, _, _ = _answer_streams(model, idx, where, passes)
     final = resid[:, -1].reshape(-1, resid.size(-1)).double()
@@ -84,13 +81,10 @@ def fed_back_lens(model: GPT, idx: torch.Tensor, where: torch.Tensor, answer: to
                   tuned: TunedLens | None = None) -> dict[str, pd.DataFrame]:
     """What the stream at each example's answer position ``where`` says about ``answer`` (B,), per pass.
 
-    ``lens``: one row per (pass, depth, lens) for the residual stream ("logit", and "tuned" when a
-    ``TunedLens`` is given), plus depth -1 rows for the memory read there ("memory": the fed-back
-    state read out as if it were the final stream). ``flips``: per pass k >= 2, the share of
-    examples whose final answer changes from pass k-1. ``input``: per pass, the cosine between
-    the depth-0 input and the plain pass's (how much of the token the fused input keeps) and the
-    memory's RMS relative to the plain input's.
-    """
+    ``lens``: rows per (pass, depth, lens) ("logit", and "tuned" with ``tuned``), plus depth -1 "memory" rows (the
+    fed-back state read as if final). ``flips``: per pass k >= 2, the share of final answers changed from pass k-1.
+    ``input``: per pass, the depth-0 input's cosine with the plain pass's and the memory's RMS relative to the plain
+    input's."""
     check_tokens(model.config.vocab_size, idx)
     check_int("passes", passes, 1, 100_000)
     B = idx.size(0)

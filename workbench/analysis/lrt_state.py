@@ -1,7 +1,5 @@
-"""What an LRT model learned, read per layer: the residual scales ``alpha_l`` / ``gamma_l`` and the mean
-local and feedback gates on a batch (``lrt_gates``, ``lrt_layer_stats``): what the source-layer and
-injection ablations change.
-"""
+"""What an LRT model learned, per layer: the residual scales ``alpha_l`` / ``gamma_l`` and the mean local and
+feedback gates on a batch."""
 
 from __future__ import annotations
 
@@ -23,10 +21,8 @@ def _check_lrt(model: GPT) -> None:
 def lrt_gates(model: GPT, idx: torch.Tensor) -> pd.DataFrame:
     """Mean LRT gates per (layer, position) under the exact recurrence, over the batch and kv heads.
 
-    ``gate_local`` scales the token's own key/value, ``gate_feedback`` the projected memory
-    ``W^rec m_{t-1}``; both are ``2 sigmoid(W x[:C])``, 1 at init. Empty for a model without the
-    KV injection (``lrt_inject=("residual",)``).
-    """
+    ``gate_local`` scales the token's own key/value, ``gate_feedback`` the projected memory ``W^rec m_{t-1}``; both
+    are ``2 sigmoid(W x[:C])``, 1 at init. Empty without the KV injection."""
     _check_lrt(model)
     check_tokens(model.config.vocab_size, idx)
     if "kv" not in model.config.lrt_inject:
@@ -42,12 +38,9 @@ def lrt_gates(model: GPT, idx: torch.Tensor) -> pd.DataFrame:
 
 
 def lrt_layer_stats(model: GPT, idx: torch.Tensor) -> pd.DataFrame:
-    """Per layer: ``alpha``, ``gamma`` (residual injection ``alpha x + gamma m``; NaN without it), the mean
-    local and feedback gates on ``idx`` (NaN without the KV injection), and whether it is the source.
-
-    Position 0 reads no memory, so its gates are left out of the means. ``source`` marks the block
-    whose output becomes the memory (the top block when ``lrt_source_layer = -1``).
-    """
+    """Per layer: ``alpha``, ``gamma`` (residual injection ``alpha x + gamma m``; NaN without it), the mean gates
+    over positions > 0 (position 0 reads no memory; NaN without the KV injection), and ``source``: the block whose
+    output becomes the memory."""
     _check_lrt(model)
     L = model.config.n_layer
     mech = model.mechanism

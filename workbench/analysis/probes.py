@@ -1,16 +1,11 @@
 """Linear probes at every residual depth: what a task's latent label looks like to a linear reader.
 
-``probe_layers`` probes a task's label at every depth of the features ``features`` computes under each
-prefill condition. Method (the FBT paper's appendix F, with the control of Hewitt & Liang 2019): an
-L2-regularised logistic regression on standardised features, scored by ``folds``-fold **grouped**
-cross-validation on the task's groups (a group shares everything but the label-bearing detail, so a probe
-is always tested on contexts it never saw). Three baselines keep the numbers honest: the majority class; a
-*control task*: labels redrawn by a fixed random function of a label-irrelevant token, so ``selectivity =
-accuracy - control_accuracy`` discounts what a probe reads merely because the representation encodes
-everything; and the same probe on a randomly initialised model of the same architecture.
-``kind="regression"`` swaps in ridge regression scored by R² for numeric state. Intervals over examples
-resample whole groups (``group_interval``).
-"""
+Method (the FBT paper's appendix F, with the control task of Hewitt & Liang 2019): L2-regularised logistic regression
+on standardised features, scored by **grouped** cross-validation on the task's groups (a group shares everything but
+the label-bearing detail, so a probe is always tested on contexts it never saw). Baselines: the majority class; a
+*control task* (labels a fixed random function of a label-irrelevant token: ``selectivity = accuracy -
+control_accuracy`` discounts what a probe reads merely because the representation encodes everything); the same probe
+on a randomly initialised twin. ``kind="regression"``: ridge, scored by R²."""
 
 from __future__ import annotations
 
@@ -46,8 +41,8 @@ def _check_kind(kind: str) -> None:
 
 # ------------------------------------------------------------------------------------------ probes
 def fold_assignment(groups: np.ndarray | torch.Tensor | Sequence[int], folds: int = 4) -> np.ndarray:
-    """Fold index (n,) of every example under ``GroupKFold``: a group never straddles two folds, so a
-    probe is never tested on a context (scratch lines, digits) it was trained on."""
+    """Fold index (n,) of every example under ``GroupKFold``: a group never straddles two folds, so a probe is never
+    tested on a context (scratch lines, digits) it was trained on."""
     from sklearn.model_selection import GroupKFold  # sklearn on first use: import workbench stays light
     groups = np.asarray(groups)
     n_groups = len(np.unique(groups))
@@ -66,8 +61,7 @@ def fold_assignment(groups: np.ndarray | torch.Tensor | Sequence[int], folds: in
 
 def _fit_score(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_test: np.ndarray, kind: str,
                C: float, alpha: float, max_iter: int) -> tuple[float, np.ndarray | None]:
-    """Held-out accuracy (classification) or R² (regression) of one probe on pre-scaled features, and
-    the per-example held-out hits (classification; None for regression, whose score is not a mean)."""
+    """Held-out score of one probe on pre-scaled features, and per-example hits (None for regression)."""
     from sklearn.exceptions import ConvergenceWarning
     from sklearn.linear_model import LogisticRegression, Ridge
     if kind == "regression":
@@ -109,8 +103,7 @@ def _check_strengths(C: float | Sequence[float]) -> tuple[float, ...]:
 
 def _choose_C(x: np.ndarray, y: np.ndarray, groups: np.ndarray, candidates: tuple[float, ...], inner_folds: int,
               max_iter: int) -> float:
-    """The candidate strength with the best mean held-out accuracy over grouped inner folds of one outer
-    training set (each inner fold scaled on its own training rows); ties go to the strongest penalty."""
+    """Nested CV: the candidate with the best inner grouped-fold accuracy (ties: the strongest penalty)."""
     from sklearn.preprocessing import StandardScaler
 
     inner = fold_assignment(groups, min(inner_folds, len(np.unique(groups))))
@@ -131,22 +124,11 @@ def fit_probe(features: np.ndarray | torch.Tensor, labels: np.ndarray | torch.Te
               alpha: float = 1.0, max_iter: int = 500) -> dict[str, float | int | list[float]]:
     """Grouped cross-validated linear probe of ``labels`` (n,) from ``features`` (n, D).
 
-    Each fold standardises with its training rows only (no test statistics leak into the probe) and
-    fits the probe — and the control probe on ``control_labels``, on the same scaled features and at
-    the same strength. Returns the mean and the spread (sample std over folds) of the held-out score,
-    the per-fold scores, the trivial baseline, and the control score and selectivity (NaN without
-    ``control_labels``); keys as in ``probe_layers`` (``accuracy``... for classification, ``r2``... for
-    regression).
-
-    ``C`` is the inverse L2 strength of the logistic probe: one value (0.1 by default: a probe as wide
-    as the model cannot memorise ~1,000 training examples, Hewitt & Liang), or a sequence of candidates
-    (e.g. ``PROBE_CS``), from which **nested** grouped cross-validation picks one per outer fold using
-    ``inner_folds`` folds of that fold's training groups only, so the held-out score never saw the
-    choice. ``fold_C`` instead fixes one strength per outer fold, as another probe chose them (the
-    untrained twin probed at the trained probe's strengths). The strengths used are returned as
-    ``fold_C``, and ``C`` is the one chosen most often (the smaller on a tie). ``alpha`` is the ridge
-    strength (regression).
-    """
+    Each fold standardises on its training rows only and fits the probe, and the control probe on ``control_labels``
+    at the same strength; scores are keyed as in ``probe_layers``. ``C``: one inverse L2 strength (0.1: a probe as
+    wide as the model cannot memorise ~1,000 examples, Hewitt & Liang), or candidates (``PROBE_CS``) from which
+    **nested** grouped cross-validation picks one per outer fold on its training groups only, so the held-out score
+    never saw the choice. ``fold_C`` fixes one per outer fold (the untrained twin at the trained probe's strengths)."""
     from sklearn.preprocessing import StandardScaler
 
     _check_kind(kind)
@@ -214,11 +196,9 @@ def regularisation_path(features: np.ndarray | torch.Tensor, labels: np.ndarray 
                         groups: np.ndarray | torch.Tensor, Cs: Sequence[float] = PROBE_CS, *,
                         control_labels: np.ndarray | torch.Tensor | None = None, folds: int = 4,
                         max_iter: int = 500, seed: int = 0) -> pd.DataFrame:
-    """The probe's held-out accuracy at each fixed L2 strength: one row per ``C`` with ``accuracy``,
-    ``accuracy_low`` / ``accuracy_high`` (group bootstrap), ``control_accuracy``, ``selectivity`` and
-    ``plausible``: the strengths cross-validation cannot tell from the best (their interval holds the best
-    strength's accuracy). A verdict that reads a probe should not flip among the plausible strengths: if it
-    does, it is a property of the penalty, not of the representation."""
+    """The probe's held-out accuracy at each fixed L2 strength ``C``, with a group-bootstrap interval, control
+    accuracy, selectivity and ``plausible``: the strengths whose interval holds the best accuracy. A verdict that
+    flips among plausible strengths is a property of the penalty, not of the representation."""
     strengths = sorted(_check_strengths(tuple(Cs)))
     rows = []
     for c in strengths:
@@ -237,13 +217,8 @@ def regularisation_path(features: np.ndarray | torch.Tensor, labels: np.ndarray 
 def group_interval(values: np.ndarray | Sequence[float], groups: np.ndarray | torch.Tensor | Sequence[int],
                    reference: np.ndarray | Sequence[float] | None = None, *, n_boot: int = 2000, seed: int = 0,
                    level: float = 0.95) -> dict[str, float]:
-    """Mean of per-example ``values`` (minus ``reference``, paired by example) with a bootstrap
-    interval that resamples whole **groups**: examples of one group share their context, so they
-    are not independent draws and an example-level bootstrap would be too narrow.
-
-    Returns ``{"mean", "low", "high"}`` (the ``level`` percentile interval): ``stats.bootstrap(values,
-    reference, unit="groups", groups=groups)``.
-    """
+    """Mean of per-example ``values`` (minus ``reference``, paired) with a bootstrap interval that resamples whole
+    **groups**: a group's examples share their context, so an example-level bootstrap would be too narrow."""
     v = np.asarray(values, dtype=np.float64)
     if reference is not None and np.asarray(reference).shape != v.shape:
         raise ValueError(f"reference must have shape {v.shape}, got {np.asarray(reference).shape}")
@@ -257,13 +232,9 @@ def group_interval(values: np.ndarray | Sequence[float], groups: np.ndarray | to
 def control_position(batch: Batch) -> int | None:
     """A label-irrelevant position for the control task, or None when the batch has none.
 
-    Candidates lie before every label position (so the token is visible at the colon) and hold the
-    same token across each group — groups differ only in the label-bearing detail and hold every
-    label, so such a token is independent of the label — while varying across groups. Among them,
-    the one with the most distinct tokens (the richest control), the latest on ties (closest to the
-    colon, the hardest to dismiss as forgotten). With one example per group (``arith_cot``) every
-    position qualifies, and the token's independence from the label rests on the task alone.
-    """
+    Candidates lie before every label position and hold one token per group (a group holds every label, so that token
+    is independent of the label) while varying across groups; the most distinct tokens win, the latest position on
+    ties. With one example per group (``arith_cot``) the independence rests on the task alone."""
     check_batch(batch)
     tokens = batch.tokens[:, : int(batch.label_positions.min())].cpu().numpy()
     _, first, inverse = np.unique(batch.groups.cpu().numpy(), return_index=True, return_inverse=True)
@@ -278,15 +249,11 @@ def control_position(batch: Batch) -> int | None:
 
 def control_labels(batch: Batch, position: int, labels: np.ndarray | torch.Tensor | None = None, *,
                    kind: str = "classification", seed: int = 0) -> np.ndarray:
-    """Hewitt & Liang's control task: labels (n,) drawn by a fixed random function of the token at
-    ``position``. A probe that scores as well on these as on the real labels reads the representation's
-    general richness, not the task's latent state.
+    """Hewitt & Liang's control task: labels (n,) as a fixed random function of the token at ``position``.
 
-    Classification: token values, in a random order, each go to the class furthest below its share
-    of the real labels, so the control has the real classes in about the real proportions (otherwise
-    a lopsided control would move the majority rate and bias the selectivity). Regression: each token
-    value gets a label drawn from the real ones. ``labels`` defaults to ``batch.labels``.
-    """
+    Classification: token values, in random order, go to the class furthest below its real share, so the control
+    keeps the real class proportions (a lopsided control would move the majority rate and bias the selectivity).
+    Regression: each token value draws one of the real labels."""
     _check_kind(kind)
     check_int("position", position, 0, batch.tokens.size(1) - 1)
     real = np.asarray(batch.labels if labels is None else labels)
@@ -311,13 +278,9 @@ def control_labels(batch: Batch, position: int, labels: np.ndarray | torch.Tenso
 def random_init_model(model: GPT, seed: int = 0) -> GPT:
     """A randomly initialised model of ``model``'s config, on its device and dtype, in eval mode.
 
-    ``build_model``'s init zeroes every block's output projections (blocks start as the identity) and
-    LRT's recurrent projections, which would make every depth equal to depth 0 and cut the feedback
-    path — not a random network. So every matrix of the blocks and the mechanism is redrawn with the
-    backbone's matrix init (uniform, variance 1 / fan_in); embeddings and scalars keep their init.
-    Seeded without touching the global RNG. A model that knows its own random twin (``random_init(seed)``,
-    e.g. ``hf.FeedbackLM``: the HF model's own init) provides it instead.
-    """
+    ``build_model`` zeroes the blocks' output projections and LRT's recurrent ones (every depth would equal depth 0),
+    so every matrix of the blocks and mechanism is redrawn with the backbone's uniform init; the global RNG is left
+    alone. A model with its own ``random_init(seed)`` (``hf.FeedbackLM``) provides it."""
     own = getattr(model, "random_init", None)
     if callable(own):
         return own(seed)
@@ -337,28 +300,13 @@ def probe_layers(model: GPT, task_or_batch: Task | Batch, conditions: Sequence[C
                  labels: np.ndarray | torch.Tensor | None = None, control: bool | int = True,
                  random_baseline: bool = True, folds: int = 4, C: float | Sequence[float] = 0.1,
                  alpha: float = 1.0, max_iter: int = 500, batch_size: int = 1024) -> pd.DataFrame:
-    """Probe a task's label at every depth under every prefill condition: one tidy row per
-    (model, condition, layer).
+    """Probe a task's label at every depth under every prefill condition: one row per (model, condition, layer).
 
-    ``task_or_batch``: a task (``n`` examples, default ``DEFAULT_N``, are drawn with ``seed`` from ``split`` —
-    "val" by default, examples a trained model never saw) or a ready batch (its first ``n``, default
-    all). ``labels`` overrides ``batch.labels`` (e.g. a numeric state for ``kind="regression"``).
-    ``control``: True picks a label-irrelevant token with ``control_position`` (NaN control columns if
-    the batch has none), an int names that position, False skips the control. ``random_baseline``
-    adds the same probes on ``random_init_model(model, seed)``, rows with ``model = "random init"``.
-
-    Columns: ``model``, ``task``, ``condition``, ``layer`` (0 = input after fusion, 1..L = block
-    outputs), ``n``, then for classification ``accuracy``, ``accuracy_std`` (over folds),
-    ``control_accuracy``, ``selectivity`` (accuracy - control_accuracy), ``majority``; for regression
-    ``r2``, ``r2_std``, ``control_r2``, ``selectivity``, ``mean_baseline``. Classification adds
-    ``accuracy_low``/``accuracy_high`` (95 % group-bootstrap interval of the held-out accuracy,
-    ``group_interval``) and, with ``random_baseline``, the selectivity against the untrained twin on
-    the trained rows: ``twin_accuracy``, ``twin_selectivity`` (accuracy - twin accuracy, paired by
-    example) with ``twin_low``/``twin_high`` (NaN on the twin's own rows). ``C``: one inverse L2
-    strength, or candidates (e.g. ``PROBE_CS``) for nested grouped cross-validation (``fit_probe``); the
-    ``C`` column (classification) gives the strength used, and the twin and the control task are probed at the trained
-    probe's strengths, fold by fold (a weaker penalty lifts them too).
-    """
+    ``task_or_batch``: a task (``n`` examples, default ``DEFAULT_N``, from ``split``) or a batch (its first ``n``).
+    ``control``: True picks a position with ``control_position``, an int names one. ``random_baseline`` adds
+    ``random_init_model`` rows; the twin and the control are probed at the trained probe's strengths, fold by fold (a
+    weaker penalty lifts them too). Classification adds ``C``, a 95 % group-bootstrap interval, and with the twin
+    ``twin_selectivity`` (paired by example) with its interval."""
     _check_kind(kind)
     names = list(named_conditions(conditions))
     if isinstance(task_or_batch, Task):
@@ -385,7 +333,6 @@ def probe_layers(model: GPT, task_or_batch: Task | Batch, conditions: Sequence[C
         feats = condition_features(m, batch, conditions, batch_size=batch_size)
         for condition in names:
             for layer, x in enumerate(feats[condition]):
-                # the twin is probed at the strengths the trained probe chose, fold by fold
                 chosen = fits["trained", condition, layer]["fold_C"] if model_name == "random init" else None
                 fits[model_name, condition, layer] = fit_probe(
                     x.numpy(), target, groups, kind=kind, control_labels=control_target, folds=folds,

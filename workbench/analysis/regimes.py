@@ -1,9 +1,5 @@
-"""A given text scored the way each decoding regime of ``decode.generate`` computes it.
-
-- ``regime_logits``: the logits of a teacher-forced text under STANDARD, SOFT or FUSED (equal to
-  ``generate(..., return_logits=True)`` on a greedy continuation);
-- ``regime_losses``: the per-position loss of a continuation under each regime, on the same weights.
-"""
+"""A given text scored the way each decoding regime of ``decode.generate`` computes it: teacher-forced logits
+(``regime_logits``) and per-position losses on the same weights (``regime_losses``)."""
 
 from __future__ import annotations
 
@@ -26,13 +22,9 @@ def regime_logits(model: GPT, tokens: torch.Tensor, prompt_len: int, regime: str
                   prefill_passes: int = 1) -> torch.Tensor:
     """Logits (B, T, V) of ``tokens`` teacher-forced the way ``generate(prompt, regime=...)`` computes them.
 
-    The first ``prompt_len`` tokens are the prompt, the rest a continuation fed in as if generated:
-    the regime's schedule value (``schedules.regime``) run at ``prompt_len``. ``standard`` = one plain
-    pass; ``soft`` = plain prompt, then every continuation token reads its predecessor's memory;
-    ``fused`` = the prompt refined by ``1 + prefill_passes`` Jacobi passes (its last pass fills the KV
-    cache), then as ``soft``. Position ``prompt_len - 1 + i`` holds the logits that choose continuation
-    token ``i``, so on a greedy continuation they equal ``generate(..., return_logits=True)``'s logits.
-    """
+    The first ``prompt_len`` tokens are the prompt, the rest a continuation fed in as if generated. Position
+    ``prompt_len - 1 + i`` holds the logits that choose continuation token ``i``, so on a greedy continuation they
+    equal ``generate(..., return_logits=True)``'s."""
     check_tokens(model.config.vocab_size, tokens)
     value = run_schedule(regime=regime, prompt_len=prompt_len, prefill_passes=prefill_passes, T=tokens.size(1))
     with eval_mode(model):
@@ -41,12 +33,8 @@ def regime_logits(model: GPT, tokens: torch.Tensor, prompt_len: int, regime: str
 
 def regime_losses(model: GPT, tokens: torch.Tensor, prompt_len: int, regimes: Sequence[str] = schedules.REGIMES,
                   prefill_passes: int = 1, targets: torch.Tensor | None = None) -> pd.DataFrame:
-    """Per-position next-token loss of a text's continuation under each decoding regime: one row per
-    (regime, position) with ``loss`` in nats (mean over the batch; bits per byte / ln 2 for byte text).
-
-    Only positions from ``prompt_len - 1`` on are scored (those whose prediction is a continuation
-    token). ``targets`` (B, T), -1 = no loss; default: ``tokens`` shifted left by one.
-    """
+    """Per-position next-token loss (nats, batch mean) of a continuation under each regime, scored from
+    ``prompt_len - 1`` on (the predictions of continuation tokens)."""
     if not regimes or any(r not in schedules.REGIMES for r in regimes):
         raise ValueError(f"regimes={tuple(regimes)!r} is invalid: each must be one of {schedules.REGIMES}")
     check_tokens(model.config.vocab_size, tokens)

@@ -1,17 +1,8 @@
 """How far a schedule is from the exact recurrence: its logits as its knob grows, its memory pass by pass.
 
-Training schedules approximate the exact token-by-token recurrence (``schedules.Sequential``) in
-parallel. How far each one is decides which one to train with, measured on a real model and batch:
-
-- ``compare_schedules``, ``schedule_sweep``, ``position_distance``: each schedule's logits against the
-  exact ones, overall and per position, as its own knob grows (``multipass``'s K passes,
-  ``interleaved``'s S subsets, ``blockwise``'s block B), with its counted work (``work.count_work``);
-- ``jacobi_errors``: each position's memory against the exact one after each Jacobi pass, the
-  staircase that makes ``multipass(T)`` exact.
-
-What a schedule costs lives in ``work``, what LRT learned in ``lrt_state``. Distances are relative Frobenius
-norms, ``||L - L*|| / ||L*||`` over the batch and vocabulary, so 0 is exact and ~1e-7 is float32 round-off.
-"""
+Training schedules approximate the exact recurrence (``schedules.Sequential``) in parallel; how far each one is
+decides which to train with. Distances are relative Frobenius norms ``||L - L*|| / ||L*||`` over batch and
+vocabulary: 0 is exact, ~1e-7 float32 round-off."""
 
 from __future__ import annotations
 
@@ -41,8 +32,7 @@ Setting = Mapping[str, Any] | str | schedules.Schedule
 
 
 def _setting(setting: Setting) -> schedules.Schedule:
-    """One setting as a ``Schedule`` value (``schedules.parse``, which refuses another schedule's knob); a
-    name or dict must also give its own knob, so that a row never shows a default nobody chose."""
+    """``setting`` as a ``Schedule``; a name or dict must give its knob, so no row shows a default nobody chose."""
     value = schedules.parse(setting)
     spec = {"schedule": setting} if isinstance(setting, str) else setting
     if isinstance(spec, Mapping) and value.knob_name is not None and value.knob_name not in spec:
@@ -69,14 +59,10 @@ def compare_schedules(model: GPT, idx: torch.Tensor, settings: Sequence[Setting]
                       targets: torch.Tensor | None = None, reference: torch.Tensor | None = None) -> pd.DataFrame:
     """One row per setting: its distance to the exact logits and what it cost.
 
-    ``settings``: ``Schedule`` values, schedule names (``"single"``, ``"sequential"``) or dicts such as
-    ``{"schedule": "multipass", "passes": 3}``. Columns: ``distance`` (relative, overall),
-    ``max_abs`` (largest logit difference), ``agreement`` (fraction of target positions — every
-    position without ``targets`` — whose argmax matches the exact one), ``loss`` (mean next-token
-    loss of its logits; NaN without ``targets``), ``forwards`` and ``token_forwards`` (counted
-    while it ran), ``pass_equivalents`` and ``train_flops`` (the trainer's accounting for this
-    batch shape). ``reference``: exact logits already computed (else computed here).
-    """
+    ``settings``: ``Schedule`` values, names or dicts such as ``{"schedule": "multipass", "passes": 3}``.
+    ``agreement``: the share of target positions whose argmax matches the exact one; ``forwards`` /
+    ``token_forwards`` are counted while it runs, ``pass_equivalents`` / ``train_flops`` are the trainer's
+    accounting."""
     check_tokens(model.config.vocab_size, idx)
     if not settings:
         raise ValueError("settings is empty: give at least one schedule setting")
@@ -112,11 +98,8 @@ def compare_schedules(model: GPT, idx: torch.Tensor, settings: Sequence[Setting]
 
 def schedule_sweep(model: GPT, idx: torch.Tensor, schedule: str, values: Sequence[int] | None = None,
                    targets: torch.Tensor | None = None, reference: torch.Tensor | None = None) -> pd.DataFrame:
-    """``compare_schedules`` over one schedule's knob (``values``; default every value 1..T).
-
-    How the approximation approaches the exact recurrence as K, S grow (or B shrinks): multipass is
-    exact on its first K positions, interleaved only once S = T, blockwise only once B = 1.
-    """
+    """``compare_schedules`` over one schedule's knob (default every value 1..T): multipass is exact on its first K
+    positions, interleaved only at S = T, blockwise only at B = 1."""
     if schedule not in PARAMETERS:
         raise ValueError(f"schedule={schedule!r} is invalid: must be one of {tuple(PARAMETERS)}")
     T = idx.size(1) if isinstance(idx, torch.Tensor) and idx.ndim == 2 else 0
@@ -131,11 +114,8 @@ def schedule_sweep(model: GPT, idx: torch.Tensor, schedule: str, values: Sequenc
 @torch.no_grad()
 def position_distance(model: GPT, idx: torch.Tensor, setting: Setting,
                       reference: torch.Tensor | None = None) -> pd.DataFrame:
-    """Per position: the relative distance of one setting's logits to the exact ones, and argmax agreement.
-
-    Shows *where* an approximation is wrong: multipass(K) is exact on positions 0..K-1, blockwise
-    is wrong inside blocks, interleaved(S) is exact only on the positions of its first cycle.
-    """
+    """Per position: one setting's relative distance to the exact logits and argmax agreement, showing *where* an
+    approximation is wrong (multipass(K) is exact on 0..K-1, blockwise wrong inside blocks)."""
     check_tokens(model.config.vocab_size, idx)
     value = _setting(setting)
     reference = exact_logits(model, idx) if reference is None else reference
@@ -152,13 +132,9 @@ JACOBI_COLUMNS = ["pass", "position", "error"]
 
 @torch.no_grad()
 def jacobi_errors(model: GPT, idx: torch.Tensor, passes: int | None = None, plain_prefix: int = 0) -> pd.DataFrame:
-    """Distance of each position's memory to the exact sequential memory after each Jacobi pass.
-
-    One row per (pass k = 1..``passes``, position t): ``error`` = max over the batch of
-    ``||H^k_t - H*_t|| / ||H*_t||``. Pass k is exact (up to rounding) at positions t < k: pass 1 gets
-    position 0 right (it reads nothing), and each pass carries one more exact memory one step on —
-    hence ``multipass(T) == sequential``. ``passes`` defaults to T.
-    """
+    """Distance of each position's memory to the exact one after each Jacobi pass: ``error`` is the max over the
+    batch of ``||H^k_t - H*_t|| / ||H*_t||``. Pass k is exact (up to rounding) at t < k, hence ``multipass(T) ==
+    sequential``."""
     check_tokens(model.config.vocab_size, idx)
     T = idx.size(1)
     passes = T if passes is None else passes

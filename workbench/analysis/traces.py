@@ -1,16 +1,9 @@
 """Reasoning-trace lengths under the decoding regimes: does latent feedback let a model say less?
 
-The FBT paper reports that base models decoding under SOFT feedback write shorter reasoning traces
-(median length) at equal or better accuracy. ``trace_lengths`` puts that to a task whose traces
-are correct at every verbosity (``arith_cot``: how much to write before the answer marker is the
-model's free choice): it decodes the task's prompts under each regime on the same weights and
-records how many tokens each continuation spends before the marker and whether the answer is right.
-``summarize_traces`` turns that into medians and accuracies with bootstrap confidence intervals, so
-a difference between regimes can be told from noise.
-
-Prompts are batched by length: ``generate`` continues every row from the same position, and right
-padding a prompt would put pad tokens between the question and the continuation.
-"""
+The FBT paper reports shorter traces (median) at equal or better accuracy under SOFT feedback. ``trace_lengths``
+tests it on a task whose traces are correct at every verbosity (``arith_cot``); ``summarize_traces`` adds bootstrap
+intervals. Prompts are batched by length: ``generate`` continues every row from one position, and right padding would
+put pad tokens between the question and the continuation."""
 
 from __future__ import annotations
 
@@ -43,15 +36,8 @@ def _find(seq: list[int], sub: list[int], start: int = 0) -> int | None:
 
 
 def read_trace(task: Task, generated: list[int], answer: int) -> dict[str, object]:
-    """Length, answered, correct and text of one continuation (token ids after the prompt).
-
-    ``length`` counts tokens before the answer marker (all of them when there is none); ``lines``
-    counts the newlines among them (intermediate lines written: 0 for an answer-only trace, so
-    lengths read against the training mix of verbosities whatever the numbers' widths). The answer
-    counts only once its line is complete (a newline after the marker): a number cut off by
-    ``max_new_tokens`` could otherwise pass for a shorter, right one. ``text`` stops after that line;
-    what a model writes once it has answered is not part of the trace.
-    """
+    """Length, lines, answered, correct and text of one continuation (token ids after the prompt). The answer counts
+    only once its line is complete: a number cut off by ``max_new_tokens`` could pass for a shorter, right one."""
     marker = task.tokenizer.encode(ANSWER_MARKER)
     newline = task.tokenizer.encode("\n")
     at = _find(generated, marker)
@@ -68,8 +54,7 @@ Regimes = Sequence[str] | Mapping[str, Schedule]
 
 def regime_values(regimes: Regimes, prefill_passes: int = 1) -> dict[str, Schedule]:
     """``regimes`` as {label: schedule value}: names of ``decode.REGIMES`` (FUSED with ``prefill_passes``), or a
-    mapping from a label of one's own to any value ``generate`` takes (``{"soft_last": condition("suffix1")}``:
-    SOFT started at the prompt's last token)."""
+    mapping from labels of one's own to values ``generate`` takes."""
     if isinstance(regimes, Mapping):
         bad = [k for k, v in regimes.items() if not isinstance(k, str) or not getattr(v, "can_prefill", False)]
         if bad or not regimes:
@@ -84,8 +69,7 @@ def regime_values(regimes: Regimes, prefill_passes: int = 1) -> dict[str, Schedu
 
 
 def _prompts(task: Task, n: int, seed: int, split: str):
-    """``n`` of the task's held-out problems: the batch, each prompt's ids, and the examples of each prompt
-    length (a batch decodes prompts of one length together)."""
+    """``n`` held-out problems: the batch, each prompt's ids, and the examples of each prompt length."""
     check_int("n", n, 1)
     batch = task.sample(n, seed=seed, split=split)
     if batch.prompts is None:
@@ -99,16 +83,12 @@ def _prompts(task: Task, n: int, seed: int, split: str):
 
 def first_decisions(model: GPT, task: Task, regimes: Regimes = ("standard", "soft"), *, n: int = 64,
                     seed: int = 0, split: str = "val", prefill_passes: int = 1) -> pd.DataFrame:
-    """The first token each regime would write after each prompt, and how far its log-probabilities lie from
-    the first regime's: a trace's first verbosity decision ("answer now" or "write a line") is made here.
+    """The first token each regime writes after each prompt, and the largest gap of its log-probabilities from the first
+    regime's.
 
-    Why: a regime that prefills the prompt as another does (SOFT's prefill is STANDARD's plain pass)
-    makes the same first decision by construction, so it can differ only in what follows; a design
-    whose traces are decided at the first token then cannot separate the two, whatever the models.
-    ``regimes``: names or {label: schedule value} (``regime_values``).
-    Columns: ``regime``, ``example``, ``first_token`` (the greedy choice), ``max_logprob_gap`` (the
-    largest absolute difference of the first token's log-probabilities from the first regime's).
-    """
+    A regime that prefills the prompt as another does (SOFT's prefill is STANDARD's plain pass) makes the same first
+    decision ("answer now" or "write a line") by construction, so a design whose traces are decided at the first
+    token cannot separate the two."""
     values = regime_values(regimes, prefill_passes)
     _, prompts, by_length = _prompts(task, n, seed, split)
     device = model.readout_weight.device
@@ -134,21 +114,12 @@ def example_generator(seed: int, example: int, device: torch.device | str | None
 def trace_lengths(model: GPT, task: Task, regimes: Regimes = REGIMES, *, n: int = 64, seed: int = 0,
                   split: str = "val", max_new_tokens: int = 64, prefill_passes: int = 1, temperature: float = 0.0,
                   top_k: int | None = None) -> pd.DataFrame:
-    """Decode ``n`` of the task's prompts under each regime; one row per (regime, example).
+    """Decode ``n`` of the task's prompts under each regime; one row per (regime, example), columns ``TRACE_COLUMNS``
+    (see ``read_trace``).
 
-    ``task`` must carry prompts and an exact answer check (``arith_cot``). Examples are drawn with
-    ``seed`` from ``split`` ("val": questions a trained model never saw); the same examples under
-    every regime, so regimes compare pairwise. ``regimes``: names or {label: schedule value}
-    (``regime_values``); ``prefill_passes`` is the ``fused`` regime's number of fused prefill passes.
-    Sampling at ``temperature > 0`` draws each example from its own generator (``example_generator``):
-    an example samples the same whatever else is decoded with it, and every regime starts it from the
-    same random numbers (common random numbers: the regimes' differences are the models', not the draws').
-
-    Columns: ``regime``, ``example`` (index in the batch), ``length`` (tokens before the answer
-    marker, or every generated token when there is none), ``lines`` (intermediate lines among
-    them), ``answered`` (a complete answer line was
-    written), ``correct`` (the task's exact check), ``text`` (the continuation up to its answer line).
-    """
+    ``task`` needs prompts and an exact answer check (``arith_cot``); the same examples run under every regime. At
+    ``temperature > 0`` each example samples from its own generator (``example_generator``): common random numbers,
+    so regimes differ by the model, not by the draws."""
     values = regime_values(regimes, prefill_passes)
     if not callable(getattr(task, "check_answer", None)):
         raise ValueError(f"task={task!r} has no check_answer: trace lengths need a task with exact answers "
@@ -173,13 +144,9 @@ def trace_lengths(model: GPT, task: Task, regimes: Regimes = REGIMES, *, n: int 
 
 
 def training_traces(task: Task, n: int = 2000, seed: int = 0) -> pd.DataFrame:
-    """The task's own training traces, read like generated ones: the verbosity mix a model learned from.
-
-    One row per example of ``task.sample(n, seed, "train")`` with ``trace_lengths``' columns and
-    ``regime = TRAINING``; every training trace is answered and correct (the check holds it). Why:
-    a regime's trace lengths mean little on their own; beside the mix the model was trained on they
-    show whether decoding copies that mix, collapses onto one verbosity, or writes less than any.
-    """
+    """The task's own training traces read like generated ones (``regime = TRAINING``): beside the verbosity mix the
+    model learned from, a regime's lengths show whether decoding copies it, collapses onto one verbosity, or writes
+    less than any."""
     check_int("n", n, 1)
     batch = task.sample(n, seed=seed, split="train")
     if batch.prompts is None:
@@ -194,13 +161,8 @@ def training_traces(task: Task, n: int = 2000, seed: int = 0) -> pd.DataFrame:
 
 
 def line_distribution(df: pd.DataFrame, by: Sequence[str] = ("regime",)) -> pd.DataFrame:
-    """Share of traces by intermediate lines written, per group and outcome (correct / wrong / all).
-
-    ``df``: ``trace_lengths`` and/or ``training_traces`` rows (concatenated). Columns: ``by``,
-    ``outcome``, ``lines``, ``count``, ``share`` (of the group's traces with that outcome). Lines,
-    not tokens, are what the training mix fixes (full / skipped / answer-only), so this is the
-    table that says whether a regime's traces are shorter than the mix it learned from.
-    """
+    """Share of traces by intermediate lines written, per group and outcome (correct / wrong / all). Lines, not
+    tokens, are what the training mix fixes, so this says whether a regime writes less than the mix it learned."""
     by = list(by)
     missing = sorted({*by, "lines", "correct"} - set(df.columns))
     if missing:
@@ -219,16 +181,12 @@ def line_distribution(df: pd.DataFrame, by: Sequence[str] = ("regime",)) -> pd.D
 def paired_hierarchical_difference(reference: Sequence[np.ndarray], arm: Sequence[np.ndarray],
                                    statistic: str = "mean", n_boot: int = 2000, seed: int = 0,
                                    level: float = 0.95) -> dict[str, float]:
-    """``statistic(arm) - statistic(reference)`` per seed, averaged over seeds, with a hierarchical interval.
+    """``statistic(arm) - statistic(reference)`` per seed, averaged over seeds, with a hierarchical bootstrap interval.
 
-    ``reference[s]`` and ``arm[s]`` are one seed's per-example values under two conditions of the
-    *same* model (two decoding regimes on the same weights), on the same examples for every seed.
-    Each replicate resamples the seeds (one draw shared by both conditions: they are paired by
-    seed as well as by example), then the examples (one draw shared by every seed and condition).
-    Why not ``evaluation.hierarchical_difference``: that one compares unrelated runs (seeds resampled
-    per arm) and means only; a median trace length needs the median, and regimes share their seeds.
-    Returns ``mean`` (the point estimate), ``low``, ``high`` and ``seeds``.
-    """
+    ``reference[s]`` and ``arm[s]`` are one seed's per-example values under two conditions of the same model;
+    replicates resample seeds (shared by both conditions), then examples. Unlike
+    ``evaluation.hierarchical_difference`` (unrelated runs, means only), seeds are paired and any statistic works (a
+    median trace length)."""
     ref = [np.asarray(a, dtype=np.float64) for a in reference]
     other = [np.asarray(a, dtype=np.float64) for a in arm]
     if not ref or len(ref) != len(other):
@@ -240,13 +198,8 @@ def paired_hierarchical_difference(reference: Sequence[np.ndarray], arm: Sequenc
 
 def compare_regimes(df: pd.DataFrame, reference: str = "standard", n_boot: int = 2000, seed: int = 0,
                     level: float = 0.95) -> pd.DataFrame:
-    """Each regime against ``reference`` on the same runs: median trace length and accuracy differences.
-
-    ``df``: ``trace_lengths`` rows of one or more runs (a ``run`` column; the runs are the seeds),
-    the same examples under every regime. Columns: ``regime``, ``quantity`` (``median_length`` in
-    tokens, ``accuracy``), ``value`` (the regime's statistic averaged over seeds), ``diff``
-    (regime - reference), ``low``, ``high`` (``paired_hierarchical_difference``), ``seeds``.
-    """
+    """Each regime against ``reference`` on the same runs (a ``run`` column: the seeds): median trace length and
+    accuracy, their differences and ``paired_hierarchical_difference`` intervals."""
     missing = sorted({"regime", "example", "length", "correct"} - set(df.columns))
     if missing:
         raise ValueError(f"df lacks the column(s) {missing}: pass trace_lengths' output")
@@ -274,13 +227,9 @@ def compare_regimes(df: pd.DataFrame, reference: str = "standard", n_boot: int =
 
 def summarize_traces(df: pd.DataFrame, n_boot: int = 1000, seed: int = 0, level: float = 0.95,
                      by: Sequence[str] = ("regime",)) -> pd.DataFrame:
-    """Per regime (or per ``by`` group): median trace length and accuracy with percentile-bootstrap intervals.
-
-    Examples are resampled with replacement ``n_boot`` times (one resample serves both statistics);
-    ``_lo``/``_hi`` are the ``(1 - level) / 2`` and ``(1 + level) / 2`` quantiles of the resampled
-    statistic. Unanswered examples count with their full generated length (the median is robust to
-    that censoring while fewer than half are unanswered; ``answered`` reports the share).
-    """
+    """Per regime (or ``by`` group): median trace length and accuracy with percentile-bootstrap intervals (one
+    resample serves both). Unanswered examples count at full length: the median is robust to that censoring while
+    fewer than half are unanswered (``answered`` gives the share)."""
     by = list(by)
     missing = sorted({*by, "length", "correct", "answered"} - set(df.columns))
     if missing:

@@ -1,8 +1,6 @@
-"""The carried state token by token: what the exact recurrence reads and writes at each position
-(``memory_trajectory``, the table ``widgets.token_stepper`` steps), and how big the state grows while a model
-writes (``decoding_states``). Its scale is read before the RMSNorm that makes it the memory (whose norm is
-always sqrt(D)): ``||h_t||`` at the mechanism's source depth.
-"""
+"""The carried state token by token under the exact recurrence (``memory_trajectory``, which
+``widgets.token_stepper`` steps) and while a model writes (``decoding_states``). Its scale is ``||h_t||`` at the
+source depth, before the RMSNorm that makes it the memory (whose norm is always sqrt(D))."""
 
 from __future__ import annotations
 
@@ -30,15 +28,9 @@ def _state_hook(model: GPT) -> str:
 
 def memory_trajectory(model: GPT, idx: torch.Tensor, top_k: int = 5,
                       plain_prefix: int | torch.Tensor = 0) -> pd.DataFrame:
-    """What every token reads and produces under the exact sequential recurrence, one row per position.
-
-    Columns: ``example``, ``position``, ``token``, ``reads`` (whether it reads ``m_{t-1}`` at all:
-    not position 0 nor a plain prefix), ``state_norm`` (``||h_t||`` at the source depth *before*
-    the RMSNorm that makes it the memory: the memory itself always has norm sqrt(D), so this is
-    where its scale shows), ``cosine_prev`` (cosine of ``m_{t-1}`` and ``m_t``, NaN at position 0:
-    how far one step turns the carried state), ``top_tokens`` / ``top_probs`` (the ``top_k``
-    next-token predictions). One sequential run, indexed afterwards: cheap to step through.
-    """
+    """What every token reads and produces under the exact recurrence, one row per position: ``reads``,
+    ``state_norm`` (``||h_t||``, see the module), ``cosine_prev`` of ``m_{t-1}`` and ``m_t`` (how far one step turns
+    the state) and the ``top_k`` next-token predictions."""
     check_tokens(model.config.vocab_size, idx)
     check_int("top_k", top_k, 1, model.config.vocab_size)
     B, T = idx.shape
@@ -64,14 +56,11 @@ def memory_trajectory(model: GPT, idx: torch.Tensor, top_k: int = 5,
 @torch.no_grad()
 def decoding_states(model: GPT, prompt: torch.Tensor, max_new_tokens: int = 1000, regime: str = "soft"
                     ) -> pd.DataFrame:
-    """How big the carried state grows while a model writes ``max_new_tokens`` greedily under ``regime``.
+    """How big the carried state ``||h_t||`` grows while a model writes ``max_new_tokens`` greedily under ``regime``.
 
-    SOFT decoding is the exact recurrence run forward on the model's own output, far past anything it
-    was trained on: each token reads the memory its predecessor wrote. The question "does the carried
-    state stay bounded?" is asked of ``||h_t||`` at the source depth. One row per position (prompt and
-    generated): ``generated`` (whether the model wrote that token), ``state_norm_mean`` / ``_max`` over
-    the batch. A norm that climbs without bound would show the recurrence amplifying itself.
-    """
+    SOFT decoding runs the exact recurrence on the model's own output far past the training lengths; a norm that
+    climbs without bound shows the recurrence amplifying itself. One row per position: ``generated``,
+    ``state_norm_mean`` / ``state_norm_max`` over the batch."""
     check_tokens(model.config.vocab_size, prompt, "prompt")
     check_int("max_new_tokens", max_new_tokens, 1)
     norms: list[torch.Tensor] = []

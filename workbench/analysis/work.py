@@ -1,9 +1,5 @@
-"""What a schedule costs, counted live: forwards (its sequential depth, the latency) and positions pushed
-through the stack (its work), from the model's ``hook_positions``.
-
-``count_work`` sits beside the trainer's FLOP account (``Schedule.flops``): one is counted, the other
-computed, and the notebooks show they agree.
-"""
+"""What a schedule costs, counted live from ``hook_positions``: forwards (its sequential depth, the latency) and
+positions computed (its work); ``Schedule.flops`` is the trainer's computed counterpart."""
 
 from __future__ import annotations
 
@@ -27,11 +23,8 @@ class WorkCount:
 
 @contextmanager
 def count_work(model: GPT) -> Iterator[WorkCount]:
-    """Count the forwards and positions ``model`` computes inside the ``with`` block.
-
-    Reads ``hook_positions`` (every forward announces the positions it computes), so it counts what
-    really ran — a KV-cache decode, a schedule, a hand-written loop — not what a formula predicts.
-    """
+    """Count the forwards and positions ``model`` computes inside the ``with`` block: what really ran (a KV-cache
+    decode, a schedule, a hand-written loop), not what a formula predicts."""
     count = WorkCount()
 
     def record(positions: torch.Tensor, hook) -> None:

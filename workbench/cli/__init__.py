@@ -1,10 +1,8 @@
 """Command line: ``python -m workbench {info, tasks, train, eval, compare, generate, ...} --help``.
 
-Each command is a thin shell over a package function: it parses, calls, and writes or prints what
-the function returned. Every command that reads a model takes a run directory (what ``train --out DIR``
-writes) or the checkpoint directory inside it. One module per family of commands: ``training`` (info, train,
-tasks, reproduce), ``reading`` (eval, compare, generate), ``analyses`` (probe, contraction, traces); the argument
-types are ``options``', what a path names ``runs``'.
+Each command parses, calls a package function and prints or writes what it returned; a model argument is a run directory
+(``train --out DIR``) or its checkpoint. Modules: ``training``, ``reading``, ``analyses`` (one per command family),
+``options`` (argument types), ``runs`` (what a path names).
 """
 
 from __future__ import annotations
@@ -30,7 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _one_line(e: BaseException) -> str:
-    """An error as the one line a user reads: OS errors name the file and the cause (disk full, permission)."""
+    """An error as one line; an ``OSError`` names its file and cause (disk full, permission)."""
     if isinstance(e, OSError) and e.strerror:
         where = f" {e.filename}" if e.filename is not None else ""
         return f"{e.strerror}:{where}" + (f" -> {e.filename2}" if e.filename2 is not None else "")
@@ -38,9 +36,8 @@ def _one_line(e: BaseException) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one command. Exit status 2, with one line and no traceback, for a user's error: bad input
-    (configs, checkpoints, parameters: ``ValueError``), a number out of range (``OverflowError``), or the
-    filesystem (``OSError``: disk full, permission, a path that exists); 130 on Ctrl-C."""
+    """Run one command; a user's error (``ValueError``, ``OverflowError``, ``OSError``) exits 2 in one line, Ctrl-C
+    130."""
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

@@ -1,5 +1,4 @@
-"""``probe``, ``contraction`` and ``traces``: the package's analyses of a checkpoint, each written as a CSV and a
-PNG."""
+"""``probe``, ``contraction`` and ``traces``: analyses of a checkpoint, each written as a CSV and a PNG."""
 
 from __future__ import annotations
 
@@ -21,8 +20,7 @@ def _write(table: pd.DataFrame, figure, out: str, stem: str) -> None:
 
 
 def _opened(args: argparse.Namespace):
-    """What every analysis opens with: the output directory checked before any work, the thread count set, and the
-    checkpoint with the task it is read on (its recorded one unless ``--task`` names another)."""
+    """Check the output directory before any work, set threads, and load the checkpoint with its task."""
     check_out_dir(args.out)
     import torch
 
@@ -35,8 +33,7 @@ def _opened(args: argparse.Namespace):
 
 
 def _cmd_probe(args: argparse.Namespace) -> int:
-    """Probe a task's labels, or on text (which has none) ``--labels`` for non-overlapping windows of its val
-    split, each read at its last byte (the windows go to OUT/probe_examples.csv, to label or to check)."""
+    """Probe a task's labels, or ``--labels`` for non-overlapping windows of a text's val split."""
     model, task = _opened(args)
     from ..analysis import probe_layers
     from ..plots import layer0_comparison

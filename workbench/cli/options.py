@@ -1,5 +1,4 @@
-"""The command line's argument types: each turns one flag's text into a value or says, naming the flag's
-value, what it must be (argparse prints it as a usage error)."""
+"""The command line's argument types: each parses one flag's text or says, naming the value, what it must be."""
 
 from __future__ import annotations
 
@@ -15,7 +14,7 @@ from .. import schedules
 
 
 def _int_at_least(lo: int) -> Callable[[str], int]:
-    """argparse type for counts: an int >= ``lo`` (``--threads`` 1, ``--max-new-tokens`` 0)."""
+    """argparse type for counts: an int >= ``lo``."""
     def parse(text: str) -> int:
         try:
             value = int(text)

@@ -1,9 +1,4 @@
-"""``eval``, ``compare`` and ``generate``: a trained run read back on held-out data.
-
-Held-out loss under a run's training schedule and under the exact recurrence (``sequential``, what a decoder
-computes); paired differences between runs with a bootstrap interval beside each run's training steps and FLOPs;
-continuations under the decoding regimes. The metrics are ``evaluation``'s, the decoding ``decode``'s.
-"""
+"""``eval``, ``compare`` and ``generate``: a trained run read back on held-out data."""
 
 from __future__ import annotations
 
@@ -46,7 +41,7 @@ REGIME_WORDS = {"standard": "no feedback: the model as a plain transformer",
 
 
 def evaluate(run: Run, batch, schedule: schedules.Schedule):
-    """Per-example metrics of ``run`` on ``batch`` under ``schedule`` (``evaluation.per_example_metrics``)."""
+    """Per-example metrics of ``run`` on ``batch`` under ``schedule``."""
     from ..evaluation import per_example_metrics
 
     return per_example_metrics(run.model, batch, schedule, batch_size=64)
@@ -59,8 +54,7 @@ def schedule_label(value: schedules.Schedule) -> str:
 
 
 def eval_schedules(run: Run, given: schedules.Schedule | None) -> list[tuple[schedules.Schedule, str]]:
-    """(schedule, role) pairs: a feedback model under ``given`` or its training schedule, then the exact one;
-    a model without feedback under the exact one only (every schedule computes the same there)."""
+    """(schedule, role) pairs: ``given`` or the training schedule, then the exact one (only it without feedback)."""
     if not run.feedback:
         return [(EXACT, "exact")]
     first = given if given is not None else run.training_schedule()

@@ -1,9 +1,4 @@
-"""What a path on the command line names, and the held-out data a run is read on.
-
-A path is a run directory (what ``train --out DIR`` writes) or the checkpoint inside it; a ``Run`` is the model
-with what its checkpoint recorded about its training. The held-out examples are its own task's, a text file's,
-or, for ``probe`` on text, non-overlapping windows the user labels.
-"""
+"""What a path on the command line names (a run directory or its checkpoint), and the held-out data a run is read on."""
 
 from __future__ import annotations
 
@@ -82,8 +77,7 @@ class Run:
             return None
 
     def counters(self) -> dict[str, float | None]:
-        """Training steps, tokens and FLOPs: the trainer's metrics, a recipe's ``train`` entry, or the last
-        row of the run's history.csv."""
+        """Training steps, tokens and FLOPs: trainer metrics, a recipe's ``train`` entry, or history.csv's last row."""
         for source in (self.metrics, self.metrics.get("train")):
             if isinstance(source, dict) and source.get("step") is not None and source.get("flops") is not None:
                 return {k: source.get(k) for k in ("step", "tokens", "flops")}
@@ -128,8 +122,8 @@ def device_named(name: str) -> str:
 
 
 def heldout_task(run: Run, params: dict[str, Any] | None = None, text: str | None = None):
-    """The task a run is read on: its recorded task (``params`` override its parameters), or the text file
-    ``text`` (byte-level models; the run's own text parameters kept, seq_len the model's by default)."""
+    """The task a run is read on: its recorded one (``params`` override) or, for byte-level models, the file
+    ``text``."""
     from .. import tasks
 
     name, recorded = run.recorded_task()
@@ -199,8 +193,7 @@ def loss_unit(task) -> str:
 
 
 def tokenizer_of(run: Run):
-    """The run's tokenizer: its recorded task's (vocabularies are fixed per task family), else the byte or
-    character tokenizer whose vocabulary the model has."""
+    """The run's tokenizer: its recorded task's, else the byte or char tokenizer matching its vocabulary."""
     from .. import tasks
 
     name, _ = run.recorded_task()
@@ -215,8 +208,7 @@ def tokenizer_of(run: Run):
 
 
 def encode_prompt(tokenizer, prompt: bytes, flag: str = "--prompt") -> list[int]:
-    """Prompt bytes as token ids: byte-level text opens a document (``<bos>``, as training windows do at a
-    document's start) and takes any bytes; the character tokenizer takes printable ASCII and newlines."""
+    """Prompt bytes as token ids: byte-level text opens with ``<bos>`` as training documents do."""
     bos = getattr(tokenizer, "bos_id", None)
     if bos is not None:
         return [bos, *tokenizer.encode_bytes(prompt).tolist()]
@@ -252,11 +244,8 @@ def read_labels(path: str) -> list[int]:
 
 
 def probe_source(task, n: int | None, labels_path: str | None, seed: int, out: str):
-    """What ``probe`` reads: (task or batch, n for ``probe_layers``, labels or None).
-
-    A task with labels of its own is probed as it is (``--labels`` overriding them). Text has none: its
-    examples are ``text_windows``, written to ``OUT/probe_examples.csv`` (to label, or to check a labelling
-    against), and ``--labels`` is required."""
+    """What ``probe`` reads: (task or batch, n, labels or None). Text has no labels: its ``text_windows`` go to
+    ``OUT/probe_examples.csv`` to be labelled, and ``--labels`` is required."""
     import pandas as pd
 
     labels = None if labels_path is None else read_labels(labels_path)
@@ -277,8 +266,8 @@ def probe_source(task, n: int | None, labels_path: str | None, seed: int, out: s
 
 
 def text_windows(task, n: int, seed: int, split: str = "val"):
-    """``n`` non-overlapping ``seq_len``-token windows of a text split (drawn with ``seed``, kept in order), each
-    its own cross-validation group, the label read at its last token: a text batch a probe can read."""
+    """``n`` non-overlapping ``seq_len``-token windows of a text split, each its own CV group, labelled at its last
+    token."""
     import dataclasses
 
     import numpy as np

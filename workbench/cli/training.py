@@ -1,5 +1,5 @@
-"""``info``, ``train``, ``tasks`` and ``reproduce``: a model's config, the short-run trainer behind one flag per
-``TrainConfig`` field, the task list, and the paper-claim recipes."""
+"""``info``, ``train``, ``tasks`` and ``reproduce``: config, trainer (a flag per ``TrainConfig`` field), tasks,
+recipes."""
 
 from __future__ import annotations
 
@@ -104,7 +104,7 @@ def _metavar(flag: str) -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The train command's flags (``python -m workbench train``), one per TrainConfig field a user sets."""
+    """The train command's flags, one per ``TrainConfig`` field a user sets."""
     defaults = TrainConfig()
     for flag, name, kind, text in _SCHEDULE_FLAGS:
         parser.add_argument(flag, dest=name, type=kind, default=None, metavar=_metavar(flag), help=text)
@@ -132,7 +132,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
-    """The TrainConfig the flags describe (unset flags keep TrainConfig's defaults)."""
+    """The ``TrainConfig`` the flags describe (unset flags keep its defaults)."""
     given = {name: getattr(args, name) for _, name, _, _ in _FLAGS if getattr(args, name) is not None}
     schedule = {name: getattr(args, name) for _, name, _, _ in _SCHEDULE_FLAGS if getattr(args, name) is not None}
     if schedule:
@@ -161,7 +161,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
 
 
 def _loss_figure(cfg: TrainConfig) -> Callable[[dict[str, Any]], None] | None:
-    """The run directory's ``loss.png``, drawn when the run stops (``plots.LossFigure``; none without ``--out``)."""
+    """The run directory's ``loss.png`` writer (none without ``--out``)."""
     if cfg.out_dir is None:
         return None
     from ..plots import LossFigure
@@ -192,9 +192,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def held_out_lines(cfg: TrainConfig, result) -> list[tuple[str, dict[str, float]]]:
-    """The run's held-out numbers, each with the schedule that produced it: the trainer's (its training schedule)
-    and, for a feedback model trained otherwise, the exact recurrence a decoder runs on the same sequences, where
-    the two can differ the most. The metrics are ``eval``'s for the task (``runs.metric_names``)."""
+    """Held-out numbers per schedule: the training one and, for feedback models, the exact recurrence a decoder runs."""
     from .. import tasks
     from ..evaluation import per_example_metrics, summarize
     from .runs import EXACT, metric_names

@@ -1,5 +1,4 @@
-"""Exercise checks on the dynamics, traces and verdicts: the top Lyapunov exponent of a linear recurrence (06); a
-trace's length, a decode's forwards and a median-length difference (07); a recipe's verdict (08)."""
+"""Exercise checks on the dynamics (06), traces (07) and verdicts (08)."""
 
 from __future__ import annotations
 
@@ -41,13 +40,8 @@ def _trace_cases(task: Task) -> list[tuple[list[int], int]]:
 @register
 @exercise(solutions.trace_length)
 def check_trace_length(fn: Callable[[Task, list[int]], int], task: Task | None = None) -> Callable:
-    """``fn(task, generated)``: how many of the generated token ids come before the answer marker
-    (``"####"``), or all of them when there is none.
-
-    Compared with what ``trace_lengths`` records, on continuations of every verbosity, one cut off
-    before its answer and one cut off inside the marker (``"##"``: no marker, so a search for a
-    single ``'#'`` miscounts it).
-    """
+    """``fn(task, generated)``: how many generated token ids come before the answer marker (``"####"``), or all of
+    them."""
     task = get_task("arith_cot") if task is None else task
     hint = ("Find the first occurrence of the whole marker, the sub-list task.tokenizer.encode('####') (four "
             "ids, not one '#'), in the generated ids and count the ids before it; without a marker, count them "
@@ -72,14 +66,9 @@ VERDICT_CASES = [  # (interval, expected_sign): both sides of zero, both signs, 
 @register
 @exercise(solutions.read_verdict)
 def check_verdict(fn: Callable[[dict[str, float], int], str]) -> Callable:
-    """``fn(interval, expected_sign)``: a recipe's verdict from its interval (``low``, ``high``, ``seeds``)
-    and the side of zero the paper claims (``expected_sign``: +1 higher, -1 lower), as
-    ``wb.stats.verdict`` reads it: ``reproduces``, ``does not reproduce``, ``inconclusive``, or
-    ``not tested: ...`` with fewer than 3 seeds per arm.
-
-    Compared with ``wb.stats.verdict`` on intervals on both sides of zero, for both signs, one
-    that straddles zero, and two from too few seeds.
-    """
+    """``fn(interval, expected_sign)``: a recipe's verdict from its interval (``low``, ``high``, ``seeds``) and the
+    claimed side of zero (+1 higher, -1 lower), as ``wb.stats.verdict`` reads it: ``reproduces``,
+    ``does not reproduce``, ``inconclusive``, or ``not tested: ...`` with fewer than 3 seeds per arm."""
     hint = ("First the seeds: fewer than 3 per arm is 'not tested: ...' whatever the interval. Then the side: an "
             "interval wholly above 0 (low > 0) or wholly below (high < 0) reproduces only when that side is the "
             "paper's (expected_sign); the other side does not reproduce; an interval holding 0 is inconclusive.")
@@ -109,12 +98,8 @@ LYAPUNOV_CASES = {  # A, its spectral radius far enough from 1 that A^n v leaves
 @register
 @exercise(solutions.lyapunov_2x2)
 def check_lyapunov_2x2(fn: Callable[[torch.Tensor, int], float]) -> Callable:
-    """``fn(A, steps)``: the top Lyapunov exponent of ``m_t = A m_{t-1}`` (A 2x2) estimated over ``steps`` steps.
-
-    For a constant A it is the log of the spectral radius (the largest |eigenvalue|); compared with that, to 0.01,
-    over 1,000 steps on a contracting, an expanding and a rotating A. There ``A^n v`` itself overflows to inf or
-    underflows to 0, so only an iteration that renormalises gets a finite answer.
-    """
+    """``fn(A, steps)``: the top Lyapunov exponent of ``m_t = A m_{t-1}`` (A 2x2) over ``steps`` steps; ``A^n v`` over-
+    or underflows there, so only an iteration that renormalises stays finite."""
     hint = ("Carry a unit vector: at each step apply A, add the log of the new vector's norm (the step's growth) to "
             "a running sum, and divide the vector by that norm; the exponent is the sum over the number of steps.")
     steps = 1000
@@ -162,14 +147,10 @@ def _decode_values(prefill_passes: int) -> dict[str, Schedule]:
 @register
 @exercise(solutions.decode_forwards)
 def check_decode_forwards(fn: Callable[[str, int, int, int], int]) -> Callable:
-    """``fn(regime, prompt_len, new_tokens, prefill_passes)``: how many forwards (sequential model calls)
-    ``wb.generate`` makes to write ``new_tokens >= 1`` tokens after a prompt of ``prompt_len`` under ``regime``:
-    ``standard``, ``soft``, ``soft_last`` (``condition("suffix1")``), ``fused`` (``prefill_passes`` Jacobi passes
-    after a plain one) or ``sequential`` (the exact recurrence over the prompt).
-
-    Compared with the forwards counted (``hook_positions`` fires once per forward) while ``generate`` runs on a
-    random FBT model, for prompts of 3 and 5 tokens, 1 and 4 new tokens, and 1 and 2 fused passes.
-    """
+    """``fn(regime, prompt_len, new_tokens, prefill_passes)``: the forwards (sequential model calls) ``wb.generate``
+    makes to write ``new_tokens >= 1`` tokens after a ``prompt_len`` prompt under ``regime``: ``standard``, ``soft``,
+    ``soft_last`` (``condition("suffix1")``), ``fused`` (``prefill_passes`` Jacobi passes after a plain one) or
+    ``sequential``."""
     hint = ("Count the prefill's forwards (standard and soft: one plain pass; soft_last: a plain pass over all but "
             "the last prompt token, then that token alone; fused: a plain pass and prefill_passes more; sequential: "
             "one per prompt token), then one forward per new token but the first, which the prefill's last logits "
@@ -206,9 +187,7 @@ def check_decode_forwards(fn: Callable[[str, int, int, int], int]) -> Callable:
 
 
 def _length_cases() -> dict[str, pd.DataFrame]:
-    """Traces of three seeds (``run``), 41 questions each, under standard, soft and fused: seeds write at very
-    different lengths, and the regimes shorten a few traces of some seeds a lot, so a median pooled over seeds, or
-    the median of per-question differences, differs from the seeds' differences of medians."""
+    """Traces of three seeds where pooled medians, or medians of per-question differences, give another answer."""
     rng = np.random.default_rng(0)
     rows = []
     for run, offset in (("fbt_s0", 0), ("fbt_s1", 9), ("fbt_s2", 20)):
@@ -227,12 +206,8 @@ def _length_cases() -> dict[str, pd.DataFrame]:
 @register
 @exercise(solutions.median_length_difference)
 def check_median_length_difference(fn: Callable[[pd.DataFrame, str], float]) -> Callable:
-    """``fn(traces, regime)``: per seed (``run``), the median ``length`` under ``regime`` minus the median under
-    ``standard``, averaged over seeds: ``compare_regimes``' ``diff`` for ``median_length``.
-
-    Compared with ``compare_regimes`` on traces of three seeds that write at very different lengths, in order and
-    shuffled, for two regimes.
-    """
+    """``fn(traces, regime)``: per seed (``run``), the median ``length`` under ``regime`` minus that under ``standard``,
+    averaged over seeds: ``compare_regimes``' ``diff`` for ``median_length``."""
     hint = ("Group by run; in each, take the median length under the regime and under 'standard' and subtract "
             "(a difference of medians); average those differences over the runs.")
     for what, frame in _length_cases().items():

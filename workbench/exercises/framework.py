@@ -1,11 +1,4 @@
-"""The exercise-check framework: what every ``check_*`` of ``workbench.exercises`` is built from.
-
-``exercise(solution)`` turns a check into one a notebook calls as ``fn = ex.check_x(fn)`` (the stub gets
-``not done yet`` and hands back ``solution``; a passing ``fn`` comes back itself; a wrong one raises);
-``register`` lists it in ``CHECKS`` (the tests run each on its solution); ``practice_model`` and ``practice_tokens``
-are the small inputs the checks run on; ``close`` and ``passed`` say where an answer differs, or that it
-does not.
-"""
+"""The exercise-check framework every ``check_*`` is built from."""
 
 from __future__ import annotations
 
@@ -25,11 +18,10 @@ VOCAB, T = 29, 9  # small enough to run in a blink, long enough that strided sub
 
 
 def practice_model(mechanism: str = "none", seed: int = 0, **overrides: object) -> GPT:
-    """A tiny float64 model with every matrix redrawn (``random_init_model``), in eval mode.
+    """A tiny float64 model with every matrix redrawn, in eval mode.
 
-    A freshly built model zeroes its output projections and LRT's recurrent projections, so a
-    wrong answer could agree with the right one by accident; here every path carries signal. LRT
-    starts at ``gamma = 0.5`` for the same reason.
+    A fresh model zeroes its output and recurrent projections, so a wrong answer could match by accident; here every
+    path carries signal (LRT starts at ``gamma = 0.5`` for the same reason).
     """
     config = ModelConfig(vocab_size=VOCAB, n_layer=2, n_head=2, n_embd=16, seq_len=T, mechanism=mechanism,
                          tie_embeddings=mechanism == "fbt", lrt_gamma_init=0.5, **overrides)
@@ -37,8 +29,7 @@ def practice_model(mechanism: str = "none", seed: int = 0, **overrides: object) 
 
 
 def practice_tokens(batch: int = 3, seed: int = 0) -> torch.Tensor:
-    """Seeded token ids (batch, T) for ``practice_model``: the same inputs on every run, so a message names the
-    same positions."""
+    """Seeded token ids (batch, T): the same inputs every run, so a message names the same positions."""
     return torch.randint(0, VOCAB, (batch, T), generator=torch.Generator().manual_seed(seed))
 
 
@@ -79,10 +70,9 @@ def raised_by(error: BaseException, fn: Callable) -> bool:
 
 
 def exercise(solution: Callable) -> Callable[[Callable], Callable]:
-    """Make ``check(fn, ...)`` an exercise check: it returns ``fn`` once ``fn`` passes, and while ``fn`` is
-    still the stub (its body raises ``NotImplementedError``) it prints ``not done yet: ...`` and returns
-    ``solution``, so that the cells after the check run. Any other error, a wrong answer's
-    ``AssertionError`` included, propagates."""
+    """Make ``check(fn, ...)`` an exercise check: it returns ``fn`` once it passes; while ``fn`` is the stub it prints
+    ``not done yet: ...`` and returns ``solution`` so later cells run. Any other error, ``AssertionError`` included,
+    propagates."""
     def wrap(check: Callable[..., None]) -> Callable[..., Callable]:
         @functools.wraps(check)
         def run(fn: Callable, *args: Any, **kwargs: Any) -> Callable:

@@ -1,6 +1,4 @@
-"""Exercise checks on the backbone and the mechanisms, by hand: a rotary embedding, the KV cache's size and a
-cached decode (01), LRT's memory read, its gated keys and values and its pooled memory (02), FBT's fusion (04) and
-the Hugging Face wrapper's (09)."""
+"""Exercise checks on the backbone and the mechanisms, by hand (01, 02, 04, 09)."""
 
 from __future__ import annotations
 
@@ -24,12 +22,8 @@ from .framework import VOCAB, T, as_number, close, exercise, passed, practice_mo
 @register
 @exercise(solutions.cached_logits)
 def check_kv_cache_step(fn: Callable[[GPT, torch.Tensor, int], torch.Tensor], model: GPT | None = None) -> Callable:
-    """``fn(model, idx, prefill)``: prefill ``idx[:, :prefill]`` into a fresh KV cache in one forward,
-    then feed one token per forward; return the logits of every position (B, T, V).
-
-    Compared with one full forward ``model(idx)`` for several prefill lengths, on a random baseline
-    model (and on ``model`` too when given: a trained one).
-    """
+    """``fn(model, idx, prefill)``: prefill ``idx[:, :prefill]`` into a fresh KV cache in one forward, then feed one
+    token per forward; return the logits of every position (B, T, V)."""
     models = [practice_model("none")] + ([] if model is None else [model])
     hint = ("Each one-token step must pass its absolute position (positions=torch.tensor([t])) and the "
             "same cache (kv=cache): without the position RoPE rotates it as position 0; without the cache "
@@ -47,12 +41,8 @@ def check_kv_cache_step(fn: Callable[[GPT, torch.Tensor, int], torch.Tensor], mo
 @register
 @exercise(solutions.rope)
 def check_rope(fn: Callable[[torch.Tensor, int, float], torch.Tensor]) -> Callable:
-    """``fn(vec, position, base)``: the vector (d,) as RoPE rotates a query or a key at ``position``.
-
-    First on unit vectors, where each usual slip shows alone (pairing neighbouring channels instead of the two
-    halves, turning the other way, the frequencies without their factor 2); then on random vectors against the
-    model's own tables (``functional.rotary`` and ``apply_rotary``) at several positions, widths and bases.
-    """
+    """``fn(vec, position, base)``: the vector (d,) as RoPE rotates a query or a key at ``position`` (two halves
+    paired)."""
     hint = ("Pair channel i with channel i + d/2 (the two halves of the vector); pair i turns by the angle "
             "position * theta_i with theta_i = base^(-2i/d): (a, b) -> (a cos + b sin, b cos - a sin).")
 
@@ -89,12 +79,7 @@ def check_rope(fn: Callable[[torch.Tensor, int, float], torch.Tensor]) -> Callab
 @register
 @exercise(solutions.kv_cache_bytes)
 def check_kv_cache_bytes(fn: Callable[[ModelConfig, int, int, torch.dtype], int]) -> Callable:
-    """``fn(config, batch, max_len, dtype)``: the bytes the K/V tensors of a cache of ``max_len`` positions take.
-
-    Compared with what ``KVCache`` allocates, on grouped-query shapes (fewer key/value heads than query heads)
-    and three dtypes, so that counting per query head, keys alone, one layer, numbers or 4 bytes a number each
-    give another count.
-    """
+    """``fn(config, batch, max_len, dtype)``: the bytes the K/V tensors of a cache of ``max_len`` positions take."""
     hint = ("Every layer stores a key and a value for each batch row, position and key/value head "
             "(config.kv_heads of them, config.head_dim wide); a number takes dtype.itemsize bytes.")
     cases = [(ModelConfig(vocab_size=VOCAB, n_layer=3, n_head=4, n_kv_head=2, n_embd=32, seq_len=T), 2, 16,
@@ -128,11 +113,8 @@ def check_kv_cache_bytes(fn: Callable[[ModelConfig, int, int, torch.dtype], int]
 @exercise(solutions.gated_kv)
 def check_lrt_kv_injection(fn: Callable[[GPT, int, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor],
                                         tuple[torch.Tensor, torch.Tensor]]) -> Callable:
-    """``fn(model, layer, x, k, v, memory)``: LRT's keys and values for block ``layer`` (B, T, kv_heads, hd).
-
-    ``x`` is the block's normed input, ``k``/``v`` its local keys/values, ``memory`` the (already
-    shifted) ``m_{t-1}``. Compared with ``LRT.inject_kv`` for the shared and the per-layer projection.
-    """
+    """``fn(model, layer, x, k, v, memory)``: LRT's keys and values (B, T, kv_heads, hd) for block ``layer`` from its
+    normed input ``x``, local ``k``/``v`` and the already shifted ``memory`` ``m_{t-1}``."""
     hint = ("gates = 2 * sigmoid(W_gate x[..., :C]) give g_local and g_feedback per kv head; "
             "k~ = g_local * k + g_feedback * (W_k^rec m), likewise v, with the layer's (or the shared) projection.")
     for projection in ("shared", "per_layer"):
@@ -162,12 +144,7 @@ def _residual_only(name: str) -> bool:
 @exercise(solutions.memory_read)
 def check_memory_read(fn: Callable[[GPT, ActivationCache], torch.Tensor]) -> Callable:
     """``fn(model, cache)``: the memory each position of an LRT model reads, ``m_{t-1}`` (B, T, D), from a
-    ``run_with_cache`` of the exact recurrence that holds the residual stream (no memory hook).
-
-    Compared with the memory the schedule returns, shifted by one position, for source layers 0, 1 and -1 of
-    a 2-block practice model: each usual slip (not shifted, not normed, the block's input, the top block
-    whatever the source) gives another tensor and is named.
-    """
+    ``run_with_cache`` of the exact recurrence that holds the residual stream (no memory hook)."""
     hint = ("The memory is the RMS-normed output of the source block: blocks.{l}.hook_resid_post with "
             "l = model.mechanism.source_layer (-1: the top block), through wb.functional.norm; position t reads "
             "its predecessor's, so shift it right by one (wb.schedules.shift_right: zeros at position 0).")
@@ -198,13 +175,8 @@ def check_memory_read(fn: Callable[[GPT, ActivationCache], torch.Tensor]) -> Cal
 @register
 @exercise(solutions.pooled_weights)
 def check_pooled_memory(fn: Callable[[int, float], torch.Tensor]) -> Callable:
-    """``fn(seq_len, decay)``: the (T, T) weights W with ``p = W h``: LRT's pooled memory at every position as a
-    weighted sum of the source states ``h_0 .. h_t`` (``lrt_memory="pooled"``).
-
-    Checked first on W itself (causal, each row an average), then against the pooled memory the exact
-    recurrence of a practice LRT model produces, at decays 0.9 and 0.7 (at 0.5 swapping the two weights would
-    go unseen).
-    """
+    """``fn(seq_len, decay)``: the (T, T) weights W with ``p = W h``: LRT's pooled memory (``lrt_memory="pooled"``) at
+    every position as a weighted sum of the source states ``h_0 .. h_t``."""
     hint = ("Unroll p_t = decay * p_{t-1} + (1 - decay) * h_t from p_0 = h_0 (position 0 reads no memory): "
             "row t of W holds the weight each h_s, s <= t, has in p_t.")
     for decay in (0.9, 0.7):
@@ -237,11 +209,7 @@ def check_pooled_memory(fn: Callable[[int, float], torch.Tensor]) -> Callable:
 @exercise(solutions.glu_fusion)
 def check_glu_fusion(fn: Callable[[GPT, torch.Tensor, torch.Tensor], torch.Tensor],
                      model: GPT | None = None) -> Callable:
-    """``fn(model, tokens, memory)``: FBT's fused input u (B, T, D) from the token ids and ``m_{t-1}``.
-
-    Compared with ``FBT.fuse_input`` (every position reads memory here) on a random FBT model, and
-    on ``model`` when given.
-    """
+    """``fn(model, tokens, memory)``: FBT's fused input u (B, T, D) from the token ids and ``m_{t-1}``."""
     hint = ("u = RMSNorm((W_U m) * sigmoid(W_G RMSNorm(e))): the state on the value path (W_U), the token "
             "embedding, normed, through the gate (W_G); RMSNorm is wb.functional.norm.")
     models = [practice_model("fbt")] + ([] if model is None else [model])
@@ -258,7 +226,7 @@ def check_glu_fusion(fn: Callable[[GPT, torch.Tensor, torch.Tensor], torch.Tenso
 
 
 def _tiny_feedback_gpt2() -> Any:
-    """A float64 2-layer GPT-2 wrapped by ``FeedbackLM``, built offline from a config (no download)."""
+    """A float64 2-layer GPT-2 wrapped by ``FeedbackLM``, built offline from a config."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
     from ..hf import FeedbackLM
@@ -272,13 +240,9 @@ def _tiny_feedback_gpt2() -> Any:
 @register
 @exercise(solutions.hf_fused_input)
 def check_hf_fusion(fn: Callable[[Any, torch.Tensor, torch.Tensor], torch.Tensor], model: Any = None) -> Callable:
-    """``fn(model, input_ids, memory)``: the input (B, T, E) a ``FeedbackLM`` with GLU fusion feeds its HF
-    stack in place of the embedding ``e``, where ``memory[:, t]`` is ``m_{t-1}``:
-    ``RMSNorm((W_U m) * sigmoid(W_G RMSNorm(e))) * rms(e)``.
-
-    Compared with the wrapper's own ``mechanism.fuse_input`` (every position reads memory) on a tiny
-    float64 GPT-2, whose embeddings sit far from unit scale, and on ``model`` when given.
-    """
+    """``fn(model, input_ids, memory)``: the input (B, T, E) a GLU-fusion ``FeedbackLM`` feeds its HF stack in place
+    of the embedding ``e``, with ``memory[:, t]`` = ``m_{t-1}``:
+    ``RMSNorm((W_U m) * sigmoid(W_G RMSNorm(e))) * rms(e)``."""
     hint = ("Take e from the HF model's own embedding (model.hf.get_input_embeddings()); fuse as FBT does, "
             "norm((W_U m) * sigmoid(W_G norm(e))) with model.mechanism.fusion's W_U and W_G; then multiply by "
             "rms(e) = e.pow(2).mean(-1, keepdim=True).sqrt(), so the fused input has the scale of the embedding "

@@ -1,5 +1,4 @@
-"""Exercise checks on probes and interventions: a majority baseline, a grouped cross-validated probe and features
-read from an activation cache (05); a flip rate, a swap patch and a paired group interval (05b)."""
+"""Exercise checks on probes (05) and interventions (05b)."""
 
 from __future__ import annotations
 
@@ -18,14 +17,8 @@ from .framework import as_number, close, exercise, passed, practice_model, pract
 
 
 def _probe_data(seed: int, case: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Features, labels and groups for one of three cases.
-
-    ``readable``: the label is linearly readable. ``leaky``: every group shares one label and one
-    feature code, and the codes say nothing about labels across groups — a probe tested on groups it
-    was trained on scores high, on unseen groups near chance. ``scale``: readable from feature 0, but
-    one large group (GroupKFold's first fold holds it) has that feature 1000x larger — a scaler fitted
-    on all rows takes its scale from that held-out group, shrinks the feature in the training rows
-    below what an L2 probe with C=0.1 can use, and the fold drops to chance."""
+    """Features, labels and groups: ``readable``; ``leaky`` (labels readable only within seen groups); ``scale`` (a
+    scaler fitted on all rows takes its scale from a 1000x held-out group and the fold drops to chance)."""
     rng = np.random.default_rng(seed)
     if case == "scale":
         groups = np.repeat(np.arange(24), [40] + [10] * 23)
@@ -57,14 +50,8 @@ PROBE_CASES = {  # what each case catches, as the failure message says it
 @register
 @exercise(solutions.grouped_cv_probe)
 def check_grouped_cv_probe(fn: Callable[[np.ndarray, np.ndarray, np.ndarray, int], float]) -> Callable:
-    """``fn(features, labels, groups, folds)``: the mean held-out accuracy of an L2 logistic probe
-    (``C=0.1``) under ``folds``-fold grouped cross-validation, features standardised per fold on the
-    training rows only.
-
-    Compared with ``fit_probe``'s accuracy, on data where the label is readable, on data where only
-    a probe that sees test groups in training can score (grouping is what keeps it at chance), and on
-    data where a scaler fitted on all rows (test rows included) loses the label.
-    """
+    """``fn(features, labels, groups, folds)``: the mean held-out accuracy of an L2 logistic probe (``C=0.1``) under
+    ``folds``-fold grouped cross-validation, features standardised per fold on the training rows only."""
     hint = ("Split with sklearn.model_selection.GroupKFold(n_splits=folds).split(X, y, groups) so that no "
             "group is in both train and test; fit StandardScaler on the training rows; "
             "LogisticRegression(C=0.1); average the folds' accuracies.")
@@ -85,14 +72,8 @@ def check_grouped_cv_probe(fn: Callable[[np.ndarray, np.ndarray, np.ndarray, int
 @exercise(solutions.swap_patch)
 def check_swap_patch(fn: Callable[[GPT, torch.Tensor, int, int, int], torch.Tensor], model: GPT | None = None,
                      tokens: torch.Tensor | None = None, position: int | None = None) -> Callable:
-    """``fn(model, tokens, i, j, p)``: the logits (V,) at position ``p`` of example ``i`` when the memory it
-    reads there is the one example ``j`` produced at ``p - 1`` (positions before ``p`` plain: the probe's
-    ``suffix1``).
-
-    Compared with ``analysis.interventions.intervene`` (a patch of rows) on a random FBT model, where
-    taking i's own memory, the memory of position p, or a step at position 0 all change the logits;
-    and on ``model`` with its ``tokens`` (at least 3 rows) and label ``position`` when given.
-    """
+    """``fn(model, tokens, i, j, p)``: the logits (V,) at position ``p`` of example ``i`` when the memory it reads there
+    is the one example ``j`` produced at ``p - 1`` (positions before ``p`` plain: the probe's ``suffix1``)."""
     hint = ("j's memory is the last position of j's plain run over tokens[j, :p] (m_{p-1}); i's own prefix "
             "tokens[i, :p] fills the KV cache; the step of token p is told positions=torch.tensor([p]).")
     cases = [(practice_model("fbt"), practice_tokens(), 6)] + ([] if model is None else [(model, tokens, position)])
@@ -110,11 +91,7 @@ def check_swap_patch(fn: Callable[[GPT, torch.Tensor, int, int, int], torch.Tens
 
 
 def _majority_cases() -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Labels and groups where a baseline that sees held-out labels, or one that assumes balanced labels, errs.
-
-    ``folds``: 24 groups of 10 in GroupKFold's 4 folds; the first fold holds only label 1, the others 25 of 60.
-    Overall label 1 is the majority, but without the first fold it is not: the training rows' majority for that
-    fold is 0, and it scores 0 there. ``three labels``: shares 0.45 / 0.35 / 0.2 drawn per row."""
+    """Labels and groups where a baseline that sees held-out labels, or assumes balanced labels, errs."""
     rng = np.random.default_rng(0)
     groups = np.repeat(np.arange(24), 10)
     fold = fold_assignment(groups, 4)
@@ -128,7 +105,7 @@ def _majority_cases() -> dict[str, tuple[np.ndarray, np.ndarray]]:
 
 
 def _fold_majorities(labels: np.ndarray, groups: np.ndarray, folds: int) -> dict[str, float]:
-    """What the usual slips return: the majority of all rows, or of the held-out rows, scored on each fold."""
+    """The usual slips: the majority of all rows, or of the held-out rows, scored on each fold."""
     fold = fold_assignment(groups, folds)
     overall = np.bincount(labels).argmax()
     return {"all": float(np.mean([np.mean(labels[fold == f] == overall) for f in range(folds)])),
@@ -138,12 +115,8 @@ def _fold_majorities(labels: np.ndarray, groups: np.ndarray, folds: int) -> dict
 @register
 @exercise(solutions.majority_rate)
 def check_majority_rate(fn: Callable[[np.ndarray, np.ndarray, int], float]) -> Callable:
-    """``fn(labels, groups, folds)``: the held-out accuracy of always guessing the training rows' most frequent
-    label, averaged over ``folds`` grouped folds: the baseline a probe must beat (``fit_probe``'s ``majority``).
-
-    Compared with ``fit_probe`` on labels whose first fold holds only one label (overall that label is the
-    majority, but not among the rows the other folds train on) and on three labels of unequal shares.
-    """
+    """``fn(labels, groups, folds)``: the held-out accuracy of always guessing the training rows' most frequent label,
+    averaged over ``folds`` grouped folds: the baseline a probe must beat (``fit_probe``'s ``majority``)."""
     hint = ("Split with GroupKFold(n_splits=folds).split(labels, labels, groups); in each fold guess the label "
             "most frequent among labels[train] and score that guess on labels[test]; average the folds.")
     for what, (labels, groups) in _majority_cases().items():
@@ -198,13 +171,8 @@ def _cache_alternatives(cache: ActivationCache, depth: int, k: int, positions: t
 @register
 @exercise(solutions.layer_features)
 def check_layer_features(fn: Callable[[ActivationCache, int, int, torch.Tensor], torch.Tensor]) -> Callable:
-    """``fn(cache, depth, k, positions)``: the residual features (B, D) at ``depth`` (0: ``hook_input``; l: block
-    l-1's output) in pass ``k`` (from 1) of a ``run_with_cache`` cache of every position, each example read at its
-    own ``positions[b]``.
-
-    Compared with ``run_with_cache`` keeping one position per example, on a random FBT model under 3 Jacobi
-    passes (they differ from position 1 on), at every depth and pass.
-    """
+    """``fn(cache, depth, k, positions)``: the residual features (B, D) at ``depth`` (0: ``hook_input``; l: block l-1's
+    output) in pass ``k`` (from 1) of a ``run_with_cache`` cache, each example read at its own ``positions[b]``."""
     hint = ("Depth 0 is cache.pass_(k)['hook_input'], depth l the output of block l - 1, "
             "f'blocks.{l - 1}.hook_resid_post'; index the (B, T, D) tensor with one position per row: "
             "acts[torch.arange(B), positions].")
@@ -229,9 +197,7 @@ def check_layer_features(fn: Callable[[ActivationCache, int, int, torch.Tensor],
 
 # ---------------------------------------------------------------------------------------------- 05b: effects, intervals
 def _flip_cases() -> dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]:
-    """Clean and edited logits (B, V) with answers and foils: random logits (half the clean answers wrong, so a
-    count of wrong answers is not a count of flips), an edit of moderate size, and one that moves a third token
-    to the top (so an argmax over the vocabulary flips where answer against foil does not)."""
+    """Clean and edited logits (B, V), answers and foils, where wrong clean answers and a third token's rise mislead."""
     g = torch.Generator().manual_seed(0)
     B, V = 200, 29
     clean = torch.randn(B, V, generator=g, dtype=torch.float64)
@@ -250,14 +216,8 @@ def _flip_cases() -> dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor, t
 @register
 @exercise(solutions.flip_rate)
 def check_flip_rate(fn: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], float]) -> Callable:
-    """``fn(clean, edited, answers, foils)``: the share of examples whose prediction, the answer against its foil
-    (the answer when its logit is at least the foil's), differs between the clean and the edited logits (B, V):
-    the flip rate ``intervention_effects`` and ``label_swap`` report.
-
-    Compared with the package on random logits where half the clean predictions are already wrong, and on an
-    edit that lifts a third token above both (an argmax over the vocabulary changes there; the answer against
-    its foil need not).
-    """
+    """``fn(clean, edited, answers, foils)``: the share of examples whose prediction, the answer against its foil (not
+    an argmax over the vocabulary), differs between the clean and edited logits (B, V); a tie goes to the answer."""
     hint = ("Per example, the prediction is answer-vs-foil: clean[b, answers[b]] >= clean[b, foils[b]]; the same "
             "on the edited logits; a flip is a changed prediction, either way; return the share that flipped.")
     for what, (clean, edited, answers, foils) in _flip_cases().items():
@@ -286,12 +246,7 @@ def check_flip_rate(fn: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torc
 
 
 def _interval_cases() -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """Values, reference and groups (40 groups of 8) where one resampling unit or the pairing decides the width.
-
-    ``groups``: each group shares one value (a context effect), the reference is 0: resampling examples gives an
-    interval about sqrt(8) times too narrow. ``pairs``: every example's value is its reference plus a small
-    shift, the references spread widely and groups share nothing: resampling values and references apart gives
-    an interval about seven times too wide."""
+    """Values, reference and groups (40 of 8) where resampling examples, or unpaired values, gets the width wrong."""
     rng = np.random.default_rng(0)
     groups = np.repeat(np.arange(40), 8)
     shared = rng.normal(size=40)[groups] + 0.1 * rng.normal(size=len(groups))
@@ -304,13 +259,8 @@ def _interval_cases() -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
 @register
 @exercise(solutions.paired_interval)
 def check_paired_interval(fn: Callable[[np.ndarray, np.ndarray, np.ndarray, int, int], dict]) -> Callable:
-    """``fn(values, reference, groups, n_boot, seed)``: ``{"mean", "low", "high"}``: the mean of the paired
-    differences ``values - reference`` and its 95 % percentile-bootstrap interval resampling whole groups.
-
-    Compared with ``probes.group_interval`` (its endpoints within a tenth of its width: two bootstraps of 4,000
-    draws differ by about 1 %) on values shared within groups (an example bootstrap is far too narrow) and on
-    values paired with widely spread references (an unpaired bootstrap is far too wide).
-    """
+    """``fn(values, reference, groups, n_boot, seed)``: ``{"mean", "low", "high"}``: the mean of ``values - reference``
+    and its 95 % percentile-bootstrap interval resampling whole groups (endpoints within a tenth of the width)."""
     hint = ("Take the difference per example first (paired); then, n_boot times, draw as many groups as there are, "
             "with replacement, and average the differences of every example of the drawn groups; low and high are "
             "the 2.5th and 97.5th percentiles of those means.")

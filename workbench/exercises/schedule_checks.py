@@ -1,6 +1,4 @@
-"""Exercise checks on the schedules: a relative distance between them (00), a pass mix's cost, a token's FLOPs
-and one Gauss-Seidel sweep (03), one Jacobi pass (04), SOFT decoding's logits (04), the residual between passes
-and the exact recurrence's one-step Jacobian (06)."""
+"""Exercise checks on the schedules (00, 03, 04, 06)."""
 
 from __future__ import annotations
 
@@ -21,13 +19,7 @@ from .framework import VOCAB, T, as_number, close, exercise, passed, practice_mo
 @exercise(solutions.relative_distance)
 def check_relative_distance(fn: Callable[[torch.Tensor, torch.Tensor], float], model: GPT | None = None,
                             idx: torch.Tensor | None = None) -> Callable:
-    """``fn(logits, exact)``: ``||logits - exact|| / ||exact||`` over every entry, a float.
-
-    Compared on logits whose norm differs from the exact ones' (so dividing by the wrong norm shows)
-    and whose error sits at a few entries (so a largest or mean absolute difference shows), then with
-    the ``distance`` column of ``compare_schedules`` for two schedules of a random LRT model (and of
-    ``model`` on ``idx`` when given).
-    """
+    """``fn(logits, exact)``: ``||logits - exact|| / ||exact||`` over every entry, a float."""
     hint = ("The relative distance is one number for the whole tensor: the Frobenius norm of the difference, "
             "(logits - exact).norm(), divided by the norm of the exact logits, exact.norm() (not of logits).")
     gen = torch.Generator().manual_seed(4)
@@ -60,10 +52,8 @@ def check_relative_distance(fn: Callable[[torch.Tensor, torch.Tensor], float], m
 def check_gauss_seidel_sweep(fn: Callable[[GPT, torch.Tensor, int], torch.Tensor]) -> Callable:
     """``fn(model, idx, subsets)``: logits (B, T, V) of one interleaved sweep with write-back.
 
-    An init pass fills a ``KVBuffer``; subset s (positions ``t % S == s``) is then recomputed against
-    it reading ``m_{t-1}`` from the latest estimate — written back by subset s-1 in this sweep, or
-    the init pass for subset 0 — and its K/V and memory are written back. Compared with
-    ``schedules.Interleaved`` for LRT and FBT, S = 1, 2, 3 and T (where it is exact).
+    An init pass fills a ``KVBuffer``; subset s (positions ``t % S == s``) is then recomputed reading ``m_{t-1}`` from
+    the latest estimate (subset s-1's write-back, or the init pass for subset 0), and its K/V and memory written back.
     """
     hint = ("Subset s must read the memory that subset s-1 wrote back in this sweep (subset 0: the init "
             "pass, shifted by one; position 0 reads none), and the refined keys/values must go back into the "
@@ -81,12 +71,7 @@ def check_gauss_seidel_sweep(fn: Callable[[GPT, torch.Tensor, int], torch.Tensor
 @register
 @exercise(solutions.mean_passes)
 def check_mean_passes(fn: Callable[[dict[int, float]], float]) -> Callable:
-    """``fn(mix)``: the expected pass count of a pass mix ``{passes: probability}``, what one training step costs
-    in passes of work.
-
-    Compared with ``schedules.PassMix.of(mix).pass_equivalents()`` on mixes where the plain mean of the pass
-    counts, and the deepest count, give other numbers.
-    """
+    """``fn(mix)``: the expected pass count of a pass mix ``{passes: probability}``, what one training step costs."""
     hint = ("Each batch draws its pass count k with probability p_k, so a step costs k passes only that often: "
             "the expected count weighs every k by its p_k.")
     mixes = [{1: 0.75, 2: 0.22, 3: 0.03}, {1: 0.75, 2: 0.25}, {1: 0.1, 4: 0.9}, {2: 1.0}]
@@ -109,13 +94,8 @@ def check_mean_passes(fn: Callable[[dict[int, float]], float]) -> Callable:
 @register
 @exercise(solutions.token_flops)
 def check_token_flops(fn: Callable[[GPT, int], float]) -> Callable:
-    """``fn(model, seq_len)``: the training FLOPs (forward + backward) one token costs in one plain pass, the
-    account every ``Schedule.flops`` multiplies by pass equivalents and tokens.
-
-    Compared with ``GPT.flops_per_token`` for an untied baseline, a tied FBT model and an LRT model, at two
-    context lengths; each usual slip (the embedding lookup counted, the tied readout left out, the mechanism
-    left out, the forward alone, no attention term, the config's context instead of ``seq_len``) is named.
-    """
+    """``fn(model, seq_len)``: the training FLOPs (forward + backward) one token costs in one plain pass, the account
+    every ``Schedule.flops`` multiplies by pass equivalents and tokens."""
     hint = ("6 FLOPs per weight a token multiplies (2 forward: a multiply and an add; 4 backward): every block's, "
             "the mechanism's and the readout's (the embedding matrix when tied), not the lookup E[token]; plus "
             "12 L D seq_len for attention scores and values over seq_len keys.")
@@ -154,11 +134,8 @@ def check_token_flops(fn: Callable[[GPT, int], float]) -> Callable:
 @register
 @exercise(solutions.jacobi_pass)
 def check_jacobi_pass(fn: Callable[[GPT, torch.Tensor, torch.Tensor | None], torch.Tensor]) -> Callable:
-    """``fn(model, idx, previous)``: the memory (B, T, D) one Jacobi pass produces from the previous
-    pass's memory (None before pass 1: a plain pass).
-
-    Three passes chained, compared with ``schedules.iterate_passes`` for FBT and LRT.
-    """
+    """``fn(model, idx, previous)``: the memory (B, T, D) one Jacobi pass produces from the previous pass's memory (None
+    before pass 1: a plain pass)."""
     hint = ("Pass k reads pass k-1's memory shifted right by one (schedules.shift_right: position t reads "
             "m_{t-1}, position 0 zeros) and only positions t >= 1 read it (schedules.feedback_mask).")
     for mechanism in ("fbt", "lrt"):
@@ -176,14 +153,8 @@ def check_jacobi_pass(fn: Callable[[GPT, torch.Tensor, torch.Tensor | None], tor
 @register
 @exercise(solutions.soft_logits)
 def check_soft_logits(fn: Callable[[GPT, torch.Tensor, int], torch.Tensor]) -> Callable:
-    """``fn(model, idx, prompt_len)``: the logits (B, T, V) SOFT decoding computes over ``idx``: its first
-    ``prompt_len`` tokens one plain pass into a KV cache, then one token per forward through that cache, each
-    reading its predecessor's memory. That is the exact recurrence after a plain prompt,
-    ``schedules.Sequential().run(model, idx, plain_prefix=prompt_len)``, and the check compares with it.
-
-    FBT and LRT practice models, prompts of 4 tokens and of 1. Where the answer first differs says which step
-    went wrong: inside the prompt, at the first token after it, or one token later (the memory not carried on).
-    """
+    """``fn(model, idx, prompt_len)``: the logits (B, T, V) SOFT decoding computes, the exact recurrence after a plain
+    prompt: ``Sequential().run(model, idx, plain_prefix=prompt_len)``."""
     hint = ("The prompt is one plain forward into the cache (model.step(idx[:, :P], kv=cache)); then position t "
             "(t >= P) is one step at positions=torch.tensor([t]) against that same cache, reading the memory the "
             "step before produced (position P: the prompt's last memory).")
@@ -222,13 +193,8 @@ def check_soft_logits(fn: Callable[[GPT, torch.Tensor, int], torch.Tensor]) -> C
 @register
 @exercise(solutions.residual)
 def check_residual(fn: Callable[[torch.Tensor, torch.Tensor], float]) -> Callable:
-    """``fn(prev, new)``: the relative residual ``||new - prev|| / ||new||`` between consecutive Jacobi passes,
-    a float (``schedules.FixedPoint`` stops on it).
-
-    Compared on a pass twice the previous one (where dividing by the previous pass's norm, or by no norm, gives
-    another number), then with the ``delta`` column of ``analysis.fixed_point.pass_dynamics`` over four passes
-    of an FBT and an LRT practice model.
-    """
+    """``fn(prev, new)``: the relative residual ``||new - prev|| / ||new||`` between consecutive Jacobi passes, a float
+    (``schedules.FixedPoint`` stops on it)."""
     hint = ("delta_k = ||H^k - H^(k-1)|| / ||H^k||: the norm of the change over every entry, divided by the norm "
             "of the new pass, new.norm() (not of prev).")
     prev = torch.randn(2, T, 16, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
@@ -259,11 +225,8 @@ def check_residual(fn: Callable[[torch.Tensor, torch.Tensor], float]) -> Callabl
 @register
 @exercise(solutions.one_step_jacobian)
 def check_one_step_jacobian(fn: Callable[[GPT, torch.Tensor, int], torch.Tensor]) -> Callable:
-    """``fn(model, idx, t)``: (B, D, D) the Jacobian ``d m_t / d m_{t-1}`` of the exact recurrence at
-    position ``t``, the keys/values of positions < t held at their exact values.
-
-    Compared with ``analysis.jacobians.recurrence_jacobians`` on FBT and LRT practice models.
-    """
+    """``fn(model, idx, t)``: (B, D, D) the Jacobian ``d m_t / d m_{t-1}`` of the exact recurrence at position ``t``,
+    the keys/values of positions < t held at their exact values."""
     from ..analysis.jacobians import recurrence_jacobians
 
     hint = ("Run the exact recurrence over positions < t into a KV cache (schedules.Sequential().prefill(..., cache)); "

@@ -1,16 +1,8 @@
 """Experiments: each claim of the two papers as a recipe in code, gated, reproduced at small scale.
 
-- ``core``: what a recipe is (claim, runs, competence gates, decision rule) and how gates apply;
-- ``common``: model shapes, configs at matched compute, comparisons with seed-aware intervals;
-- ``recipes``: one module per recipe (``RECIPES``);
-- ``runner``: train what is stale, analyse, gate, write ``summary.json`` (``reproduce``, ``ensure``);
-  ``runs`` (one run: train, evaluate, save), ``pool`` (stale runs side by side), ``migrate`` (old runs updated);
-- ``results_page``: RESULTS.md from the summaries;
-- ``figures``: the figure of a recipe's stored tables (``experiment_figure``);
-- ``store``: the one checkpoint root and the loaders notebooks use.
-
-``python -m workbench reproduce NAME|all [--list] [--scale S] [--force] [--out DIR]``.
-"""
+``core`` says what a recipe is, ``recipes`` holds one module per recipe (``RECIPES``), ``runner`` reproduces them
+(``python -m workbench reproduce NAME|all [--list] [--scale S] [--force] [--out DIR]``), ``results_page`` writes
+RESULTS.md, and ``store`` is the one checkpoint root notebooks load from."""
 
 from .common import (
                      EXACT,

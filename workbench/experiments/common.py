@@ -1,10 +1,7 @@
 """Shared pieces of the recipes: model shapes, run configs at matched compute, arm comparisons, the rules in words.
 
-Runs compared "at matched compute" get their step counts from the trainer's own FLOP accounting
-(``step_flops``, over ``Schedule.flops``): an interleaved run (2 passes of work per step) gets half the steps
-of a single-pass baseline, a 3-pass run a third. Comparisons between arms use
-``evaluation.hierarchical_difference``: seeds, then examples, so an interval carries seed variance.
-"""
+Matched-compute step counts come from the trainer's own FLOP accounting (``step_flops``): an interleaved run gets half a
+single-pass baseline's steps."""
 
 from __future__ import annotations
 
@@ -24,7 +21,7 @@ FBT_MODEL = {**SMALL_MODEL, "mechanism": "fbt"}
 FBT_MIX = {1: 0.75, 2: 0.22, 3: 0.03}
 RUNNING_SUM = {"p": 5, "length": 32}
 EXACT = schedules.Sequential()
-LEARNED_MARGIN = 0.10  # an arm "learned" a running_sum when its accuracy is this far above the chance floor
+LEARNED_MARGIN = 0.10  # above the chance floor
 
 
 def steps(base: float, scale: float) -> int:
@@ -32,9 +29,7 @@ def steps(base: float, scale: float) -> int:
 
 
 def curve_every(n_steps: int, marks: int) -> int:
-    """The trainer's ``eval_every`` for ``marks`` held-out evaluations at regular steps. A run too short for them
-    (under 4 steps a mark: the test suite's few-step runs) is evaluated every quarter of its steps instead, the
-    four points a curve's last-quarter reading needs, not at every step."""
+    """The trainer's ``eval_every`` for ``marks`` evaluations (a tiny run: the four a last quarter needs)."""
     return max(1, n_steps // marks) if n_steps >= 4 * marks else max(1, n_steps // 4)
 
 
@@ -42,16 +37,12 @@ SMOKE_EVAL_SIZE = 8
 
 
 def eval_size(scale: float) -> int:
-    """Held-out examples of a run's recorded evaluation: all ``EVAL_SIZE`` at scale >= 1, ``SMOKE_EVAL_SIZE`` below
-    (the test suite's scale), where an evaluation under the exact recurrence, in float32 and again in float64, on
-    prompts of over 1,000 tokens costs far more than the run's few training steps."""
+    """Held-out examples of a run's recorded evaluation; fewer below scale 1, where evaluation dwarfs training."""
     return EVAL_SIZE if scale >= 1 else SMOKE_EVAL_SIZE
 
 
 def step_flops(cfg: TrainConfig, schedule: schedules.Schedule | None = None) -> float:
-    """Training FLOPs of one optimiser step of ``cfg`` under the trainer's accounting, at its task's longest
-    length, under ``schedule`` (default: the run's own; a pass mix costs its expected passes): the one
-    step-cost function budgets, orderings and compute tables use."""
+    """Training FLOPs of one step of ``cfg`` under ``schedule`` (default its own): every budget's step cost."""
     task = tasks.get(cfg.task, **cfg.task_params)
     model = build_model(cfg.model_config(task.vocab_size, task.seq_len), device="meta")
     return (schedule or cfg.schedule).flops(model, cfg.batch_size, task.seq_len)
@@ -70,8 +61,7 @@ def config(task: str, model: dict, n_steps: int, seed: int, task_params: dict | 
 
 def budget_runs(prefix: str, specs: list[tuple[str, TrainConfig, dict]], base_steps: int, scale: float,
                 reference: TrainConfig | None = None) -> list[RunSpec]:
-    """Runs given the same training FLOPs as ``base_steps`` single-pass steps of ``reference`` (default: the
-    first config); a reference outside ``specs`` lets two recipes give a shared arm the same budget."""
+    """Runs given the FLOPs of ``base_steps`` single-pass steps of ``reference`` (default: the first config)."""
     first = (specs[0][1] if reference is None else reference).replace(schedule=schedules.Single(),
                                                                       steps=steps(base_steps, scale))
     budget = step_flops(first) * first.steps
@@ -110,13 +100,7 @@ def arms_by_prefix(ctx: Context, template: str, arms: tuple[str, ...]) -> dict[s
 
 
 def bar_figure(table: pd.DataFrame, title: str, floors: dict[str, tuple[float, str]] | None = None):
-    """One bar per arm of an experiment (mean over seeds, error bar = seed std), a panel per task/metric,
-    with each panel's floor drawn: ``floors`` maps a metric name to (value, label), e.g. the chance
-    accuracy of a running_sum or the unigram loss of a text.
-
-    Takes the table the recipes write (``arm``, ``metric``, ``value``, ``seed_std``, optionally ``task``);
-    a row's paired interval against the reference arm is in its CSV.
-    """
+    """One bar per arm (mean, seed-std error bar), a panel per task/metric, ``floors`` drawn as lines."""
     import seaborn as sns
 
     from ..plots.base import new_figure, require_columns
@@ -159,8 +143,7 @@ def learned_gates_values(ctx: Context, arms: dict[str, list[str]], floor: float,
 
 
 def last_quarter_improvement(history: pd.DataFrame, column: str = "loss") -> float:
-    """How much ``column`` fell over the last quarter of training, relative to its final value: near 0
-    when the curve has flattened, so a comparison is not made in the first descent."""
+    """Relative fall of ``column`` over the last quarter of training: near 0 once past the first descent."""
     values = history[column].dropna().to_numpy()
     if len(values) < 8:
         return float("nan")

@@ -1,13 +1,7 @@
 """What a recipe is: the claim, its runs, its competence gates and decision rule, stated before training.
 
-A recipe names the claim it tests, the arms it trains (``RunSpec``), the **gates** its models must
-pass before any verdict is drawn (held-out accuracy, loss below a baseline, feedback that helps),
-and the **decision rule** that turns an interval into a verdict. Both are data on the ``Recipe``,
-written before anything runs, so ``reproduce --list`` and RESULTS.md can show them next to the
-result. The analysis measures each gate; a failed gate replaces the verdict with
-``not tested: <gate> = <value> (needs <op> <threshold>)``: an instrument on a model that did not
-learn its task says nothing about the claim.
-"""
+A failed gate replaces the verdict with ``not tested: ...``: an instrument on a model that did not learn its task says
+nothing about the claim."""
 
 from __future__ import annotations
 
@@ -67,8 +61,7 @@ class GateResult:
 
 @dataclass(frozen=True)
 class Extension:
-    """A recipe's rule applied beyond the paper's claim (another task, arm or setting): its own row, worded as an
-    extension ("the claim extends to ..."), never the recipe's verdict."""
+    """A recipe's rule applied beyond the paper's claim: its own row, never the verdict."""
 
     name: str  # what the claim is extended to, e.g. "multi_register (FBT)"
     verdict: str
@@ -77,8 +70,7 @@ class Extension:
 
 @dataclass(frozen=True)
 class Finding:
-    """A recipe's result said plainly, for the "What we found" table: our headline number and one sentence a
-    newcomer can read, both computed from the recipe's own ``summary.json`` and ``results.csv``."""
+    """A recipe's result said plainly for the "What we found" table, computed from its stored results."""
 
     ours: str
     sentence: str
@@ -92,8 +84,7 @@ def failed_gates(summary: Mapping[str, Any]) -> str:
 
 
 def lead(summary: Mapping[str, Any]) -> str:
-    """A finding's first words when a competence check failed: which one, so that a number after it is never read
-    as a result ("" when every check passed: the verdict stands beside the sentence)."""
+    """A finding's first words when a competence check failed, so no number after it reads as a result (else "")."""
     verdict, failed = summary["verdict"], failed_gates(summary)
     if verdict.startswith("not tested") and failed:
         return f"Not tested: {failed}, so no verdict is drawn."

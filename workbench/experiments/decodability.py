@@ -1,10 +1,7 @@
 """Decodability vs use on a probe task's batch (the design ``causal_use`` runs and notebook 05b teaches).
 
-A probe shows that a label is *decodable* from the memory, not that the model *uses* it (the FBT paper's own
-warning, appendix F). ``label_swap`` replaces the memory read at the label position (or the whole memory
-stream) with a group mate's of the other label (``mate_rows``) or another context's (``cross_rows``), against
-same-label controls, and reads the answer; ``example_logits`` shows one example's answer logits under each edit.
-"""
+A probe shows that a label is *decodable* from the memory, not that the model *uses* it (the FBT paper's own warning,
+appendix F): edit the memory and see whether the answer follows."""
 
 from __future__ import annotations
 
@@ -28,13 +25,11 @@ def _check_probe_batch(batch: Batch) -> None:
 
 
 def mate_rows(batch: Batch, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """For every example, a **swap** row (a group mate whose label differs: same context, other label)
-    and a **control** row (another example with the same label: a group mate when the group has one,
-    else a member of the next group, cyclically, at the same label position). Random among ties, seeded.
+    """Per example, a **swap** row (a group mate of the other label) and a **control** row (the same label, in the group
+    or the next one at the same label position), seeded.
 
-    A group shares everything but the label-bearing detail, so the swap changes the label and as
-    little else as possible; the control changes at least as much of the context and not the label.
-    """
+    A group shares everything but the label-bearing detail, so the swap changes the label and little else; the control
+    changes at least as much context and not the label."""
     _check_probe_batch(batch)
     rng = np.random.default_rng(seed)
     labels, groups = batch.labels.cpu().numpy(), batch.groups.cpu().numpy()
@@ -62,10 +57,7 @@ def mate_rows(batch: Batch, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def cross_rows(batch: Batch, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """For every example, a **cross-context** swap row (an example of another group with the other label) and
-    its control (another group's example with the same label), both at the same label position, random among
-    ties, seeded: the swap changes the context along with the label, so an answer that follows it follows the
-    label the memory carries, not a detail of the context."""
+    """Per example, a **cross-context** swap row (another group, other label) and its same-label control."""
     _check_probe_batch(batch)
     rng = np.random.default_rng(seed)
     labels, groups = batch.labels.cpu().numpy(), batch.groups.cpu().numpy()
@@ -87,8 +79,7 @@ SPANS = ("site", "stream")
 
 
 def label_tokens(batch: Batch) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The answer token of every example (its target at the label position) and, for a binary task,
-    the foil (the other label's answer token)."""
+    """The answer token of every example and, for a binary task, the foil (the other label's answer token)."""
     rows = torch.arange(len(batch))
     answers = batch.targets[rows, batch.label_positions]
     by_label = {int(label): int(token) for label, token in zip(batch.labels, answers)}
@@ -104,16 +95,9 @@ def label_swap(model: GPT, batch: Batch, site: str = "memory", seed: int = 0,
                schedule: schedules.Schedule | None = None, span: str = "site") -> pd.DataFrame:
     """Decodability vs use on one probe batch: edit the memory and see whether the answer follows.
 
-    The run is the probe's ``suffix1`` condition by default (a plain prefill up to the label position, which
-    then reads the previous position's memory: ``regime="soft"``, ``prompt_len`` = the label position), or
-    ``schedule`` (e.g. ``Multipass(2)``, the regime a specimen trained in) on each example up to its label
-    position. ``span``: ``"site"`` edits the memory read at the label position; ``"stream"`` every memory read
-    of the run (in every forward that reads), a larger edit with more power. Kinds: ``swap``: the group mate
-    of the other label's (``mate_rows``); ``control``: a same-label example's; ``cross`` / ``cross_control``:
-    another group's example of the other / the same label (``cross_rows``); ``mean``: the batch mean;
-    ``zero``. Per example rows of ``intervention_effects`` plus ``group``, ``label`` and ``span``; the answer
-    is the label's first token against the other label's.
-    """
+    Runs the probe's ``suffix1`` condition, or ``schedule`` (e.g. a specimen's training regime), up to each label
+    position. ``span="site"`` edits the memory read at the label position, ``"stream"`` every memory read (a larger
+    edit, more power). Returns ``intervention_effects`` rows per example plus ``group``, ``label`` and ``span``."""
     _check_probe_batch(batch)
     unknown = sorted(set(kinds) - set(SWAP_KINDS))
     if unknown or not kinds:
@@ -147,21 +131,13 @@ def label_swap(model: GPT, batch: Batch, site: str = "memory", seed: int = 0,
 
 def example_logits(model: GPT, batch: Batch, example: int, position: int | None = None, source: int | None = None,
                    site: str = "memory") -> pd.DataFrame:
-    """One example's answer logits, clean and edited: what a learner watches move.
-
-    The run is a plain prefill up to ``position`` (default: the label position, the probe's
-    ``suffix1``), then the exact recurrence through the label position; the memory read at
-    ``position`` is patched from example ``source`` (default: its swap mate, ``mate_rows``),
-    mean-ablated and zeroed. One row per (intervention, label): ``intervention``, ``token`` (the
-    label's name), ``logit`` (of the label's answer token at the label position), ``true`` (the
-    example's own label).
-    """
+    """One example's answer logits, clean and with the memory at ``position`` patched, mean-ablated, zeroed."""
     _check_probe_batch(batch)
     check_int("example", example, 0, len(batch) - 1)
     p = int(batch.label_positions[example])
     position = p if position is None else position
     check_int("position", position, 1, p)
-    rows = (batch.label_positions == p).nonzero().squeeze(1)  # examples of the same length run together
+    rows = (batch.label_positions == p).nonzero().squeeze(1)
     source = int(mate_rows(batch)[0][example]) if source is None else source
     check_int("source", source, 0, len(batch) - 1)
     if int(batch.label_positions[source]) != p:

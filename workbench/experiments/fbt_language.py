@@ -1,15 +1,6 @@
-"""FBT on language: how the text specimens of ``fbt_text`` are scored, shared by the recipes that read them.
-
-Every number is per held-out window (bits per byte, one byte one token) and says what produced it:
-- ``pass{k}``: the whole window under ``multipass(k)`` (pass 1 is plain, pass k reads pass k-1);
-- ``exact``: the whole window under the exact recurrence (``sequential``: what a decoder realises);
-- ``standard`` / ``soft`` / ``fused{P}``: the window's second half, a continuation of its first ``PROMPT`` bytes,
-  scored teacher-forced the way each decoding regime computes it (``schedules.regime``: STANDARD plain, SOFT a
-  plain prompt then every token reading its predecessor, FUSED the prompt refined by P extra fused passes first).
-
-``score_run`` measures one model; ``fbt_text`` writes every specimen's scores to ``SCORES`` so the reading
-recipes (``fbt_regimes``, ``fbt_prefill_gain``, ``fbt_fixed_point_text``) compare them without re-running them.
-"""
+"""FBT on language: how ``fbt_text``'s specimens are scored, per held-out window in bits per byte, for the recipes that
+read them: ``pass{k}`` and ``exact`` on the whole window, ``standard`` / ``soft`` / ``fused{P}`` on its continuation
+after ``PROMPT`` bytes, teacher-forced as each decoding regime computes it."""
 
 from __future__ import annotations
 
@@ -38,27 +29,20 @@ from .core import Context, Gate
 from .pool import map_jobs
 from .runs import spec_of
 
-# the text specimens' shape (fbt_text, fbt_pass_mixes): byte-level 2x128, tied embeddings, document starts plain
-# (no memory crosses a <bos>): the 600-step pilot's shape, where the pass-2 feedback paid on this machine
+# the text specimens' shape: the pilot's, where the pass-2 feedback paid; no memory crosses a <bos>
 MODEL = {"n_layer": 2, "n_head": 2, "n_embd": 128, "tie_embeddings": True, "document_token": BOS}
 SPECIMENS = "fbt_text"  # the recipe whose runs these recipes read
 STEPS = 800  # fbt_text's optimiser steps of every arm trained at equal steps (LONGS multiply them)
-# the paper's model (GLU fusion, trained as the paper and the reference read it) at LONG times fbt_text's steps: at
-# fbt_text's steps its feedback was unused (pass 2 worse than pass 1), and at 3x still unused, so its verdicts had no
-# model to read; each decision to read them at a longer multiple (LONGS), with that multiple's baselines, was written
-# before those runs trained. The verdicts read the last; the shorter ones stay as extension rows
+# the paper's arm at LONG times STEPS: at 1x and 3x its feedback was unused, so its verdicts had no model to read; each
+# longer multiple was fixed before it trained. The verdicts read the last; the shorter ones are extension rows
 LONGS = (3, 9)
 LONG = LONGS[-1]
 PAPER_ARM = f"glu_mix_x{LONG}"
-# the positive control of every text verdict: the baseline given about twice the tokens (the FLOPs-matched baseline
-# of the paper's training) against the equal-step baseline, a gap the paper's 1.5-2x claim implies; at the paper's
-# arm's steps
+# the positive control of every text verdict: about twice the tokens against equal steps, a gap the 1.5-2x claim implies
 CONTROL = (f"base_mix_flops_x{LONG}", f"base_x{LONG}")
-# the seeds of the paper's arm and CONTROL at LONG. At 3 seeds the arm's feedback gate ended at +0.0004 with every
-# seed's own pass 2 - pass 1 below 0, and the control's seed spread (0.04-0.05 bits/byte, shared by the runs of one
-# seed: same initial draw, same batches) hid its 0.06 gap from intervals that resampled each arm's seeds apart. Decided
-# before seeds 3-5 trained (2026-12-06): the verdicts are read at LONG_SEED_TARGET seeds, every difference between
-# arms paired by seed (``difference``); LONG_SEEDS lists those trained so far (the runs span sessions)
+# At 3 seeds the feedback gate ended at +0.0004 with every seed's own pass 2 - pass 1 below 0, and the control's seed
+# spread (0.04-0.05 bits/byte, shared by one seed's runs) hid its 0.06 gap from unpaired intervals. Decided before
+# seeds 3-5 trained: verdicts read at LONG_SEED_TARGET seeds, paired by seed; LONG_SEEDS: those trained so far
 LONG_SEED_TARGET = 6
 LONG_SEEDS = (0, 1, 2)
 SCORES = "scores.csv"  # fbt_text's per-run, per-window, per-measure table
@@ -66,8 +50,7 @@ PROMPT = 128  # bytes of each 256-byte held-out window given as the prompt; the 
 PASSES = (1, 2, 3)
 PREFILL_PASSES = (1, 2, 4, 16, 64, 256)  # FUSED's extra fused passes over the prompt
 SMOKE_PREFILL = (1, 2)  # below full scale (the test suite's smoke runs): FUSED-256 alone costs minutes a model
-# the regimes' continuations are scored on the first this many held-out windows (FUSED-256 iterates a 128-byte
-# prompt 256 times: about a minute a model per 64 windows on one core); the passes and the exact recurrence on all
+# windows the regimes' continuations are scored on (FUSED-256: about a minute a model per 64 windows on one core)
 REGIME_WINDOWS = 64
 GREEDY_PROMPTS = 4  # held-out prompts whose greedy continuations each regime writes (shown, not scored)
 GREEDY_TOKENS = 96
@@ -82,8 +65,7 @@ def continuation(batch: Batch, prompt_len: int = PROMPT) -> Batch:
 
 def measures(prefill: tuple[int, ...] = PREFILL_PASSES, feedback: bool = True, prompt_len: int = PROMPT
              ) -> dict[str, tuple[schedules.Schedule, bool]]:
-    """Each measure's schedule value and whether it scores the continuation only (else the whole window). A model
-    without feedback gets pass 1, the exact recurrence and STANDARD only: every other measure computes the same."""
+    """Each measure's schedule and whether it scores the continuation only (no feedback: pass 1, exact, STANDARD)."""
     out: dict[str, tuple[schedules.Schedule, bool]] = {
         f"pass{k}": (schedules.Multipass(k), False) for k in (PASSES if feedback else PASSES[:1])}
     out["exact"] = (schedules.Sequential(), False)
@@ -96,8 +78,7 @@ def measures(prefill: tuple[int, ...] = PREFILL_PASSES, feedback: bool = True, p
 
 def score_run(model: GPT, batch: Batch, prefill: tuple[int, ...] = PREFILL_PASSES,
               regime_windows: int = REGIME_WINDOWS, prompt_len: int = PROMPT) -> pd.DataFrame:
-    """One model's bits per byte on every held-out window under every measure: columns example, measure, bpb
-    (the continuation measures, after a prompt of ``prompt_len`` bytes, on the first ``regime_windows`` windows)."""
+    """One model's bits per byte per held-out window and measure; continuations on ``regime_windows`` windows."""
     if not 1 <= prompt_len < batch.tokens.size(1):
         raise ValueError(f"prompt_len={prompt_len!r} is invalid: must be in [1, {batch.tokens.size(1) - 1}] (the "
                          "batch's windows less one byte of continuation)")
@@ -123,9 +104,8 @@ def per_seed(scores: pd.DataFrame, arm: str, measure: str) -> list[np.ndarray]:
 
 def difference(scores: pd.DataFrame, arm: str, measure: str, reference_arm: str, reference_measure: str,
                seed: int = 0) -> dict[str, float]:
-    """The interval of ``arm``'s ``measure`` minus ``reference_arm``'s ``reference_measure``, paired by window and
-    by seed: two arms' runs of one seed share their initial draw and their batches, so each seed's per-window
-    difference is resampled whole (seeds, then windows). Both arms must have been trained on the same seeds."""
+    """``arm``'s ``measure`` minus ``reference_arm``'s: an interval paired by window and seed (shared draw and
+    batches)."""
     sides = [dict(zip(sorted(set(scores.loc[scores["arm"] == a, "seed"])), per_seed(scores, a, m), strict=True))
              for a, m in ((arm, measure), (reference_arm, reference_measure))]
     if sides[0].keys() != sides[1].keys():
@@ -135,8 +115,7 @@ def difference(scores: pd.DataFrame, arm: str, measure: str, reference_arm: str,
 
 
 def contrast(scores: pd.DataFrame, arm: str, weights: dict[str, float], seed: int = 0) -> dict[str, float]:
-    """The interval of ``sum(weight * measure)`` on each window of ``arm``'s own weights (e.g. pass 2 - pass 1):
-    each seed's per-window combination, then windows and seeds resampled, a seed's measures staying together."""
+    """The interval of ``sum(weight * measure)`` per window of ``arm``'s own weights, seeds resampled whole."""
     parts = [[w * a for a in per_seed(scores, arm, m)] for m, w in weights.items()]
     combined = [np.sum(same_seed, axis=0) for same_seed in zip(*parts, strict=True)]
     return bootstrap(combined, unit="seeds", seed=seed)
@@ -157,7 +136,7 @@ SEED_GATE = Gate("pre-registered seeds trained", f"seeds of {PAPER_ARM} and both
 
 
 def seeds_trained(scores: pd.DataFrame) -> int:
-    """``SEED_GATE``'s measured value: the fewest seeds scored among the paper's arm and its two baselines."""
+    """``SEED_GATE``'s value: the fewest seeds scored among the paper's arm and its two baselines."""
     return min(scores.loc[scores["arm"] == arm, "seed"].nunique() for arm in (PAPER_ARM, *CONTROL))
 
 
@@ -179,8 +158,7 @@ def reading_gates(scores: pd.DataFrame) -> tuple[dict[str, float], dict[str, flo
 
 
 def pending(summary: Mapping[str, Any]) -> str:
-    """A finding's sentence on what its verdict needs next where a gate failed (``fbt_text``'s ``next_budget``, kept
-    in the summary), "" where every gate passed."""
+    """A finding's sentence on what a failed gate's verdict needs next; "" when every gate passed."""
     if all(g["passed"] for g in summary["gates"]):
         return ""
     budget = summary["next_budget"]
@@ -188,13 +166,12 @@ def pending(summary: Mapping[str, Any]) -> str:
 
 
 def text_budget(root: Path) -> dict[str, Any]:
-    """``fbt_text``'s ``next_budget`` under a checkpoint root: what its readers' verdicts need next too."""
+    """``fbt_text``'s ``next_budget`` under a checkpoint root."""
     return json.loads((root / SPECIMENS / "summary.json").read_text())["next_budget"]
 
 
 def beyond(summary: dict, keep: str = "") -> str:
-    """A finding's last sentence: the verdict of every extension row whose name contains ``keep``, cut at its
-    colon (``add_full: reproduces``), those not tested named together; "" when there are none."""
+    """A finding's last sentence: the verdicts of the extension rows whose name contains ``keep``."""
     rows = [(e["name"].split(" ")[0], e["verdict"].split(":")[0]) for e in summary.get("extensions", [])
             if keep in e["name"]]
     said = [f"{arm} {verdict}" for arm, verdict in rows if verdict != "not tested"]
@@ -205,13 +182,12 @@ def beyond(summary: dict, keep: str = "") -> str:
 
 
 def continuation_control(scores: pd.DataFrame) -> dict[str, float]:
-    """The positive control on the continuations the regimes are scored on: ``CONTROL``'s two baselines under
-    STANDARD (below 0: the instrument tells about twice the tokens apart at this sample)."""
+    """The positive control on the scored continuations: ``CONTROL``'s baselines under STANDARD."""
     return difference(scores, CONTROL[0], "standard", CONTROL[1], "standard", seed=2)
 
 
 def weights_id(run: Path) -> str:
-    """The sha256 of a saved run's weights (its manifest's): a score is reused only for the weights it measured."""
+    """The sha256 of a saved run's weights: a score is reused only for the weights it measured."""
     return json.loads((run / "manifest.json").read_text())["files"]["model.safetensors"]["sha256"]
 
 
@@ -222,8 +198,7 @@ def _score_saved(run: Path, prefill: tuple[int, ...]) -> pd.DataFrame:
 
 
 def collect_scores(ctx: Context, arm_of) -> pd.DataFrame:
-    """Every run's ``score_run`` table (columns run, arm, seed, weights, example, measure, bpb), written to
-    ``SCORES``: rows of weights still in place are reused, the rest scored ``ctx.jobs`` runs at a time."""
+    """Every run's ``score_run`` table, written to ``SCORES``, reusing rows whose weights are unchanged."""
     prefill = PREFILL_PASSES if ctx.scale >= 1 else SMOKE_PREFILL
     path = ctx.out / SCORES
     current = {n: weights_id(ctx.out / n) for n in ctx.runs}
@@ -243,16 +218,13 @@ def collect_scores(ctx: Context, arm_of) -> pd.DataFrame:
 
 
 def bars(ctx: Context, long: pd.DataFrame, title: str):
-    """The recipe's bar figure from ``long`` (arm, metric, value), whose table is saved as ``bars.csv`` beside
-    ``results.csv``: the wide results table these recipes write does not draw it, and the recipe explorer redraws a
-    recipe's figure from its saved tables."""
+    """The recipe's bar figure from ``long``, saved as ``bars.csv`` so the recipe explorer can redraw it."""
     write_csv(ctx.out / "bars.csv", long)
     return bar_figure(long, title)
 
 
 def specimen_continuations(root: Path, arms: list[str], seed: int = 0) -> pd.DataFrame:
-    """``greedy_continuations`` of each arm's seed-``seed`` specimen under ``root`` (FUSED with one extra pass, the
-    depth the paper trains at), with its arm and run: what the regimes' scores look like as text."""
+    """``greedy_continuations`` of each arm's seed-``seed`` specimen: the regimes' scores as text."""
     frames = []
     for arm in arms:
         run = root / SPECIMENS / f"{arm}_s{seed}"
@@ -273,8 +245,7 @@ def read_scores(root: Path) -> pd.DataFrame:
 @torch.no_grad()
 def greedy_continuations(model: GPT, batch: Batch, decode, prefill: int = 1,
                          prompt_len: int = PROMPT) -> pd.DataFrame:
-    """Each regime's greedy continuation of the first ``GREEDY_PROMPTS`` held-out prompts (``prompt_len`` bytes):
-    columns example, regime, prompt, continuation (``decode`` turns ids into text)."""
+    """Each regime's greedy continuation of the first ``GREEDY_PROMPTS`` held-out prompts."""
     prompts = batch.tokens[:GREEDY_PROMPTS, :prompt_len]
     rows = []
     for name in schedules.REGIMES:

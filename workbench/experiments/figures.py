@@ -1,8 +1,4 @@
-"""The figure of a recipe's stored tables (``results_table.recipe_tables``), chosen by what the tables hold.
-
-It lives with the experiments, not in ``plots``: a recipe's own figure (``causal_use``'s, the arms' bar
-chart) is the recipe's, and only this layer may import recipes.
-"""
+"""The figure of a recipe's stored tables; here, not in ``plots``, because only this layer may import recipes."""
 
 from __future__ import annotations
 
@@ -19,14 +15,7 @@ if TYPE_CHECKING:
 
 
 def experiment_figure(tables: Mapping[str, pd.DataFrame], title: str = "") -> Figure:
-    """A recipe's figure from the tables it wrote, by their content.
-
-    ``pass_dynamics`` (one table, a ``run`` column): ``contraction_curves`` per run; ``traces``:
-    ``trace_lengths``; a probe table (``condition``, ``layer``): ``layer0_comparison``; a
-    fixed-point study's runs: ``fixed_point_readability``; a causal-use table (``swap_flip``, its
-    ``positive control`` rows, with ``distances``): ``causal_use_figure``; an arms table (``arm``,
-    ``metric``, ``value``), or the ``bars`` a recipe saved beside a wide one: ``bar_figure``.
-    """
+    """A recipe's figure from the tables it wrote, chosen by their names and columns."""
     from .. import plots  # on first use: ``import workbench.experiments`` loads no seaborn
 
     if "pass_dynamics" in tables:

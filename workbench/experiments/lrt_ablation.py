@@ -1,20 +1,13 @@
 """The LRT paper's ablations on language (arXiv 2605.26797): what ``source_layer``, ``memory_source``,
 ``injection_ablation`` and ``gate_control`` share.
 
-Each recipe trains a few of the byte-level text arms of ``text_arms`` (the baseline and the reference LRT
-``lrt_interleaved`` are those of ``lrt_vs_baseline``, copied, not retrained) and compares each arm with one
-other (``comparisons``: arm -> the arm it is read against), both ways the budget allows:
-
-- at the **final FLOP mark** (matched training FLOPs): the per-example held-out bits per byte under the exact
-  recurrence, a 95 % hierarchical interval over seeds then examples (``common.compare``);
-- at **equal optimiser steps**, read off the recorded held-out curves (each run's own schedule, the trainer's
-  held-out windows): the seed means and spread, with no example interval (the curves keep means only).
-
-At matched FLOPs the interleaved variants take the same steps (within a few per cent), so the two comparisons
-nearly coincide among them; ``gates_only`` is single-pass and takes about twice the steps of an interleaved run.
-The gates are the baseline's competence checks of ``lrt_vs_baseline`` and one that the reference LRT uses its
-memory at all: an ablation of a memory the model ignores says nothing.
-"""
+Each recipe trains a few byte-level text arms of ``text_arms`` (the baseline and reference LRT are
+``lrt_vs_baseline``'s, copied, not retrained) and reads each arm against one other (``comparisons``) both ways the
+budget allows: at the **final FLOP mark**, with a hierarchical interval on held-out bits per byte under the exact
+recurrence; and at **equal optimiser steps**, off the recorded held-out curves (seed means and spread only: the curves
+keep means). The interleaved variants take nearly the same steps, so the two nearly coincide among them. The gates add
+to the baseline's that the reference LRT uses its memory at all: an ablation of a memory the model ignores says
+nothing."""
 
 from __future__ import annotations
 
@@ -57,13 +50,12 @@ GATES: tuple[Gate, ...] = (*lrt_vs_baseline.RECIPE.gates, MEMORY_GATE)
 
 Intervals = Mapping[str, Mapping[str, float]]  # compared arm -> its difference (an interval, or equal_steps' dict)
 Rule = Callable[[Intervals, Intervals], str]  # (final-FLOP-mark intervals, equal-steps differences) -> verdict
-# results.csv: one row per arm, its BPB (exact, final FLOP mark), then its difference from the arm it is read against
 COLUMNS = ["arm", "metric", "value", "seed_std", "seeds", "vs", "diff", "ci_low", "ci_high", "equal_steps",
            "diff_equal_steps", "diff_equal_steps_min", "diff_equal_steps_max", "bpb_own_schedule", "better_if"]
 
 
 def setting(arms: tuple[str, ...]) -> str:
-    """The recipes' setting in one sentence, from the text arms' constants."""
+    """The recipes' setting in one sentence."""
     return (f"Byte-level {TEXT_MODEL['n_layer']}x{TEXT_MODEL['n_embd']} models on the stdlib corpus at context "
             f"{TEXT['seq_len']}, arms {', '.join(arms)} (LRT: reference-code treatment, interleaved S=2 unless "
             f"single-pass), each given the FLOPs of {BASE_STEPS} baseline steps of {BATCH} windows at a "
@@ -77,10 +69,7 @@ CAVEAT = ("At matched FLOPs the interleaved variants take the same optimiser ste
 
 
 def equal_steps(ctx: Context, arm: list[str], reference: list[str]) -> dict[str, float]:
-    """(arm - reference) held-out BPB at equal optimiser steps, read off the recorded curves, seed by seed: both
-    curves at the fewer steps of the pair (the shorter run's last point, the longer interpolated there), and what
-    the reference's steps past that mark (to its matched-FLOP end) changed it by. The general form of
-    ``lrt_vs_baseline.equal_steps`` (there arm = LRT, reference = baseline; ``missing_steps_mean`` the same)."""
+    """(arm - reference) held-out BPB at the pair's fewer steps, per seed, off the curves."""
     pairs = list(zip(curves(ctx, arm), curves(ctx, reference), strict=True))
     diffs, missing, marks = [], [], []
     for a, r in pairs:
@@ -96,8 +85,7 @@ def equal_steps(ctx: Context, arm: list[str], reference: list[str]) -> dict[str,
 
 
 def describe_steps(label: str, steps: Mapping[str, float]) -> str:
-    """An equal-steps difference in words: the step mark, the seed mean and spread, and the reference's further
-    steps when it has any."""
+    """An equal-steps difference in words."""
     further = (f"; the reference's further steps to {steps['reference_steps']:.0f} change it by "
                f"{steps['missing_steps_mean']:+.4f}" if steps["reference_steps"] > steps["steps"] else "")
     return (f"{label} (equal steps, {steps['steps']:.0f}, own-schedule curves): {steps['diff_mean']:+.4f} {UNIT} "
@@ -105,9 +93,7 @@ def describe_steps(label: str, steps: Mapping[str, float]) -> str:
 
 
 def every_above(intervals: Intervals) -> str:
-    """The rule "each ablation is worse than the reference": 'reproduces' when every interval (label -> interval of
-    ablation - reference, lower is better) lies above 0, 'does not reproduce' when any lies below 0 (naming it),
-    else 'inconclusive' (naming those that contain 0); 'not tested' with fewer than ``MIN_SEEDS`` seeds."""
+    """The rule "each ablation is worse than the reference" on (ablation - reference) intervals."""
     seeds = min(iv.get("seeds", MIN_SEEDS) for iv in intervals.values())
     if seeds < MIN_SEEDS:
         return f"not tested: seeds = {seeds} (needs >= {MIN_SEEDS})"
@@ -119,8 +105,7 @@ def every_above(intervals: Intervals) -> str:
 
 
 def every_ablation_worse(comparisons: dict[str, str], ruled: tuple[str, ...]) -> Callable[[Intervals, Intervals], str]:
-    """A recipe's rule (its ``decide``) when each arm of ``ruled`` must be worse than the arm ``comparisons`` reads
-    it against at the final FLOP mark (``every_above``); the equal-step intervals are reported, not ruled on."""
+    """A ``decide`` requiring each arm of ``ruled`` worse than its comparison at the final FLOP mark."""
     def decide(intervals: Intervals, steps: Intervals) -> str:
         return every_above({f"{a} - {comparisons[a]}": intervals[a] for a in ruled})
 
@@ -137,9 +122,7 @@ def every_above_rule(diffs: tuple[str, ...]) -> str:
 
 
 def analyze(ctx: Context, comparisons: Mapping[str, str], rule: Rule, title: str) -> Outcome:
-    """The shared analysis: every arm's held-out BPB (exact, final FLOP mark), each compared arm against its
-    reference at the final FLOP mark and at equal steps, the gates, the figure; ``rule(intervals, steps)`` (both
-    keyed by compared arm) gives the verdict. The number lists the comparisons in ``comparisons``' order."""
+    """The shared analysis: each compared arm against its reference both ways; ``rule`` gives the verdict."""
     prepare(ctx)
     arms = arm_runs(ctx, tuple(dict.fromkeys(["baseline", *comparisons.values(), *comparisons])))
     rows, intervals, steps = [], {}, {}
@@ -176,7 +159,7 @@ def analyze(ctx: Context, comparisons: Mapping[str, str], rule: Rule, title: str
 
 
 def said(results: pd.DataFrame, arm: str) -> str:
-    """One compared arm of a recipe's ``results.csv`` in words: both comparisons, for a finding."""
+    """One compared arm of a recipe's ``results.csv`` in words, for a finding."""
     row = results.set_index("arm").loc[arm]
     return (f"{arm} minus {row['vs']} is {row['diff']:+.3f} bits/byte [{row['ci_low']:+.3f}, "
             f"{row['ci_high']:+.3f}] at matched FLOPs under the exact recurrence and {row['diff_equal_steps']:+.3f} at "

@@ -1,8 +1,4 @@
-"""Bringing saved runs up to what the current code records, without retraining them.
-
-``record_reference(path)`` adds (or refreshes) the float64 reference evaluation (``eval_float64``) of a run
-saved before that field existed; the run is saved again as a new version of its checkpoint.
-"""
+"""Bringing saved runs up to what the current code records, without retraining them."""
 
 from __future__ import annotations
 
@@ -15,11 +11,7 @@ from .store import EVAL_FILE
 
 
 def record_reference(path: Path) -> dict[str, float]:
-    """Add (or refresh) ``eval_float64`` in a saved run's metrics, e.g. for runs saved before it existed.
-
-    The run is saved again as a new version (its manifest then lists the new metrics), keeping its
-    config extras and the history and evaluation files that sit beside the checkpoint.
-    """
+    """Add (or refresh) ``eval_float64`` in a saved run's metrics, saved as a new checkpoint version."""
     path = Path(path)
     model, metrics = load_checkpoint(path), load_metrics(path)
     metrics["eval_float64"] = reference_metrics(model, spec_of(path))

@@ -1,9 +1,6 @@
-"""The FBT pass-mix study, shared by the recipes that run it (``fbt_pass_mixes``, ``fbt_pass_mixes_registers``):
-its models, mixes and runs, how the pass map is iterated far past the training depth, and the rule
-that reads the paper's claim in its two halves: the loss past the training depth, and the residual's
-behaviour (75/25 diverges, 75/22/3 stays put). Beside them, per run, the quality of the fixed point the
-passes approach: the exact recurrence's loss and accuracy against the best trained pass's.
-"""
+"""The FBT pass-mix study shared by ``fbt_pass_mixes`` and ``fbt_pass_mixes_registers``: models, mixes and runs, the
+pass map iterated far past the training depth, and the rule reading the claim's two halves (the late-pass loss, the
+residual's behaviour), with each run's fixed-point quality beside it."""
 
 from __future__ import annotations
 
@@ -63,8 +60,7 @@ DECODE_EXAMPLES, DECODE_TOKENS = 4, 1000  # SOFT decoding far past the context: 
 def mix_runs(prefix: str, task: str, task_params: dict, base_steps: int, scale: float,
              seeds: dict[str, tuple[int, ...]], aux_weight: float = 1.0, model: dict | None = None,
              batch: int = BATCH) -> list[RunSpec]:
-    """One run per (mix, seed) in ``seeds``, ``base_steps`` at ``scale``: the progressive schedule, jitter (the model's
-    default), prefix mix-in."""
+    """One run per (mix, seed) in ``seeds``: the progressive schedule, jitter (the model's default), prefix mix-in."""
     runs, n_steps = [], steps(base_steps, scale)
     for name, mix_seeds in seeds.items():
         mix = MIXES[name]
@@ -111,8 +107,7 @@ STEPS = 28000
 
 
 def registers_runs(scale: float) -> list[RunSpec]:
-    """The registers setting's runs (``fbt_pass_mixes_registers``): every mix, 2 seeds each, and the LRT cross;
-    ``fixed_point_study`` trains from scratch under the same setting and training."""
+    """The registers setting's runs: every mix, 2 seeds each, and the LRT cross (``fixed_point_study`` reuses them)."""
     return [*mix_runs("reg_", "multi_register", REGISTERS, STEPS, scale, {m: SEEDS for m in MIXES}, AUX_WEIGHT),
             cross_run("reg_", "multi_register", REGISTERS, STEPS, scale, AUX_WEIGHT)]
 
@@ -172,8 +167,7 @@ def residual_ends(delta: pd.Series) -> tuple[float, float]:
 
 
 def rise_interval(per_seed_rise: list[np.ndarray], seed: int) -> dict[str, float]:
-    """Mean rise of the late-pass loss over the pass-2 loss, with a hierarchical (seeds, then examples)
-    95 % interval: the rise is paired within a model, so the reference is zero."""
+    """Mean rise of the late-pass loss over pass 2's, with its hierarchical interval (paired in a model)."""
     return hierarchical_difference([np.zeros_like(r) for r in per_seed_rise], per_seed_rise, seed=seed)
 
 
@@ -191,8 +185,7 @@ def loss_half(rises: dict[str, dict[str, float]]) -> str:
 
 
 def residual_half(behaviours: dict[str, list[str]]) -> str:
-    """The claim's second half: every 75/25 seed's residual diverges (oscillates or grows), every 75/22/3 seed's
-    decays (to a plateau or to zero)."""
+    """The claim's second half: every 75/25 seed's residual diverges, every 75/22/3 seed's decays."""
     b25, b223 = behaviours["75_25"], behaviours["75_22_3"]
     if not b25 or not b223:
         return "not tested: no run of a feedback mix"
@@ -216,8 +209,7 @@ def decide(rises: dict[str, dict[str, float]], behaviours: dict[str, list[str]])
 
 
 def fixed_point_row(model, batch: tasks.Batch, targets: torch.Tensor, accuracy: bool) -> dict[str, float]:
-    """The fixed point's quality on the held-out batch: the exact recurrence's loss (and accuracy, where it means
-    something) against the best of the trained passes 1..3."""
+    """The exact recurrence's loss (and accuracy, where it means something) against the best trained pass 1..3."""
     from ..analysis.fixed_point import fixed_point_quality
 
     per = fixed_point_quality(model, batch.tokens, targets, passes=3).per_example

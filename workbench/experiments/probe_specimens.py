@@ -1,7 +1,4 @@
-"""The probing specimens shared by the recipes that read them (``layer0_probes`` trains and probes them,
-``causal_use`` intervenes on them): the probe tasks and scratch lengths, the arms and their training,
-each specimen's run name and competence gate batch.
-"""
+"""The probing specimens ``layer0_probes`` trains and ``causal_use`` intervenes on: tasks, arms, runs, gates."""
 
 from __future__ import annotations
 
@@ -61,11 +58,8 @@ ARM_SEEDS = {"baseline": (0,), "fbt": (0, 1), "lrt": (0,)}
 ARM_STEPS = {"baseline": 600, "fbt": 1000, "lrt": 400}
 
 
-# The recipe must train in <= 30 minutes on 2 cores (issue 17). The previous 600 / 1,200 / 600 steps took 105
-# run-minutes (on a shared machine); there every arm had learned delayed_memory by step 100-150 (training loss
-# < 0.03), so that task gets a quarter of its arm's steps; FBT's training loss was < 0.02 by step 800, and LRT had
-# missed completion_tracking and multi_register at 600 steps (its plain-pass answer 0.51-0.80 broken by the
-# recurrent step), so those two arms get fewer steps.
+# Within the recipe's time budget: every arm learned delayed_memory by step 100-150 (training loss < 0.03), so that
+# task gets a quarter of its arm's steps.
 TASK_STEP_SHARE = {"delayed_memory": 0.25}
 
 
@@ -90,8 +84,7 @@ GATE_N = 512  # held-out examples per gate (a 0.95 gate has a ~1-point standard 
 
 
 def run_name(task: str, arm: str, seed: int = 0) -> str:
-    """A specimen's run name: ``TASK_ARM`` for seed 0 (the name every reader of seed 0 uses), ``TASK_ARM_sN``
-    for seed N."""
+    """A specimen's run name: ``TASK_ARM`` for seed 0 (the name every reader of seed 0 uses), ``TASK_ARM_sN`` else."""
     return f"{task}_{arm}" + (f"_s{seed}" if seed else "")
 
 
@@ -101,8 +94,7 @@ def specimen_label(arm: str, seed: int = 0) -> str:
 
 
 def specimen_key(task: str, scratch: int, seed: int = 0) -> str:
-    """A specimen in words and tables: "TASK sSCRATCH", with " seed N" for seeds other than 0 ("sSCRATCH ..." when
-    ``task`` is empty, within a task's own sentence)."""
+    """A specimen in words: "TASK sSCRATCH", plus " seed N" for seeds other than 0."""
     return " ".join(p for p in (task, f"s{scratch}", f"seed {seed}" if seed else "") if p)
 
 

@@ -1,11 +1,5 @@
-"""RESULTS.md and docs/SPECIMENS.md, written from every recipe's summary.json (nothing is trained): each claim
-with a short summary first (claim, setting, gates, number, verdict, one sentence), then its gates, interval,
-seeds and extensions in full; the index of the shipped specimens; and the "What we found" table in the forms
-the README (Markdown) and the notebooks (plain text) show.
-
-No table cell is longer than ``MAX_CELL`` characters: a longer text becomes a numbered note under its table,
-so one long number cannot stretch a table past reading.
-"""
+"""RESULTS.md, docs/SPECIMENS.md and the README's findings, written from every recipe's summary.json. A table cell
+longer than ``MAX_CELL`` becomes a numbered note, so one long number cannot stretch a table past reading."""
 
 from __future__ import annotations
 
@@ -36,18 +30,17 @@ def _cell(text: str) -> str:
 
 
 def _value(value: float | None) -> str:
-    """A measured gate value; None (stored for a value that could not be measured) as "not measured"."""
+    """A measured gate value; None (not measurable) as "not measured"."""
     return "not measured" if value is None else f"{value:.4g}"
 
 
 def _anchor(name: str) -> str:
-    """The link to a recipe's section: its name, as GitHub and JupyterLab spell a heading's anchor."""
+    """The link to a recipe's section, as GitHub and JupyterLab spell a heading's anchor."""
     return f"#{name}"
 
 
 def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
-    """A Markdown table whose cells stay within ``MAX_CELL`` characters: a longer cell reads "note k" and its
-    text follows the table as note k."""
+    """A Markdown table whose cells longer than ``MAX_CELL`` become numbered notes under it."""
     lines, notes = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"], []
     for row in rows:
         cells = []
@@ -61,14 +54,12 @@ def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
 
 
 def _first_sentence(text: str) -> tuple[str, str]:
-    """``text`` split after its first sentence: (that sentence, the rest)."""
     parts = _SENTENCE_END.split(text.strip(), maxsplit=1)
     return parts[0], parts[1] if len(parts) > 1 else ""
 
 
 def _setting(name: str, runs: pd.DataFrame) -> str:
-    """What a recipe's verdict rests on in a few words: how many of its own models, on which tasks, of which
-    shapes (layers x width) and mechanisms, trained how many steps; or the recipes whose models it analyses."""
+    """What a recipe's verdict rests on in a few words: its models, or the recipes whose models it analyses."""
     if not len(runs):
         return "no models of its own: it analyses those of " + ", ".join(RECIPES[name].reads)
     steps = sorted(set(runs["steps"]))
@@ -82,7 +73,7 @@ def _seeds(summary: Mapping[str, Any]) -> str:
 
 
 def _gates(summary: Mapping[str, Any]) -> str:
-    """``k / n passed``, the failed gates named; a recipe that gates each specimen adds their count."""
+    """``k / n passed``, the failed gates named, plus the specimen gates' count."""
     gates = summary.get("gates", [])
     failed = [g["name"] for g in gates if not g["passed"]]
     text = f"{len(gates) - len(failed)} / {len(gates)} passed" + (f" (failed: {'; '.join(failed)})" if failed else "")
@@ -93,8 +84,7 @@ def _gates(summary: Mapping[str, Any]) -> str:
 
 
 def _specimen_gates(specimens: list[dict]) -> list[str]:
-    """A recipe that gates each specimen on its own (``layer0_probes``): one row per specimen gate, with the
-    answer accuracy under the exact sequential schedule beside it (below the gate: unfit for SOFT decoding)."""
+    """One row per specimen gate, with the exact-recurrence answer accuracy beside it (below: unfit for SOFT)."""
     if not specimens:
         return []
     rows = [[r["gate"], r["gate_condition"], f"{r['gate_value']:.3f}", "pass" if r["gated"] else "**fail**",
@@ -119,8 +109,7 @@ def shipped_summaries(root: str | Path | None = None) -> dict[str, dict]:
 
 
 def findings_markdown(summaries: dict[str, dict], root: str | Path | None = None) -> str:
-    """The README's "findings at a glance": one line per recipe, the paper's claim, the verdict and our number,
-    linked to the recipe's section of RESULTS.md (where its sentence, gates and extensions are)."""
+    """The README's "findings at a glance": one line per recipe, each linked to its section of RESULTS.md."""
     lines = []
     for r in findings_table(summaries, root).itertuples():
         if r.kind == "extension":
@@ -132,9 +121,7 @@ def findings_markdown(summaries: dict[str, dict], root: str | Path | None = None
 
 
 def findings_text(summaries: Mapping[str, Mapping[str, Any]], width: int = 110) -> str:
-    """The findings of ``summaries`` as a notebook prints them: ``recipe: verdict`` (an extension row:
-    ``recipe [beyond the claim: ...]: verdict``), then the sentence wrapped and indented under it, broken at
-    spaces only (so the lines joined by spaces give the sentence back)."""
+    """The findings as a notebook prints them, each sentence wrapped at spaces only (joining lines gives it back)."""
     return "\n".join(f"{r.recipe}{f' [{r.paper}]' if r.kind == 'extension' else ''}: {r.verdict}\n"
                      + textwrap.fill(r.finding, width, initial_indent="  ", subsequent_indent="  ",
                                      break_on_hyphens=False)
@@ -142,8 +129,7 @@ def findings_text(summaries: Mapping[str, Mapping[str, Any]], width: int = 110) 
 
 
 def write_readme_findings(readme: str | Path, root: str | Path | None = None) -> str:
-    """Replace the README's findings block (between ``FINDINGS_BEGIN`` and ``FINDINGS_END``) with the table of
-    the summaries under ``root``; everything else in the file is kept. Returns the table."""
+    """Replace the README's block between ``FINDINGS_BEGIN`` and ``FINDINGS_END`` with the findings; returns them."""
     readme = Path(readme)
     text = readme.read_text()
     if text.count(FINDINGS_BEGIN) != 1 or text.count(FINDINGS_END) != 1:
@@ -183,8 +169,7 @@ def _section(name: str, s: Mapping[str, Any], finding: Any, runs: pd.DataFrame, 
 
 
 def results_markdown(root: str | Path | None = None, figures: str = "checkpoints") -> str:
-    """RESULTS.md's text: one summary row and one section per recipe, numbers as the summaries under ``root``
-    (default: the checkpoint root) hold them; ``figures`` is the checkpoint root as the page links it."""
+    """RESULTS.md's text from the summaries under ``root``; ``figures`` is the checkpoint root as the page links it."""
     root = checkpoints_root() if root is None else Path(root)
     summaries = shipped_summaries(root)
     found = findings_table(summaries, root).query("kind != 'extension'").set_index("recipe") if summaries else None
@@ -226,9 +211,7 @@ def write_results_md(root: str | Path | None = None, path: str | Path | None = N
 
 
 def specimens_markdown(root: str | Path | None = None, results: str = "../RESULTS.md") -> str:
-    """docs/SPECIMENS.md's text: per recipe its task, models, steps, seeds, gates (each with its value) and
-    verdict, then one row per shipped run with its own held-out number and, where its recipe gates each specimen,
-    that gate's value; ``results`` is RESULTS.md as the page links it."""
+    """docs/SPECIMENS.md's text; ``results`` is RESULTS.md as the page links it."""
     root = checkpoints_root() if root is None else Path(root)
     summaries = shipped_summaries(root)
     if not summaries:
@@ -265,16 +248,14 @@ def specimens_markdown(root: str | Path | None = None, results: str = "../RESULT
 
 
 def _run_gate(gate: str | float | None, value: float, passed: bool | None) -> str:
-    """A specimen's own gate as the index shows it (its name is in the recipe's section of RESULTS.md); a run
-    its recipe gates only as a whole: the gates above."""
+    """A specimen's own gate as the index shows it; a run gated only as a whole: the recipe's gates."""
     if gate is None or pd.isna(gate):
         return "the recipe's (above)"
     return f"{value:.3f} {'pass' if passed else '**fail**'}"
 
 
 def write_specimens_md(root: str | Path | None = None, path: str | Path | None = None) -> str:
-    """docs/SPECIMENS.md (default: beside the checkpoint root) from the checkpoints under ``root``; returns the
-    text."""
+    """docs/SPECIMENS.md (default: beside the checkpoint root) from the checkpoints under ``root``; returns the text."""
     root = checkpoints_root() if root is None else Path(root)
     path = root.parent / "docs" / "SPECIMENS.md" if path is None else Path(path)
     results = Path(os.path.relpath(root.parent.resolve() / "RESULTS.md", path.resolve().parent)).as_posix()

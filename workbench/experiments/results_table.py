@@ -1,30 +1,5 @@
-"""Every recipe's results in one place, and the training compute each run really spent.
-
-It reads what the recipes wrote (their names, the checkpoint root), so it lives with them.
-
-``workbench.experiments`` writes, per recipe, ``summary.json`` (claim, setting, our number,
-verdict), ``results.csv`` and sometimes a second table (``pass_dynamics.csv``, ``traces.csv``);
-per run, ``metrics.json`` with the trainer's own FLOP count. These functions read them back as
-DataFrames, so a notebook can show the whole results page and check the claim behind it — that
-runs compared "at matched compute" spent the same training FLOPs, up to one optimiser step.
-
-- ``load_summaries()``: every recipe's ``summary.json`` through ``experiments.ensure``, and the
-  recipes that have no results yet (named, not raised: a new recipe lands before its first run);
-- ``summary_table(summaries)``: one row per recipe, the content of ``RESULTS.md``'s head table;
-- ``findings_table(summaries)``: "What we found": per recipe the paper's claim with its number, ours, the
-  verdict and one plain sentence, each recipe's own ``finding`` computed from what it wrote;
-- ``gates_table(summaries)``: one row per gate of every recipe: what it measures, the value, the
-  threshold and whether it passed (a failed gate makes the verdict *not tested*);
-- ``recipe_tables(recipe)``: the tables a recipe wrote, by name (``results``, ``pass_dynamics``, ...);
-- ``per_example(recipe, run)``: a run's evaluation per held-out example (what verdicts resample);
-- ``run_compute(recipe)``: per run, schedule, steps, recorded FLOPs, the passes they amount to, and
-  one step's FLOPs recomputed with ``experiments.common.step_flops``;
-- ``compute_matching(compute, by)``: per group of runs meant to share a budget, the FLOP spread
-  against the largest single step;
-- ``specimens_table(summaries)``: one row per shipped run: its task (which a checkpoint's ``config.json``
-  does not hold), model shape, schedule, steps, seed, its own held-out number and, where its recipe gates
-  each specimen, that gate's value.
-"""
+"""Every recipe's results as DataFrames, and the training compute each run really spent: a notebook can check that runs
+compared "at matched compute" spent the same FLOPs, up to one optimiser step."""
 
 from __future__ import annotations
 
@@ -46,10 +21,10 @@ from .runner import ensure
 from .store import EVAL_FILE, checkpoints_root, load_results, run_metrics
 
 SUMMARY_COLUMNS = ["recipe", "kind", "claim", "setting", "number", "verdict", "gates_passed", "seeds", "scale"]
-REQUIRED_FIELDS = ("claim", "setting", "number", "verdict", "scale")  # every summary.json has these
+REQUIRED_FIELDS = ("claim", "setting", "number", "verdict", "scale")
 FINDING_COLUMNS = ["recipe", "kind", "paper", "ours", "verdict", "finding"]
 GATE_COLUMNS = ["recipe", "gate", "quantity", "value", "op", "threshold", "passed"]
-EXTRA_TABLES = ("pass_dynamics", "traces", "distances", "bars")  # tables some recipes write beside results.csv
+EXTRA_TABLES = ("pass_dynamics", "traces", "distances", "bars")
 SPECIMEN_COLUMNS = ["recipe", "run", "task", "task_params", "mechanism", "shape", "params", "schedule", "steps", "seed",
                     "measure", "held_out", "held_out_schedule", "gate", "gate_value", "gate_passed"]
 COMPUTE_COLUMNS = ["run", "task", "seed", "schedule", "steps", "flops", "pass_flops", "mean_passes", "flops_per_step",
@@ -76,11 +51,7 @@ def _check_summaries(summaries: Mapping[str, Mapping[str, Any]]) -> None:
 
 
 def load_summaries(recipes: Sequence[str] | None = None) -> tuple[dict[str, dict[str, Any]], list[str]]:
-    """``({recipe: summary.json}, [recipes with no results yet])`` for ``recipes`` (default: all).
-
-    Each goes through ``experiments.ensure`` (so ``WORKBENCH_FULL=1`` retrains it first); one whose
-    results do not exist yet is listed instead of stopping the page.
-    """
+    """``({recipe: summary.json}, [recipes without results])`` through ``experiments.ensure``."""
     summaries, missing = {}, []
     for recipe in RECIPES if recipes is None else recipes:
         _check_recipe(recipe)
@@ -92,13 +63,7 @@ def load_summaries(recipes: Sequence[str] | None = None) -> tuple[dict[str, dict
 
 
 def summary_table(summaries: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
-    """One row per recipe from its ``summary.json`` (what ``experiments.ensure`` returns): the results page.
-
-    ``gates_passed`` reads "k / n" (empty for a summary that records no gates), ``seeds`` counts the
-    training seeds per arm (NaN when not recorded), ``kind`` says whether the recipe tests a paper's
-    claim or is exploratory. A verdict that starts with "not tested" means a gate failed: read the
-    gates (``gates_table``), not the number.
-    """
+    """One row per recipe: the results page's head table ("not tested": read ``gates_table``)."""
     _check_summaries(summaries)
     rows = []
     for name, summary in summaries.items():
@@ -111,15 +76,10 @@ def summary_table(summaries: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
 
 
 def findings_table(summaries: Mapping[str, Mapping[str, Any]], root: str | Path | None = None) -> pd.DataFrame:
-    """What we found, one row per recipe: ``paper`` (the claim in a few words with the paper's number; empty for
-    our own questions), ``ours`` (our headline number), ``verdict`` and ``finding`` (one plain sentence).
+    """What we found, one row per recipe (plus one per extension of its rule, never changing its verdict).
 
-    ``verdict`` reads "not tested" when every part of it is, and the finding then opens with the competence
-    check that failed. A recipe that applies its rule beyond the paper's claim adds one row per extension
-    (``kind = "extension"``) under its own: never its verdict. ``ours`` and ``finding`` are computed by the
-    recipe's ``finding`` from its ``summary.json`` and ``results.csv`` (under ``root``, default the checkpoint
-    root: where the summaries were read), so they change when a recipe is retrained, never by hand.
-    """
+    ``ours`` and ``finding`` are computed by the recipe's ``finding`` from its files under ``root``, so they change only
+    when it is retrained."""
     root = checkpoints_root() if root is None else Path(root)
     _check_summaries(summaries)
     rows = []
@@ -137,11 +97,7 @@ def findings_table(summaries: Mapping[str, Mapping[str, Any]], root: str | Path 
 
 
 def gates_table(summaries: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
-    """One row per gate of every recipe: the competence checks its models had to pass before a verdict.
-
-    ``value`` is what the recipe measured, ``op`` and ``threshold`` what it needed; a recipe with a
-    failed gate reports ``not tested`` and no other verdict. Recipes that record no gates add no rows.
-    """
+    """One row per gate of every recipe: the competence checks its models had to pass before a verdict."""
     _check_summaries(summaries)
     rows = [{"recipe": name, "gate": g["name"], "quantity": g["quantity"], "value": _measured(g["value"]),
              "op": g["op"], "threshold": float(g["threshold"]), "passed": bool(g["passed"])}
@@ -169,9 +125,7 @@ def per_example(recipe: str, run: str) -> pd.DataFrame:
 
 
 def _step_flops(cfg: TrainConfig) -> tuple[float, float]:
-    """One optimiser step of ``cfg`` under the trainer's accounting: (one plain pass, the configured
-    schedule); the second is NaN when the work varies per step (a pass mix, or plain steps before
-    ``feedback_start``)."""
+    """One step's FLOPs: (one plain pass, the configured schedule; NaN where the work varies per step)."""
     plain = step_flops(cfg, schedules.Single())
     if "pass_mix" in cfg.schedule.to_dict() or cfg.feedback_start > 0:
         return plain, float("nan")
@@ -181,14 +135,8 @@ def _step_flops(cfg: TrainConfig) -> tuple[float, float]:
 def run_compute(recipe: str, runs: Sequence[str] | None = None) -> pd.DataFrame:
     """Per run: schedule, steps, recorded training FLOPs, and what they amount to in passes.
 
-    ``flops`` and ``steps`` are what the trainer recorded (``metrics.json``: ``train``);
-    ``pass_flops`` is one plain forward + backward of a batch and ``mean_passes = flops / (steps *
-    pass_flops)`` the full passes a step cost on average (``Schedule.pass_equivalents`` for a fixed
-    schedule; between 1 and the most passes for a pass mix). ``flops_per_step`` is one step of the
-    configured schedule recomputed with ``common.step_flops`` (NaN where the work varies
-    per step), so ``expected_flops = steps * flops_per_step`` checks the recorded count.
-    ``runs``: default every run directory of the recipe.
-    """
+    ``mean_passes = flops / (steps * pass_flops)``; ``expected_flops`` (recomputed, NaN where the work varies per step)
+    checks the recorded count."""
     _check_recipe(recipe)
     if runs is None:
         runs = sorted(p.parent.name for p in (checkpoints_root() / recipe).glob("*/metrics.json"))
@@ -208,12 +156,7 @@ def run_compute(recipe: str, runs: Sequence[str] | None = None) -> pd.DataFrame:
 
 
 def compute_matching(compute: pd.DataFrame, by: str | Sequence[str] = "task") -> pd.DataFrame:
-    """Per group of runs that share a budget: the spread of their training FLOPs against one step.
-
-    Step counts are whole numbers, so runs "at matched compute" can differ by up to one optimiser
-    step; ``matched`` is ``spread <= largest_step`` (the largest mean step, ``flops / steps``, of the
-    group). ``ratio`` is the most over the least FLOPs spent.
-    """
+    """Per group sharing a budget: ``matched`` when the FLOP spread is at most its largest step."""
     keys = [by] if isinstance(by, str) else list(by)
     missing = sorted((set(keys) | {"run", "flops", "steps"}) - set(compute.columns))
     if missing:
@@ -231,8 +174,7 @@ def compute_matching(compute: pd.DataFrame, by: str | Sequence[str] = "task") ->
 
 
 def _schedule(cfg: TrainConfig) -> str:
-    """A run's training schedule in a few words: its name, the knob it was given, a pass mix as its draws, and a
-    single-pass start (``feedback_start``)."""
+    """A run's training schedule in a few words."""
     value, spec = cfg.schedule, cfg.schedule.to_dict()
     symbol = "" if spec["schedule"] == "multipass" else f"{value.symbol}="
     knob = "" if value.knob is None else f" {symbol}{value.knob}"
@@ -245,16 +187,8 @@ def _schedule(cfg: TrainConfig) -> str:
 def specimens_table(summaries: Mapping[str, Mapping[str, Any]], root: str | Path | None = None) -> pd.DataFrame:
     """One row per shipped run (a *specimen*: ``load_run(recipe, run)`` loads it) of every recipe in ``summaries``.
 
-    ``task`` and ``task_params`` are what the run trained on, from its ``metrics.json`` (the checkpoint's
-    ``config.json`` holds the model, not the task); ``shape`` is layers x width and ``params`` the parameter
-    count of the model in ``config.json``; ``schedule`` its training schedule; ``steps`` the optimiser steps it
-    trained (a FLOP budget may stop it before ``TrainConfig.steps``). ``held_out`` is the run's own held-out
-    ``measure`` as its recipe evaluated it (bits/byte on text, answer accuracy on a task: the number that says
-    whether it learned), under ``held_out_schedule``. ``gate``, ``gate_value`` and ``gate_passed``: the run's own
-    competence gate where its recipe gates each specimen (``summary["specimens"]``, e.g. ``layer0_probes``),
-    else None (its recipe's gates hold over all its runs). A recipe that trains none of its own (it analyses the
-    runs of the recipes it ``reads``) adds no rows. ``root``: default the checkpoint root.
-    """
+    ``task`` comes from ``metrics.json``, since ``config.json`` holds the model only; ``steps`` is what it trained (a
+    FLOP budget may stop it early); ``gate*`` is the run's own gate where its recipe gates each specimen, else None."""
     root = checkpoints_root() if root is None else Path(root)
     _check_summaries(summaries)
     rows = []

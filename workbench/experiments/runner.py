@@ -1,8 +1,4 @@
-"""Running a recipe: train what is stale, analyse, apply the gates, write summary.json.
-
-One run (train or reuse, evaluate in float32 and float64, save) is ``runs``; training stale runs
-side by side is ``pool``; bringing old saved runs up to date without retraining is ``migrate``.
-"""
+"""Running a recipe: train what is stale, analyse, apply the gates, write summary.json."""
 
 from __future__ import annotations
 
@@ -29,8 +25,7 @@ TRAIN_CLOCK = "train_clock.json"  # the clocks of the last invocation that train
 
 
 def _measured_or_null(value: Any) -> Any:
-    """``value`` with every non-finite float (a quantity a run could not measure, e.g. a curve too short to
-    judge at smoke scale) as None: JSON has no NaN, and null reads as "not measured", which never passes a gate."""
+    """``value`` with non-finite floats as None: null reads "not measured", which never passes a gate."""
     if isinstance(value, dict):
         return {k: _measured_or_null(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -47,11 +42,7 @@ def _check_name(name: str) -> None:
 
 def reproduce(name: str, root: str | Path | None = None, scale: float = 1.0, force: bool = False,
               scratch: str | Path | None = None, jobs: int = 1) -> Outcome:
-    """Run one recipe: train what is stale, analyse, apply its gates, write results.csv/.png, summary.json.
-
-    ``root`` defaults to ``checkpoints_root()`` (where ``load_run`` and the notebooks read); ``scratch``
-    to ``runs/`` beside it. ``jobs`` > 1 trains stale runs that many at a time in worker processes.
-    """
+    """Run one recipe: train what is stale, analyse, apply its gates, write results and summary.json."""
     _check_name(name)
     if not (isinstance(scale, (int, float)) and scale > 0):
         raise ValueError(f"scale={scale!r} is invalid: must be > 0")
@@ -72,9 +63,7 @@ def reproduce(name: str, root: str | Path | None = None, scale: float = 1.0, for
     for n, spec in tqdm(runs.items(), desc=name, leave=False):
         models[n], per_example[n] = train_run(spec, out / n, scratch, force)
     trained = time.perf_counter() - started
-    # the clocks of the invocation that trained, written before the analysis, so one stopped during it keeps them
-    # (a rerun that only analyses reads them back): its wall clock and, for one-thread workers, what the same runs
-    # need on `jobs` quiet cores, from their CPU times
+    # written before the analysis, so a run stopped during it keeps the training clocks for a rerun that only analyses
     if stale:
         cpu = [load_metrics(out / s.name)["train"].get("cpu_seconds") for s in stale]
         write_json_atomic(out / TRAIN_CLOCK, {
@@ -101,11 +90,7 @@ def reproduce(name: str, root: str | Path | None = None, scale: float = 1.0, for
 
 
 def ensure(recipe: str, scale: float | None = None) -> dict[str, Any]:
-    """Make a recipe's results available and return its summary.
-
-    With ``WORKBENCH_FULL=1`` the recipe is (re)trained at ``scale`` (default 1); otherwise its
-    checkpoints are loaded as they are, and a missing recipe is an error that says how to make it.
-    """
+    """A recipe's summary, (re)trained first under ``WORKBENCH_FULL=1``; raises, saying how to make it, when missing."""
     _check_name(recipe)
     root = checkpoints_root()
     if os.environ.get(FULL_ENV) == "1":
@@ -123,8 +108,7 @@ def smoke_scale() -> float:
 
 
 def list_recipes() -> pd.DataFrame:
-    """Each recipe's claim, gates and decision rule, as stated before anything runs. ``runs`` counts the
-    models a verdict rests on: a recipe's own, plus those of the recipes it ``reads`` (analyses only)."""
+    """Each recipe's claim, gates and rule; ``runs`` counts its models and those of the recipes it ``reads``."""
     return pd.DataFrame([{"recipe": r.name, "kind": r.kind, "claim": r.claim, "setting": r.setting,
                           "gates": "; ".join(g.describe() for g in r.gates), "rule": r.rule, "chance": r.chance,
                           "runs": len(r.build(1.0)) + sum(len(RECIPES[o].build(1.0)) for o in r.reads)}

@@ -1,12 +1,7 @@
-"""One run of a recipe: train it (or reuse an up-to-date one, here or in another recipe), evaluate it in
-float32 and float64, save its slim checkpoint, metrics, history and per-example evaluation.
+"""One run of a recipe: train (or reuse an up-to-date one, here or in another recipe), evaluate, save.
 
-Each run's recorded metric is measured twice: in float32 (what the model is used in) and in
-float64 (``eval_float64``). The float64 number is the one tests re-check: an evaluation under the
-exact recurrence, run far past the depth a model was trained at, amplifies float32 rounding
-differences between CPUs (a different BLAS kernel, another thread count) into visible changes of
-the loss, while in float64 the same amplification stays far below any tolerance we use.
-"""
+Recorded metrics are measured in float32 and float64 (``eval_float64``, what tests pin): exact recurrence far past the
+trained depth amplifies float32 rounding differences between CPUs into visible loss changes."""
 
 from __future__ import annotations
 
@@ -27,8 +22,7 @@ from ..train import TrainConfig, train
 from .core import EVAL_SEED, RunSpec
 from .store import EVAL_FILE, same_trajectory, up_to_date
 
-# a run saves its resumable state every this many steps: a killed reproduce (Ctrl-C, a session's end) loses at
-# most that much of a run, and the next reproduce resumes it
+# steps between resumable saves: a killed reproduce loses at most that much of a run
 RESUME_EVERY = 200
 
 
@@ -49,8 +43,7 @@ def reference_metrics(model: GPT, spec: RunSpec) -> dict[str, float]:
 
 
 def header_extra(path: Path, spec: RunSpec) -> dict[str, Any]:
-    """What a recipe's run says about itself in its config.json, beside the model: the recipe, the run, its seed,
-    and the task it learned (what ``train`` records too), so the checkpoint alone says what it is for."""
+    """The recipe, run, seed and task a run writes into its config.json, so the checkpoint alone says what it is for."""
     return {"recipe": path.parent.name, "run": spec.name, "seed": spec.train.seed, "task": spec.train.task,
             "task_params": dict(spec.train.task_params)}
 
@@ -63,8 +56,7 @@ def spec_of(path: Path) -> RunSpec:
 
 
 def _evaluation(model: GPT, spec: RunSpec, per_example: pd.DataFrame) -> dict[str, Any]:
-    """The evaluation part of a run's metrics: the summary of its per-example evaluation, the float64
-    reference, and under which schedule, on how many examples, from which seed."""
+    """The evaluation part of a run's metrics, float64 reference included."""
     return {"eval": summarize(per_example, getattr(spec.eval_task(), "bytes_per_token", None)),
             "eval_float64": reference_metrics(model, spec), "eval_schedule": spec.eval_schedule.to_dict(),
             "eval_size": spec.eval_size, "eval_seed": EVAL_SEED,
@@ -72,10 +64,7 @@ def _evaluation(model: GPT, spec: RunSpec, per_example: pd.DataFrame) -> dict[st
 
 
 def _copy_shared(spec: RunSpec, path: Path) -> bool:
-    """Copy an up-to-date run of the same name and training that another recipe under the same root trained:
-    an arm two recipes compare (LRT interleaved on text in ``lrt_vs_baseline`` and ``schedules``) costs
-    its compute once. Its metrics keep the recipe that trained it; evaluated under another schedule there, the
-    copy is evaluated again under this spec's (and its metrics say so)."""
+    """Copy an up-to-date run of the same training from another recipe, re-evaluated if evaluated otherwise."""
     if path.exists():
         return False
     for other in sorted(path.parent.parent.glob(f"*/{spec.name}")):
@@ -99,8 +88,7 @@ def _copy_shared(spec: RunSpec, path: Path) -> bool:
 
 
 def train_run(spec: RunSpec, path: Path, scratch: Path, force: bool = False) -> tuple[GPT, pd.DataFrame]:
-    """Train (or reuse, when up to date, here or in another recipe) one run; save its slim checkpoint,
-    metrics, history and evaluation."""
+    """Train (or reuse) one run; save its slim checkpoint, metrics, history and evaluation."""
     if not force and (reusable(path, spec) or _copy_shared(spec, path)):  # a copy brings its evaluation
         return load_checkpoint(path), pd.read_csv(path / EVAL_FILE)
     run_dir = scratch / path.parent.name / path.name

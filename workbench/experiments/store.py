@@ -1,9 +1,5 @@
-"""Where recipes keep their models and results: one checkpoint root for `reproduce`, `load_run` and notebooks.
-
-The root is ``$WORKBENCH_CHECKPOINTS`` when set, else the ``checkpoints/`` folder of the repository
-(beside the package), whatever the working directory: a notebook in ``notebooks/`` and a
-``reproduce`` run from anywhere read and write the same place.
-"""
+"""Where recipes keep their models and results: one checkpoint root for `reproduce`, `load_run` and notebooks:
+``$WORKBENCH_CHECKPOINTS``, else the repository's ``checkpoints/`` whatever the working directory."""
 
 from __future__ import annotations
 
@@ -56,9 +52,7 @@ def load_results(recipe: str, name: str = "results.csv") -> pd.DataFrame:
 
 
 def same_trajectory(stored: Any, cfg: TrainConfig) -> bool:
-    """Does a stored train config describe the run ``cfg`` describes? Read through TrainConfig, so a field
-    added since (at its default) leaves a stored run the same; compared as JSON, since tuples in a spec
-    are lists once stored."""
+    """Does a stored train config describe ``cfg``'s run? Read through TrainConfig, compared as JSON."""
     if not isinstance(stored, dict):
         return False
     try:

@@ -1,7 +1,5 @@
-"""The byte-level text arms shared by the recipes that compare them (``lrt_vs_baseline``, ``schedules``,
-and ``causal_use``, which ablates their LRT specimens): the models and treatments, the runs at matched
-compute, the held-out BPB curves and the comparisons at the final FLOP mark and at equal steps.
-"""
+"""The byte-level text arms that ``lrt_vs_baseline``, ``schedules``, the LRT ablations and ``causal_use`` share: models,
+treatments, runs at matched compute, held-out BPB curves."""
 
 from __future__ import annotations
 
@@ -60,11 +58,8 @@ SEEDS = (0, 1, 2)
 BASE_STEPS = 1500  # the budget: this many single-pass baseline steps of batch BATCH
 
 
-# The text arms train at a constant learning rate (after no warmup), not the trainer's default warmup-stable-decay:
-# the final decay alone lowers held-out BPB by about 5 % at this batch, so a decayed curve's last quarter never
-# reads as flat (the "flattened" gate: trial baselines fell 0.049 / 0.056 at 2x64 x 1,500 steps and 0.052 at
-# 3,000; 0.062 at 4x64 x 1,500, 0.057 at 3,000), and at a constant rate the gate reads the descent itself (0.013
-# at 2x64, 0.022 at 4x64 x 1,500). Both arms get the same schedule, so the comparison stays fair.
+# Constant, not warmup-stable-decay: the final decay alone lowers held-out BPB by about 5 %, so a decayed curve's last
+# quarter never reads as flat (trial baselines fell 0.049-0.062; at a constant rate 0.013-0.022). Every arm alike.
 LR_SCHEDULE = "constant"
 
 
@@ -99,7 +94,7 @@ def lrt_model(treatment: str = TREATMENT) -> dict[str, Any]:
 
 
 def text_config(arm: str, seed: int, treatment: str = TREATMENT) -> TrainConfig:
-    """One text run's config (steps are set by the budget): ``arm`` is "baseline" or a key of ``ARMS``."""
+    """One text run's config (the budget sets its steps): ``arm`` is "baseline" or a key of ``ARMS``."""
     common = dict(task="text", task_params=dict(TEXT), steps=1, seed=seed, batch_size=BATCH, progress=False,
                   log_every=10, eval_size=CURVE_EVAL_SIZE, lr_schedule=LR_SCHEDULE)
     if arm == "baseline":
@@ -117,8 +112,7 @@ def text_config(arm: str, seed: int, treatment: str = TREATMENT) -> TrainConfig:
 
 def text_runs(arms: tuple[str, ...], scale: float, seeds: tuple[int, ...] = SEEDS, treatment: str = TREATMENT
               ) -> list[RunSpec]:
-    """Runs ``text_{arm}_s{seed}`` at the FLOPs of ``BASE_STEPS`` baseline steps, evaluated exactly, each
-    with ``CURVE_MARKS`` held-out evaluations; identical wherever an arm appears (so recipes share it)."""
+    """Runs ``text_{arm}_s{seed}`` at ``BASE_STEPS`` baseline steps' FLOPs, identical wherever an arm appears."""
     specs = [(f"{arm}_s{seed}", text_config(arm, seed, treatment), EXACT) for seed in seeds for arm in arms]
     runs = budget_runs("text_", specs, BASE_STEPS, scale, reference=text_config("baseline", 0))
     for run in runs:
@@ -136,7 +130,7 @@ def own_schedule(spec: RunSpec) -> schedules.Schedule:
 
 
 def add_bpb(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per-example bits per byte beside the loss in nats (byte-level text: one token is one byte)."""
+    """Per-example bits per byte beside the loss in nats (one token is one byte)."""
     frame["bpb"] = frame["loss"] / math.log(2)
     return frame
 
@@ -156,8 +150,7 @@ def flattened(ctx: Context, names: list[str]) -> float:
 
 
 def both_ways(ctx: Context, arms: dict[str, list[str]]) -> tuple[pd.DataFrame, dict[str, dict[str, float]]]:
-    """Each LRT arm evaluated under its own training schedule beside the exact recurrence: the per-seed
-    BPB both ways and the interval of (own schedule - exact), the train/eval mismatch."""
+    """Each LRT arm under its own training schedule beside the exact recurrence: the train/eval mismatch."""
     rows, mismatch = [], {}
     for arm, names in arms.items():
         if not arm.startswith("lrt"):

@@ -1,6 +1,5 @@
-"""The key/value stores a wrapped HF model attends against: its own decoding cache (``HFKVCache``, a
-``transformers.DynamicCache`` plus the carried memory) and the workbench's stores (``KVBuffer``, frozen
-prefixes) lent to HF attention (``StoreCache``, with the 4-D mask ``store_mask`` builds for them)."""
+"""Key/value stores a wrapped HF model attends against: ``HFKVCache`` (its decoding cache) and ``StoreCache`` (a
+workbench store lent to HF attention, masked by ``store_mask``)."""
 
 from __future__ import annotations
 
@@ -12,11 +11,10 @@ from ..kv_cache import Cursor, KVBuffer, position_mask
 
 
 class HFKVCache(Cursor):
-    """Decoding cache of a wrapped model: a ``transformers.DynamicCache`` plus the carried memory.
+    """Decoding cache of a wrapped model: a ``transformers.DynamicCache`` plus the carried memory ``state``.
 
-    ``state`` is what ``schedules`` and ``generate`` read and write (the memory the next token will
-    read); ``pos`` counts the positions stored, so a step at the wrong positions fails loudly
-    instead of attending to the wrong keys.
+    ``pos`` counts the positions stored, so a step at the wrong positions fails loudly instead of attending to the wrong
+    keys.
     """
 
     def __init__(self, cache: Any, max_len: int) -> None:
@@ -27,7 +25,7 @@ class HFKVCache(Cursor):
 
     @property
     def k(self) -> list[torch.Tensor]:
-        """Keys stored per layer, (B, kv_heads, pos, head_dim) as ``KVCache.k`` (analysis builds frozen prefixes)."""
+        """Keys stored per layer, (B, kv_heads, pos, head_dim) as ``KVCache.k``."""
         return [layer.keys for layer in self.cache.layers]
 
     @property
@@ -36,9 +34,8 @@ class HFKVCache(Cursor):
         return [layer.values for layer in self.cache.layers]
 
     def prepare(self, positions: torch.Tensor) -> None:
-        """Ready the cache for a step at ``positions``, which must continue it (``pos, pos + 1, ...``
-        within ``max_len``). Entries at or beyond ``pos`` are dropped first, so a caller that rewinds
-        ``pos`` (``rewind``, as ``analysis.features`` does) recomputes from there exactly."""
+        """Ready the cache for a step at ``positions``, which must continue it within ``max_len``. Entries at or beyond
+        ``pos`` are dropped first, so a caller that rewinds ``pos`` recomputes from there exactly."""
         n = positions.numel()
         if self.pos + n > self.max_len:
             raise ValueError(f"HFKVCache is full: max_len={self.max_len}, asked to store up to {self.pos + n}")
@@ -52,12 +49,10 @@ class HFKVCache(Cursor):
 
 
 class StoreCache:
-    """Lends a workbench key/value store (``KVBuffer``, or any object with the ``update(layer, k, v,
-    positions) -> (k_all, v_all, mask)`` / ``advance(n)`` protocol of ``kv_cache.py``) to HF attention
-    through the one cache method it calls.
+    """Lends a workbench key/value store (the ``update``/``advance`` protocol of ``kv_cache.py``) to HF attention.
 
-    ``update`` writes the chunk's keys/values at their absolute positions and returns those of every
-    position the store holds; the matching mask goes in separately as a 4-D attention mask.
+    ``update`` writes the chunk's keys/values at their absolute positions and returns every position's; the matching
+    mask goes in separately.
     """
 
     def __init__(self, store: Any, positions: torch.Tensor) -> None:
@@ -73,11 +68,8 @@ def store_mask(store: Any, positions: torch.Tensor, dtype: torch.dtype,
                attn_implementation: str | None) -> torch.Tensor:
     """The additive 4-D attention mask for a workbench store, built before HF attention runs.
 
-    A ``KVBuffer`` holds keys by absolute position: (1, 1, Tq, Tk), a query sees keys at its
-    position or earlier (on the interleaved init pass the buffer is empty and takes every
-    position: causal). Any other store answers a *single* token with every key it holds visible
-    (``KVCache`` and frozen prefixes do): a (1, 1, 1, 1) zero mask that broadcasts over them.
-    Eager and SDPA attention both add a float mask to the scores; flash/flex kernels take none.
+    A ``KVBuffer`` holds keys by absolute position: (1, 1, Tq, Tk), causal. Any other store answers a *single* token
+    with every key visible: a (1, 1, 1, 1) zero mask. Flash/flex kernels take no float mask.
     """
     if attn_implementation not in ("eager", "sdpa"):
         raise NotImplementedError(f"a workbench key/value store (interleaved schedule) needs attn_implementation "

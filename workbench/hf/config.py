@@ -14,10 +14,8 @@ OPTION_NAMES = ("fusion", "inject", "feedback_layer", "jitter", "gamma_init", "d
 
 @dataclass(frozen=True)
 class FeedbackConfig:
-    """What schedules, decoding and analysis read from ``model.config``, for a wrapped HF model.
-
-    The shape fields come from the HF config; the options are the wrapper's own (saved with it).
-    """
+    """What schedules, decoding and analysis read from ``model.config``: HF shape fields plus the wrapper's saved
+    options."""
 
     vocab_size: int  # token ids the HF model reads and predicts
     n_layer: int  # decoder layers; hidden_states has n_layer + 1 entries

@@ -1,17 +1,12 @@
 """``HFMechanism``: the workbench's own FBT fusion and LRT residual injection, at a wrapped HF model's points.
 
-The wrapper holds no mechanism of its own: ``fusion`` is an ``mechanisms.FBT`` and ``injection`` an
-``mechanisms.LRT`` that injects into the residual stream only, both built from a ``ModelConfig`` of the HF
-model's width and depth, and ``FeedbackLM.step`` calls their points where ``GPT.step`` does (``fuse_input``
-on the input embedding, ``inject_residual`` on every decoder layer's input). Their parameters, init, hook
-points and arithmetic are the workbench's. Two things differ on an HF stack, and are handled here:
+``fusion`` is a ``mechanisms.FBT`` and ``injection`` a residual-only ``mechanisms.LRT``, built for the HF model's width
+and depth and called where ``GPT.step`` calls them. Two things differ on an HF stack:
 
-- **Scale.** An HF stack reads ``inputs_embeds`` at its raw scale (RMS about 0.02 at init), while
-  ``GPT`` feeds unit-RMS inputs. FBT fuses the *normed* embedding and the unit-RMS result is brought
-  back to ``rms(e)`` per position; a plain position keeps ``e`` itself (``norm(e) * rms(e)`` differs
-  from it by the norm's epsilon).
-- **Jitter.** The wrapper draws it once on the carried memory, so that the fusion and the injection
-  read the same noisy memory; FBT's own jitter is off.
+- **Scale.** HF reads ``inputs_embeds`` at raw scale (RMS ~0.02), ``GPT`` at unit RMS: FBT fuses the normed embedding
+  and scales the result back to ``rms(e)``; a plain position keeps ``e`` itself (``norm(e) * rms(e)`` differs by the
+  norm's epsilon).
+- **Jitter.** Drawn once on the carried memory so fusion and injection read the same noisy memory; FBT's own is off.
 """
 
 from __future__ import annotations
@@ -25,18 +20,16 @@ from .config import FeedbackConfig
 
 
 def _mechanism_config(config: FeedbackConfig, mechanism: str, source_layer: int) -> ModelConfig:
-    """The ``ModelConfig`` a workbench mechanism is built from for a wrapped HF model. FBT and LRT read its
-    width, its depth and their own options; heads, rotary and context length describe ``GPT``'s backbone,
-    which the HF model replaces, and stay neutral."""
+    """The ``ModelConfig`` for a wrapped model's mechanisms: its width and depth; backbone fields (heads, rotary) stay
+    neutral."""
     return ModelConfig(vocab_size=config.vocab_size, n_layer=config.n_layer, n_head=1, n_embd=config.n_embd,
                        seq_len=1, rope=False, mechanism=mechanism, lrt_source_layer=source_layer,
                        lrt_inject=("residual",), lrt_gamma_init=config.gamma_init, fbt_jitter=0.0)
 
 
 class HFMechanism(Mechanism):
-    """What the wrapper adds to the HF model, under ``GPT``'s name for it: where the memory is read
-    (``source_layer``, as in ``mechanisms.py``: the block whose output is the memory, -1 = the top
-    after the final norm) and how it is consumed (``fusion``, ``injection``; either may be None)."""
+    """What the wrapper adds to the HF model, under ``GPT``'s names: ``source_layer`` (-1: the top, after the final
+    norm) and ``fusion``/``injection`` (either may be None)."""
 
     def __init__(self, config: FeedbackConfig) -> None:
         depth = config.source_depth
@@ -50,8 +43,7 @@ class HFMechanism(Mechanism):
                 part.init_weights()
 
     def fuse_input(self, embedded: torch.Tensor, feedback: Feedback) -> torch.Tensor:
-        """FBT's fused input at ``embedded``'s raw scale: ``RMSNorm((W_U m) * sigmoid(W_G RMSNorm(e))) * rms(e)``;
-        plain positions (outside ``feedback.mask``) keep ``e``."""
+        """FBT's fused input at ``embedded``'s raw scale; plain positions (outside ``feedback.mask``) keep ``e``."""
         if self.fusion is None or feedback.memory is None:
             return embedded
         scale = embedded.pow(2).mean(dim=-1, keepdim=True).sqrt()

@@ -1,6 +1,5 @@
-"""The saved wrapper: a Hugging Face model directory (``save_pretrained``) plus the wrapper's options
-(``feedback_config.json``, which lists every file the save wrote) and its feedback weights
-(``feedback.safetensors``). Safetensors only: nothing is ever unpickled."""
+"""The saved wrapper: an HF ``save_pretrained`` directory plus ``feedback_config.json`` (options, and every file the
+save wrote) and ``feedback.safetensors``. Safetensors only: nothing is ever unpickled."""
 
 from __future__ import annotations
 
@@ -24,8 +23,7 @@ FORMAT = "workbench.hf/1"
 
 
 def saved_wrapper_names(path: Path) -> set[str] | None:
-    """The files a ``FeedbackLM.save_pretrained`` wrote in ``path`` (what the next save may replace; the
-    rest, such as a tokenizer or a README, is kept); None when ``path`` holds no wrapper of ours."""
+    """Files a ``FeedbackLM.save_pretrained`` wrote in ``path`` (what the next save may replace); None if not ours."""
     saved = try_json(path / FEEDBACK_CONFIG)
     if not isinstance(saved, dict) or saved.get("format") != FORMAT:
         return None
@@ -36,8 +34,8 @@ def saved_wrapper_names(path: Path) -> set[str] | None:
 
 
 def save_wrapper(model: FeedbackLM, path: str | os.PathLike) -> None:
-    """``FeedbackLM.save_pretrained``: the HF model, then the wrapper's weights and options, into ``path``
-    replaced atomically."""
+    """``FeedbackLM.save_pretrained``: the HF model, then the wrapper's weights and options, ``path`` replaced
+    atomically."""
     with atomic_directory(path, saved_wrapper_names) as tmp:
         model.hf.save_pretrained(tmp)
         own = {name: p.detach().contiguous() for name, p in model.mechanism.named_parameters()}
@@ -47,8 +45,8 @@ def save_wrapper(model: FeedbackLM, path: str | os.PathLike) -> None:
 
 
 def check_loadable(path: Path, kwargs: dict[str, Any]) -> None:
-    """Refuse, before anything is read, a ``path`` that is no local directory or holds no safetensors weights,
-    and a request to load pickles (``use_safetensors=False``, popped from ``kwargs``)."""
+    """Refuse, before reading anything, a non-directory or weights without safetensors, and
+    ``use_safetensors=False``."""
     if not path.is_dir():
         raise ValueError(f"FeedbackLM.from_pretrained: {path} is not a local directory (nothing is downloaded: "
                          f"save the HF model with save_pretrained first)")
@@ -64,8 +62,8 @@ def check_loadable(path: Path, kwargs: dict[str, Any]) -> None:
 
 
 def saved_options(path: Path, options: dict[str, Any]) -> dict[str, Any] | None:
-    """The options a saved wrapper in ``path`` stored (``options``, given by the caller, must agree with
-    them); None for a plain HF directory."""
+    """The options a saved wrapper in ``path`` stored (``options`` must agree with them); None for a plain HF
+    directory."""
     if not os.path.lexists(path / FEEDBACK_CONFIG):
         return None
     saved = read_json(path / FEEDBACK_CONFIG)

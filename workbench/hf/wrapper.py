@@ -1,5 +1,4 @@
-"""``FeedbackLM``: a Hugging Face causal LM with latent feedback, presenting the interface of ``workbench.GPT``
-(see the package docstring for what is fed back, how, and which models are supported)."""
+"""``FeedbackLM``: a Hugging Face causal LM with latent feedback (the package docstring says what and how)."""
 
 from __future__ import annotations
 
@@ -56,7 +55,7 @@ def decoder_layers(hf_model: nn.Module, n_layer: int) -> nn.ModuleList:
 
 
 def _cache_keyword(hf_model: nn.Module) -> str:
-    """The name of the KV-cache argument: ``cache`` in recent transformers, ``past_key_values`` before."""
+    """The KV-cache argument's name: ``cache`` in recent transformers, ``past_key_values`` before."""
     return "cache" if "cache" in inspect.signature(hf_model.forward).parameters else "past_key_values"
 
 
@@ -74,17 +73,11 @@ def _with_first_arg(args: tuple, kwargs: dict, x: torch.Tensor) -> tuple[tuple, 
 class FeedbackLM(nn.Module):
     """A Hugging Face causal LM with latent feedback, presenting the interface of ``workbench.GPT``.
 
-    ``FeedbackLM(hf_model, fusion="glu", inject=None, feedback_layer=-1, jitter=0.02, gamma_init=0.0,
-    document_token=None)``;
-    see the package docstring for what is fed back and how. Hook points: ``hook_positions``,
-    ``hook_embed`` (the plain token embedding, raw HF scale), ``hook_input`` (depth 0: what goes in
-    as ``inputs_embeds``, after fusion and before any position embedding the model adds),
-    ``blocks.{l}.hook_resid_pre`` (layer l's input, after injection), ``blocks.{l}.hook_resid_post``
-    (layer l's output, ``hidden_states[l + 1]`` except that the last is before the final norm),
-    ``hook_final`` (the readout's input: ``hidden_states[-1]``), ``hook_memory`` and, with
-    ``inject="residual"``, LRT's ``mechanism.injection.hook_read.{l}`` (what layer l injects).
-
-    The HF model stays usable on its own: outside ``step`` the wrapper's layer hooks do nothing.
+    Hook points: ``hook_positions``, ``hook_embed`` (raw HF scale), ``hook_input`` (``inputs_embeds`` after fusion,
+    before any position embedding), ``blocks.{l}.hook_resid_pre`` (after injection), ``blocks.{l}.hook_resid_post`` (the
+    last before the final norm), ``hook_final`` (``hidden_states[-1]``), ``hook_memory`` and, with
+    ``inject="residual"``, ``mechanism.injection.hook_read.{l}``. Outside ``step`` the wrapper's layer hooks do nothing,
+    so the HF model stays usable on its own.
     """
 
     def __init__(self, hf_model: PreTrainedModel, fusion: str | None = "glu", *, inject: str | None = None,
@@ -145,7 +138,7 @@ class FeedbackLM(nn.Module):
         return _with_first_arg(args, kwargs, self.blocks[layer].hook_resid_pre(x))
 
     def _layer_output_hook(self, layer: int, module: nn.Module, args: tuple, output: Any) -> Any:
-        """Layer ``layer``'s output (a tensor, or a tuple led by one): ``blocks.{layer}.hook_resid_post``."""
+        """Layer ``layer``'s output (a tensor, or a tuple led by one) through ``blocks.{layer}.hook_resid_post``."""
         if self._feedback is None:
             return None
         h = self.blocks[layer].hook_resid_post(output[0] if isinstance(output, tuple) else output)
@@ -162,7 +155,7 @@ class FeedbackLM(nn.Module):
 
     @property
     def readout_weight(self) -> torch.Tensor:
-        """The readout matrix (V, D), as ``GPT.readout_weight``: analysis reads the device and dtype from it."""
+        """The readout matrix (V, D): analysis reads the device and dtype from it."""
         return self.hf.get_output_embeddings().weight
 
     # ------------------------------------------------------------------ forward
@@ -173,14 +166,11 @@ class FeedbackLM(nn.Module):
     def step(self, idx: torch.Tensor, *, memory: torch.Tensor | None = None,
              memory_mask: torch.Tensor | None = None, positions: torch.Tensor | None = None,
              kv: HFKVCache | KVBuffer | Any | None = None) -> StepOutput:
-        """The general forward, with ``GPT.step``'s semantics, over tokens ``idx`` (B, T).
+        """``GPT.step`` over tokens ``idx`` (B, T).
 
-        ``memory`` (B, T, n_embd): what each position reads (already shifted, ``m_{t-1}``);
-        ``memory_mask`` (B, T) bool: the positions that read it (others get the plain embedding and
-        no injection). ``positions``: absolute positions (default 0..T-1), passed to the HF model as
-        ``position_ids``. ``kv``: an ``HFKVCache`` from ``new_kv_cache`` (chunks in order), a
-        ``KVBuffer`` (interleaved schedule), another store with the ``kv_cache.py`` protocol for a
-        single token (e.g. a frozen prefix), or None (causal self-attention over ``idx`` alone).
+        ``memory`` (B, T, n_embd) is already shifted (``m_{t-1}``); ``memory_mask`` (B, T) bool marks the positions
+        reading it. ``kv``: an ``HFKVCache`` (chunks in order), a ``KVBuffer``, another ``kv_cache.py`` store for a
+        single token, or None (causal self-attention over ``idx`` alone).
         """
         check_tokens(self.config.vocab_size, idx)  # an id past the table would index out of bounds in the HF model
         B, T = idx.shape
@@ -240,11 +230,7 @@ class FeedbackLM(nn.Module):
     def generate(self, input_ids: torch.Tensor, max_new_tokens: int = 20, *, do_sample: bool = False,
                  temperature: float = 1.0, top_k: int | None = None, eos_token_id: int | None = None,
                  regime: str = "soft", generator: torch.Generator | None = None) -> torch.Tensor:
-        """Continue ``input_ids`` (B, T) by ``max_new_tokens`` with Hugging Face's ``generate`` arguments, through
-        the feedback recurrence: returns (B, T + new), greedy (``do_sample=False``) or sampled at ``temperature``
-        from the ``top_k`` most likely tokens. ``regime``: SOFT (the prompt prefilled plainly, every new token
-        reading its predecessor's memory), FUSED or STANDARD (no feedback: the HF model's own greedy/sampled
-        ``generate``). It is ``wb.generate``, so the schedules' invariants hold for it."""
+        """Continue ``input_ids`` (B, T) with HF's ``generate`` arguments through ``wb.generate`` (SOFT by default)."""
         if do_sample:
             check_float("temperature", temperature, 0.0, lo_open=True)
         return generate(self, input_ids, max_new_tokens, regime=regime, temperature=temperature if do_sample else 0.0,
@@ -262,9 +248,7 @@ class FeedbackLM(nn.Module):
         return self.num_params_by_group()["total"]
 
     def parameter_groups(self) -> dict[str, list[nn.Parameter]]:
-        """Parameters by optimiser role, as ``GPT.parameter_groups``: embedding tables (token and learned
-        position) in ``embedding``, an untied readout in ``readout``, other matrices in ``matrices``,
-        vectors (norm gains, biases, injection scalars) in ``scalars``."""
+        """Parameters by optimiser role, as ``GPT.parameter_groups`` (position tables join the embeddings)."""
         embeddings = {id(m.weight): m.weight for m in self.hf.modules() if isinstance(m, nn.Embedding)}
         readout = self.hf.get_output_embeddings().weight
         groups: dict[str, list[nn.Parameter]] = {"matrices": [], "embedding": list(embeddings.values()),
@@ -277,9 +261,8 @@ class FeedbackLM(nn.Module):
         return groups
 
     def flops_per_token(self, seq_len: int | None = None) -> float:
-        """Training FLOPs (forward + backward) per token of one pass, with ``GPT.flops_per_token``'s estimate:
-        ``6 *`` the parameters of every matrix a token goes through (not the embedding lookups) plus
-        ``12 * L * D * T`` for attention over ``T`` keys."""
+        """Training FLOPs per token of one pass, ``GPT.flops_per_token``'s estimate: ``6 *`` matrix params +
+        ``12 * L * D * T``."""
         c = self.config
         T = c.seq_len if seq_len is None else seq_len
         if T is None:
@@ -291,9 +274,8 @@ class FeedbackLM(nn.Module):
         return 6.0 * matmul + 12.0 * c.n_layer * c.n_embd * T
 
     def random_init(self, seed: int = 0) -> FeedbackLM:
-        """A randomly initialised twin (same HF config and options, the HF model's own init, fresh feedback
-        weights) on this model's device and dtype, in eval mode: the random-network baseline of probes.
-        Seeded without touching the global RNG."""
+        """A randomly initialised twin on this device and dtype, in eval mode (the probes' baseline); global RNG
+        untouched."""
         from transformers import AutoModelForCausalLM
 
         weight = self.readout_weight
@@ -306,25 +288,19 @@ class FeedbackLM(nn.Module):
 
     # ------------------------------------------------------------------ saving and loading
     def save_pretrained(self, path: str | os.PathLike) -> None:
-        """Write the HF model (``save_pretrained``) plus the wrapper's options (``feedback_config.json``,
-        which lists the files written) and weights (``feedback.safetensors``) into ``path``, replacing it
-        atomically (a reader never sees half a directory); ``FeedbackLM.from_pretrained(path)`` restores it.
+        """Write the HF model and the wrapper's options and weights into ``path``, atomically; user-added files are
+        kept.
 
-        ``path`` must be absent, empty or a wrapper this method saved: a plain HF model directory is
-        refused (save beside it), and files a user added to a saved wrapper (a tokenizer) are kept.
+        ``path`` must be absent, empty or a wrapper this method saved: a plain HF model directory is refused.
         """
         save_wrapper(self, path)
 
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike, **kwargs: Any) -> FeedbackLM:
-        """Load a model from a local directory; nothing is downloaded (``local_files_only=True``).
+        """Load from a local directory (nothing is downloaded); a plain HF directory gets fresh feedback weights.
 
-        A directory written by ``save_pretrained`` restores its options and feedback weights; a plain
-        HF directory (a user's own model) gets fresh feedback weights. Keyword arguments named like
-        the options (``fusion``, ``inject``, ``feedback_layer``, ``jitter``, ``gamma_init``,
-        ``document_token``) configure the wrapper (for a saved wrapper they must agree with what it
-        stored); every other one goes to
-        ``AutoModelForCausalLM.from_pretrained`` (e.g. ``dtype``, ``attn_implementation``).
+        Option keywords (``fusion``, ``inject``, ...) configure the wrapper (a saved one's must agree); the rest go to
+        ``AutoModelForCausalLM.from_pretrained``.
         """
         from transformers import AutoModelForCausalLM
 

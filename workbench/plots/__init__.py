@@ -1,24 +1,10 @@
 """Figures the notebooks, the widgets and the CLI share: each draws what an analysis function returned.
 
-Every function takes the DataFrame (or a dict of named DataFrames, to compare runs) that
-``workbench.analysis`` or ``workbench.train`` produced and returns a ``matplotlib.figure.Figure``,
-built without ``pyplot`` (nothing to close, nothing shown twice). Styling is seaborn's ``whitegrid``.
-One module per subject; every figure is also a name of this package (``wb.plots.loss_curves``):
-
-- ``probes``: ``probe_heatmap``, ``probe_profile``, ``layer0_comparison``, ``accuracy_vs_scratch``,
-  ``specimen_gates``, ``regularisation_paths``;
-- ``training``: ``loss_curves``, ``loss_vs_flops``, ``pass_losses`` and the ``LossFigure`` callback;
-- ``schedules``: ``schedule_distance``, ``jacobi_settling``, ``regime_losses``;
-- ``mechanisms``: ``lrt_mechanism``, ``kv_cache_step``, ``token_steps``;
-- ``dynamics``: ``contraction_curves``, ``sensitivity_decay``, ``fixed_point_readability``,
-  ``fixed_point_accuracy``, ``lyapunov_curves``, ``lens_by_pass``;
-- ``traces``: ``trace_lengths``, ``trace_example``;
-- ``interventions``: ``swap_flips``, ``ablation_distance``, ``answer_logits``;
-- ``base``: the shared frame (``new_figure``, panel grids, log axes that mark exact zeros).
-
-A recipe's own figure lives with its recipe; the figure of a recipe's stored tables is
-``experiments.experiment_figure``, which reads which recipe wrote them.
-"""
+Every function takes the DataFrame (or a dict of named DataFrames, to compare runs) that ``workbench.analysis`` or
+``workbench.train`` produced and returns a ``matplotlib.figure.Figure`` built without ``pyplot`` (nothing to close,
+nothing shown twice), in seaborn's ``whitegrid`` style. One module per subject, ``base`` the shared frame; every
+figure is also a name of this package (``wb.plots.loss_curves``). A recipe's stored tables are drawn by
+``experiments.experiment_figure``."""
 
 from .base import LOG_TICKS, MAX_COLUMNS, PANEL, STYLE, ZERO_LABEL, Runs, new_figure
 from .dynamics import (

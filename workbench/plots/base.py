@@ -1,10 +1,6 @@
-"""What every figure module shares: a pyplot-free figure in seaborn's style, panel grids, log axes that show
-exact zeros, one colour per arm, and the column checks that turn a wrong table into a clear error.
-
-Figures are built without ``pyplot``: nothing is registered globally, so nothing needs closing, no
-figure is shown twice in a notebook (a returned Figure displays once, as the cell's value), and
-``fig.savefig(...)`` works on any backend.
-"""
+"""What every figure module shares: a pyplot-free figure in seaborn's style, panel grids, log axes that show exact
+zeros, one colour per arm, and column checks that turn a wrong table into a clear error. Without ``pyplot`` nothing
+is registered globally: nothing needs closing, no figure shows twice in a notebook, ``savefig`` works on any backend."""
 
 from __future__ import annotations
 
@@ -38,8 +34,7 @@ def new_figure(ncols: int, nrows: int = 1, panel: tuple[float, float] = PANEL,
 
 
 def panel_grid(n: int, panel: tuple[float, float], sharey: bool = False) -> tuple[Figure, list[Axes]]:
-    """``n`` panels wrapped into rows of at most ``MAX_COLUMNS`` (a row of six is unreadable at cell
-    width); the grid's unused cells are removed, so ``fig.axes`` holds exactly the ``n`` panels."""
+    """``n`` panels in rows of at most ``MAX_COLUMNS``, unused cells removed (``fig.axes`` holds exactly ``n``)."""
     ncols = min(n, MAX_COLUMNS)
     fig, axes = new_figure(ncols, -(-n // ncols), panel=panel, sharey=sharey)
     for ax in axes[n:]:
@@ -82,12 +77,8 @@ ZERO_LABEL = "▼ on the axis: exactly 0"
 
 
 def log_line(ax: Axes, x, y: pd.Series, *args, **kwargs) -> bool:
-    """Plot ``y`` on a log axis: positive values as a line, exact zeros as ▼ on the bottom edge.
-
-    A log axis has no 0, so an exact zero (an exact fixed point, an unused memory) would otherwise
-    make its line vanish without a trace. Returns whether any zero was marked (its marker carries
-    ``ZERO_LABEL`` once per axes, for the legend).
-    """
+    """Plot ``y`` on a log axis, exact zeros (which a log axis cannot show) as ▼ on the bottom edge; returns whether
+    any was marked (labelled ``ZERO_LABEL`` once per axes)."""
     (line,) = ax.plot(x, positive_only(y), *args, **kwargs)
     zeros = y.to_numpy(dtype=float) == 0
     if zeros.any():
@@ -102,8 +93,8 @@ LOG_TICKS = (1, 2, 3, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000)
 
 
 def log_count_axis(ax: Axes, last: float, first: float = 1) -> None:
-    """A log x axis over counts (passes, distances) from ``first`` to ``last``, ticks written as integers:
-    what happens at 2-3 (the depths models are trained at) stays as wide as what happens at 50-100."""
+    """A log x axis over counts from ``first`` to ``last``, integer ticks: the trained passes 2-3 stay as wide as
+    50-100."""
     from matplotlib.ticker import FixedLocator, NullLocator, StrMethodFormatter
 
     ax.set_xscale("log")
@@ -114,8 +105,7 @@ def log_count_axis(ax: Axes, last: float, first: float = 1) -> None:
 
 
 def run_styles(names: Sequence[str]) -> dict[str, dict]:
-    """A colour per arm and a line style per seed: runs named ``<arm>_s<seed>`` share their arm's colour,
-    so seven runs of four arms read as four colours, not seven."""
+    """A colour per arm and a line style per seed: runs ``<arm>_s<seed>`` share their arm's colour."""
     import re
 
     arms = [re.sub(r"_s\d+$", "", name) for name in names]

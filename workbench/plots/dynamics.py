@@ -1,12 +1,5 @@
 """Figures of the feedback map's dynamics over many passes (``analysis.fixed_point``, ``analysis.jacobians``,
-``analysis.lens``).
-
-- ``contraction_curves``: residual and distance to the fixed point against pass (log scale);
-- ``sensitivity_decay``: effect of a memory perturbation against distance (log scale);
-- ``fixed_point_readability``, ``fixed_point_accuracy``: whether the fixed point still answers;
-- ``lyapunov_curves``: the top finite-time Lyapunov exponents of the pass map;
-- ``lens_by_pass``: what a logit (or tuned) lens reads at each pass.
-"""
+``analysis.lens``)."""
 
 from __future__ import annotations
 
@@ -34,20 +27,12 @@ from .base import (
 
 def contraction_curves(results: Runs, max_pass: int | None = None, depths: Mapping[str, int] | None = None,
                        note: str = "", chance: Mapping[str, float] | None = None) -> Figure:
-    """Residual ``delta`` and ``fixed_point_distance`` against pass (log y), one line per run.
+    """Residual ``delta`` and ``fixed_point_distance`` against pass (log y), one line per ``pass_dynamics`` run, and the
+    loss when any run has one.
 
-    Takes ``pass_dynamics`` output, or a dict of them by name (mechanism, training mix, ...). A
-    third panel shows the loss when any run has one. Exact zeros (the fixed point reached in
-    floating point) end a line and are marked ▼ on the axis rather than plunging to -inf; runs
-    named ``<arm>_s<seed>`` share a colour (one line style per seed). Past 10 passes the pass axis
-    is logarithmic, so passes 2-3 (where models are trained) are as wide as 50-100. ``max_pass``
-    cuts every run there.
-    ``depths``: label -> pass, drawn as dotted verticals (the depths the models were trained at,
-    so a reader sees which passes are extrapolation); ``note``: a title saying what was measured
-    (sequence length T, the positions the numbers are over), since the curves mean little without; ``chance``:
-    label -> loss of a model without context (a unigram, or ln 2 for a balanced label), drawn on the loss panel so
-    a reader sees where a loss means nothing was learned.
-    """
+    Exact zeros are marked ▼ on the axis; past 10 passes the pass axis is logarithmic. ``depths``: label -> pass,
+    drawn as verticals (the trained depths, so extrapolation shows); ``note``: a title saying what was measured;
+    ``chance``: label -> loss of a model without context, drawn on the loss panel."""
     runs = named_runs(results, "contraction_curves")
     for frame in runs.values():
         require_columns(frame, ["pass", "delta", "fixed_point_distance"], "contraction_curves")
@@ -88,15 +73,9 @@ def contraction_curves(results: Runs, max_pass: int | None = None, depths: Mappi
 
 
 def sensitivity_decay(results: Runs, note: str = "") -> Figure:
-    """Effect of a perturbation of the carried memory against distance (log y), one line per run.
-
-    Takes ``sensitivity`` output or a dict of them. The dotted line at 1 is the size of the
-    injected perturbation: below it the recurrence forgets, above it it amplifies. A run whose
-    effect is exactly zero (no mechanism: the memory is never read) has no line, and says so (its
-    zeros are marked ▼ on the axis). Past 10 tokens the distance axis is logarithmic; runs
-    ``<arm>_s<seed>`` share a colour.
-    ``note``: a title (sequence length, training depth, where the nudge was made).
-    """
+    """Effect of a perturbation of the carried memory against distance (log y), one line per ``sensitivity`` run. The
+    dotted line at 1 is the injected perturbation: below it the recurrence forgets, above it amplifies; a run without
+    a mechanism has effect exactly 0 and says so."""
     runs = named_runs(results, "sensitivity_decay")
     fig, (ax,) = new_figure(1, panel=(8.0, 4.0))
     styles = run_styles(list(runs))
@@ -121,8 +100,7 @@ ARMS_PER_PANEL = 6  # more bars than this in one panel and a reader cannot tell 
 
 
 def _family_chunks(arms: list[str], families: list[str]) -> list[tuple[str, list[str]]]:
-    """(family, arms) per panel: each family's arms in order, a family of more than ``ARMS_PER_PANEL`` cut into
-    equal parts."""
+    """(family, arms) per panel, a family of more than ``ARMS_PER_PANEL`` cut into equal parts."""
     chunks = []
     for family in dict.fromkeys(families):
         group = [a for a, f in zip(arms, families) if f == family]
@@ -134,9 +112,8 @@ def _family_chunks(arms: list[str], families: list[str]) -> list[tuple[str, list
 
 
 def fixed_point_readability(table: pd.DataFrame, title: str = "", readable: float = 0.95) -> Figure:
-    """Per arm (``fixed_point_study``'s run table): answer accuracy at passes 1-3 and under the exact recurrence,
-    a dot per seed, one row of panels per family (at most ``ARMS_PER_PANEL`` arms a panel); beside each, its runs'
-    top Lyapunov exponent of the exact recurrence."""
+    """Per arm of ``fixed_point_study``'s table: answer accuracy at passes 1-3 and under the exact recurrence (a dot
+    per seed), one row per family, beside its runs' top Lyapunov exponent."""
     require_columns(table, ["arm", "family", "accuracy_pass1", "accuracy_pass2", "accuracy_pass3", "accuracy_exact",
                      "lyapunov_top"], "fixed_point_readability")
     arms = list(dict.fromkeys(table["arm"]))
@@ -179,9 +156,8 @@ def fixed_point_readability(table: pd.DataFrame, title: str = "", readable: floa
 
 
 def fixed_point_accuracy(results: Mapping[str, pd.DataFrame], trained_depth: int | None = None) -> Figure:
-    """Answer accuracy against pass (log axis) per model, the exact recurrence's as a dashed line in the same
-    colour: ``analysis.fixed_point.fixed_point_quality(...).per_example`` frames by name. Where the line ends
-    above the dash, the model reads its passes better than the fixed point they converge to."""
+    """Answer accuracy against pass per model (``fixed_point_quality(...).per_example`` frames), the exact
+    recurrence's dashed: a line ending above its dash reads its passes better than their fixed point."""
     fig, (ax,) = new_figure(1, panel=(7.2, 3.8))
     palette = sns.color_palette("tab10", len(results))
     for colour, (name, frame) in zip(palette, results.items()):

@@ -1,9 +1,4 @@
-"""Figures of interventions (``analysis.interventions``): does the model use what a probe can read?
-
-- ``swap_flips``: how often swapping the fed-back state flips the answer, against a control swap;
-- ``ablation_distance``: an ablation's effect by distance from the ablated position;
-- ``answer_logits``: the answer's logit under each intervention.
-"""
+"""Figures of interventions (``analysis.interventions``): does the model use what a probe can read?"""
 
 from __future__ import annotations
 
@@ -26,9 +21,7 @@ INTERVENTION_COLORS = {"swap": "#c44e52", "control": "#4c72b0", "cross": "#55a86
 
 
 def _tick_label(name: str, width: int = 12) -> str:
-    """A specimen's name as tick-label lines: its last word (after the last space, else the last underscore: the
-    scratch length or seed) on a line of its own, the rest wrapped at underscores to ``width`` characters, so
-    neighbouring labels never touch."""
+    """A specimen's name as tick-label lines: its last word alone, the rest wrapped at underscores."""
     head, _, tail = name.rpartition(" ") if " " in name else name.rpartition("_")
     if not head:
         return name
@@ -42,10 +35,9 @@ def _tick_label(name: str, width: int = 12) -> str:
 
 
 def swap_flips(swaps: pd.DataFrame, ax: Axes | None = None) -> Figure:
-    """Answer flip rate per gated specimen (and design, where a ``design`` column says) and intervention
-    (``causal_use``'s table: ``{kind}_flip`` with ``{kind}_low``/``{kind}_high``), beside the layer-0 probe
-    accuracy and the untrained twin's: a probe that decodes the label while the swap leaves the answer alone
-    shows decodability without use."""
+    """Answer flip rate per gated specimen and intervention (``causal_use``'s table), beside the layer-0 probe
+    accuracy and the untrained twin's: a probe that decodes the label while the swap leaves the answer alone shows
+    decodability without use."""
     # about an inch per specimen and design, so neither the bars nor the two-line tick labels run together
     fig, axes = new_figure(1, panel=(max(7.0, 1.1 * len(swaps)), 3.8)) if ax is None else (ax.figure, [ax])
     ax = axes[0]
@@ -85,9 +77,8 @@ def swap_flips(swaps: pd.DataFrame, ax: Axes | None = None) -> Figure:
 
 
 def ablation_distance(frame: pd.DataFrame, axes: Sequence[Axes] | None = None) -> Figure:
-    """How far back the recurrent state matters (``ablation_by_distance`` rows, a ``run`` column per
-    specimen): left, the mean loss increase at t against how far back (d) the ablated memory lies;
-    right, the increase at d = 1 (the position that reads it) by position."""
+    """``ablation_by_distance`` rows (a ``run`` column per specimen): mean loss increase against d, and at d = 1 by
+    position."""
     fig, axes = new_figure(2, panel=(4.4, 3.6)) if axes is None else (axes[0].figure, list(axes))
     if frame.empty:
         for ax in axes:

@@ -1,9 +1,4 @@
-"""Figures of the LRT mechanism itself: its gates, its KV store, one position's state as it turns.
-
-- ``lrt_mechanism``: the carried state's statistics and the feedback gates per layer;
-- ``kv_cache_step``: which keys one query attends to, the fed-back one marked;
-- ``token_steps``: one position of a ``memory_trajectory``: how the state turns, what it predicts.
-"""
+"""Figures of the LRT mechanism itself: its gates, its KV store, one position's state as it turns."""
 
 from __future__ import annotations
 
@@ -22,12 +17,8 @@ from .base import (
 
 def token_steps(trajectory: pd.DataFrame, position: int, example: int = 0,
                 decode: Callable[[int], str] | None = None) -> Figure:
-    """One position of a ``memory_trajectory``: how far each step turns the memory, and what ``position`` predicts.
-
-    Left: cosine of consecutive memories ``cos(m_{t-1}, m_t)`` along the sequence, the selected
-    position marked (near 1: the token barely changes the carried state). Right: the position's
-    top next-token probabilities, labelled with ``decode(token_id)`` when given.
-    """
+    """One position of a ``memory_trajectory``: ``cos(m_{t-1}, m_t)`` along the sequence (near 1: the token barely
+    changes the state) and the position's top next-token probabilities."""
     require_columns(trajectory, ["example", "position", "token", "cosine_prev", "top_tokens", "top_probs"],
                     "token_steps")
     rows = trajectory[trajectory["example"] == example].sort_values("position")
@@ -49,12 +40,8 @@ def token_steps(trajectory: pd.DataFrame, position: int, example: int = 0,
 
 
 def kv_cache_step(pattern: np.ndarray, keys: np.ndarray, position: int, labels: Sequence[str] | None = None) -> Figure:
-    """One decoding step seen from the cache: the attention pattern so far and the keys the cache holds.
-
-    ``pattern`` (T, T): attention weights of one head (row t = query t); rows after ``position``
-    are not computed yet and are blanked, the current row is outlined. ``keys`` (T, head_dim): the
-    cached keys of that head; slots after ``position`` are still empty. ``labels`` name positions.
-    """
+    """One decoding step seen from the cache: one head's attention ``pattern`` (T, T) and cached ``keys`` (T,
+    head_dim), rows after ``position`` blank (not computed yet)."""
     pattern, keys = np.asarray(pattern, dtype=float), np.asarray(keys, dtype=float)
     T = pattern.shape[0]
     if pattern.shape != (T, T) or keys.ndim != 2 or keys.shape[0] != T:
@@ -83,12 +70,8 @@ def kv_cache_step(pattern: np.ndarray, keys: np.ndarray, position: int, labels: 
 
 
 def lrt_mechanism(stats: pd.DataFrame, gates: pd.DataFrame | None = None, title: str = "") -> Figure:
-    """What an LRT model learned, layer by layer (``lrt_layer_stats``, optionally ``lrt_gates``).
-
-    Left: the residual injection ``alpha_l x + gamma_l m`` (init 1 and the configured gamma). Middle:
-    mean local and feedback gates (init 1, dotted). The source layer is shaded. Right, when
-    ``gates`` is given: the feedback gate per layer and position (position 0 reads no memory).
-    """
+    """What an LRT model learned per layer (``lrt_layer_stats``): residual scales and mean gates (init 1), the source
+    layer shaded; with ``gates`` (``lrt_gates``) the feedback gate per layer and position."""
     require_columns(stats, ["layer", "alpha", "gamma", "gate_local", "gate_feedback", "source"], "lrt_mechanism")
     show_map = gates is not None and not gates.empty
     fig, axes = new_figure(3 if show_map else 2, panel=(4.0, 3.4))

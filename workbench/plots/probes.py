@@ -1,12 +1,4 @@
-"""Figures of linear probes (``analysis.probes``): what a layer's hidden state makes decodable, layer 0 above all.
-
-- ``probe_heatmap``: probe accuracy by depth x condition (one panel per task and model);
-- ``probe_profile``: accuracy against depth for each condition, with control and majority lines;
-- ``layer0_comparison``: the headline bar chart: accuracy at depth 0 per condition;
-- ``accuracy_vs_scratch``: accuracy at depth 0 against the distance the label must travel;
-- ``specimen_gates``: each probing specimen's answer accuracy against its competence gate;
-- ``regularisation_paths``: a probe's held-out accuracy against its L2 strength, per specimen.
-"""
+"""Figures of linear probes (``analysis.probes``): what a layer's hidden state makes decodable, layer 0 above all."""
 
 from __future__ import annotations
 
@@ -26,11 +18,8 @@ from .base import (
 
 
 def probe_heatmap(df: pd.DataFrame, value: str = "accuracy") -> Figure:
-    """Probe ``value`` by depth (rows, 0 = input at the bottom) x condition (columns), one panel per task/model.
-
-    Where recurrence puts global state within reach of shallow layers shows as the bottom rows
-    lighting up under the recurrent conditions only. One colour scale (0..1) for every panel.
-    """
+    """Probe ``value`` by depth (0 at the bottom) x condition, one panel per task/model on one 0..1 scale: state
+    brought within reach of shallow layers lights the bottom rows under the recurrent conditions only."""
     require_columns(df, ["condition", "layer", value], "probe_heatmap")
     facets = probe_facets(df)
     fig, axes = new_figure(len(facets), panel=(1.2 + 1.1 * df["condition"].nunique(), 3.8))
@@ -46,12 +35,8 @@ def probe_heatmap(df: pd.DataFrame, value: str = "accuracy") -> Figure:
 
 
 def probe_profile(df: pd.DataFrame, highlight_depth: int | None = None) -> Figure:
-    """Accuracy against depth for each condition (and model, task), with its control task and the majority rate.
-
-    The band is +- ``accuracy_std`` across folds; the dashed line of the same colour is the control
-    task (a probe that memorises rather than reads state scores well there too: selectivity is the
-    gap); the grey dotted line is the majority-class rate. ``highlight_depth`` marks one depth.
-    """
+    """Accuracy against depth per condition (and model, task): band +- ``accuracy_std`` over folds, dashed the
+    control task (selectivity is the gap), dotted the majority rate."""
     require_columns(df, ["condition", "layer", "accuracy"], "probe_profile")
     fig, (ax,) = new_figure(1, panel=(6.0, 4.0))
     group_keys = ["condition"] + [c for c in ("model", "task") if c in df.columns and df[c].nunique() > 1]
@@ -81,18 +66,11 @@ BOUNDED = ("suffix1",)  # the conditions the fed-back upper bound bounds at dept
 def layer0_comparison(df: pd.DataFrame, depth: int = 0, title: str | None = None) -> Figure:
     """Probe accuracy at one depth (default 0, the input) per condition: the probing headline.
 
-    Bars are grouped by condition, coloured by model; error bars are ``accuracy_std``; a black tick
-    on each bar is its control-task accuracy; the dashed line is the majority-class rate. Where the
-    columns exist, an open circle marks the untrained twin's accuracy (``twin_accuracy``) and a star
-    the upper bound (``upper_bound``: the top-layer probe at the fed-back position, all one recurrent
-    step can hand to layer 0), drawn only where it bounds the bar: at depth 0 under ``suffix1``
-    (one recurrent step; ``BOUNDED``). One panel per task, one row of panels per ``scratch_updates``;
-    a task without specimens at a length says so in its panel; the legend sits under the panels.
-    Standard prefill near the dashed line and recurrent conditions far above it — above the twin —
-    is the FBT paper's finding: feedback exposes learned state to the very first layer. Models are coloured in
-    sorted order, as ``specimen_gates`` colours them, so one specimen keeps its colour in both; ``title`` (the
-    figure's takeaway) goes above the panels.
-    """
+    Bars by condition, coloured by model in sorted order (as ``specimen_gates``, so a specimen keeps its colour),
+    with the control task, the majority rate, the untrained twin and the ``upper_bound`` (the top-layer probe at the
+    fed-back position), drawn only where it bounds the bar: depth 0 under ``BOUNDED``. One panel per task and
+    ``scratch_updates``. Standard prefill near the majority line and recurrent conditions far above it (and the twin)
+    is the FBT paper's finding."""
     require_columns(df, ["condition", "layer", "accuracy"], "layer0_comparison")
     at = df[df["layer"] == depth]
     if at.empty:
@@ -149,13 +127,9 @@ def layer0_comparison(df: pd.DataFrame, depth: int = 0, title: str | None = None
 
 
 def accuracy_vs_scratch(df: pd.DataFrame, condition: str = "suffix1", depth: int = 0) -> Figure:
-    """Probe accuracy at one depth and condition against the number of scratch lines, per task.
-
-    One line per model (colour); dashed, the same model's untrained twin (``twin_accuracy``);
-    dotted, its upper bound (``upper_bound``); grey, the majority rate. Distance between the detail
-    and the label is what a recurrent step must bridge: a lift that holds as it grows is carried by
-    the fed-back state, one that fades was read from nearby tokens.
-    """
+    """Probe accuracy at one depth and condition against scratch lines, per task and model, with the twin and the
+    upper bound. A lift that holds as the distance grows is carried by the fed-back state; one that fades was read
+    from nearby tokens."""
     require_columns(df, ["task", "model", "scratch_updates", "condition", "layer", "accuracy"], "accuracy_vs_scratch")
     at = df[(df["layer"] == depth) & (df["condition"] == condition)]
     if at.empty:
@@ -184,14 +158,9 @@ def accuracy_vs_scratch(df: pd.DataFrame, condition: str = "suffix1", depth: int
 
 
 def specimen_gates(df: pd.DataFrame, threshold: float, by: str = "arm") -> Figure:
-    """Each specimen's competence before it is probed: answer accuracy per scratch length and arm.
-
-    Bars: accuracy under the condition the gate reads (``gate_value``), one colour per value of the
-    ``by`` column ("label" tells an arm's seeds apart); black dots: under the exact recurrence
-    (``answer_sequential``, where measured); dashed: the gate's ``threshold``. One panel per task, the legend
-    under them. A bar below the line is a specimen that is reported, never probed. Colours go in sorted order of
-    ``by``, as ``layer0_comparison`` gives them.
-    """
+    """Each specimen's competence before it is probed: answer accuracy (``gate_value``) per scratch length and ``by``
+    value, against the gate ``threshold`` (a bar below it is reported, never probed); colours as in
+    ``layer0_comparison``."""
     require_columns(df, ["task", by, "scratch_updates", "gate_value"], "specimen_gates")
     if df.duplicated(["task", by, "scratch_updates"]).any():
         raise ValueError(f"by={by!r} is invalid: it leaves two specimens in one bar (try by='label')")
@@ -218,11 +187,8 @@ def specimen_gates(df: pd.DataFrame, threshold: float, by: str = "arm") -> Figur
 
 
 def regularisation_paths(df: pd.DataFrame, threshold: float | None = None) -> Figure:
-    """A probe's held-out accuracy against its inverse L2 strength ``C`` (log axis), one line per ``specimen``,
-    one panel per ``task``; filled markers are the strengths cross-validation cannot tell from the best
-    (``plausible``), open ones those it can; a ``model`` column draws the untrained twin dashed. A verdict
-    read off one strength holds only if it stays put across the filled markers; ``threshold`` (e.g. the
-    accuracy a claim needs) is drawn dotted."""
+    """A probe's held-out accuracy against ``C`` (log), a line per specimen, a panel per task; filled markers are the
+    ``plausible`` strengths. A verdict holds only if it stays put across the filled markers."""
     require_columns(df, ["task", "specimen", "C", "accuracy", "plausible"], "regularisation_paths")
     tasks = in_order(df["task"])
     fig, axes = new_figure(len(tasks), panel=(3.6, 3.2))

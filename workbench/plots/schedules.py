@@ -1,9 +1,4 @@
-"""Figures of schedules and decoding regimes: how far an approximate schedule is from the exact recurrence.
-
-- ``schedule_distance``: each approximate schedule's distance to the exact logits as its knob grows;
-- ``jacobi_settling``: ``analysis.schedule_agreement.jacobi_errors`` as a pass x position map;
-- ``regime_losses``: the loss of each decoding regime (STANDARD, SOFT, FUSED).
-"""
+"""Figures of schedules and decoding regimes: how far an approximate schedule is from the exact recurrence."""
 
 from __future__ import annotations
 
@@ -26,12 +21,8 @@ from .base import (
 
 
 def jacobi_settling(frame: pd.DataFrame, exact_below: float = 1e-9) -> Figure:
-    """``analysis.schedule_agreement.jacobi_errors`` as a pass x position map: the staircase of exact positions.
-
-    Colour is ``log10`` of each position's distance to the sequential memory; cells below
-    ``exact_below`` (exact up to rounding) are drawn white and outlined, so the diagonal edge —
-    pass k is exact at positions t < k — shows whatever the model.
-    """
+    """``jacobi_errors`` as a pass x position map; cells below ``exact_below`` are white and outlined, so the
+    staircase (pass k exact at t < k) shows whatever the model."""
     require_columns(frame, ["pass", "position", "error"], "jacobi_settling")
     table = frame.pivot_table(index="pass", columns="position", values="error", aggfunc="max").sort_index()
     values = table.to_numpy(dtype=float)
@@ -49,11 +40,8 @@ def jacobi_settling(frame: pd.DataFrame, exact_below: float = 1e-9) -> Figure:
 
 
 def regime_losses(frame: pd.DataFrame) -> Figure:
-    """Next-token loss of a continuation per position, one line per decoding regime (``regime_losses``).
-
-    The legend gives each regime's mean over the scored positions, so a regime that helps only a
-    few positions is told from one that helps throughout.
-    """
+    """Next-token loss per position, a line per decoding regime labelled with its mean: a regime that helps a few
+    positions is told from one that helps throughout."""
     require_columns(frame, ["regime", "position", "loss"], "regime_losses")
     fig, (ax,) = new_figure(1, panel=(7.0, 3.6))
     regimes = in_order(frame["regime"])
@@ -76,13 +64,8 @@ def knob_symbol(schedule: str) -> str:
 
 def schedule_distance(sweeps: pd.DataFrame, positions: Mapping[str, pd.DataFrame] | None = None,
                       selected: Mapping[str, int] | None = None) -> Figure:
-    """Distance of each approximate schedule to the exact logits as its knob grows, and where it is wrong.
-
-    Left: ``schedule_sweep`` rows (one line per schedule: distance against K, S or B, log y; an
-    exact zero ends the line and is marked ▼ on the axis) with ``selected`` values ringed. Right, when
-    ``positions`` ({label: ``position_distance`` table}) is given: the distance per position, which
-    shows multipass's exact prefix and blockwise's block edges.
-    """
+    """Each approximate schedule's distance to the exact logits against its knob (``schedule_sweep`` rows,
+    ``selected`` ringed) and, with ``positions``, per position (multipass's exact prefix, blockwise's block edges)."""
     require_columns(sweeps, ["schedule", "value", "distance"], "schedule_distance")
     fig, axes = new_figure(2 if positions else 1)
     schedules = in_order(sweeps["schedule"])

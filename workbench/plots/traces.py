@@ -1,8 +1,4 @@
-"""Figures of reasoning traces (``analysis.traces``): how long each decoding regime writes, and how right it is.
-
-- ``trace_lengths``: trace-length distribution and accuracy per decoding regime;
-- ``trace_example``: one example's trace length under every regime, beside each regime's median.
-"""
+"""Figures of reasoning traces (``analysis.traces``): how long each decoding regime writes, and how right it is."""
 
 from __future__ import annotations
 
@@ -23,16 +19,11 @@ from .base import (
 
 
 def trace_lengths(df: pd.DataFrame, lines: pd.DataFrame | None = None) -> Figure:
-    """Reasoning-trace length per decoding regime (box and points; median written above) and accuracy.
+    """Reasoning-trace length per decoding regime (box and points) and accuracy.
 
-    The FBT paper's claim to check: under latent feedback (soft, fused) base models write shorter
-    traces at equal or better accuracy. Points are coloured by correctness, so a regime that is
-    short only because it gives up shows as a cloud of wrong answers. Rows of the training mix
-    (``analysis.traces.training_traces``) draw as one more box and have no accuracy bar (they are
-    correct by construction). ``lines`` (``analysis.line_distribution``) adds a panel: the share of
-    traces by intermediate lines written, correct solid and wrong light, per regime beside the
-    training mix, so a regime that is shorter than the mix it learned from shows at a glance.
-    """
+    Points are coloured by correctness, so a regime short only because it gives up shows as wrong answers.
+    Training-mix rows (``training_traces``) add a box without accuracy bar; ``lines`` (``line_distribution``) adds
+    the share of traces by lines written."""
     from ..analysis.traces import TRAINING
 
     require_columns(df, ["regime", "length", "correct"], "trace_lengths")
@@ -53,7 +44,7 @@ def trace_lengths(df: pd.DataFrame, lines: pd.DataFrame | None = None) -> Figure
     names = [r.replace(" ", "\n") for r in order]  # "training mix" on two lines: six regimes side by side fit
     ax_len.set_xticks(range(len(order)), names, fontsize=8)
     ax_len.set(xlabel="regime", ylabel="trace length (tokens before the answer)", ylim=(0, top * 1.12 + 1))
-    # below the panel: inside it, the legend sat on the medians written above the boxes
+    # below the panel: inside, the legend would cover the medians written above the boxes
     ax_len.legend(title="correct", fontsize=8, title_fontsize=8, ncol=2, frameon=False, loc="upper center",
                   bbox_to_anchor=(0.5, -0.3))
     decoded = [r for r in order if r != TRAINING]
@@ -89,13 +80,8 @@ def _trace_lines(ax: Axes, lines: pd.DataFrame, palette: Mapping[str, object]) -
 
 
 def trace_example(df: pd.DataFrame, example: int, regime: str | None = None) -> Figure:
-    """One example's trace length under every decoding regime, beside each regime's median.
-
-    Takes ``trace_lengths`` output (one run). A bar per regime, green when that trace's answer is
-    right and red when not (hatched when no answer line was written); the black tick is the
-    regime's median over all examples, so one question is read against the typical trace.
-    ``regime`` outlines the chosen bar.
-    """
+    """One example's trace length under every regime (green right, red wrong, hatched unanswered) against each
+    regime's median; ``regime`` outlines one bar."""
     from matplotlib.patches import Patch
 
     require_columns(df, ["regime", "example", "length", "correct"], "trace_example")

@@ -1,10 +1,4 @@
-"""Figures of training runs: loss against steps, tokens, FLOPs or wall-clock, per pass, per experiment arm.
-
-- ``loss_curves``: training (and held-out) loss against step or FLOPs, for one run or several;
-- ``loss_vs_flops``: held-out loss against FLOPs (or wall-clock) per arm, seed bands, the floor line;
-- ``pass_losses``: a multi-pass run's loss at each pass;
-- ``LossFigure``: a ``train`` callback that writes a run directory's ``loss.png`` when the run ends.
-"""
+"""Figures of training runs: loss against steps, tokens, FLOPs or wall-clock, per pass, per experiment arm."""
 
 from __future__ import annotations
 
@@ -33,13 +27,9 @@ LOSS_AXES = {"step": "optimiser step", "flops": "training FLOPs", "tokens": "tra
 
 
 def loss_curves(history: Runs, x: str = "step", title: str = "") -> Figure:
-    """Training loss against ``x`` ("step", "flops" or "tokens"), with held-out loss where recorded.
-
-    One run (``train``'s ``history``): the objective, each pass's loss when there are several, and
-    ``val_loss`` as points. Several runs (a dict by name): one colour per run, training loss solid
-    and held-out dashed — with ``x="flops"`` that is the comparison at matched compute that a
-    multi-pass or interleaved schedule (2x, Kx the work per step) has to win.
-    """
+    """Training loss against ``x``, with held-out loss where recorded: for one run each pass's loss too; for several
+    (a dict by name) one colour per run. With ``x="flops"`` this is the matched-compute comparison a multi-pass
+    schedule (K times the work per step) has to win."""
     if x not in LOSS_AXES:
         raise ValueError(f"x={x!r} is invalid: must be one of {tuple(LOSS_AXES)}")
     runs = named_runs(history, "loss_curves")
@@ -75,14 +65,8 @@ CURVE_AXES = {"flops": "training FLOPs", "seconds": "training wall-clock (s)"}
 def loss_vs_flops(curves: Mapping[str, Sequence[pd.DataFrame]], floor: float | None = None,
                   floor_label: str = "unigram", column: str = "val_bpb", x: str | Sequence[str] = "flops",
                   title: str = "", extra_panel: bool = False) -> Figure:
-    """Held-out ``column`` against training FLOPs (or wall-clock): one colour per arm, its seed mean as a line
-    and the range over seeds as a band, with the floor (unigram / chance) as a dotted line.
-
-    ``curves`` maps an arm to one history per seed (the rows with an evaluation). Seeds of one arm share
-    their evaluation steps, so the band is taken mark by mark; on the wall-clock axis each mark sits at
-    its seeds' mean time. ``x`` may name several axes ("flops", "seconds"): one panel each, so compute
-    and time can be read side by side. ``extra_panel`` adds an empty panel for the caller.
-    """
+    """Held-out ``column`` against training FLOPs (or wall-clock): per arm the seed mean as a line and the seed range
+    as a band (seeds share their evaluation steps), the floor dotted; several ``x`` give a panel each."""
     axes_x = [x] if isinstance(x, str) else list(x)
     for key in axes_x:
         if key not in CURVE_AXES:
@@ -111,13 +95,8 @@ def loss_vs_flops(curves: Mapping[str, Sequence[pd.DataFrame]], floor: float | N
 
 
 def pass_losses(histories: Runs) -> Figure:
-    """Each pass's training loss (``loss_pass1``, ``loss_pass2``, ...) against step, one panel per run.
-
-    Steps that ran fewer passes have no value for the later ones, so each pass is drawn as points:
-    the density of the pass-3 points is the share of 3-pass batches, and where the pass-2 points
-    start is where the progressive schedule switched latent feedback on. Panels wrap into rows of
-    ``MAX_COLUMNS`` and share their loss axis, so runs compare at a glance.
-    """
+    """Each pass's training loss against step as points, one panel per run: the density of pass-3 points is the share
+    of 3-pass batches, and where pass-2 points start the progressive schedule switched feedback on."""
     runs = named_runs(histories, "pass_losses")
     for frame in runs.values():
         require_columns(frame, ["step", "loss_pass1"], "pass_losses")
@@ -137,13 +116,8 @@ def pass_losses(histories: Runs) -> Figure:
 
 
 class LossFigure:
-    """A ``train`` callback that writes ``loss_curves`` of the run to ``path``: at the end, and every ``every``
-    logged rows on the way (0: only at the end), so a long run's figure can be watched in a file browser.
-
-    ``train(cfg, callback=LossFigure(Path(cfg.out_dir) / "loss.png"))`` is what ``workbench train --out``
-    does; drawing is the caller's choice, not the trainer's. The file is replaced atomically, and it is
-    also written when the run stops early (interrupted, non-finite loss), from the rows logged until then.
-    """
+    """A ``train`` callback that writes ``loss_curves`` to ``path`` at the end and every ``every`` logged rows (0:
+    only at the end); the file is replaced atomically, and written too when a run stops early."""
 
     def __init__(self, path: str | os.PathLike, title: str = "", every: int = 0, dpi: int = 100) -> None:
         check_int("every", every, 0)

@@ -13,10 +13,8 @@ _CONDITION = re.compile(r"(standard|sequential)|(suffix|multipass)([1-9]\d*)")
 
 
 def condition(name: str | Schedule) -> Schedule:
-    """A probe's prefill condition as a value (a value is itself): ``standard`` = ``Single()``; ``sequential``
-    = ``Sequential()``; ``multipassK`` = ``Multipass(K)``; ``suffixK`` = ``Prefilled(Single(), Sequential(),
-    suffix=K)``, a plain prefill then the exact recurrence over the last K tokens up to the position read
-    (SOFT decoding from there). Names are the tables' labels (``condition_name``)."""
+    """A probe's prefill condition as a value: ``standard``, ``sequential``, ``multipassK`` or ``suffixK`` (a plain
+    prefill, then the exact recurrence over the last K tokens up to the position read)."""
     if isinstance(name, Schedule):
         return name
     match = _CONDITION.fullmatch(name) if isinstance(name, str) else None

@@ -25,13 +25,11 @@ class ScheduleOutput:
 
     def pass_losses(self, targets: torch.Tensor, reduction: str = "mean",
                     normaliser: torch.Tensor | None = None) -> list[torch.Tensor]:
-        """Next-token cross-entropy of each pass over the positions it computed (targets -1 ignored).
+        """Next-token cross-entropy of each pass over the positions it computed.
 
-        ``reduction="sum"`` gives summed nats; ``"mean"`` divides each pass's sum by the number of targets
-        at its positions in ``normaliser`` (default ``targets``): the trainer passes the global batch's
-        targets, so the micro-batches of every split sum to the same objective. A pass with no targets
-        gives 0, not NaN.
-        """
+        ``"mean"`` divides by the targets at those positions in ``normaliser`` (default ``targets``): the trainer passes
+        the global batch's, so every micro-batch split sums to the same objective. A pass with no targets gives 0, not
+        NaN."""
         if reduction not in ("mean", "sum"):
             raise ValueError(f"reduction={reduction!r} is invalid: must be 'mean' or 'sum'")
         normaliser = targets if normaliser is None else normaliser
@@ -60,13 +58,10 @@ def shift_right(memory: torch.Tensor) -> torch.Tensor:
 
 def feedback_mask(batch: int, seq_len: int, plain_prefix: int | torch.Tensor = 0,
                   device: torch.device | str | None = None) -> torch.Tensor:
-    """(B, T) bool: positions that read memory. Position 0 never does; nor do the first ``plain_prefix``.
+    """(B, T) bool: positions that read memory; never position 0 nor the first ``plain_prefix``.
 
-    ``plain_prefix`` is an int or a (B,) tensor (FBT's prefix mix-in draws one per sequence). Its
-    values are checked where they already are, never by waiting for a device: an int on the host, a
-    CPU tensor by reading it, an accelerator's tensor asynchronously (the device raises at its next
-    synchronisation), a ``meta`` tensor or a compiled graph not at all.
-    """
+    ``plain_prefix`` (an int or a (B,) tensor) is checked without waiting for a device: an accelerator's tensor
+    asynchronously, a ``meta`` tensor or a compiled graph not at all."""
     allowed = (f"plain_prefix={plain_prefix!r} is invalid: must be an int >= 0 or a (B,) integer tensor of them "
                f"(multipass also takes one row per pass that reads memory: a (passes - 1, B) tensor)")
     positions = torch.arange(seq_len, device=device).expand(batch, seq_len)
@@ -88,9 +83,8 @@ def feedback_mask(batch: int, seq_len: int, plain_prefix: int | torch.Tensor = 0
 
 def pass_masks(batch: int, seq_len: int, plain_prefix: int | torch.Tensor, passes: int | None,
                device: torch.device | str | None = None) -> Callable[[int], torch.Tensor]:
-    """Pass k's feedback mask (k = 0 for pass 1). One plain prefix for every pass (an int or a (B,) tensor), or
-    a fresh one for each pass that reads memory: a (passes - 1, B) tensor whose row k - 1 is pass k + 1's
-    (FBT's prefix mix-in drawn per pass, as the paper describes it). Pass 1 reads no memory, whatever its mask."""
+    """Pass k's feedback mask (k = 0 for pass 1): one plain prefix for every pass, or a (passes - 1, B) tensor with a
+    fresh one for each pass that reads memory (FBT's mix-in drawn per pass)."""
     if not (isinstance(plain_prefix, torch.Tensor) and plain_prefix.ndim == 2):
         mask = feedback_mask(batch, seq_len, plain_prefix, device)
         return lambda k: mask

@@ -17,8 +17,8 @@ KNOBS: dict[str, str] = {name: c.knob_name for name, c in VALUES.items() if c.kn
 
 
 def parse(schedule: str | Schedule | dict[str, Any]) -> Schedule:
-    """A ``Schedule`` from its value, its JSON form (``to_dict``: ``{"schedule": "interleaved", "subsets": 2}``) or
-    a bare name for that schedule's defaults. A key the named schedule does not have is refused, not ignored."""
+    """A ``Schedule`` from its value, its JSON form (``to_dict``) or a bare name for its defaults. A key the named
+    schedule does not have is refused, not ignored."""
     if isinstance(schedule, Schedule):
         return schedule
     if isinstance(schedule, str):

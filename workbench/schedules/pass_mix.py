@@ -16,8 +16,7 @@ from .values import Multipass, Schedule
 
 
 def _plain(value: Any) -> Any:
-    """A numpy scalar as the Python number it equals, a JSON key ``"2"`` as the pass count 2 (anything else
-    unchanged, for the checks to judge)."""
+    """A numpy scalar as a Python number, a JSON key ``"2"`` as the pass count 2; anything else unchanged."""
     if isinstance(value, str) and value.isdigit() and str(int(value)) == value:
         return int(value)
     return value.item() if isinstance(value, np.generic) else value
@@ -27,9 +26,7 @@ def _plain(value: Any) -> Any:
 class PassMix(Schedule):
     """FBT's training mix: each batch draws its pass count (e.g. ``{1: .75, 2: .22, 3: .03}``).
 
-    Runs (evaluation) ``passes`` deep, by default the deepest trained depth (a recipe may evaluate shallower than
-    its deepest draw); costs the expected passes per batch.
-    """
+    Evaluates ``passes`` deep (default: the deepest of the mix); costs the expected passes per batch."""
 
     mix: tuple[tuple[int, float], ...] = ((1, 0.75), (2, 0.22), (3, 0.03))
     aux_weight: float = 1.0

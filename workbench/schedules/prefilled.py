@@ -20,15 +20,10 @@ from .values import Multipass, Schedule, Sequential, Single
 class Prefilled(Schedule):
     """A prompt computed one way, then the rest token by token: how decoding computes a sequence.
 
-    ``prefill`` runs over the first ``prompt_len`` positions and fills a KV cache (single, sequential or
-    multipass); ``then`` continues through it one token at a time, reading the memory its predecessor
-    left (``Sequential()``) or not (``Single()``). The decoding regimes are such values (``regime``):
-    SOFT is ``Prefilled(Single())``, FUSED ``Prefilled(Multipass(1 + prefill_passes))``; teacher-forced,
-    ``run`` computes what ``generate`` computes on a greedy continuation, bit for bit. ``prompt_len``
-    is needed to run a whole sequence, not to generate (the prompt is what is given). ``suffix=k`` gives it
-    relative to the position read instead: the last k tokens up to it are the continuation (a probe's k-step
-    recurrent suffix, ``anchored`` to each label position; run on a whole sequence, to its last position).
-    """
+    ``prefill_with`` fills a KV cache over the first ``prompt_len`` positions; ``then`` continues one token at a time,
+    reading memory (``Sequential()``) or not (``Single()``). Teacher-forced, ``run`` computes what ``generate`` computes
+    on a greedy continuation, bit for bit. ``suffix=k`` places the prompt's end relative to the position read instead:
+    the last k tokens up to it recur (a probe's k-step suffix, ``anchored`` to each label)."""
 
     prefill_with: Schedule = field(default_factory=lambda: Single())
     then: Schedule = field(default_factory=lambda: Sequential())
@@ -93,9 +88,8 @@ class Prefilled(Schedule):
         return ScheduleOutput(logits, [logits], memory, [None], [1.0], self.name)
 
     def prefill(self, model: GPT, idx: torch.Tensor, cache: DecodeCache) -> ScheduleOutput:
-        """Fill ``cache`` with the prompt ``idx``: all of it by ``prefill_with``, or, with ``suffix=k``, its last k
-        tokens already token by token as ``then`` (so feedback acts on the first generated token too: SOFT
-        decoding started inside the prompt, ``generate(..., regime=condition("suffix1"))``)."""
+        """Fill ``cache`` with the prompt; with ``suffix=k`` its last k tokens already go token by token, so feedback
+        acts on the first generated token too."""
         T = idx.size(1)
         return self._through(model, idx, cache, T if self.suffix is None else self._prompt_len(T))
 
@@ -126,9 +120,8 @@ REGIMES = ("standard", "soft", "fused")
 
 
 def regime(name: str, prefill_passes: int = 1, prompt_len: int | None = None) -> Schedule:
-    """A decoding regime of ``generate`` as a value: STANDARD = ``Single()`` (no feedback anywhere), SOFT =
-    ``Prefilled(Single())`` (a plain prompt, then every token reads its predecessor's memory), FUSED =
-    ``Prefilled(Multipass(1 + prefill_passes))`` (the prompt refined by Jacobi passes first)."""
+    """A decoding regime of ``generate`` as a value: STANDARD ``Single()``, SOFT ``Prefilled(Single())``, FUSED
+    ``Prefilled(Multipass(1 + prefill_passes))``."""
     if name not in REGIMES:
         raise ValueError(f"regime={name!r} is invalid: must be one of {REGIMES}")
     check_int("prefill_passes", prefill_passes, 1)

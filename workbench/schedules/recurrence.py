@@ -1,7 +1,4 @@
-"""The recurrence's primitives: one carry step through a KV cache and one Jacobi pass, written once.
-
-Every schedule, decoding, the probes' suffixes and the contraction analyses are built from these.
-"""
+"""The recurrence's primitives, written once: one carry step through a KV cache and one Jacobi pass."""
 
 from __future__ import annotations
 
@@ -18,14 +15,8 @@ from .output import ScheduleOutput, feedback_mask, pass_masks, shift_right
 
 def carry(model: GPT, tokens: torch.Tensor, positions: torch.Tensor, cache: DecodeCache, *,
           reads: bool | torch.Tensor = True) -> StepOutput:
-    """One forward of the exact recurrence through ``cache``: ``tokens`` (B, n) at ``positions`` (n,).
-
-    The chunk's first position reads ``cache.state``, the memory its predecessor left there (nothing
-    while the state is None, before position 0); ``reads`` False, or a (B,) bool tensor per sequence,
-    keeps it plain. The chunk's last memory becomes the state the next call reads. The one step the
-    sequential and blockwise schedules, decoding, the probes' suffixes and contraction all take, so
-    the recurrence is written once.
-    """
+    """One forward of the exact recurrence through ``cache``: only the chunk's first position reads ``cache.state``, and
+    the chunk's last memory becomes the next state."""
     memory = mask = None
     n = tokens.size(1)
     if cache.state is not None and reads is not False:
@@ -40,12 +31,8 @@ def carry(model: GPT, tokens: torch.Tensor, positions: torch.Tensor, cache: Deco
 
 def recur(model: GPT, idx: torch.Tensor, cache: DecodeCache, start: int = 0, stop: int | None = None, *,
           chunk: int = 1, reads: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Continue the recurrence in ``cache`` over positions ``start..stop-1`` of ``idx``, ``chunk`` at a time.
-
-    ``cache`` holds positions ``< start`` and the state position ``start`` reads; ``reads`` (B, T)
-    bool says which positions may read memory (default: all). Returns the logits (B, n, V) and the
-    memory (B, n, D) of those positions. Positions stay on the device, advanced there.
-    """
+    """Continue the recurrence in ``cache`` (holding positions ``< start``) over ``start..stop-1``, ``chunk`` at a time;
+    returns logits (B, n, V) and memory (B, n, D)."""
     stop = idx.size(1) if stop is None else stop
     positions = torch.arange(start, min(start + chunk, stop), device=idx.device)
     logits, memory = [], []
@@ -61,11 +48,10 @@ def recur(model: GPT, idx: torch.Tensor, cache: DecodeCache, start: int = 0, sto
 
 def continuation(model: GPT, idx: torch.Tensor, cache: KVCache, start: int,
                  stop: int) -> Callable[[torch.Tensor], torch.Tensor]:
-    """The exact recurrence over positions ``start..stop-1`` as a pure function of the memory ``start`` reads:
-    (B, D) -> the memories (B, n, D) of those positions, through ``recur`` over a ``PurePrefix`` of ``cache``
-    (which holds positions ``< start``). Nothing is written, so the map can be called again and again and
-    differentiated by ``torch.func``: the one-step Jacobians, Lyapunov exponents and power iterations of the
-    analyses are all this function."""
+    """The exact recurrence over ``start..stop-1`` as a pure function of the memory ``start`` reads.
+
+    Nothing is written (a ``PurePrefix``), so ``torch.func`` can differentiate it again and again: the analyses'
+    Jacobians and Lyapunov exponents are all this function."""
     check_int("start", start, 1, idx.size(1) - 1)
     check_int("stop", stop, start + 1, idx.size(1))
 
@@ -91,16 +77,15 @@ def through_cache(model: GPT, idx: torch.Tensor, chunk: int, plain_prefix: int |
 
 def jacobi_pass(model: GPT, idx: torch.Tensor, memory: torch.Tensor | None, reads: torch.Tensor,
                 kv: DecodeCache | None = None) -> StepOutput:
-    """One Jacobi pass: every position that ``reads`` takes its predecessor's memory from the previous pass's
-    ``memory`` (None: a plain pass). The one pass multipass, fixed-point training and the pass maps take."""
+    """One Jacobi pass: every position that ``reads`` takes its predecessor's memory from the previous pass's ``memory``
+    (None: a plain pass)."""
     return model.step(idx, memory=None if memory is None else shift_right(memory), memory_mask=reads, kv=kv)
 
 
 
 def iterate_passes(model: GPT, idx: torch.Tensor, plain_prefix: int | torch.Tensor = 0,
                    passes: int | None = None) -> Iterator[StepOutput]:
-    """Jacobi passes, yielded one at a time (``passes=None``: endlessly), so analysis can stream them.
-    ``plain_prefix``: one for every pass, or one row per pass that reads memory (``pass_masks``)."""
+    """Jacobi passes yielded one at a time (``passes=None``: endlessly), so analysis can stream them."""
     check_tokens(model.config.vocab_size, idx)
     B, T = idx.shape
     reads = pass_masks(B, T, plain_prefix, passes, idx.device)

@@ -1,9 +1,4 @@
-"""The schedules as values: each algorithm written once, as the body of its value's ``run``.
-
-A schedule is a small frozen value (``Multipass(3)``, ``Interleaved(4)``): how to run it, how it fills a KV cache
-for decoding, which positions read memory, what one training batch runs and what it costs. Trainer, evaluation,
-cache, recipes and plots take one value; ``parse`` reads the string / JSON form the CLI and checkpoints use.
-"""
+"""The schedules as values: each algorithm written once, as the body of its value's ``run``."""
 
 from __future__ import annotations
 
@@ -24,11 +19,7 @@ from .recurrence import jacobi_pass, through_cache
 
 @dataclass(frozen=True)
 class Schedule:
-    """A schedule as a small immutable value: how to run it, what it costs, its label and its one knob.
-
-    Trainer, ``TrainConfig``, evaluation, cache, recipes and plots take one value; ``parse`` reads its JSON form
-    (``to_dict``: what the CLI builds and checkpoints store) or a bare name for its defaults.
-    """
+    """A schedule as a small immutable value: how to run it, what it costs, its label and its one knob."""
 
     name: ClassVar[str] = ""
     knob_name: ClassVar[str | None] = None  # the one parameter this schedule has, if any
@@ -68,8 +59,7 @@ class Schedule:
         return 1
 
     def final_passes(self, passes: int = 1) -> list[int]:
-        """The pass losses (1-based) whose mean is the final estimate's loss, for a batch that ran ``passes``
-        Jacobi passes: the objective mixes passes, this is what the schedule predicts with."""
+        """The 1-based pass losses whose mean is the final estimate's loss."""
         return [self.max_passes]
 
     def pass_equivalents(self) -> float:
@@ -86,14 +76,12 @@ class Schedule:
         return self.pass_equivalents() * model.flops_per_token(seq_len) * batch * seq_len
 
     def anchored(self, position: int) -> Schedule:
-        """This value with any position it gives relative to the position read (a probe's label) made absolute
-        (``Prefilled(..., suffix=k)``: the last k tokens up to ``position`` recur). Other values are themselves."""
+        """This value with positions relative to the position read (a probe's label) made absolute."""
         return self
 
     def recurs_from(self, seq_len: int) -> int | None:
-        """Where this value is a plain pass followed by the exact recurrence: the first position that recurs
-        (``seq_len``: none does), or None when it computes a sequence another way. A caller that already ran
-        the plain pass (a probe) continues it token by token instead of running the value again."""
+        """The first position that recurs, where this value is a plain pass followed by the exact recurrence (else
+        None), so a probe that already ran the plain pass can continue it token by token."""
         return None
 
     @property
@@ -106,8 +94,7 @@ class Schedule:
         return self.name if self.knob is None else f"{self.name}({self.symbol}={self.knob})"
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON form that ``parse`` reads back: ``{"schedule": name, knob: value}``, and every other field
-        (``aux_weight``, ``tol``) where it differs from its default."""
+        """The JSON form ``parse`` reads back: name, knob, and every other field that differs from its default."""
         knob = {} if self.knob_name is None else {self.knob_name: self.knob}
         rest = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
                 if f.name != self.knob_name and getattr(self, f.name) != f.default}
@@ -137,11 +124,7 @@ class Single(Schedule):
 
 @dataclass(frozen=True)
 class Sequential(Schedule):
-    """The exact recurrence: one forward per token through the KV cache, the memory carried along.
-
-    ``plain_prefix``: the first positions read no memory (a prompt prefilled plainly). ``prefill`` fills an
-    empty cache, which then holds the keys/values and the state the next token would read.
-    """
+    """The exact recurrence: one forward per token through the KV cache, the memory carried along."""
 
     name: ClassVar[str] = "sequential"
     can_prefill: ClassVar[bool] = True
@@ -158,12 +141,9 @@ class Sequential(Schedule):
 
 @dataclass(frozen=True)
 class Multipass(Schedule):
-    """Jacobi iteration: pass 1 plain, pass k reads pass k-1's memory shifted by one position.
+    """Jacobi iteration: pass k reads pass k-1's memory shifted by one, so it is exact for the first k positions.
 
-    Objective ``NTP_1 + aux_weight * mean_{k>=2} NTP_k`` (FBT), no detach between passes. ``plain_prefix``: one
-    for every pass, or a (passes - 1, B) tensor, one row per pass that reads memory. ``prefill``: the last pass
-    also writes its keys/values and final memory into the cache (fused prefill).
-    """
+    Objective ``NTP_1 + aux_weight * mean_{k>=2} NTP_k`` (FBT), no detach between passes."""
 
     passes: int = 2
     aux_weight: float = 1.0
@@ -213,8 +193,7 @@ class Multipass(Schedule):
 class Interleaved(Schedule):
     """Init pass, then S strided subsets refined in order against a shared K/V/memory buffer (LRT's training).
 
-    Subset s holds positions s, s+S, ...; the memory it reads comes from subset s-1's latest estimate
-    (positions one earlier), and for s = 0 from subset S-1's, shifted by one (position 0 reads zeros).
+    Subset s reads subset s-1's latest estimate, written back without detach; the objective averages the 1 + S passes.
     """
 
     subsets: int = 2
@@ -245,8 +224,7 @@ class Interleaved(Schedule):
                               pass_positions, weights, self.name)
 
     def pass_equivalents(self) -> float:
-        """An init pass plus one refinement of every position (each subset attends to the full-length
-        buffer, so its attention work is a full pass too): 2, whatever S."""
+        """2 whatever S: each subset attends to the full-length buffer."""
         return 2.0
 
     @property
@@ -259,8 +237,7 @@ class Interleaved(Schedule):
 
 @dataclass(frozen=True)
 class Blockwise(Schedule):
-    """Contiguous blocks in order through the KV cache; memory crosses block boundaries only (the first position
-    of a block reads the previous block's last memory)."""
+    """Contiguous blocks through the KV cache; only a block's first position reads memory (LRT's coarse control)."""
 
     block: int = 32
     name: ClassVar[str] = "blockwise"
@@ -286,15 +263,11 @@ def _check_tol(tol: object) -> None:
 
 @dataclass(frozen=True)
 class FixedPoint(Schedule):
-    """Training at the fixed point: a plain pass, up to ``passes`` Jacobi passes without gradient, one pass with
-    gradient from their state.
+    """Training at the fixed point (ours): Jacobi passes without gradient, then one pass with gradient from their
+    detached state (Jacobian-free backpropagation).
 
-    Objective ``NTP_1 + aux_weight * NTP_last``: the plain pass keeps the model a good plain model
-    (STANDARD decoding and the first pass of every prefill), the last one trains it to read the
-    (near-)fixed point. The passes without gradient run in eval mode (no jitter), so the residual
-    ``||H^k - H^(k-1)|| / ||H^k||`` can fall below ``tol``, where they stop early (reading it waits
-    for the device once per pass).
-    """
+    Objective ``NTP_1 + aux_weight * NTP_last``: the plain pass keeps the model a good plain model. The passes without
+    gradient run in eval mode (no jitter) and stop once the residual falls below ``tol``."""
 
     passes: int = 40
     aux_weight: float = 1.0
@@ -331,8 +304,7 @@ class FixedPoint(Schedule):
                               [1.0, self.aux_weight], self.name)
 
     def pass_equivalents(self) -> float:
-        """An upper bound: two passes with gradient, and ``passes`` forwards without (a third of a pass each:
-        a backward costs about twice a forward), all of them when the residual never falls below ``tol``."""
+        """An upper bound: two passes with gradient plus ``passes`` forwards at a third of a pass each."""
         return 2.0 + self.passes / 3.0
 
     @property
@@ -341,8 +313,7 @@ class FixedPoint(Schedule):
 
 
 def run(model: GPT, idx: torch.Tensor, schedule: Schedule, plain_prefix: int | torch.Tensor = 0) -> ScheduleOutput:
-    """``schedule.run`` as a function of the value: what the trainer and the benches hand to ``torch.compile``
-    (one graph per schedule value, its fields guarded)."""
+    """``schedule.run`` as a function, for ``torch.compile`` (one graph per value, its fields guarded)."""
     if not isinstance(schedule, Schedule):
         raise ValueError(f"schedule={schedule!r} is invalid: must be a Schedule value (schedules.parse reads a name)")
     return schedule.run(model, idx, plain_prefix)

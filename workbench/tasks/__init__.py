@@ -1,13 +1,7 @@
-"""Tasks with known latent state, and byte-level text, behind one registry.
+"""Tasks with known latent state, and byte-level text, behind one registry (``get(name, **params)``).
 
-    import workbench.tasks as tasks
-    tasks.names()                                   # the registered task names
-    task = tasks.get("delayed_memory", scratch_updates=8)
-    batch = task.sample(n=256, seed=0)              # deterministic in (n, seed, split)
-
-Every task has a character- or byte-level ``tokenizer`` whose vocabulary is fixed per family (so a
-checkpoint stays valid across a task's parameters), an exact ``seq_len`` bound, JSON-serialisable
-``params`` that rebuild it, and ``sample(n, seed, split)`` returning a padded ``Batch``.
+Each has a tokenizer fixed per family (so a checkpoint stays valid across a task's parameters), an exact ``seq_len``,
+JSON ``params`` that rebuild it, and a deterministic ``sample(n, seed, split)`` returning a padded ``Batch``.
 """
 
 from __future__ import annotations

@@ -1,31 +1,19 @@
 """Multi-step arithmetic with chain-of-thought traces of mixed verbosity, for trace-length studies.
 
-A question chains additions and subtractions (values stay in [0, max_value], so left-to-right
-order and school precedence agree). The trace rewrites the expression after each operation; the
-answer follows the marker ``####``::
+A question chains + and - with values in [0, max_value] (so left-to-right order and precedence agree); each trace line
+rewrites the expression after one operation, and the answer follows ``####``::
 
-    Q: 23+45-17+8          <- prompt
-    > 68-17+8              <- "full": every step written
+    Q: 23+45-17+8
+    > 68-17+8
     > 51+8
     #### 59
-    $                      <- only with eos=True: the end-of-sequence marker
+    $                      <- only with eos=True
 
-Training traces mix three verbosities: every step written, some steps skipped (each kept with
-probability 1/2), answer only (``verbosity="mixed"``; ``"full_or_skip"`` leaves answer-only out, so
-most traces write a line and a median length says something). Every trace is correct, so how much
-to write before the marker is the model's free choice, and the number of tokens it spends there
-(``trace_length``) measures how much it reasons out loud rather than in its hidden state.
-
-``skip_trivial=k`` makes the choice of what to write partly predictable from the problem: an
-operation whose operand is at most ``k`` (``+1``, ``-2``: one a reader does in their head) is never
-written out, in every verbosity; its result is folded into the next line. Whether a line comes
-next is then a property of the question, and a model that carries the partial result in its
-state has a reason to write less. ``0`` (the default) folds nothing, the data of existing checkpoints.
-
-``eos=True`` ends every text with ``EOS_MARKER`` after the answer line, so a trained model says when
-it is done and decoding (``generate(..., eos=task.eos_id)``) stops there instead of running on to
-``max_new_tokens``. It is a printable character of the fixed vocabulary (no token id changes) and
-off by default, so the data of existing checkpoints is unchanged.
+Training traces mix verbosities (every step, steps skipped with probability 1/2, answer only; ``"full_or_skip"`` leaves
+answer-only out). Every trace is correct, so the tokens spent before the marker (``trace_length``) measure how much the
+model reasons out loud rather than in its hidden state. ``skip_trivial=k`` never writes a line after an operand <=
+``k``, making what to write partly predictable from the question. ``skip_trivial`` and ``eos`` default off so existing
+checkpoints' data is unchanged; ``EOS_MARKER`` is a printable character of the fixed vocabulary.
 """
 
 from __future__ import annotations
@@ -99,8 +87,7 @@ class ArithCoT(Task):
         return operands, ops
 
     def _kept_steps(self, rng: np.random.Generator, operands: list[int]) -> list[bool]:
-        """Which of the ``steps - 1`` intermediate lines this trace writes: the verbosity's choice, less every
-        line after a trivial operation (``skip_trivial``)."""
+        """Which of the ``steps - 1`` intermediate lines this trace writes (verbosity, less trivial operations)."""
         verbosity = self.verbosity
         if verbosity == "mixed":
             verbosity = VERBOSITIES[1 + int(rng.integers(3))]
@@ -113,12 +100,12 @@ class ArithCoT(Task):
         return [keep and not trivial for keep, trivial in zip(kept, self._trivial(operands))]
 
     def _trivial(self, operands: list[int]) -> list[bool]:
-        """Per intermediate line (after operations 1 .. steps - 1): is its operation's operand <= skip_trivial?"""
+        """Per intermediate line: is its operation's operand <= skip_trivial?"""
         return [x <= self.skip_trivial for x in operands[1:self.steps]]
 
     def trivial(self, prompt: str) -> list[bool]:
-        """Per intermediate line of ``prompt``'s trace (after operations 1 .. steps - 1): is its operation
-        trivial, so the line is never written (``skip_trivial``)? Reads the question itself, not a trace."""
+        """Per intermediate line of ``prompt``'s trace: is its operation trivial, so never written? Reads only the
+        question."""
         operands = [int(x) for x in re.findall(r"\d+", prompt)]
         if len(operands) != self.steps + 1:
             raise ValueError(f"prompt={prompt!r} is invalid: must be a question of {self.steps} operations")
@@ -163,8 +150,7 @@ class ArithCoT(Task):
         return extract_answer(text)
 
     def trace_length(self, continuation: str) -> int | None:
-        """Tokens (= characters) a generated continuation spends before the answer marker; None if it
-        never answers."""
+        """Tokens (= characters) a generated continuation spends before the answer marker; None if it never answers."""
         at = continuation.find(ANSWER_MARKER)
         return None if at < 0 else at
 

@@ -1,8 +1,7 @@
 """The ``Batch`` every task returns, the ``Task`` base class and the checks its parameters share.
 
-A task is a pure function from ``(n, seed, split)`` to a ``Batch``: it draws from its own
-``numpy.random.Generator`` seeded with ``(seed, split)`` and never touches global RNG state, so a
-batch can be rebuilt anywhere (another process, another rank, after a restart) from its seed.
+A task draws from its own generator seeded by ``(seed, split)``, never global RNG state, so a batch can be rebuilt
+anywhere (another process or rank, after a restart).
 """
 
 from __future__ import annotations
@@ -74,8 +73,7 @@ def make_rng(seed: int, split: str) -> np.random.Generator:
 
 
 def check_n(n: Any, seq_len: int, name: str = "n") -> None:
-    """A positive count of sequences whose token, target and state tensors (int64, ``seq_len`` each) fit in
-    memory: refused before the per-example loop that would fill them."""
+    """A positive count whose int64 token, target and state tensors fit in memory, refused before the filling loop."""
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
         raise ValueError(f"{name}={n!r} is invalid: must be a positive int")
     validation.check_fits(name, n, 3 * 8 * n * seq_len, f"a batch of {n:,} sequences of {seq_len} tokens")

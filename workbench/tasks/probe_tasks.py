@@ -1,7 +1,7 @@
 """The three probing tasks of the FBT paper (appendix F), in the paper's text format.
 
-Each example ends at a final colon whose label is fixed by what came before, followed by the label
-itself so a model can be trained on it, e.g. (completion tracking, 2 scratch updates)::
+Each example ends at a final colon whose label is fixed by what came before, then the label, e.g. (completion tracking,
+2 scratch updates)::
 
     required = 4
     completed = 9
@@ -9,26 +9,11 @@ itself so a model can be trained on it, e.g. (completion tracking, 2 scratch upd
     scratch ^= 1
     Status: more
 
-Label-free scratch updates (0, 8, 32, 128 or 256 lines of ``scratch += d``, ``scratch -= d`` or
-``scratch ^= d``) put distance between the label-bearing detail and the colon. Examples come in
-groups that share everything but the label-bearing detail (same scratch lines, same digits, same
-schedule) and hold every label equally often, so grouped cross-validation tests a probe on
-contexts it never saw and labels are balanced by construction.
-
-Every text has the same length for given parameters, so ``seq_len`` is exact. Three options
-serve the layer-0 study and leave the default data unchanged:
-
-- ``scratch_updates`` may be a list, e.g. ``[0, 8, 32]``: each group draws its length from it, so
-  one model trains on short and long contexts at once (a curriculum by mixing: the short contexts
-  teach the lookup that the long ones need; ``seq_len`` is then the longest). With
-  ``scratch_draw="batch"`` one draw serves a whole ``sample`` call instead, so a training batch
-  holds one length and costs what that length costs (the trainer pads a batch only to its own
-  longest sequence), not what the longest choice costs;
-- ``label_at="answer"`` puts ``label_positions`` at the position whose output predicts the label's
-  first character (the space after the colon), where the FBT paper probes; ``"colon"`` (default)
-  keeps the colon;
-- ``tokenizer="bytes"`` writes the same texts as raw bytes, so a byte-level text model can be
-  probed on them.
+Label-free scratch lines put distance between the label-bearing detail and the colon. Examples come in groups that share
+everything but that detail and hold every label equally often, so grouped cross-validation tests a probe on unseen
+contexts with balanced labels. ``seq_len`` is exact. Options (the default data unchanged): ``scratch_updates`` a list
+(each group, or with ``scratch_draw="batch"`` each ``sample`` call, draws its count), ``label_at="answer"`` (where the
+paper probes: the position predicting the label's first character), ``tokenizer="bytes"``.
 """
 
 from __future__ import annotations
@@ -100,9 +85,7 @@ class ProbeTask(Task):
         return int(self.scratch_choices[rng.integers(len(self.scratch_choices))])
 
     def _scratch(self, rng: np.random.Generator, count: int | None) -> str:
-        """One group's scratch lines: ``count`` of them when the batch drew it, else the task's fixed count,
-        else (mixed, drawn per group) a fresh draw. A fixed task draws nothing, so the default data stay
-        what they were."""
+        """One group's scratch lines: the batch's count, the task's fixed count, or a fresh per-group draw."""
         if count is None:
             count = self.scratch_updates if self.scratch_choices is None else self._draw(rng)
         return scratch_lines(rng, count)
@@ -150,10 +133,12 @@ def _state_from(length: int, position: int, value: int) -> np.ndarray:
 
 
 class CompletionTracking(ProbeTask):
-    """``required = a``, ``completed = b``: done iff a == b. A group is one unordered digit pair {a, b}
-    (a != b) with one scratch context, in all four assignments (a,a), (a,b), (b,a), (b,b); the 45 pairs
-    are dealt in shuffled rounds, so digits are balanced across fields and labels. The per-position
-    state is the label from the ``completed`` digit on."""
+    """``required = a``, ``completed = b``: done iff a == b.
+
+    A group is one digit pair {a, b} with one scratch context in all four assignments; the 45 pairs are dealt in
+    shuffled rounds so digits are balanced across fields and labels. The state is the label from the ``completed`` digit
+    on.
+    """
 
     name = "completion_tracking"
     label_names = ["more", "done"]
@@ -178,8 +163,7 @@ class CompletionTracking(ProbeTask):
 
 
 class DelayedMemory(ProbeTask):
-    """``state = b``, scratch operations, ``# final state: b``: remember one bit across the scratch.
-    A group is one scratch context with both bits. The per-position state is the bit once written."""
+    """``state = b``, scratch, ``# final state: b``: remember one bit across the scratch (a group: both bits)."""
 
     name = "delayed_memory"
     label_names = ["0", "1"]
@@ -199,14 +183,12 @@ class DelayedMemory(ProbeTask):
 
 
 class MultiRegister(ProbeTask):
-    """Binary registers r0..r(m-1) written ``writes`` times each in a shuffled order, scratch updates,
-    ``query = rj``, ``Value:`` -> rj's latest value. A group is one update schedule (order, values,
-    scratch, query) in both versions of rj's latest write. The per-position state is the register
-    file as an int (bit i = ri), defined once every register has been written.
+    """Binary registers r0..r(m-1) written ``writes`` times each, scratch, ``query = rj``, ``Value:`` -> rj's latest
+    value.
 
-    ``scratch_layout``: ``"block"`` puts every write line first, then the scratch lines (the paper's
-    layout); ``"shuffled"`` scatters the write lines among the scratch lines at random slots, so no
-    write sits at a fixed offset and a model cannot find it by position alone."""
+    A group is one update schedule in both versions of rj's latest write; the state is the register file as an int (bit
+    i = ri). ``scratch_layout="shuffled"`` scatters the writes among the scratch so none sits at a fixed offset.
+    """
 
     name = "multi_register"
     label_names = ["0", "1"]

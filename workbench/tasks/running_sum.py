@@ -1,9 +1,7 @@
 """Running sum mod p: the simplest task whose latent state changes at every token.
 
-The input is a string of symbols ``x_1 x_2 ...`` with values in [0, p) (digits, then lowercase
-letters for p > 10); position t must output ``s_t = (x_1 + ... + x_t) mod p`` written with the
-same symbols. ``s_t`` is both the per-position state and the target, so probes and the loss read
-the same quantity. It is a transduction task: targets are the sums, not the next input token.
+Position t outputs ``s_t = (x_1 + ... + x_t) mod p`` in the input's symbols (digits, then lowercase letters), so the
+state and the target are the same quantity: a transduction task, not next-token prediction.
 """
 
 from __future__ import annotations
@@ -33,9 +31,8 @@ class RunningSum(Task):
         self._symbol_ids = self.tokenizer.encode_array(SYMBOLS[: self.p])
 
     def chance_accuracy(self) -> float:
-        """Per-target accuracy of the best predictor without state: it sees the current symbol, so the
-        first sum (the symbol itself) is free and every later one is a 1-in-p guess. Averaged over
-        the sampled lengths: the floor every running_sum accuracy must be read against."""
+        """Per-target accuracy without state: the first sum is the symbol itself, every later one a 1-in-p guess; the
+        floor every running_sum accuracy is read against."""
         lengths = np.arange(self.min_length, self.length + 1)
         return float(np.sum(1 + (lengths - 1) / self.p) / np.sum(lengths))
 

@@ -1,8 +1,7 @@
 """An endless, resumable, rank-sharded stream of training batches from any task.
 
-Batch ``i`` on rank ``r`` is ``task.sample(batch_size, seed=step_seed(seed, i, r))``: a pure
-function of ``(seed, i, r)``. Resuming at step ``i`` therefore needs only ``i`` (no RNG state to
-save), and ranks of a DistributedDataParallel run see different data without coordinating.
+Batch ``i`` on rank ``r`` is ``task.sample(batch_size, seed=step_seed(seed, i, r))``, so resuming needs only ``i`` and
+DDP ranks see different data without coordinating.
 """
 
 from __future__ import annotations

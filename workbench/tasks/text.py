@@ -1,18 +1,9 @@
-"""Byte-level text: local files, a directory, the Python standard library, or a `datasets` stream.
+"""Byte-level text: a file, a directory, the Python standard library, or a `datasets` stream.
 
-Every target is one byte (a ``<bos>`` token opens each document and is never a target), so the
-mean next-token loss in bits is exactly bits per byte (``bytes_per_token = 1``).
-
-Where the text comes from:
-- ``path`` a file: its first ``1 - val_fraction`` of bytes train, the rest validate.
-- ``path`` a directory, or nothing: every file matching ``pattern`` (default ``*.py`` for the
-  standard library, ``*`` otherwise) is one document; a file goes to validation when a hash of its
-  relative path says so, so the split never depends on listing order or on which other files exist.
-  With no ``path`` the directory is the standard library's source (``sysconfig``'s ``stdlib``):
-  real text every machine has offline.
-- ``dataset``: a Hugging Face dataset streamed with `datasets` (FineWeb-Edu by default in
-  ``iter_hf_documents``), or a local ``.parquet`` / ``.json`` / ``.jsonl`` file; the first
-  ``max_bytes`` of documents are read and split by a hash of each document's text.
+Every target is one byte (``<bos>`` opens each document and is never a target), so the loss in bits is exactly bits per
+byte. A file splits by bytes (the last ``val_fraction`` validates); a directory (default: the standard library's source,
+real text every machine has offline) and a dataset split by a hash of each file's path or document's text, so the split
+never depends on listing order or on which other files exist.
 """
 
 from __future__ import annotations
@@ -42,8 +33,7 @@ def stdlib_dir() -> Path:
 
 
 def list_files(root: Path, pattern: str) -> list[str]:
-    """Sorted POSIX paths relative to ``root`` of the files whose name matches ``pattern``
-    (hidden entries, caches and installed packages skipped)."""
+    """Sorted relative POSIX paths of files matching ``pattern``, skipping hidden entries, caches and site-packages."""
     found = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith("."))
@@ -61,8 +51,7 @@ def is_val(key: str, val_fraction: float) -> bool:
 
 def iter_hf_documents(dataset: str = FINEWEB_EDU, config: str | None = None, text_field: str = "text",
                       split: str = "train") -> Iterator[str]:
-    """Stream the ``text_field`` of each row of a Hugging Face dataset, or of a local parquet/JSON file.
-    `datasets` is imported here, not at module import, so everything else works without it."""
+    """Stream the ``text_field`` of a Hugging Face dataset or local parquet/JSON file (`datasets` imported lazily)."""
     try:
         import datasets
     except ImportError as e:
@@ -103,9 +92,8 @@ def _byte_split(documents: list[bytes], val_fraction: float) -> dict[str, list[b
 def load_corpus(path: str | None = None, pattern: str | None = None, val_fraction: float = 0.1,
                 dataset: str | None = None, dataset_config: str | None = None, text_field: str = "text",
                 max_bytes: int = 16_000_000) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """split -> (token stream, document offsets). Cached: the standard library is read once per process.
-
-    A directory whose files all hash to one side falls back to splitting every file by bytes."""
+    """split -> (token stream, document offsets), cached per process; if every file hashes to one side, split by
+    bytes."""
     if dataset is not None:
         split: dict[str, list[bytes]] = {"train": [], "val": []}
         total = 0
@@ -173,9 +161,8 @@ class TextTask(Task):
         return load_corpus(**p)[split]
 
     def unigram_loss(self, split: str = "val") -> float:
-        """Nats per byte of ``split`` under the training split's byte frequencies (add-one smoothed),
-        over the bytes that are targets:
-        the loss a model that ignores all context reaches, the line a text model must clear."""
+        """Nats per target byte under the training split's add-one-smoothed byte frequencies: the line a text model must
+        clear."""
         counts = np.bincount(self.corpus("train")[0], minlength=self.vocab_size).astype(np.float64) + 1.0
         held = np.bincount(self.corpus(split)[0], minlength=self.vocab_size).astype(np.float64)
         held[BOS] = 0.0  # document starts are never a target
@@ -204,8 +191,7 @@ class TextTask(Task):
         return self._batch(tokens, doc_starts, starts, starts + self.seq_len + 1)
 
     def eval_batches(self, split: str = "val", batch_size: int = 32) -> Iterator[Batch]:
-        """Consecutive windows that predict every token of the split after the first exactly once (the
-        last window may be shorter): the exact bits per byte of a split, not an estimate."""
+        """Consecutive windows predicting every token of the split after the first exactly once: exact bits per byte."""
         check_n(batch_size, self.seq_len, "batch_size")
         tokens, doc_starts = self.corpus(split)
         starts = np.arange(0, len(tokens) - 1, self.seq_len)

@@ -1,13 +1,7 @@
-"""Tokenizers with a fixed vocabulary per task family.
+"""Tokenizers with a fixed vocabulary per task family, so a checkpoint reads any parameters of its task family.
 
-The vocabulary never depends on a task's parameters, so a checkpoint trained on
-``delayed_memory(scratch_updates=8)`` still reads ``scratch_updates=256`` or ``multi_register``.
-
-- ``CharTokenizer`` ("ascii" family): one token per printable ASCII character plus newline, and a
-  pad token at id 0. Every synthetic task (probe tasks, running sum, arithmetic) writes its text in
-  it, so one token is one character and character offsets are token positions.
-- ``ByteTokenizer`` ("bytes" family): ids 0..255 are the raw bytes, then ``<pad>`` and ``<bos>``.
-  Every non-special token is exactly one byte, which is what makes bits per byte exact.
+``CharTokenizer`` ("ascii"): the synthetic tasks, one token per character. ``ByteTokenizer`` ("bytes"): one byte per
+non-special token, which makes bits per byte exact.
 """
 
 from __future__ import annotations

@@ -1,9 +1,4 @@
-"""ipywidgets front-ends: every one is an ``Explorer`` whose render is a plain package function.
-
-``core``: the Explorer and the analysis explorers (contraction, probes, token stepper). The other
-modules hold the front-ends of the notebooks' own topics, and ``live`` the trainer's live loss curve;
-each is re-exported here.
-"""
+"""ipywidgets front-ends: each an ``Explorer`` whose render is a plain package function, re-exported here."""
 
 try:
     import ipywidgets  # noqa: F401

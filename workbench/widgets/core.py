@@ -1,24 +1,8 @@
-"""ipywidgets front-ends over the analysis functions: sliders and menus that redraw a figure and a summary.
+"""ipywidgets front-ends over the analysis functions: controls that redraw a figure and an HTML summary.
 
-Each front-end is an ``Explorer``: a ``VBox`` of controls, an HTML summary and the figure as a PNG
-``Image``. The work is done by a plain *render* function of the controls' values, which returns
-``(figure, summary_html)`` from ``workbench.plots`` and the analysis tables; the explorer calls it
-once when built and again whenever a control's ``.value`` is set. Nothing needs a browser or a
-kernel: tests (and scripts) set ``explorer.controls[name].value`` and read ``explorer.summary``,
-``explorer.figure`` and ``explorer.image``. The figure travels as PNG bytes in an ``Image`` rather
-than through an ``Output`` capture, so it shows the same in Jupyter, VS Code and Voilà.
-
-- ``contraction_explorer(results)``: run menu and pass slider over ``pass_dynamics`` tables;
-- ``probe_explorer(compute, tasks, conditions)``: task, condition and depth over probe results,
-  computed on demand by ``compute(task, condition)`` and kept;
-- ``token_stepper(model, idx)``: a position slider over one exact sequential run: what each token
-  reads, how far it turns the memory, what it predicts;
-- ``with_static_twin(explorer)``: shows an explorer, its default summary and figure as the output's
-  fallback: a code host shows the twin, a live widget manager only the widget.
-
-The figure shows at its natural size (a PNG as wide as the figure, never stretched to the cell; it
-shrinks to fit a narrow one), and the summary wraps its text and scrolls a table wider than the cell
-instead of clipping it.
+An ``Explorer`` calls a plain render function of its controls' values on every ``.value`` change, so tests drive it
+without a browser. The figure travels as PNG bytes in an ``Image``, not an ``Output`` capture, so it shows the same in
+Jupyter, VS Code and Voilà.
 """
 
 from __future__ import annotations
@@ -53,7 +37,7 @@ SUMMARY_CSS = (".wb-summary{width:0;min-width:100%;box-sizing:border-box;white-s
 
 
 def framed(summary: str) -> str:
-    """A summary's HTML in the frame every explorer and static twin shows it in (``SUMMARY_CSS``)."""
+    """A summary's HTML in the frame every explorer and static twin shows it in."""
     return f'<style>{SUMMARY_CSS}</style><div class="wb-summary">{summary}</div>'
 
 
@@ -68,9 +52,8 @@ def png_size(png: bytes) -> tuple[int, int]:
 class Explorer(widgets.VBox):
     """Controls on top, an HTML summary, then the figure; any control change redraws both.
 
-    ``controls`` maps the render function's keyword names to widgets; ``refresh()`` redraws from
-    their current values (what a change of ``.value`` triggers). A render may adjust other
-    controls (e.g. a range); the changes it causes do not re-enter it.
+    ``controls`` maps the render function's keyword names to widgets. A render may adjust other controls (e.g. a range);
+    the changes it causes do not re-enter it.
     """
 
     def __init__(self, controls: Mapping[str, widgets.ValueWidget], render: Render, dpi: int = 80) -> None:
@@ -105,8 +88,7 @@ class Explorer(widgets.VBox):
 
 
 def static_twin(explorer: Explorer) -> dict[str, str]:
-    """The explorer's current summary and figure as plain output data: ``text/html`` (the summary and the
-    PNG inline, at its natural width) and ``image/png``."""
+    """The explorer's current summary and figure as ``text/html`` (PNG inline) and ``image/png`` output data."""
     png = explorer.image.value
     width, _ = png_size(png)
     encoded = base64.b64encode(png).decode("ascii")
@@ -116,13 +98,10 @@ def static_twin(explorer: Explorer) -> dict[str, str]:
 
 
 def with_static_twin(explorer: Explorer) -> None:
-    """Display ``explorer`` as one output whose fallback is its static twin (its default summary and figure).
+    """Display ``explorer`` as one output whose fallback is its static twin.
 
-    The output holds the widget view and, beside it in the same mimebundle, ``static_twin``'s HTML
-    and PNG. A live widget manager (JupyterLab, Notebook, VS Code with a kernel) renders the widget
-    and nothing else, so no frozen figure sits under a moving one; a code host (GitHub, nbviewer,
-    nbconvert's HTML) strips widget state and shows the twin instead, so the notebook still reads
-    there at the explorer's default setting.
+    A live widget manager renders only the widget, so no frozen figure sits under a moving one; a code host (GitHub,
+    nbviewer) strips widget state and shows the twin, so the notebook still reads there at the default setting.
     """
     from IPython.display import display
 
@@ -140,12 +119,7 @@ def format_number(value: float) -> str:
 
 # ---------------------------------------------------------------------------------------------- contraction
 def contraction_explorer(results: Mapping[str, pd.DataFrame]) -> Explorer:
-    """Step through ``pass_dynamics`` results: pick a run, slide to a pass, read that pass's numbers.
-
-    ``results``: name -> ``pass_dynamics`` table (e.g. one per mechanism or training mix). The
-    figure shows the chosen run's curves up to the selected pass; the summary gives its residual,
-    distance to the fixed point, contraction rate and loss at that pass.
-    """
+    """Step through ``pass_dynamics`` results (name -> table): pick a run, slide to a pass, read that pass's numbers."""
     if not results:
         raise ValueError("results is empty: give at least one name -> pass_dynamics table")
     for name, frame in results.items():
@@ -177,12 +151,8 @@ def probe_explorer(compute: Callable[[str, str], pd.DataFrame], tasks: Sequence[
                    depth: int = 0) -> Explorer:
     """Probe accuracy by depth for a chosen task and condition, with the numbers at a chosen depth.
 
-    ``compute(task, condition)`` returns a probe table (columns ``layer``, ``accuracy`` and, where
-    available, ``accuracy_std``, ``control_accuracy``, ``selectivity``, ``majority``, ``model``);
-    it is called once per (task, condition) on demand — probing is slow — and the result kept.
-    The depth slider spans the depths the table covers. ``task``, ``condition`` and ``depth`` pick the
-    view it opens on (default: the first task and condition, depth 0): open where the models differ
-    (e.g. a recurrent condition at depth 0), not where every curve sits at the same value.
+    ``compute(task, condition)`` returns a probe table (``layer``, ``accuracy``, optional ``accuracy_std``,
+    ``control_accuracy``, ``selectivity``, ``majority``, ``model``), computed on demand (probing is slow) and kept.
     """
     if not tasks or not conditions:
         raise ValueError(f"tasks={list(tasks)!r} and conditions={list(conditions)!r} must both be non-empty")
@@ -225,14 +195,8 @@ def probe_explorer(compute: Callable[[str, str], pd.DataFrame], tasks: Sequence[
 # ---------------------------------------------------------------------------------------------- tokens
 def token_stepper(model: GPT, idx: torch.Tensor, decode: Callable[[int], str] | None = None,
                   top_k: int = 5) -> Explorer:
-    """Step token by token through the exact sequential run of ``idx`` (B, T).
-
-    At position t the summary says which memory the token reads (``m_{t-1}``, and the norm of the
-    state it came from), the state it produces, the cosine of the two memories, and its top
-    ``top_k`` next tokens (``decode(token_id)`` names them when given). The sequence is run once
-    (``analysis.memory_trajectory``); the slider only indexes into it. With B > 1 an ``example``
-    slider picks the sequence.
-    """
+    """Step token by token through the exact sequential run of ``idx`` (B, T): the memory each token reads and writes,
+    and its top ``top_k`` predictions. The sequence runs once; the sliders only index it."""
     trajectory = memory_trajectory(model, idx, top_k=top_k)
     B, T = idx.shape
     controls: dict[str, widgets.ValueWidget] = {

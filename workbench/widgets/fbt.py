@@ -1,12 +1,4 @@
-"""Front-ends of the FBT notebooks (04 latent feedback, 05 probing layer 0, 06 contraction).
-
-- ``regime_explorer(model, tokens, prompt_len, decode)``: decoding regime and prefill passes over one
-  held-out text: the continuation the model writes, and how well each regime predicts the real one;
-- ``probe_compute(models, conditions)``: the on-demand compute function ``probe_explorer`` needs,
-  probing several trained models of a task at once and keeping the results;
-- ``pass_window_explorer(dynamics, ...)``: a pass slider over several specimens' Jacobi passes on the
-  positions the contraction claim is about, with the sequence length and training depths marked.
-"""
+"""Front-ends of the FBT notebooks (04 latent feedback, 05 probing layer 0, 06 contraction)."""
 
 from __future__ import annotations
 
@@ -33,11 +25,8 @@ def regime_explorer(model: GPT, tokens: torch.Tensor, prompt_len: int, decode: C
                     max_prefill_passes: int = 8) -> Explorer:
     """Pick a decoding regime (and FUSED's prefill passes); read what the model writes after a prompt.
 
-    ``tokens`` (1, T): a held-out text; its first ``prompt_len`` tokens are the prompt and the rest
-    the real continuation. The summary shows the prompt, the greedy continuation under the regime
-    (``decode(ids)`` turns ids into text), its mean log-likelihood under the model, and the loss of
-    the *real* continuation scored the way that regime computes (``analysis.regimes.regime_losses``),
-    next to STANDARD's. The figure: that loss per position, the regime against STANDARD.
+    ``tokens`` (1, T): the first ``prompt_len`` are the prompt, the rest the real continuation, whose loss is scored as
+    the regime computes it (``regime_losses``), against STANDARD.
     """
     if tokens.ndim != 2 or tokens.size(0) != 1:
         raise ValueError(f"tokens must be one sequence of shape (1, T), got {tuple(tokens.shape)}")
@@ -76,11 +65,8 @@ def probe_compute(models: Mapping[str, Mapping[str, GPT]], conditions: Sequence[
                   seed: int = 0) -> Callable[[str, str], pd.DataFrame]:
     """``compute(task, condition)`` for ``probe_explorer``: probe every model of ``task`` at every depth.
 
-    ``models``: task name -> {label: model}, e.g. ``{"delayed_memory": {"baseline": m0, "FBT": m1}}``.
-    The first request for a task probes all its models under all ``conditions`` at once (the
-    conditions share their forwards: ``analysis.probe_layers``) on ``n`` held-out examples drawn
-    with ``seed``, and keeps the table; later requests only filter it. Rows carry the model's label
-    in ``model``. No random-init baseline (the explorer compares trained models).
+    ``models``: task -> {label: model}. The first request for a task probes all its models under all ``conditions`` at
+    once (they share forwards) and keeps the table; later requests filter it. No random-init baseline.
     """
     if not models or any(not labelled for labelled in models.values()):
         raise ValueError("models must map at least one task name to a non-empty {label: model} dict")
@@ -116,9 +102,8 @@ MAX_RUNS_SHOWN = 6  # lines a panel can hold and still be read
 
 
 def run_views(names: Sequence[str]) -> dict[str, list[str]]:
-    """The groups of runs a comparison widget offers besides each run: ``all`` where they fit one panel
-    (``MAX_RUNS_SHOWN``), else one group per seed, every arm's run of that seed (``<arm>_s<seed>``; a run without a
-    seed suffix joins each group), so each panel compares the arms at most ``MAX_RUNS_SHOWN`` lines at a time."""
+    """Run groups a comparison widget offers: ``all`` when they fit one panel (``MAX_RUNS_SHOWN``), else one per seed
+    (``<arm>_s<seed>``; a run without a seed suffix joins each)."""
     if len(names) <= MAX_RUNS_SHOWN:
         return {"all": list(names)}
     seeds = {name: m[1] for name in names if (m := re.search(r"_s(\d+)$", name))}
@@ -130,13 +115,10 @@ def pass_window_explorer(dynamics: pd.DataFrame, seq_len: int, from_position: in
                          depths: Mapping[str, int]) -> Explorer:
     """Slide through the Jacobi passes of several specimens at once, on the positions the claim is about.
 
-    ``dynamics``: ``pass_dynamics`` tables of several runs stacked with a ``run`` column (what the
-    ``fbt_pass_mixes`` recipes write to ``pass_dynamics.csv``), measured over positions
-    t >= ``from_position`` of sequences of ``seq_len`` tokens; ``depths``: label -> the pass depth a
-    model was trained at, drawn on every panel. The figure shows every run (or the chosen one) up to
-    the selected pass; the summary gives, per run, its residual, distance to the fixed point and
-    loss at that pass, the loss's change since pass 2 (the claim's comparison) and the share of the
-    measured positions already exact by causality (0 while the pass is below ``from_position``).
+    ``dynamics``: stacked ``pass_dynamics`` tables with a ``run`` column (the ``fbt_pass_mixes`` recipes'
+    ``pass_dynamics.csv``), measured over t >= ``from_position``; ``depths``: label -> trained pass depth, marked on
+    every panel. The summary adds the loss's change since pass 2 (the claim's comparison) and the share of positions
+    already exact by causality.
     """
     missing = sorted({"run", "pass", "delta", "fixed_point_distance", "loss", "exact_by_causality"}
                      - set(dynamics.columns))

@@ -1,11 +1,4 @@
-"""Front-end of notebook 05b (decodability is not use): patch one example's memory and watch its answer.
-
-``intervention_explorer(model, batch)``: pick an example, the position whose memory read is edited
-(the recurrence starts there; the label position is the probe's ``suffix1``) and the example whose
-run the memory comes from; the figure shows the answer's logits clean, patched, mean-ablated and
-zeroed (``experiments.decodability.example_logits``), the summary says which edits flip the answer.
-Show it with ``with_static_twin`` so the default setting also reads on a code host.
-"""
+"""Front-end of notebook 05b (decodability is not use): patch one example's memory and watch its answer."""
 
 from __future__ import annotations
 
@@ -33,11 +26,8 @@ def _summary(frame, example: int, label: str) -> str:
 
 
 def intervention_explorer(model: GPT, batch: Batch, site: str = "memory") -> Explorer:
-    """Example, position and source sliders over ``example_logits`` on a probe batch (one label position).
-
-    The source menu lists every example with its label and group; its default is the first
-    example's swap mate (same group, other label), so the default setting is the swap.
-    """
+    """Example, position and source sliders over ``example_logits`` on a probe batch; the source defaults to the first
+    example's swap mate (same group, other label)."""
     if batch.label_positions is None or batch.labels is None:
         raise ValueError("batch must have labels and label_positions (a probe task's batch)")
     if int(batch.label_positions.min()) != int(batch.label_positions.max()):

@@ -1,9 +1,4 @@
-"""The live loss curve of a training run in a notebook.
-
-It lives with the widgets, not in the trainer: ``train`` only hands each history row to a callback,
-and drawing that row into a notebook cell is the notebook's business (IPython, matplotlib), which a
-run on a server or under ``torchrun`` never needs.
-"""
+"""The live loss curve of a training run in a notebook (here, not in the trainer, which a server run never needs)."""
 
 from __future__ import annotations
 
@@ -17,8 +12,7 @@ from ..validation import check_int
 
 
 def in_notebook() -> bool:
-    """Whether a notebook kernel shows what ``display`` sends: in a terminal (python or IPython) ``display``
-    prints a figure's repr, ``Figure(650x420)``, into the progress bar instead."""
+    """Whether a kernel shows what ``display`` sends (a terminal would print a figure's repr into the progress bar)."""
     try:
         from IPython import get_ipython
     except ImportError:
@@ -27,11 +21,8 @@ def in_notebook() -> bool:
 
 
 class LiveLossPlot:
-    """A ``train`` callback that redraws the loss curve in a notebook cell as history rows arrive.
-
-    ``wb.train(cfg, callback=LiveLossPlot())``: one output cell, updated in place every ``every`` rows.
-    Outside a notebook it draws nothing (one warning says so): a figure file is ``plots.LossFigure``'s job.
-    """
+    """A ``train`` callback redrawing the loss curve in one notebook cell every ``every`` history rows; outside a
+    notebook it draws nothing and warns once (a figure file is ``plots.LossFigure``'s job)."""
 
     def __init__(self, every: int = 1, title: str = "") -> None:
         check_int("every", every, 1)  # checked here, not as a ZeroDivisionError in the middle of training
@@ -43,7 +34,7 @@ class LiveLossPlot:
             self._show(pd.DataFrame(self.rows))
 
     def on_train_end(self, history: pd.DataFrame) -> None:
-        """The rows logged since the last redraw are shown too: the cell ends on the whole run."""
+        """Show the rows logged since the last redraw, so the cell ends on the whole run."""
         if len(self.rows) % self.every:
             self._show(history)
 

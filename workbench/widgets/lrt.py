@@ -1,16 +1,4 @@
-"""Front-ends of notebooks 00-03: schedules against the exact recurrence, the KV cache, the LRT mechanism.
-
-- ``schedule_explorer(model, idx)``: K, S and B sliders; how far multipass(K), interleaved(S) and
-  blockwise(B) are from the exact sequential logits, where they are wrong, and what each costs in
-  FLOPs and in wall-clock;
-- ``kv_cache_explorer(model, idx)``: a position slider over one exact decode: the attention row of
-  that step and the keys the cache holds so far, per layer and head;
-- ``lrt_run_explorer(models, idx, metrics)``: pick a trained LRT run; its residual scales and gates
-  per layer and its recorded exact-decoding metric.
-
-Each is a ``core.Explorer``: the render functions only call ``analysis.schedule_agreement`` /
-``analysis.run_with_cache`` and ``plots``; tests drive them by setting a control's ``.value``.
-"""
+"""Front-ends of notebooks 00-03: schedules against the exact recurrence, the KV cache, the LRT mechanism."""
 
 from __future__ import annotations
 
@@ -43,8 +31,7 @@ def _slider(name: str, value: int, maximum: int) -> widgets.IntSlider:
 
 # ---------------------------------------------------------------------------------------------- schedules
 def _seconds(model: GPT, idx: torch.Tensor, schedule: schedules.Schedule) -> float:
-    """Wall-clock of one no-grad run of ``schedule`` on ``idx``: what its FLOPs cost in time on this machine
-    (many small forwards cost more time per FLOP than one large one)."""
+    """Wall-clock of one no-grad run of ``schedule`` (many small forwards cost more per FLOP than one large one)."""
     start = time.perf_counter()
     with torch.no_grad():
         schedule.run(model, idx)
@@ -55,12 +42,8 @@ def schedule_explorer(model: GPT, idx: torch.Tensor, targets: torch.Tensor | Non
                       floor: float | None = None, floor_label: str = "unigram") -> Explorer:
     """How close each training schedule gets to the exact recurrence, and at what cost.
 
-    Sweeps multipass(K), interleaved(S) and blockwise(B) over every value 1..T once (``schedule_sweep``
-    against the sequential logits of ``idx``); the sliders pick one setting of each. The figure
-    shows the three sweeps with the chosen settings ringed, and their per-position distance; the
-    summary gives each chosen setting's distance, argmax agreement (and loss with ``targets``, read
-    against ``floor``, e.g. the unigram loss in nats, when given), forwards, positions computed,
-    training FLOPs relative to one plain pass, and the wall-clock of one run beside them.
+    Sweeps multipass(K), interleaved(S) and blockwise(B) over 1..T once against the sequential logits; the sliders pick
+    one setting of each. ``floor`` (e.g. the unigram loss in nats) is what a loss on ``targets`` is read against.
     """
     reference = exact_logits(model, idx)
     T = idx.size(1)
@@ -97,13 +80,7 @@ def schedule_explorer(model: GPT, idx: torch.Tensor, targets: torch.Tensor | Non
 
 # ---------------------------------------------------------------------------------------------- KV cache
 def kv_cache_explorer(model: GPT, idx: torch.Tensor, decode: Callable[[int], str] | None = None) -> Explorer:
-    """Step through one exact decode of ``idx[0]`` and watch the KV cache fill.
-
-    At step t the token attends to the t+1 keys/values the cache holds (its own included); the
-    figure shows that attention row under the rows already computed, and the cached keys of the
-    chosen layer and head; the summary says what the cache holds and which positions the token
-    reads most. The run is made once (``run_with_cache`` under ``sequential``); sliders index it.
-    """
+    """Step through one exact decode of ``idx[0]`` and watch the KV cache fill (run once; the sliders index it)."""
     if idx.ndim != 2:
         raise ValueError(f"idx must be a (B, T) tensor of token ids, got shape {tuple(idx.shape)}")
     tokens = idx[:1]
@@ -138,12 +115,8 @@ def kv_cache_explorer(model: GPT, idx: torch.Tensor, decode: Callable[[int], str
 # ---------------------------------------------------------------------------------------------- LRT runs
 def lrt_run_explorer(models: Mapping[str, GPT], idx: torch.Tensor,
                      metrics: Mapping[str, Mapping] | None = None, metric: str = "accuracy") -> Explorer:
-    """Pick a trained LRT run: its source layer, residual scales and gates per layer, and its recorded metric.
-
-    ``models``: run name -> LRT model; ``metrics``: run name -> its ``metrics.json`` (the
-    ``eval`` entry holds ``metric``, measured under ``eval_schedule``). Gates are measured on
-    ``idx`` under the exact recurrence, once per run on first view.
-    """
+    """Pick a trained LRT run: source layer, residual scales, gates per layer (measured on ``idx`` on first view) and
+    its recorded metric."""
     if not models:
         raise ValueError("models is empty: give at least one run name -> LRT model")
     computed: dict[str, tuple[pd.DataFrame, pd.DataFrame]] = {}

@@ -1,17 +1,4 @@
-"""Front-ends of the results notebooks (07-09): reading reasoning traces, and every recipe's outcome.
-
-- ``trace_explorer(traces, prompts, answers)``: a regime menu and an example slider over
-  ``analysis.trace_lengths`` output: the generated trace, its length, whether it is right, and the
-  example's length under every regime against the regimes' medians (``plots.trace_example``);
-- ``recipe_record(name, summary)``: one recipe's record folded under its verdict, for a teaching notebook
-  that needs the verdict in sight and the rest one click away;
-- ``recipe_explorer(summaries, tables)``: a recipe menu over ``experiments``' results: the claim,
-  the decision rule, the gates, our number and the verdict from ``summary.json``, the results table
-  and the recipe's figure (``experiments.experiment_figure``).
-
-The wrapped Hugging Face model of notebook 09 needs no front-end of its own: its ``pass_dynamics``
-table goes to ``core.contraction_explorer`` like any other.
-"""
+"""Front-ends of the results notebooks (07-09): reasoning traces, and every recipe's outcome."""
 
 from __future__ import annotations
 
@@ -40,14 +27,8 @@ def _missing(frame: pd.DataFrame, columns: Sequence[str]) -> list[str]:
 # ---------------------------------------------------------------------------------------------- traces
 def trace_explorer(traces: pd.DataFrame, prompts: Sequence[str] | None = None,
                    answers: Sequence[int] | None = None) -> Explorer:
-    """Read generated reasoning traces one at a time: pick a decoding regime and an example.
-
-    ``traces``: ``analysis.trace_lengths`` output (a ``run`` column with several runs adds a run
-    menu). ``prompts`` and ``answers``: the questions and right answers by example index (the
-    batch ``trace_lengths`` drew: ``task.sample(n, seed, split)``'s ``prompts`` and ``labels``),
-    shown beside the trace when given. The summary gives the trace text, its length (tokens before
-    the answer marker), whether an answer line was written and whether it is right.
-    """
+    """Read generated reasoning traces by regime and example; ``prompts``/``answers`` are indexed like the traced
+    batch."""
     missing = _missing(traces, [c for c in TRACE_COLUMNS if c != "lines"])  # lines: shown when recorded
     if missing or traces.empty:
         raise ValueError(f"traces lacks the column(s) {missing} or has no rows: pass trace_lengths' output")
@@ -86,9 +67,7 @@ def trace_explorer(traces: pd.DataFrame, prompts: Sequence[str] | None = None,
 
 # ---------------------------------------------------------------------------------------------- recipes
 def recipe_record(name: str, summary: Mapping[str, Any]) -> HTML:
-    """A recipe's verdict in sight, its claim, setting, decision rule, our number and competence checks folded
-    under it (an HTML ``<details>``): a teaching notebook shows what it teaches, not the whole record, and a
-    reader who wants the record opens it (notebook 08 and RESULTS.md show every record in full)."""
+    """A recipe's verdict in sight, the rest of its record folded under it in a ``<details>``."""
     missing = [f for f in SUMMARY_FIELDS if f not in summary]
     if missing:
         raise ValueError(f"summary lacks {missing}: pass what experiments.ensure({name!r}) returns")
@@ -105,12 +84,7 @@ def recipe_record(name: str, summary: Mapping[str, Any]) -> HTML:
 
 def recipe_explorer(summaries: Mapping[str, Mapping[str, Any]], tables: Mapping[str, Mapping[str, pd.DataFrame]],
                     max_rows: int = 12) -> Explorer:
-    """One recipe at a time: its claim, setting, our number and verdict, its results table and figure.
-
-    ``summaries``: recipe -> ``summary.json`` contents (``experiments.ensure``); ``tables``: recipe
-    -> the tables it wrote (``experiments.results_table.recipe_tables``). The table shows at most
-    ``max_rows`` rows (the full one is the recipe's ``results.csv``).
-    """
+    """One recipe at a time: claim, setting, our number and verdict, results table (``max_rows`` at most) and figure."""
     if not summaries:
         raise ValueError("summaries is empty: give recipe name -> summary.json contents")
     absent = [name for name in summaries if name not in tables]

@@ -1,37 +1,13 @@
 """Decodability is not use: causal interventions on the feedback channel (ours, beyond the papers).
 
-The FBT paper (arXiv 2608.08888, appendix F) warns that its layer-0 probe shows the label is
-decodable after one recurrent step, not that the model uses it there; an untrained FBT of the same
-shape exposes the label too. This recipe trains nothing: it intervenes on the specimens
-``layer0_probes`` trained and gated, and on the text specimens of ``lrt_vs_baseline``.
-
-(a) Per gated FBT specimen (task x scratch length; held-out answer accuracy >= 0.95 under suffix1,
-the specimen's own gate, measured again here), in the probe's own condition (a plain prefill, then
-the label position reads the previous position's memory): **swap** that memory with a group mate's
-whose label differs (same context, other label), against a **control** (a same-label example's
-memory) and **mean** ablation (and zero, for reference). If the model reads the label from the
-memory, its answer follows the mate: the swap flips it and the control does not. The flip rates
-sit next to the probe's layer-0 accuracy and the untrained twin's (``layer0_probes/results.csv``).
-Only runs the specimen recipe would reuse as they stand
-(trained under its current spec) are read.
-
-Two **designs** per specimen: the memory read at the label position under suffix1 (``site``), and the
-whole memory stream of a 2-pass run (``stream``: every memory read of pass 2, the regime the specimens
-trained in); each with a label-mate swap and its same-label control, and a cross-context swap (another
-group's example of the other label) with its own control. A swap that flips answers beyond its control
-shows use, needed or not; anything short of that is read only where the memory is needed in the design's own
-regime (suffix1 or pass 2 beats the plain pass on the examples scored).
-
-(c) The **positive control**: the same designs on specimens that need their feedback, the FBT
-registers specimens of ``fbt_pass_mixes_registers`` (pass 1 answers 0.7-0.8 of the prompts, pass 2
-all of them). A design that detects use on none of them cannot support "does not use" anywhere;
-beside every interval stands its **power**: the smallest swap - control difference the design
-would detect at its n (80 % power, from the interval's width).
-
-(b) On the LRT text specimens (gated: below the unigram loss by a margin): the memory read at
-position r is mean-ablated and the next-token loss change measured at ``t = r + d - 1``: how far
-back does the recurrent state matter?
-"""
+The FBT paper (arXiv 2608.08888, appendix F) warns that its layer-0 probe shows the label is decodable after one
+recurrent step, not that the model uses it. Trains nothing: (a) per gated FBT specimen of ``layer0_probes``, two designs
+(``site``: the memory read at the label position under suffix1; ``stream``: every memory read of a 2-pass run) **swap**
+the memory with a group mate's of the other label against a same-label **control**: if the model reads the label there,
+the swap flips its answer and the control does not. (b) On ``lrt_vs_baseline``'s LRT text specimens, the memory read d
+positions back is mean-ablated: how far back does the state matter? (c) A **positive control**: the designs of (a) on
+FBTs that need their feedback (``fbt_pass_mixes_registers``); a design that detects use on none of them cannot support
+"does not use" anywhere."""
 
 from __future__ import annotations
 
@@ -66,9 +42,9 @@ from ..probe_specimens import (
 )
 from ..store import EVAL_FILE, up_to_date
 
-SPECIMENS = "layer0_probes"  # the recipe whose FBT specimens are intervened on
+SPECIMENS = "layer0_probes"
 CONTROLS = "fbt_pass_mixes_registers"  # the recipe whose FBT specimens need their feedback: the positive control
-TEXT_SPECIMENS = "lrt_vs_baseline"  # the recipe whose LRT text specimens are ablated
+TEXT_SPECIMENS = "lrt_vs_baseline"
 TEXT_PREFIX = "text_lrt_interleaved_s"
 N = 256  # intervention examples per specimen (whole groups)
 SEED = EVAL_SEED + 2  # held out, and neither the gate's (EVAL_SEED) nor the probe's (EVAL_SEED + 1) examples
@@ -78,7 +54,7 @@ DESIGNS = {"site": ("suffix1", None, "site"), "stream": ("multipass2", Multipass
 POWER_Z = 2.8  # z(0.975) + z(0.8): a difference this many standard errors away is detected 80 % of the time
 DECISIVE = 0.5  # a swap that flips at least this share of answers: the model answers from the memory
 NEGLIGIBLE = 0.05  # a swap - control interval wholly below this: no use of the memory's label to speak of
-TEXT_N = 32  # held-out windows per text specimen
+TEXT_N = 32
 MAX_DISTANCE = 16
 TEXT_MARGIN = 1.0  # bits/byte an LRT text specimen must sit below the unigram loss before it is ablated
 
@@ -110,9 +86,7 @@ PROBE_COLUMNS = ("accuracy", "accuracy_low", "accuracy_high", "twin_accuracy")
 
 
 def probe_row(root: Path, task: str, scratch: int, seed: int = 0) -> dict[str, float]:
-    """The specimen's layer-0 probe after one recurrent step (suffix1) with its interval, and its untrained
-    twin's, as ``layer0_probes`` recorded them (its ``reproduce`` writes the table with the specimens it
-    trains); NaN when the table has no such row."""
+    """The specimen's recorded layer-0 suffix1 probe accuracy, interval and twin's; NaN where not recorded."""
     results_path = root / SPECIMENS / "results.csv"
     missing = {f"probe_{c}": math.nan for c in PROBE_COLUMNS}
     if not results_path.is_file():
@@ -132,19 +106,15 @@ def current(path: Path, spec: RunSpec) -> bool:
 
 
 def group_means(frame: pd.DataFrame, kind: str, column: str = "flipped") -> np.ndarray:
-    """Per-group mean of ``column`` for one intervention: groups share their context, so they, not the
-    examples, are the independent draws an interval resamples."""
+    """Per-group mean of ``column``: groups share their context, so they are the independent draws resampled."""
     rows = frame[frame["intervention"] == kind]
     return rows.groupby("group", sort=True)[column].mean().to_numpy(dtype=np.float64)
 
 
 def specimen_verdict(diff: dict[str, float], swap_rate: float, needed: dict[str, float] | None = None,
                      site_moves: float | None = None) -> str:
-    """The rule for one specimen. ``needed``: the interval of fed - plain answer accuracy on the scored
-    examples (None: not checked, as in a unit test of the flip rule alone); ``site_moves``: the larger lower
-    bound of the mean and zero ablations' flip rates. A swap that flips answers beyond its control shows use
-    whether or not the memory was needed (the answer followed it); anything short of that is only read where
-    the memory is needed and an edit of the site can move the answer: otherwise no swap had to flip anything."""
+    """The rule for one specimen (``RULE``): short of a swap beyond its control, read only where the memory is
+    ``needed`` and an edit of the site moves answers (``site_moves``)."""
     if diff["low"] > 0:
         return "uses" if swap_rate >= DECISIVE else "partly uses"
     if needed is not None and not needed["low"] > 0:
@@ -157,9 +127,7 @@ def specimen_verdict(diff: dict[str, float], swap_rate: float, needed: dict[str,
 
 
 def memory_needed(model, batch: tasks.Batch, seed: int, condition: str = GATE_CONDITION["fbt"]) -> dict[str, float]:
-    """On the examples scored: plain-pass and fed answer accuracy (``condition``: suffix1, or multipass2 for a
-    2-pass run), and the 95 % interval over the batch's groups of their difference. On a specimen that answers as
-    well without its memory, no edit of it has to flip an answer: a swap that flips none says nothing there."""
+    """Plain vs fed answer accuracy and their group interval: where not needed, no swap had to flip."""
     standard = answer_correct(model, batch, "standard").astype(np.float64)
     fed = answer_correct(model, batch, condition).astype(np.float64)
     groups = batch.groups.cpu().numpy()
@@ -170,18 +138,13 @@ def memory_needed(model, batch: tasks.Batch, seed: int, condition: str = GATE_CO
 
 
 def power(interval: dict[str, float]) -> float:
-    """The smallest difference a design detects 80 % of the time at its n: ``POWER_Z`` standard errors, the
-    standard error read off the 95 % interval's width (3.92 of them). NaN for an interval of zero width: every
-    resample gave the same difference (e.g. no edit flipped any answer), so the design is degenerate there and
-    its power cannot be read off it."""
+    """The smallest difference detected 80 % of the time (``POWER_Z`` standard errors); NaN for a zero width."""
     width = interval["high"] - interval["low"]
     return POWER_Z * width / 3.92 if width > 0 else math.nan
 
 
 def design_row(model, batch: tasks.Batch, design: str, seed: int) -> dict[str, Any]:
-    """One specimen under one design: flip rates with intervals, swap - control and cross - control with their
-    power, whether the memory is needed, whether an edit moves answers, and the rule's verdict (before the
-    positive control is consulted)."""
+    """One specimen under one design: flip rates, differences with intervals and power, verdict."""
     condition, schedule, span = DESIGNS[design]
     frame = label_swap(model, batch, kinds=KINDS, schedule=schedule, span=span)
     per_seed = {kind: [group_means(frame, kind)] for kind in KINDS}  # one specimen seed so far
@@ -206,9 +169,7 @@ def design_row(model, batch: tasks.Batch, design: str, seed: int) -> dict[str, A
 
 def _specimen_rows(path: str, task: str, scratch: int, seed: int, n: int, gate_n: int,
                    index: int) -> tuple[dict, list[dict]]:
-    """One saved FBT specimen (training ``seed``) at one scratch length: its gate row and, when it passed, one
-    row per design (the bootstrap seeds from ``index``, its place in the job list, so any number of workers gives
-    the same rows)."""
+    """Gate row and design rows of one specimen (bootstrap seeds from ``index``: any worker count agrees)."""
     model = load_checkpoint(path)
     accuracy = float(answer_correct(model, gate_batch(task, scratch, n=gate_n), GATE_CONDITION["fbt"]).mean())
     gate = {"task": task, "scratch_updates": scratch, "seed": seed, "answer_accuracy": accuracy,
@@ -224,9 +185,7 @@ def _specimen_rows(path: str, task: str, scratch: int, seed: int, n: int, gate_n
 
 
 def _swap_table(root: Path, scale: float, jobs: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Per gated specimen and design: flip rates with intervals, probe and twin accuracy, verdict; and every
-    specimen's gate (``jobs`` specimens at a time). A saved run the specimen recipe would not reuse (trained under
-    another spec) is reported, not read."""
+    """Design rows of every gated specimen, and every specimen's gate (a stale run reported, not read)."""
     n, gate_n = max(32, int(N * min(1.0, scale))), max(32, int(GATE_N * min(1.0, scale)))
     specs = {spec.name: spec for spec in probe_specimens.build(scale)}
     path = lambda task, seed: root / SPECIMENS / run_name(task, "fbt", seed)  # noqa: E731
@@ -246,8 +205,7 @@ def _swap_table(root: Path, scale: float, jobs: int = 1) -> tuple[pd.DataFrame, 
 
 
 def _control_rows(path: str, task: str, params: dict, seed: int, name: str, n: int, index: int) -> list[dict]:
-    """One positive-control specimen under every design, on held-out prompts labelled where the answer is
-    predicted (bootstrap seeds from ``index``, as in ``_specimen_rows``)."""
+    """One positive-control specimen under every design, labelled where the answer is predicted."""
     model = load_checkpoint(path)
     batch = tasks.get(task, **params, label_at="answer").sample(n, SEED, "val")
     return [{"task": task, "scratch_updates": int(params["scratch_updates"]), "seed": seed, "specimen": name,
@@ -255,8 +213,7 @@ def _control_rows(path: str, task: str, params: dict, seed: int, name: str, n: i
 
 
 def _control_table(root: Path, scale: float, jobs: int = 1) -> pd.DataFrame:
-    """The positive control: every design on the FBT registers specimens that need their feedback (runs of
-    ``CONTROLS`` as it stands), ``jobs`` specimens at a time."""
+    """Every design on the current FBT registers runs of ``CONTROLS`` that need their feedback."""
     specs = [spec for spec in pass_mix_study.registers_runs(scale) if pass_mix_study.is_fbt(spec)
              and pass_mix_study.mix_of(spec) in pass_mix_study.FEEDBACK_MIXES]
     n = max(32, int(N * min(1.0, scale)))
@@ -273,8 +230,7 @@ def control_detects(controls: pd.DataFrame) -> dict[str, bool]:
 
 
 def with_positive_control(swaps: pd.DataFrame, controls: pd.DataFrame) -> pd.DataFrame:
-    """The rule's last clause: a design's "does not use" stands only where that design detected use on at least
-    one positive-control specimen; ``controls_detect`` says, per row, whether it did."""
+    """The rule's last clause: "does not use" stands only where the design detected use on the positive control."""
     if swaps.empty:
         return swaps
     out = swaps.assign(controls_detect=swaps["design"].map(control_detects(controls)))
@@ -284,8 +240,7 @@ def with_positive_control(swaps: pd.DataFrame, controls: pd.DataFrame) -> pd.Dat
 
 
 def task_verdict(rows: pd.DataFrame) -> str:
-    """One task's verdict from its specimens' rows: per design, the verdict its specimens share (or each
-    specimen's, scratch length and seed, when they differ); a single verdict when every design agrees."""
+    """One task's verdict: per design, its specimens' shared verdict (else each one's), merged when designs agree."""
     said = {}
     for design, mine in rows.groupby("design", sort=False):
         found = list(dict.fromkeys(mine["verdict"]))
@@ -306,7 +261,7 @@ def text_gate_value(path: Path) -> float:
 
 
 def _distances(path: str, scale: float) -> pd.DataFrame:
-    """One gated LRT text specimen: mean loss increase (nats) by ablated position and distance."""
+    """One LRT text specimen's mean loss increase (nats) by ablated position and distance."""
     model = load_checkpoint(path)
     metrics = load_metrics(path)
     batch = tasks.get("text", **metrics["train_config"]["task_params"]).sample(max(4, int(TEXT_N * min(1.0, scale))),
@@ -318,8 +273,7 @@ def _distances(path: str, scale: float) -> pd.DataFrame:
 
 
 def _distance_table(root: Path, scale: float, jobs: int = 1) -> tuple[pd.DataFrame, dict[str, float]]:
-    """Per gated LRT text specimen (runs of the text recipe as it stands, ``jobs`` at a time): mean loss increase
-    (nats) by ablated position and distance; and every specimen's gate value."""
+    """``_distances`` of every current LRT text specimen that passes its gate, and every gate value."""
     specs = {spec.name: spec for spec in
              text_arms.text_runs(("baseline", "lrt_interleaved"), scale) if spec.name.startswith(TEXT_PREFIX)}
     names = [name for name, spec in specs.items() if current(root / TEXT_SPECIMENS / name, spec)]
@@ -346,8 +300,7 @@ def distance_summary(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def causal_use_figure(swaps: pd.DataFrame, controls: pd.DataFrame, distances: pd.DataFrame):
-    """This recipe's figure: the swap flip rates of the probe specimens and of the positive control
-    (``plots.swap_flips``), and the LRT ablation by distance (``plots.ablation_distance``)."""
+    """The swap flip rates of the probe specimens and the positive control, and the LRT ablation by distance."""
     import seaborn as sns
     from matplotlib.figure import Figure
 
@@ -366,8 +319,7 @@ def causal_use_figure(swaps: pd.DataFrame, controls: pd.DataFrame, distances: pd
 
 
 def _said(r) -> str:
-    """One specimen under one design, in words: the flips, the difference that decides with its power, the
-    cross-context swap, and whether the memory was needed."""
+    """One specimen under one design, in words."""
     fed = "suffix1" if r.design == "site" else "pass 2"
     return (f"{r.specimen} {r.design}: swap flips {r.swap_flip:.3f} [{r.swap_low:.3f}, {r.swap_high:.3f}] vs control "
             f"{r.control_flip:.3f}, swap - control [{r.diff_low:+.3f}, {r.diff_high:+.3f}] ("
@@ -436,8 +388,7 @@ def _on(rows: pd.DataFrame, total: int) -> str:
 
 
 def finding(summary: dict, results: pd.DataFrame) -> Finding:
-    """Per verdict, the specimens and designs it covers, with the numbers that decided it: whether the feedback was
-    needed at all, how many answers a swap flipped against its control, and what the positive control showed."""
+    """Per verdict, the specimens and designs it covers with the numbers that decided it, then the positive control."""
     swaps = results[results["part"] == "swap"]
     controls = results[results["part"] == "positive control"]
     if swaps.empty:

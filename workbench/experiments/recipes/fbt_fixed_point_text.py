@@ -1,16 +1,9 @@
 """The fixed point on language (ours): does an FBT trained on text read the state its passes converge to?
 
-``fixed_point_study`` found, on a task that needs the feedback, that the paper's GLU converges to a fixed point it
-cannot read while an additive fusion trained with random pass counts reads its own. Here the same question on
-``fbt_text``'s specimens, from their scores: the exact recurrence (what SOFT decoding and a long FUSED prefill
-compute) against pass 2 (the depth they train at), per fusion and training, on the same weights. An arm *reads its
-fixed point* when its exact-recurrence bits/byte exceed pass 2's by at most ``READ_TOLERANCE`` (the interval's
-upper end); only arms that use their feedback (pass 2 better than pass 1) are read, since an unused feedback
-has nothing to read. Beside the scores, the pass map itself on each run's held-out windows: the top Lyapunov
-exponent of its exact recurrence (below 0: a perturbation of the carried state dies out) and a logit lens at one
-position (does the next-byte guess still flip past the trained depth; does the fed-back state already name it).
-Nothing is trained.
-"""
+``fixed_point_study`` found, where the feedback is needed, the paper's GLU converging to a fixed point it cannot read.
+Here on ``fbt_text``'s scores: an arm that uses its feedback reads its fixed point when its exact recurrence costs at
+most ``READ_TOLERANCE`` bits/byte over pass 2, same weights. Beside it, Lyapunov exponents and a logit lens. Nothing is
+trained."""
 
 from __future__ import annotations
 
@@ -29,8 +22,7 @@ from ..pool import map_jobs
 from ..runs import spec_of
 
 READ_TOLERANCE = 0.01  # bits/byte the exact recurrence may cost over pass 2 for an arm to read its fixed point
-# the pass map on each run: its top Lyapunov exponent from 3T/4 to the window's end on this many held-out windows
-# (about 10 s a run on one core), and the lens at that position on LENS_WINDOWS windows, over LENS_PASSES passes
+# Lyapunov windows: about 10 s a run on one core
 LYAPUNOV_WINDOWS = 4
 LENS_WINDOWS = 64
 LENS_PASSES = 3
@@ -42,8 +34,7 @@ def build(scale: float) -> list[RunSpec]:
 
 
 def fixed_point_rows(scores: pd.DataFrame) -> pd.DataFrame:
-    """Per feedback arm: its feedback gate, exact - pass 2 and SOFT - STANDARD on its own weights, with intervals,
-    and whether it reads its fixed point."""
+    """Per feedback arm: exact - pass 2 and SOFT - STANDARD with intervals, and whether it reads its fixed point."""
     rows = []
     for arm in lang.feedback_arms(scores):
         used = lang.feedback_used(scores, arm)
@@ -58,9 +49,7 @@ def fixed_point_rows(scores: pd.DataFrame) -> pd.DataFrame:
 
 
 def pass_map(run: Path, smoke: bool) -> dict[str, float | str]:
-    """One saved run's pass map on its held-out windows: the mean top Lyapunov exponent of the exact recurrence
-    from 3T/4 (below full scale: over the last 8 positions of one window), the share of windows whose next-byte
-    guess at 3T/4 changes from pass 2 to pass 3, and how often the memory fed back there names that byte at pass 2."""
+    """One run's pass map: Lyapunov exponent from 3T/4, share of guesses flipping at pass 3, memory naming the byte."""
     model, batch = load_checkpoint(run), spec_of(run).eval_batch()
     idx, targets = batch.tokens.long(), batch.targets
     T = idx.size(1)
@@ -77,8 +66,7 @@ def pass_map(run: Path, smoke: bool) -> dict[str, float | str]:
 
 
 def pass_maps(ctx: Context, scores: pd.DataFrame) -> pd.DataFrame:
-    """``pass_map`` of every run of a feedback arm, ``ctx.jobs`` at a time; per arm the mean over its runs and the
-    Lyapunov exponents' range."""
+    """``pass_map`` of every run of a feedback arm, averaged per arm, with the Lyapunov exponents' range."""
     runs = sorted(scores.loc[scores["arm"].isin(lang.feedback_arms(scores)), "run"].unique())
     root = ctx.out.parent / lang.SPECIMENS
     per_run = pd.DataFrame(map_jobs(pass_map, [(root / r, ctx.scale < 1) for r in runs], ctx.jobs,

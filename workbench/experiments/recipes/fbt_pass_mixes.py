@@ -1,24 +1,13 @@
 """Pass mixes and contraction of the FBT pass map (FBT paper, arXiv 2608.08888), setting 1: byte-level text.
 
-The claim: trained with 75 % 1-pass / 25 % 2-pass batches, FBT's pass map diverges when iterated
-past its training depth (the loss rises, the residual ``||H^k - H^(k-1)||`` oscillates); with
-75 / 22 / 3 it stays flat for 30 and up to 1,000 fused-prefill passes.
+The claim: trained with 75 % 1-pass / 25 % 2-pass batches, FBT's pass map diverges when iterated past its training
+depth; with 75 / 22 / 3 it stays flat for 30 and up to 1,000 fused-prefill passes.
 
-Where it can show. A causal Jacobi iteration is exact after as many passes as a sequence has
-positions: at pass k every position t < k already holds its exact sequential memory. So the
-claim lives at positions t >= k of sequences longer than the passes iterated: every quantity
-here (residual, distance to the fixed point, loss) is measured over those positions only
-(``pass_dynamics(..., unsettled_only=True)``), on held-out sequences of T tokens, for passes
-1 .. T - 1. Iterating further would only show rounding noise around a fixed point reached by
-construction.
-
-Competence first. A contraction plot of a model that never learned to use its feedback says
-nothing about feedback, so every feedback mix must have held-out pass-2 loss below its pass-1
-loss, and every model must sit a stated margin below the context-free baseline; otherwise the
-verdict is ``not tested``. This module holds the text specimens and the shared analysis;
-``fbt_pass_mixes_registers`` runs the same analysis on a synthetic task where the feedback is
-needed (a one-layer model cannot answer without it).
-"""
+A causal Jacobi iteration is exact after as many passes as a sequence has positions (at pass k every position t < k
+holds its exact memory), so every quantity is measured over positions t >= k only (``unsettled_only=True``), for passes
+1 .. T - 1: iterating further would only show rounding noise around a fixed point reached by construction. A contraction
+plot of a model that never learned to use its feedback says nothing, so the gates require pass 2 below pass 1 and every
+model a margin below unigram. ``fbt_pass_mixes_registers`` runs the same analysis where the feedback is needed."""
 
 from __future__ import annotations
 
@@ -42,8 +31,7 @@ STEPS = 1000  # fbt_text's 800-step 2x128 FBTs can use their feedback on this co
 TEXT_UNIGRAM_MARGIN = 0.3  # nats/byte every text model must sit below the unigram loss at its best pass
 
 
-# below full scale (the test suite's smoke runs) a 1x64 model on 128-byte windows: the same code paths, where the
-# specimens' shape would spend minutes iterating and evaluating 512-byte windows
+# below full scale: the same code paths on a 1x64 model and 128-byte windows, not minutes on 512-byte ones
 SMOKE_TEXT, SMOKE_MODEL = {"seq_len": 128}, {**TEXT_MODEL, "n_layer": 1, "n_embd": 64}
 
 
@@ -62,11 +50,8 @@ def text_setting() -> Setting:
 
 
 def next_budget(ctx: Context) -> dict[str, Any]:
-    """What would give the feedback mixes a model to read, and its CPU-hours on one core: as many multi-pass batches
-    as fbt_text's paper arm has at its longest training (where its own feedback gate came nearest to passing; every
-    batch after its plain phase is multi-pass), at the share of them each mix draws, for every run of this recipe
-    (their measured CPU time, scaled by the steps). A lower bound: the mixes, prefix mix-in and context differ. Read
-    from fbt_text's definition, not its runs, so it holds wherever this recipe is reproduced alone."""
+    """What would give the feedback mixes a model to read (as many multi-pass batches as fbt_text's longest paper arm, a
+    lower bound) and its single-core CPU-hours."""
     fed = lang.STEPS * lang.LONG * (1 - study.FEEDBACK_START)
     # multi-pass batches per step: the plain phase is the same share of both recipes' steps
     share = min(1 - MIXES[m][1] for m in study.FEEDBACK_MIXES) * (1 - study.FEEDBACK_START)

@@ -1,21 +1,14 @@
-"""Pass mixes and contraction of the FBT pass map (arXiv 2608.08888), setting 2: a prompt whose answer needs
-the carried state.
+"""Pass mixes and contraction of the FBT pass map (arXiv 2608.08888), setting 2: a prompt whose answer needs the carried
+state.
 
-``multi_register`` (appendix F of the FBT paper): two binary registers written once each, their
-write lines scattered among 8 label-free scratch updates, then ``query = rj``, ``Value:`` and rj's
-value (``_T`` tokens, the task's ``seq_len``). A one-layer model answers in one pass only by
-shortcuts: the key of a value digit would have to know which register its line writes, three tokens
-back, and one attention layer cannot both move that and match on it; with the writes at random lines
-it cannot find them by position either. With feedback, pass 2 reads pass 1's top state of the
-previous position, which can carry the register name. The "uses feedback" gates check that the
-feedback mixes really answer better at pass 2 than at pass 1. The analysis, gates and rule are
-``fbt_pass_mixes``'s, on the label's loss.
+``multi_register`` (appendix F): two binary registers written once each at random lines among 8 scratch updates, then a
+query. A one-layer model answers in one pass only by shortcuts: a value digit's key would have to know which register
+its line writes, three tokens back, and one attention layer cannot both move that and match on it; random lines defeat
+position. Pass 2 reads pass 1's top state of the previous position, which can carry the register name. Analysis, gates
+and rule are ``fbt_pass_mixes``'s, on the label's loss.
 
-Why 8 scratch updates, not 32-256: at 1 CPU thread a 464-token version (aux weight 1) trained 500
-steps in the time this one trains 1,500, and its pass-2 answer was still worse than its pass-1
-answer (the feedback gate would have failed); here ``window(_T)`` passes (three quarters of the
-prompt) still fit before the measured positions ``window(_T).._T - 1``.
-"""
+Why 8 scratch updates, not 32-256: a 464-token version trained 500 steps in the time this one trains 1,500 and its pass
+2 still answered worse than pass 1; here ``window(_T)`` passes still fit before the measured positions."""
 
 from __future__ import annotations
 
@@ -57,8 +50,7 @@ _T = tasks.get("multi_register", **REGISTERS).seq_len
 
 
 def finding(summary: dict, results: pd.DataFrame) -> Finding:
-    """The claim's two halves in words (how far each mix's late passes rise above its pass 2; how each residual
-    behaves), then what the fixed point is worth, beside the LRT trained the same way."""
+    """The claim's two halves in words, then what the fixed point is worth, beside the LRT trained the same way."""
     rises = summary["rises"]
     fbt, lrt = results[results["mechanism"] == "fbt"], results[results["mechanism"] == "lrt"]
     mixes = "; ".join(f"{mix.replace('_', '/')}: {r['mean']:+.2f} [{r['low']:+.2f}, {r['high']:+.2f}]"

@@ -1,12 +1,8 @@
-"""Where FUSED's prefill gain arrives (arXiv 2608.08888): "most of the prefill gain arrives with the first extra
-fused pass; further passes help less".
+"""Where FUSED's prefill gain arrives (arXiv 2608.08888): "most of the prefill gain arrives with the first extra fused
+pass; further passes help less".
 
-Nothing is trained: the specimens are ``fbt_text``'s. The gain of P extra fused passes over the prompt is
-STANDARD minus FUSED(P) on the held-out continuations, on the same weights (``fbt_language.score_run``: P in
-``PREFILL_PASSES``). The claim in numbers: the first pass's gain, gain(1), exceeds what every further pass adds
-together, gain(P_max) - gain(1). Competence first, as in ``fbt_regimes``: the paper's model uses its feedback, and
-the continuations tell apart two models the FBT claim says differ.
-"""
+On ``fbt_text``'s specimens (nothing trained): gain(P) = STANDARD - FUSED(P) on held-out continuations; the claim is
+gain(1) > gain(P_max) - gain(1)."""
 
 from __future__ import annotations
 
@@ -24,13 +20,12 @@ def build(scale: float) -> list[RunSpec]:
 
 
 def depths(scores: pd.DataFrame) -> list[int]:
-    """The prefill depths P scored (``fused{P}`` measures), ascending: all of ``PREFILL_PASSES`` at full scale."""
+    """The prefill depths P scored, ascending (all of ``PREFILL_PASSES`` at full scale)."""
     return sorted(int(m[5:]) for m in scores["measure"].unique() if m.startswith("fused"))
 
 
 def gains(scores: pd.DataFrame, arm: str) -> dict[str, dict[str, float]]:
-    """On ``arm``'s weights: ``gain{P}`` = STANDARD - FUSED(P) for every P, ``first`` = gain(1), ``further`` =
-    gain(P_max) - gain(1), and ``first_minus_further`` (the claim: above 0), each with its interval."""
+    """On ``arm``'s weights: ``gain{P}``, ``first``, ``further`` and ``first_minus_further`` (the claim: above 0)."""
     top = max(depths(scores))
     out = {f"gain{p}": lang.contrast(scores, arm, {"standard": 1.0, f"fused{p}": -1.0}) for p in depths(scores)}
     out["first"] = out["gain1"]

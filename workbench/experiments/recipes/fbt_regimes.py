@@ -1,16 +1,9 @@
-"""FBT's decoding regimes on the same weights, on code (arXiv 2608.08888): "the feedback regimes beat standard
-decoding of the same weights (SOFT best for maths, FUSED best for code)".
+"""FBT's decoding regimes on the same weights, on code (arXiv 2608.08888): "the feedback regimes beat standard decoding
+of the same weights (SOFT best for maths, FUSED best for code)".
 
-Nothing is trained: the specimens are ``fbt_text``'s (byte-level models of the standard library's Python source,
-so the paper's code half of the claim). Each held-out window's second half is scored as a continuation of its
-first ``fbt_language.PROMPT`` bytes, teacher-forced the way each regime computes it (``fbt_language.score_run``):
-STANDARD plain, SOFT a plain prompt then every byte reading its predecessor's state, FUSED the prompt refined by
-one extra fused pass (the depth the paper's models train at) then SOFT. Each feedback arm's seed-0 specimen also
-writes its greedy continuations of four held-out prompts under each regime (``continuations.csv``), to read.
-Competence first: the paper's model must use its feedback (pass 2 better than pass 1 on the same weights), and
-the continuations must have the power to tell two models apart that the FBT claim says differ
-(``fbt_language.CONTROL``).
-"""
+On ``fbt_text``'s Python-source specimens (nothing trained), the claim's code half: held-out continuations under
+STANDARD, SOFT and FUSED with one extra pass (the paper's training depth). The gates ask that the paper's model uses its
+feedback and that the continuations tell ``fbt_language.CONTROL`` apart."""
 
 from __future__ import annotations
 

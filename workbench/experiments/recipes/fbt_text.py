@@ -1,34 +1,16 @@
 """FBT on language: text specimens whose feedback pays, and FBT's headline claim at equal tokens (arXiv 2608.08888).
 
-The claim: FBT's validation loss is better than a standard transformer's trained on as many tokens (it matches
-baselines trained on 1.5-2x the tokens). Setting: byte-level 2x128 models on the standard library's Python
-source at context 256, batch 16, ``STEPS`` steps (the shape of the 600-step pilot that showed the pass-2
-feedback paying on this machine; 4x128 would double every run's cost). Every model marks document starts
-(``document_token``: no memory crosses a ``<bos>``), ties its embeddings, and trains with warmup-free WSD.
+The claim: FBT's validation loss beats a standard transformer's at equal tokens (matching baselines given 1.5-2x).
+Byte-level 2x128 models on the standard library's Python source (the pilot's shape where pass 2 paid; 4x128 would double
+every run's cost), document starts marked (no memory crosses a ``<bos>``). Arms (``ARMS``): baselines at equal steps and
+at each FBT training's FLOPs; FBT with GLU or additive fusion (ours), trained as the paper does (``mix``), with random
+depths 1..4, or without prefix mix-in (``full``); the paper's arm and its baselines again at ``fbt_language.LONGS``
+times the steps.
 
-Arms (``ARMS``), 3 seeds each (``seeds_of``):
-- ``base``: the baseline at equal steps; ``base_mix_flops`` / ``base_random_flops``: the baseline given the
-  training FLOPs (tokens x mean passes, the paper's compute count) of the two FBT trainings below;
-- ``glu_mix`` / ``add_mix``: FBT as the paper and the reference train it (a 20 % plain phase, then every batch fed
-  back, 97 % 2-pass / 3 % 3-pass, a fresh plain prefix drawn in every pass after the first, jitter), with the
-  paper's GLU fusion and with the additive fusion (ours);
-- ``glu_random`` / ``add_random``: the same with random pass counts 1..4 after the plain phase (the
-  fixed-point study's readable training);
-- ``glu_full`` / ``add_full``: the paper's training without prefix mix-in (every position of a fed pass reads
-  memory), an extension added after the first six arms' gates were read: the paper's arm failed its own;
-- ``glu_mix_x3`` / ``glu_mix_x9`` with their ``base_x*`` and ``base_mix_flops_x*``: the paper's arm and its two
-  baselines at each of ``fbt_language.LONGS`` (3, 9) times the steps, added for the same reason (at 3x its feedback
-  was still unused) and decided before they trained: the paper's claims are read on the longest, ``glu_mix_x9``
-  (``fbt_language.PAPER_ARM``); ``glu_mix`` and ``glu_mix_x3`` are extension rows.
-
-Competence first (``GATES``, stated before training): the baseline ends a stated margin below the unigram
-bits/byte, and an FBT arm's feedback is *used*: its held-out pass-2 bits/byte lies below its pass-1 bits/byte
-(the 95 % interval of pass 2 - pass 1 below 0, seeds then windows resampled). An arm that fails its gate gets no
-verdict. The paper's arm and its two baselines train on ``fbt_language.LONG_SEEDS``: the six seeds its verdicts are
-read at, decided after the first three, trained across sessions (a gate counts those scored).
-Known difference from the reference: the plain prefix is drawn per window (per pass), not per packed document;
-a 256-byte window of this corpus holds a second document start about once in 70 windows.
-"""
+The ``full`` and longer arms were added after the paper's arm failed its feedback gate; fixed before they trained, the
+claim is read on ``fbt_language.PAPER_ARM`` and every other arm is an extension. An arm whose feedback is unused (pass 2
+not below pass 1) gets no verdict. Known difference from the reference: the plain prefix is drawn per window, not per
+packed document."""
 
 from __future__ import annotations
 
@@ -53,15 +35,13 @@ TEXT = {"seq_len": 256}
 BATCH = 16
 SEEDS = (0, 1, 2)
 PREFIX_MIXIN = 1.0  # every pass after the first draws a plain prefix (the paper: "sample a prefix length p")
-CURVE_MARKS = 16  # held-out evaluations per run (the trainer's windows, its own schedule)
+CURVE_MARKS = 16  # held-out evaluations per run
 CURVE_EVAL_SIZE = 64
 UNIGRAM_MARGIN = 1.0  # bits/byte the equal-step baseline must end below the unigram bits/byte
 
 
 class Training(NamedTuple):
-    """An FBT training: its pass mix after the plain phase, the depth its curves evaluate at, the share of
-    sequences given a plain prefix in every pass after the first, and the training whose FLOPs baseline it shares
-    (the FLOP count reads passes, not prefixes)."""
+    """An FBT training: pass mix, curve depth, prefix mix-in, and whose FLOPs baseline it shares."""
 
     mix: dict[int, float]
     depth: int
@@ -73,11 +53,10 @@ MIX = {2: 0.97, 3: 0.03}
 TRAININGS = {
     "mix": Training(MIX, 2, PREFIX_MIXIN, "mix"),
     "random": Training({k: 0.25 for k in (1, 2, 3, 4)}, 4, PREFIX_MIXIN, "random"),
-    # added after the first six arms failed their feedback gate (an extension, gated the same way): every position
-    # of every fed pass reads memory, as `train --schedule multipass` does by default
+    # an extension added after the first six arms failed their feedback gate
     "full": Training(MIX, 2, 0.0, "mix"),
 }
-FLOPS_TRAININGS = tuple(dict.fromkeys(t.flops for t in TRAININGS.values()))  # mix, random
+FLOPS_TRAININGS = tuple(dict.fromkeys(t.flops for t in TRAININGS.values()))
 FUSIONS = {"glu": "glu", "add": "additive"}
 STEMS = ("base", *(f"base_{t}_flops" for t in FLOPS_TRAININGS), *(f"{f}_{t}" for t in TRAININGS for f in FUSIONS))
 LONG_STEMS = ("base", "base_mix_flops", "glu_mix")  # trained again at each of LONGS x STEPS (the paper's arm's)
@@ -116,8 +95,7 @@ def fbt_config(arm: str, n_steps: int, seed: int) -> TrainConfig:
 
 
 def training_flops(cfg: TrainConfig) -> float:
-    """What a run's training costs under the trainer's account: its plain phase at one pass, the rest at its
-    schedule's expected passes (tokens x mean passes)."""
+    """A run's training FLOPs as the trainer counts them: the plain phase at one pass, the rest at expected passes."""
     plain = int(cfg.feedback_start * cfg.steps + 0.999999)  # the trainer's steps with step < start * steps
     single = step_flops(cfg.replace(schedule=Single(), feedback_start=0.0, prefix_mixin=0.0,
                                     prefix_draw="sequence"))
@@ -129,9 +107,7 @@ def run_name(arm: str, seed: int) -> str:
 
 
 def config(arm: str, scale: float, seed: int) -> TrainConfig:
-    """One arm's config at ``scale``: its stem's model and training at its multiple of ``STEPS`` (below full scale,
-    the smoke runs, at ``STEPS``: their code paths are the point); a FLOPs baseline gets the steps that spend its
-    FBT training's FLOPs."""
+    """One arm's config at its multiple of ``STEPS``; a FLOPs baseline gets its FBT training's FLOPs."""
     stem, factor = parts(arm)
     n = steps(STEPS * (factor if scale >= 1 else 1), scale)  # below full scale (a smoke run) every arm is as short
     if not stem.startswith("base"):
@@ -149,13 +125,12 @@ def build(scale: float) -> list[RunSpec]:
 
 
 def seeds_of(arm: str) -> tuple[int, ...]:
-    """The seeds an arm trains: the paper's arm and its two baselines at ``LONG`` have ``fbt_language.LONG_SEEDS``
-    (those of the pre-registered six trained so far), every other arm ``SEEDS``."""
+    """The seeds an arm trains: ``fbt_language.LONG_SEEDS`` for the paper's arm and its baselines, else ``SEEDS``."""
     return lang.LONG_SEEDS if arm in (PAPER_ARM, *lang.CONTROL) else SEEDS
 
 
 def arms_run(ctx: Context) -> list[str]:
-    """The arms of ``ARMS`` this invocation built (all at full scale, ``SMOKE_ARMS`` below)."""
+    """The arms of ``ARMS`` this invocation built (``SMOKE_ARMS`` below full scale)."""
     built = {arm_of(name) for name in ctx.runs}
     return [arm for arm in ARMS if arm in built]
 
@@ -191,8 +166,7 @@ def decide(equal: Mapping[str, float], matched: Mapping[str, float]) -> str:
 
 
 def comparisons(scores: pd.DataFrame, arm: str, measure: str = "exact") -> dict[str, dict[str, float]]:
-    """``arm``'s intervals against the equal-step baseline and against the baseline given its training FLOPs, and
-    its feedback gate (pass 2 - pass 1, same weights)."""
+    """``arm``'s intervals against its equal-step and FLOP-matched baselines, and its feedback gate."""
     equal, matched = references(arm)
     return {"equal_tokens": lang.difference(scores, arm, measure, equal, "exact"),
             "matched_compute": lang.difference(scores, arm, measure, matched, "exact", seed=1),
@@ -200,18 +174,14 @@ def comparisons(scores: pd.DataFrame, arm: str, measure: str = "exact") -> dict[
 
 
 def feedback_by_steps(scores: pd.DataFrame) -> dict[str, dict[str, float]]:
-    """The paper's training (``glu_mix``) at each length trained: its steps -> its pass 2 - pass 1 interval, the
-    trend that says whether a longer run would pass the feedback gate."""
+    """The paper's training: steps -> pass 2 - pass 1 interval, the trend towards passing the feedback gate."""
     stem = parts(PAPER_ARM)[0]
     arms = [(STEPS, stem), *((STEPS * f, f"{stem}_x{f}") for f in LONGS)]
     return {str(n): lang.feedback_used(scores, arm) for n, arm in arms if arm in set(scores["arm"])}
 
 
 def next_budget(ctx: Context) -> dict[str, Any]:
-    """What the paper's arm's verdict needs next, and its CPU-hours on one core: the pre-registered seeds not yet
-    trained of it and its two baselines, else three times their steps. The rate is the median over this recipe's runs
-    of FLOPs per CPU-second (runs resumed in a new process before the trainer carried CPU time across a resume
-    recorded only their last part)."""
+    """What the paper's arm's verdict needs next, and its single-core CPU-hours at this recipe's rate."""
     train = {n: load_metrics(ctx.out / n)["train"] for n in ctx.runs}
     rate = float(np.median([m["flops"] / m["cpu_seconds"] for m in train.values()]))
     hours = sum(train[n]["flops"] for n in ctx.runs if arm_of(n) in (PAPER_ARM, *lang.CONTROL)) / rate / 3600
@@ -297,8 +267,7 @@ def finding(summary: dict, results: pd.DataFrame) -> Finding:
 
 
 def _budget(summary: Mapping[str, Any]) -> str:
-    """Where the paper's arm has no verdict yet: its feedback gate's trend with steps, and what the next step costs on
-    this machine ("" where every gate passed)."""
+    """Where a gate failed: the feedback gate's trend with steps and what the next step costs."""
     if all(g["passed"] for g in summary["gates"]):
         return ""
     trend = ", ".join(f"{int(n):,} steps {iv['mean']:+.4f} [{iv['low']:+.4f}, {iv['high']:+.4f}]"

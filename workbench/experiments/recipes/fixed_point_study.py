@@ -1,64 +1,18 @@
 """What makes a fed-back fixed point readable? A designed study (ours, beyond both papers).
 
-Every FBT specimen of the registers setting (``fbt_pass_mixes_registers``) answers at its trained
-depth (pass 2) and fails under its own exact recurrence, although its pass map contracts: the
-fixed point it converges to is one it cannot read. The LRT trained the same way reads its fixed
-point. Which factor decides? Five families of arms, all on the registers setting (it needs the
-feedback):
+Every FBT specimen of ``fbt_pass_mixes_registers`` answers at its trained depth (pass 2) but fails under its own exact
+recurrence although its pass map contracts; the LRT trained the same way reads its fixed point. Which factor decides?
+Five families of arms on that setting (it needs the feedback), 2 seeds each, each against its first arm:
+- **scratch**: the mechanism (FBT-GLU, LRT, the additive fusion ``u = norm(e + (W_U m) * sigmoid(W_G e))``, ours, which
+  keeps the token on the value path as LRT keeps its stream) and the phased reading of the paper's schedule;
+- **training**: fine-tunes of the shipped FBT-GLUs changing one factor: pass mix, random depths, jitter, training at the
+  fixed point (``FixedPoint``), fusion, or the exact recurrence itself (``ft_sequential``, about 8x a 3-pass step);
+- **duration**: the fixed-point arm, still rising after 1,500 steps, three times as long;
+- **additive**: the changes that helped most, fine-tuned from the additive FBTs;
+- **long**: the readable additive FBTs fine-tuned towards T > 1,000, where no measured position is exact by causality.
 
-- **From scratch** (the registers recipe's schedule: 20 % single-pass, then 75/22/3 per batch, prefix
-  mix-in 0.5, aux weight 3, 28,000 steps), the mechanism varied: FBT as in the paper (GLU: the state on
-  the value path, the token gating it; the reference), LRT, and the additive fusion (ours: the same
-  matrices, the token added back onto the value path, ``u = norm(e + (W_U m) * sigmoid(W_G e))``, the
-  way LRT adds its memory to an intact stream), 2 seeds each; and one training change, FBT-GLU under the
-  phased reading of the paper's progressive schedule (after the same plain phase every batch is fed back:
-  2-pass batches with a 3 % share of 3-pass ones, where the recipe's mix keeps 75 % plain batches to the
-  end). The FBT-GLUs and the seed-0 LRT are the registers recipe's own specimens, reused (same training);
-  the LRT's seed 1, the additive and the phased FBTs are trained here. All are evaluated under the exact
-  recurrence.
-- **Training** (fine-tuned ``FINETUNE_STEPS`` steps from the two shipped FBT-GLU 75/22/3 specimens,
-  one per seed, AdamW at a constant ``FINETUNE_LR``, fresh data; 2 seeds each): the recipe's mix
-  again (the control: the same steps, so any change is the arm's), a larger 3-pass share
-  (50/25/25), randomised pass counts (1..8, uniform), the phased reading of the progressive
-  schedule (after the plain phase every batch is fed back: 2-pass 88 %, 3-pass 12 %, the 22:3
-  ratio), ten times the paper's jitter (0.2: the carried state has RMS 1, so absolute and relative
-  jitter coincide), training at the fixed point (``FixedPoint``: a plain pass, up to 40 passes
-  without gradient until the residual falls below 1e-3, one pass with gradient from there), and
-  the additive fusion (ours: the same matrices, the token added back onto the value path,
-  ``u = norm(e + (W_U m) * sigmoid(W_G e))``), fine-tuned from the GLU weights under the
-  recipe's mix, and the exact recurrence trained directly (``ft_sequential``: the ``sequential``
-  schedule, one token at a time through the KV cache with the memory carried, backpropagated through
-  all 138 positions: the recurrence the evaluation runs, not a pass map that converges to it; about
-  eight times a 3-pass step's time on a CPU, where its small per-token forwards cannot fill the cores).
-- **Duration** (the same fine-tunes at ``DURATION_STEPS``, three times the steps): training at the fixed
-  point against the recipe's mix at equal steps, 2 seeds each. After 1,500 steps the fixed-point arm
-  helped most and was still rising in the issue's pilot: does more of it reach a readable fixed point?
-- **Additive** (fine-tuned ``FINETUNE_STEPS`` steps from the two additive FBTs trained from scratch): the
-  recipe's mix again (the control), training at the fixed point and randomised pass counts (the two
-  training changes that helped the GLU most): does the token kept on the value path combine with
-  training in depth?
-
-- **Long** (fine-tuned ``LONG_STEPS`` steps, batch ``LONG_BATCH``, from the two additive FBTs trained with random
-  depths, the arm that reads its fixed point at T = 138, towards prompts of 128 scratch lines, T > 1,000, under a
-  length curriculum: 8, 32 or 128 lines drawn per batch): the recipe's mix again (the control) and random depths
-  1..8 again. No run trained at T = 138 answers there even at pass 2, so
-  this family is the one that can test a fixed point on prompts where no measured position is exact by causality
-  before pass T; its arms are scored (and their competence read) on those prompts.
-
-Every arm must need its feedback (pass-1 answer accuracy below ``NEEDS_FEEDBACK``) and a fine-tune
-family's reference must also answer at its trained depth (pass 2), or the arm is "not tested"
-(``competence``).
-
-A run meets the **specimen bar** (``specimen_runs``) when it needs its feedback at both lengths and answers
->= ``READABLE`` under the exact recurrence at T = 138 and on the long prompts, and after ``LONG_PASSES`` fused
-passes on them.
-
-Not run (budget: two shared cores): a recurrence window shorter than the prompt (truncated
-backpropagation; the sequential arm backpropagates through the whole prompt). Every run is measured on
-held-out prompts of the registers length (T = 138) and on prompts of 128 scratch lines (T > 1,000): passes
-1-2 always, the exact recurrence and ``LONG_PASSES`` fused passes where the run reads its fixed point at
-T = 138 and answers the long prompts at pass 2 (otherwise those columns would measure length generalisation).
-"""
+An arm is "not tested" (``competence``) unless it needs its feedback and its reference answers at pass 2. Not run
+(budget): truncated backpropagation through a window shorter than the prompt."""
 
 from __future__ import annotations
 
@@ -88,8 +42,7 @@ LRT = {**SHAPE, "mechanism": "lrt", "lrt_gamma_init": 0.1, "lrt_kv_init": "unifo
 FINETUNE_STEPS, FINETUNE_LR = 1500, 3e-4
 SEEDS = (0, 1)
 FBT_ADDITIVE = {**FBT_GLU, "fbt_fusion": "additive"}
-# run names: the registers recipe's (its seed-0 LRT cross has no seed suffix); the LRT's seed 1, the additive and the
-# phased FBTs are the study's own
+# run names: the registers recipe's (its seed-0 LRT has no seed suffix), else the study's own
 SHIPPED = {"fbt_glu": "reg_75_22_3_s{s}", "lrt": "reg_lrt_75_22_3{suffix}", "fbt_additive": "reg_add_75_22_3_s{s}",
            "fbt_glu_phased": "reg_phased_97_3_s{s}"}
 # the specimens the fine-tunes start from, relative to the repository root
@@ -97,11 +50,8 @@ SPECIMEN = "checkpoints/fbt_pass_mixes_registers/reg_75_22_3_s{seed}"
 ADDITIVE_SPECIMEN = "checkpoints/fixed_point_study/reg_add_75_22_3_s{seed}"
 FINETUNE_SEED = 100  # fine-tunes draw fresh batches: seed 100 + s, not the stream the specimen trained on
 
-# The arms: (name, family, what it varies). The first of each family is that family's reference.
-# From scratch: (model, pass mix after the plain phase). The registers recipe's training with the mechanism varied,
-# and the paper's progressive schedule read as phases: after the plain phase every batch is fed back, 2-pass batches
-# with "a small fraction (e.g. 3 %)" of 3-pass ones (the paper's words; the fine-tune arm below keeps the recipe's
-# 22:3 ratio instead), where the recipe's mix keeps 75 % plain batches to the end
+# The first arm of each family is its reference. The phased mix reads the paper's "a small fraction (e.g. 3 %)" of
+# 3-pass batches after the plain phase; the phased fine-tune arm keeps the recipe's 22:3 ratio instead.
 PHASED_MIX = {2: 0.97, 3: 0.03}
 SCRATCH_ARMS = {"fbt_glu": (FBT_GLU, FBT_MIX), "lrt": (LRT, FBT_MIX), "fbt_additive": (FBT_ADDITIVE, FBT_MIX),
                 "fbt_glu_phased": (FBT_GLU, PHASED_MIX)}
@@ -115,22 +65,15 @@ TRAINING_ARMS = {
     "ft_additive": {"pass_mix": FBT_MIX, "fbt_fusion": "additive"},
     "ft_sequential": {"sequential": True},
 }
-# Duration: the one arm that helped most after FINETUNE_STEPS (training at the fixed point, still rising over its
-# last quarter in the issue's pilot) run three times as long, beside the recipe's mix for the same steps (its control)
+# the arm that helped most after FINETUNE_STEPS, still rising over its last quarter, three times as long
 DURATION_STEPS = 3 * FINETUNE_STEPS
 DURATION_ARMS = {f"ft_mix_{DURATION_STEPS}": TRAINING_ARMS["ft_mix"],
                  f"ft_fixed_point_{DURATION_STEPS}": TRAINING_ARMS["ft_fixed_point"]}
-# Additive: the training changes that helped the GLU most (the fixed point, random depths), fine-tuned from the
-# additive FBTs trained from scratch, beside the recipe's mix for the same steps: does the token kept on the value
-# path combine with training in depth?
 ADDITIVE_ARMS = {"add_ft_mix": {**TRAINING_ARMS["ft_mix"], "fbt_fusion": "additive"},
                  "add_ft_fixed_point": {**TRAINING_ARMS["ft_fixed_point"], "fbt_fusion": "additive"},
                  "add_ft_random_1_8": {**TRAINING_ARMS["ft_random_1_8"], "fbt_fusion": "additive"}}
-# Long: the additive FBTs that read their fixed point at T = 138 (random depths 1..8) fine-tuned towards prompts of
-# 128 scratch lines (T > 1,000), where no run of the other families answers even at pass 2: the recipe's mix (the
-# control) against random depths 1..8 again. A length curriculum, one length drawn per batch (8, 32 or 128 lines,
-# as the probe recipes train): 1,000 steps on 128 lines alone (batch 8) left every depth at chance on them (0.50-0.56
-# on 32 prompts), so the shorter lengths teach the lookup the long one needs. Scored on 128 lines only.
+# Long: a length curriculum, because 1,000 steps on 128 lines alone (batch 8) left every depth at chance on them
+# (0.50-0.56 on 32 prompts): the shorter lengths teach the lookup the long one needs.
 LONG_STEPS, LONG_BATCH = 1000, 8
 LONG_CURRICULUM = {**REGISTERS, "scratch_updates": [8, 32, 128], "scratch_draw": "batch"}
 LONG_ARMS = {"long_mix": ADDITIVE_ARMS["add_ft_mix"], "long_random_1_8": ADDITIVE_ARMS["add_ft_random_1_8"]}
@@ -139,9 +82,7 @@ LONG_SPECIMEN = "checkpoints/fixed_point_study/add_ft_random_1_8_s{seed}"
 
 @dataclass(frozen=True)
 class Family:
-    """A fine-tune family: its arms (the first is its reference), their steps, the specimens they start from
-    (``{seed}`` filled in), the task setting they train on, the batch size, and the setting they are scored on
-    (None: the one they train on)."""
+    """A fine-tune family: its arms (the first its reference), where they start, train and are scored."""
 
     arms: dict[str, dict]
     steps: int
@@ -168,8 +109,7 @@ DYNAMICS_EXAMPLES, LONG_EXAMPLES, LONG_FUSED, LONG_PASSES = 64, 64, 16, 1000
 
 
 def _scratch_run(arm: str, model: dict, mix: dict[int, float], seed: int, scale: float) -> RunSpec:
-    """The registers recipe's run of this model, pass mix and seed, under its name (so a shipped specimen is reused,
-    not retrained), evaluated under the exact recurrence."""
+    """The registers recipe's run under its own name (a shipped specimen is reused), scored by the exact recurrence."""
     cfg = config("multi_register", model, steps(SCRATCH_STEPS, scale), seed, REGISTERS,
                  schedule=PassMix.of(mix, AUX_WEIGHT, 3), feedback_start=FEEDBACK_START, prefix_mixin=PREFIX_MIXIN
                  ).replace(batch_size=BATCH)
@@ -225,12 +165,11 @@ def decide(arm: str, accuracies: list[float], interval: dict[str, float]) -> str
 
 
 def competence(rows: pd.DataFrame, arm: str, reference: bool, where: str = "") -> str | None:
-    """Why an arm's runs cannot say anything about reading a fed-back fixed point, or None. Every arm must need its
-    feedback (pass-1 accuracy, best seed, below ``NEEDS_FEEDBACK``): a readable fixed point of a model that answers
-    without it shows nothing. A reference must also answer where it was trained to use the feedback (pass 2, worst
-    seed, at least ``TRAINED_DEPTH``); an arm need not (training at the fixed point may trade pass 2 for it). A
-    family's arms are read only when its reference passes. ``where="long_"`` reads both on the long prompts (the
-    long family is trained and scored there)."""
+    """Why an arm's runs cannot test reading a fed-back fixed point, or None.
+
+    A readable fixed point of a model that answers without its feedback shows nothing; a reference must also answer at
+    pass 2, an arm need not (training at the fixed point may trade pass 2 for it). ``where="long_"`` reads the long
+    prompts."""
     pass1, pass2 = rows[f"{where}accuracy_pass1"], rows[f"{where}accuracy_pass2"]
     prompts = " on the long prompts" if where else ""
     if pass1.max() >= NEEDS_FEEDBACK:
@@ -241,10 +180,7 @@ def competence(rows: pd.DataFrame, arm: str, reference: bool, where: str = "") -
 
 
 def specimen_runs(table: pd.DataFrame, long_exact: dict[str, float]) -> list[str]:
-    """The runs that meet the issue's bar for a course specimen: they need their feedback (pass-1 accuracy below
-    ``NEEDS_FEEDBACK`` at T = 138 and on the long prompts) and answer >= ``READABLE`` under the exact recurrence at
-    T = 138 and on the long prompts (``long_exact``: the 256 held-out prompts where the run trained there) and
-    after ``LONG_PASSES`` fused passes on them, where no measured position is exact by causality."""
+    """Runs that need their feedback and read their fixed point at both lengths and after ``LONG_PASSES``."""
     ok = table.assign(long_exact=table["run"].map(long_exact).fillna(table["long_accuracy_exact"]))
     ok = ok[(ok[["accuracy_pass1", "long_accuracy_pass1"]].max(axis=1, skipna=False) < NEEDS_FEEDBACK)
             & (ok[["accuracy_exact", "long_exact", "long_accuracy_fused"]].min(axis=1, skipna=False) >= READABLE)]
@@ -261,17 +197,12 @@ def readability_table(model: GPT, batch: tasks.Batch, dynamics_examples: int = 6
                       long_batch: tasks.Batch | None = None, long_passes: int = 1000,
                       lyapunov_examples: int = 8, window_passes: int | None = None,
                       lyapunov_from: int | None = None, long_fused_examples: int | None = None) -> pd.DataFrame:
-    """One row of the fixed-point study for ``model`` on held-out ``batch``: label loss and accuracy at passes
-    1-3 and under the exact recurrence, the distance from pass 3 to the fixed point, the top Lyapunov exponent
-    (mean over examples, with its range), the residual's behaviour over the pass window, and, when the exact
-    recurrence reads at least ``readable`` and ``long_batch`` is given, the same on those long prompts after
-    ``long_passes`` fused passes (on the first ``long_fused_examples`` long prompts; default all) and under the exact
-    recurrence. The long prompts' pass-1 and pass-2 accuracies are reported for every model given ``long_batch``
-    (does it need its feedback there, and answer at its trained depth?), and the long columns are measured only
-    where pass 2 reaches ``readable`` too: a model that cannot answer the long prompts at its trained depth would
-    make them measure length generalisation, not the fixed point (NaN, not a number that reads as one).
-    ``window_passes`` (default 3T/4) and ``lyapunov_from`` (default T/2) shorten the pass window and the Lyapunov
-    horizon (a smoke run)."""
+    """One row of the study for ``model`` on held-out ``batch``: passes 1-3 and the exact recurrence, the fixed point's
+    distance, Lyapunov exponents, residual behaviour.
+
+    The long prompts' exact and fused columns stay NaN unless the exact recurrence here and pass 2 there reach
+    ``readable``: else they would measure length generalisation, not the fixed point. ``window_passes`` and
+    ``lyapunov_from`` shorten a smoke run."""
     idx, targets = batch.tokens, batch.targets
     T = idx.size(1)
     quality = fixed_point_quality(model, idx, targets, 3).per_example
@@ -375,8 +306,7 @@ def analyze(ctx: Context) -> Outcome:
 
 
 def finding(summary: dict, results: pd.DataFrame) -> Finding:
-    """The mechanism arms' exact-recurrence accuracy, then the FBT training change that helped most (each family's
-    best), each against its reference at equal steps and beside the readable bar."""
+    """The mechanism arms' exact-recurrence accuracy, then each family's best FBT change against its reference."""
     arms = pd.DataFrame(summary["arms"]).set_index("arm")
     fbt, lrt = arms.loc[REFERENCE["scratch"]], arms.loc["lrt"]
     changes = arms[(arms.index != "lrt") & (arms["verdict"] != "reference")]

@@ -1,12 +1,8 @@
-"""Is the LRT gain the memory or the extra parameters, on language (LRT paper, arXiv 2605.26797)? The baseline
-with LRT's gates and per-layer scales but no memory (``gates_only``, trained single-pass), against the baseline
-and against the reference LRT.
+"""Is the LRT gain the memory or the extra parameters, on language (LRT paper, arXiv 2605.26797)?
 
-The rule has two halves, both needed: (a) the gates and scales alone change held-out BPB negligibly, and (b) the
-reference LRT beats ``gates_only`` at equal optimiser steps. (b) is read at equal steps because ``gates_only``
-takes about twice the steps of an interleaved run at matched FLOPs: the memory's gain per step is the claim, not
-whether it pays for the steps it costs at this small budget (``lrt_vs_baseline`` reports that).
-"""
+``gates_only`` (LRT's gates and scales, no memory, single-pass) must (a) change held-out BPB negligibly over the
+baseline and (b) lose to the reference LRT at equal steps: at matched FLOPs it takes twice an interleaved run's steps,
+and the claim is the memory's gain per step."""
 
 from __future__ import annotations
 
@@ -24,20 +20,16 @@ ARMS = ("baseline", "gates_only", "lrt_interleaved")
 # arm -> the arm it is read against: half (a), then half (b)
 COMPARISONS = {"gates_only": "baseline", "lrt_interleaved": "gates_only"}
 
-# bits/byte: a change of the baseline's held-out BPB this small is within what reseeding alone moves it (the
-# lrt_vs_baseline baselines' seed means spread by 0.014 standard deviation) and a fifth of what the memory is worth
-# to the trained reference LRT (its exact BPB minus the same weights without memory: about -0.11), so gates that
-# move BPB less than this do not explain a gain of the memory's size. The band is narrow for three seeds: the
-# 95 % interval of lrt_vs_baseline's LRT - baseline is 0.052 wide, wider than the band, so half (a) holds only if
-# gates_only's interval is narrower than that one, and otherwise reads inconclusive (never holds by default)
+# bits/byte: within what reseeding alone moves the baseline (seed std 0.014) and a fifth of what the memory is worth to
+# the reference LRT (about -0.11), so smaller changes cannot explain the memory's gain. Narrow for three seeds (the
+# LRT - baseline interval is 0.052 wide): half (a) then reads inconclusive, never holds by default
 NEGLIGIBLE = 0.02
 HALF_A = f"(a) gates_only - baseline within +-{NEGLIGIBLE:g} bits/byte (final FLOP mark, exact)"
 HALF_B = "(b) lrt_interleaved - gates_only below 0 at equal steps (curves, every seed)"
 
 
 def negligible(interval: Mapping[str, float]) -> str:
-    """Half (a) on the interval of (gates_only - baseline): 'holds' when it lies within +-``NEGLIGIBLE``, 'fails'
-    when it lies wholly outside that band (either way: the gates alone help or hurt), else 'inconclusive'."""
+    """Half (a): 'holds' within +-``NEGLIGIBLE``, 'fails' wholly outside, else 'inconclusive'."""
     if -NEGLIGIBLE <= interval["low"] and interval["high"] <= NEGLIGIBLE:
         return "holds"
     if interval["low"] > NEGLIGIBLE or interval["high"] < -NEGLIGIBLE:
@@ -46,10 +38,8 @@ def negligible(interval: Mapping[str, float]) -> str:
 
 
 def memory_gain(steps: Mapping[str, float]) -> str:
-    """Half (b) on (lrt_interleaved - gates_only) at equal steps (``lrt_ablation.equal_steps``): 'holds' when every
-    seed's difference is below 0, 'fails' when every seed's is above 0, else 'inconclusive'. The curves keep no
-    per-example values, so there is no example interval; over three seeds a seed bootstrap's interval is the
-    seeds' own range, which this reads directly."""
+    """Half (b) at equal steps: 'holds' when every seed's difference is below 0, 'fails' when every one is above (the
+    curves keep no per-example values)."""
     if steps["diff_max"] < 0:
         return "holds"
     if steps["diff_min"] > 0:
@@ -58,9 +48,7 @@ def memory_gain(steps: Mapping[str, float]) -> str:
 
 
 def decide(intervals: Intervals, steps: Intervals) -> str:
-    """The rule: 'reproduces' only when both halves hold (``negligible`` on gates_only's interval at the final FLOP
-    mark, ``memory_gain`` on lrt_interleaved's equal steps); 'does not reproduce' naming the half that failed; else
-    'inconclusive' naming the undecided half; 'not tested' with fewer than ``MIN_SEEDS`` seeds."""
+    """The rule: 'reproduces' only when both halves hold, else the failing or undecided half named."""
     interval, gain = intervals["gates_only"], steps["lrt_interleaved"]
     seeds = min(interval.get("seeds", MIN_SEEDS), gain["seeds"])
     if seeds < MIN_SEEDS:

@@ -1,29 +1,15 @@
 """Layer-0 accessibility of the fed-back state, on specimens that learned (FBT paper, arXiv 2608.08888, appendix F).
 
-The paper probes its three synthetic tasks at the position whose output predicts the label and
-finds the label near chance at layer 0 under standard prefill, and at 99.6 % (completion tracking)
-and 100 % (delayed memory) after one recurrent step. A probe of a model that never learned its task
-measures nothing, so every specimen here is **gated** first: held-out answer accuracy >= 0.95 at
-each scratch length under the condition it is probed in (one recurrent step for FBT: a plain
-prefill, then the exact recurrence through the answer; one plain pass for the baseline). A
-specimen that misses its gate is reported with its accuracy and never probed.
+The paper finds the label near chance at layer 0 under standard prefill and at 99.6 % (completion tracking) and 100 %
+(delayed memory) after one recurrent step. A probe of a model that never learned its task measures nothing, so each
+specimen is **gated** (held-out answer accuracy at each scratch length, under the condition it is probed in) and one
+that misses is never probed. Models train on 0, 8 and 32 scratch lines at once: the short contexts teach the lookup the
+long ones need.
 
-Each model trains on a mix of scratch lengths (0, 8 and 32 label-free lines, drawn per group): the
-short contexts teach the lookup the long ones need, and one model then serves every length, each
-length with its own gate. Two questions, two rules, both fixed here before anything trains:
-(a) the paper's claim, as the paper states it: on its two tasks (completion tracking, delayed memory),
-every gated FBT specimen; the same rule on multi_register, on the LRT specimens and on the text model
-gives **extension** rows of their own ("the claim extends to ..."), never the verdict; (b) ours: is
-the lift learned? — each trained specimen against its untrained twin (same config, random init),
-whose recurrent step can expose the label through the architecture alone. A second arm probes a
-byte-level FBT language model trained on text only (the paper's own setting) on the same
-delayed-memory prompts.
-
-The probe's L2 strength is not fixed: nested grouped cross-validation picks it per fold from a log
-grid (``PROBE_CS``), the control task and the twin are probed at the strengths it picked, and each
-specimen's regularisation path (``path.csv``) shows whether its outcome under rule (a) moves among
-the strengths cross-validation cannot tell apart; if it does, the verdict is inconclusive.
-"""
+Two rules fixed before training: (a) the paper's claim on its two tasks (multi_register, the LRT and a text-only FBT
+give **extension** rows); (b) ours: is the lift learned, or does the untrained twin's recurrent step expose the label
+through the architecture alone? The probe's L2 strength comes from nested cross-validation; an outcome that flips among
+strengths it cannot tell apart makes the verdict inconclusive."""
 
 from __future__ import annotations
 
@@ -83,10 +69,8 @@ from ..probe_specimens import (
 
 CONDITIONS = ("standard", "suffix1", "suffix2", "suffix4", "sequential")
 FEEDBACK_ARMS = ("fbt", "lrt")
-# Training minutes of the whole recipe on 2 quiet cores: its runs' CPU times packed on 2 one-thread workers
-# (the summary's quiet_wall_minutes; on a shared machine the wall clock would measure the other load too). 30
-# minutes until FBT got a second seed per task. Over budget on an AVX2-only EPYC: its 7 FBT runs alone packed into
-# 63 quiet minutes there (the baseline and LRT runs, reused, were timed on a faster CPU).
+# Training minutes on 2 quiet cores (CPU times packed on 2 one-thread workers, not wall clock on a shared machine).
+# Over budget on an AVX2-only EPYC: its 7 FBT runs alone packed into 63 quiet minutes there.
 BUDGET_MINUTES = 40.0
 ANSWER_CONDITIONS = {"baseline": ("standard",), "fbt": ("standard", "suffix1", "multipass2", "sequential"),
                      "lrt": ("standard", "suffix1", "multipass2", "sequential")}
@@ -99,7 +83,7 @@ LIFT = 0.95  # (a): layer-0 accuracy after one recurrent step the paper's claim 
 NEAR_MAJORITY = 0.05  # (a): standard prefill within this of majority; (b): a twin "lifts" beyond it
 FAILS = 0.8  # (a): a suffix-1 interval wholly below this does not reproduce
 
-PAPER_TASKS = ("completion_tracking", "delayed_memory")  # the tasks the paper's two numbers are about
+PAPER_TASKS = ("completion_tracking", "delayed_memory")
 # beyond the claim, each with its own row: (label, arm, tasks)
 EXTENSIONS = (("multi_register (FBT)", "fbt", ("multi_register",)), ("LRT", "lrt", PROBE_TASKS),
               ("the text-only FBT", "text fbt", ("delayed_memory",)))
@@ -141,13 +125,8 @@ def answer_accuracies(model: GPT, task: str, arm: str, scratch: int, seed: int =
 
 def upper_bound(model: GPT, batch: tasks.Batch, *, labels: np.ndarray | torch.Tensor | None = None, folds: int = 4,
                 C: float = 0.1, max_iter: int = 500, seed: int = 0, batch_size: int = 1024) -> dict[str, float]:
-    """The top-layer probe at the **fed-back position** (one before each label position), plain pass.
-
-    One recurrent step hands layer 0 at the label position the top state of the position before it
-    (through FBT's fusion), so no layer-0 probe after one step can read more than this probe reads:
-    it is the ceiling a ``suffix1`` layer-0 accuracy is read against. Classification; returns
-    ``accuracy``, ``accuracy_low``, ``accuracy_high`` (group bootstrap), ``majority`` and ``n``.
-    """
+    """The top-layer probe at the **fed-back position** (one before each label), plain pass: one recurrent step hands
+    layer 0 exactly that state, so it is the ceiling a ``suffix1`` layer-0 accuracy is read against."""
     check_batch(batch)
     if bool((batch.label_positions < 1).any()):
         raise ValueError("batch has a label at position 0: there is no fed-back position before it")
@@ -162,8 +141,7 @@ def upper_bound(model: GPT, batch: tasks.Batch, *, labels: np.ndarray | torch.Te
 
 
 def _probe(model: GPT, task: tasks.Task, n: int, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Every depth x condition with control task and twin (L2 strength by nested CV), plus the fed-back upper
-    bound as columns; and the layer-0 suffix1 regularisation path of the trained model and its twin."""
+    """Every depth x condition with control task, twin and upper bound; and the layer-0 suffix1 regularisation paths."""
     batch = task.sample(n, seed, "val")
     frame = probe_layers(model, batch, CONDITIONS, seed=seed, random_baseline=True, C=PROBE_CS)
     twin = random_init_model(model, seed)
@@ -182,7 +160,7 @@ def _probe(model: GPT, task: tasks.Task, n: int, seed: int) -> tuple[pd.DataFram
 
 
 def lift_source(row: pd.Series) -> str:
-    """Rule (b) on one trained suffix1 layer-0 row (with its twin columns and the twin's own interval)."""
+    """Rule (b) on one trained suffix1 layer-0 row (with its twin columns)."""
     architectural = row["twin_accuracy_low"] > row["majority"] + NEAR_MAJORITY
     learned = row["twin_low"] > 0
     return {(True, True): "both", (True, False): "architectural", (False, True): "learned",
@@ -190,16 +168,14 @@ def lift_source(row: pd.Series) -> str:
 
 
 def lift_outcome(accuracy: float, high: float, standard_gap: float) -> str:
-    """Rule (a) on one specimen: "lifts", "fails" or "between" (its suffix1 layer-0 accuracy and interval top,
-    and how far standard prefill sits from the majority rate)."""
+    """Rule (a) on one specimen: "lifts", "fails" or "between"."""
     if high < FAILS:
         return "fails"
     return "lifts" if accuracy >= LIFT and abs(standard_gap) <= NEAR_MAJORITY else "between"
 
 
 def specimen_outcomes(rows: pd.DataFrame, path: pd.DataFrame) -> pd.DataFrame:
-    """Rule (a) per specimen: one row per (run, scratch length) of the trained layer-0 ``rows``, with its outcome
-    at the cross-validated strength and at every plausible strength of its ``path``, and whether it flips."""
+    """Rule (a) per (run, scratch length), at the chosen and every plausible L2 strength, and whether it flips."""
     out = []
     if rows.empty:
         return pd.DataFrame(columns=OUTCOME_COLUMNS)
@@ -248,8 +224,7 @@ def extension_verdict(label: str, verdict: str) -> str:
 
 
 def _gate_saved(path: str, task: str, arm: str, scratch: int, seed: int, n: int) -> dict:
-    """One specimen's row of ``specimens``: its answer accuracy under each condition its arm is read in, from the
-    checkpoint the runner saved, and its gate."""
+    """One saved specimen's row of ``specimens``."""
     answers = answer_accuracies(load_checkpoint(path), task, arm, scratch, n=n)
     gate = specimen_gate(task, arm, scratch, seed).check(answers[GATE_CONDITION[arm]])
     exact = answers.get("sequential", answers["standard"])  # a baseline's exact schedule is its plain pass
@@ -260,22 +235,19 @@ def _gate_saved(path: str, task: str, arm: str, scratch: int, seed: int, n: int)
 
 
 def specimens(ctx: Context, n: int = GATE_N) -> pd.DataFrame:
-    """One row per (task, arm, seed, scratch length): answer accuracy under each condition, and the gate
-    (``ctx.jobs`` specimens at a time)."""
+    """One row per (task, arm, seed, scratch length): answer accuracy under each condition, and the gate."""
     calls = [(str(ctx.out / run_name(t, a, sd)), t, a, s, sd, n)
              for t in PROBE_TASKS for a in ARMS for sd in ARM_SEEDS[a] for s in SCRATCH]
     return pd.DataFrame(map_jobs(_gate_saved, calls, ctx.jobs, desc="gates"))
 
 
 def _probe_saved(path: str, task: str, scratch: int, tokenizer: str, n: int) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """``_probe`` of one saved specimen (the checkpoint the runner saved)."""
     return _probe(load_checkpoint(path), probe_task(task, scratch, tokenizer), n, PROBE_SEED)
 
 
 def probes(ctx: Context, table: pd.DataFrame, text_gated: bool,
            n: int = PROBE_N) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Probe rows of every gated specimen (and of the text model when it passed its gate), and their
-    layer-0 suffix1 regularisation paths (``ctx.jobs`` specimens at a time)."""
+    """Probe rows of every gated specimen (and the gated text model), and their layer-0 suffix1 regularisation paths."""
     jobs = [(r.run, r.arm, r.seed, r.label, r.task, r.scratch_updates, "ascii")
             for r in table[table["gated"]].itertuples()]
     jobs += [("text_fbt", "text fbt", 0, "text fbt", "delayed_memory", s, "bytes") for s in TEXT_SCRATCH
@@ -307,8 +279,7 @@ PATH_COLUMNS = ["run", "arm", "seed", "task", "scratch_updates", "specimen", "mo
 
 
 def verdicts(trained0: pd.DataFrame, path: pd.DataFrame) -> tuple[str, list[Extension], pd.DataFrame]:
-    """Rule (a): the claim's verdict on the paper's tasks, one extension row per ``EXTENSIONS`` entry, and every
-    probed specimen's outcome (``specimen_outcomes``)."""
+    """Rule (a): the claim's verdict, one extension per ``EXTENSIONS`` entry, and every specimen's outcome."""
     outcomes = specimen_outcomes(trained0, path)
     claim = outcomes[(outcomes["arm"] == "fbt") & outcomes["task"].isin(PAPER_TASKS)]
     extensions = []
@@ -356,8 +327,7 @@ def analyze(ctx: Context) -> Outcome:
 
 
 def _lift(rows: pd.DataFrame, label: str, lift: str, outcome: str) -> str:
-    """One specimen's layer-0 numbers in words: standard -> suffix1 with its interval and L2 strength, twin,
-    upper bound, and its outcome under rule (a)."""
+    """One specimen's layer-0 numbers in words."""
     rows = rows.set_index("condition")
     s1 = rows.loc["suffix1"]
     return (f"{label}: layer-0 standard {rows.loc['standard', 'accuracy']:.3f} -> suffix1 {s1['accuracy']:.3f} "
@@ -389,8 +359,7 @@ def _number(specimens: pd.DataFrame, trained0: pd.DataFrame, lifts: dict[str, di
 
 
 def finding(summary: dict, results: pd.DataFrame) -> Finding:
-    """The layer-0 lift after one step on the gated FBT specimens of the paper's two tasks, then the extensions,
-    beside the untrained twin and what the same specimens answer under the exact recurrence."""
+    """The layer-0 lift on the paper's tasks beside the untrained twin and the exact recurrence; the extensions."""
     rows = results[(results["model"] == "trained") & (results["arm"] == "fbt") & (results["layer"] == 0)
                    & (results["condition"] == "suffix1")]
     paper = rows[rows["task"].isin(PAPER_TASKS)]
@@ -437,10 +406,7 @@ RECIPE = Recipe(
 
 
 def explorer_compute(results: pd.DataFrame):
-    """``(keys, compute)`` for ``widgets.probe_explorer`` over the recorded probes: each key is one
-    task at one scratch length; ``compute(key, condition)`` returns its trained specimens' rows
-    (labelled by arm and seed: "fbt", "fbt seed 1"), so the explorer browses the recipe's numbers without
-    probing again."""
+    """``(keys, compute)`` for ``widgets.probe_explorer``, browsing the recorded probes without probing again."""
     trained = results[results["model"] == "trained"]
     keys = {f"{t} / {s} scratch lines": (t, s) for t, s in trained[["task", "scratch_updates"]].drop_duplicates()
             .itertuples(index=False)}

@@ -1,11 +1,7 @@
 """A check that the LRT memory works: trained with the exact recurrence, LRT learns a running sum.
 
-Not a paper claim. ``running_sum`` needs state: the answer at t is the sum of every symbol so far,
-which no model without memory can give beyond the chance floor. An LRT trained sequentially (exact
-recurrence, one position at a time) that answers it well above the floor, and falls back to the
-floor when the same weights run without memory, shows that the memory carries the state. These
-are the sequential runs the ``schedules`` recipe trained on running_sum before it moved to text.
-"""
+Not a paper claim: no memoryless model beats ``running_sum``'s chance floor, so an LRT well above it that falls back to
+it without its memory shows the memory carries the state."""
 
 from __future__ import annotations
 

@@ -1,16 +1,7 @@
 """LRT vs baseline on text at matched training compute (LRT paper, arXiv 2605.26797).
 
-The text specimens live here and ``schedules`` reuses them: byte-level 4x64 models on the stdlib
-corpus at context 128, every arm given the training FLOPs of ``BASE_STEPS`` baseline steps. Each run
-is evaluated on held-out bytes at ``CURVE_MARKS`` regular points of its training (its own schedule:
-the loss-against-FLOPs curves) and, at the end, on a fixed held-out batch under the exact recurrence
-(what decoding uses) and under its own training schedule, so a train/eval mismatch shows.
-
-The LRT arms are trained as the reference code trains the mechanism (``TREATMENTS["reference"]``):
-gamma and alpha in their own AdamW groups (0.5 and 0.005), recurrent K/V projections starting
-uniform, gamma at 0.1. ``TREATMENTS["workbench"]`` is the workbench's original treatment (zero
-projections, both scales in the shared AdamW group at 3e-3), kept as an option.
-"""
+The text specimens (``schedules`` reuses them): byte-level 4x64 models, every arm given the FLOPs of ``BASE_STEPS``
+baseline steps, scored under the exact recurrence and their own training schedule, so a train/eval mismatch shows."""
 
 from __future__ import annotations
 
@@ -48,10 +39,8 @@ from ..text_arms import (
 
 
 def equal_steps(ctx: Context, arms: dict[str, list[str]]) -> dict[str, float]:
-    """The same comparison at equal optimiser steps, read off the recorded held-out curves: each LRT seed's last
-    curve point against its baseline seed's curve interpolated at the LRT's step count, and what the baseline's
-    remaining steps (to its matched-FLOP end) bought it. Curves are each run's own schedule on the trainer's
-    held-out windows (``CURVE_EVAL_SIZE``), not the fixed exact batch of the final point."""
+    """The comparison at equal steps off the curves: each LRT seed's end against its baseline seed's curve there, and
+    what the baseline's further steps bought."""
     lrts, bases = curves(ctx, arms["lrt_interleaved"]), curves(ctx, arms["baseline"])
     diffs, costs = [], []
     for lrt, base in zip(lrts, bases):

@@ -1,35 +1,20 @@
 """Trace length under SOFT vs STANDARD decoding (FBT paper, arXiv 2608.08888), on a specimen that reasons.
 
-The paper reports that under SOFT decoding base models write shorter reasoning traces (median
-length) at equal or better accuracy. A comparison of trace lengths means something only when the
-model answers: the specimen is an FBT model trained on an easier ``arith_cot`` (3 chained +/- on
-numbers up to ``TASK["max_value"]``), gated on held-out STANDARD accuracy, beside a baseline of the
-same shape trained on the same data without feedback. Every training trace is correct whatever its
-verbosity (full or skipped, half each), and the task ends each text with an
-end-of-sequence marker, so how much a model writes before the answer is its free choice and
-decoding stops where it says it is done.
+The paper reports that under SOFT decoding base models write shorter reasoning traces (median length) at equal or better
+accuracy. Trace lengths mean something only when the model answers: the specimen is an FBT model trained on an easier
+``arith_cot``, gated on held-out STANDARD accuracy, beside a same-shape baseline without feedback. Every training trace
+is correct whatever its verbosity (full or skipped, half each) and ends with an end-of-sequence marker, so how much a
+model writes is its free choice. The design lets the claim show:
+- **skipping is predictable from the problem**: an operation with an operand <= ``TASK["skip_trivial"]`` is never
+  written out, so a state carrying the partial result has a reason to let the model write less;
+- **sampling as well as greedy**: greedy decoding picks the likeliest verbosity at every line and turned the mix into
+  full traces in every regime, so the verdict samples at ``TEMPERATURE``;
+- **SOFT acting on the first decision**: the paper's SOFT prefills the prompt plainly, so its first generated token is
+  STANDARD's by construction; the verdict reads ``soft_last`` (``condition("suffix1")``: the prompt's last token already
+  reads its predecessor's memory), the paper's SOFT is a row of its own.
 
-The design is one where the claim can show (the first one could not, by construction):
-- **skipping is predictable from the problem**: an operation with an operand of at most
-  ``TASK["skip_trivial"]`` is never written out (``arith_cot``'s ``skip_trivial``), so whether a line
-  comes next depends on the question, and a state that carries the partial result has a reason to
-  let the model write less;
-- **sampling as well as greedy decoding**: greedy decoding picks the likeliest verbosity at every
-  line and turned the mix into full traces in every regime; the verdict reads sampling at
-  temperature ``TEMPERATURE`` (each model's own verbosity distribution), greedy is reported beside;
-- **SOFT acting on the first decision**: the paper's SOFT prefills the prompt plainly, so the first
-  generated token ("write a line" or "answer now") comes from the plain pass and is STANDARD's by
-  construction. The verdict reads SOFT started at the prompt's last token (``soft_last`` =
-  ``schedules.condition("suffix1")`` as a decoding regime: that token already reads its
-  predecessor's memory); the paper's SOFT is a row of its own.
-
-The decision rule is ``decide`` below, fixed before any model was trained: first the check that the
-design separates the regimes (``soft_last``'s first decision must differ from STANDARD's somewhere,
-and the length interval may not have zero width), then the median-length interval must lie below 0
-and the accuracy interval may not lie below STANDARD's by more than ``ACCURACY_MARGIN``. Intervals
-come from ``analysis.traces.compare_regimes``: a hierarchical bootstrap over seeds, then examples,
-paired by both (the regimes decode the same weights on the same questions).
-"""
+The rule (``decide``) was fixed before any model trained; its intervals come from ``analysis.traces.compare_regimes``,
+paired by seed and example."""
 
 from __future__ import annotations
 
@@ -83,18 +68,11 @@ def build(scale: float) -> list[RunSpec]:
 
 
 def decide(length: dict[str, float], accuracy: dict[str, float], first_gap: float = float("inf")) -> str:
-    """The decision rule on SOFT - STANDARD intervals (median trace length in tokens, accuracy), after a check
-    that the design can separate the regimes at all.
+    """The decision rule on SOFT - STANDARD intervals (median trace length in tokens, accuracy).
 
-    not tested, the design cannot separate the regimes: SOFT's first decision is STANDARD's (the
-    largest gap ``first_gap`` between their first-token log-probabilities, over every seed and
-    problem, is below ``SEPARABLE``: SOFT prefills the prompt as STANDARD does), or the length
-    interval has zero width (every resample gives the same median: the regimes write alike);
-    reproduces: the length interval lies below 0 and the accuracy interval's low end is at least
-    ``-ACCURACY_MARGIN``; does not reproduce: the length interval does not reach below 0 (SOFT is
-    not shorter) or the accuracy interval lies below ``-ACCURACY_MARGIN`` (shorter at a cost);
-    inconclusive otherwise; not tested with fewer than ``MIN_SEEDS`` seeds.
-    """
+    Not tested when the regimes cannot separate (``first_gap`` below ``SEPARABLE``: the same first decision; or a
+    zero-width length interval) or seeds are too few. Reproduces when SOFT is shorter and its accuracy loss stays within
+    ``ACCURACY_MARGIN``; does not when SOFT is not shorter or loses more."""
     if length["seeds"] < MIN_SEEDS:
         return f"not tested: seeds = {length['seeds']} (needs >= {MIN_SEEDS})"
     why = []
@@ -113,9 +91,7 @@ def decide(length: dict[str, float], accuracy: dict[str, float], first_gap: floa
 
 
 def written_trivial(traces: pd.DataFrame, task: tasks.Task, n: int) -> pd.Series:
-    """Per trace: did it write more intermediate lines than its question has non-trivial operations (a line
-    training never writes)? Why: the design's premise is that skipping is predictable from the problem; a
-    model that writes trivial lines has not learned the part of the choice the question decides."""
+    """Per trace: did it write a line training never writes (not learned what the question decides)?"""
     prompts = task.sample(n, seed=EVAL_SEED, split="val").prompts
     allowed = [sum(not t for t in task.trivial(p)) for p in prompts]
     return traces["lines"] > traces["example"].map(lambda i: allowed[i])
@@ -198,8 +174,7 @@ def analyze(ctx: Context) -> Outcome:
 
 
 def finding(summary: dict, results: pd.DataFrame) -> Finding:
-    """The verdict's SOFT against STANDARD under sampling (median trace, accuracy), the paper's SOFT beside, and
-    SOFT's accuracy cost."""
+    """The verdict's SOFT against STANDARD under sampling, the paper's SOFT beside, and SOFT's accuracy cost."""
     decoding = next(iter(DECODINGS))
     rows = results[results["decoding"] == decoding].set_index(["regime", "quantity"])
 

@@ -1,10 +1,7 @@
-"""Interleaved vs block-wise LRT training on text (LRT paper, arXiv 2605.26797).
+"""Interleaved vs block-wise LRT training on text (LRT paper, arXiv 2605.26797), at the same FLOPs.
 
-The same text specimens as ``lrt_vs_baseline`` (its interleaved runs are shared, trained once),
-beside LRT trained block-wise at the same FLOPs. Both are evaluated under the exact recurrence
-(the decision) and under their own training schedule: block-wise training gives memory only to the
-first position of each block, so its own-schedule number hides what the exact recurrence shows.
-"""
+Block-wise training gives memory only to each block's first position, so its own-schedule number hides what the exact
+recurrence (the decision) shows."""
 
 from __future__ import annotations
 
