@@ -79,12 +79,16 @@ REPO = TESTS.parent
 TIER_MARKS = {"specimens": "specimens", "e2e": "e2e"}
 
 
-# the files that hold a worker longest (minutes each on one core, from make test's --durations), run first: pytest-xdist
-# hands files out in collection order, so a long file collected last would run alone at the end
-LONGEST_FIRST = ("e2e/test_recipes_smoke_lrt_ablation.py", "e2e/test_recipes_smoke_fixed_point.py",
-                 "e2e/test_recipes_smoke_fbt_text.py", "e2e/test_recipes_smoke.py",
-                 "specimens/test_specimens_layer0.py", "e2e/test_recipes_smoke_fbt.py",
-                 "e2e/browser/test_notebooks_in_browser.py")
+# the files that hold a worker longest (minutes each on one core, from make test's --durations), longest first:
+# pytest-xdist's --dist loadfile deals the first quarter of the files out to the workers in turn, in collection
+# order, so a long file collected late would run alone at the end, and two long files dealt to one worker would
+# leave the other idle (the two browser halves open the list so that each worker starts with one)
+LONGEST_FIRST = ("e2e/browser/test_notebooks_in_browser_05_on.py", "e2e/browser/test_notebooks_in_browser.py",
+                 "specimens/test_specimens_layer0.py", "specimens/test_specimens_metrics.py",
+                 "e2e/test_recipes_smoke.py", "e2e/test_recipes_smoke_fbt_text.py",
+                 "e2e/test_recipes_smoke_fixed_point.py", "specimens/test_specimens_causal_use.py",
+                 "e2e/test_recipes_smoke_lrt_ablation.py", "specimens/test_specimens_contraction.py",
+                 "e2e/test_recipes_smoke_fbt.py", "specimens/test_specimens_fbt_text.py")
 
 
 def pytest_collection_modifyitems(config, items) -> None:

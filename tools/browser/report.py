@@ -72,8 +72,8 @@ class NotebookReport:
         return "\n".join(lines)
 
 
-def write_index(reports: list[NotebookReport], out: Path, by: str) -> Path:
-    """``out/index.md``: each notebook's result, its screenshot and what each widget did."""
+def write_index(reports: list[NotebookReport], out: Path, by: str, name: str = "index.md") -> Path:
+    """``out/name``: each notebook's result, its screenshot and what each widget did."""
     lines = ["# The notebooks in JupyterLab", "",
              f"Written by {by} on {time.strftime('%Y-%m-%d %H:%M')}: each notebook opened in JupyterLab in "
              "headless Chromium, run with Run > Run All Cells, then each widget's slider or menu moved with "
@@ -86,7 +86,7 @@ def write_index(reports: list[NotebookReport], out: Path, by: str) -> Path:
     for r in reports:
         lines += ["", f"## {Path(r.notebook).stem}", "", "```", r.summary(), "```", ""]
         lines += [f"![{Path(s).name}]({Path(s).name})" for s in r.screenshots if Path(s).parent == out]
-    path = out / "index.md"
+    path = out / name
     out.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n")
     return path

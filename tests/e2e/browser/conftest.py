@@ -1,4 +1,4 @@
-"""Fixtures of the browser tests: one JupyterLab server and one Chromium for the module, a time budget.
+"""Fixtures of the browser tests: one JupyterLab server, one Chromium and one time budget per module.
 
 The server serves a temporary folder holding a copy of ``notebooks/`` (JupyterLab autosaves what it
 runs; the committed notebooks must not change) and the harness's own self-test notebooks; a module may
@@ -19,9 +19,10 @@ import pytest
 from tools import browser as driver
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser_budget() -> driver.Deadline:
-    """The whole browser session's time (WORKBENCH_BROWSER_BUDGET_SECONDS, default 900 s), from its first use."""
+    """The module's time (WORKBENCH_BROWSER_BUDGET_SECONDS, default 900 s), from its first use: the notebooks are
+    split over two modules so that pytest-xdist runs them on two workers, each with its own server and budget."""
     return driver.Deadline(driver.BUDGET_SECONDS)
 
 
@@ -50,9 +51,10 @@ def running(process: driver.JupyterLab | driver.Chromium, name: str) -> Iterator
 
 
 @pytest.fixture(scope="module")
-def lab(lab_root: Path, browser_budget: driver.Deadline):
+def lab(lab_root: Path, browser_budget: driver.Deadline, request: pytest.FixtureRequest):
     """The server, for the module; a SIGTERM to pytest meanwhile still runs this teardown."""
-    server = driver.JupyterLab(lab_root, log=driver.SCREENS / "jupyterlab.log",
+    module = request.module.__name__.split(".")[-1]  # two modules may run at once: a log each
+    server = driver.JupyterLab(lab_root, log=driver.SCREENS / f"jupyterlab-{module}.log",
                                startup_seconds=min(120.0, max(browser_budget.left(), 1.0)))
     with driver.terminate_as_interrupt(), running(server, "JupyterLab"):
         yield server
@@ -65,9 +67,12 @@ def chromium(lab: driver.JupyterLab):
 
 
 @pytest.fixture(scope="module")
-def screens_index():
-    """The reports of the notebooks checked in this module, written to reports/screens/index.md at its end."""
+def screens_index(request: pytest.FixtureRequest):
+    """The reports of the notebooks checked in this module, written to reports/screens/index-<module>.md at its end
+    (two modules run side by side: one index each)."""
     reports: list[driver.NotebookReport] = []
     yield reports
     if reports:
-        driver.write_index(reports, driver.SCREENS, "the browser tests (pytest tests/e2e/browser)")
+        module = request.module.__name__.split(".")[-1]
+        driver.write_index(reports, driver.SCREENS, f"the browser tests (pytest {request.module.__file__})",
+                           name=f"index-{module}.md")

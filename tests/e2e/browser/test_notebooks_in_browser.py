@@ -7,9 +7,10 @@ label, summary or figure); a screenshot of the notebook after that is saved unde
 ``reports/screens/``. Two generated notebooks first check the checker: one whose widgets respond
 must pass, one with an error and a widget that responds to nothing must fail for those reasons.
 
-Bounded: one server and one browser for the module, notebooks in sequence, at most
+Here the notebooks before 05; ``test_notebooks_in_browser_05_on`` checks the rest on another worker
+(``notebook_checks``). Bounded: one server and one browser per module, notebooks in sequence, at most
 WORKBENCH_BROWSER_NOTEBOOK_SECONDS (180) per notebook and WORKBENCH_BROWSER_BUDGET_SECONDS (900)
-for everything; notebooks left when the budget is spent are skipped, saying so.
+per module; notebooks left when the budget is spent are skipped, saying so.
 """
 
 from __future__ import annotations
@@ -18,22 +19,14 @@ import pytest
 
 from tools import browser as driver
 
+from .notebook_checks import check_in_lab, deadline_within, notebook_params
+
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
-
-NOTEBOOKS = sorted(driver.NOTEBOOKS.glob("*.ipynb"))
-
-
-def _deadline(budget: driver.Deadline) -> driver.Deadline:
-    left = budget.left()
-    if left < 20:
-        pytest.skip(f"the browser tests' budget of {budget.seconds:.0f} s is spent "
-                    "(WORKBENCH_BROWSER_BUDGET_SECONDS)")
-    return driver.Deadline(min(driver.NOTEBOOK_SECONDS, left))
 
 
 def test_the_check_passes_widgets_that_respond(lab, chromium, browser_budget, tmp_path):
     report = driver.check_notebook(chromium.browser, lab, "selftest/widgets.ipynb", tmp_path,
-                                   _deadline(browser_budget))
+                                   deadline_within(browser_budget))
     print(report.summary())
     assert report.ok, report.summary()
     assert report.executed == report.code_cells == 4
@@ -46,7 +39,7 @@ def test_the_check_passes_widgets_that_respond(lab, chromium, browser_budget, tm
 
 def test_the_check_fails_errors_and_widgets_that_do_not_respond(lab, chromium, browser_budget, tmp_path):
     report = driver.check_notebook(chromium.browser, lab, "selftest/broken.ipynb", tmp_path,
-                                   _deadline(browser_budget), change_seconds=8, figures=True)
+                                   deadline_within(browser_budget), change_seconds=8, figures=True)
     print(report.summary())
     problems = "\n".join(report.problems)
     assert "ZeroDivisionError" in problems, problems
@@ -61,15 +54,6 @@ def test_the_check_fails_errors_and_widgets_that_do_not_respond(lab, chromium, b
     assert sorted(p.name for p in tmp_path.glob("broken-fig*.png")) == ["broken-fig03-2.png"]
 
 
-@pytest.mark.parametrize("notebook", NOTEBOOKS or [pytest.param(None, marks=pytest.mark.skip(
-    reason="no notebooks/*.ipynb yet"))], ids=lambda nb: nb.stem if nb else "none")
+@pytest.mark.parametrize("notebook", notebook_params(first_half=True), ids=lambda nb: nb.stem if nb else "none")
 def test_notebook_in_jupyterlab(notebook, lab, chromium, browser_budget, screens_index):
-    deadline = _deadline(browser_budget)
-    report = driver.check_notebook(chromium.browser, lab, f"{notebook.parent.name}/{notebook.name}",
-                                   driver.SCREENS, deadline)
-    screens_index.append(report)
-    print(report.summary())
-    if report.timed_out and deadline.seconds < driver.NOTEBOOK_SECONDS and not report.failed_before_timeout:
-        pytest.skip(f"the browser tests' budget ran out during this notebook ({deadline.seconds:.0f} s were "
-                    f"left of {browser_budget.seconds:.0f}):\n{report.summary()}")
-    assert report.ok, report.summary()
+    check_in_lab(notebook, lab, chromium, browser_budget, screens_index)
