@@ -122,6 +122,10 @@ class RunSpec:
 
     def __post_init__(self) -> None:
         self.eval_schedule = schedules.parse(self.eval_schedule)
+        # the evaluations during training (the curves) never use more examples than the recorded one: at full scale
+        # they use fewer already (64 of 256), and at smoke scale (8) they would cost more than the training
+        if self.train.eval_size > self.eval_size:
+            self.train = self.train.replace(eval_size=self.eval_size)
 
     def eval_task(self) -> tasks.Task:
         return tasks.get(self.train.task, **(self.train.task_params if self.eval_task_params is None
