@@ -64,10 +64,11 @@ def recurrence(positions: int = 4, layers: int = 3, mechanism: str = "fbt", sour
         for depth in targets:
             _memory_arrow(ax, (t - 1 + 0.25, source), (t - 0.25, depth), rad=-0.15)
         ax.text(t - 0.5, source + 0.45, f"$m_{{{t - 1}}}$", ha="center", fontsize=9, color=ACCENT)
-    what = {"fbt": "top state fused into the input (FBT)", "none": "baseline: only the sampled token crosses",
-            "lrt": f"{'top' if source_layer == -1 else f'block {source_layer}'} state into every block (LRT)"}
-    ax.set(xlim=(-0.7, positions - 0.3), ylim=(-1.2, layers + 0.9),
-           title=f"token t reads $m_{{t-1}}$: {what[mechanism]}")
+    what = {"fbt": "token t reads $m_{t-1}$: top state fused into the input (FBT)",
+            "none": "baseline: no memory $m_{t-1}$; only the sampled token crosses",
+            "lrt": f"token t reads $m_{{t-1}}$: {'top' if source_layer == -1 else f'block {source_layer}'} state "
+                   "into every block (LRT)"}
+    ax.set(xlim=(-0.7, positions - 0.3), ylim=(-1.2, layers + 0.9), title=what[mechanism])
     _bare(ax)
     return fig
 
@@ -93,13 +94,14 @@ def interleaved_sweep(seq_len: int = 8, subsets: int = 2) -> Figure:
         s = t % subsets
         row = s + 1
         _cell(ax, t, row, SUBSET_COLOURS[s], "" if t == 0 else str(reads[t]))
-        if t:
-            _memory_arrow(ax, (t - 1, reads[t]), (t, row), rad=0.2)
+        if t:  # from the source cell's bottom edge to this cell's top edge: the arrowhead stays off the digit
+            _memory_arrow(ax, (t - 1 + 0.2, reads[t] + 0.4), (t - 0.2, row - 0.4), rad=0.2)
     labels = ["init pass (no memory)"] + [f"subset {s}: t % {subsets} = {s}" for s in range(subsets)]
     ax.set_yticks(range(subsets + 1), labels)
     ax.set_xticks(range(seq_len))
-    ax.set(xlim=(-0.6, seq_len - 0.4), ylim=(subsets + 0.6, -0.6), xlabel="position t",
-           title=f"interleaved(S={subsets}): a cell reads $m_{{t-1}}$ from pass #")
+    ax.set(xlim=(-0.6, seq_len - 0.4), ylim=(subsets + 0.6, -0.6), xlabel="position t")
+    fig.suptitle(f"interleaved(S={subsets}): a cell's digit is the pass\nwhose $m_{{t-1}}$ it reads "
+                 "(0 = init, s + 1 = subset s)", fontsize=10)
     ax.grid(False)
     return fig
 
@@ -183,5 +185,8 @@ def decoding_regimes(prompt_len: int = 4, new_tokens: int = 3, prefill_passes: i
         ax.set(xlim=(-0.6, T - 0.4), ylim=(prompt_rows - 0.3, -0.9), xlabel="position (prompt | generated)",
                title=regime.upper())
         ax.grid(False)
+    keys = [Rectangle((0, 0), 1, 1, facecolor=c, edgecolor="black", lw=0.6) for c in (PLAIN, READS, "#6baed6")]
+    fig.legend(keys, ["prompt, plain pass (reads no memory)", "prompt, fused prefill pass (reads the pass above)",
+                      "generated token"], fontsize=8, loc="outside lower center", ncols=3, frameon=False)
     fig.suptitle("decoding regimes on the same weights: red arrows carry memory")
     return fig

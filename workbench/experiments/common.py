@@ -99,27 +99,57 @@ def arms_by_prefix(ctx: Context, template: str, arms: tuple[str, ...]) -> dict[s
     return {arm: [n for n in ctx.runs if n.startswith(template.format(arm=arm))] for arm in arms}
 
 
+METRIC_WORDS = {"bpb": "bits per byte", "val_bpb": "held-out bits per byte", "loss": "loss (nats / token)"}
+LOWER_IS_BETTER = ("bpb", "bits", "loss", "nats")  # a metric naming one of these is better when lower
+BARS_PER_PANEL = 6  # more bars than this in one panel and a reader cannot tell the arms apart
+
+
 def bar_figure(table: pd.DataFrame, title: str, floors: dict[str, tuple[float, str]] | None = None):
-    """One bar per arm (mean, seed-std error bar), a panel per task/metric, ``floors`` drawn as lines."""
+    """One bar per arm (mean, seed-std error bar), a panel per task/metric (more than ``BARS_PER_PANEL`` arms: split
+    over several panels), ``floors`` (metric -> (value, label)) drawn as lines named in one legend below the panels.
+    Each panel's title says which arm is best (lower is better for bits, bpb, loss and nats, higher otherwise)."""
+    import textwrap
+
     import seaborn as sns
 
-    from ..plots.base import new_figure, require_columns
+    from ..plots.base import panel_grid, require_columns
 
     require_columns(table, ["arm", "metric", "value"], "bar_figure")
     keys = [c for c in ("task", "metric") if c in table.columns]
-    panels = [(" / ".join(map(str, k if isinstance(k, tuple) else (k,))), g)
-              for k, g in table.groupby(keys, sort=False)]
-    figure, axes = new_figure(len(panels), panel=(1.2 + 0.9 * table["arm"].nunique(), 3.6))
+    panels = []
+    for k, g in table.groupby(keys, sort=False):
+        name = " / ".join(METRIC_WORDS.get(str(x), str(x)) for x in (k if isinstance(k, tuple) else (k,)))
+        parts = -(-len(g) // BARS_PER_PANEL)
+        size = -(-len(g) // parts)
+        panels += [(name if parts == 1 else f"{name} ({i + 1}/{parts})", g.iloc[i * size:(i + 1) * size])
+                   for i in range(parts)]
+    widest = max(len(g) for _, g in panels)
+    figure, axes = panel_grid(len(panels), panel=(max(3.4, 1.2 + 0.9 * widest), 3.6))
     for ax, (name, group) in zip(axes, panels):
         err = group["seed_std"] if "seed_std" in group else None
         ax.bar(np.arange(len(group)), group["value"], yerr=err, color=sns.color_palette("deep", n_colors=len(group)),
                capsize=3)
-        ax.set_xticks(np.arange(len(group)), [str(a) for a in group["arm"]], rotation=20)
-        ax.set(title=name, ylabel=str(group["metric"].iloc[0]))
-        if floors and ax.get_ylabel() in floors:
-            value, label = floors[ax.get_ylabel()]
+        ax.set_xticks(np.arange(len(group)), [textwrap.fill(str(a).replace("_", " "), 10, break_long_words=False)
+                                              for a in group["arm"]],
+                      fontsize=8)
+        ax.set_xlim(-0.5, widest - 0.5)  # the same bar width in every panel
+        metric = str(group["metric"].iloc[0])
+        lower = any(word in metric.lower() for word in LOWER_IS_BETTER)
+        best = group.loc[group["value"].idxmin() if lower else group["value"].idxmax()]
+        ax.set_title(f"{name}\nbest: {best['arm']} {best['value']:.3f}"
+                     f" ({'lower' if lower else 'higher'} is better)", fontsize=9)
+        ax.set_ylabel(METRIC_WORDS.get(metric, metric))
+        if floors and metric in floors:
+            value, label = floors[metric]
             ax.axhline(value, color="grey", ls=":", lw=1.5, label=f"{label} {value:.3f}")
-            ax.legend(loc="best", fontsize=8)
+    handles, labels = axes[0].get_legend_handles_labels()
+    for ax in axes[1:]:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            if label not in labels:
+                handles.append(handle)
+                labels.append(label)
+    if labels:  # below the panels: inside, a floor's legend sat on the bars
+        figure.legend(handles, labels, fontsize=8, loc="outside lower center", ncols=min(len(labels), 4))
     if title:
         figure.suptitle(title)
     return figure

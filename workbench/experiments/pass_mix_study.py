@@ -306,7 +306,9 @@ def analyze_mixes(ctx: Context, setting: Setting) -> Outcome:
     title = (f"{setting.name}: T = {T}, passes 1..{passes}, every quantity over positions t >= {W} "
              f"(none exact by causality); trained at <= 1 / 2 / 3 passes\nverdict: {shown}")
     figure = contraction_curves(frames, depths={"trained depth 2 (75/25)": 2, "trained depth 3 (75/22/3)": 3},
-                                note=title)
+                                note=title,
+                                chance={f"{setting.baseline_name} {setting.baseline:.3f} nats per target":
+                                        setting.baseline})
     return Outcome(table, figure, number, verdict, gates,
                    chance=f"{setting.baseline_name} {setting.baseline:.3f} nats per target",
                    extra={"rises": rises, "window_from": W, "passes": passes, "seq_len": T,

@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+import textwrap
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
 from .base import (
@@ -25,50 +28,103 @@ from .base import (
 )
 
 
+def run_families(names: list[str]) -> dict[str, list[str]]:
+    """Runs in rows a reader can tell apart: up to ``ARMS_PER_PANEL`` in one row; more, FBT runs apart from an LRT
+    cross (a name with an ``lrt`` part), each family cut into parts of at most ``ARMS_PER_PANEL`` runs."""
+    if len(names) <= ARMS_PER_PANEL:
+        return {"": list(names)}
+    families = ["LRT" if re.search(r"(^|_)lrt(_|$)", name) else "FBT" for name in names]
+    return dict(_family_chunks(list(names), families))
+
+
+def contraction_takeaway(results: Runs, exact_below: float = 1e-9) -> str:
+    """From which pass each run stays within ``exact_below`` of its fixed point (``fixed_point_distance``): "exact
+    fixed point at pass 12", the same pass for every run said once."""
+    runs = named_runs(results, "contraction_takeaway")
+    reached = {}
+    for name, frame in runs.items():
+        require_columns(frame, ["pass", "fixed_point_distance"], "contraction_takeaway")
+        frame = frame.sort_values("pass")
+        close = frame["fixed_point_distance"].to_numpy(dtype=float) <= exact_below
+        if not close[-1]:
+            reached[name] = None
+            continue
+        k = len(close) - 1
+        while k > 0 and close[k - 1]:
+            k -= 1
+        reached[name] = int(frame["pass"].iloc[k])
+    passes = set(reached.values())
+    if passes == {None}:
+        return f"no run is within {exact_below:g} of its fixed point by its last pass"
+    if len(passes) == 1:
+        return f"exact fixed point (< {exact_below:g}) at pass {passes.pop()}" + (" for every run" if len(runs) > 1
+                                                                                 else "")
+    return f"exact fixed point (< {exact_below:g}) at " + ", ".join(
+        f"{name or 'the run'} " + (f"pass {k}" if k is not None else "never") for name, k in reached.items())
+
+
 def contraction_curves(results: Runs, max_pass: int | None = None, depths: Mapping[str, int] | None = None,
                        note: str = "", chance: Mapping[str, float] | None = None) -> Figure:
     """Residual ``delta`` and ``fixed_point_distance`` against pass (log y), one line per ``pass_dynamics`` run, and the
     loss when any run has one.
 
     Exact zeros are marked ▼ on the axis; past 10 passes the pass axis is logarithmic. ``depths``: label -> pass,
-    drawn as verticals (the trained depths, so extrapolation shows); ``note``: a title saying what was measured;
-    ``chance``: label -> loss of a model without context, drawn on the loss panel."""
+    drawn as verticals (the trained depths, so extrapolation shows); ``note``: a title saying what was measured (or
+    the takeaway, e.g. ``contraction_takeaway``), wrapped to the figure; ``chance``: label -> loss of a model without
+    context, drawn on every loss panel. More than ``ARMS_PER_PANEL`` runs: one row of panels per family
+    (``run_families``: FBT apart from an LRT cross), the same y range down each column; one legend below."""
+
     runs = named_runs(results, "contraction_curves")
     for frame in runs.values():
         require_columns(frame, ["pass", "delta", "fixed_point_distance"], "contraction_curves")
+    for label, value in (chance or {}).items():
+        if not (isinstance(value, (int, float)) and np.isfinite(value)):
+            raise ValueError(f"chance={dict(chance)!r} is invalid: {label!r} must map to a finite loss")
     has_loss = any("loss" in f and f["loss"].notna().any() for f in runs.values())
-    panels = [("delta", "residual ||H^k - H^(k-1)|| / ||H^k||"),
-              ("fixed_point_distance", "distance to fixed point ||H^k - H*|| / ||H*||")]
-    fig, axes = new_figure(3 if has_loss else 2, panel=(4.4, 3.6))
+    panels = [("delta", "residual\n||H^k - H^(k-1)|| / ||H^k||"),  # two lines: never taller than the panel
+              ("fixed_point_distance", "distance to fixed point\n||H^k - H*|| / ||H*||")]
+    ncols = 3 if has_loss else 2
+    rows = run_families(list(runs))
+    fig, flat = new_figure(ncols, len(rows), panel=(4.4, 3.6))
+    grid = [flat[r * ncols:(r + 1) * ncols] for r in range(len(rows))]
     styles = run_styles(list(runs))
     last = 1
-    for name, frame in runs.items():
-        if max_pass is not None:
-            frame = frame[frame["pass"] <= max_pass]
-        last = max(last, int(frame["pass"].max()) if len(frame) else 1)
-        for ax, (column, _) in zip(axes, panels):
-            log_line(ax, frame["pass"], frame[column], label=name or None, **styles[name])
-        if has_loss and "loss" in frame:
-            axes[2].plot(frame["pass"], frame["loss"], label=name or None, **styles[name])
-    for ax, (_, ylabel) in zip(axes, panels):
-        ax.set(xlabel="pass", ylabel=ylabel, yscale="log")
-    if has_loss:
-        axes[2].set(xlabel="pass", ylabel="loss (nats / token)")
-        for label, value in (chance or {}).items():
-            axes[2].axhline(value, color="black", ls=":", lw=1, label=label)
+    for (family, names), axes in zip(rows.items(), grid):
+        for name in names:
+            frame = runs[name]
+            if max_pass is not None:
+                frame = frame[frame["pass"] <= max_pass]
+            last = max(last, int(frame["pass"].max()) if len(frame) else 1)
+            for ax, (column, _) in zip(axes, panels):
+                log_line(ax, frame["pass"], frame[column], label=name or None, **styles[name])
+            if has_loss and "loss" in frame:
+                axes[2].plot(frame["pass"], frame["loss"], label=name or None, **styles[name])
+        for ax, (_, ylabel) in zip(axes, panels):
+            ax.set(xlabel="pass", ylabel=ylabel, yscale="log")
+        if has_loss:
+            axes[2].set(xlabel="pass", ylabel="loss (nats / token)")
+            for label, value in (chance or {}).items():
+                axes[2].axhline(value, color="black", ls=":", lw=1, label=label)
+        if family:
+            axes[0].set_title(family, loc="left", fontsize=9)
     for (label, depth), style in zip((depths or {}).items(), (":", "--", "-.")):
-        for ax in axes:
-            ax.axvline(depth, color="grey", ls=style, lw=1.2, label=label if ax is axes[0] else None)
-    for ax in axes:
+        for ax in flat:
+            ax.axvline(depth, color="grey", ls=style, lw=1.2, label=label if ax is flat[0] else None)
+    for ax in flat:
         if last > 10:
             log_count_axis(ax, last)
         else:  # passes are whole: no tick at pass 1.5
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    handles, labels = shared_legend(axes)  # the runs and depths of every panel, and the loss panel's chance line
+    for column in range(ncols if len(rows) > 1 else 0):  # one scale down each column: rows compare
+        low = min(g[column].get_ylim()[0] for g in grid)
+        high = max(g[column].get_ylim()[1] for g in grid)
+        for g in grid:
+            g[column].set_ylim(low, high)
+    handles, labels = shared_legend(flat)  # the runs and depths of every panel, and the loss panel's chance line
     if len(runs) > 1 or next(iter(runs)) or depths or chance or ZERO_LABEL in labels:
-        fig.legend(handles, labels, fontsize=8, loc="outside right upper")
+        fig.legend(handles, labels, fontsize=8, loc="outside lower center", ncols=min(len(labels), 4))
     if note:
-        fig.suptitle(note, fontsize=10)
+        fig.suptitle("\n".join(textwrap.wrap(note, 150)), fontsize=10)
     return fig
 
 
@@ -111,6 +167,23 @@ def _family_chunks(arms: list[str], families: list[str]) -> list[tuple[str, list
     return chunks
 
 
+ARM_WORDS = (  # fixed_point_study's arm names in words, piece by piece (first match wins)
+    (r"^fbt_glu_phased$", "FBT GLU, phased mix"), (r"^fbt_glu$", "FBT GLU"), (r"^fbt_additive$", "FBT additive"),
+    (r"^lrt$", "LRT"), (r"^(add_ft_|ft_|long_)", ""), (r"^mix", "recipe's mix"),
+    (r"^share_(\d+)_(\d+)_(\d+)", r"passes 1/2/3: \1/\2/\3 %"), (r"^random_(\d+)_(\d+)", r"random depth \1-\2"),
+    (r"^phased_(\d+)_(\d+)", r"phased, passes 2/3: \1/\2 %"), (r"^jitter_", "jitter "),
+    (r"^fixed_point", "fixed-point target"), (r"^additive$", "additive fusion"), (r"^sequential$", "exact recurrence"),
+    (r"_(\d+)$", r", \1 steps"),
+)
+
+
+def arm_words(arm: str) -> str:
+    """An arm's name as a tick label a reader can follow ("ft_share_50_25_25" -> "passes 1/2/3: 50/25/25 %")."""
+    for pattern, words in ARM_WORDS:
+        arm = re.sub(pattern, words, arm)
+    return textwrap.fill(arm.replace("_", " "), 16)  # two short lines: six arms side by side stay apart
+
+
 def fixed_point_readability(table: pd.DataFrame, title: str = "", readable: float = 0.95) -> Figure:
     """Per arm of ``fixed_point_study``'s table: answer accuracy at passes 1-3 and under the exact recurrence (a dot
     per seed), one row per family, beside its runs' top Lyapunov exponent."""
@@ -135,7 +208,7 @@ def fixed_point_readability(table: pd.DataFrame, title: str = "", readable: floa
                 ax.scatter(np.full(len(values), x), values, color="black", s=8, zorder=3)
         ax.axhline(readable, color="#d1495b", ls="--", lw=1, label=f"readable bar {readable:g}")
         ax.axhline(0.5, color="grey", ls=":", lw=1, label="chance 0.5")
-        ax.set_xticks(range(len(group)), [a.removeprefix("ft_").replace("_", " ") for a in group], fontsize=8)
+        ax.set_xticks(range(len(group)), [arm_words(a) for a in group], fontsize=8)
         ax.set_xlim(-0.5, ARMS_PER_PANEL - 0.5)  # the same bar width in every row
         ax.set_ylim(0, 1.05)
         ax.set_ylabel("answer accuracy")
@@ -146,40 +219,103 @@ def fixed_point_readability(table: pd.DataFrame, title: str = "", readable: floa
         lx.axvline(0, color="grey", lw=0.8)
         lx.set_xlim(*span)
         lx.set_ylim(ARMS_PER_PANEL - 0.5, -0.5)
-        lx.set_yticks(range(len(group)), [a.removeprefix("ft_").replace("_", " ") for a in group], fontsize=8)
+        lx.set_yticks(range(len(group)), [arm_words(a) for a in group], fontsize=8)
     grid[-1][1].set_xlabel("top Lyapunov exponent, exact\nrecurrence (< 0: perturbations die out)", fontsize=8)
     handles, labels = grid[0][0].get_legend_handles_labels()
     named = dict(zip(labels, handles))  # one entry per label: every panel draws the same series
+    named["one seed (dot)"] = Line2D([], [], ls="none", marker="o", ms=3, color="black")
     fig.legend(named.values(), named.keys(), loc="outside lower center", ncol=6, fontsize=8, frameon=False)
     fig.suptitle(title or "What the fixed point answers, by family of arms", fontsize=10)
     return fig
 
 
-def fixed_point_accuracy(results: Mapping[str, pd.DataFrame], trained_depth: int | None = None) -> Figure:
+def _pass_and_exact(frame: pd.DataFrame) -> tuple[pd.Series, float]:
+    require_columns(frame, ["pass", "schedule", "correct"], "fixed_point_accuracy")
+    passes = frame[frame["schedule"] == "multipass"].groupby("pass")["correct"].mean()
+    return passes, float(frame.loc[frame["schedule"] == "sequential", "correct"].mean())
+
+
+def fixed_point_takeaway(results: Mapping[str, pd.DataFrame], margin: float = 0.05) -> str:
+    """In how many models the exact recurrence answers worse (by more than ``margin``) than their best pass, and the
+    worst such gap: what a ``fixed_point_accuracy`` figure is read for."""
+    gaps = {}
+    for name, frame in results.items():
+        passes, exact = _pass_and_exact(frame)
+        gaps[name] = (float(passes.max()), exact)
+    worse = {name: best - exact for name, (best, exact) in gaps.items() if best - exact > margin}
+    if not worse:
+        return f"every model answers as well at its fixed point as at its best pass (within {margin:g})"
+    name = max(worse, key=worse.__getitem__)
+    best, exact = gaps[name]
+    return (f"the fixed point answers worse than the best pass in {len(worse)} of {len(gaps)} models "
+            f"(worst: {name}, {exact:.2f} vs {best:.2f})")
+
+
+def fixed_point_accuracy(results: Mapping[str, pd.DataFrame], trained_depth: int | None = None,
+                         chance: float | None = None, title: str = "",
+                         groups: Mapping[str, Sequence[str]] | None = None) -> Figure:
     """Answer accuracy against pass per model (``fixed_point_quality(...).per_example`` frames), the exact
-    recurrence's dashed: a line ending above its dash reads its passes better than their fixed point."""
-    fig, (ax,) = new_figure(1, panel=(7.2, 3.8))
-    palette = sns.color_palette("tab10", len(results))
-    for colour, (name, frame) in zip(palette, results.items()):
-        require_columns(frame, ["pass", "schedule", "correct"], "fixed_point_accuracy")
-        passes = frame[frame["schedule"] == "multipass"].groupby("pass")["correct"].mean()
-        ax.plot(passes.index, passes.to_numpy(), marker="o", ms=3, color=colour, label=name)
-        exact = float(frame.loc[frame["schedule"] == "sequential", "correct"].mean())
-        ax.axhline(exact, color=colour, ls="--", lw=1)
-    if trained_depth is not None:
-        ax.axvspan(1, trained_depth, color="grey", alpha=0.12, label=f"trained depths 1-{trained_depth}")
-    ax.set_xscale("log")
-    ax.set_xlabel("Jacobi pass (log)")
-    ax.set_ylabel("answer accuracy")
-    ax.set_ylim(-0.03, 1.03)
-    ax.set_title("solid: pass k; dashed: the exact recurrence (the fixed point)", fontsize=9)
-    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8, frameon=False)
+    recurrence's dashed: a line ending above its dash reads its passes better than their fixed point.
+
+    ``chance``: the accuracy of guessing (dotted); ``title``: the takeaway (``fixed_point_takeaway`` computes one);
+    ``groups``: panel title -> model names, one panel each (at most ``ARMS_PER_PANEL`` models a panel)."""
+    if chance is not None and not (isinstance(chance, (int, float)) and 0.0 <= chance <= 1.0):
+        raise ValueError(f"chance={chance!r} is invalid: must be an accuracy in [0, 1] or None")
+    panels = dict(groups) if groups else {"": list(results)}
+    unknown = sorted({n for names in panels.values() for n in names} - set(results))
+    if unknown:
+        raise ValueError(f"groups={dict(panels)!r} is invalid: {unknown} are not in results {list(results)}")
+    fig, axes = new_figure(len(panels), panel=(7.2 if len(panels) == 1 else 4.6, 3.8), sharey=True)
+    colours = dict(zip(results, sns.color_palette("tab10", len(results))))
+    last = 1
+    for ax, (heading, names) in zip(axes, panels.items()):
+        for name in names:
+            passes, exact = _pass_and_exact(results[name])
+            last = max(last, int(passes.index.max()))
+            ax.plot(passes.index, passes.to_numpy(), marker="o", ms=3, color=colours[name], label=name)
+            ax.axhline(exact, color=colours[name], ls="--", lw=1)
+        if trained_depth is not None:
+            ax.axvspan(1, trained_depth, color="grey", alpha=0.12, label=f"trained depths 1-{trained_depth}")
+        if chance is not None:
+            ax.axhline(chance, color="black", ls=":", lw=1.2, label=f"chance {chance:g}")
+        ax.set_xlabel("Jacobi pass (log)")
+        ax.set_ylim(-0.03, 1.03)
+        if heading:
+            ax.set_title(heading, fontsize=9)
+    for ax in axes:
+        log_count_axis(ax, last)
+    axes[0].set_ylabel("answer accuracy")
+    handles, labels = shared_legend(axes)
+    keys = {"solid: accuracy at pass k": Line2D([], [], color="grey", marker="o", ms=3),  # not on the axes
+            "dashed: the exact recurrence (fixed point)": Line2D([], [], color="grey", ls="--", lw=1)}
+    fig.legend([*handles, *keys.values()], [*labels, *keys], loc="outside lower center", ncols=3, fontsize=8,
+               frameon=False)
+    if title:
+        fig.suptitle(textwrap.fill(title, 110), fontsize=10)
     return fig
 
 
-def lyapunov_curves(results: Mapping[str, pd.DataFrame]) -> Figure:
+def lyapunov_takeaway(results: Mapping[str, pd.DataFrame]) -> str:
+    """The sign of every model's top exponent at its longest horizon (mean over examples), per path: negative,
+    perturbations of the carried state die out; positive, they grow."""
+    finals = {}
+    for name, frame in results.items():
+        require_columns(frame, ["index", "path", "horizon", "exponent"], "lyapunov_takeaway")
+        top = frame[frame["index"] == 1]
+        for path, rows in top.groupby("path", sort=False):
+            finals[f"{name} ({path})"] = float(rows.loc[rows["horizon"] == rows["horizon"].max(), "exponent"].mean())
+    if not finals:
+        raise ValueError("results hold no top exponent (index 1)")
+    if all(v < 0 for v in finals.values()):
+        return f"all {len(finals)} top exponents negative (at most {max(finals.values()):+.3f}): perturbations die out"
+    growing = [f"{name} {v:+.3f}" for name, v in finals.items() if v >= 0]
+    return f"{len(growing)} of {len(finals)} top exponents not negative ({', '.join(growing)}): perturbations persist"
+
+
+def lyapunov_curves(results: Mapping[str, pd.DataFrame], title: str | None = None) -> Figure:
     """Top finite-time Lyapunov exponent against horizon per model (mean over examples, min-max band):
-    ``analysis.jacobians.lyapunov`` frames by name, one panel per path ("full", "memory")."""
+    ``analysis.jacobians.lyapunov`` frames by name, one panel per path ("full", "memory"). ``title``: the takeaway
+    (None: ``lyapunov_takeaway`` computes it from the exponents' signs; "": none)."""
     frames = {name: f[f["index"] == 1] for name, f in results.items()}
     paths = sorted({p for f in frames.values() for p in f["path"].unique()})
     fig, axes = new_figure(len(paths), panel=(5.2, 3.6))
@@ -198,22 +334,55 @@ def lyapunov_curves(results: Mapping[str, pd.DataFrame]) -> Figure:
         ax.set_title({"full": "exact tangent: memory chain and keys/values",
                       "memory": "memory chain only (keys/values held)"}.get(path, path), fontsize=9)
     axes[-1].legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8, frameon=False)
+    title = lyapunov_takeaway(results) if title is None else title
+    if title:
+        fig.suptitle(title, fontsize=10)
     return fig
 
 
-def lens_by_pass(results: Mapping[str, pd.DataFrame], lens: str = "logit", value: str = "top1_is_answer") -> Figure:
+LENS_VALUES = {"top1_is_answer": "share whose top token is the answer"}
+
+
+def lens_takeaway(results: Mapping[str, pd.DataFrame], lens: str = "logit", value: str = "top1_is_answer",
+                  drop: float = 0.2) -> str:
+    """At the top depth: the models whose ``value`` falls by more than ``drop`` from its peak to the last pass (the
+    answer fades as the passes go on), and those that keep it."""
+    fades, keeps, last = [], [], 0
+    for name, frame in results.items():
+        require_columns(frame, ["pass", "depth", "lens", value], "lens_takeaway")
+        top = frame[(frame["lens"] == lens) & (frame["depth"] == frame["depth"].max())].groupby("pass")[value].mean()
+        last = max(last, int(top.index.max()))
+        peak, end = float(top.max()), float(top.iloc[-1])
+        if peak - end > drop:
+            fades.append(f"{name} ({peak:.2f} at pass {int(top.idxmax())} -> {end:.2f})")
+        else:
+            keeps.append(name)
+    if not fades:
+        return f"at the top depth every model keeps the answer through pass {last}"
+    return (f"at the top depth the answer fades by pass {last} in {', '.join(fades)}"
+            + (f"; {', '.join(keeps)} keep{'s' if len(keeps) == 1 else ''} it" if keeps else ""))
+
+
+def lens_by_pass(results: Mapping[str, pd.DataFrame], lens: str = "logit", value: str = "top1_is_answer",
+                 title: str | None = None) -> Figure:
     """Heatmaps of what a lens reads at the answer position, pass (columns) by depth (rows), one panel per model:
-    ``analysis.lens.fed_back_lens(...)["lens"]`` frames by name."""
+    ``analysis.lens.fed_back_lens(...)["lens"]`` frames by name; the colour bar names ``value``. ``title``: the
+    takeaway (None: ``lens_takeaway`` computes it for ``top1_is_answer``, a description for other values)."""
     fig, axes = new_figure(len(results), panel=(4.2, 2.6))
     for ax, (name, frame) in zip(axes, results.items()):
         require_columns(frame, ["pass", "depth", "lens", value], "lens_by_pass")
         grid = frame[frame["lens"] == lens].pivot(index="depth", columns="pass", values=value)
         grid = grid.sort_index(ascending=False)
         sns.heatmap(grid, ax=ax, vmin=0, vmax=1, cmap="viridis", annot=grid.shape[1] <= 8, fmt=".2f",
-                    cbar=ax is axes[-1], annot_kws={"fontsize": 7})
+                    cbar=ax is axes[-1], annot_kws={"fontsize": 7},
+                    cbar_kws={"label": LENS_VALUES.get(value, value.replace("_", " "))})
         ax.set_title(name, fontsize=9)
         ax.set_xlabel("pass")
         ax.set_ylabel("depth (0 = input)")
-    fig.suptitle(f"{lens} lens at the answer position: {value.replace('_', ' ')}", fontsize=10)
+    described = f"{lens} lens at the answer position: {LENS_VALUES.get(value, value.replace('_', ' '))}"
+    if title is None:
+        title = f"{described}\n{lens_takeaway(results, lens, value)}" if value == "top1_is_answer" else described
+    if title:
+        fig.suptitle(title, fontsize=10)
     return fig
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 
 import numpy as np
@@ -9,11 +10,14 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
 from .base import (
     empty_panel,
+    in_order,
     new_figure,
     require_columns,
+    shared_legend,
 )
 
 INTERVENTION_COLORS = {"swap": "#c44e52", "control": "#4c72b0", "cross": "#55a868", "cross_control": "#8172b3",
@@ -34,18 +38,36 @@ def _tick_label(name: str, width: int = 12) -> str:
     return "\n".join([*lines, tail])
 
 
-def swap_flips(swaps: pd.DataFrame, ax: Axes | None = None) -> Figure:
-    """Answer flip rate per gated specimen and intervention (``causal_use``'s table), beside the layer-0 probe
-    accuracy and the untrained twin's: a probe that decodes the label while the swap leaves the answer alone shows
-    decodability without use."""
-    # about an inch per specimen and design, so neither the bars nor the two-line tick labels run together
-    fig, axes = new_figure(1, panel=(max(7.0, 1.1 * len(swaps)), 3.8)) if ax is None else (ax.figure, [ax])
-    ax = axes[0]
+KIND_WORDS = {"swap": "swap: another example's memory, other label",
+              "control": "control: another example's memory, same label",
+              "cross": "cross: another group's memory, other label",
+              "cross_control": "cross control: another group's memory, same label",
+              "mean": "mean: the batch-mean memory", "zero": "zero: the memory set to 0"}
+DESIGN_WORDS = {"site": "site: one memory read edited", "stream": "stream: every memory read of a 2-pass run edited"}
+
+
+def swap_takeaway(swaps: pd.DataFrame) -> str:
+    """The answer to "does the answer follow the memory?", per design: the recipe's verdicts counted, or (without a
+    ``verdict`` column) the mean swap and control flip rates."""
     if swaps.empty:
-        empty_panel(ax, "no gated specimen: nothing intervened on")
-        return fig
-    kinds = [k for k in INTERVENTION_COLORS if f"{k}_flip" in swaps.columns]
-    require_columns(swaps, ["task", "scratch_updates", *[f"{k}_flip" for k in kinds]], "swap_flips")
+        return "no gated specimen: nothing intervened on"
+    designs = swaps["design"] if "design" in swaps else pd.Series("", index=swaps.index)
+    parts = []
+    for design, rows in swaps.groupby(designs, sort=False):
+        if "verdict" in rows:
+            counts = rows["verdict"].value_counts()
+            said = ", ".join(f"{n} of {len(rows)} '{verdict}'" for verdict, n in counts.items())
+        else:
+            require_columns(rows, ["swap_flip"], "swap_takeaway")
+            said = f"a swap flips {rows['swap_flip'].mean():.0%} of answers"
+            if "control_flip" in rows:
+                said += f", a control {rows['control_flip'].mean():.0%}"
+        parts.append(f"{design} edits: {said}" if design else said)
+    return "; ".join(parts)
+
+
+def _draw_flips(ax: Axes, swaps: pd.DataFrame, kinds: list[str], labels: list[str], words: bool) -> list[str]:
+    """The bars of ``swaps`` (one slot per row) in ``ax``; returns the kinds that flip no answer anywhere."""
     x = np.arange(len(swaps))
     width = 0.8 / (len(kinds) + 1)
     never = []  # kinds that flip no answer anywhere: no bar to see, so no legend colour; said in words
@@ -58,27 +80,100 @@ def swap_flips(swaps: pd.DataFrame, ax: Axes | None = None) -> Figure:
         if not visible:
             never.append(kind)
         ax.bar(x - 0.4 + width * (i + 0.5), rate, width, yerr=err, capsize=2, color=INTERVENTION_COLORS[kind],
-               label=f"{kind} flip rate" if visible else None)
+               label=(KIND_WORDS[kind] if words else f"{kind} flip rate") if visible else None)
     for column, marker, color, label in (("probe_accuracy", "D", "black", "probe acc. (layer 0, suffix1)"),
                                          ("probe_twin_accuracy", "x", "dimgrey", "untrained twin's probe acc.")):
         if column in swaps and swaps[column].notna().any():
             ax.scatter(x + 0.4 - width / 2, swaps[column], marker=marker, color=color, zorder=3, label=label)
-    labels = ([_tick_label(name) + f" {design}" for name, design in zip(swaps["specimen"], swaps["design"])]
-              if {"specimen", "design"} <= set(swaps.columns) else
-              [f"{t}\n{int(s)} scratch" for t, s in zip(swaps["task"], swaps["scratch_updates"])])
     ax.set_xticks(x, labels, fontsize=7)
-    ax.set(ylim=(0, 1.05), ylabel="share of answers / probe accuracy",
-           title="does the answer follow the memory? (95 % intervals)")
-    if never:
-        ax.text(0.5, 0.5, f"{', '.join(never)}: flip no answer of any specimen (rate 0, interval 0)",
-                transform=ax.transAxes, ha="center", va="center", fontsize=8)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    ax.set(ylim=(0, 1.05), ylabel="share of answers / probe acc.")
+    return never
+
+
+def _short_label(row) -> str:
+    """A specimen and design within its task's panel: scratch lines, seed, design, on two lines."""
+    import re
+
+    seed = re.search(r"seed (\d+)", str(row.get("specimen", "")))
+    head = f"{int(row['scratch_updates'])} scratch" + (f"\nseed {seed[1]}" if seed else "")
+    return head + (f"\n{row['design']}" if "design" in row and pd.notna(row["design"]) else "")
+
+
+def swap_flips(swaps: pd.DataFrame, ax: Axes | None = None, title: str | None = None) -> Figure:
+    """Answer flip rate per gated specimen and intervention (``causal_use``'s table), beside the layer-0 probe
+    accuracy and the untrained twin's: a probe that decodes the label while the swap leaves the answer alone shows
+    decodability without use.
+
+    One panel per task, the edits and designs explained in the legend, ``title`` the answer (None: ``swap_takeaway``
+    computes it; "": none). Given ``ax``, everything is drawn into that one axes (a recipe's composite figure)."""
+    if ax is not None:
+        fig, axes = ax.figure, [ax]
+    else:
+        tasks = in_order(swaps["task"]) if "task" in swaps and not swaps.empty else [None]
+        slots = max([int((swaps["task"] == t).sum()) for t in tasks if t is not None] or [1])
+        fig, axes = new_figure(1, len(tasks), panel=(max(7.0, 1.0 * slots + 1.0), 3.2))
+    if swaps.empty:
+        empty_panel(axes[0], "no gated specimen: nothing intervened on")
+        return fig
+    kinds = [k for k in INTERVENTION_COLORS if f"{k}_flip" in swaps.columns]
+    require_columns(swaps, ["task", "scratch_updates", *[f"{k}_flip" for k in kinds]], "swap_flips")
+    if ax is not None:  # the recipe's one row of every specimen: names wrapped as tick lines
+        labels = ([_tick_label(name) + f" {design}" for name, design in zip(swaps["specimen"], swaps["design"])]
+                  if {"specimen", "design"} <= set(swaps.columns) else
+                  [f"{t}\n{int(s)} scratch" for t, s in zip(swaps["task"], swaps["scratch_updates"])])
+        never = _draw_flips(ax, swaps, kinds, labels, words=False)
+        ax.set_title("does the answer follow the memory? (95 % intervals)")
+        if never:
+            ax.text(0.5, 0.5, f"{', '.join(never)}: flip no answer of any specimen (rate 0, interval 0)",
+                    transform=ax.transAxes, ha="center", va="center", fontsize=8)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+        return fig
+    never_all = set(kinds)
+    for panel, task in zip(axes, tasks):
+        rows = swaps[swaps["task"] == task].reset_index(drop=True)
+        never_all &= set(_draw_flips(panel, rows, kinds, [_short_label(r) for _, r in rows.iterrows()], words=True))
+        panel.set_xlim(-0.5, slots - 0.5)  # the same bar width in every panel
+        panel.set_title(f"{task} (95 % intervals)", fontsize=9, loc="left")
+    handles, labels = shared_legend(axes)
+    order = [KIND_WORDS[k] for k in kinds]  # the edits in their fixed order, then the probe marks
+    pairs = sorted(zip(handles, labels), key=lambda p: order.index(p[1]) if p[1] in order else len(order))
+    handles, labels = [h for h, _ in pairs], [label for _, label in pairs]
+    if "design" in swaps:
+        for design in in_order(swaps["design"].dropna()):
+            handles.append(Line2D([], [], ls="none"))
+            labels.append(DESIGN_WORDS.get(design, str(design)))
+    if never_all:
+        handles.append(Line2D([], [], ls="none"))
+        labels.append(f"no bar: {', '.join(k for k in kinds if k in never_all)} flip no answer anywhere")
+    fig.legend(handles, labels, fontsize=8, loc="outside lower center", ncols=3, frameon=False)
+    title = f"does the answer follow the memory?\n{swap_takeaway(swaps)}" if title is None else title
+    if title:
+        fig.suptitle(title, fontsize=10)
     return fig
 
 
-def ablation_distance(frame: pd.DataFrame, axes: Sequence[Axes] | None = None) -> Figure:
+def ablation_takeaway(frame: pd.DataFrame, share: float = 0.1) -> str:
+    """How far back the memory matters: the distances whose mean loss increase is at least ``share`` of the largest,
+    with the increase there and the most beyond (``ablation_by_distance`` rows)."""
+    require_columns(frame, ["distance", "increase"], "ablation_takeaway")
+    by_d = frame.groupby("distance")["increase"].mean().sort_index()
+    top = float(by_d.max())
+    if top <= 0:
+        return "ablating the memory raises no loss at any distance"
+    matters = by_d[by_d >= share * top].index
+    reach = int(matters.max())
+    beyond = by_d[by_d.index > reach]
+    span = "1 position" if reach == 1 else f"1-{reach} positions"
+    at = "d = 1" if reach == 1 else f"d <= {reach}"
+    text = f"only the memory {span} back matters: +{float(by_d.loc[by_d.index <= reach].max()):.3f} nats at {at}"
+    return text + (f", at most {float(beyond.max()):+.3f} beyond" if len(beyond) else "")
+
+
+def ablation_distance(frame: pd.DataFrame, axes: Sequence[Axes] | None = None, title: str | None = None) -> Figure:
     """``ablation_by_distance`` rows (a ``run`` column per specimen): mean loss increase against d, and at d = 1 by
-    position."""
+    position. ``title``: the takeaway over the figure (None: ``ablation_takeaway`` computes it when the figure is its
+    own; "": none)."""
+    own = axes is None
     fig, axes = new_figure(2, panel=(4.4, 3.6)) if axes is None else (axes[0].figure, list(axes))
     if frame.empty:
         for ax in axes:
@@ -103,6 +198,9 @@ def ablation_distance(frame: pd.DataFrame, axes: Sequence[Axes] | None = None) -
                 title="d = 1, by position")
     if runs.nunique() > 1:
         axes[0].legend(fontsize=7)
+    title = (ablation_takeaway(frame) if own else "") if title is None else title
+    if title:
+        fig.suptitle(title, fontsize=10)
     return fig
 
 
@@ -120,7 +218,9 @@ def answer_logits(frame: pd.DataFrame, title: str = "") -> Figure:
         ax.bar(x - 0.4 + width * (i + 0.5), table[token].to_numpy(), width, color=color, label=f"logit of {token}")
     ax.set_xticks(x, table.index, fontsize=8)
     ax.axhline(0.0, color="black", lw=0.8)
-    ax.set(ylabel="logit at the label position", title=title)
-    ax.legend(fontsize=8)
+    ax.set_ylabel("logit at the label position")
+    if title:
+        ax.set_title(textwrap.fill(title, 60), fontsize=9)
+    fig.legend(fontsize=8, loc="outside lower center", ncols=len(table.columns), frameon=False)  # never over a bar
     return fig
 

@@ -8,10 +8,12 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from .base import (
     new_figure,
     require_columns,
+    shared_legend,
 )
 
 
@@ -54,50 +56,87 @@ def kv_cache_step(pattern: np.ndarray, keys: np.ndarray, position: int, labels: 
     cached = keys.copy()
     cached[position + 1:] = np.nan
     fig, (ax_att, ax_k) = new_figure(2, panel=(4.6, 4.2))
-    ax_att.imshow(shown, cmap="viridis", vmin=0.0, vmax=1.0, interpolation="nearest")
+    weights = ax_att.imshow(shown, cmap="viridis", vmin=0.0, vmax=1.0, interpolation="nearest")
+    fig.colorbar(weights, ax=ax_att, label="attention weight", shrink=0.8)
     ax_att.axhspan(position - 0.5, position + 0.5, fill=False, ec="tab:red", lw=2)
     ax_att.set(xlabel="key position (in the cache)", ylabel="query position", title=f"attention, step t={position}")
     bound = float(np.nanmax(np.abs(keys))) or 1.0
-    ax_k.imshow(cached, cmap="RdBu_r", vmin=-bound, vmax=bound, aspect="auto", interpolation="nearest")
+    values = ax_k.imshow(cached, cmap="RdBu_r", vmin=-bound, vmax=bound, aspect="auto", interpolation="nearest")
+    fig.colorbar(values, ax=ax_k, label="key value (per channel)", shrink=0.8)
     ax_k.axhline(position + 0.5, color="tab:red", lw=1.5)
     ax_k.set(xlabel="key channel", ylabel="cache slot (position)", title=f"cached keys: {position + 1} of {T} slots")
+    ax_k.xaxis.set_major_locator(MaxNLocator(integer=True))  # channels are whole: no tick at 2.5
     ticks = np.arange(T)
     for ax in (ax_att, ax_k):
         ax.set_yticks(ticks, [str(s) for s in labels] if labels is not None else ticks, fontsize=7)
         ax.grid(False)
     ax_att.set_xticks(ticks[:: max(1, T // 16)], ticks[:: max(1, T // 16)], fontsize=7)
+    fig.suptitle(_cache_takeaway(pattern[: position + 1]), fontsize=10)
     return fig
 
 
-def lrt_mechanism(stats: pd.DataFrame, gates: pd.DataFrame | None = None, title: str = "") -> Figure:
+def _cache_takeaway(rows: np.ndarray, tol: float = 1e-4) -> str:
+    """What the computed rows of an attention pattern show: each sums to 1, none reads a key after its query."""
+    sums = bool(np.allclose(rows.sum(-1), 1.0, atol=tol))
+    ahead = float(np.abs(np.triu(rows, 1)).max()) if rows.shape[0] else 0.0
+    return ("each row sums to 1" if sums else "rows do NOT sum to 1") + "; " + (
+        "nothing after t is read" if ahead <= tol else f"a query reads a later key (weight {ahead:.2g})")
+
+
+LRT_NAMES = {"alpha": r"$\alpha$: scale of the block's own residual", "gamma": r"$\gamma$: scale of the memory added",
+             "gate_local": "gate on the token's own keys/values", "gate_feedback": "gate on the memory's keys/values"}
+
+
+def gate_takeaway(stats: pd.DataFrame) -> str:
+    """In how many blocks the memory's gate sits below the local gate, with their means: what an
+    ``lrt_mechanism`` figure is read for (``lrt_layer_stats`` rows)."""
+    require_columns(stats, ["gate_local", "gate_feedback"], "gate_takeaway")
+    rows = stats.dropna(subset=["gate_local", "gate_feedback"])
+    if rows.empty:
+        return "no K/V injection: no gates"
+    below = int((rows["gate_feedback"] < rows["gate_local"]).sum())
+    return (f"the memory's gate is below the local one in {below} of {len(rows)} blocks "
+            f"(mean {rows['gate_feedback'].mean():.2f} vs {rows['gate_local'].mean():.2f}; 1 at init)")
+
+
+def lrt_mechanism(stats: pd.DataFrame, gates: pd.DataFrame | None = None, title: str = "",
+                  gamma_init: float | None = None) -> Figure:
     """What an LRT model learned per layer (``lrt_layer_stats``): residual scales and mean gates (init 1), the source
-    layer shaded; with ``gates`` (``lrt_gates``) the feedback gate per layer and position."""
+    layer shaded; with ``gates`` (``lrt_gates``) the feedback gate per layer and position. The scales' values at init
+    are dotted: alpha 1 and, given ``gamma_init`` (the config's ``lrt_gamma_init``), gamma. ``title``: the takeaway
+    (``gate_takeaway`` computes one)."""
     require_columns(stats, ["layer", "alpha", "gamma", "gate_local", "gate_feedback", "source"], "lrt_mechanism")
+    if gamma_init is not None and not (isinstance(gamma_init, (int, float)) and np.isfinite(gamma_init)):
+        raise ValueError(f"gamma_init={gamma_init!r} is invalid: must be a finite number or None")
     show_map = gates is not None and not gates.empty
     fig, axes = new_figure(3 if show_map else 2, panel=(4.0, 3.4))
     layers = stats["layer"].to_numpy()
-    for ax, columns, ylabel in ((axes[0], ("alpha", "gamma"), "residual scale"),
-                                (axes[1], ("gate_local", "gate_feedback"), "mean gate (2 sigmoid)")):
-        colors = sns.color_palette("deep", n_colors=2)
-        for i, (column, color) in enumerate(zip(columns, colors)):
+    colors = sns.color_palette("deep", n_colors=4)
+    for ax, columns, ylabel, pair in ((axes[0], ("alpha", "gamma"), "residual scale", colors[:2]),
+                                      (axes[1], ("gate_local", "gate_feedback"), "mean gate (2 sigmoid)",
+                                       colors[2:])):
+        for i, (column, color) in enumerate(zip(columns, pair)):
             ax.bar(layers - 0.2 + 0.4 * i, stats[column].fillna(0.0), width=0.38, color=color,
-                   label=column if stats[column].notna().any() else f"{column} (not used)")
+                   label=LRT_NAMES[column] if stats[column].notna().any() else f"{LRT_NAMES[column]} (not used)")
         for layer in layers[stats["source"].to_numpy(dtype=bool)]:
-            ax.axvspan(layer - 0.5, layer + 0.5, color="grey", alpha=0.15, lw=0)
+            ax.axvspan(layer - 0.5, layer + 0.5, color="grey", alpha=0.15, lw=0, label="source block of the memory")
         ax.set_xticks(layers, [f"{int(l)}{' (source)' if s else ''}" for l, s in zip(layers, stats["source"])],
                       fontsize=8)
         ax.set(xlabel="block", ylabel=ylabel)
-    axes[1].axhline(1.0, color="black", ls=":", lw=1, label="at init (2 sigmoid(0) = 1)")
-    for ax in axes[:2]:
-        ax.legend(fontsize=8, ncol=3, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
+    if stats["alpha"].notna().any():
+        axes[0].axhline(1.0, color=colors[0], ls=":", lw=1.5, label=r"$\alpha$ at init (1)")
+    if gamma_init is not None and stats["gamma"].notna().any():
+        axes[0].axhline(gamma_init, color=colors[1], ls="--", lw=1.5, label=rf"$\gamma$ at init ({gamma_init:g})")
+    axes[1].axhline(1.0, color="black", ls=":", lw=1, label="gates at init (2 sigmoid(0) = 1)")
     if show_map:
         table = gates.pivot_table(index="layer", columns="position", values="gate_feedback", sort=True)
         image = axes[2].imshow(table.to_numpy(), aspect="auto", cmap="magma", interpolation="nearest")
         axes[2].grid(False)
         axes[2].set_yticks(np.arange(len(table)), table.index)
-        axes[2].set(xlabel="position t", ylabel="block", title="feedback gate")
-        fig.colorbar(image, ax=axes[2])
+        axes[2].set(xlabel="position t", ylabel="block", title="memory's gate, per position")
+        fig.colorbar(image, ax=axes[2], label="gate on the memory's K/V (1 at init)")
+    handles, labels = shared_legend(axes[:2])
+    fig.legend(handles, labels, fontsize=8, loc="outside lower center", ncols=4, frameon=False)
     if title:
         fig.suptitle(title)
     return fig
-

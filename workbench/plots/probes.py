@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import textwrap
+from collections.abc import Mapping, Sequence
+
 import numpy as np
 import pandas as pd
 import seaborn as sns
@@ -11,6 +14,7 @@ from .base import (
     empty_panel,
     in_order,
     new_figure,
+    panel_grid,
     probe_facets,
     require_columns,
     shared_legend,
@@ -34,43 +38,88 @@ def probe_heatmap(df: pd.DataFrame, value: str = "accuracy") -> Figure:
     return fig
 
 
-def probe_profile(df: pd.DataFrame, highlight_depth: int | None = None) -> Figure:
-    """Accuracy against depth per condition (and model, task): band +- ``accuracy_std`` over folds, dashed the
-    control task (selectivity is the gap), dotted the majority rate."""
-    require_columns(df, ["condition", "layer", "accuracy"], "probe_profile")
-    fig, (ax,) = new_figure(1, panel=(6.0, 4.0))
+def _profile_groups(df: pd.DataFrame):
     group_keys = ["condition"] + [c for c in ("model", "task") if c in df.columns and df[c].nunique() > 1]
-    groups = df.groupby(group_keys, sort=False)
-    for color, (key, group) in zip(sns.color_palette("deep", n_colors=groups.ngroups), groups):
-        group = group.sort_values("layer")
-        label = " / ".join(map(str, key if isinstance(key, tuple) else (key,)))
-        ax.plot(group["layer"], group["accuracy"], "o-", color=color, label=label)
-        if "accuracy_std" in group:
-            ax.fill_between(group["layer"], group["accuracy"] - group["accuracy_std"],
-                            group["accuracy"] + group["accuracy_std"], color=color, alpha=0.2, lw=0)
-        if "control_accuracy" in group:
-            ax.plot(group["layer"], group["control_accuracy"], "--", color=color, lw=1)
-    if "majority" in df:
-        ax.axhline(float(df["majority"].mean()), color="grey", ls=":", lw=1.5, label="majority")
-    if highlight_depth is not None:
-        ax.axvline(highlight_depth, color="black", lw=1, alpha=0.5)
-    ax.set(xlabel="depth (0 = input)", ylabel="probe accuracy", ylim=(0.0, 1.02),
-           xticks=sorted(df["layer"].unique()))
-    ax.legend(fontsize=8)
+    return df.groupby(group_keys, sort=False)
+
+
+def _group_label(key) -> str:
+    return " / ".join(map(str, key if isinstance(key, tuple) else (key,)))
+
+
+def profile_takeaway(df: pd.DataFrame, depth: int = 0) -> str:
+    """At ``depth``: which series of a ``probe_profile`` reads the label best and which worst, against the majority
+    rate."""
+    require_columns(df, ["condition", "layer", "accuracy"], "profile_takeaway")
+    at = df[df["layer"] == depth]
+    if at.empty:
+        raise ValueError(f"depth={depth!r} is invalid: the probes cover depths {sorted(df['layer'].unique())}")
+    means = {_group_label(key): float(group["accuracy"].mean()) for key, group in _profile_groups(at)}
+    best, worst = max(means, key=means.__getitem__), min(means, key=means.__getitem__)
+    text = f"at depth {depth}: {best} reads best ({means[best]:.2f})"
+    if worst != best:
+        text += f", {worst} worst ({means[worst]:.2f})"
+    if "majority" in at:
+        text += f"; majority {at['majority'].mean():.2f}"
+    return text
+
+
+def probe_profile(df: pd.DataFrame, highlight_depth: int | None = None, title: str = "") -> Figure:
+    """Accuracy against depth per condition (and model, task): band +- ``accuracy_std`` over folds, dashed the
+    control task (selectivity is the gap), dotted the majority rate; the legend names each. More than six series:
+    a panel per six, each with its legend below it. ``title``: the takeaway (``profile_takeaway`` computes one)."""
+    require_columns(df, ["condition", "layer", "accuracy"], "probe_profile")
+    groups = list(_profile_groups(df))
+    chunks = [groups[i:i + 6] for i in range(0, len(groups), 6)]
+    if len(chunks) == 1:
+        fig, axes = new_figure(1, panel=(6.0, 4.0))
+    else:
+        fig, axes = panel_grid(len(chunks), panel=(5.0, 4.6), sharey=True)
+    colours = sns.color_palette("deep", n_colors=min(len(groups), 6))
+    for ax, chunk in zip(axes, chunks):
+        for color, (key, group) in zip(colours, chunk):
+            group = group.sort_values("layer")
+            ax.plot(group["layer"], group["accuracy"], "o-", color=color, label=_group_label(key))
+            if "accuracy_std" in group:
+                ax.fill_between(group["layer"], group["accuracy"] - group["accuracy_std"],
+                                group["accuracy"] + group["accuracy_std"], color=color, alpha=0.2, lw=0)
+            if "control_accuracy" in group:
+                ax.plot(group["layer"], group["control_accuracy"], "--", color=color, lw=1)
+        if "control_accuracy" in df:
+            ax.plot([], [], "--", color="grey", lw=1, label="dashed: its control task")
+        if "accuracy_std" in df:
+            ax.fill_between([], [], [], color="grey", alpha=0.2, lw=0, label="band: ± std over folds")
+        if "majority" in df:
+            ax.axhline(float(df["majority"].mean()), color="grey", ls=":", lw=1.5, label="majority")
+        if highlight_depth is not None:
+            ax.axvline(highlight_depth, color="black", lw=1, alpha=0.5, label=f"selected depth {highlight_depth}")
+        ax.set(xlabel="depth (0 = input)", ylabel="probe accuracy", ylim=(0.0, 1.02),
+               xticks=sorted(df["layer"].unique()))
+        if len(chunks) == 1:
+            ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+        else:
+            ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncols=2, frameon=False)
+    if title:  # wrapped: a long takeaway never runs off the figure
+        if len(chunks) == 1:
+            axes[0].set_title(textwrap.fill(title, 70), fontsize=9)
+        else:
+            fig.suptitle(textwrap.fill(title, 120), fontsize=10)
     return fig
 
 
 BOUNDED = ("suffix1",)  # the conditions the fed-back upper bound bounds at depth 0: one recurrent step
 
 
-def layer0_comparison(df: pd.DataFrame, depth: int = 0, title: str | None = None) -> Figure:
+def layer0_comparison(df: pd.DataFrame, depth: int = 0, title: str | None = None,
+                      models: Sequence[str] | None = None) -> Figure:
     """Probe accuracy at one depth (default 0, the input) per condition: the probing headline.
 
     Bars by condition, coloured by model in sorted order (as ``specimen_gates``, so a specimen keeps its colour),
     with the control task, the majority rate, the untrained twin and the ``upper_bound`` (the top-layer probe at the
     fed-back position), drawn only where it bounds the bar: depth 0 under ``BOUNDED``. One panel per task and
     ``scratch_updates``. Standard prefill near the majority line and recurrent conditions far above it (and the twin)
-    is the FBT paper's finding."""
+    is the FBT paper's finding. ``models``: draw only these (a family of at most six), each keeping the colour it has
+    among all of ``df``'s models; the twin's circle and the bound's star sit left and right on their bar."""
     require_columns(df, ["condition", "layer", "accuracy"], "layer0_comparison")
     at = df[df["layer"] == depth]
     if at.empty:
@@ -78,8 +127,15 @@ def layer0_comparison(df: pd.DataFrame, depth: int = 0, title: str | None = None
     tasks = in_order(at["task"]) if "task" in at else [None]
     lengths = sorted(at["scratch_updates"].unique()) if "scratch_updates" in at else [None]
     fig, axes = new_figure(len(tasks), len(lengths), panel=(1.2 + 0.75 * at["condition"].nunique(), 3.2))
-    models = sorted(at["model"].unique(), key=str) if "model" in at else [None]
-    palette = sns.color_palette("deep", n_colors=len(models))
+    every = sorted(at["model"].unique(), key=str) if "model" in at else [None]
+    colour_of = dict(zip(every, sns.color_palette("deep", n_colors=len(every))))
+    if models is not None:
+        unknown = sorted(set(models) - set(every), key=str)
+        if unknown or not models:
+            raise ValueError(f"models={list(models)!r} is invalid: must name some of {every}")
+    models = [m for m in every if models is None or m in models]
+    palette = [colour_of[m] for m in models]
+    at = at if models == every else at[at["model"].isin(models)]
     width = 0.8 / len(models)
     marks = {"twin_accuracy": ({"marker": "o", "facecolors": "none", "edgecolors": "black"}, "untrained twin"),
              "upper_bound": ({"marker": "*", "color": "black"}, "upper bound (fed-back top layer)")}
@@ -112,8 +168,9 @@ def layer0_comparison(df: pd.DataFrame, depth: int = 0, title: str | None = None
                 values = rows[column]
                 if column == "upper_bound":  # a ceiling only for a depth-0 probe after one recurrent step
                     values = values.where(rows.index.isin(BOUNDED) & (depth == 0))
-                if values.notna().any():
-                    ax.scatter(x, values, s=30, zorder=4, label=label, **style)
+                if values.notna().any():  # the twin left on its bar, the bound right: never on top of each other
+                    shift = (-0.25 if column == "twin_accuracy" else 0.25) * width
+                    ax.scatter(x + shift, values, s=30, zorder=4, label=label, **style)
         if "majority" in sub and not sub.empty:
             ax.axhline(float(sub["majority"].mean()), color="grey", ls="--", lw=1.5, label="majority")
         ax.set_xticks(np.arange(len(conditions)), [str(c) for c in conditions], rotation=30, ha="right",
@@ -126,42 +183,67 @@ def layer0_comparison(df: pd.DataFrame, depth: int = 0, title: str | None = None
     return fig
 
 
-def accuracy_vs_scratch(df: pd.DataFrame, condition: str = "suffix1", depth: int = 0) -> Figure:
+def accuracy_vs_scratch(df: pd.DataFrame, condition: str = "suffix1", depth: int = 0,
+                        groups: Mapping[str, Sequence[str]] | None = None) -> Figure:
     """Probe accuracy at one depth and condition against scratch lines, per task and model, with the twin and the
     upper bound. A lift that holds as the distance grows is carried by the fed-back state; one that fades was read
-    from nearby tokens."""
+    from nearby tokens. ``groups``: row title -> models, one row of panels each (a model keeps its colour); the
+    line styles are keyed once in the legend below."""
+    from matplotlib.lines import Line2D
+
     require_columns(df, ["task", "model", "scratch_updates", "condition", "layer", "accuracy"], "accuracy_vs_scratch")
     at = df[(df["layer"] == depth) & (df["condition"] == condition)]
     if at.empty:
         raise ValueError(f"condition={condition!r}, depth={depth!r} is invalid: no rows for them")
     tasks = in_order(at["task"])
-    fig, axes = new_figure(len(tasks), panel=(4.2, 3.6))
     models = in_order(at["model"])
-    for ax, task in zip(axes, tasks):
-        sub = at[at["task"] == task]
-        for model, color in zip(models, sns.color_palette("deep", n_colors=len(models))):
-            rows = sub[sub["model"] == model].sort_values("scratch_updates")
-            if rows.empty:
-                continue
-            ax.plot(rows["scratch_updates"], rows["accuracy"], "o-", color=color, label=str(model))
-            if "twin_accuracy" in rows:
-                ax.plot(rows["scratch_updates"], rows["twin_accuracy"], "s--", color=color, alpha=0.7,
-                        label=f"{model}: twin")
-            if "upper_bound" in rows:
-                ax.plot(rows["scratch_updates"], rows["upper_bound"], ":", color=color, label=f"{model}: upper bound")
-        if "majority" in sub:
-            ax.axhline(float(sub["majority"].mean()), color="grey", ls="--", lw=1, label="majority")
-        ax.set(title=str(task), xlabel="scratch lines", ylabel=f"accuracy at depth {depth}, {condition}",
-               ylim=(0.0, 1.05), xticks=sorted(sub["scratch_updates"].unique()))
-    axes[0].legend(fontsize=7, loc="lower left")
+    rows = dict(groups) if groups else {"": models}
+    unknown = sorted({m for names in rows.values() for m in names} - set(models), key=str)
+    if unknown:
+        raise ValueError(f"groups={rows!r} is invalid: {unknown} are not models of the table {models}")
+    colour = dict(zip(models, sns.color_palette("deep", n_colors=len(models))))
+    fig, axes = new_figure(len(tasks), len(rows), panel=(4.2, 3.6))
+    for r, (heading, names) in enumerate(rows.items()):
+        for ax, task in zip(axes[r * len(tasks):(r + 1) * len(tasks)], tasks):
+            sub = at[at["task"] == task]
+            for model in names:
+                lines = sub[sub["model"] == model].sort_values("scratch_updates")
+                if lines.empty:
+                    continue
+                color = colour[model]
+                ax.plot(lines["scratch_updates"], lines["accuracy"], "o-", color=color, label=str(model))
+                if "twin_accuracy" in lines:
+                    ax.plot(lines["scratch_updates"], lines["twin_accuracy"], "s--", color=color, alpha=0.7)
+                if "upper_bound" in lines:
+                    ax.plot(lines["scratch_updates"], lines["upper_bound"], ":", color=color)
+            if "majority" in sub:
+                ax.axhline(float(sub["majority"].mean()), color="grey", ls="--", lw=1, label="majority")
+            ax.set(title=f"{task}" + (f" / {heading}" if heading else ""), xlabel="scratch lines",
+                   ylabel=f"accuracy at depth {depth}, {condition}", ylim=(0.0, 1.05),
+                   xticks=sorted(sub["scratch_updates"].unique()))
+    handles, labels = shared_legend(axes)  # every panel's series once: a model drawn only in a later panel too
+    styles = {"o-": "solid: trained", "s--": "dashed: untrained twin", ":": "dotted: upper bound"}
+    for fmt, words in styles.items():
+        if fmt == "o-" or (fmt == "s--" and "twin_accuracy" in at) or (fmt == ":" and "upper_bound" in at):
+            handles.append(Line2D([], [], color="grey", marker=fmt[0] if fmt[0] in "os" else None,
+                                  ls=fmt.lstrip("os")))
+            labels.append(words)
+    fig.legend(handles, labels, fontsize=7, loc="outside lower center", ncols=min(len(labels), 5))
     return fig
 
 
-def specimen_gates(df: pd.DataFrame, threshold: float, by: str = "arm") -> Figure:
+def check_chance(chance: float | None, name: str = "chance") -> None:
+    if chance is not None and not (isinstance(chance, (int, float)) and 0.0 <= chance <= 1.0):
+        raise ValueError(f"{name}={chance!r} is invalid: must be an accuracy in [0, 1] or None")
+
+
+def specimen_gates(df: pd.DataFrame, threshold: float, by: str = "arm", chance: float | None = None,
+                   title: str = "") -> Figure:
     """Each specimen's competence before it is probed: answer accuracy (``gate_value``) per scratch length and ``by``
     value, against the gate ``threshold`` (a bar below it is reported, never probed); colours as in
-    ``layer0_comparison``."""
+    ``layer0_comparison``. ``chance``: the accuracy of guessing (dotted); ``title``: the takeaway."""
     require_columns(df, ["task", by, "scratch_updates", "gate_value"], "specimen_gates")
+    check_chance(chance)
     if df.duplicated(["task", by, "scratch_updates"]).any():
         raise ValueError(f"by={by!r} is invalid: it leaves two specimens in one bar (try by='label')")
     tasks = in_order(df["task"])
@@ -179,35 +261,51 @@ def specimen_gates(df: pd.DataFrame, threshold: float, by: str = "arm") -> Figur
                 ax.scatter(x, rows["answer_sequential"], color="black", zorder=3, s=15,
                            label="exact recurrence" if a == len(arms) - 1 else None)
         ax.axhline(threshold, color="grey", ls="--", lw=1.5, label=f"gate {threshold:g}")
+        if chance is not None:
+            ax.axhline(chance, color="black", ls=":", lw=1.2, label=f"chance {chance:g}")
         ax.set_xticks(np.arange(len(lengths)), [str(n) for n in lengths])
         ax.set(title=str(task), xlabel="scratch lines", ylabel="held-out answer accuracy", ylim=(0.0, 1.05))
     handles, labels = shared_legend(axes)
-    fig.legend(handles, labels, fontsize=8, loc="outside lower center", ncols=min(len(labels), 6))
+    fig.legend(handles, labels, fontsize=8, loc="outside lower center", ncols=min(len(labels), 7))
+    if title:
+        fig.suptitle(title, fontsize=10)
     return fig
 
 
 def regularisation_paths(df: pd.DataFrame, threshold: float | None = None) -> Figure:
-    """A probe's held-out accuracy against ``C`` (log), a line per specimen, a panel per task; filled markers are the
-    ``plausible`` strengths. A verdict holds only if it stays put across the filled markers."""
+    """A probe's held-out accuracy against ``C`` (log), a line per specimen (dashed: its untrained twin), a panel per
+    task and, with an ``arm`` column, per arm (at most six specimens a panel, each its own colour, named in a legend
+    under its panel); filled markers are the ``plausible`` strengths. A verdict holds only if it stays put across the
+    filled markers."""
+    from matplotlib.lines import Line2D
+
     require_columns(df, ["task", "specimen", "C", "accuracy", "plausible"], "regularisation_paths")
-    tasks = in_order(df["task"])
-    fig, axes = new_figure(len(tasks), panel=(3.6, 3.2))
-    specimens = in_order(df["specimen"])
-    colors = dict(zip(specimens, sns.color_palette("deep", n_colors=len(specimens))))
-    for ax, task in zip(axes, tasks):
-        sub = df[df["task"] == task]
-        for (specimen, model), rows in sub.groupby(["specimen", sub.get("model", "trained")], sort=False):
+    keys = ["task"] + (["arm"] if "arm" in df.columns else [])
+    facets = [(" / ".join(map(str, key if isinstance(key, tuple) else (key,))), group)
+              for key, group in df.groupby(keys if len(keys) > 1 else keys[0], sort=False)]
+    fig, axes = panel_grid(len(facets), panel=(3.8, 4.0))
+    for ax, (title, sub) in zip(axes, facets):
+        specimens = in_order(sub["specimen"])
+        colors = dict(zip(specimens, sns.color_palette("deep", n_colors=len(specimens))))
+        models = sub["model"] if "model" in sub else pd.Series("trained", index=sub.index, name="model")
+        for (specimen, model), rows in sub.groupby([sub["specimen"], models], sort=False):
             rows = rows.sort_values("C")
             twin = model != "trained"
             ax.plot(rows["C"], rows["accuracy"], color=colors[specimen], ls="--" if twin else "-", lw=1.2,
-                    label=f"{specimen} (untrained twin)" if twin else str(specimen))
+                    label=None if twin else str(specimen))
             for plausible, face in ((True, colors[specimen]), (False, "none")):
                 at = rows[rows["plausible"] == plausible]
                 ax.scatter(at["C"], at["accuracy"], s=22, zorder=3, facecolors=face, edgecolors=colors[specimen])
         if threshold is not None:
-            ax.axhline(threshold, color="grey", ls=":", lw=1.2, label=f"claim needs {threshold:g}")
+            ax.axhline(threshold, color="grey", ls=":", lw=1.2)
         ax.set_xscale("log")
-        ax.set(title=str(task), xlabel="inverse L2 strength C", ylabel="held-out probe accuracy", ylim=(0.4, 1.02))
-    handles, labels = shared_legend(axes)
-    fig.legend(handles, labels, fontsize=7, loc="outside lower center", ncols=min(len(labels), 3))
+        ax.set(title=title, xlabel="inverse L2 strength C", ylabel="held-out probe accuracy", ylim=(0.4, 1.02))
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncols=2, frameon=False)
+    keys = {"solid: trained specimen": Line2D([], [], color="grey"),
+            "dashed: its untrained twin": Line2D([], [], color="grey", ls="--"),
+            "filled: C as good as the best (CV)": Line2D([], [], ls="none", marker="o", color="grey"),
+            "open: other C": Line2D([], [], ls="none", marker="o", mfc="none", color="grey")}
+    if threshold is not None:
+        keys[f"claim needs {threshold:g}"] = Line2D([], [], color="grey", ls=":")
+    fig.legend(list(keys.values()), list(keys), fontsize=8, loc="outside lower center", ncols=min(len(keys), 5))
     return fig

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping
 
 import numpy as np
@@ -18,6 +19,7 @@ from .base import (
     positive_only,
     require_columns,
 )
+from .training import check_floor, floor_line
 
 
 def jacobi_settling(frame: pd.DataFrame, exact_below: float = 1e-9) -> Figure:
@@ -33,16 +35,21 @@ def jacobi_settling(frame: pd.DataFrame, exact_below: float = 1e-9) -> Figure:
     extent = (table.columns.min() - 0.5, table.columns.max() + 0.5, table.index.max() + 0.5, table.index.min() - 0.5)
     image = ax.imshow(logs, aspect="auto", cmap="magma", extent=extent, interpolation="nearest")
     ax.contour(table.columns, table.index, exact.astype(float), levels=[0.5], colors="tab:blue", linewidths=1.5)
+    ax.plot([], [], color="tab:blue", lw=1.5, label="exact boundary t < k")  # the contour's legend entry
+    fig.legend(fontsize=8, loc="outside lower center", frameon=False)
     ax.grid(False)
     ax.set(xlabel="position t", ylabel="pass k", title=f"pass k is exact at positions t < k (white: < {exact_below:g})")
     fig.colorbar(image, ax=ax, label="log10 ||H^k_t - H*_t|| / ||H*_t||")
     return fig
 
 
-def regime_losses(frame: pd.DataFrame) -> Figure:
+def regime_losses(frame: pd.DataFrame, title: str = "", floor: float | None = None,
+                  floor_label: str = "unigram") -> Figure:
     """Next-token loss per position, a line per decoding regime labelled with its mean: a regime that helps a few
-    positions is told from one that helps throughout."""
+    positions is told from one that helps throughout. ``floor``: the loss of a model without context (nats),
+    dotted; ``title``: the takeaway (``regime_takeaway`` computes one)."""
     require_columns(frame, ["regime", "position", "loss"], "regime_losses")
+    check_floor(floor)
     fig, (ax,) = new_figure(1, panel=(7.0, 3.6))
     regimes = in_order(frame["regime"])
     order = [r for r in REGIMES if r in regimes] + [r for r in regimes if r not in REGIMES]
@@ -51,9 +58,26 @@ def regime_losses(frame: pd.DataFrame) -> Figure:
         rows = frame[frame["regime"] == regime].sort_values("position")
         ax.plot(rows["position"], rows["loss"], "o-", ms=3, color=palette.get(regime),
                 label=f"{regime} (mean {rows['loss'].mean():.3f})")
-    ax.set(xlabel="position (predicting the next token)", ylabel="loss (nats)")
-    ax.legend(fontsize=8)
+    floor_line(ax, floor, floor_label)
+    ax.set(xlabel="position (predicting the next token)", ylabel="loss (nats / token)")
+    if title:
+        ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     return fig
+
+
+def regime_takeaway(frame: pd.DataFrame, reference: str = "standard") -> str:
+    """Each regime's mean loss minus ``reference``'s, over the positions both scored: the sentence a
+    ``regime_losses`` figure is read by."""
+    require_columns(frame, ["regime", "position", "loss"], "regime_takeaway")
+    means = frame.groupby("regime", sort=False)["loss"].mean()
+    if reference not in means:
+        raise ValueError(f"reference={reference!r} is invalid: the frame holds regimes {list(means.index)}")
+    others = [r for r in means.index if r != reference]
+    if not others:
+        return f"{reference}: mean loss {means[reference]:.3f} nats / token"
+    return "; ".join(f"{r} - {reference}: {means[r] - means[reference]:+.3f} nats / token" for r in others) + \
+        f" (mean over {frame['position'].nunique()} positions)"
 
 
 def knob_symbol(schedule: str) -> str:
@@ -62,33 +86,77 @@ def knob_symbol(schedule: str) -> str:
     return (value.symbol if value is not None else "") or "value"
 
 
+def _first_exact(values: pd.Series, distances: pd.Series, exact_below: float) -> object | None:
+    """The smallest knob value from which on every distance stays below ``exact_below`` (None: never)."""
+    order = np.argsort(values.to_numpy(dtype=float))
+    values, close = values.to_numpy()[order], distances.to_numpy(dtype=float)[order] < exact_below
+    if not close[-1]:
+        return None
+    k = len(close) - 1
+    while k > 0 and close[k - 1]:
+        k -= 1
+    return values[k]
+
+
+def schedule_takeaway(sweeps: pd.DataFrame, exact_below: float = 1e-5) -> str:
+    """Which schedules reach the exact recurrence (distance below ``exact_below`` from then on), and from which knob
+    value: computed from ``schedule_sweep`` rows."""
+    require_columns(sweeps, ["schedule", "value", "distance"], "schedule_takeaway")
+    reached, never = [], []
+    for schedule in in_order(sweeps["schedule"]):
+        rows = sweeps[sweeps["schedule"] == schedule]
+        first = _first_exact(rows["value"], rows["distance"], exact_below)
+        if first is None:
+            never.append(schedule)
+        else:
+            reached.append(f"{schedule} from {knob_symbol(schedule)} = {int(first)}")
+    head = f"within {exact_below:g} of the exact recurrence: " + (", ".join(reached) if reached else "none")
+    return head + (f"; {', '.join(never)} never" if never else "")
+
+
 def schedule_distance(sweeps: pd.DataFrame, positions: Mapping[str, pd.DataFrame] | None = None,
-                      selected: Mapping[str, int] | None = None) -> Figure:
+                      selected: Mapping[str, int] | None = None, title: str | None = None,
+                      exact_below: float = 1e-5) -> Figure:
     """Each approximate schedule's distance to the exact logits against its knob (``schedule_sweep`` rows,
-    ``selected`` ringed) and, with ``positions``, per position (multipass's exact prefix, blockwise's block edges)."""
+    ``selected`` ringed) and, with ``positions``, per position (multipass's exact prefix, blockwise's block edges).
+
+    ``title``: the takeaway over the figure; None computes it (``schedule_takeaway``: which schedule gets within
+    ``exact_below`` of the exact logits, from which knob value), "" draws none. With ``positions`` the right panel
+    says up to which position each selected setting is exact."""
     require_columns(sweeps, ["schedule", "value", "distance"], "schedule_distance")
+    if not (isinstance(exact_below, (int, float)) and exact_below > 0):
+        raise ValueError(f"exact_below={exact_below!r} is invalid: must be a positive number")
     fig, axes = new_figure(2 if positions else 1)
     schedules = in_order(sweeps["schedule"])
     palette = dict(zip(schedules, sns.color_palette("deep", n_colors=len(schedules))))
     ax = axes[0]
+    ringed = False
     for schedule in schedules:
         rows = sweeps[sweeps["schedule"] == schedule].sort_values("value")
         log_line(ax, rows["value"].astype(float), rows["distance"], "o-", ms=3, color=palette[schedule],
-                  label=f"{schedule} ({knob_symbol(schedule)})")
+                 label=f"{schedule} ({knob_symbol(schedule)})")
         if selected and schedule in selected:
             chosen = rows[rows["value"] == selected[schedule]]
             ax.plot(chosen["value"].astype(float), positive_only(chosen["distance"]), "o", ms=11, mfc="none",
-                    mec="black", mew=1.5)
+                    mec="black", mew=1.5, label=None if ringed else "selected setting")
+            ringed = True
     ax.set(xlabel="K passes / S subsets / B block length", ylabel="||L - L*|| / ||L*||  (L* = sequential)",
-           yscale="log", title="distance to the exact recurrence")
+           yscale="log")
+    ax.set_title("distance to the exact logits, by knob", fontsize=10)
     ax.legend(fontsize=8)
     if positions:
         ax = axes[1]
+        prefixes = []
         for label, frame in positions.items():
             require_columns(frame, ["position", "distance"], "schedule_distance positions")
             color = palette.get(label.split("(")[0])
             log_line(ax, frame["position"], frame["distance"], "o-", ms=3, color=color, label=label)
-        ax.set(xlabel="position t", ylabel="distance at position t", yscale="log", title="where it is wrong")
+            wrong = frame.loc[frame["distance"].to_numpy(dtype=float) >= exact_below, "position"]
+            prefixes.append(f"{label} t < {int(wrong.min())}" if len(wrong) else f"{label} everywhere")
+        ax.set(xlabel="position t", ylabel="distance at position t", yscale="log")
+        ax.set_title(textwrap.fill(f"exact (< {exact_below:g}) only at " + ", ".join(prefixes), 55), fontsize=9)
         ax.legend(fontsize=8)
+    title = schedule_takeaway(sweeps, exact_below) if title is None else title
+    if title:
+        fig.suptitle(title, fontsize=10)
     return fig
-

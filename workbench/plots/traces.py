@@ -17,13 +17,33 @@ from .base import (
     require_columns,
 )
 
+REGIME_WORDS = {"soft_last": "soft_last: SOFT started at the prompt's last token (suffix1)",
+                "baseline": "baseline: a model without feedback",
+                "training mix": "training mix: the traces it trained on"}
 
-def trace_lengths(df: pd.DataFrame, lines: pd.DataFrame | None = None) -> Figure:
+
+def trace_takeaway(df: pd.DataFrame) -> str:
+    """The regimes' median trace lengths (one number when they agree) and the most and least accurate regime."""
+    from ..analysis.traces import TRAINING
+
+    require_columns(df, ["regime", "length", "correct"], "trace_takeaway")
+    medians = df.groupby("regime", sort=False)["length"].median()
+    lengths = (f"median trace {medians.iloc[0]:g} tokens in every regime" if medians.nunique() == 1 else
+               "median trace " + ", ".join(f"{r} {m:g}" for r, m in medians.items()) + " tokens")
+    accuracy = df[df["regime"] != TRAINING].groupby("regime", sort=False)["correct"].mean()
+    if accuracy.empty:
+        return lengths
+    best, worst = accuracy.idxmax(), accuracy.idxmin()
+    return f"{lengths}; most accurate {best} ({accuracy[best]:.0%}), least {worst} ({accuracy[worst]:.0%})"
+
+
+def trace_lengths(df: pd.DataFrame, lines: pd.DataFrame | None = None, title: str | None = None) -> Figure:
     """Reasoning-trace length per decoding regime (box and points) and accuracy.
 
     Points are coloured by correctness, so a regime short only because it gives up shows as wrong answers.
     Training-mix rows (``training_traces``) add a box without accuracy bar; ``lines`` (``line_distribution``) adds
-    the share of traces by lines written."""
+    the share of traces by lines written. ``title``: the takeaway (None: ``trace_takeaway`` computes it; "": none);
+    regimes other than STANDARD / SOFT / FUSED are said in words under the figure."""
     from ..analysis.traces import TRAINING
 
     require_columns(df, ["regime", "length", "correct"], "trace_lengths")
@@ -45,8 +65,10 @@ def trace_lengths(df: pd.DataFrame, lines: pd.DataFrame | None = None) -> Figure
     ax_len.set_xticks(range(len(order)), names, fontsize=8)
     ax_len.set(xlabel="regime", ylabel="trace length (tokens before the answer)", ylim=(0, top * 1.12 + 1))
     # below the panel: inside, the legend would cover the medians written above the boxes
-    ax_len.legend(title="correct", fontsize=8, title_fontsize=8, ncol=2, frameon=False, loc="upper center",
-                  bbox_to_anchor=(0.5, -0.3))
+    handles, labels = ax_len.get_legend_handles_labels()
+    words = {"False": "wrong answer (point)", "True": "right answer (point)"}
+    ax_len.legend(handles, [words.get(label, label) for label in labels], fontsize=8, ncol=2, frameon=False,
+                  loc="upper center", bbox_to_anchor=(0.5, -0.3))
     decoded = [r for r in order if r != TRAINING]
     accuracy = df.groupby("regime")["correct"].agg(["mean", "size"]).reindex(decoded)
     ax_acc.bar(range(len(decoded)), accuracy["mean"], color=[palette[r] for r in decoded])
@@ -56,6 +78,12 @@ def trace_lengths(df: pd.DataFrame, lines: pd.DataFrame | None = None) -> Figure
     ax_acc.set(xlabel="regime", ylabel="accuracy", ylim=(0.0, 1.1))
     if lines is not None:
         _trace_lines(axes[2], lines, palette)
+    said = [REGIME_WORDS[r] for r in order if r in REGIME_WORDS]
+    if said:
+        fig.supxlabel("; ".join(said), fontsize=8)
+    title = trace_takeaway(df) if title is None else title
+    if title:
+        fig.suptitle(title, fontsize=10)
     return fig
 
 
@@ -79,9 +107,11 @@ def _trace_lines(ax: Axes, lines: pd.DataFrame, palette: Mapping[str, object]) -
     ax.legend(fontsize=8)
 
 
-def trace_example(df: pd.DataFrame, example: int, regime: str | None = None) -> Figure:
+def trace_example(df: pd.DataFrame, example: int, regime: str | None = None, title: str | None = None) -> Figure:
     """One example's trace length under every regime (green right, red wrong, hatched unanswered) against each
-    regime's median; ``regime`` outlines one bar."""
+    regime's median; ``regime`` outlines one bar. ``title``: the takeaway (None: computed, the outlined regime's
+    length against its median and whether it answered right; "": none); the legend sits below the panel."""
+    from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
     require_columns(df, ["regime", "example", "length", "correct"], "trace_example")
@@ -96,7 +126,7 @@ def trace_example(df: pd.DataFrame, example: int, regime: str | None = None) -> 
         raise ValueError(f"regime={regime!r} is invalid: the traces hold {order}")
     rows = rows.set_index("regime").reindex(order)
     medians = df.groupby("regime")["length"].median().reindex(order)
-    fig, (ax,) = new_figure(1, panel=(5.5, 3.4))
+    fig, (ax,) = new_figure(1, panel=(5.5, 3.6))
     x = np.arange(len(order))
     colors = ["tab:green" if ok else "tab:red" for ok in rows["correct"].fillna(False)]
     bars = ax.bar(x, rows["length"], color=colors, alpha=0.8, width=0.6)
@@ -105,14 +135,26 @@ def trace_example(df: pd.DataFrame, example: int, regime: str | None = None) -> 
         bar.set_hatch("" if done else "//")
         if name == regime:
             bar.set(edgecolor="black", linewidth=2.5)
-    median = ax.scatter(x, medians, marker="_", s=900, color="black", zorder=3)
+    ax.scatter(x, medians, marker="_", s=900, color="black", zorder=3)
     ax.set_xticks(x, order)
     top = float(max(df["length"].max(), 1))
-    ax.set(xlabel="regime", ylabel="trace length (tokens before the answer)", ylim=(0, top * 1.35),
-           title=f"example {example}")
+    ax.set(xlabel="regime", ylabel="trace length (tokens before the answer)", ylim=(0, top * 1.1))
+    if title is None:
+        right = [r for r, ok in zip(order, rows["correct"]) if pd.notna(ok) and bool(ok)]
+        if regime is not None:
+            verdict = "right" if regime in right else "wrong"
+            title = (f"example {example}: {regime} writes {rows.loc[regime, 'length']:g} tokens "
+                     f"(median {medians[regime]:g}) and answers {verdict}")
+        else:
+            title = f"example {example}: right under {', '.join(right) or 'no regime'}"
+    if title:
+        ax.set_title(title, fontsize=10)
     keys = [Patch(color="tab:green", alpha=0.8), Patch(color="tab:red", alpha=0.8),
-            Patch(facecolor="white", edgecolor="grey", hatch="//"), median]
-    ax.legend(keys, ["right answer", "wrong answer", "no answer line", "median over examples"], fontsize=8,
-              loc="upper center", ncols=2)
+            Patch(facecolor="white", edgecolor="grey", hatch="//"),
+            Line2D([], [], ls="none", marker="_", ms=14, mew=2, color="black")]
+    names = ["right answer", "wrong answer", "no answer line", "median over examples"]
+    if regime is not None:
+        keys.append(Patch(facecolor="white", edgecolor="black", linewidth=2.5))
+        names.append(f"selected regime ({regime})")
+    fig.legend(keys, names, fontsize=8, loc="outside lower center", ncols=3, frameon=False)
     return fig
-

@@ -118,8 +118,10 @@ def format_number(value: float) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- contraction
-def contraction_explorer(results: Mapping[str, pd.DataFrame]) -> Explorer:
-    """Step through ``pass_dynamics`` results (name -> table): pick a run, slide to a pass, read that pass's numbers."""
+def contraction_explorer(results: Mapping[str, pd.DataFrame], chance: Mapping[str, float] | None = None) -> Explorer:
+    """Step through ``pass_dynamics`` results (name -> table): pick a run, slide to a pass, read that pass's numbers.
+    The figure's title is the run's takeaway (``contraction_takeaway``); ``chance``: label -> loss of a model without
+    context, drawn on the loss panel."""
     if not results:
         raise ValueError("results is empty: give at least one name -> pass_dynamics table")
     for name, frame in results.items():
@@ -140,7 +142,8 @@ def contraction_explorer(results: Mapping[str, pd.DataFrame]) -> Explorer:
                             (("delta", "residual"), ("fixed_point_distance", "distance to fixed point"),
                              ("contraction_rate", "rate"), ("loss", "loss")) if col in row)
         summary = f"<b>{html.escape(run)}</b>, pass {shown}{note}: {numbers}"
-        return plots.contraction_curves({run: frame}, max_pass=shown), summary
+        takeaway = f"{run}: {plots.contraction_takeaway({run: frame})}"
+        return plots.contraction_curves({run: frame}, max_pass=shown, note=takeaway, chance=chance), summary
 
     return Explorer(controls, render)
 
@@ -187,7 +190,8 @@ def probe_explorer(compute: Callable[[str, str], pd.DataFrame], tasks: Sequence[
             lines.append(f"{who}accuracy {format_number(row['accuracy'])}{std}; {extra}")
         summary = (f"<b>{html.escape(task)}</b>, {html.escape(condition)}, depth {depth}<br>"
                    + "<br>".join(lines))
-        return plots.probe_profile(frame, highlight_depth=depth), summary
+        title = f"{task}, {condition}: {plots.profile_takeaway(frame, depth)}"
+        return plots.probe_profile(frame, highlight_depth=depth, title=title), summary
 
     return Explorer(controls, render)
 

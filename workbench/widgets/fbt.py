@@ -22,17 +22,20 @@ from .core import Explorer, format_number
 
 
 def regime_explorer(model: GPT, tokens: torch.Tensor, prompt_len: int, decode: Callable[[Sequence[int]], str],
-                    max_prefill_passes: int = 8) -> Explorer:
+                    max_prefill_passes: int = 8, floor: float | None = None,
+                    floor_label: str = "unigram") -> Explorer:
     """Pick a decoding regime (and FUSED's prefill passes); read what the model writes after a prompt.
 
     ``tokens`` (1, T): the first ``prompt_len`` are the prompt, the rest the real continuation, whose loss is scored as
-    the regime computes it (``regime_losses``), against STANDARD.
+    the regime computes it (``regime_losses``), against STANDARD. ``floor`` (e.g. the unigram loss, nats per token) is
+    drawn as the line a loss must clear; the figure's title is the regime's mean difference from STANDARD.
     """
     if tokens.ndim != 2 or tokens.size(0) != 1:
         raise ValueError(f"tokens must be one sequence of shape (1, T), got {tuple(tokens.shape)}")
     T = tokens.size(1)
     check_int("prompt_len", prompt_len, 1, T - 1)
     check_int("max_prefill_passes", max_prefill_passes, 1)
+    plots.training.check_floor(floor)
     prompt, new = tokens[:, :prompt_len], T - prompt_len
     standard = regime_losses(model, tokens, prompt_len, ("standard",))
     controls = {
@@ -56,7 +59,8 @@ def regime_explorer(model: GPT, tokens: torch.Tensor, prompt_len: int, decode: C
                    f"real continuation: <code>{html.escape(repr(decode(tokens[0, prompt_len:].tolist())))}</code>; "
                    f"its loss under {regime} {format_number(float(scored['loss'].mean()))} nats/token "
                    f"(standard {format_number(float(standard['loss'].mean()))})")
-        return plots.regime_losses(frame), summary
+        return plots.regime_losses(frame, title=plots.regime_takeaway(frame), floor=floor,
+                                   floor_label=floor_label), summary
 
     return Explorer(controls, render)
 
@@ -112,13 +116,13 @@ def run_views(names: Sequence[str]) -> dict[str, list[str]]:
 
 
 def pass_window_explorer(dynamics: pd.DataFrame, seq_len: int, from_position: int,
-                         depths: Mapping[str, int]) -> Explorer:
+                         depths: Mapping[str, int], chance: Mapping[str, float] | None = None) -> Explorer:
     """Slide through the Jacobi passes of several specimens at once, on the positions the claim is about.
 
     ``dynamics``: stacked ``pass_dynamics`` tables with a ``run`` column (the ``fbt_pass_mixes`` recipes'
     ``pass_dynamics.csv``), measured over t >= ``from_position``; ``depths``: label -> trained pass depth, marked on
     every panel. The summary adds the loss's change since pass 2 (the claim's comparison) and the share of positions
-    already exact by causality.
+    already exact by causality. ``chance``: label -> the context-free loss, drawn on the loss panel.
     """
     missing = sorted({"run", "pass", "delta", "fixed_point_distance", "loss", "exact_by_causality"}
                      - set(dynamics.columns))
@@ -139,7 +143,7 @@ def pass_window_explorer(dynamics: pd.DataFrame, seq_len: int, from_position: in
         shown = {name: runs[name] for name in views[run]} if run in views else {run: runs[run]}
         note = (f"T = {seq_len}; every number over positions t >= {from_position} (not exact by causality "
                 f"before pass {from_position + 1}); pass {pass_}")
-        figure = plots.contraction_curves(shown, max_pass=pass_, depths=depths, note=note)
+        figure = plots.contraction_curves(shown, max_pass=pass_, depths=depths, note=note, chance=chance)
         lines = []
         for name, frame in shown.items():
             by_pass = frame.set_index("pass")

@@ -25,6 +25,19 @@ def _summary(frame, example: int, label: str) -> str:
     return f"<b>example #{example}</b> (label {html.escape(label)!r}) — " + "; ".join(parts)
 
 
+def flip_takeaway(frame) -> str:
+    """Which edits flip the answer (the true label's logit no longer the highest): the figure's one line."""
+    flipped = [name for name, rows in frame.groupby("intervention", sort=False)
+               if rows.loc[rows["true"], "logit"].iloc[0] < rows.loc[~rows["true"], "logit"].max()]
+    edits = [name for name in dict.fromkeys(frame["intervention"]) if name != "clean"]
+    if "clean" in flipped:
+        return "wrong before any edit"
+    if not flipped:
+        return "no edit flips the answer"
+    verb = "flips" if len(flipped) == 1 else "flip"
+    return ("only " if len(flipped) < len(edits) else "") + f"{' and '.join(flipped)} {verb} the answer"
+
+
 def intervention_explorer(model: GPT, batch: Batch, site: str = "memory") -> Explorer:
     """Example, position and source sliders over ``example_logits`` on a probe batch; the source defaults to the first
     example's swap mate (same group, other label)."""
@@ -46,7 +59,7 @@ def intervention_explorer(model: GPT, batch: Batch, site: str = "memory") -> Exp
     def render(example: int, position: int, source: int) -> tuple[Figure, str]:
         frame = example_logits(model, batch, example, position, source, site)
         label = names[int(batch.labels[example])]
-        title = f"#{example}: memory read at {position} (label at {p})"
+        title = f"#{example} (label {label!r}), memory edited at {position}: {flip_takeaway(frame)}"
         return plots.answer_logits(frame, title=title), _summary(frame, example, label)
 
     return Explorer(controls, render)

@@ -141,7 +141,8 @@ def lrt_run_explorer(models: Mapping[str, GPT], idx: torch.Tensor,
                    f"{format_number(stats['gamma'].mean())}, mean feedback gate "
                    f"{format_number(stats['gate_feedback'].mean())}"
                    f"{recorded}")
-        return plots.lrt_mechanism(stats, gates, title=run), summary
+        return plots.lrt_mechanism(stats, gates, title=f"{run}: {plots.gate_takeaway(stats)}",
+                                   gamma_init=c.lrt_gamma_init), summary
 
     return Explorer(controls, render)
 

@@ -24,7 +24,10 @@ def test_recurrence_draws_one_memory_arrow_per_reading_point(mechanism, layers, 
     fig = diagrams.recurrence(positions=4, layers=layers, mechanism=mechanism)
     assert isinstance(fig, Figure) and len(fig.axes) == 1
     assert memory_arrows(fig) == 3 * arrows_per_position  # position 0 reads nothing
-    assert "m_{t-1}" in fig.axes[0].get_title()
+    title = fig.axes[0].get_title()
+    assert "m_{t-1}" in title
+    # the baseline reads no memory: its title must not say that token t reads one
+    assert ("token t reads" in title) == (mechanism != "none") and ("no memory" in title) == (mechanism == "none")
     assert ("$m_{2}$" in texts(fig)) == (mechanism != "none")
 
 
@@ -46,7 +49,7 @@ def test_interleaved_sweep_rows_and_arrows():
     labels = [t.get_text() for t in ax.get_yticklabels()]
     assert labels[0].startswith("init pass") and labels[1:] == [f"subset {s}: t % 3 = {s}" for s in range(3)]
     assert memory_arrows(fig) == 7
-    assert "interleaved(S=3)" in ax.get_title()
+    assert "interleaved(S=3)" in fig.get_suptitle() and "0 = init" in fig.get_suptitle()  # the numbering defined
 
 
 def test_jacobi_passes_staircase():
@@ -70,6 +73,9 @@ def test_fbt_fusion_labels():
 def test_decoding_regimes_panels():
     fig = diagrams.decoding_regimes(prompt_len=4, new_tokens=3, prefill_passes=2)
     assert [ax.get_title() for ax in fig.axes] == ["STANDARD", "SOFT", "FUSED"]
+    keys = [t.get_text() for t in fig.legends[0].get_texts()]  # every fill colour has a key
+    assert keys == ["prompt, plain pass (reads no memory)", "prompt, fused prefill pass (reads the pass above)",
+                    "generated token"]
     per_panel = [sum(p.get_gid() == "memory" for p in ax.patches) for ax in fig.axes]
     assert per_panel == [0, 3, 2 * 3 + 3]  # FUSED: two fused prefill passes over positions 1..3, then as SOFT
     assert len(fig.axes[2].get_yticklabels()) == 3

@@ -105,7 +105,16 @@ def test_probe_profile_draws_accuracy_and_control_per_condition():
     df = probes_frame(tasks=("memory",), models=("trained",))
     fig = plots.probe_profile(df, highlight_depth=2)
     (ax,) = fig.axes
-    assert len(ax.lines) == 2 * len(CONDITIONS) + 2  # accuracy and control each, majority, highlight
+    # accuracy and control each, the control's legend key, majority, highlight
+    assert len(ax.lines) == 2 * len(CONDITIONS) + 3
+    labels = ax.get_legend_handles_labels()[1]
+    assert "dashed: its control task" in labels and "selected depth 2" in labels  # every line kind explained
+    assert plots.probe_profile(df, title="at depth 0: x").axes[0].get_title() == "at depth 0: x"
+    at0 = df[df.layer == 0].set_index("condition")["accuracy"]
+    assert plots.profile_takeaway(df, depth=0) == (f"at depth 0: sequential reads best ({at0['sequential']:.2f}), "
+                                                   f"standard worst ({at0['standard']:.2f}); majority 0.50")
+    with pytest.raises(ValueError, match="^depth="):
+        plots.profile_takeaway(df, depth=9)
     np.testing.assert_allclose(ax.lines[0].get_ydata(), df[df.condition == "standard"]["accuracy"])
     with pytest.raises(ValueError, match="accuracy"):
         plots.probe_profile(df.drop(columns="accuracy"))
@@ -225,7 +234,8 @@ def test_layer0_comparison_labels_empty_panels_bounds_only_suffix1_and_keeps_the
     assert "no specimen of completion" in completion8.texts[0].get_text() and not completion8.patches
     stars = [c for c in memory0.collections if c.get_label().startswith("upper bound")]
     offsets = np.ma.filled(np.ma.asarray(stars[0].get_offsets(), dtype=float), np.nan)
-    assert len(stars) == 1 and offsets[np.isfinite(offsets[:, 1]), 0].tolist() == pytest.approx([1.0])  # suffix1
+    # suffix1 (x = 1), the star right of its bar's centre: the twin's circle sits left of it, never underneath
+    assert len(stars) == 1 and offsets[np.isfinite(offsets[:, 1]), 0].tolist() == pytest.approx([1.0 + 0.25 * 0.8])
     assert plots.layer0_comparison(df, depth=2).axes[0].collections  # control ticks still drawn there
     assert not [c for c in plots.layer0_comparison(df, depth=2).axes[0].collections
                 if c.get_label().startswith("upper bound")]  # not a bound on a deeper probe
@@ -236,13 +246,18 @@ def test_swap_flips_shows_scratch_as_ints_and_no_legend_colour_without_a_bar():
     swaps = pd.DataFrame({"task": ["delayed_memory", "delayed_memory"], "scratch_updates": [0.0, 8.0],
                           **{f"{k}_{c}": [0.0, 0.0] for k in ("swap", "control") for c in ("flip", "low", "high")},
                           "zero_flip": [0.1, 0.3], "zero_low": [0.05, 0.2], "zero_high": [0.2, 0.4]})
-    (ax,) = plots.swap_flips(swaps).axes
-    assert [t.get_text() for t in ax.get_xticklabels()] == ["delayed_memory\n0 scratch", "delayed_memory\n8 scratch"]
-    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["zero flip rate"]
-    assert any("swap, control: flip no answer" in t.get_text() for t in ax.texts)
+    fig = plots.swap_flips(swaps)
+    (ax,) = fig.axes  # one panel per task, the task in its title
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["0 scratch", "8 scratch"]
+    assert ax.get_title(loc="left").startswith("delayed_memory")
+    words = [t.get_text() for t in fig.legends[0].get_texts()]  # every edit in words, no bare code names
+    assert words == ["zero: the memory set to 0", "no bar: swap, control flip no answer anywhere"]
     swaps["swap_flip"], swaps["swap_high"] = [0.5, 0.0], [0.6, 0.0]  # a visible swap bar: back in the legend
-    labels = [t.get_text() for t in plots.swap_flips(swaps).axes[0].get_legend().get_texts()]
-    assert labels == ["swap flip rate", "zero flip rate"]
+    labels = [t.get_text() for t in plots.swap_flips(swaps).legends[0].get_texts()]
+    assert labels == ["swap: another example's memory, other label", "zero: the memory set to 0",
+                      "no bar: control flip no answer anywhere"]
+    assert plots.swap_flips(swaps).get_suptitle() == ("does the answer follow the memory?\n"
+                                                      "a swap flips 25% of answers, a control 0%")
 
 
 def test_causal_use_figure_tick_labels_do_not_run_together():

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from conftest import perturbed_model, small_config
-from workbench import widgets
+from workbench import plots, widgets
 from workbench.analysis import memory_trajectory, pass_dynamics
 from workbench.widgets import core  # noqa: F401
 
@@ -149,3 +149,11 @@ def test_the_static_twin_is_the_outputs_fallback_not_a_second_output(dynamics, m
     assert f'width="{core.png_size(explorer.image.value)[0]}"' in bundle["text/html"]
     explorer.controls["pass_"].value = 2  # the twin is the default view; the live widget moves on
     assert "pass 2:" in explorer.summary.value and "pass 2:" not in bundle["text/html"]
+
+
+def test_contraction_explorer_titles_the_takeaway_and_draws_chance(dynamics):
+    explorer = widgets.contraction_explorer(dynamics, chance={"chance 1.5": 1.5})
+    run = explorer.controls["run"].value
+    assert explorer.figure.get_suptitle() == f"{run}: {plots.contraction_takeaway({run: dynamics[run]})}"
+    loss_panel = explorer.figure.axes[2]
+    assert [line.get_ydata()[0] for line in loss_panel.lines if line.get_label() == "chance 1.5"] == [1.5]

@@ -127,8 +127,9 @@ def test_plots_of_notebooks_04_06(fbt_model, idx):
     history = pd.DataFrame({"step": [1, 2, 3, 4], "loss_pass1": [3.0, 2.9, 2.8, 2.7],
                             "loss_pass2": [math.nan, 2.95, math.nan, 2.75], "loss_pass3": [math.nan] * 3 + [2.7]})
     fig = plots.pass_losses({"mix": history, "one": history[["step", "loss_pass1"]]})
-    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
-    assert labels == ["pass 1 (4 logged steps)", "pass 2 (2 logged steps)", "pass 3 (1 logged steps)"]
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]  # one legend for every panel, below them
+    assert labels == ["pass 1", "pass 2", "pass 3"]
+    assert fig.axes[0].get_title().endswith("logged steps: pass 1 4, pass 2 2, pass 3 1")
     assert len(fig.axes[1].lines) == 1
     frame = regimes.regime_losses(fbt_model, idx, 3)
     fig = plots.regime_losses(frame)
@@ -162,6 +163,8 @@ def test_regime_explorer_follows_regime_and_prefill_passes(fbt_model, idx):
     assert len(explorer.figure.axes[0].lines) == 1
     with pytest.raises(ValueError, match="prompt_len"):
         widgets.regime_explorer(fbt_model, idx[:1], T, decode=str)
+    with pytest.raises(ValueError, match="^floor="):
+        widgets.regime_explorer(fbt_model, idx[:1], 3, decode=str, floor=math.nan)
     with pytest.raises(ValueError, match="tokens"):
         widgets.regime_explorer(fbt_model, idx, 3, decode=str)
 
@@ -220,3 +223,22 @@ def test_pass_milestones_reads_training_depths_T_and_the_tail(fbt_model, idx):
         fixed_point.pass_milestones({"x": pd.DataFrame({"pass": [1]})}, seq_len=T)
     with pytest.raises(ValueError, match="seq_len"):
         fixed_point.pass_milestones({"long": long}, seq_len=0)
+
+
+def test_regime_explorer_draws_the_floor_and_titles_the_difference_from_standard(fbt_model, idx):
+    explorer = widgets.regime_explorer(fbt_model, idx[:1], 3, decode=str, floor=2.5, floor_label="unigram")
+    ax = explorer.figure.axes[0]
+    assert [line.get_ydata()[0] for line in ax.lines if line.get_label() == "unigram 2.500"] == [2.5]
+    frame = regimes.regime_losses(fbt_model, idx[:1], 3, ("standard", "soft"))
+    means = frame.groupby("regime")["loss"].mean()
+    assert ax.get_title().startswith(f"soft - standard: {means['soft'] - means['standard']:+.3f} nats / token")
+
+
+def test_pass_window_explorer_draws_the_chance_line_on_the_loss_panel():
+    k = np.arange(1, 6)
+    stacked = pd.concat([pd.DataFrame({"run": name, "pass": k, "delta": 0.5 ** k, "fixed_point_distance": 0.5 ** k,
+                                       "loss": 1.0 + 0.1 * k, "exact_by_causality": 0.0}) for name in ("a", "b")])
+    explorer = widgets.pass_window_explorer(stacked, seq_len=8, from_position=4, depths={"trained depth 2": 2},
+                                            chance={"chance 0.693": 0.693})
+    loss_panel = explorer.figure.axes[2]
+    assert [line.get_ydata()[0] for line in loss_panel.lines if line.get_label() == "chance 0.693"] == [0.693]

@@ -54,7 +54,9 @@ def test_intervention_explorer_redraws_on_every_control(model, batch):
     explorer.controls["example"].value = 3
     assert "<b>example #3</b>" in explorer.summary.value
     explorer.controls["position"].value = 5
-    assert "memory read at 5" in explorer.figure.axes[0].get_title() and explorer.image.value != first_image
+    assert "memory edited at 5" in explorer.figure.axes[0].get_title() and explorer.image.value != first_image
+    title = explorer.figure.axes[0].get_title()
+    assert title.endswith("the answer") or title.endswith("wrong before any edit")  # the takeaway, computed
     other = wb.tasks.get("delayed_memory", scratch_updates=[0, 8], label_at="answer").sample(16, seed=0, split="val")
     assert other.label_positions.unique().numel() > 1
     with pytest.raises(ValueError, match="batch"):
@@ -84,3 +86,17 @@ def test_figures_of_the_causal_use_recipe():
     assert fig.axes[1].get_xticklabels()[0].get_text() == "reg\ns0 site"
     with pytest.raises(ValueError, match="answer_logits"):
         plots.answer_logits(pd.DataFrame({"intervention": []}))
+
+
+def test_flip_takeaway_names_the_edits_that_flip_the_answer():
+    from workbench.widgets.interventions import flip_takeaway
+
+    def frame(margins: dict[str, float]) -> pd.DataFrame:
+        return pd.DataFrame([row for name, m in margins.items()
+                             for row in ({"intervention": name, "token": "a", "logit": m, "true": True},
+                                         {"intervention": name, "token": "b", "logit": 0.0, "true": False})])
+
+    assert flip_takeaway(frame({"clean": 2.0, "patch": 1.0, "zero": -1.0})) == "only zero flips the answer"
+    assert flip_takeaway(frame({"clean": 2.0, "patch": -1.0, "zero": -1.0})) == "patch and zero flip the answer"
+    assert flip_takeaway(frame({"clean": 2.0, "zero": 1.0})) == "no edit flips the answer"
+    assert flip_takeaway(frame({"clean": -2.0, "zero": 1.0})) == "wrong before any edit"

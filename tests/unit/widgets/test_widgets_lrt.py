@@ -200,11 +200,36 @@ def test_kv_cache_step_blanks_what_is_not_cached_yet():
 def test_lrt_mechanism_figure_has_a_gate_map_only_when_given(lrt_model, idx):
     stats = lrt_state.lrt_layer_stats(lrt_model, idx)
     assert len(plots.lrt_mechanism(stats).axes) == 2
-    gates = plots.lrt_mechanism(stats).axes[1]  # the gates start at 1 (2 sigmoid(0)): the line says so
-    assert "at init (2 sigmoid(0) = 1)" in [t.get_text() for t in gates.get_legend().get_texts()]
-    assert len(plots.lrt_mechanism(stats, lrt_state.lrt_gates(lrt_model, idx), title="x").axes) == 4  # + colorbar
+    fig = plots.lrt_mechanism(stats)  # the gates start at 1 (2 sigmoid(0)): the line says so, in the one legend
+    assert "gates at init (2 sigmoid(0) = 1)" in [t.get_text() for t in fig.legends[0].get_texts()]
+    assert not any(name in [t.get_text() for t in fig.legends[0].get_texts()]
+                   for name in ("alpha", "gamma", "gate_local", "gate_feedback"))  # words, not code names
+    with_map = plots.lrt_mechanism(stats, lrt_state.lrt_gates(lrt_model, idx), title="x")
+    assert len(with_map.axes) == 4 and with_map.axes[3].get_ylabel() == "gate on the memory's K/V (1 at init)"
     with pytest.raises(ValueError, match="gamma"):
         plots.lrt_mechanism(stats.drop(columns="gamma"))
+
+
+def test_lrt_mechanism_draws_the_scales_at_init_and_the_gate_takeaway(lrt_model, idx):
+    stats = lrt_state.lrt_layer_stats(lrt_model, idx)
+    fig = plots.lrt_mechanism(stats, gamma_init=0.1)
+    at_init = {line.get_label(): line.get_ydata()[0] for line in fig.axes[0].lines}
+    assert at_init == {r"$\alpha$ at init (1)": 1.0, r"$\gamma$ at init (0.1)": 0.1}
+    assert len(plots.lrt_mechanism(stats).axes[0].lines) == 1  # no gamma_init: only alpha's
+    below = int((stats["gate_feedback"] < stats["gate_local"]).sum())
+    assert plots.gate_takeaway(stats).startswith(f"the memory's gate is below the local one in {below} of "
+                                                 f"{len(stats)} blocks")
+    with pytest.raises(ValueError, match="^gamma_init="):
+        plots.lrt_mechanism(stats, gamma_init=float("nan"))
+
+
+def test_kv_cache_step_has_labelled_colourbars_and_states_its_takeaway():
+    pattern = np.tril(np.ones((4, 4))) / np.arange(1, 5)[:, None]
+    fig = plots.kv_cache_step(pattern, np.ones((4, 2)), position=2)
+    assert [ax.get_ylabel() for ax in fig.axes[2:]] == ["attention weight", "key value (per channel)"]
+    assert fig.get_suptitle() == "each row sums to 1; nothing after t is read"
+    leaky = np.full((4, 4), 0.25)
+    assert "reads a later key" in plots.kv_cache_step(leaky, np.ones((4, 2)), position=2).get_suptitle()
 
 
 # ---------------------------------------------------------------------------------------------- widgets
@@ -264,6 +289,8 @@ def test_lrt_run_explorer_switches_runs_and_shows_the_recorded_metric(idx):
     assert "recorded accuracy (sequential decoding): <b>0.5</b>" in explorer.summary.value
     explorer.controls["run"].value = "top"
     assert "the top block" in explorer.summary.value and "recorded" not in explorer.summary.value
-    assert explorer.figure.texts[0].get_text() == "top" or explorer.figure._suptitle.get_text() == "top"
+    stats = lrt_state.lrt_layer_stats(models["top"], idx)
+    assert explorer.figure.get_suptitle() == f"top: {plots.gate_takeaway(stats)}"  # the run and its takeaway
+    assert r"$\gamma$ at init (0)" in [line.get_label() for line in explorer.figure.axes[0].lines]
     with pytest.raises(ValueError, match="models"):
         widgets.lrt_run_explorer({}, idx)
