@@ -182,7 +182,8 @@ def text_figure(ctx: Context, arms: dict[str, list[str]], ends: pd.DataFrame, ti
     ax.set_xticks(range(len(arms)), list(arms))
     ax.set_xlim(-0.5, len(arms) - 0.5)
     ax.set_ylabel("held-out bits per byte (final)")
-    ax.set_title(f"end points per seed (unigram {unigram:.2f} off the scale)")
+    above = unigram > ax.get_ylim()[1]  # the floor line is drawn where it falls inside the points' range
+    ax.set_title("end points per seed" + (f" (unigram {unigram:.2f} above the scale)" if above else ""))
     ax.legend(loc="best", fontsize=8)
     return figure
 
