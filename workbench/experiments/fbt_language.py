@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -157,28 +156,9 @@ def reading_gates(scores: pd.DataFrame) -> tuple[dict[str, float], dict[str, flo
             READING_GATES[2].name: control["high"]}, control
 
 
-def pending(summary: Mapping[str, Any]) -> str:
-    """A finding's sentence on what a failed gate's verdict needs next; "" when every gate passed."""
-    if all(g["passed"] for g in summary["gates"]):
-        return ""
-    budget = summary["next_budget"]
-    return f" Next: {budget['need']}, about {budget['cpu_hours']:.0f} CPU-hours on one core."
-
-
 def text_budget(root: Path) -> dict[str, Any]:
     """``fbt_text``'s ``next_budget`` under a checkpoint root."""
     return json.loads((root / SPECIMENS / "summary.json").read_text())["next_budget"]
-
-
-def beyond(summary: dict, keep: str = "") -> str:
-    """A finding's last sentence: the verdicts of the extension rows whose name contains ``keep``."""
-    rows = [(e["name"].split(" ")[0], e["verdict"].split(":")[0]) for e in summary.get("extensions", [])
-            if keep in e["name"]]
-    said = [f"{arm} {verdict}" for arm, verdict in rows if verdict != "not tested"]
-    unused = [arm for arm, verdict in rows if verdict == "not tested"]
-    if unused:
-        said.append(f"{', '.join(unused)} not tested (feedback unused)")
-    return f" Beyond the claim: {'; '.join(said)}." if said else ""
 
 
 def continuation_control(scores: pd.DataFrame) -> dict[str, float]:

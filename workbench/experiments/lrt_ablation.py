@@ -158,9 +158,10 @@ def analyze(ctx: Context, comparisons: Mapping[str, str], rule: Rule, title: str
                           "ends": ends.to_dict("records")})
 
 
-def said(results: pd.DataFrame, arm: str) -> str:
-    """One compared arm of a recipe's ``results.csv`` in words, for a finding."""
-    row = results.set_index("arm").loc[arm]
-    return (f"{arm} minus {row['vs']} is {row['diff']:+.3f} bits/byte [{row['ci_low']:+.3f}, "
-            f"{row['ci_high']:+.3f}] at matched FLOPs under the exact recurrence and {row['diff_equal_steps']:+.3f} at "
-            "equal steps on the curves")
+def said(results: pd.DataFrame, *arms: str) -> str:
+    """Compared arms of a recipe's ``results.csv`` for a finding: each difference at matched FLOPs with its interval,
+    then at equal steps."""
+    rows = results.set_index("arm").loc[list(arms)]
+    return (" and ".join(f"{r.diff:+.3f} [{r.ci_low:+.3f}, {r.ci_high:+.3f}]" for r in rows.itertuples())
+            + f" bits/byte at matched FLOPs ({' and '.join(f'{d:+.3f}' for d in rows['diff_equal_steps'])} at equal "
+            "steps)")

@@ -380,52 +380,21 @@ def analyze(ctx: Context) -> Outcome:
                           "seeds": sorted(int(s) for s in swaps["seed"].unique()) if not swaps.empty else []})
 
 
-def _on(rows: pd.DataFrame, total: int) -> str:
-    """Which specimens under which design, in words: named when few, counted when many."""
-    return "; ".join(f"the {design} design on " + (", ".join(mine["specimen"]) if len(mine) <= 3 else
-                                                    f"{'all ' if len(mine) == total else ''}{len(mine)} specimens")
-                     for design, mine in rows.groupby("design", sort=False))
-
-
 def finding(summary: dict, results: pd.DataFrame) -> Finding:
-    """Per verdict, the specimens and designs it covers with the numbers that decided it, then the positive control."""
+    """Per design and verdict, the specimens it covers and, where use was tested, the flip rates that decided it."""
     swaps = results[results["part"] == "swap"]
-    controls = results[results["part"] == "positive control"]
     if swaps.empty:
         return default_finding(summary, results)
-    said, total = [], swaps["specimen"].nunique()
-    for verdict, rows in swaps.groupby("verdict", sort=False):
-        if verdict == "not tested: feedback not needed":
-            said.append(f"With {_on(rows, total)} the specimens answer as well without the memory as with it "
-                        f"(plain {rows['standard_accuracy'].min():.3f}-{rows['standard_accuracy'].max():.3f} vs "
-                        f"fed {rows['fed_accuracy'].min():.3f}-{rows['fed_accuracy'].max():.3f}) and a swap flips "
-                        f"no more answers than its control, so no edit of the memory had to flip one: use is not "
-                        f"tested there.")
-        else:
-            unneeded = rows[~(rows["needed_low"] > 0)]
-            said.append(f"With {_on(rows, total)} ({verdict}) swapping the memory for a mate's of the other label "
-                        f"flips {rows['swap_flip'].min():.3f}-{rows['swap_flip'].max():.3f} of the answers, a "
-                        f"same-label control {rows['control_flip'].min():.3f}-{rows['control_flip'].max():.3f}"
-                        + (f"; on {len(unneeded)} of them the plain pass answers as well as the fed one (the "
-                           f"model reads the memory it does not need)" if len(unneeded) else "") + ".")
-    if len(controls):
-        detected = controls[controls["verdict"].isin(("uses", "partly uses"))]
-        needed = controls[controls["needed_low"] > 0]
-        contextual = needed[(needed["diff_high"] < 0) & (needed["cross_low"] > 0)]
-        said.append(f"The positive control ({CONTROLS}'s FBTs, which need their feedback: plain "
-                    f"{controls['standard_accuracy'].min():.3f}-{controls['standard_accuracy'].max():.3f}, "
-                    f"pass 2 up to {needed['fed_accuracy'].max() if len(needed) else math.nan:.3f}) shows whether "
-                    f"a design can say yes: "
-                    + (", ".join(f"{r.specimen} ({r.design}) swap - control {r.swap_minus_control:+.3f}"
-                                 for r in detected.itertuples()) if len(detected) else "no design detects use there")
-                    + (f"; on {len(contextual)} others the label-mate swap flips fewer answers than its control "
-                       f"while a cross-context swap flips more than its own (their memory carries the context, "
-                       f"not the label)" if len(contextual) else "")
-                    + "; a design that detects no use there cannot support 'does not use' anywhere.")
+    groups = sorted(swaps.groupby(["design", "verdict"], sort=False), key=lambda g: g[0][1].startswith("not tested"))
+    said = "; ".join(f"the {design} design ({len(rows)} specimens) " + (
+        f"is {verdict}" if verdict.startswith("not tested") else
+        f"says {verdict}: swapping the memory for one of the other label flips {rows['swap_flip'].min():.3f}-"
+        f"{rows['swap_flip'].max():.3f} of the answers, a same-label swap {rows['control_flip'].min():.3f}-"
+        f"{rows['control_flip'].max():.3f}") for (design, verdict), rows in groups)
     tested = swaps[~swaps["verdict"].str.startswith("not tested")]
     ours = (f"swap flips {tested['swap_flip'].min():.3f}-{tested['swap_flip'].max():.3f}" if len(tested) else
             f"not tested on {len(swaps)} of {len(swaps)} specimen designs")
-    return Finding(ours, " ".join(said))
+    return Finding(ours, said[0].upper() + said[1:] + ".")
 
 
 RECIPE = Recipe(

@@ -17,7 +17,7 @@ from ...analysis.lens import fed_back_lens
 from ...checkpoint import load_checkpoint
 from .. import fbt_language as lang
 from ..common import describe
-from ..core import Context, Finding, Outcome, Recipe, RunSpec
+from ..core import Context, Finding, Outcome, Recipe, RunSpec, lead
 from ..pool import map_jobs
 from ..runs import spec_of
 
@@ -104,12 +104,11 @@ def analyze(ctx: Context) -> Outcome:
 def finding(summary: dict, results: pd.DataFrame) -> Finding:
     used = results[results["uses_feedback"]]
     worst = results.loc[results["exact_minus_pass2"].idxmax()]
-    said = (f"Of the {len(used)} text FBT arms that use their feedback, "
-            f"{int(used['reads_fixed_point'].sum())} read their fixed point (the exact recurrence within "
-            f"{READ_TOLERANCE} bits/byte of pass 2); the exact recurrence costs {worst['arm']} the most, "
-            f"{worst['exact_minus_pass2']:+.3f} bits/byte over its pass 2; every arm's top Lyapunov exponent lies "
-            f"in [{results['lyapunov_min'].min():+.3f}, {results['lyapunov_max'].max():+.3f}] per byte.")
-    return Finding(f"exact - pass 2 up to {worst['exact_minus_pass2']:+.3f} bits/byte ({worst['arm']})", said)
+    return Finding(f"exact - pass 2 up to {worst['exact_minus_pass2']:+.3f} bits/byte ({worst['arm']})",
+                   lead(summary) or f"{int(used['reads_fixed_point'].sum())} of the {len(used)} text FBT arms that "
+                   f"use their feedback read their fixed point (the exact recurrence within {READ_TOLERANCE} "
+                   f"bits/byte of pass 2); the exact recurrence costs {worst['arm']} the most, "
+                   f"{worst['exact_minus_pass2']:+.3f} bits/byte.")
 
 
 RULE = (f"Per fbt_text arm that uses its feedback (held-out pass 2 - pass 1 below 0, its 95 % interval over windows "

@@ -11,18 +11,14 @@ model a margin below unigram. ``fbt_pass_mixes_registers`` runs the same analysi
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
-
-import pandas as pd
 
 from ... import tasks
 from ...checkpoint import load_metrics
 from .. import fbt_language as lang
 from .. import pass_mix_study as study
-from ..core import Context, Finding, Outcome, Recipe, RunSpec, default_finding
+from ..core import Context, Outcome, Recipe, RunSpec
 from ..fbt_language import MODEL as TEXT_MODEL
-from ..fbt_language import pending
 from ..pass_mix_study import CLAIM, MIXES, PAPER, RULE, SEEDS, Setting, analyze_mixes, gates, mix_runs
 
 TEXT = {"seq_len": 512}  # the claim lives at positions past the passes iterated: a long window leaves 128 of them
@@ -68,11 +64,6 @@ def analyze(ctx: Context) -> Outcome:
     return outcome
 
 
-def finding(summary: Mapping[str, Any], results: pd.DataFrame) -> Finding:
-    found = default_finding(summary, results)
-    return Finding(found.ours, found.sentence + pending(summary))
-
-
 RECIPE = Recipe(
     "fbt_pass_mixes", CLAIM,
     f"FBT {TEXT_MODEL['n_layer']}x{TEXT_MODEL['n_embd']} (GLU fusion, tied embeddings, document starts plain) on "
@@ -84,4 +75,4 @@ RECIPE = Recipe(
     caveat="A budget far below the paper's: if the feedback mixes' pass 2 is not better than their pass 1 (the "
            "paper's GLU fusion did not use its feedback on text at fbt_text's size either), the verdict is 'not "
            "tested'. fbt_pass_mixes_registers runs the same analysis where the feedback is needed.",
-    paper=PAPER, finding=finding)
+    paper=PAPER)

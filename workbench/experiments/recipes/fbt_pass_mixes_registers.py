@@ -50,26 +50,16 @@ _T = tasks.get("multi_register", **REGISTERS).seq_len
 
 
 def finding(summary: dict, results: pd.DataFrame) -> Finding:
-    """The claim's two halves in words, then what the fixed point is worth, beside the LRT trained the same way."""
-    rises = summary["rises"]
-    fbt, lrt = results[results["mechanism"] == "fbt"], results[results["mechanism"] == "lrt"]
-    mixes = "; ".join(f"{mix.replace('_', '/')}: {r['mean']:+.2f} [{r['low']:+.2f}, {r['high']:+.2f}]"
-                      for mix, r in rises.items())
-    risen = [mix.replace("_", "/") for mix, r in rises.items() if r["low"] > 0]
-    behaviours = ", ".join(f"{mix.replace('_', '/')} {' / '.join(sorted(set(g['residual_behaviour'])))}"
-                           for mix, g in fbt.groupby("mix", sort=False))
-    feedback = fbt[fbt["mix"].isin(FEEDBACK_MIXES)]
-    lrt_words = (f" An LRT trained the same way stays flat (late-pass rise {lrt['late_rise'].mean():+.4f} nats) and "
-                 f"answers {lrt['exact_accuracy'].min():.3f} under its exact recurrence." if len(lrt) else "")
-    return Finding(f"late-pass loss minus pass 2, nats: {mixes}; residual: {behaviours}",
-                   lead(summary) + f" On a task that needs the feedback, iterating FBT's pass map for "
-                   f"{summary['passes']} passes raises the label's loss above its pass-2 loss for "
-                   f"{', '.join(risen) or 'no mix'} ({mixes} nats; chance is {summary['baseline']:.3f}), yet the "
-                   f"pass residual does not diverge ({behaviours}): the map contracts, and what fails is the point it "
-                   f"contracts to, whose label accuracy under the exact recurrence is "
-                   f"{feedback['exact_accuracy'].min():.3f}-{feedback['exact_accuracy'].max():.3f} against "
-                   f"{feedback['best_pass_accuracy'].min():.3f}-{feedback['best_pass_accuracy'].max():.3f} at the best "
-                   f"trained pass." + lrt_words)
+    """The rule's two halves: each feedback mix's late-pass loss over its pass 2, and how its pass residual ends."""
+    rises = {mix.replace("_", "/"): f"{r['mean']:+.2f} [{r['low']:+.2f}, {r['high']:+.2f}]"
+             for mix, r in summary["rises"].items()}
+    ends = {mix.replace("_", "/"): " / ".join(sorted(set(g["residual_behaviour"])))
+            for mix, g in results[results["mechanism"] == "fbt"].groupby("mix", sort=False)}
+    return Finding(f"late-pass loss minus pass 2, nats: {'; '.join(f'{m}: {v}' for m, v in rises.items())}; "
+                   f"residual: {', '.join(f'{m} {v}' for m, v in ends.items())}",
+                   lead(summary) or f"Iterated for {summary['passes']} passes, FBT's late-pass loss minus its pass-2 "
+                   f"loss is {' and '.join(f'{v} nats under {m}' for m, v in rises.items())} (above 0: it rises), "
+                   f"and its pass residual {' and '.join(f'{ends[m]} under {m}' for m in rises)}.")
 
 
 RECIPE = Recipe(

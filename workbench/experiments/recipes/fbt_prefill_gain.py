@@ -84,10 +84,9 @@ def finding(summary: dict, results: pd.DataFrame) -> Finding:
     row = results.set_index("arm").loc[PAPER_ARM]
     return Finding(f"first pass {row['first']:+.3f} bits/byte [{row['first_low']:+.3f}, {row['first_high']:+.3f}]; "
                    f"the rest {row['further']:+.3f}",
-                   lead(summary) + f" On the paper's FBT the first extra fused pass over the prompt gains "
+                   lead(summary) or f"On the paper's FBT the first extra fused pass over the prompt gains "
                    f"{row['first']:+.3f} bits/byte on held-out code continuations and every further pass together "
-                   f"{row['further']:+.3f} (above 0: a gain)." + lang.beyond(summary)
-                   + lang.pending(summary))
+                   f"{row['further']:+.3f} (above 0: a gain).")
 
 
 RULE = (f"On {PAPER_ARM}'s own weights, on the held-out continuations, 95 % intervals over seeds, then windows (a "

@@ -80,10 +80,9 @@ def finding(summary: dict, results: pd.DataFrame) -> Finding:
     row = results.set_index("arm").loc[PAPER_ARM]
     return Finding(f"FUSED - STANDARD {row[f'{FUSED}_gap']:+.3f} bits/byte [{row[f'{FUSED}_gap_low']:+.3f}, "
                    f"{row[f'{FUSED}_gap_high']:+.3f}]; SOFT {row['soft_gap']:+.3f}",
-                   lead(summary) + f" On the paper's FBT's own weights, held-out code continuations cost "
+                   lead(summary) or f"On the paper's FBT's own weights, held-out code continuations cost "
                    f"{row[f'{FUSED}_gap']:+.3f} bits/byte under FUSED and {row['soft_gap']:+.3f} under SOFT against "
-                   "STANDARD (below 0: the feedback regime better)." + lang.beyond(summary)
-                   + lang.pending(summary))
+                   "STANDARD decoding (below 0: the feedback regime better).")
 
 
 RULE = (f"On {PAPER_ARM}'s own weights, FUSED (one extra fused pass over the prompt) minus STANDARD on the held-out "

@@ -71,9 +71,9 @@ def finding(summary: dict, results: pd.DataFrame) -> Finding:
     rows = results.set_index("arm")
     return Finding(f"{rows.loc['gates_only', 'diff']:+.3f} bits/byte (gates only minus baseline); "
                    f"{rows.loc['lrt_interleaved', 'diff_equal_steps']:+.3f} at equal steps (LRT minus gates only)",
-                   lead(summary) + f" The gates and scales alone: {lrt_ablation.said(results, 'gates_only')} "
-                   f"(negligible within +-{NEGLIGIBLE:g}); the memory over them: "
-                   f"{lrt_ablation.said(results, 'lrt_interleaved')} (below 0: the memory is the gain).")
+                   lead(summary) or "Adding LRT's gates and scales to the baseline, then its memory to them, "
+                   f"changes held-out loss by {lrt_ablation.said(results, 'gates_only', 'lrt_interleaved')}; below 0 "
+                   f"the addition helps, and the first is negligible within +-{NEGLIGIBLE:g}.")
 
 
 RECIPE = Recipe(

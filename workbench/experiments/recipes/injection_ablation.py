@@ -31,9 +31,9 @@ def finding(summary: dict, results: pd.DataFrame) -> Finding:
     diffs = results.set_index("arm")["diff"]
     return Finding(f"{diffs['lrt_kv_only']:+.3f} (K/V only) and {diffs['lrt_residual_only']:+.3f} (residual only) "
                    "bits/byte minus both, matched FLOPs",
-                   lead(summary) + f" Injecting through K/V alone: {lrt_ablation.said(results, 'lrt_kv_only')}; "
-                   f"through the residual alone: {lrt_ablation.said(results, 'lrt_residual_only')} (above 0: both "
-                   "paths together are better).")
+                   lead(summary) or "Injecting the memory through K/V alone, or the residual alone, instead of both "
+                   f"changes held-out loss by {lrt_ablation.said(results, 'lrt_kv_only', 'lrt_residual_only')}; above "
+                   "0, both paths together are better.")
 
 
 RECIPE = Recipe(

@@ -37,9 +37,9 @@ def finding(summary: dict, results: pd.DataFrame) -> Finding:
     """The trained accuracy beside the same weights' without memory: the memory is what answers."""
     row = results.iloc[0]
     return Finding(f"exact accuracy {row['value']:.3f}, {row['accuracy_without_memory']:.3f} without memory",
-                   lead(summary) + f" The machinery works: an LRT trained with the exact recurrence answers "
-                   f"{row['value']:.3f} of a task that needs its memory, and the same weights with the memory "
-                   f"removed answer {row['accuracy_without_memory']:.3f}.")
+                   lead(summary) or f"An LRT trained with the exact recurrence answers {row['value']:.3f} of a task "
+                   f"that needs its memory, and the same weights with the memory removed answer "
+                   f"{row['accuracy_without_memory']:.3f}.")
 
 
 def analyze(ctx: Context) -> Outcome:

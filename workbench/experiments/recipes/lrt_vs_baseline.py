@@ -106,12 +106,10 @@ def finding(summary: dict, results: pd.DataFrame) -> Finding:
     steps = summary["equal_steps"]
     ours = (f"{lrt['diff_vs_baseline']:+.3f} bits/byte at matched FLOPs; {steps['diff_mean']:+.3f} at equal "
             "steps (LRT minus baseline)")
-    return Finding(ours, lead(summary) + f" At matched FLOPs LRT ran {steps['lrt_steps']:.0f} optimiser steps to the "
-                   f"baseline's {steps['baseline_steps']:.0f} and ends {lrt['diff_vs_baseline']:+.3f} bits/byte "
-                   f"from it; at equal steps it is {steps['diff_mean']:+.3f} (below 0: LRT better), and the "
-                   f"baseline's further steps bought it {steps['missing_steps_mean']:+.3f}, "
-                   + ("so the matched-FLOP gap is the price of the steps the memory costs at this small budget, not "
-                      "LRT being worse per step." if steps["diff_max"] < 0 else
+    return Finding(ours, lead(summary) or f"At matched FLOPs LRT, which gets {steps['lrt_steps']:.0f} optimiser "
+                   f"steps to the baseline's {steps['baseline_steps']:.0f}, ends {lrt['diff_vs_baseline']:+.3f} "
+                   f"bits/byte from it, and at equal steps {steps['diff_mean']:+.3f} (below 0: LRT better), "
+                   + ("so LRT is better per step at this budget." if steps["diff_max"] < 0 else
                       "so LRT is not better per step either at this budget."))
 
 

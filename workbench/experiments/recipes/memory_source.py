@@ -30,9 +30,10 @@ def finding(summary: dict, results: pd.DataFrame) -> Finding:
     diffs = results.set_index("arm")["diff"]
     return Finding(f"{diffs['lrt_older']:+.3f} (m_(t-2)) and {diffs['lrt_pooled']:+.3f} (pooled) bits/byte minus "
                    "m_(t-1), matched FLOPs",
-                   lead(summary) + f" Carrying an older state instead of the previous position's: "
-                   f"{lrt_ablation.said(results, 'lrt_older')}; a pooled average: "
-                   f"{lrt_ablation.said(results, 'lrt_pooled')} (above 0: the previous position's state is better).")
+                   lead(summary) or "Carrying the state from two positions back, or a pooled average of earlier "
+                   "ones, instead of the previous position's changes held-out loss by "
+                   f"{lrt_ablation.said(results, 'lrt_older', 'lrt_pooled')}; above 0, the previous position's is "
+                   "better.")
 
 
 RECIPE = Recipe(

@@ -174,7 +174,7 @@ def analyze(ctx: Context) -> Outcome:
 
 
 def finding(summary: dict, results: pd.DataFrame) -> Finding:
-    """The verdict's SOFT against STANDARD under sampling, the paper's SOFT beside, and SOFT's accuracy cost."""
+    """The verdict's SOFT against STANDARD under sampling: the median trace's change and the accuracy's."""
     decoding = next(iter(DECODINGS))
     rows = results[results["decoding"] == decoding].set_index(["regime", "quantity"])
 
@@ -182,21 +182,12 @@ def finding(summary: dict, results: pd.DataFrame) -> Finding:
         r = rows.loc[(regime, quantity)]
         return f"{r['diff']:+.{digits}f} [{r['low']:+.{digits}f}, {r['high']:+.{digits}f}]"
 
+    length, accuracy = change(VERDICT_REGIME, "median_length", 1), change(VERDICT_REGIME, "accuracy", 3)
     base = {q: rows.loc[("standard", q), "value"] for q in ("median_length", "accuracy")}
-    costs = rows.loc[("soft", "accuracy"), "high"] < 0
-    greedy = results[results["decoding"] == "greedy"].set_index(["regime", "quantity"]).loc[("soft", "accuracy")]
-    return Finding(f"median trace {change(VERDICT_REGIME, 'median_length', 1)} tokens, accuracy "
-                   f"{change(VERDICT_REGIME, 'accuracy', 3)} ({VERDICT_REGIME} minus STANDARD, {decoding})",
-                   lead(summary) + f" Sampling at temperature {TEMPERATURE:g}, SOFT started at the prompt's last "
-                   f"token changes the median trace by {change(VERDICT_REGIME, 'median_length', 1)} tokens from "
-                   f"STANDARD's {base['median_length']:g}, and the paper's SOFT by "
-                   f"{change('soft', 'median_length', 1)}. A finding of its own: the paper's SOFT changes "
-                   f"STANDARD's accuracy {base['accuracy']:.3f} by {change('soft', 'accuracy', 3)}"
-                   + (", a cost (the interval lies below 0)" if costs else "")
-                   + f" (greedy: {greedy['diff']:+.3f} [{greedy['low']:+.3f}, {greedy['high']:+.3f}]"
-                   + (", a cost" if greedy["high"] < 0 else "")
-                   + f"); FUSED by {change('fused', 'accuracy', 3)}, with {change('fused', 'median_length', 1)} "
-                   "tokens.")
+    return Finding(f"median trace {length} tokens, accuracy {accuracy} ({VERDICT_REGIME} minus STANDARD, {decoding})",
+                   lead(summary) or f"Sampling at temperature {TEMPERATURE:g}, SOFT started at the prompt's last "
+                   f"token changes the median reasoning trace by {length} tokens and the accuracy by {accuracy}, "
+                   f"against STANDARD's {base['median_length']:g} tokens and {base['accuracy']:.3f}.")
 
 
 RECIPE = Recipe(

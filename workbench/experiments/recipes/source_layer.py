@@ -31,9 +31,9 @@ def finding(summary: dict, results: pd.DataFrame) -> Finding:
     """Block 3 and block 1 against the top, each at matched FLOPs and at equal steps."""
     diff = results.set_index("arm").loc["lrt_src3", "diff"]
     return Finding(f"{diff:+.3f} bits/byte (block 3 minus top source, matched FLOPs)",
-                   lead(summary) + f" Reading the memory from block 3 instead of the top: "
-                   f"{lrt_ablation.said(results, 'lrt_src3')}; from block 1: {lrt_ablation.said(results, 'lrt_src1')} "
-                   "(below 0: the lower source is better).")
+                   lead(summary) or "Reading the memory from block 3, or block 1, instead of the top changes "
+                   f"held-out loss by {lrt_ablation.said(results, 'lrt_src3', 'lrt_src1')}; below 0, the lower block "
+                   "is better.")
 
 
 RECIPE = Recipe(
