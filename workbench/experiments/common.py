@@ -101,28 +101,24 @@ def arms_by_prefix(ctx: Context, template: str, arms: tuple[str, ...]) -> dict[s
 
 METRIC_WORDS = {"bpb": "bits per byte", "val_bpb": "held-out bits per byte", "loss": "loss (nats / token)"}
 LOWER_IS_BETTER = ("bpb", "bits", "loss", "nats")  # a metric naming one of these is better when lower
-BARS_PER_PANEL = 6  # more bars than this in one panel and a reader cannot tell the arms apart
 
 
 def bar_figure(table: pd.DataFrame, title: str, floors: dict[str, tuple[float, str]] | None = None):
-    """One bar per arm (mean, seed-std error bar), a panel per task/metric (more than ``BARS_PER_PANEL`` arms: split
+    """One bar per arm (mean, seed-std error bar), a panel per task/metric (past ``ARMS_PER_PANEL`` arms: split
     over several panels), ``floors`` (metric -> (value, label)) drawn as lines named in one legend below the panels.
     Each panel's title says which arm is best (lower is better for bits, bpb, loss and nats, higher otherwise)."""
     import textwrap
 
     import seaborn as sns
 
-    from ..plots.base import panel_grid, require_columns
+    from ..plots.base import panel_grid, require_columns, split_panels
 
     require_columns(table, ["arm", "metric", "value"], "bar_figure")
     keys = [c for c in ("task", "metric") if c in table.columns]
     panels = []
     for k, g in table.groupby(keys, sort=False):
         name = " / ".join(METRIC_WORDS.get(str(x), str(x)) for x in (k if isinstance(k, tuple) else (k,)))
-        parts = -(-len(g) // BARS_PER_PANEL)
-        size = -(-len(g) // parts)
-        panels += [(name if parts == 1 else f"{name} ({i + 1}/{parts})", g.iloc[i * size:(i + 1) * size])
-                   for i in range(parts)]
+        panels += split_panels(name, g)
     widest = max(len(g) for _, g in panels)
     figure, axes = panel_grid(len(panels), panel=(max(3.4, 1.2 + 0.9 * widest), 3.6))
     for ax, (name, group) in zip(axes, panels):

@@ -104,6 +104,17 @@ def log_count_axis(ax: Axes, last: float, first: float = 1) -> None:
     ax.xaxis.set_minor_locator(NullLocator())
 
 
+ARMS_PER_PANEL = 6  # more arms than this in one panel and a reader cannot tell them apart
+
+
+def split_panels(name: str, items: Sequence) -> list[tuple[str, Sequence]]:
+    """``items`` in equal parts of at most ``ARMS_PER_PANEL``, each titled ``name`` (``"name (k/n)"`` when cut)."""
+    parts = -(-len(items) // ARMS_PER_PANEL)
+    size = -(-len(items) // parts)
+    return [(name if parts == 1 else f"{name} ({k + 1}/{parts})", items[k * size:(k + 1) * size])
+            for k in range(parts)]
+
+
 def run_styles(names: Sequence[str]) -> dict[str, dict]:
     """A colour per arm and a line style per seed: runs ``<arm>_s<seed>`` share their arm's colour."""
     import re

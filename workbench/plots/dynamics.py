@@ -15,6 +15,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
 from .base import (
+    ARMS_PER_PANEL,
     STYLE,
     ZERO_LABEL,
     Runs,
@@ -25,6 +26,7 @@ from .base import (
     require_columns,
     run_styles,
     shared_legend,
+    split_panels,
 )
 
 
@@ -152,19 +154,10 @@ def sensitivity_decay(results: Runs, note: str = "") -> Figure:
     return fig
 
 
-ARMS_PER_PANEL = 6  # more bars than this in one panel and a reader cannot tell the arms apart
-
-
 def _family_chunks(arms: list[str], families: list[str]) -> list[tuple[str, list[str]]]:
     """(family, arms) per panel, a family of more than ``ARMS_PER_PANEL`` cut into equal parts."""
-    chunks = []
-    for family in dict.fromkeys(families):
-        group = [a for a, f in zip(arms, families) if f == family]
-        parts = -(-len(group) // ARMS_PER_PANEL)
-        size = -(-len(group) // parts)
-        chunks += [(family if parts == 1 else f"{family} ({k + 1}/{parts})", group[k * size:(k + 1) * size])
-                   for k in range(parts)]
-    return chunks
+    return [chunk for family in dict.fromkeys(families)
+            for chunk in split_panels(family, [a for a, f in zip(arms, families) if f == family])]
 
 
 ARM_WORDS = (  # fixed_point_study's arm names in words, piece by piece (first match wins)
