@@ -42,7 +42,7 @@ WORKERS ?= auto
 test: install
 	$(VENV)/bin/ruff check workbench tests tools
 	$(PY) tools/docs.py --check
-	$(PY) -m pytest tests $(if $(wildcard notebooks/*.ipynb),notebooks $(NBVAL),) -n $(WORKERS) --dist loadfile --durations=30
+	$(PY) -m pytest tests $(if $(wildcard notebooks/*.ipynb),notebooks $(NBVAL),) -n $(WORKERS) --dist loadfile --no-loadscope-reorder --durations=30
 
 ## the quick loop while coding: unit + invariant tests without the costly marks (under 5 minutes on 2 cores)
 test-fast: install

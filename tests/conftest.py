@@ -80,9 +80,9 @@ TIER_MARKS = {"specimens": "specimens", "e2e": "e2e"}
 
 
 # the files that hold a worker longest (minutes each on one core, from make test's --durations), longest first:
-# pytest-xdist's --dist loadfile deals the first quarter of the files out to the workers in turn, in collection
-# order, so a long file collected late would run alone at the end, and two long files dealt to one worker would
-# leave the other idle (the two browser halves open the list so that each worker starts with one)
+# with --dist loadfile --no-loadscope-reorder (the Makefile's), pytest-xdist hands files to idle workers in
+# collection order, so these start first and the short files fill the end (xdist's default reorders files by
+# their number of tests, which sent the two browser halves, a handful of tests each, to the very end)
 LONGEST_FIRST = ("e2e/browser/test_notebooks_in_browser_05_on.py", "e2e/browser/test_notebooks_in_browser.py",
                  "specimens/test_specimens_layer0.py", "specimens/test_specimens_metrics.py",
                  "e2e/test_recipes_smoke.py", "e2e/test_recipes_smoke_fbt_text.py",
