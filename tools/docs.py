@@ -38,6 +38,7 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere: the repository's
     sys.path.insert(0, str(ROOT))
 
 import workbench  # noqa: E402
+from workbench.config import field_docs  # noqa: E402
 from workbench.experiments import results_page  # noqa: E402
 from workbench.files import write_bytes_atomic  # noqa: E402
 
@@ -142,21 +143,9 @@ def paragraphs(obj: object) -> list[str]:
     return [p.strip() for p in re.split(r"\n\s*\n", inspect.cleandoc(doc)) if p.strip()]
 
 
-def attributes(obj: object) -> list[str]:
-    """A class docstring's ``Attributes:`` section as Markdown list items (continuation lines joined)."""
-    doc = inspect.cleandoc(obj.__doc__ or "")
-    if "\nAttributes:\n" not in doc:
-        return []
-    items: list[str] = []
-    for line in doc.split("\nAttributes:\n", 1)[1].splitlines():
-        entry = re.match(r"    (\w+): (.*)", line)
-        if entry:
-            items.append(f"- `{entry[1]}`: {entry[2]}")
-        elif line.startswith("        ") and items:
-            items[-1] += " " + line.strip()
-        elif line.strip():
-            break  # the section ends at the first line indented less than a field's continuation
-    return items
+def attributes(obj: type) -> list[str]:
+    """A class docstring's ``Attributes:`` section as Markdown list items."""
+    return [f"- `{name}`: {text}" for name, text in field_docs(obj).items()]
 
 
 def _summary(obj: object) -> str:

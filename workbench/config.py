@@ -36,6 +36,25 @@ LRT_KV_INITS = ("zero", "uniform")
 LRT_MEMORIES = ("previous", "older", "pooled", "none")
 
 
+def field_docs(cls: type) -> dict[str, str]:
+    """A config class's ``Attributes:`` section as {field: text} (continuation lines joined): the one place a field
+    is described, which the CLI's help and the API reference both read."""
+    import inspect
+    import re
+
+    doc = inspect.cleandoc(cls.__doc__ or "")
+    fields: dict[str, str] = {}
+    for line in doc.split("\nAttributes:\n", 1)[1].splitlines() if "\nAttributes:\n" in doc else []:
+        entry = re.match(r"    (\w+): (.*)", line)
+        if entry:
+            fields[entry[1]] = entry[2]
+        elif line.startswith("        ") and fields:
+            fields[next(reversed(fields))] += " " + line.strip()
+        elif line.strip():
+            break  # the section ends at the first line indented less than a field's continuation
+    return fields
+
+
 class JSONMixin:
     """Exact JSON round trip for flat dataclasses whose tuples are stored as lists."""
 
@@ -94,32 +113,32 @@ class ModelConfig(JSONMixin):
         fbt_fusion: FBT: ``"glu"`` (the paper's) or ``"additive"`` (ours: the token embedding kept intact).
         document_token: A position holding this token reads no memory, so none crosses a document start; None: any."""
 
-    vocab_size: int = 256  # number of token ids
-    n_layer: int = 4  # number of transformer blocks (L)
-    n_head: int = 4  # number of query heads
-    n_kv_head: int | None = None  # number of key/value heads (GQA); None = n_head
-    n_embd: int = 128  # residual width (D)
-    seq_len: int = 256  # training context length; decoding may run past it (RoPE is computed on the fly)
-    rope: bool = True  # rotary position embeddings on queries and keys; False: none at all (NoPE, an ablation)
-    rope_base: float = 10000.0  # rotary embedding base
-    qk_norm: bool = True  # RMS-normalise each head's query and key (nanochat); False: raw projections (an ablation)
-    logit_softcap: float = 15.0  # logits = c * tanh(logits / c); 0 disables the cap
-    tie_embeddings: bool | None = None  # None: tied for FBT (which requires it), untied otherwise
-    mechanism: str = "none"  # latent feedback: "none" | "lrt" | "fbt"
+    vocab_size: int = 256
+    n_layer: int = 4
+    n_head: int = 4
+    n_kv_head: int | None = None
+    n_embd: int = 128
+    seq_len: int = 256
+    rope: bool = True
+    rope_base: float = 10000.0
+    qk_norm: bool = True
+    logit_softcap: float = 15.0
+    tie_embeddings: bool | None = None
+    mechanism: str = "none"
     # --- LRT (Latent Recurrent Transformer) ---
-    lrt_source_layer: int = -1  # block whose (normalised) output is the memory; -1 = top, after final norm
-    lrt_inject: tuple[str, ...] = ("kv", "residual")  # where memory enters each block
-    lrt_projection: str = "shared"  # recurrent K/V projection: "shared" across blocks or "per_layer"
-    lrt_gamma_init: float = 0.0  # initial residual-injection scale (0 = start as the baseline; code used 0.1)
-    lrt_gate_channels: int | None = None  # gates read the first C channels of the block input; None = min(32, D)
-    lrt_kv_init: str = "zero"  # recurrent K/V projections start "zero" (no memory read) or "uniform" (reference code)
-    lrt_memory: str = "previous"  # what position t reads: "previous" | "older" | "pooled" | "none"
-    lrt_pool_decay: float = 0.9  # "pooled": m~_t = decay * m~_{t-1} + (1 - decay) * h_t
+    lrt_source_layer: int = -1
+    lrt_inject: tuple[str, ...] = ("kv", "residual")
+    lrt_projection: str = "shared"
+    lrt_gamma_init: float = 0.0
+    lrt_gate_channels: int | None = None
+    lrt_kv_init: str = "zero"
+    lrt_memory: str = "previous"
+    lrt_pool_decay: float = 0.9
     # --- FBT (Full-Bandwidth Transformer) ---
-    fbt_jitter: float = 0.02  # half-width of the uniform noise added to the carried state in training
-    fbt_fusion: str = "glu"  # "glu" (the paper's) | "additive" (ours: the token embedding kept intact)
+    fbt_jitter: float = 0.02
+    fbt_fusion: str = "glu"
     # --- documents ---
-    document_token: int | None = None  # a position holding it reads no memory; None: memory crosses documents
+    document_token: int | None = None
 
     def __post_init__(self) -> None:
         self.validate()

@@ -67,47 +67,46 @@ class TrainConfig(JSONMixin):
         overwrite: Let a fresh run replace files in ``out_dir`` that no run of ours wrote."""
 
     # --- data ---
-    task: str = "running_sum"  # a name from workbench.tasks.names()
-    task_params: dict[str, Any] = field(default_factory=dict)  # keyword arguments of tasks.get
+    task: str = "running_sum"
+    task_params: dict[str, Any] = field(default_factory=dict)
     # --- model: ModelConfig fields except vocab_size and seq_len, which the task sets ---
     model: dict[str, Any] = field(default_factory=dict)
     # --- schedule ---
     schedule: Schedule = field(default_factory=Single)
-    feedback_start: float = 0.0  # fraction of the steps trained single-pass before the schedule (progressive)
-    prefix_mixin: float = 0.0  # fraction of sequences given a random plain prefix in passes after the first
-    prefix_draw: str = "sequence"  # "sequence" | "pass" (the FBT paper's wording, arXiv 2608.08888)
+    feedback_start: float = 0.0
+    prefix_mixin: float = 0.0
+    prefix_draw: str = "sequence"
     # --- optimisation ---
-    steps: int = 200  # optimiser steps
-    batch_size: int = 32  # sequences per optimiser step, over all processes and micro-batches
-    grad_accum: int = 1  # micro-batches per process per step (memory knob: the maths does not change)
-    optimizer: str = "muon"  # "muon": Muon for hidden matrices + AdamW for the rest; "adamw": AdamW for all
-    lr: float = 3e-3  # AdamW learning rate (embedding, readout, scalars; everything when optimizer="adamw")
-    # LRT injection scales in their own AdamW groups (reference code: gamma 0.5, alpha 0.005); None: shared at lr
+    steps: int = 200
+    batch_size: int = 32
+    grad_accum: int = 1
+    optimizer: str = "muon"
+    lr: float = 3e-3
     lrt_gamma_lr: float | None = None
     lrt_alpha_lr: float | None = None
-    matrix_lr: float = 0.02  # Muon learning rate for the hidden matrices
-    weight_decay: float = 0.0  # decoupled weight decay of the hidden matrices
-    lr_schedule: str = "wsd"  # "wsd" (warmup-stable-decay), "cosine" or "constant", after the warmup
-    warmup_steps: int = 0  # linear warmup length
-    decay_frac: float = 0.2  # wsd: fraction of the steps spent decaying linearly at the end
-    min_lr_frac: float = 0.0  # wsd / cosine: final learning rate as a fraction of the peak
-    grad_clip: float = 1.0  # max global gradient norm; 0 disables clipping (the norm is still logged)
-    seed: int = 0  # initialisation, data, pass mix, prefixes and jitter all derive from it
-    init_from: str | None = None  # a checkpoint directory whose weights start the run (fine-tuning)
+    matrix_lr: float = 0.02
+    weight_decay: float = 0.0
+    lr_schedule: str = "wsd"
+    warmup_steps: int = 0
+    decay_frac: float = 0.2
+    min_lr_frac: float = 0.0
+    grad_clip: float = 1.0
+    seed: int = 0
+    init_from: str | None = None
     # --- evaluation, logging, checkpoints ---
-    eval_every: int = 0  # evaluate on held-out batches every N steps; 0 = only at the end
-    eval_size: int = 256  # held-out sequences (split="val", seed=eval_seed)
+    eval_every: int = 0
+    eval_size: int = 256
     eval_seed: int = 0
-    log_every: int = 10  # one history row every N steps (and at every evaluation and the last step)
-    checkpoint_every: int = 0  # checkpoint every N steps; 0 = only at the end
-    budget_flops: float | None = None  # stop before the step that would exceed this many training FLOPs
-    out_dir: str | None = None  # run directory; None = nothing written
+    log_every: int = 10
+    checkpoint_every: int = 0
+    budget_flops: float | None = None
+    out_dir: str | None = None
     # --- runtime ---
-    resume: bool = False  # continue from out_dir/checkpoint if there is one
-    device: str = "auto"  # "auto" (CUDA when present), "cpu", "cuda" or "cuda:N"
-    progress: bool = True  # draw a tqdm progress bar
-    compile: bool = False  # run each schedule under torch.compile (same maths; float rounding differs slightly)
-    overwrite: bool = False  # let a fresh run replace history/config/figure files in out_dir that no run of ours wrote
+    resume: bool = False
+    device: str = "auto"
+    progress: bool = True
+    compile: bool = False
+    overwrite: bool = False
 
     def __post_init__(self) -> None:
         c = "TrainConfig"

@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 
 from .. import schedules
+from ..config import field_docs
 from ..train_config import TrainConfig
 from .options import check_out_dir, finite_positive, parse_key_values, pass_mix_option, positive_int
 
@@ -65,33 +66,18 @@ _SCHEDULE_FLAGS: list[tuple[str, str, Any, str]] = [
     ("--pass-mix", "pass_mix", pass_mix_option, "multipass: pass-count mix per batch, e.g. 1:0.75,2:0.22,3:0.03"),
     ("--aux-weight", "aux_weight", float, "multipass, fixed_point: weight of the extra passes' loss"),
 ]
-# (flag, TrainConfig field, type, help); defaults are TrainConfig's, so they live in one place
-_FLAGS: list[tuple[str, str, Any, str]] = [
-    ("--task", "task", str, "task name (workbench.tasks.names())"),
-    ("--feedback-start", "feedback_start", float, "fraction of steps trained single-pass first"),
-    ("--prefix-mixin", "prefix_mixin", float, "fraction of sequences given a random plain prefix"),
-    ("--prefix-draw", "prefix_draw", str, "sequence (one prefix shared by its passes) or pass (a fresh draw "
-                                          "in every pass after the first; multipass)"),
-    ("--steps", "steps", int, "optimiser steps"),
-    ("--batch-size", "batch_size", int, "sequences per step over all processes"),
-    ("--grad-accum", "grad_accum", int, "micro-batches per process per step"),
-    ("--optimizer", "optimizer", str, "muon (Muon for matrices + AdamW) or adamw"),
-    ("--lr", "lr", float, "AdamW learning rate"),
-    ("--matrix-lr", "matrix_lr", float, "Muon learning rate"),
-    ("--weight-decay", "weight_decay", float, "weight decay of the hidden matrices"),
-    ("--lr-schedule", "lr_schedule", str, "wsd, cosine or constant"),
-    ("--warmup-steps", "warmup_steps", int, "linear warmup steps"),
-    ("--decay-frac", "decay_frac", float, "wsd: fraction of steps spent decaying"),
-    ("--min-lr-frac", "min_lr_frac", float, "final learning rate as a fraction of the peak"),
-    ("--grad-clip", "grad_clip", float, "max gradient norm (0: no clipping)"),
-    ("--seed", "seed", int, "seed of everything random"),
-    ("--eval-every", "eval_every", int, "evaluate every N steps (0: at the end only)"),
-    ("--eval-size", "eval_size", int, "held-out sequences"),
-    ("--eval-seed", "eval_seed", int, "seed of the held-out sequences"),
-    ("--log-every", "log_every", int, "history row every N steps"),
-    ("--checkpoint-every", "checkpoint_every", int, "checkpoint every N steps (0: at the end only)"),
-    ("--out", "out_dir", str, "run directory (checkpoint, history.csv, loss.png)"),
-    ("--device", "device", str, "auto, cpu, cuda or cuda:N"),
+# (flag, TrainConfig field, type): the help is the field's text in TrainConfig's docstring, the default its default,
+# so both live in one place
+_FLAGS: list[tuple[str, str, Any]] = [
+    ("--task", "task", str), ("--feedback-start", "feedback_start", float), ("--prefix-mixin", "prefix_mixin", float),
+    ("--prefix-draw", "prefix_draw", str), ("--steps", "steps", int), ("--batch-size", "batch_size", int),
+    ("--grad-accum", "grad_accum", int), ("--optimizer", "optimizer", str), ("--lr", "lr", float),
+    ("--matrix-lr", "matrix_lr", float), ("--weight-decay", "weight_decay", float),
+    ("--lr-schedule", "lr_schedule", str), ("--warmup-steps", "warmup_steps", int),
+    ("--decay-frac", "decay_frac", float), ("--min-lr-frac", "min_lr_frac", float),
+    ("--grad-clip", "grad_clip", float), ("--seed", "seed", int), ("--eval-every", "eval_every", int),
+    ("--eval-size", "eval_size", int), ("--eval-seed", "eval_seed", int), ("--log-every", "log_every", int),
+    ("--checkpoint-every", "checkpoint_every", int), ("--out", "out_dir", str), ("--device", "device", str),
 ]
 
 
@@ -105,10 +91,11 @@ def _metavar(flag: str) -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The train command's flags, one per ``TrainConfig`` field a user sets."""
-    defaults = TrainConfig()
+    defaults, docs = TrainConfig(), field_docs(TrainConfig)
     for flag, name, kind, text in _SCHEDULE_FLAGS:
         parser.add_argument(flag, dest=name, type=kind, default=None, metavar=_metavar(flag), help=text)
-    for flag, name, kind, text in _FLAGS:
+    for flag, name, kind in _FLAGS:  # argparse formats help with %: a literal one is doubled
+        text = docs[name].replace("``", "").replace("%", "%%")
         parser.add_argument(flag, dest=name, type=kind, default=None, metavar=_metavar(flag),
                             help=f"{text} (default: {getattr(defaults, name)})")
     for flag, name, kind in _MODEL_FLAGS:
@@ -133,7 +120,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
     """The ``TrainConfig`` the flags describe (unset flags keep its defaults)."""
-    given = {name: getattr(args, name) for _, name, _, _ in _FLAGS if getattr(args, name) is not None}
+    given = {name: getattr(args, name) for _, name, _ in _FLAGS if getattr(args, name) is not None}
     schedule = {name: getattr(args, name) for _, name, _, _ in _SCHEDULE_FLAGS if getattr(args, name) is not None}
     if schedule:
         given["schedule"] = {"schedule": "single", **schedule}

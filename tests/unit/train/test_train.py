@@ -4,6 +4,7 @@ budget, evaluation, the NaN guard, exact resume (in process), gradient accumulat
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import itertools
 import math
@@ -447,6 +448,12 @@ def test_cli_flags_build_the_config():
                             ).schedule == wb.schedules.FixedPoint(9, aux_weight=2.0)
     with pytest.raises(ValueError, match="passes"):  # a knob of another schedule is refused, not ignored
         config_from_args(parser.parse_args(["--schedule", "interleaved", "--passes", "3"]))
+    # each field's flag says what TrainConfig's docstring says of it (one text, two readers), with its default
+    helps = {a.dest: a.help for a in parser._actions}
+    docs = wb.config.field_docs(TrainConfig)
+    assert helps["grad_clip"] == docs["grad_clip"] + " (default: 1.0)"
+    assert helps["out_dir"].startswith("The run directory") and set(docs) == {f.name for f in dataclasses.fields(
+        TrainConfig)}
 
 
 def test_cli_budget_flops_sizes_the_steps_so_the_schedule_ends_within_it():
