@@ -23,6 +23,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def renamed(source: str, name: str) -> str:
+    """``source`` with every ``workbench`` import read as ``name``, those inside functions included (a benchmark that
+    imports lazily would otherwise hand the old version's models to the working tree's code)."""
+    return re.sub(r"^(\s*)(from|import) workbench\b", rf"\1\2 {name}", source, flags=re.MULTILINE)
+
+
 def bench_at(revision: str, name: str, into: Path):
     """The benchmarks of ``revision``, bound to that revision's ``workbench`` package imported as ``name``: its
     ``tools/bench.py`` with every ``workbench`` import read as ``name`` (or, from before the benchmarks left the
@@ -37,8 +43,7 @@ def bench_at(revision: str, name: str, into: Path):
     bench = folder / "tools" / "bench.py"
     if not bench.is_file():
         return importlib.import_module(f"{name}.bench")
-    source = re.sub(r"^(from|import) workbench\b", rf"\1 {name}", bench.read_text(), flags=re.MULTILINE)
-    (folder / f"{name}_bench.py").write_text(source)
+    (folder / f"{name}_bench.py").write_text(renamed(bench.read_text(), name))
     return importlib.import_module(f"{name}_bench")
 
 

@@ -205,3 +205,12 @@ def test_the_real_bench_side_by_side_with_itself_pairs_every_timed_row():
     timed = {r.name for rows, _ in bench._rows_of(bench, quick=True, threads=1) for r in rows if r.timing_of is None}
     assert set(table["benchmark"]) == timed and "only in" not in table
     assert (table["after/before"] > 0).all()
+
+
+def test_the_old_versions_benchmarks_import_the_old_package_everywhere():
+    from tools.bench_versions import renamed
+
+    source = ("from workbench import fast\nimport workbench as wb\n\ndef f():\n"
+              "    from workbench.analysis import x\n    import workbench_extra\n")
+    assert renamed(source, "old") == ("from old import fast\nimport old as wb\n\ndef f():\n"
+                                      "    from old.analysis import x\n    import workbench_extra\n")
