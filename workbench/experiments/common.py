@@ -103,9 +103,10 @@ METRIC_WORDS = {"bpb": "bits per byte", "val_bpb": "held-out bits per byte", "lo
 LOWER_IS_BETTER = ("bpb", "bits", "loss", "nats")  # a metric naming one of these is better when lower
 
 
-def bar_figure(table: pd.DataFrame, title: str, floors: dict[str, tuple[float, str]] | None = None):
+def bar_figure(table: pd.DataFrame, title: str):
     """One bar per arm (mean, seed-std error bar), a panel per task/metric (past ``ARMS_PER_PANEL`` arms: split
-    over several panels), ``floors`` (metric -> (value, label)) drawn as lines named in one legend below the panels.
+    over several panels). A ``floor`` column (with ``floor_label``: chance, the unigram, a difference of 0) is drawn
+    as a line named in one legend below the panels: kept in the table, so a redraw from the saved CSV shows it too.
     Each panel's title says which arm is best (lower is better for bits, bpb, loss and nats, higher otherwise)."""
     import textwrap
 
@@ -113,7 +114,7 @@ def bar_figure(table: pd.DataFrame, title: str, floors: dict[str, tuple[float, s
 
     from ..plots.base import panel_grid, require_columns, split_panels
 
-    require_columns(table, ["arm", "metric", "value"], "bar_figure")
+    require_columns(table, ["arm", "metric", "value", *(["floor_label"] if "floor" in table else [])], "bar_figure")
     keys = [c for c in ("task", "metric") if c in table.columns]
     panels = []
     for k, g in table.groupby(keys, sort=False):
@@ -135,8 +136,8 @@ def bar_figure(table: pd.DataFrame, title: str, floors: dict[str, tuple[float, s
         ax.set_title(f"{name}\nbest: {best['arm']} {best['value']:.3f}"
                      f" ({'lower' if lower else 'higher'} is better)", fontsize=9)
         ax.set_ylabel(METRIC_WORDS.get(metric, metric))
-        if floors and metric in floors:
-            value, label = floors[metric]
+        if "floor" in group:
+            value, label = float(group["floor"].iloc[0]), str(group["floor_label"].iloc[0])
             ax.axhline(value, color="grey", ls=":", lw=1.5, label=f"{label} {value:.3f}")
     handles, labels = axes[0].get_legend_handles_labels()
     for ax in axes[1:]:

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .. import schedules
+from .. import schedules, tasks
 from ..checkpoint import load_checkpoint
 from ..decode import generate
 from ..evaluation import per_example_metrics
@@ -31,6 +31,7 @@ from .runs import spec_of
 # the text specimens' shape: the pilot's, where the pass-2 feedback paid; no memory crosses a <bos>
 MODEL = {"n_layer": 2, "n_head": 2, "n_embd": 128, "tie_embeddings": True, "document_token": BOS}
 SPECIMENS = "fbt_text"  # the recipe whose runs these recipes read
+TEXT = {"seq_len": 256}  # the specimens' task parameters (the standard-library corpus)
 STEPS = 800  # fbt_text's optimiser steps of every arm trained at equal steps (LONGS multiply them)
 # the paper's arm at LONG times STEPS: at 1x and 3x its feedback was unused, so its verdicts had no model to read; each
 # longer multiple was fixed before it trained. The verdicts read the last; the shorter ones are extension rows
@@ -197,8 +198,15 @@ def collect_scores(ctx: Context, arm_of) -> pd.DataFrame:
     return scores
 
 
-def bars(ctx: Context, long: pd.DataFrame, title: str):
-    """The recipe's bar figure from ``long``, saved as ``bars.csv`` so the recipe explorer can redraw it."""
+def unigram_bpb() -> float:
+    """Bits per held-out byte of a model without context: the line every text specimen must clear."""
+    return tasks.get("text", **TEXT).unigram_loss() / math.log(2)
+
+
+def bars(ctx: Context, long: pd.DataFrame, title: str, floor: float, floor_label: str):
+    """The recipe's bar figure from ``long`` with its reference line (the unigram, or 0 for a difference), saved as
+    ``bars.csv`` so the recipe explorer redraws the same figure."""
+    long = long.assign(floor=floor, floor_label=floor_label)
     write_csv(ctx.out / "bars.csv", long)
     return bar_figure(long, title)
 

@@ -170,16 +170,30 @@ ARM_WORDS = (  # fixed_point_study's arm names in words, piece by piece (first m
 )
 
 
-def arm_words(arm: str) -> str:
-    """An arm's name as a tick label a reader can follow ("ft_share_50_25_25" -> "passes 1/2/3: 50/25/25 %")."""
+def arm_words(arm: str, width: int = 16) -> str:
+    """An arm's name as a tick label a reader can follow ("ft_share_50_25_25" -> "passes 1/2/3: 50/25/25 %"),
+    wrapped at ``width`` characters."""
     for pattern, words in ARM_WORDS:
         arm = re.sub(pattern, words, arm)
-    return textwrap.fill(arm.replace("_", " "), 16)  # two short lines: six arms side by side stay apart
+    return textwrap.fill(arm.replace("_", " "), width)  # 16: two short lines, six arms side by side stay apart
 
 
-def fixed_point_readability(table: pd.DataFrame, title: str = "", readable: float = 0.95) -> Figure:
+def readable_takeaway(table: pd.DataFrame, readable: float = 0.95) -> str:
+    """The arms of a ``fixed_point_study`` table whose every seed answers at least ``readable`` under the exact
+    recurrence (the long family on its long prompts), in words: what its figure is read for (descriptive; the
+    recipe's verdict adds an interval)."""
+    exact = table["accuracy_exact"]
+    if "long_accuracy_exact" in table:  # the long family is scored on its long prompts (NaN: no answer there)
+        exact = exact.where(table["family"] != "long", table["long_accuracy_exact"])
+    worst = exact.fillna(0.0).groupby([table["arm"], table["family"]], sort=False).min()
+    arms = [f"{arm_words(a, 80)} ({family})" for a, family in worst.index[worst >= readable]]
+    return (f"every seed reads its fixed point (exact recurrence >= {readable:g}): {'; '.join(arms)}" if arms else
+            f"no arm reads its fixed point on every seed (exact recurrence >= {readable:g})")
+
+
+def fixed_point_readability(table: pd.DataFrame, title: str | None = None, readable: float = 0.95) -> Figure:
     """Per arm of ``fixed_point_study``'s table: answer accuracy at passes 1-3 and under the exact recurrence (a dot
-    per seed), one row per family, beside its runs' top Lyapunov exponent."""
+    per seed), one row per family, beside its runs' top Lyapunov exponent. ``title`` None: ``readable_takeaway``."""
     require_columns(table, ["arm", "family", "accuracy_pass1", "accuracy_pass2", "accuracy_pass3", "accuracy_exact",
                      "lyapunov_top"], "fixed_point_readability")
     arms = list(dict.fromkeys(table["arm"]))
@@ -193,9 +207,13 @@ def fixed_point_readability(table: pd.DataFrame, title: str = "", readable: floa
     lyapunov = table["lyapunov_top"].to_numpy()
     span = (min(lyapunov.min(), 0.0) * 1.1 - 0.01, max(lyapunov.max(), 0.0) * 1.1 + 0.01)
     for (family, group), (ax, lx) in zip(chunks, grid):
+        # the long family is scored on its long prompts: its bars are those columns (no bar: not measured there)
+        at_length = family.startswith("long") and "long_accuracy_exact" in table
         for j, (column, (label, colour)) in enumerate(columns.items()):
+            source = f"long_{column}" if at_length else column
             for i, arm in enumerate(group):
-                values = table.loc[table["arm"] == arm, column].to_numpy()
+                rows = table["arm"] == arm
+                values = table.loc[rows, source].to_numpy() if source in table else np.full(int(rows.sum()), np.nan)
                 x = i - 0.4 + width * (j + 0.5)
                 ax.bar(x, values.mean(), width, color=colour, label=label)
                 ax.scatter(np.full(len(values), x), values, color="black", s=8, zorder=3)
@@ -205,20 +223,21 @@ def fixed_point_readability(table: pd.DataFrame, title: str = "", readable: floa
         ax.set_xlim(-0.5, ARMS_PER_PANEL - 0.5)  # the same bar width in every row
         ax.set_ylim(0, 1.05)
         ax.set_ylabel("answer accuracy")
-        ax.set_title(family, fontsize=9, loc="left")
+        ax.set_title(f"{family}, on its long prompts (no bar: not measured)" if at_length else family, fontsize=9,
+                     loc="left")
         for i, arm in enumerate(group):
             values = table.loc[table["arm"] == arm, "lyapunov_top"].to_numpy()
             lx.scatter(values, np.full(len(values), i), color="#3d6fb0", s=14)
         lx.axvline(0, color="grey", lw=0.8)
         lx.set_xlim(*span)
         lx.set_ylim(ARMS_PER_PANEL - 0.5, -0.5)
-        lx.set_yticks(range(len(group)), [arm_words(a) for a in group], fontsize=8)
+        lx.set_yticks(range(len(group)), [arm_words(a, 24) for a in group], fontsize=8)  # rows: at most 2 lines
     grid[-1][1].set_xlabel("top Lyapunov exponent, exact\nrecurrence (< 0: perturbations die out)", fontsize=8)
     handles, labels = grid[0][0].get_legend_handles_labels()
     named = dict(zip(labels, handles))  # one entry per label: every panel draws the same series
     named["one seed (dot)"] = Line2D([], [], ls="none", marker="o", ms=3, color="black")
     fig.legend(named.values(), named.keys(), loc="outside lower center", ncol=6, fontsize=8, frameon=False)
-    fig.suptitle(title or "What the fixed point answers, by family of arms", fontsize=10)
+    fig.suptitle(readable_takeaway(table, readable) if title is None else title, fontsize=10)
     return fig
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import textwrap
 from collections.abc import Sequence
 
@@ -9,33 +10,22 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 from matplotlib.axes import Axes
-from matplotlib.figure import Figure
+from matplotlib.figure import Figure, SubFigure
 from matplotlib.lines import Line2D
 
 from .base import (
+    STYLE,
     empty_panel,
     in_order,
     new_figure,
+    panel_grid,
     require_columns,
     shared_legend,
+    split_panels,
 )
 
 INTERVENTION_COLORS = {"swap": "#c44e52", "control": "#4c72b0", "cross": "#55a868", "cross_control": "#8172b3",
                        "mean": "#dd8452", "zero": "#8c8c8c"}
-
-
-def _tick_label(name: str, width: int = 12) -> str:
-    """A specimen's name as tick-label lines: its last word alone, the rest wrapped at underscores."""
-    head, _, tail = name.rpartition(" ") if " " in name else name.rpartition("_")
-    if not head:
-        return name
-    lines: list[str] = []
-    for word in head.split("_"):
-        if lines and len(lines[-1]) + 1 + len(word) <= width:
-            lines[-1] += f"_{word}"
-        else:
-            lines.append(word)
-    return "\n".join([*lines, tail])
 
 
 KIND_WORDS = {"swap": "swap: another example's memory, other label",
@@ -66,7 +56,7 @@ def swap_takeaway(swaps: pd.DataFrame) -> str:
     return "; ".join(parts)
 
 
-def _draw_flips(ax: Axes, swaps: pd.DataFrame, kinds: list[str], labels: list[str], words: bool) -> list[str]:
+def _draw_flips(ax: Axes, swaps: pd.DataFrame, kinds: Sequence[str], labels: list[str]) -> list[str]:
     """The bars of ``swaps`` (one slot per row) in ``ax``; returns the kinds that flip no answer anywhere."""
     x = np.arange(len(swaps))
     width = 0.8 / (len(kinds) + 1)
@@ -80,7 +70,7 @@ def _draw_flips(ax: Axes, swaps: pd.DataFrame, kinds: list[str], labels: list[st
         if not visible:
             never.append(kind)
         ax.bar(x - 0.4 + width * (i + 0.5), rate, width, yerr=err, capsize=2, color=INTERVENTION_COLORS[kind],
-               label=(KIND_WORDS[kind] if words else f"{kind} flip rate") if visible else None)
+               label=KIND_WORDS[kind] if visible else None)
     for column, marker, color, label in (("probe_accuracy", "D", "black", "probe acc. (layer 0, suffix1)"),
                                          ("probe_twin_accuracy", "x", "dimgrey", "untrained twin's probe acc.")):
         if column in swaps and swaps[column].notna().any():
@@ -90,50 +80,45 @@ def _draw_flips(ax: Axes, swaps: pd.DataFrame, kinds: list[str], labels: list[st
     return never
 
 
-def _short_label(row) -> str:
-    """A specimen and design within its task's panel: scratch lines, seed, design, on two lines."""
-    import re
+def _short_label(row: pd.Series) -> str:
+    """A specimen and design within its task's panel, one word a line: the specimen's name without the task (else
+    its scratch lines), then the design."""
+    if pd.notna(row.get("specimen")):
+        name = str(row["specimen"]).removeprefix(str(row["task"])).strip()
+        words = re.sub(r"_s(\d+)$", r" s\1", name).replace("seed ", "seed\u00a0").split(" ")
+    else:
+        words = [f"{int(row['scratch_updates'])} scratch"]
+    return "\n".join([*words, *([str(row["design"])] if pd.notna(row.get("design")) else [])])
 
-    seed = re.search(r"seed (\d+)", str(row.get("specimen", "")))
-    head = f"{int(row['scratch_updates'])} scratch" + (f"\nseed {seed[1]}" if seed else "")
-    return head + (f"\n{row['design']}" if "design" in row and pd.notna(row["design"]) else "")
 
-
-def swap_flips(swaps: pd.DataFrame, ax: Axes | None = None, title: str | None = None) -> Figure:
+def swap_flips(swaps: pd.DataFrame, title: str | None = None, kinds: Sequence[str] | None = None,
+               figure: Figure | SubFigure | None = None) -> Figure | SubFigure:
     """Answer flip rate per gated specimen and intervention (``causal_use``'s table), beside the layer-0 probe
     accuracy and the untrained twin's: a probe that decodes the label while the swap leaves the answer alone shows
     decodability without use.
 
-    One panel per task, the edits and designs explained in the legend, ``title`` the answer (None: ``swap_takeaway``
-    computes it; "": none). Given ``ax``, everything is drawn into that one axes (a recipe's composite figure)."""
-    if ax is not None:
-        fig, axes = ax.figure, [ax]
-    else:
-        tasks = in_order(swaps["task"]) if "task" in swaps and not swaps.empty else [None]
-        slots = max([int((swaps["task"] == t).sum()) for t in tasks if t is not None] or [1])
-        fig, axes = new_figure(1, len(tasks), panel=(max(7.0, 1.0 * slots + 1.0), 3.2))
+    A panel per task (at most ``ARMS_PER_PANEL`` specimens each), the edits and designs explained in one legend;
+    ``kinds`` the edits drawn (None: every one in ``swaps``); ``title`` the answer (None: ``swap_takeaway`` computes
+    it; "": none). Given ``figure`` (a recipe's subfigure), the panels are drawn into it."""
+    kinds = [k for k in (INTERVENTION_COLORS if kinds is None else kinds) if f"{k}_flip" in swaps.columns]
     if swaps.empty:
+        fig, axes = new_figure(1, panel=(7.0, 3.2)) if figure is None else (figure, [figure.subplots()])
         empty_panel(axes[0], "no gated specimen: nothing intervened on")
         return fig
-    kinds = [k for k in INTERVENTION_COLORS if f"{k}_flip" in swaps.columns]
     require_columns(swaps, ["task", "scratch_updates", *[f"{k}_flip" for k in kinds]], "swap_flips")
-    if ax is not None:  # the recipe's one row of every specimen: names wrapped as tick lines
-        labels = ([_tick_label(name) + f" {design}" for name, design in zip(swaps["specimen"], swaps["design"])]
-                  if {"specimen", "design"} <= set(swaps.columns) else
-                  [f"{t}\n{int(s)} scratch" for t, s in zip(swaps["task"], swaps["scratch_updates"])])
-        never = _draw_flips(ax, swaps, kinds, labels, words=False)
-        ax.set_title("does the answer follow the memory? (95 % intervals)")
-        if never:
-            ax.text(0.5, 0.5, f"{', '.join(never)}: flip no answer of any specimen (rate 0, interval 0)",
-                    transform=ax.transAxes, ha="center", va="center", fontsize=8)
-        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
-        return fig
+    panels = [part for task in in_order(swaps["task"])
+              for part in split_panels(str(task), swaps[swaps["task"] == task].reset_index(drop=True))]
+    slots = max(len(rows) for _, rows in panels)
+    if figure is None:
+        fig, axes = panel_grid(len(panels), panel=(max(3.6, 0.75 * slots + 1.2), 3.2))
+    else:
+        with sns.axes_style(STYLE):
+            fig, axes = figure, list(np.atleast_1d(figure.subplots(1, len(panels))))
     never_all = set(kinds)
-    for panel, task in zip(axes, tasks):
-        rows = swaps[swaps["task"] == task].reset_index(drop=True)
-        never_all &= set(_draw_flips(panel, rows, kinds, [_short_label(r) for _, r in rows.iterrows()], words=True))
+    for panel, (name, rows) in zip(axes, panels):
+        never_all &= set(_draw_flips(panel, rows, kinds, [_short_label(r) for _, r in rows.iterrows()]))
         panel.set_xlim(-0.5, slots - 0.5)  # the same bar width in every panel
-        panel.set_title(f"{task} (95 % intervals)", fontsize=9, loc="left")
+        panel.set_title(f"{name} (95 % intervals)", fontsize=9, loc="left")
     handles, labels = shared_legend(axes)
     order = [KIND_WORDS[k] for k in kinds]  # the edits in their fixed order, then the probe marks
     pairs = sorted(zip(handles, labels), key=lambda p: order.index(p[1]) if p[1] in order else len(order))

@@ -193,7 +193,7 @@ def test_swap_flips_one_panel_per_task_designs_explained_and_the_answer_as_title
     assert [ax.get_title(loc="left") for ax in fig.axes] == ["delayed_memory (95 % intervals)",
                                                              "multi_register (95 % intervals)"]
     assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == [
-        "0 scratch\nseed 1\nsite", "0 scratch\nseed 1\nstream", "8 scratch\nseed 1\nsite", "8 scratch\nseed 1\nstream"]
+        "s0\nseed\u00a01\nsite", "s0\nseed\u00a01\nstream", "s8\nseed\u00a01\nsite", "s8\nseed\u00a01\nstream"]
     texts = legend_texts(fig)
     assert "site: one memory read edited" in texts and "stream: every memory read of a 2-pass run edited" in texts
     assert fig.get_suptitle() == ("does the answer follow the memory?\n"
@@ -309,6 +309,16 @@ def test_arm_words_replace_code_names_and_readability_explains_the_dots():
     fig = plots.fixed_point_readability(table)
     assert "one seed (dot)" in legend_texts(fig)
     assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["recipe's mix", "random depth 1-8"]
+    assert arm_words("ft_fixed_point_4500", 24) == "fixed-point target, 4500\nsteps"  # the Lyapunov rows: 2 lines
+    assert fig.get_suptitle() == "no arm reads its fixed point on every seed (exact recurrence >= 0.95)"
+    table.loc[table["arm"] == "ft_random_1_8", "accuracy_exact"] = [0.97, 0.99]
+    long = table.assign(family="long", arm="long_mix", long_accuracy_exact=[0.5, 0.5, 1.0, 1.0])
+    both = plots.fixed_point_readability(pd.concat([table, long]))
+    assert both.get_suptitle() == (
+        "every seed reads its fixed point (exact recurrence >= 0.95): random depth 1-8 (training)")
+    panel = both.axes[2]  # the long family's bars are its long-prompt scores: the exact one's mean, 0.75
+    assert panel.get_title(loc="left").startswith("long, on its long prompts")
+    assert sorted(round(p.get_height(), 3) for p in panel.patches if np.isfinite(p.get_height()))[-1] == 0.75
 
 
 # --------------------------------------------------------------------------------------------- traces
@@ -341,14 +351,18 @@ def test_trace_example_explains_the_outline_and_titles_the_outlined_regime():
 
 # --------------------------------------------------------------------------------------------- recipes' bars
 def test_bar_figure_splits_many_arms_names_bpb_and_keeps_the_floor_legend_off_the_bars():
+    from workbench.experiments import experiment_figure
     from workbench.experiments.common import bar_figure
 
-    table = pd.DataFrame({"arm": [f"arm_{i}" for i in range(15)], "metric": "bpb", "value": np.linspace(2.0, 1.0, 15)})
-    fig = bar_figure(table, "t", floors={"bpb": (4.59, "unigram")})
+    table = pd.DataFrame({"arm": [f"arm_{i}" for i in range(15)], "metric": "bpb", "value": np.linspace(2.0, 1.0, 15),
+                          "floor": 4.59, "floor_label": "unigram"})
+    fig = bar_figure(table, "t")
     assert len(fig.axes) == 3 and all(len(ax.patches) <= 6 for ax in fig.axes)
     assert all(ax.get_ylabel() == "bits per byte" and len(hlines(ax, 4.59)) == 1 for ax in fig.axes)
     assert all(ax.get_legend() is None for ax in fig.axes) and legend_texts(fig) == ["unigram 4.590"]
     assert fig.axes[2].get_title() == "bits per byte (3/3)\nbest: arm_14 1.000 (lower is better)"
+    redrawn = experiment_figure({"bars": table})  # the recipe explorer's redraw from a saved bars.csv keeps the line
+    assert all(len(hlines(ax, 4.59)) == 1 for ax in redrawn.axes)
     accuracy = pd.DataFrame({"arm": ["a", "b"], "metric": "accuracy", "value": [0.4, 0.9]})
     assert bar_figure(accuracy, "").axes[0].get_title().endswith("best: b 0.900 (higher is better)")
 

@@ -260,19 +260,25 @@ def test_swap_flips_shows_scratch_as_ints_and_no_legend_colour_without_a_bar():
                                                       "a swap flips 25% of answers, a control 0%")
 
 
-def test_causal_use_figure_tick_labels_do_not_run_together():
+def test_causal_use_figure_panels_hold_six_specimens_two_edits_and_labels_that_do_not_run_together():
     from workbench.experiments.recipes.causal_use import causal_use_figure
 
-    names = [f"{t} s{n}" for t in ("completion_tracking", "delayed_memory", "multi_register") for n in (0, 8, 32)]
-    swaps = pd.DataFrame([{"task": n.split()[0], "scratch_updates": 0, "specimen": n, "design": d,
-                           **{f"{k}_{c}": 0.5 for k in ("swap", "control") for c in ("flip", "low", "high")}}
+    names = [f"{t} s{n} seed 1" for t in ("completion_tracking", "delayed_memory", "multi_register")
+             for n in (0, 8, 32)]
+    rates = {f"{k}_{c}": 0.5 for k in ("swap", "control", "mean", "zero") for c in ("flip", "low", "high")}
+    swaps = pd.DataFrame([{"task": n.split()[0], "scratch_updates": 0, "specimen": n, "design": d, **rates}
                           for n in names[:7] for d in ("site", "stream")])
-    controls = swaps.head(8).assign(specimen=[f"reg_75_22_3_s{i % 2}" for i in range(8)])
+    controls = swaps.head(8).assign(task="multi_register",
+                                    specimen=[f"reg_75_22_3_s{i % 2}" for i in range(8)])
     distances = pd.DataFrame([{"run": f"lrt_s{s}", "distance": d, "position": p, "increase": 0.1}
                               for s in range(3) for d in range(1, 17) for p in range(2, 130)])
     fig = causal_use_figure(swaps, controls, distances)
-    assert fig.axes[0].get_xticklabels()[0].get_text() == "completion\ntracking\ns0 site"
-    assert {len(ax.get_xticklabels()) > 1 for ax in fig.axes} == {True}
+    bars = [ax for ax in fig.axes if ax.patches]
+    # completion_tracking (6 rows), delayed_memory (6), multi_register (2); the control's 8 rows in two; the LRT's 2
+    assert len(bars) == 5 and len(fig.axes) == 7
+    assert all(len(ax.get_xticks()) <= 6 and len(ax.patches) == 2 * len(ax.get_xticks()) for ax in bars)
+    assert bars[0].get_xticklabels()[0].get_text() == "s0\nseed\u00a01\nsite"
+    assert bars[3].get_xticklabels()[0].get_text() == "reg_75_22_3\ns0\nsite"
     assert [overlapping_ticks(ax) for ax in fig.axes] == [[]] * len(fig.axes)
 
 

@@ -82,8 +82,8 @@ def test_figures_of_the_causal_use_recipe():
     table = pd.concat([swaps.assign(part="swap", specimen="delayed_memory s8", design="stream"),
                        swaps.assign(part="positive control", specimen="reg_s0", design="site")])
     fig = wb.experiments.experiment_figure({"results": table, "distances": frame})
-    assert len(fig.axes) == 4 and [len(ax.patches) for ax in fig.axes[:2]] == [4, 4]
-    assert fig.axes[1].get_xticklabels()[0].get_text() == "reg\ns0 site"
+    assert len(fig.axes) == 4 and [len(ax.patches) for ax in fig.axes[:2]] == [2, 2]  # the deciding swap, control
+    assert fig.axes[1].get_xticklabels()[0].get_text() == "reg\ns0\nsite"
     with pytest.raises(ValueError, match="answer_logits"):
         plots.answer_logits(pd.DataFrame({"intervention": []}))
 

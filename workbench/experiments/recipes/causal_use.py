@@ -299,22 +299,24 @@ def distance_summary(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=DISTANCE_COLUMNS)
 
 
+DECIDING = ("swap", "control")  # the edits the verdict reads: a swap flips more answers than a same-label control
+
+
 def causal_use_figure(swaps: pd.DataFrame, controls: pd.DataFrame, distances: pd.DataFrame):
-    """The swap flip rates of the probe specimens and the positive control, and the LRT ablation by distance."""
+    """The probe specimens' swap and control flip rates (the decision; the other edits are in the table), the
+    positive control's, and the LRT ablation by distance."""
     import seaborn as sns
     from matplotlib.figure import Figure
 
     from ...plots import STYLE, ablation_distance, swap_flips
 
+    fig = Figure(figsize=(15.5, 10.5), layout="constrained")
+    top, bottom = fig.subfigures(2, 1, height_ratios=(1.0, 1.1))
+    control, distance = bottom.subfigures(1, 2, width_ratios=(1.2, 1.0))
+    swap_flips(swaps, kinds=DECIDING, figure=top)
+    swap_flips(controls, f"positive control: {CONTROLS}'s FBTs, which need their feedback", DECIDING, control)
     with sns.axes_style(STYLE):
-        fig = Figure(figsize=(15.5, 8.6), layout="constrained")
-        grid = fig.add_gridspec(2, 4)
-        swap_ax, control_ax = fig.add_subplot(grid[0, :]), fig.add_subplot(grid[1, :2])
-        distance_axes = [fig.add_subplot(grid[1, 2]), fig.add_subplot(grid[1, 3])]
-    swap_flips(swaps, swap_ax)
-    swap_flips(controls, control_ax)
-    control_ax.set_title(f"positive control: {CONTROLS}'s FBTs,\nwhich need their feedback (95 % intervals)")
-    ablation_distance(distances, distance_axes)
+        ablation_distance(distances, distance.subplots(1, 2))
     return fig
 
 

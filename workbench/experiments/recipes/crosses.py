@@ -47,9 +47,8 @@ def analyze(ctx: Context) -> Outcome:
         tables.append(table)
         words.append(describe(f"{mech}: {cross} - {native}", intervals[f"{mech}_{cross}"], "accuracy"))
         gates.update({k: v for k, v in learned_gates_values(ctx, arms, chance).items() if native in k})
-    table = pd.concat(tables, ignore_index=True)
-    return Outcome(table, bar_figure(table, "Crosses: each mechanism under the other's schedule",
-                                     {"accuracy": (chance, "chance")}),
+    table = pd.concat(tables, ignore_index=True).assign(floor=chance, floor_label="chance")
+    return Outcome(table, bar_figure(table, "Crosses: each mechanism under the other's schedule"),
                    "; ".join(words), "exploratory (no paper claim)", gates, chance=f"chance accuracy {chance:.3f}")
 
 

@@ -97,7 +97,8 @@ def analyze(ctx: Context) -> Outcome:
     long = table.melt(id_vars=["arm"], value_vars=["exact_minus_pass2", "soft_minus_standard"], var_name="metric")
     long["metric"] = long["metric"].map({"exact_minus_pass2": "exact - pass 2, bits/byte",
                                          "soft_minus_standard": "SOFT - STANDARD, bits/byte"})
-    figure = lang.bars(ctx, long, "The fixed point on language: what the exact recurrence costs over pass 2")
+    figure = lang.bars(ctx, long, "The fixed point on language: what the exact recurrence costs over pass 2",
+                       0.0, "no cost")
     return Outcome(table, figure, number, verdict(table), chance="pass 2 of the same weights (the trained depth)")
 
 

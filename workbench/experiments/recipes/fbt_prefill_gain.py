@@ -72,7 +72,8 @@ def analyze(ctx: Context) -> Outcome:
                         describe("the positive control", control, "bits/byte")])
     long = table.melt(id_vars=["arm"], value_vars=[f"gain{p}" for p in depths(scores)], var_name="metric")
     long["metric"] = long["metric"].str.replace("gain", "STANDARD - FUSED, P = ", regex=False)
-    figure = lang.bars(ctx, long, "FUSED's prefill gain by extra fused passes P (held-out code continuations)")
+    figure = lang.bars(ctx, long, "FUSED's prefill gain by extra fused passes P (held-out code continuations)",
+                       0.0, "no gain over STANDARD")
     return Outcome(table, figure, number, decide(paper),
                    gate_values,
                    chance="STANDARD decoding of the same weights (a gain of 0)", extensions=extensions,

@@ -14,24 +14,21 @@ packed document."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
 
-from ... import tasks
 from ...checkpoint import load_metrics
 from ...schedules import PassMix, Single
 from ...train import TrainConfig
 from .. import fbt_language as lang
 from ..common import EXACT, curve_every, describe, eval_size, matched_steps, step_flops, steps
 from ..core import Context, Extension, Finding, Gate, Outcome, Recipe, RunSpec, lead
-from ..fbt_language import LONG, LONGS, MODEL, PAPER_ARM, STEPS
+from ..fbt_language import LONG, LONGS, MODEL, PAPER_ARM, STEPS, TEXT
 from ..pass_mix_study import FEEDBACK_START  # the paper's progressive schedule: the first 20 % of steps plain
 
-TEXT = {"seq_len": 256}
 BATCH = 16
 SEEDS = (0, 1, 2)
 PREFIX_MIXIN = 1.0  # every pass after the first draws a plain prefix (the paper: "sample a prefix length p")
@@ -210,7 +207,7 @@ def table_rows(ctx: Context, scores: pd.DataFrame) -> pd.DataFrame:
 
 def analyze(ctx: Context) -> Outcome:
     scores = lang.collect_scores(ctx, arm_of)
-    unigram = tasks.get("text", **TEXT).unigram_loss() / math.log(2)
+    unigram = lang.unigram_bpb()
     table = table_rows(ctx, scores)
     paper = comparisons(scores, PAPER_ARM)
     control = lang.difference(scores, lang.CONTROL[0], "exact", lang.CONTROL[1], "exact", seed=2)
@@ -247,7 +244,7 @@ def analyze(ctx: Context) -> Outcome:
     long = table.melt(id_vars=["arm"], value_vars=["exact", "pass2"], var_name="metric").dropna()
     long["metric"] = long["metric"].map({"exact": "bits/byte, exact recurrence", "pass2": "bits/byte, pass 2"})
     figure = lang.bars(ctx, long, f"FBT on text, {MODEL['n_layer']}x{MODEL['n_embd']} bytes, {STEPS} steps ("
-                                  + ", ".join(f"_x{f}: {STEPS * f}" for f in LONGS) + "; held-out)")
+                                  + ", ".join(f"_x{f}: {STEPS * f}" for f in LONGS) + "; held-out)", unigram, "unigram")
     return Outcome(table, figure, number, decide(paper["equal_tokens"], paper["matched_compute"]), gates,
                    chance=f"unigram {unigram:.3f} bits/byte on the held-out bytes", extensions=extensions,
                    extra={"unigram_bpb": unigram, "positive_control": control,

@@ -295,8 +295,7 @@ def analyze(ctx: Context) -> Outcome:
     specimens = specimen_runs(table, long_exact)
     table.to_csv(ctx.out / "runs.csv", index=False)
     arms.to_csv(ctx.out / "arms.csv", index=False)
-    figure = fixed_point_readability(table, f"What makes a fed-back fixed point readable? verdict: {verdict}",
-                                     readable=READABLE)
+    figure = fixed_point_readability(table, readable=READABLE)
     return Outcome(table, figure, number, verdict, gates, chance="0.5: the answer is one of two balanced values",
                    extra={"arms": arms.to_dict(orient="records"), "readable_arms": readable, "specimen_runs": specimens,
                           "long_seq_len": int(long_batch.tokens.size(1))})

@@ -51,8 +51,8 @@ def analyze(ctx: Context) -> Outcome:
     table, _ = compare(ctx, arms, "sequential", "accuracy", False)
     table["accuracy_without_memory"] = [float(sum(w.mean() for w in without) / len(without))]
     verdict = "passes" if use["low"] > 0 else "fails"
-    return Outcome(table, bar_figure(table, "LRT trained sequentially on running_sum: exact accuracy",
-                                     {"accuracy": (chance, "chance")}),
+    table = table.assign(floor=chance, floor_label="chance")
+    return Outcome(table, bar_figure(table, "LRT trained sequentially on running_sum: exact accuracy"),
                    f"exact accuracy {table['value'].iloc[0]:.4f} (chance {chance:.3f}); "
                    + describe("exact - same weights without memory", use, "accuracy"),
                    verdict, learned_gates_values(ctx, arms, chance), chance=f"chance accuracy {chance:.3f}")
