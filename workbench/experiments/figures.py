@@ -3,22 +3,30 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from .common import bar_figure
+from .pass_mix_study import study_figure
 from .recipes.causal_use import causal_use_figure
+from .recipes.layer0_probes import probe_figure
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
+STUDY_FIELDS = {"recipe", "seq_len", "passes", "window_from", "chance", "baseline", "verdict"}  # study_figure reads
 
-def experiment_figure(tables: Mapping[str, pd.DataFrame], title: str = "") -> Figure:
-    """A recipe's figure from the tables it wrote, chosen by their names and columns."""
+
+def experiment_figure(tables: Mapping[str, pd.DataFrame], title: str = "",
+                      summary: Mapping[str, Any] | None = None) -> Figure:
+    """A recipe's figure from the tables it wrote, chosen by their names and columns. ``summary`` (its
+    summary.json): what the pass-mix and layer-0 figures state beside their data (the verdict, a baseline)."""
     from .. import plots  # on first use: ``import workbench.experiments`` loads no seaborn
 
     if "pass_dynamics" in tables:
+        if summary is not None and STUDY_FIELDS <= set(summary):  # a pass-mix study's own summary
+            return study_figure(tables["pass_dynamics"], summary)
         return plots.contraction_curves(dict(tuple(tables["pass_dynamics"].groupby("run", sort=False))))
     if "traces" in tables:
         return plots.trace_lengths(tables["traces"])
@@ -27,10 +35,13 @@ def experiment_figure(tables: Mapping[str, pd.DataFrame], title: str = "") -> Fi
     if "results" not in tables:
         raise ValueError(f"tables holds {sorted(tables)}: expected 'results' (and maybe 'pass_dynamics' or 'traces')")
     results = tables["results"]
-    if {"condition", "layer"} <= set(results.columns):
+    if {"condition", "layer", "label"} <= set(results.columns):  # layer0_probes: a colour per specimen
+        said = None if summary is None else f"{summary.get('recipe', title)}: {summary['verdict']}"
+        return probe_figure(results, said)
+    if {"condition", "layer"} <= set(results.columns):  # any other probe table
         return plots.layer0_comparison(results)
     if {"accuracy_exact", "lyapunov_top", "family"} <= set(results.columns):  # fixed_point_study's runs
-        return plots.fixed_point_readability(results, title=title)
+        return plots.fixed_point_readability(results)  # titled by its takeaway, as the recipe draws it
     if "swap_flip" in results.columns:  # causal_use: swaps, its positive control, and the LRT ablation by distance
         swaps, controls = (results[results["part"] == part].drop(columns="part") for part in ("swap",
                                                                                                "positive control"))

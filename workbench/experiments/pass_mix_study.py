@@ -4,8 +4,9 @@ residual's behaviour), with each run's fixed-point quality beside it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -17,6 +18,9 @@ from ..evaluation import hierarchical_difference
 from ..schedules import Multipass, PassMix
 from .common import FBT_MIX, config, eval_size, steps
 from .core import Context, Gate, Outcome, RunSpec, apply_gates
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 # One layer: the feedback is the only way a position sees its predecessor's top state, so a model
 # that uses it must show pass 2 beating pass 1 (a deeper model can route around it).
@@ -226,8 +230,6 @@ def analyze_mixes(ctx: Context, setting: Setting) -> Outcome:
     from ..analysis.fixed_point import pass_dynamics, residual_behaviour
     from ..analysis.jacobians import jacobian_norm, pass_map_jacobian, sensitivity
     from ..analysis.trajectory import decoding_states
-    from ..plots import contraction_curves
-
     batch = next(iter(ctx.runs.values())).eval_batch()
     targets = setting.targets(batch)
     T = batch.tokens.size(1)
@@ -302,17 +304,25 @@ def analyze_mixes(ctx: Context, setting: Setting) -> Outcome:
         number += (f"; cross, LRT under {r.mix} (exploratory): pass 2 - pass 1 {uses:+.4f} nats "
                    f"({'uses' if uses < 0 else 'does not use'} its feedback), late-pass rise {r.late_rise:+.4f}, "
                    f"residual {r.residual_behaviour}")
+    chance = f"{setting.baseline_name} {setting.baseline:.3f} nats per target"
+    extra = {"rises": rises, "window_from": W, "passes": passes, "seq_len": T, "baseline": setting.baseline}
     shown = apply_gates(ctx.recipe, gates, verdict)[1]  # the runner applies them again; the title must say it
-    title = (f"{setting.name}: T = {T}, passes 1..{passes}, every quantity over positions t >= {W} "
-             f"(none exact by causality); trained at <= 1 / 2 / 3 passes\nverdict: {shown}")
-    figure = contraction_curves(frames, depths={"trained depth 2 (75/25)": 2, "trained depth 3 (75/22/3)": 3},
-                                note=title,
-                                chance={f"{setting.baseline_name} {setting.baseline:.3f} nats per target":
-                                        setting.baseline})
-    return Outcome(table, figure, number, verdict, gates,
-                   chance=f"{setting.baseline_name} {setting.baseline:.3f} nats per target",
-                   extra={"rises": rises, "window_from": W, "passes": passes, "seq_len": T,
-                          "baseline": setting.baseline})
+    figure = study_figure(pd.concat([f.assign(run=n) for n, f in frames.items()]),
+                          {**extra, "recipe": ctx.recipe.name, "chance": chance, "verdict": shown})
+    return Outcome(table, figure, number, verdict, gates, chance=chance, extra=extra)
+
+
+def study_figure(pass_dynamics: pd.DataFrame, summary: Mapping[str, Any]) -> Figure:
+    """The study's figure from its saved ``pass_dynamics`` table and summary, so the recipe and a redraw from its
+    files (the recipe explorer) show the same one: every run's passes, the trained depths and the baseline."""
+    from ..plots import contraction_curves
+
+    title = (f"{summary['recipe']}: T = {summary['seq_len']}, passes 1..{summary['passes']}, every quantity over "
+             f"positions t >= {summary['window_from']} (none exact by causality); trained at <= 1 / 2 / 3 passes"
+             f"\nverdict: {summary['verdict']}")
+    return contraction_curves(dict(tuple(pass_dynamics.groupby("run", sort=False))), note=title,
+                              depths={"trained depth 2 (75/25)": 2, "trained depth 3 (75/22/3)": 3},
+                              chance={summary["chance"]: summary["baseline"]})
 
 
 CLAIM = ("A 75 % 1-pass / 25 % 2-pass mix diverges when iterated past its training depth (loss rises, residual "

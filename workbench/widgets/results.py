@@ -110,6 +110,6 @@ def recipe_explorer(summaries: Mapping[str, Mapping[str, Any]], tables: Mapping[
         summary = (f"<b>{html.escape(recipe)}</b>: verdict <b>{html.escape(str(s['verdict']))}</b>{note}<br>"
                    f"claim: {html.escape(str(s['claim']))}<br>setting: {html.escape(str(s['setting']))}<br>"
                    f"{rule}{gate_html}our number: {html.escape(str(s['number']))}{table}")
-        return experiments.experiment_figure(tables[recipe], title=recipe), summary
+        return experiments.experiment_figure(tables[recipe], title=recipe, summary=s), summary
 
     return Explorer(controls, render)

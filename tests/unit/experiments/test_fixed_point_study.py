@@ -125,7 +125,9 @@ def test_the_study_figure_draws_each_arm_and_is_the_experiment_figure_of_its_tab
     assert len(bars) == 4 * 4  # four arms, four bars each
     exact_heights = [b.get_height() for p in panels for b in p.patches[6:]]  # per panel the exact bars come last
     assert exact_heights == [0.0, 1.0, 0.0, 0.7]
-    assert len(wb.experiments.experiment_figure({"results": table}).axes) == len(fig.axes)
+    redrawn = wb.experiments.experiment_figure({"results": table}, title="fixed_point_study")  # the explorer's call
+    assert len(redrawn.axes) == len(fig.axes)
+    assert redrawn.get_suptitle() == wb.plots.fixed_point_readability(table).get_suptitle()  # the takeaway
 
 
 def test_the_study_figure_labels_do_not_run_together_with_the_shipped_arms():

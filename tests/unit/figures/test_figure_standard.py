@@ -350,6 +350,24 @@ def test_trace_example_explains_the_outline_and_titles_the_outlined_regime():
 
 
 # --------------------------------------------------------------------------------------------- recipes' bars
+def test_a_shipped_study_redrawn_from_its_files_is_its_recipe_figure():
+    """The recipe explorer redraws from results.csv / pass_dynamics.csv and summary.json: the pass-mix study keeps
+    its baseline and verdict, the layer-0 probes a colour per trained specimen (not one for "trained")."""
+    from workbench import experiments
+    from workbench.experiments.results_table import recipe_tables
+
+    summary = experiments.ensure("fbt_pass_mixes")
+    fig = experiments.experiment_figure(recipe_tables("fbt_pass_mixes"), summary=summary)
+    assert summary["verdict"].replace(" ", "") in fig.get_suptitle().replace("\n", "").replace(" ", "")
+    assert summary["chance"] in {t for ax in fig.axes for t in ax.get_legend_handles_labels()[1]} | set(
+        legend_texts(fig))
+    results = recipe_tables("layer0_probes")["results"]
+    verdict = experiments.ensure("layer0_probes")["verdict"]
+    probes = experiments.experiment_figure({"results": results}, summary=experiments.ensure("layer0_probes"))
+    assert probes.get_suptitle() == f"layer0_probes: {verdict}"
+    drawn = {t for ax in probes.axes for t in ax.get_legend_handles_labels()[1]} | set(legend_texts(probes))
+    trained = set(results.loc[(results["model"] == "trained") & (results["layer"] == 0), "label"])
+    assert trained <= drawn and "trained" not in drawn
 def test_bar_figure_splits_many_arms_names_bpb_and_keeps_the_floor_legend_off_the_bars():
     from workbench.experiments import experiment_figure
     from workbench.experiments.common import bar_figure

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -43,6 +44,7 @@ from ..core import (
     GateResult,
     Outcome,
     Recipe,
+    apply_gates,
     default_finding,
     lead,
 )
@@ -103,6 +105,9 @@ RULE = (f"(a) the paper's claim, on its two tasks ({', '.join(PAPER_TASKS)}): a 
         f"when both hold, 'none' when neither. A specimen is gated by held-out answer accuracy >= {COMPETENT} at its "
         f"scratch length under the condition it is probed in; one that misses is never probed. The text arm is "
         f"probed only when its held-out loss is >= {TEXT_MARGIN} nats/byte below unigram.")
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 def specimen_gate(task: str, arm: str, scratch: int, seed: int = 0) -> Gate:
@@ -292,7 +297,7 @@ def verdicts(trained0: pd.DataFrame, path: pd.DataFrame) -> tuple[str, list[Exte
 
 
 def analyze(ctx: Context) -> Outcome:
-    from ...plots import layer0_comparison, regularisation_paths, specimen_gates
+    from ...plots import regularisation_paths, specimen_gates
 
     table = specimens(ctx, max(8, int(GATE_N * min(1.0, ctx.scale))))
     table.to_csv(ctx.out / "specimens.csv", index=False)
@@ -312,10 +317,11 @@ def analyze(ctx: Context) -> Outcome:
     claim, extensions, outcomes = verdicts(trained0, path)
     verdict = (f"{claim} (over the {int(paper.sum())} of {len(paper)} FBT specimens of the paper's two tasks that "
                "passed their gate)")
-    figure = (layer0_comparison(trained0.assign(model=trained0["label"])) if not trained0.empty
+    gates = {GATED_FBT: float(paper.sum())}
+    shown = apply_gates(ctx.recipe, gates, verdict)[1]  # the runner applies them again; the title must say it
+    figure = (probe_figure(results, f"{ctx.recipe.name}: {shown}") if not trained0.empty
               else specimen_gates(table, COMPETENT, by="label"))
-    return Outcome(results, figure, _number(table, trained0, lifts, text_gate, outcomes), verdict,
-                   {GATED_FBT: float(paper.sum())},
+    return Outcome(results, figure, _number(table, trained0, lifts, text_gate, outcomes), verdict, gates,
                    chance="the majority label of each task (balanced by construction: 0.5), and the untrained twin",
                    extensions=extensions,
                    extra={"specimens": json.loads(table.to_json(orient="records")), "lift_source": lifts["fbt"],
@@ -356,6 +362,15 @@ def _number(specimens: pd.DataFrame, trained0: pd.DataFrame, lifts: dict[str, di
     else:
         parts.append(f"text FBT not probed: {text_gate.describe()}")
     return "; ".join(parts)
+
+
+def probe_figure(results: pd.DataFrame, title: str | None = None) -> Figure:
+    """The trained specimens' layer-0 probes, a colour per specimen: the recipe's figure (``title``: the recipe
+    and its verdict), and its redraw from ``results.csv`` (the recipe explorer)."""
+    from ...plots import layer0_comparison
+
+    trained0 = results[(results["model"] == "trained") & (results["layer"] == 0)]
+    return layer0_comparison(trained0.assign(model=trained0["label"]), title=title)
 
 
 def finding(summary: dict, results: pd.DataFrame) -> Finding:
