@@ -41,8 +41,7 @@ def test_shipped_checkpoint_reproduces_its_recorded_metric(path):
     worst shipped specimen by ~3e-7 relative, so 1e-6 leaves a margin over float64 rounding (~1e-16).
     """
     metrics = load_metrics(path)
-    assert "eval_float64" in metrics, ("run workbench.experiments.migrate.record_reference(path) on checkpoints "
-                                       "saved before it existed")
+    assert "eval_float64" in metrics, "the float64 evaluation every saved run records"
     recomputed = E.reference_metrics(load_checkpoint(path), spec_of(path))
     for key in ("loss", "accuracy"):
         assert recomputed[key] == pytest.approx(metrics["eval_float64"][key], rel=1e-6, abs=1e-9), key

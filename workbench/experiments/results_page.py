@@ -252,14 +252,3 @@ def _run_gate(gate: str | float | None, value: float, passed: bool | None) -> st
     if gate is None or pd.isna(gate):
         return "the recipe's (above)"
     return f"{value:.3f} {'pass' if passed else '**fail**'}"
-
-
-def write_specimens_md(root: str | Path | None = None, path: str | Path | None = None) -> str:
-    """docs/SPECIMENS.md (default: beside the checkpoint root) from the checkpoints under ``root``; returns the text."""
-    root = checkpoints_root() if root is None else Path(root)
-    path = root.parent / "docs" / "SPECIMENS.md" if path is None else Path(path)
-    results = Path(os.path.relpath(root.parent.resolve() / "RESULTS.md", path.resolve().parent)).as_posix()
-    text = specimens_markdown(root, results)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_bytes_atomic(path, text.encode())
-    return text

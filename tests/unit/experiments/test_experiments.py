@@ -17,9 +17,9 @@ import torch
 
 from workbench import experiments as E
 from workbench import schedules as S
-from workbench.checkpoint import load_checkpoint, load_config, load_metrics
+from workbench.checkpoint import load_config, load_metrics
 from workbench.evaluation import hierarchical_difference, paired_difference
-from workbench.experiments import migrate, pool
+from workbench.experiments import pool
 from workbench.stats import MIN_SEEDS, verdict
 
 
@@ -220,18 +220,6 @@ def test_one_checkpoint_root(tmp_path, monkeypatch):
     assert E.checkpoints_root() == Path(E.__file__).resolve().parents[2] / "checkpoints"
     monkeypatch.setenv(E.ROOT_ENV, "elsewhere")
     assert E.checkpoints_root() == tmp_path / "elsewhere"
-
-
-def test_record_reference_keeps_the_checkpoint_loadable_and_its_files(tmp_path, monkeypatch):
-    monkeypatch.setenv(E.ROOT_ENV, str(tmp_path / "ck"))
-    monkeypatch.setitem(E.RECIPES, "tiny", _tiny_recipe(-1.0))
-    E.reproduce("tiny")
-    run = tmp_path / "ck" / "tiny" / "run_s0"
-    history = (run / "history.csv").read_bytes()
-    recorded = load_metrics(run)["eval_float64"]
-    assert migrate.record_reference(run) == pytest.approx(recorded, rel=1e-12)
-    assert load_checkpoint(run) is not None and (run / "history.csv").read_bytes() == history
-    assert (run / E.EVAL_FILE).is_file() and load_metrics(run)["recipe"] == "tiny"
 
 
 def test_a_run_another_recipe_trained_is_reused_under_this_recipes_evaluation(tmp_path, monkeypatch):

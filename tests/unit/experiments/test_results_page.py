@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-from pathlib import Path
 
 import pytest
 
@@ -104,11 +103,10 @@ def test_the_specimens_index_gives_each_run_its_held_out_number_and_own_gate(pag
                                for line in pages["SPECIMENS.md"].splitlines()) for run in ungated)
 
 
-def test_write_specimens_md_links_results_beside_the_root(tmp_path):
+def test_specimens_md_links_results_and_refuses_an_empty_root(tmp_path):
     root = tmp_path / "checkpoints"
     shutil.copytree(checkpoints_root() / "lrt_memory_sanity", root / "lrt_memory_sanity")
-    text = results_page.write_specimens_md(root)
-    assert Path(tmp_path / "docs" / "SPECIMENS.md").read_text() == text
+    text = results_page.specimens_markdown(root)
     assert "](../RESULTS.md#lrt_memory_sanity)" in text and "| sequential_s0 | running_sum |" in text
     with pytest.raises(ValueError, match="root"):
         results_page.specimens_markdown(tmp_path / "empty")
