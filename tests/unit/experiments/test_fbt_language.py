@@ -119,6 +119,9 @@ def test_every_arm_is_trained_on_every_seed_and_the_matched_baselines_get_more_s
         fbt_text.run_name(arm, seed) for arm in fbt_text.ARMS for seed in fbt_text.seeds_of(arm))
     assert fbt_text.seeds_of(lang.PAPER_ARM) == lang.LONG_SEEDS == fbt_text.seeds_of(lang.CONTROL[0])
     assert fbt_text.seeds_of("glu_mix_x3") == fbt_text.SEEDS
+    smoke = fbt_text.build(0.05)  # code paths, not verdicts: the smoke arms on SEEDS, however many seeds landed
+    assert {fbt_text.arm_of(s.name) for s in smoke} == set(fbt_text.SMOKE_ARMS)
+    assert len(smoke) == len(fbt_text.SMOKE_ARMS) * len(fbt_text.SEEDS)
     by_name = {spec.name: spec.train for spec in specs}
     assert by_name["base_mix_flops_s0"].steps > by_name["base_s0"].steps == by_name["glu_mix_s0"].steps
     assert fbt_text.arm_of("base_mix_flops_s2") == "base_mix_flops"

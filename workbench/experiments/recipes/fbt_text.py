@@ -116,9 +116,10 @@ def config(arm: str, scale: float, seed: int) -> TrainConfig:
 
 
 def build(scale: float) -> list[RunSpec]:
+    """Every arm on its seeds; below full scale (a smoke run: code paths, not verdicts) the smoke arms on ``SEEDS``."""
     arms = ARMS if scale >= 1 else SMOKE_ARMS
     return [RunSpec(run_name(arm, seed), config(arm, scale, seed), EXACT, eval_size(scale))
-            for arm in arms for seed in seeds_of(arm)]
+            for arm in arms for seed in (seeds_of(arm) if scale >= 1 else SEEDS)]
 
 
 def seeds_of(arm: str) -> tuple[int, ...]:
