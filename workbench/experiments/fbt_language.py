@@ -42,9 +42,9 @@ PAPER_ARM = f"glu_mix_x{LONG}"
 CONTROL = (f"base_mix_flops_x{LONG}", f"base_x{LONG}")
 # At 3 seeds the feedback gate ended at +0.0004 with every seed's own pass 2 - pass 1 below 0, and the control's seed
 # spread (0.04-0.05 bits/byte, shared by one seed's runs) hid its 0.06 gap from unpaired intervals. Decided before
-# seeds 3-5 trained: verdicts read at LONG_SEED_TARGET seeds, paired by seed; LONG_SEEDS: those trained so far
+# seeds 3-5 trained: verdicts read at LONG_SEED_TARGET seeds, paired by seed; LONG_SEEDS: the seeds trained
 LONG_SEED_TARGET = 6
-LONG_SEEDS = (0, 1, 2)
+LONG_SEEDS = (0, 1, 2, 3, 4, 5)
 SCORES = "scores.csv"  # fbt_text's per-run, per-window, per-measure table
 PROMPT = 128  # bytes of each 256-byte held-out window given as the prompt; the other 128 are the continuation
 PASSES = (1, 2, 3)

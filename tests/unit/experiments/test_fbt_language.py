@@ -167,7 +167,7 @@ def test_the_seed_gate_counts_the_fewest_seeds_scored_of_the_paper_arm_and_its_b
     scores = pd.concat([synthetic_scores({"pass1": 2.0, "pass2": 1.9, "standard": 2.0}, arm=arm) for arm in arms])
     assert lang.seeds_trained(scores) == 3
     assert lang.seeds_trained(scores[~((scores["arm"] == lang.CONTROL[0]) & (scores["seed"] == 0))]) == 2
-    assert lang.SEED_GATE.threshold == lang.LONG_SEED_TARGET > len(lang.LONG_SEEDS)
+    assert lang.SEED_GATE.threshold == lang.LONG_SEED_TARGET == len(lang.LONG_SEEDS)
 
 
 def test_prefill_gains_split_the_gain_into_the_first_pass_and_the_rest():
