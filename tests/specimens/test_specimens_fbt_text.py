@@ -72,7 +72,7 @@ def test_the_baseline_gate_holds_on_fresh_text():
     unigram bits/byte), on fresh windows: the whole 95 % interval of each seed's mean below that bar, loosened by
     the sampling margin the LRT text specimens use."""
     torch.set_num_threads(1)
-    for arm, seed in ((arm, seed) for arm in ("base", f"base_x{lang.LONG}") for seed in fbt_text.seeds_of(arm)):
+    for arm, seed in [(a, seed) for a in ("base", f"base_x{lang.LONG}") for seed in fbt_text.seeds_of(a)]:
         run = fbt_text.run_name(arm, seed)  # the gate reads both equal-step baselines
         task = spec_of(OUT / run).eval_task()
         frame = per_example_metrics(load_run(lang.SPECIMENS, run), task.sample(FRESH_N, FRESH_SEED, "val"),
