@@ -8,14 +8,12 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from .common import bar_figure
-from .pass_mix_study import study_figure
+from .pass_mix_study import STUDY_FIELDS, study_figure
 from .recipes.causal_use import causal_use_figure
 from .recipes.layer0_probes import probe_figure
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
-
-STUDY_FIELDS = {"recipe", "seq_len", "passes", "window_from", "chance", "baseline", "verdict"}  # study_figure reads
 
 
 def experiment_figure(tables: Mapping[str, pd.DataFrame], title: str = "",

@@ -230,6 +230,7 @@ def analyze_mixes(ctx: Context, setting: Setting) -> Outcome:
     from ..analysis.fixed_point import pass_dynamics, residual_behaviour
     from ..analysis.jacobians import jacobian_norm, pass_map_jacobian, sensitivity
     from ..analysis.trajectory import decoding_states
+
     batch = next(iter(ctx.runs.values())).eval_batch()
     targets = setting.targets(batch)
     T = batch.tokens.size(1)
@@ -277,8 +278,8 @@ def analyze_mixes(ctx: Context, setting: Setting) -> Outcome:
                      "soft_state_generated_max": float(written["state_norm_max"].max()),
                      "soft_state_last100": float(written["state_norm_mean"].iloc[-100:].mean())})
     table = pd.DataFrame(rows)
-    pd.concat([f.drop(columns="example_loss").assign(run=n) for n, f in frames.items()]).to_csv(
-        ctx.out / "pass_dynamics.csv", index=False)
+    stacked = pd.concat([f.drop(columns="example_loss").assign(run=n) for n, f in frames.items()])
+    stacked.to_csv(ctx.out / "pass_dynamics.csv", index=False)
     pd.concat(sens, ignore_index=True).to_csv(ctx.out / "sensitivity.csv", index=False)
     pd.concat(decoded, ignore_index=True).to_csv(ctx.out / "decoding.csv", index=False)
     rises = {m: rise_interval(per_seed_rise[m], i) for i, m in enumerate(FEEDBACK_MIXES)}
@@ -307,9 +308,11 @@ def analyze_mixes(ctx: Context, setting: Setting) -> Outcome:
     chance = f"{setting.baseline_name} {setting.baseline:.3f} nats per target"
     extra = {"rises": rises, "window_from": W, "passes": passes, "seq_len": T, "baseline": setting.baseline}
     shown = apply_gates(ctx.recipe, gates, verdict)[1]  # the runner applies them again; the title must say it
-    figure = study_figure(pd.concat([f.assign(run=n) for n, f in frames.items()]),
-                          {**extra, "recipe": ctx.recipe.name, "chance": chance, "verdict": shown})
+    figure = study_figure(stacked, {**extra, "recipe": ctx.recipe.name, "chance": chance, "verdict": shown})
     return Outcome(table, figure, number, verdict, gates, chance=chance, extra=extra)
+
+
+STUDY_FIELDS = {"recipe", "seq_len", "passes", "window_from", "chance", "baseline", "verdict"}  # what it reads
 
 
 def study_figure(pass_dynamics: pd.DataFrame, summary: Mapping[str, Any]) -> Figure:

@@ -362,9 +362,9 @@ def test_a_shipped_study_redrawn_from_its_files_is_its_recipe_figure():
     assert summary["chance"] in {t for ax in fig.axes for t in ax.get_legend_handles_labels()[1]} | set(
         legend_texts(fig))
     results = recipe_tables("layer0_probes")["results"]
-    verdict = experiments.ensure("layer0_probes")["verdict"]
-    probes = experiments.experiment_figure({"results": results}, summary=experiments.ensure("layer0_probes"))
-    assert probes.get_suptitle() == f"layer0_probes: {verdict}"
+    record = experiments.ensure("layer0_probes")
+    probes = experiments.experiment_figure({"results": results}, summary=record)
+    assert probes.get_suptitle() == f"layer0_probes: {record['verdict']}"
     drawn = {t for ax in probes.axes for t in ax.get_legend_handles_labels()[1]} | set(legend_texts(probes))
     trained = set(results.loc[(results["model"] == "trained") & (results["layer"] == 0), "label"])
     assert trained <= drawn and "trained" not in drawn
