@@ -40,7 +40,7 @@ lab-headless:
 ## The 30 slowest tests are listed at the end, so a CI log shows where the suite's time goes.
 WORKERS ?= auto
 test: install
-	$(VENV)/bin/ruff check workbench tests tools
+	$(VENV)/bin/ruff check workbench tests tools notebooks/exercises
 	$(PY) tools/docs.py --check
 	$(PY) -m pytest tests $(if $(wildcard notebooks/*.ipynb),notebooks $(NBVAL),) -n $(WORKERS) --dist loadfile --no-loadscope-reorder --durations=30
 

@@ -66,8 +66,7 @@ AREAS = {
                  ("workbench.analysis", "workbench.stats")),
     "experiments": ("the recipes, their runs and the results pages", ("workbench.experiments",)),
     "hf": ("FeedbackLM, a transformers model", ("workbench.hf",)),
-    "display": ("figures, widgets and the notebooks' exercises", ("workbench.plots", "workbench.widgets",
-                                                                  "workbench.exercises")),
+    "display": ("figures and widgets", ("workbench.plots", "workbench.widgets")),
     "cli": ("python -m workbench", ("workbench.cli",)),
 }
 SKIP = ("workbench.__main__",)  # importing it runs the command line

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from workbench.exercises import solutions as sol
+from exercises import solutions as sol
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 SOLUTION = re.compile(r"<details><summary>Solution</summary>.*?```python\n(.*?)```\s*</details>", re.S)

@@ -73,7 +73,7 @@ def test_ends_with_questions_and_hidden_answers(path):
 @pytest.mark.parametrize("path", [p for p in NOTEBOOKS if 1 <= int(p.name[:2]) <= 7],
                          ids=[p.name for p in NOTEBOOKS if 1 <= int(p.name[:2]) <= 7])
 def test_has_an_exercise_checked_by_the_package(path):
-    """An exercise: the learner's function, hints in <details>, and a wb.exercises check right after."""
+    """An exercise: the learner's function, hints in <details>, and an exercises check right after."""
     nb = json.loads(path.read_text())
     code = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
     assert any("ex.check_" in text or "exercises.check_" in text for text in code), "no exercise check"

@@ -27,8 +27,8 @@ the layers below it. The order, lowest first, is what the code needs, not a wish
 9. **experiments**: recipes train (``train``), measure (``analysis``) and draw (``plots``); the
    results page and compute accounting the notebooks read (``results_table``) read what recipes
    wrote, so they live here too.
-10. **notebook front-ends**: ``widgets`` show experiments, analyses and figures; ``exercises``
-    check a learner's code against analysis and model functions.
+10. **notebook front-ends**: ``widgets`` show experiments, analyses and figures. (The exercise checks are the
+    course's, not the package's: ``notebooks/exercises`` imports ``workbench`` as a notebook does.)
 11. **entry points**: ``bench``, ``cli`` (one module per family of commands), ``__main__`` and the package
     ``__init__`` (the facade ``import workbench as wb`` gives) may import anything; nothing imports them, which is why a
     module below takes ``__version__`` from ``_version`` and not from the package.
@@ -60,7 +60,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("analysis", ("workbench.analysis",)),
     ("figures", ("workbench.plots", "workbench.diagrams")),
     ("experiments", ("workbench.experiments",)),
-    ("notebook front-ends", ("workbench.widgets", "workbench.exercises")),
+    ("notebook front-ends", ("workbench.widgets",)),
     ("entry points", ("workbench.cli", "workbench.__main__", "workbench")),
 ]
 

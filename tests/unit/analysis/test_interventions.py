@@ -234,7 +234,7 @@ def test_feedback_hooks_reach_generation():
 
 
 def test_the_swap_patch_exercise_check_passes_a_solution_and_fails_the_usual_slips():
-    from workbench import exercises as ex
+    import exercises as ex
 
     def solution(model, tokens, i, j, p, memory_at=None, step_at=None):
         with torch.no_grad():

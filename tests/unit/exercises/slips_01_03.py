@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from workbench import exercises as ex
+import exercises as ex
 from workbench.functional import norm
 from workbench.schedules import shift_right
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from workbench import exercises as ex
+import exercises as ex
 
 
 def soft_logits(model, idx, prompt_len, *, plain_prompt=True, first_reads=True, carry=True, pass_positions=True):

@@ -7,7 +7,7 @@ import numpy as np
 import torch
 from sklearn.model_selection import GroupKFold
 
-from workbench import exercises as ex
+import exercises as ex
 
 
 # ---------------------------------------------------------------------------------------------- 05

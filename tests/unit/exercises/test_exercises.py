@@ -17,10 +17,10 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import GroupKFold, KFold
 from sklearn.preprocessing import StandardScaler
 
+import exercises as ex
 import workbench as wb
-from workbench import exercises as ex
-from workbench.exercises import solutions as sol
-from workbench.exercises.schedule_checks import jacobian_at_zero
+from exercises import solutions as sol
+from exercises.schedule_checks import jacobian_at_zero
 from workbench.functional import norm
 from workbench.kv_cache import KVBuffer, interleave
 from workbench.schedules import feedback_mask, shift_right
@@ -46,7 +46,7 @@ def test_the_stub_is_not_done_yet_and_gets_the_solution(name, capsys):
     assert check(stub) is check.solution
     out = capsys.readouterr().out
     assert out.startswith("not done yet: stub is still the stub (write this function)")
-    assert "hints" in out and f"wb.exercises.solutions.{check.solution.__name__}" in out
+    assert "hints" in out and f"exercises.solutions.{check.solution.__name__}" in out
 
 
 def test_a_not_implemented_error_from_deeper_down_is_not_the_stub():

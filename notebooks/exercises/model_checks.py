@@ -8,13 +8,14 @@ from typing import Any
 
 import torch
 
-from ..analysis.cache import ActivationCache, run_with_cache
-from ..config import ModelConfig
-from ..functional import apply_rotary, norm, rotary
-from ..kv_cache import KVCache
-from ..mechanisms import Feedback
-from ..model import GPT, eval_mode
-from ..schedules import shift_right
+from workbench.analysis.cache import ActivationCache, run_with_cache
+from workbench.config import ModelConfig
+from workbench.functional import apply_rotary, norm, rotary
+from workbench.kv_cache import KVCache
+from workbench.mechanisms import Feedback
+from workbench.model import GPT, eval_mode
+from workbench.schedules import shift_right
+
 from . import solutions
 from .framework import VOCAB, T, as_number, close, exercise, passed, practice_model, practice_tokens, register
 
@@ -229,7 +230,7 @@ def _tiny_feedback_gpt2() -> Any:
     """A float64 2-layer GPT-2 wrapped by ``FeedbackLM``, built offline from a config."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from ..hf import FeedbackLM
+    from workbench.hf import FeedbackLM
 
     config = GPT2Config(vocab_size=VOCAB, n_positions=T, n_embd=16, n_layer=2, n_head=2, resid_pdrop=0.0,
                         embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=None, eos_token_id=None)

@@ -7,11 +7,12 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from ..analysis.cache import ActivationCache, run_with_cache
-from ..analysis.interventions import Intervention, answer_numbers, intervene
-from ..analysis.probes import fit_probe, fold_assignment, group_interval
-from ..model import GPT
-from ..schedules import Multipass
+from workbench.analysis.cache import ActivationCache, run_with_cache
+from workbench.analysis.interventions import Intervention, answer_numbers, intervene
+from workbench.analysis.probes import fit_probe, fold_assignment, group_interval
+from workbench.model import GPT
+from workbench.schedules import Multipass
+
 from . import solutions
 from .framework import as_number, close, exercise, passed, practice_model, practice_tokens, register
 

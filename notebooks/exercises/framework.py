@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..analysis.probes import random_init_model
-from ..config import ModelConfig
-from ..model import GPT, build_model
+from workbench.analysis.probes import random_init_model
+from workbench.config import ModelConfig
+from workbench.model import GPT, build_model
 
 VOCAB, T = 29, 9  # small enough to run in a blink, long enough that strided subsets are uneven
 
@@ -85,7 +85,7 @@ def exercise(solution: Callable) -> Callable[[Callable], Callable]:
                 said = f" ({error})" if str(error) else ""
                 print(f"not done yet: {name} is still the stub{said}. Write it in the cell above (the hints "
                       f"are folded under it), then run this cell again. Until it passes, the cells below use "
-                      f"the reference solution, wb.exercises.solutions.{solution.__name__}.", file=sys.stdout)
+                      f"the reference solution, exercises.solutions.{solution.__name__}.", file=sys.stdout)
                 return solution
             return fn
         run.solution = solution

@@ -10,14 +10,15 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..analysis.traces import compare_regimes, read_trace
-from ..decode import generate
-from ..hooks import with_hooks
-from ..model import GPT
-from ..schedules import Schedule, Sequential, condition, regime
-from ..stats import verdict
-from ..tasks import ANSWER_MARKER, Task
-from ..tasks import get as get_task
+from workbench.analysis.traces import compare_regimes, read_trace
+from workbench.decode import generate
+from workbench.hooks import with_hooks
+from workbench.model import GPT
+from workbench.schedules import Schedule, Sequential, condition, regime
+from workbench.stats import verdict
+from workbench.tasks import ANSWER_MARKER, Task
+from workbench.tasks import get as get_task
+
 from . import solutions
 from .framework import as_number, exercise, passed, practice_model, practice_tokens, register
 

@@ -17,13 +17,13 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import GroupKFold
 from sklearn.preprocessing import StandardScaler
 
-from ..analysis.cache import ActivationCache
-from ..config import ModelConfig
-from ..functional import norm
-from ..kv_cache import KVBuffer
-from ..model import GPT
-from ..schedules import Sequential, feedback_mask, shift_right
-from ..tasks import ANSWER_MARKER, Task
+from workbench.analysis.cache import ActivationCache
+from workbench.config import ModelConfig
+from workbench.functional import norm
+from workbench.kv_cache import KVBuffer
+from workbench.model import GPT
+from workbench.schedules import Sequential, feedback_mask, shift_right
+from workbench.tasks import ANSWER_MARKER, Task
 
 
 # 00

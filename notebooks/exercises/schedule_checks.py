@@ -7,10 +7,11 @@ from collections.abc import Callable
 
 import torch
 
-from .. import schedules
-from ..analysis.fixed_point import pass_dynamics
-from ..analysis.schedule_agreement import compare_schedules
-from ..model import GPT, eval_mode
+from workbench import schedules
+from workbench.analysis.fixed_point import pass_dynamics
+from workbench.analysis.schedule_agreement import compare_schedules
+from workbench.model import GPT, eval_mode
+
 from . import solutions
 from .framework import VOCAB, T, as_number, close, exercise, passed, practice_model, practice_tokens, register
 
@@ -227,7 +228,7 @@ def check_residual(fn: Callable[[torch.Tensor, torch.Tensor], float]) -> Callabl
 def check_one_step_jacobian(fn: Callable[[GPT, torch.Tensor, int], torch.Tensor]) -> Callable:
     """``fn(model, idx, t)``: (B, D, D) the Jacobian ``d m_t / d m_{t-1}`` of the exact recurrence at position ``t``,
     the keys/values of positions < t held at their exact values."""
-    from ..analysis.jacobians import recurrence_jacobians
+    from workbench.analysis.jacobians import recurrence_jacobians
 
     hint = ("Run the exact recurrence over positions < t into a KV cache (schedules.Sequential().prefill(..., cache)); "
             "differentiate one step of position t alone, reading memory m at that cache, at m = cache.state "
