@@ -33,11 +33,11 @@ def notebook_params(first_half: bool) -> list:
 
 
 def check_in_lab(notebook: Path, lab, chromium, budget: driver.Deadline, screens_index: list) -> None:
-    """Run ``notebook`` in JupyterLab with Run All, move its widgets, save its screenshot; fail on any problem, skip
-    when the module's budget ran out during it."""
+    """Run ``notebook`` in JupyterLab with Run All, move its widgets, save its screenshots (the notebook, each widget
+    after it moved, each static figure in its cell); fail on any problem, skip when the module's budget ran out."""
     deadline = deadline_within(budget)
     report = driver.check_notebook(chromium.browser, lab, f"{notebook.parent.name}/{notebook.name}",
-                                   driver.SCREENS, deadline)
+                                   driver.SCREENS, deadline, figures=True)
     screens_index.append(report)
     print(report.summary())
     if report.timed_out and deadline.seconds < driver.NOTEBOOK_SECONDS and not report.failed_before_timeout:
