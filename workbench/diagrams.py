@@ -42,7 +42,8 @@ DRAWN = ("none", "lrt", "fbt")  # the mechanisms this drawing knows where to put
 
 def recurrence(positions: int = 4, layers: int = 3, mechanism: str = "fbt", source_layer: int = -1) -> Figure:
     """Token t reads ``m_{t-1}``: columns are positions, rows depths (FBT: into the input; LRT: from ``source_layer``
-    into every block)."""
+    into every block). Boxes carry their block index (the input row ``x``), the numbers the title and
+    ``source_layer`` use, so the highlighted box and the title agree."""
     check_int("positions", positions, 2, 12)
     check_int("layers", layers, 1, 8)
     if mechanism not in DRAWN:
@@ -53,7 +54,7 @@ def recurrence(positions: int = 4, layers: int = 3, mechanism: str = "fbt", sour
     for t in range(positions):
         for depth in range(layers + 1):
             colour = EXACT if (mechanism != "none" and depth == source) else (PLAIN if depth == 0 else "white")
-            _cell(ax, t, depth, colour, "x" if depth == 0 else f"{depth}", size=0.5)
+            _cell(ax, t, depth, colour, "x" if depth == 0 else f"{depth - 1}", size=0.5)
             if depth:
                 ax.annotate("", (t, depth - 0.25), (t, depth - 0.75),
                             arrowprops=dict(arrowstyle="-|>", color="black", lw=0.8))
@@ -64,9 +65,10 @@ def recurrence(positions: int = 4, layers: int = 3, mechanism: str = "fbt", sour
         for depth in targets:
             _memory_arrow(ax, (t - 1 + 0.25, source), (t - 0.25, depth), rad=-0.15)
         ax.text(t - 0.5, source + 0.45, f"$m_{{{t - 1}}}$", ha="center", fontsize=9, color=ACCENT)
+    ax.text(-0.5, (layers + 1) / 2, "block", rotation=90, ha="center", va="center", fontsize=8)
     what = {"fbt": "token t reads $m_{t-1}$: top state fused into the input (FBT)",
             "none": "baseline: no memory $m_{t-1}$; only the sampled token crosses",
-            "lrt": f"token t reads $m_{{t-1}}$: {'top' if source_layer == -1 else f'block {source_layer}'} state "
+            "lrt": f"token t reads $m_{{t-1}}$: block {source - 1}{' (top)' if source_layer == -1 else ''} state "
                    "into every block (LRT)"}
     ax.set(xlim=(-0.7, positions - 0.3), ylim=(-1.2, layers + 0.9), title=what[mechanism])
     _bare(ax)

@@ -102,15 +102,55 @@ def arms_by_prefix(ctx: Context, template: str, arms: tuple[str, ...]) -> dict[s
 METRIC_WORDS = {"bpb": "bits per byte", "val_bpb": "held-out bits per byte", "loss": "loss (nats / token)"}
 LOWER_IS_BETTER = ("bpb", "bits", "loss", "nats")  # a metric naming one of these is better when lower
 
+# An arm's colour, the same in every figure: an index into seaborn's "deep" palette by the arm's name, else by its
+# family (the name up to its first "_": base, glu, add, fbt, lrt; "base" the baseline's blue, "lrt" the reference
+# LRT's orange). Grey (7) is left to reference lines and keys; gates_only shares lrt_blockwise's green (never drawn
+# together). See ``arm_colour``.
+ARM_COLOURS = {"baseline": 0, "lrt_interleaved": 1, "lrt_blockwise": 2, "lrt_src3": 3, "lrt_src1": 4,
+               "lrt_older": 5, "lrt_pooled": 6, "lrt_kv_only": 8, "lrt_residual_only": 9, "gates_only": 2,
+               "base": 0, "lrt": 1, "sequential": 1, "fbt": 2, "glu": 2, "add": 3}
+
+
+def arm_colour(arm: str) -> tuple[float, float, float]:
+    """``arm``'s colour in every figure (``ARM_COLOURS``; an arm of no listed name or family: one fixed by its
+    name's checksum)."""
+    import zlib
+
+    import seaborn as sns
+
+    palette = sns.color_palette("deep")
+    index = ARM_COLOURS.get(arm, ARM_COLOURS.get(arm.split("_")[0]))
+    return palette[zlib.crc32(arm.encode()) % len(palette) if index is None else index]
+
+
+def _lower(metric: str) -> bool:
+    return any(word in metric.lower() for word in LOWER_IS_BETTER)
+
+
+def best_takeaway(table: pd.DataFrame, keys: list[str]) -> str:
+    """Which arm is best over every panel of a metric (not one panel's share of its arms); "" for a single arm."""
+    bests = []
+    for k, g in table.groupby(keys, sort=False):
+        if g["arm"].nunique() > 1:
+            lower = _lower(str(g["metric"].iloc[0]))
+            row = g.loc[g["value"].idxmin() if lower else g["value"].idxmax()]
+            name = " / ".join(METRIC_WORDS.get(str(x), str(x)) for x in (k if isinstance(k, tuple) else (k,)))
+            bests.append((name, row["arm"], float(row["value"]), lower))
+    if len(bests) == 1:
+        _, arm, value, lower = bests[0]
+        return f"best: {arm} {value:.3f} ({'lower' if lower else 'higher'} is better)"
+    if bests and len({b[1] for b in bests}) == 1:
+        return f"best in all {len(bests)} measures: {bests[0][1]}"
+    return "best: " + "; ".join(f"{arm} {value:.3f} ({name})" for name, arm, value, _ in bests) if bests else ""
+
 
 def bar_figure(table: pd.DataFrame, title: str):
     """One bar per arm (mean, seed-std error bar), a panel per task/metric (past ``ARMS_PER_PANEL`` arms: split
     over several panels). A ``floor`` column (with ``floor_label``: chance, the unigram, a difference of 0) is drawn
     as a line named in one legend below the panels: kept in the table, so a redraw from the saved CSV shows it too.
-    Each panel's title says which arm is best (lower is better for bits, bpb, loss and nats, higher otherwise)."""
+    Each panel's title says which way is better (lower for bits, bpb, loss and nats, higher otherwise), the suptitle
+    which arm is best over all panels (``best_takeaway``); each arm in its own colour (``arm_colour``)."""
     import textwrap
-
-    import seaborn as sns
 
     from ..plots.base import panel_grid, require_columns, split_panels
 
@@ -124,17 +164,14 @@ def bar_figure(table: pd.DataFrame, title: str):
     figure, axes = panel_grid(len(panels), panel=(max(3.4, 1.2 + 0.9 * widest), 3.6))
     for ax, (name, group) in zip(axes, panels):
         err = group["seed_std"] if "seed_std" in group else None
-        ax.bar(np.arange(len(group)), group["value"], yerr=err, color=sns.color_palette("deep", n_colors=len(group)),
+        ax.bar(np.arange(len(group)), group["value"], yerr=err, color=[arm_colour(str(a)) for a in group["arm"]],
                capsize=3)
         ax.set_xticks(np.arange(len(group)), [textwrap.fill(str(a).replace("_", " "), 10, break_long_words=False)
                                               for a in group["arm"]],
                       fontsize=8)
         ax.set_xlim(-0.5, widest - 0.5)  # the same bar width in every panel
         metric = str(group["metric"].iloc[0])
-        lower = any(word in metric.lower() for word in LOWER_IS_BETTER)
-        best = group.loc[group["value"].idxmin() if lower else group["value"].idxmax()]
-        ax.set_title(f"{name}\nbest: {best['arm']} {best['value']:.3f}"
-                     f" ({'lower' if lower else 'higher'} is better)", fontsize=9)
+        ax.set_title(f"{name}\n({'lower' if _lower(metric) else 'higher'} is better)", fontsize=9)
         ax.set_ylabel(METRIC_WORDS.get(metric, metric))
         if "floor" in group:
             value, label = float(group["floor"].iloc[0]), str(group["floor_label"].iloc[0])
@@ -147,8 +184,9 @@ def bar_figure(table: pd.DataFrame, title: str):
                 labels.append(label)
     if labels:  # below the panels: inside, a floor's legend sat on the bars
         figure.legend(handles, labels, fontsize=8, loc="outside lower center", ncols=min(len(labels), 4))
-    if title:
-        figure.suptitle(title)
+    said = "\n".join(part for part in (title, textwrap.fill(best_takeaway(table, keys), 120)) if part)
+    if said:
+        figure.suptitle(said)
     return figure
 
 

@@ -9,6 +9,7 @@ import pandas as pd
 
 from .common import bar_figure
 from .pass_mix_study import STUDY_FIELDS, study_figure
+from .recipes import crosses, lrt_memory_sanity, reasoning_traces
 from .recipes.causal_use import causal_use_figure
 from .recipes.layer0_probes import probe_figure
 
@@ -16,10 +17,15 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 
+# a recipe whose bar figure is titled by its takeaway, computed from its results table as its analyze does
+TAKEAWAYS = {"crosses": crosses.takeaway, "lrt_memory_sanity": lrt_memory_sanity.takeaway}
+
+
 def experiment_figure(tables: Mapping[str, pd.DataFrame], title: str = "",
                       summary: Mapping[str, Any] | None = None) -> Figure:
     """A recipe's figure from the tables it wrote, chosen by their names and columns. ``summary`` (its
-    summary.json): what the pass-mix and layer-0 figures state beside their data (the verdict, a baseline)."""
+    summary.json): what the pass-mix and layer-0 figures state beside their data (the verdict, a baseline), and
+    which recipe's takeaway (``TAKEAWAYS``) titles its bars."""
     from .. import plots  # on first use: ``import workbench.experiments`` loads no seaborn
 
     if "pass_dynamics" in tables:
@@ -27,6 +33,8 @@ def experiment_figure(tables: Mapping[str, pd.DataFrame], title: str = "",
             return study_figure(tables["pass_dynamics"], summary)
         return plots.contraction_curves(dict(tuple(tables["pass_dynamics"].groupby("run", sort=False))))
     if "traces" in tables:
+        if {"arm", "decoding"} <= set(tables["traces"].columns):  # reasoning_traces' own: as the recipe drew it
+            return reasoning_traces.traces_figure(tables["traces"], tables.get("lines"))
         return plots.trace_lengths(tables["traces"])
     if "bars" in tables:  # a wide results table with its bars saved beside it (fbt_language.bars)
         return bar_figure(tables["bars"], title=title)
@@ -45,4 +53,5 @@ def experiment_figure(tables: Mapping[str, pd.DataFrame], title: str = "",
                                                                                                "positive control"))
         return causal_use_figure(swaps, controls, tables.get("distances", pd.DataFrame(
             columns=["distance", "position", "increase"])))
-    return bar_figure(results, title=title)
+    recipe = (summary or {}).get("recipe")
+    return bar_figure(results, title=TAKEAWAYS[recipe](results) if recipe in TAKEAWAYS else title)

@@ -34,8 +34,8 @@ from .text_arms import (
     both_ways,
     curves,
     flattened,
+    outcome_figure,
     prepare,
-    text_figure,
     unigram_bpb,
 )
 
@@ -121,7 +121,7 @@ def every_above_rule(diffs: tuple[str, ...]) -> str:
             f"{MIN_SEEDS} seeds per arm or when a gate fails.")
 
 
-def analyze(ctx: Context, comparisons: Mapping[str, str], rule: Rule, title: str) -> Outcome:
+def analyze(ctx: Context, comparisons: Mapping[str, str], rule: Rule) -> Outcome:
     """The shared analysis: each compared arm against its reference both ways; ``rule`` gives the verdict."""
     prepare(ctx)
     arms = arm_runs(ctx, tuple(dict.fromkeys(["baseline", *comparisons.values(), *comparisons])))
@@ -150,7 +150,7 @@ def analyze(ctx: Context, comparisons: Mapping[str, str], rule: Rule, title: str
            f"LRT trained with the {TREATMENT} treatment"])
     gates = {"baseline below unigram": unigram - float(table.loc[table["arm"] == "baseline", "value"].iloc[0]),
              "baseline flattened": flattened(ctx, arms["baseline"]), MEMORY_GATE.name: use["high"]}
-    return Outcome(table, text_figure(ctx, arms, ends, title), number, rule(intervals, steps), gates,
+    return Outcome(table, outcome_figure(ctx, arms, ends), number, rule(intervals, steps), gates,
                    chance=f"unigram {unigram:.3f} bits/byte on the held-out bytes",
                    extra={"unigram_bpb": unigram, "treatment": TREATMENT, "memory_use": use,
                           "comparisons": {arm: {"vs": vs, "final_flop_mark": intervals[arm],

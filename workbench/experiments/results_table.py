@@ -24,7 +24,7 @@ SUMMARY_COLUMNS = ["recipe", "kind", "claim", "setting", "number", "verdict", "g
 REQUIRED_FIELDS = ("claim", "setting", "number", "verdict", "scale")
 FINDING_COLUMNS = ["recipe", "kind", "paper", "ours", "verdict", "finding"]
 GATE_COLUMNS = ["recipe", "gate", "quantity", "value", "op", "threshold", "passed"]
-EXTRA_TABLES = ("pass_dynamics", "traces", "distances", "bars")
+EXTRA_TABLES = ("pass_dynamics", "traces", "lines", "distances", "bars")
 SPECIMEN_COLUMNS = ["recipe", "run", "task", "task_params", "mechanism", "shape", "params", "schedule", "steps", "seed",
                     "measure", "held_out", "held_out_schedule", "gate", "gate_value", "gate_passed"]
 COMPUTE_COLUMNS = ["run", "task", "seed", "schedule", "steps", "flops", "pass_flops", "mean_passes", "flops_per_step",
@@ -106,7 +106,7 @@ def gates_table(summaries: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
 
 
 def recipe_tables(recipe: str) -> dict[str, pd.DataFrame]:
-    """The tables a recipe wrote, by name: ``results`` always, ``pass_dynamics``/``traces`` where present."""
+    """The tables a recipe wrote, by name: ``results`` always, those of ``EXTRA_TABLES`` where present."""
     _check_recipe(recipe)
     tables = {"results": load_results(recipe)}
     for name in EXTRA_TABLES:

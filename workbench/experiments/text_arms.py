@@ -3,19 +3,24 @@ treatments, runs at matched compute, held-out BPB curves."""
 
 from __future__ import annotations
 
+import json
 import math
+import textwrap
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import seaborn as sns
+from matplotlib.lines import Line2D
 
 from .. import schedules, tasks
 from ..evaluation import hierarchical_difference, per_example_metrics
-from ..plots import loss_vs_flops
+from ..plots import ends_title, loss_vs_flops
 from ..schedules import Blockwise, Interleaved, Schedule, Single
 from ..train import TrainConfig
-from .common import EXACT, budget_runs, curve_every, last_quarter_improvement, per_seed
+from .common import EXACT, arm_colour, budget_runs, curve_every, last_quarter_improvement, per_seed
 from .core import Context, RunSpec
+from .store import EVAL_FILE
 
 TEXT = {"seq_len": 128}
 
@@ -141,7 +146,11 @@ def unigram_bpb() -> float:
 
 def curves(ctx: Context, names: list[str]) -> list[pd.DataFrame]:
     """Each run's held-out curve: the history rows with an evaluation (flops, seconds, val_bpb)."""
-    return [pd.read_csv(ctx.out / n / "history.csv").dropna(subset=["val_bpb"]) for n in names]
+    return read_curves(ctx.out, names)
+
+
+def read_curves(out: Path, names: list[str]) -> list[pd.DataFrame]:
+    return [pd.read_csv(out / n / "history.csv").dropna(subset=["val_bpb"]) for n in names]
 
 
 def flattened(ctx: Context, names: list[str]) -> float:
@@ -164,28 +173,73 @@ def both_ways(ctx: Context, arms: dict[str, list[str]]) -> tuple[pd.DataFrame, d
     return pd.DataFrame(rows), mismatch
 
 
-def text_figure(ctx: Context, arms: dict[str, list[str]], ends: pd.DataFrame, title: str):
-    """Held-out BPB against training FLOPs (seed bands, unigram line) and each arm's end point both ways."""
-    unigram = unigram_bpb()
-    figure = loss_vs_flops({arm: curves(ctx, names) for arm, names in arms.items()}, floor=unigram,
-                           title=title, extra_panel=True)
-    ax = figure.axes[1]
-    labelled: set[str] = set()
-    for i, ((arm, names), color) in enumerate(zip(arms.items(), sns.color_palette("deep", n_colors=len(arms)))):
-        points = {"exact": [float(ctx.per_example[n]["bpb"].mean()) for n in names],
-                  "own schedule": ends.loc[ends["arm"] == arm, "bpb_own_schedule"].tolist()}
-        for (way, values), (dx, marker) in zip(points.items(), ((-0.1, "o"), (0.1, "x"))):
-            if values:
-                ax.scatter([i + dx] * len(values), values, color=color, marker=marker,
-                           label=None if way in labelled else way)
-                labelled.add(way)
-    ax.set_xticks(range(len(arms)), list(arms))
+def end_points(per_example: Mapping[str, pd.DataFrame], arms: Mapping[str, list[str]], ends: pd.DataFrame
+               ) -> pd.DataFrame:
+    """Per run its arm and final held-out BPB, exact and under its own schedule (``both_ways``' ``ends``; NaN for
+    an arm without one): the points of the figure's end-point panel and its title."""
+    own = dict(zip(ends["run"], ends["bpb_own_schedule"])) if len(ends) else {}
+    return pd.DataFrame([{"arm": arm, "run": n, "exact": float(per_example[n]["bpb"].mean()),
+                          "own": own.get(n, math.nan)} for arm, names in arms.items() for n in names])
+
+
+def text_title(points: pd.DataFrame) -> str:
+    """The takeaway: which arm ends lowest under the exact recurrence (the decision's numbers), ``ends_title`` over
+    each seed's end point."""
+    seeds = {arm: [pd.DataFrame({"bpb": [v]}) for v in rows["exact"]]
+             for arm, rows in points.groupby("arm", sort=False)}
+    return ends_title(seeds, "bpb", lead="exact recurrence: ")
+
+
+def text_figure(curves: Mapping[str, list[pd.DataFrame]], points: pd.DataFrame, unigram: float, title: str):
+    """Held-out BPB against training FLOPs (seed bands, the unigram dotted) and each run's end point, exact (o) and
+    under its own schedule (x), every arm in its ``arm_colour``. The unigram is in view wherever a point reaches it;
+    the end-point panel says so only when it lies above the panel's scale."""
+    figure = loss_vs_flops(curves, floor=unigram, title=textwrap.fill(title, 110), extra_panel=True)
+    lines, ax = figure.axes[0], figure.axes[1]
+    bands = iter(lines.collections)  # a band per arm of several seeds, in the curves' order
+    for arm, seeds in curves.items():
+        for line in lines.get_lines():
+            if line.get_label().startswith(f"{arm} ("):
+                line.set_color(arm_colour(arm))
+        if len(seeds) > 1:
+            next(bands).set_color(arm_colour(arm))
+    lines.legend(fontsize=8)  # drawn again: a legend keeps the colours its artists had
+    lines.set_title("curves: each run's own schedule")
+    arms = list(dict.fromkeys(points["arm"]))
+    for i, arm in enumerate(arms):
+        rows = points[points["arm"] == arm]
+        for column, dx, marker in (("exact", -0.1, "o"), ("own", 0.1, "x")):
+            values = rows[column].dropna()
+            ax.scatter([i + dx] * len(values), values, color=arm_colour(arm), marker=marker)
+    ax.set_xticks(range(len(arms)), arms)
     ax.set_xlim(-0.5, len(arms) - 0.5)
     ax.set_ylabel("held-out bits per byte (final)")
-    above = unigram > ax.get_ylim()[1]  # the floor line is drawn where it falls inside the points' range
+    above = unigram > ax.get_ylim()[1]  # a point at or above the unigram keeps it in view
     ax.set_title("end points per seed" + (f" (unigram {unigram:.2f} above the scale)" if above else ""))
-    ax.legend(loc="best", fontsize=8)
+    keys = [Line2D([], [], ls="none", marker=m, color="grey", label=w) for m, w in (("o", "exact"),
+                                                                                  ("x", "own schedule"))]
+    floor = [] if above else [x for x in ax.get_lines() if x.get_label().startswith("unigram")]
+    ax.legend(handles=keys + floor, loc="best", fontsize=8)
     return figure
+
+
+def outcome_figure(ctx: Context, arms: dict[str, list[str]], ends: pd.DataFrame):
+    """A text recipe's figure from its runs (``text_figure`` titled by ``text_title``)."""
+    points = end_points(ctx.per_example, arms, ends)
+    return text_figure({arm: curves(ctx, names) for arm, names in arms.items()}, points, unigram_bpb(),
+                       text_title(points))
+
+
+def saved_figure(out: Path):
+    """``outcome_figure`` redrawn from a text recipe's files under ``out``: its runs' curves and evaluations and
+    summary.json's own-schedule ends; no model loaded, no number recomputed."""
+    summary = json.loads((out / "summary.json").read_text())
+    arms = {arm: sorted(p.name for p in out.glob(f"text_{arm}_s*") if p.is_dir())
+            for arm in pd.read_csv(out / "results.csv")["arm"]}
+    per_example = {n: add_bpb(pd.read_csv(out / n / EVAL_FILE)) for names in arms.values() for n in names}
+    points = end_points(per_example, arms, pd.DataFrame(summary["ends"]))
+    return text_figure({arm: read_curves(out, names) for arm, names in arms.items()}, points,
+                       summary["unigram_bpb"], text_title(points))
 
 
 def prepare(ctx: Context) -> None:

@@ -33,9 +33,11 @@ def new_figure(ncols: int, nrows: int = 1, panel: tuple[float, float] = PANEL,
     return fig, list(axes.flat)
 
 
-def panel_grid(n: int, panel: tuple[float, float], sharey: bool = False) -> tuple[Figure, list[Axes]]:
-    """``n`` panels in rows of at most ``MAX_COLUMNS``, unused cells removed (``fig.axes`` holds exactly ``n``)."""
-    ncols = min(n, MAX_COLUMNS)
+def panel_grid(n: int, panel: tuple[float, float], sharey: bool = False,
+               ncols: int | None = None) -> tuple[Figure, list[Axes]]:
+    """``n`` panels in rows of at most ``ncols`` (default and cap ``MAX_COLUMNS``), unused cells removed
+    (``fig.axes`` holds exactly ``n``)."""
+    ncols = min(n, MAX_COLUMNS, ncols or MAX_COLUMNS)
     fig, axes = new_figure(ncols, -(-n // ncols), panel=panel, sharey=sharey)
     for ax in axes[n:]:
         ax.remove()
@@ -126,6 +128,14 @@ def run_styles(names: Sequence[str]) -> dict[str, dict]:
         k = seen[arm] = seen.get(arm, -1) + 1
         styles[name] = {"color": colors[arm], "ls": ("-", "--", ":", "-.")[k % 4]}
     return styles
+
+
+def name_colours(names: Sequence) -> dict:
+    """One colour per distinct name, assigned in sorted order: the same names get the same colours in every figure,
+    whatever order the rows come in. Past ten names the palette repeats, so only names ten apart in sorted order
+    share a colour (never neighbours, which a panel of one arm's specimens holds)."""
+    unique = sorted(set(names), key=str)
+    return dict(zip(unique, sns.color_palette("deep", n_colors=len(unique))))
 
 
 def probe_facets(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:

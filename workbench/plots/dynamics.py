@@ -39,15 +39,41 @@ def run_families(names: list[str]) -> dict[str, list[str]]:
     return dict(_family_chunks(list(names), families))
 
 
-def contraction_takeaway(results: Runs, exact_below: float = 1e-9) -> str:
-    """From which pass each run stays within ``exact_below`` of its fixed point (``fixed_point_distance``): "exact
-    fixed point at pass 12", the same pass for every run said once."""
+def _eps(dtype: object) -> float:
+    name = str(dtype).removeprefix("torch.")
+    return 2.0 ** -7 if name == "bfloat16" else float(np.finfo(name).eps)
+
+
+ROUNDING = 100  # a run settled within this many machine epsilons of its fixed point is there within rounding
+
+
+def _settled_in_float32(distance: np.ndarray, exact_below: float) -> bool:
+    """A run above ``exact_below`` that ends within ``ROUNDING`` float32 epsilons and falls less than 2x over its last
+    quarter of passes sits at its fixed point within float32 rounding (a float64 run keeps falling)."""
+    tail = distance[-max(2, len(distance) // 4):]
+    return (len(distance) >= 3 and exact_below < distance[-1] <= ROUNDING * _eps("float32")
+            and tail[-1] > tail[0] / 2)
+
+
+def contraction_takeaway(results: Runs, exact_below: float = 1e-9, dtype: str | None = None) -> str:
+    """From which pass each run stays at its fixed point (``fixed_point_distance``), the same pass for every run said
+    once. A distance counts as exact below max(``exact_below``, ``ROUNDING`` machine epsilons of the run's precision:
+    ``dtype`` (e.g. "float32"), else its ``dtype`` column, else float32 when ``_settled_in_float32``), so a float32
+    run at its fixed point reads "within float32 rounding", not "never"."""
     runs = named_runs(results, "contraction_takeaway")
-    reached = {}
+    reached, bounds, limits = {}, {}, []
     for name, frame in runs.items():
         require_columns(frame, ["pass", "fixed_point_distance"], "contraction_takeaway")
         frame = frame.sort_values("pass")
-        close = frame["fixed_point_distance"].to_numpy(dtype=float) <= exact_below
+        distance = frame["fixed_point_distance"].to_numpy(dtype=float)
+        given = dtype if dtype is not None else frame["dtype"].iloc[0] if "dtype" in frame else None
+        if given is None and _settled_in_float32(distance, exact_below):
+            given = "float32"
+        below = exact_below if given is None else max(exact_below, ROUNDING * _eps(given))
+        limits.append(below)
+        precision = str(given).removeprefix("torch.")
+        bounds[name] = f"< {below:g}" if below == exact_below else f"within {precision} rounding"
+        close = distance <= below
         if not close[-1]:
             reached[name] = None
             continue
@@ -55,14 +81,16 @@ def contraction_takeaway(results: Runs, exact_below: float = 1e-9) -> str:
         while k > 0 and close[k - 1]:
             k -= 1
         reached[name] = int(frame["pass"].iloc[k])
-    passes = set(reached.values())
+    passes, said = set(reached.values()), set(bounds.values())
+    bound = f" ({said.pop()})" if len(said) == 1 else ""
     if passes == {None}:
-        return f"no run is within {exact_below:g} of its fixed point by its last pass"
-    if len(passes) == 1:
-        return f"exact fixed point (< {exact_below:g}) at pass {passes.pop()}" + (" for every run" if len(runs) > 1
-                                                                                 else "")
-    return f"exact fixed point (< {exact_below:g}) at " + ", ".join(
-        f"{name or 'the run'} " + (f"pass {k}" if k is not None else "never") for name, k in reached.items())
+        who = "no run is" if len(runs) > 1 else "the run is not"
+        return f"{who} within {max(limits):g} of its fixed point by its last pass"
+    if len(passes) == 1 and bound:
+        return f"exact fixed point{bound} at pass {passes.pop()}" + (" for every run" if len(runs) > 1 else "")
+    return f"exact fixed point{bound} at " + ", ".join(
+        f"{name or 'the run'} " + (f"pass {k}" if k is not None else "never") + ("" if bound else f" ({bounds[name]})")
+        for name, k in reached.items())
 
 
 def contraction_curves(results: Runs, max_pass: int | None = None, depths: Mapping[str, int] | None = None,
@@ -74,7 +102,8 @@ def contraction_curves(results: Runs, max_pass: int | None = None, depths: Mappi
     drawn as verticals (the trained depths, so extrapolation shows); ``note``: a title saying what was measured (or
     the takeaway, e.g. ``contraction_takeaway``), wrapped to the figure; ``chance``: label -> loss of a model without
     context, drawn on every loss panel. More than ``ARMS_PER_PANEL`` runs: one row of panels per family
-    (``run_families``: FBT apart from an LRT cross), the same y range down each column; one legend below."""
+    (``run_families``: FBT apart from an LRT cross), the same y range down each log column and each row its own loss
+    range (a diverging family must not flatten another); one legend below. ``note``'s own line breaks are kept."""
 
     runs = named_runs(results, "contraction_curves")
     for frame in runs.values():
@@ -117,7 +146,7 @@ def contraction_curves(results: Runs, max_pass: int | None = None, depths: Mappi
             log_count_axis(ax, last)
         else:  # passes are whole: no tick at pass 1.5
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    for column in range(ncols if len(rows) > 1 else 0):  # one scale down each column: rows compare
+    for column in range(2 if len(rows) > 1 else 0):  # one log scale down each column; each row its own loss scale
         low = min(g[column].get_ylim()[0] for g in grid)
         high = max(g[column].get_ylim()[1] for g in grid)
         for g in grid:
@@ -126,7 +155,7 @@ def contraction_curves(results: Runs, max_pass: int | None = None, depths: Mappi
     if len(runs) > 1 or next(iter(runs)) or depths or chance or ZERO_LABEL in labels:
         fig.legend(handles, labels, fontsize=8, loc="outside lower center", ncols=min(len(labels), 4))
     if note:
-        fig.suptitle("\n".join(textwrap.wrap(note, 150)), fontsize=10)
+        fig.suptitle("\n".join(textwrap.fill(line, 150) for line in note.splitlines()), fontsize=10)
     return fig
 
 

@@ -71,11 +71,14 @@ def _draw_flips(ax: Axes, swaps: pd.DataFrame, kinds: Sequence[str], labels: lis
             never.append(kind)
         ax.bar(x - 0.4 + width * (i + 0.5), rate, width, yerr=err, capsize=2, color=INTERVENTION_COLORS[kind],
                label=KIND_WORDS[kind] if visible else None)
-    for column, marker, color, label in (("probe_accuracy", "D", "black", "probe acc. (layer 0, suffix1)"),
-                                         ("probe_twin_accuracy", "x", "dimgrey", "untrained twin's probe acc.")):
+    # the probe's and the twin's marks apart in the last slot: at 1.0 both would overprint at one x
+    for column, marker, color, shift, label in (
+            ("probe_accuracy", "D", "black", -0.75, "probe acc. (layer 0, suffix1)"),
+            ("probe_twin_accuracy", "x", "dimgrey", -0.05, "untrained twin's probe acc.")):
         if column in swaps and swaps[column].notna().any():
-            ax.scatter(x + 0.4 - width / 2, swaps[column], marker=marker, color=color, zorder=3, label=label)
-    ax.set_xticks(x, labels, fontsize=7)
+            ax.scatter(x + 0.4 + shift * width, swaps[column], marker=marker, s=28, color=color, zorder=3,
+                       label=label)
+    ax.set_xticks(x, labels, fontsize=8)
     ax.set(ylim=(0, 1.05), ylabel="share of answers / probe acc.")
     return never
 

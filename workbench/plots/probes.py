@@ -11,8 +11,8 @@ import seaborn as sns
 from matplotlib.figure import Figure
 
 from .base import (
-    empty_panel,
     in_order,
+    name_colours,
     new_figure,
     panel_grid,
     probe_facets,
@@ -49,25 +49,35 @@ def _group_label(key) -> str:
 
 def profile_takeaway(df: pd.DataFrame, depth: int = 0) -> str:
     """At ``depth``: which series of a ``probe_profile`` reads the label best and which worst, against the majority
-    rate."""
+    rate; series equal at the two decimals shown tie, so no series is crowned by its order."""
     require_columns(df, ["condition", "layer", "accuracy"], "profile_takeaway")
     at = df[df["layer"] == depth]
     if at.empty:
         raise ValueError(f"depth={depth!r} is invalid: the probes cover depths {sorted(df['layer'].unique())}")
-    means = {_group_label(key): float(group["accuracy"].mean()) for key, group in _profile_groups(at)}
-    best, worst = max(means, key=means.__getitem__), min(means, key=means.__getitem__)
-    text = f"at depth {depth}: {best} reads best ({means[best]:.2f})"
-    if worst != best:
-        text += f", {worst} worst ({means[worst]:.2f})"
+    means = {_group_label(key): round(float(group["accuracy"].mean()), 2) for key, group in _profile_groups(at)}
+    high, low = max(means.values()), min(means.values())
+    best, worst = ([name for name, value in means.items() if value == v] for v in (high, low))
+    if len(best) == len(means) > 1:
+        text = f"at depth {depth}: all {len(means)} lines read {high:.2f}"
+    elif len(best) > 1:
+        text = f"at depth {depth}: {', '.join(best)} tie at {high:.2f}"
+    else:
+        text = f"at depth {depth}: {best[0]} reads best ({high:.2f})"
+    if low != high:
+        text += f", {', '.join(worst)} worst ({low:.2f})"
     if "majority" in at:
         text += f"; majority {at['majority'].mean():.2f}"
     return text
 
 
+MARKERS = ("o", "s", "^", "D", "v", "P")  # one per series of a panel: lines that coincide still show each marker
+
+
 def probe_profile(df: pd.DataFrame, highlight_depth: int | None = None, title: str = "") -> Figure:
     """Accuracy against depth per condition (and model, task): band +- ``accuracy_std`` over folds, dashed the
     control task (selectivity is the gap), dotted the majority rate; the legend names each. More than six series:
-    a panel per six, each with its legend below it. ``title``: the takeaway (``profile_takeaway`` computes one)."""
+    a panel per six, each with its legend below it. Each series of a panel has its own marker and size, so lines
+    that coincide stay visible. ``title``: the takeaway (``profile_takeaway`` computes one)."""
     require_columns(df, ["condition", "layer", "accuracy"], "probe_profile")
     groups = list(_profile_groups(df))
     chunks = [groups[i:i + 6] for i in range(0, len(groups), 6)]
@@ -77,9 +87,10 @@ def probe_profile(df: pd.DataFrame, highlight_depth: int | None = None, title: s
         fig, axes = panel_grid(len(chunks), panel=(5.0, 4.6), sharey=True)
     colours = sns.color_palette("deep", n_colors=min(len(groups), 6))
     for ax, chunk in zip(axes, chunks):
-        for color, (key, group) in zip(colours, chunk):
-            group = group.sort_values("layer")
-            ax.plot(group["layer"], group["accuracy"], "o-", color=color, label=_group_label(key))
+        for i, (color, (key, group)) in enumerate(zip(colours, chunk)):
+            group = group.sort_values("layer")  # the first drawn widest: a later line on top leaves it a rim
+            ax.plot(group["layer"], group["accuracy"], marker=MARKERS[i], ms=9 - i, lw=2.6 - 0.3 * i, color=color,
+                    label=_group_label(key))
             if "accuracy_std" in group:
                 ax.fill_between(group["layer"], group["accuracy"] - group["accuracy_std"],
                                 group["accuracy"] + group["accuracy_std"], color=color, alpha=0.2, lw=0)
@@ -108,27 +119,33 @@ def probe_profile(df: pd.DataFrame, highlight_depth: int | None = None, title: s
 
 
 BOUNDED = ("suffix1",)  # the conditions the fed-back upper bound bounds at depth 0: one recurrent step
+NO_FEEDBACK = ("baseline", "none")  # arms (else a model name's first word) that feed no state back: no upper bound
+
+
+def has_feedback(rows: pd.DataFrame, model: object) -> bool:
+    """Whether ``model``'s rows come from a model that feeds a state back (its ``arm``, else its name, is not in
+    ``NO_FEEDBACK``): only such a model has a fed-back upper bound to draw."""
+    names = rows["arm"] if "arm" in rows else pd.Series([str(model)])
+    return not names.astype(str).str.split().str[0].str.lower().isin(NO_FEEDBACK).all()
 
 
 def layer0_comparison(df: pd.DataFrame, depth: int = 0, title: str | None = None,
                       models: Sequence[str] | None = None) -> Figure:
     """Probe accuracy at one depth (default 0, the input) per condition: the probing headline.
 
-    Bars by condition, coloured by model in sorted order (as ``specimen_gates``, so a specimen keeps its colour),
-    with the control task, the majority rate, the untrained twin and the ``upper_bound`` (the top-layer probe at the
-    fed-back position), drawn only where it bounds the bar: depth 0 under ``BOUNDED``. One panel per task and
-    ``scratch_updates``. Standard prefill near the majority line and recurrent conditions far above it (and the twin)
-    is the FBT paper's finding. ``models``: draw only these (a family of at most six), each keeping the colour it has
-    among all of ``df``'s models; the twin's circle and the bound's star sit left and right on their bar."""
+    Bars by condition, coloured by model name (``name_colours``, as ``specimen_gates``, so a specimen keeps its
+    colour), with the control task, the majority rate, the untrained twin and the ``upper_bound`` (the top-layer probe
+    at the fed-back position), drawn only where it bounds the bar: depth 0 under ``BOUNDED``, models with feedback.
+    One panel per task and ``scratch_updates`` that has rows (no empty panels). Standard prefill near the majority
+    line and recurrent conditions far above it (and the twin) is the FBT paper's finding. ``models``: draw only these
+    (a family of at most six), each keeping the colour it has among all of ``df``'s models; the twin's circle and the
+    bound's star sit left and right on their bar."""
     require_columns(df, ["condition", "layer", "accuracy"], "layer0_comparison")
     at = df[df["layer"] == depth]
     if at.empty:
         raise ValueError(f"depth={depth!r} is invalid: the probes cover depths {sorted(df['layer'].unique())}")
-    tasks = in_order(at["task"]) if "task" in at else [None]
-    lengths = sorted(at["scratch_updates"].unique()) if "scratch_updates" in at else [None]
-    fig, axes = new_figure(len(tasks), len(lengths), panel=(1.2 + 0.75 * at["condition"].nunique(), 3.2))
     every = sorted(at["model"].unique(), key=str) if "model" in at else [None]
-    colour_of = dict(zip(every, sns.color_palette("deep", n_colors=len(every))))
+    colour_of = name_colours(every)
     if models is not None:
         unknown = sorted(set(models) - set(every), key=str)
         if unknown or not models:
@@ -136,24 +153,24 @@ def layer0_comparison(df: pd.DataFrame, depth: int = 0, title: str | None = None
     models = [m for m in every if models is None or m in models]
     palette = [colour_of[m] for m in models]
     at = at if models == every else at[at["model"].isin(models)]
+    tasks = in_order(at["task"]) if "task" in at else [None]
+    lengths = sorted(at["scratch_updates"].unique()) if "scratch_updates" in at else [None]
+    panels = [(task, length) for length in lengths for task in tasks
+              if not _panel_rows(at, task, length).empty]
+    fig, axes = panel_grid(len(panels), panel=(1.2 + 0.75 * at["condition"].nunique(), 3.2), ncols=len(tasks))
     width = 0.8 / len(models)
     marks = {"twin_accuracy": ({"marker": "o", "facecolors": "none", "edgecolors": "black"}, "untrained twin"),
              "upper_bound": ({"marker": "*", "color": "black"}, "upper bound (fed-back top layer)")}
-    panels = [(task, length) for length in lengths for task in tasks]
     for ax, (task, length) in zip(axes, panels):
-        sub = at if task is None else at[at["task"] == task]
-        sub = sub if length is None else sub[sub["scratch_updates"] == length]
+        sub = _panel_rows(at, task, length)
         heading = " / ".join(t for t in ("" if task is None else str(task),
                                         "" if length is None else f"{length} scratch lines") if t)
-        if sub.empty:
-            ax.set_title(heading)
-            empty_panel(ax, f"no specimen of {task}\nwith {length} scratch lines")
-            continue
         conditions = in_order(sub["condition"])
         for m, (model, color) in enumerate(zip(models, palette)):
             rows = sub if model is None else sub[sub["model"] == model]
             if rows.empty:
                 continue
+            fed_back = has_feedback(rows, model)
             rows = rows.groupby("condition", sort=False).mean(numeric_only=True).reindex(conditions)
             x = np.arange(len(conditions)) - 0.4 + width * (m + 0.5)
             err = rows["accuracy_std"] if "accuracy_std" in rows else None
@@ -167,11 +184,11 @@ def layer0_comparison(df: pd.DataFrame, depth: int = 0, title: str | None = None
                     continue
                 values = rows[column]
                 if column == "upper_bound":  # a ceiling only for a depth-0 probe after one recurrent step
-                    values = values.where(rows.index.isin(BOUNDED) & (depth == 0))
+                    values = values.where(rows.index.isin(BOUNDED) & (depth == 0) & fed_back)
                 if values.notna().any():  # the twin left on its bar, the bound right: never on top of each other
                     shift = (-0.25 if column == "twin_accuracy" else 0.25) * width
                     ax.scatter(x + shift, values, s=30, zorder=4, label=label, **style)
-        if "majority" in sub and not sub.empty:
+        if "majority" in sub:
             ax.axhline(float(sub["majority"].mean()), color="grey", ls="--", lw=1.5, label="majority")
         ax.set_xticks(np.arange(len(conditions)), [str(c) for c in conditions], rotation=30, ha="right",
                       rotation_mode="anchor")
@@ -183,12 +200,31 @@ def layer0_comparison(df: pd.DataFrame, depth: int = 0, title: str | None = None
     return fig
 
 
+def _panel_rows(at: pd.DataFrame, task: object, length: object) -> pd.DataFrame:
+    sub = at if task is None else at[at["task"] == task]
+    return sub if length is None else sub[sub["scratch_updates"] == length]
+
+
+def _scratch_takeaway(at: pd.DataFrame, condition: str, depth: int) -> str:
+    """Per model (sorted) its mean accuracy at its fewest and its most scratch lines: what ``accuracy_vs_scratch``
+    is read for, whether a lift holds as the distance grows."""
+    parts = []
+    for model in sorted(at["model"].unique(), key=str):
+        rows = at[at["model"] == model]
+        lo, hi = rows["scratch_updates"].min(), rows["scratch_updates"].max()
+        first, last = (rows.loc[rows["scratch_updates"] == n, "accuracy"].mean() for n in (lo, hi))
+        parts.append(f"{model} {first:.2f}" + (f"->{last:.2f}" if hi > lo else ""))
+    text = f"{condition} at depth {depth}, fewest->most scratch lines: " + ", ".join(parts)
+    return text + (f"; majority {at['majority'].mean():.2f}" if "majority" in at else "")
+
+
 def accuracy_vs_scratch(df: pd.DataFrame, condition: str = "suffix1", depth: int = 0,
-                        groups: Mapping[str, Sequence[str]] | None = None) -> Figure:
+                        groups: Mapping[str, Sequence[str]] | None = None, title: str | None = None) -> Figure:
     """Probe accuracy at one depth and condition against scratch lines, per task and model, with the twin and the
-    upper bound. A lift that holds as the distance grows is carried by the fed-back state; one that fades was read
-    from nearby tokens. ``groups``: row title -> models, one row of panels each (a model keeps its colour); the
-    line styles are keyed once in the legend below."""
+    upper bound (models with feedback only). A lift that holds as the distance grows is carried by the fed-back
+    state; one that fades was read from nearby tokens. ``groups``: row title -> models, one row of panels each (a
+    model keeps its ``name_colours`` colour); the line styles are keyed once in the legend below. ``title``: the
+    takeaway (None: computed per model; "": none)."""
     from matplotlib.lines import Line2D
 
     require_columns(df, ["task", "model", "scratch_updates", "condition", "layer", "accuracy"], "accuracy_vs_scratch")
@@ -201,7 +237,7 @@ def accuracy_vs_scratch(df: pd.DataFrame, condition: str = "suffix1", depth: int
     unknown = sorted({m for names in rows.values() for m in names} - set(models), key=str)
     if unknown:
         raise ValueError(f"groups={rows!r} is invalid: {unknown} are not models of the table {models}")
-    colour = dict(zip(models, sns.color_palette("deep", n_colors=len(models))))
+    colour = name_colours(df["model"])
     fig, axes = new_figure(len(tasks), len(rows), panel=(4.2, 3.6))
     for r, (heading, names) in enumerate(rows.items()):
         for ax, task in zip(axes[r * len(tasks):(r + 1) * len(tasks)], tasks):
@@ -214,7 +250,7 @@ def accuracy_vs_scratch(df: pd.DataFrame, condition: str = "suffix1", depth: int
                 ax.plot(lines["scratch_updates"], lines["accuracy"], "o-", color=color, label=str(model))
                 if "twin_accuracy" in lines:
                     ax.plot(lines["scratch_updates"], lines["twin_accuracy"], "s--", color=color, alpha=0.7)
-                if "upper_bound" in lines:
+                if "upper_bound" in lines and has_feedback(lines, model):
                     ax.plot(lines["scratch_updates"], lines["upper_bound"], ":", color=color)
             if "majority" in sub:
                 ax.axhline(float(sub["majority"].mean()), color="grey", ls="--", lw=1, label="majority")
@@ -229,6 +265,9 @@ def accuracy_vs_scratch(df: pd.DataFrame, condition: str = "suffix1", depth: int
                                   ls=fmt.lstrip("os")))
             labels.append(words)
     fig.legend(handles, labels, fontsize=7, loc="outside lower center", ncols=min(len(labels), 5))
+    title = _scratch_takeaway(at, condition, depth) if title is None else title
+    if title:  # wrapped to the figure's width: a long takeaway is never cut off at its edges
+        fig.suptitle(textwrap.fill(title, int(14 * fig.get_figwidth())), fontsize=10)
     return fig
 
 
@@ -248,12 +287,13 @@ def specimen_gates(df: pd.DataFrame, threshold: float, by: str = "arm", chance: 
         raise ValueError(f"by={by!r} is invalid: it leaves two specimens in one bar (try by='label')")
     tasks = in_order(df["task"])
     fig, axes = new_figure(len(tasks), panel=(4.0, 3.4))
-    arms = sorted(df[by].unique(), key=str)
+    colour_of = name_colours(df[by])
+    arms = list(colour_of)
     width = 0.8 / len(arms)
     for ax, task in zip(axes, tasks):
         sub = df[df["task"] == task]
         lengths = sorted(sub["scratch_updates"].unique())
-        for a, (arm, color) in enumerate(zip(arms, sns.color_palette("deep", n_colors=len(arms)))):
+        for a, (arm, color) in enumerate(colour_of.items()):
             rows = sub[sub[by] == arm].set_index("scratch_updates").reindex(lengths)
             x = np.arange(len(lengths)) - 0.4 + width * (a + 0.5)
             ax.bar(x, rows["gate_value"], width=width * 0.9, color=color, label=str(arm))
@@ -272,21 +312,39 @@ def specimen_gates(df: pd.DataFrame, threshold: float, by: str = "arm", chance: 
     return fig
 
 
-def regularisation_paths(df: pd.DataFrame, threshold: float | None = None) -> Figure:
+def _path_takeaway(df: pd.DataFrame, threshold: float | None) -> str:
+    """How far the penalty moves each trained specimen's probe: strongest against weakest ``C``, and (with
+    ``threshold``) on how many the verdict flips among the plausible strengths."""
+    trained = df[df["model"] == "trained"] if "model" in df else df
+    ends = trained.sort_values("C").groupby(["task", "specimen"], sort=False)["accuracy"].agg(["first", "last"])
+    text = (f"strongest vs weakest C within 0.01 on {int(((ends['first'] - ends['last']).abs() <= 0.01).sum())} "
+            f"of {len(ends)} trained specimens")
+    if threshold is None:
+        return text
+    plausible = trained[trained["plausible"].astype(bool)].groupby(["task", "specimen"])["accuracy"]
+    flips = int(((plausible.min() < threshold) & (plausible.max() >= threshold)).sum())
+    return text + f"; the {threshold:g} verdict flips with C on {flips}"
+
+
+def regularisation_paths(df: pd.DataFrame, threshold: float | None = None, chance: float | None = None,
+                         title: str | None = None) -> Figure:
     """A probe's held-out accuracy against ``C`` (log), a line per specimen (dashed: its untrained twin), a panel per
-    task and, with an ``arm`` column, per arm (at most six specimens a panel, each its own colour, named in a legend
-    under its panel); filled markers are the ``plausible`` strengths. A verdict holds only if it stays put across the
-    filled markers."""
+    task and, with an ``arm`` column, per arm (at most six specimens a panel, each its ``name_colours`` colour in
+    every panel, named in a legend under its panel); filled markers are the ``plausible`` strengths. A verdict holds
+    only if it stays put across the filled markers. ``chance`` (else a ``majority`` column): the majority rate,
+    dashed; ``title``: the takeaway (None: computed from the strongest and weakest ``C``; "": none)."""
     from matplotlib.lines import Line2D
 
     require_columns(df, ["task", "specimen", "C", "accuracy", "plausible"], "regularisation_paths")
+    check_chance(chance)
+    if chance is None and "majority" in df:
+        chance = float(df["majority"].mean())
     keys = ["task"] + (["arm"] if "arm" in df.columns else [])
     facets = [(" / ".join(map(str, key if isinstance(key, tuple) else (key,))), group)
               for key, group in df.groupby(keys if len(keys) > 1 else keys[0], sort=False)]
     fig, axes = panel_grid(len(facets), panel=(3.8, 4.0))
-    for ax, (title, sub) in zip(axes, facets):
-        specimens = in_order(sub["specimen"])
-        colors = dict(zip(specimens, sns.color_palette("deep", n_colors=len(specimens))))
+    colors = name_colours(df["specimen"])
+    for ax, (heading, sub) in zip(axes, facets):
         models = sub["model"] if "model" in sub else pd.Series("trained", index=sub.index, name="model")
         for (specimen, model), rows in sub.groupby([sub["specimen"], models], sort=False):
             rows = rows.sort_values("C")
@@ -298,8 +356,11 @@ def regularisation_paths(df: pd.DataFrame, threshold: float | None = None) -> Fi
                 ax.scatter(at["C"], at["accuracy"], s=22, zorder=3, facecolors=face, edgecolors=colors[specimen])
         if threshold is not None:
             ax.axhline(threshold, color="grey", ls=":", lw=1.2)
+        if chance is not None:
+            ax.axhline(chance, color="black", ls="-.", lw=1)
         ax.set_xscale("log")
-        ax.set(title=title, xlabel="inverse L2 strength C", ylabel="held-out probe accuracy", ylim=(0.4, 1.02))
+        low = min(0.4, chance - 0.05) if chance is not None else 0.4
+        ax.set(title=heading, xlabel="inverse L2 strength C", ylabel="held-out probe accuracy", ylim=(low, 1.02))
         ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncols=2, frameon=False)
     keys = {"solid: trained specimen": Line2D([], [], color="grey"),
             "dashed: its untrained twin": Line2D([], [], color="grey", ls="--"),
@@ -307,5 +368,10 @@ def regularisation_paths(df: pd.DataFrame, threshold: float | None = None) -> Fi
             "open: other C": Line2D([], [], ls="none", marker="o", mfc="none", color="grey")}
     if threshold is not None:
         keys[f"claim needs {threshold:g}"] = Line2D([], [], color="grey", ls=":")
+    if chance is not None:
+        keys[f"majority {chance:g}"] = Line2D([], [], color="black", ls="-.", lw=1)
     fig.legend(list(keys.values()), list(keys), fontsize=8, loc="outside lower center", ncols=min(len(keys), 5))
+    title = _path_takeaway(df, threshold) if title is None else title
+    if title:
+        fig.suptitle(title, fontsize=10)
     return fig

@@ -39,7 +39,8 @@ def jacobi_settling(frame: pd.DataFrame, exact_below: float = 1e-9) -> Figure:
     fig.legend(fontsize=8, loc="outside lower center", frameon=False)
     ax.grid(False)
     ax.set(xlabel="position t", ylabel="pass k", title=f"pass k is exact at positions t < k (white: < {exact_below:g})")
-    fig.colorbar(image, ax=ax, label="log10 ||H^k_t - H*_t|| / ||H*_t||")
+    # padded: unpadded, the label touched the minus signs of the tick labels in the browser
+    fig.colorbar(image, ax=ax, pad=0.03).set_label("log10 ||H^k_t - H*_t|| / ||H*_t||", labelpad=10)
     return fig
 
 
@@ -130,20 +131,22 @@ def schedule_distance(sweeps: pd.DataFrame, positions: Mapping[str, pd.DataFrame
     schedules = in_order(sweeps["schedule"])
     palette = dict(zip(schedules, sns.color_palette("deep", n_colors=len(schedules))))
     ax = axes[0]
-    ringed = False
+    chosen_ones = [schedule for schedule in schedules if selected and schedule in selected]
     for schedule in schedules:
         rows = sweeps[sweeps["schedule"] == schedule].sort_values("value")
         log_line(ax, rows["value"].astype(float), rows["distance"], "o-", ms=3, color=palette[schedule],
                  label=f"{schedule} ({knob_symbol(schedule)})")
-        if selected and schedule in selected:
+        if schedule in chosen_ones:  # a ring in the schedule's colour, each a size of its own: two at one x both show
             chosen = rows[rows["value"] == selected[schedule]]
-            ax.plot(chosen["value"].astype(float), positive_only(chosen["distance"]), "o", ms=11, mfc="none",
-                    mec="black", mew=1.5, label=None if ringed else "selected setting")
-            ringed = True
+            ax.plot(chosen["value"].astype(float), positive_only(chosen["distance"]), "o",
+                    ms=11 + 4 * chosen_ones.index(schedule), mfc="none", mec=palette[schedule], mew=1.5)
+    if chosen_ones:
+        ax.plot([], [], "o", ms=10, mfc="none", mec="black", mew=1.5, label="selected setting")
     ax.set(xlabel="K passes / S subsets / B block length", ylabel="||L - L*|| / ||L*||  (L* = sequential)",
            yscale="log")
     ax.set_title("distance to the exact logits, by knob", fontsize=10)
-    ax.legend(fontsize=8)
+    handles, labels = ax.get_legend_handles_labels()  # below the panels: inside, it covered the drop at S = T
+    fig.legend(handles, labels, fontsize=8, loc="outside lower center", ncols=min(len(labels), 4))
     if positions:
         ax = axes[1]
         prefixes = []

@@ -16,6 +16,7 @@ from .base import (
     new_figure,
     require_columns,
 )
+from .probes import check_chance
 
 REGIME_WORDS = {"soft_last": "soft_last: SOFT started at the prompt's last token (suffix1)",
                 "baseline": "baseline: a model without feedback",
@@ -37,16 +38,22 @@ def trace_takeaway(df: pd.DataFrame) -> str:
     return f"{lengths}; most accurate {best} ({accuracy[best]:.0%}), least {worst} ({accuracy[worst]:.0%})"
 
 
-def trace_lengths(df: pd.DataFrame, lines: pd.DataFrame | None = None, title: str | None = None) -> Figure:
+def trace_lengths(df: pd.DataFrame, lines: pd.DataFrame | None = None, title: str | None = None,
+                  chance: float | None = None) -> Figure:
     """Reasoning-trace length per decoding regime (box and points) and accuracy.
 
     Points are coloured by correctness, so a regime short only because it gives up shows as wrong answers.
     Training-mix rows (``training_traces``) add a box without accuracy bar; ``lines`` (``line_distribution``) adds
     the share of traces by lines written. ``title``: the takeaway (None: ``trace_takeaway`` computes it; "": none);
-    regimes other than STANDARD / SOFT / FUSED are said in words under the figure."""
+    regimes other than STANDARD / SOFT / FUSED are said in words under the figure. ``chance`` (else a ``chance``
+    column): the accuracy of always giving the most frequent answer, dotted on the accuracy panel so a bar reads
+    against it."""
     from ..analysis.traces import TRAINING
 
     require_columns(df, ["regime", "length", "correct"], "trace_lengths")
+    if chance is None and "chance" in df and df["chance"].notna().any():
+        chance = float(df["chance"].dropna().iloc[0])
+    check_chance(chance)
     order = [r for r in REGIMES if r in set(df["regime"])] + [r for r in in_order(df["regime"]) if r not in REGIMES]
     fig, axes = new_figure(2 if lines is None else 3)
     ax_len, ax_acc = axes[:2]
@@ -76,6 +83,9 @@ def trace_lengths(df: pd.DataFrame, lines: pd.DataFrame | None = None, title: st
     for i, (acc, n) in enumerate(zip(accuracy["mean"], accuracy["size"])):
         ax_acc.text(i, acc + 0.02, f"{acc:.0%} of {n}", ha="center", fontsize=8)
     ax_acc.set(xlabel="regime", ylabel="accuracy", ylim=(0.0, 1.1))
+    if chance is not None:  # the key below the panel: inside, it would sit on the bars' labels
+        ax_acc.axhline(chance, color="black", ls=":", lw=1.2, label=f"chance {chance:.2f}")
+        ax_acc.legend(fontsize=8, frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.3))
     if lines is not None:
         _trace_lines(axes[2], lines, palette)
     said = [REGIME_WORDS[r] for r in order if r in REGIME_WORDS]

@@ -102,10 +102,20 @@ def final_marks(curves: Mapping[str, Sequence[pd.DataFrame]], column: str = "val
 
 
 def ends_title(curves: Mapping[str, Sequence[pd.DataFrame]], column: str = "val_bpb", lead: str = "") -> str:
-    """A takeaway from the end points: which arm ends lowest and every arm's value (``final_marks``)."""
+    """A takeaway from the end points (``final_marks``): which arm ends lowest and every arm's value, or a tie when
+    the lowest arm's seed range at the last mark overlaps another's (the bands ``loss_vs_flops`` draws): a margin
+    inside the seed spread crowns no arm."""
     ends = final_marks(curves, column)
+    spans = {arm: [frame[column].to_numpy()[min(len(f) for f in seeds) - 1] for frame in seeds]
+             for arm, seeds in curves.items()}
     best = min(ends, key=ends.__getitem__)
     unit = COLUMN_NAMES.get(column, column)
+    tied = [arm for arm in ends if arm != best and min(spans[arm]) <= max(spans[best])]
+    if tied:
+        said = ", ".join(f"{arm} {ends[arm]:.3f}" for arm in sorted([best, *tied], key=ends.__getitem__))
+        others = ", ".join(f"{arm} {value:.3f}" for arm, value in ends.items() if arm != best and arm not in tied)
+        return (f"{lead}tie within the seed spread: {said} {unit}" + (f" ({others})" if others else "")
+                + " at the last mark")
     others = ", ".join(f"{arm} {value:.3f}" for arm, value in ends.items() if arm != best)
     return (f"{lead}{best} ends lowest, {ends[best]:.3f} {unit}" + (f" ({others})" if others else "")
             + " at the last mark")

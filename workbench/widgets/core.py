@@ -56,8 +56,10 @@ class Explorer(widgets.VBox):
     the changes it causes do not re-enter it.
     """
 
-    def __init__(self, controls: Mapping[str, widgets.ValueWidget], render: Render, dpi: int = 80) -> None:
+    def __init__(self, controls: Mapping[str, widgets.ValueWidget], render: Render, dpi: int = 100) -> None:
         self.controls = dict(controls)
+        for control in self.controls.values():  # a label as long as it needs ("prefill passes", not "prefill pa…")
+            control.style.description_width = "initial"
         self.render = render
         self.dpi = dpi
         self.summary = widgets.HTML(layout=widgets.Layout(max_width="100%", overflow="auto"))
@@ -81,7 +83,7 @@ class Explorer(widgets.VBox):
         finally:
             self._refreshing = False
         buffer = io.BytesIO()
-        figure.savefig(buffer, format="png", dpi=self.dpi)
+        figure.savefig(buffer, format="png", dpi=self.dpi, bbox_inches="tight")  # a legend outside the axes stays
         png = buffer.getvalue()
         self.image.layout.width = f"{png_size(png)[0]}px"  # natural size: a VBox would stretch it to the cell
         self.figure, self.summary.value, self.image.value = figure, framed(summary), png

@@ -3,8 +3,9 @@
 nbval runs the cells in a kernel; this runs them in the browser, where the widgets must render and
 respond. For each ``notebooks/*.ipynb``: no cell shows an error, every cell runs, every widget
 renders, and moving each widget's slider or menu with the keyboard changes what it shows (its
-label, summary or figure); screenshots of the notebook after that, of each widget and of each static
-figure as drawn in its cell (``NAME-figNN.png``, to look at one by one) are saved under ``reports/screens/``. Two generated notebooks first check the checker: one whose widgets respond
+label, summary or figure); screenshots of the notebook after that, of each widget and of each
+static figure as drawn in its cell (``NAME-figNN.png``, to look at one by one) go to
+``reports/screens/``. Two generated notebooks first check the checker: one whose widgets respond
 must pass, one with an error and a widget that responds to nothing must fail for those reasons.
 
 Here the notebooks before 05; ``test_notebooks_in_browser_05_on`` checks the rest on another worker

@@ -240,7 +240,7 @@ def test_contraction_curves_splits_the_lrt_cross_and_draws_chance_on_every_loss_
     assert [fig.axes[0].get_title(loc="left"), fig.axes[3].get_title(loc="left")] == ["FBT", "LRT"]
     assert len(fig.axes[2].get_lines()) == 7 and len(fig.axes[5].get_lines()) == 2  # runs and the chance line
     assert all(len(hlines(fig.axes[i], 0.693)) == 1 for i in (2, 5))
-    assert fig.axes[2].get_ylim() == fig.axes[5].get_ylim()  # one loss scale down the column
+    assert fig.axes[1].get_ylim() == fig.axes[4].get_ylim()  # one log scale down a column (each row its own loss)
     assert "\n" in fig.get_suptitle()  # wrapped: never cut off at the figure's edge
     assert legend_texts(fig).count("chance 0.693") == 1
     assert len(plots.contraction_curves(dict(list(runs.items())[:6])).axes) == 3  # six fit one row
@@ -378,11 +378,12 @@ def test_bar_figure_splits_many_arms_names_bpb_and_keeps_the_floor_legend_off_th
     assert len(fig.axes) == 3 and all(len(ax.patches) <= 6 for ax in fig.axes)
     assert all(ax.get_ylabel() == "bits per byte" and len(hlines(ax, 4.59)) == 1 for ax in fig.axes)
     assert all(ax.get_legend() is None for ax in fig.axes) and legend_texts(fig) == ["unigram 4.590"]
-    assert fig.axes[2].get_title() == "bits per byte (3/3)\nbest: arm_14 1.000 (lower is better)"
+    assert fig.axes[2].get_title() == "bits per byte (3/3)\n(lower is better)"
+    assert fig.get_suptitle() == "t\nbest: arm_14 1.000 (lower is better)"  # over every panel, not one panel's
     redrawn = experiment_figure({"bars": table})  # the recipe explorer's redraw from a saved bars.csv keeps the line
     assert all(len(hlines(ax, 4.59)) == 1 for ax in redrawn.axes)
     accuracy = pd.DataFrame({"arm": ["a", "b"], "metric": "accuracy", "value": [0.4, 0.9]})
-    assert bar_figure(accuracy, "").axes[0].get_title().endswith("best: b 0.900 (higher is better)")
+    assert bar_figure(accuracy, "").get_suptitle() == "best: b 0.900 (higher is better)"
 
 
 def test_layer0_comparison_draws_one_family_in_the_colours_of_all():

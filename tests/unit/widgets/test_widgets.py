@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import ipywidgets
+import matplotlib
 import numpy as np
 import pandas as pd
 import pytest
 import torch
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from conftest import perturbed_model, small_config
 from workbench import plots, widgets
@@ -121,8 +123,9 @@ def test_probe_explorer_opens_on_the_view_it_is_given():
 def test_the_figure_shows_at_its_natural_size_and_the_summary_wraps(dynamics):
     explorer = widgets.contraction_explorer(dynamics)
     width, height = core.png_size(explorer.image.value)
-    dpi = explorer.dpi
-    assert (width, height) == tuple(round(v * dpi) for v in explorer.figure.get_size_inches())
+    dpi, fig = explorer.dpi, explorer.figure
+    box = fig.get_tightbbox(FigureCanvasAgg(fig).get_renderer()).padded(matplotlib.rcParams["savefig.pad_inches"])
+    assert abs(width - box.width * dpi) <= 2 and abs(height - box.height * dpi) <= 2  # the drawn box, at its dpi
     assert explorer.image.layout.width == f"{width}px" and explorer.image.layout.max_width == "100%"
     assert explorer.image.layout.height == "auto"  # never stretched to the cell, shrunk to fit a narrow one
     assert explorer.summary.value.startswith(f"<style>{core.SUMMARY_CSS}</style><div class=\"wb-summary\">")
@@ -157,3 +160,22 @@ def test_contraction_explorer_titles_the_takeaway_and_draws_chance(dynamics):
     assert explorer.figure.get_suptitle() == f"{run}: {plots.contraction_takeaway({run: dynamics[run]})}"
     loss_panel = explorer.figure.axes[2]
     assert [line.get_ydata()[0] for line in loss_panel.lines if line.get_label() == "chance 1.5"] == [1.5]
+
+
+def test_a_legend_outside_the_axes_and_a_long_label_are_shown_whole():
+    def render(n: int):
+        fig, ax = _figure()
+        ax.plot([0, n], [0, 1], label="a line")
+        ax.legend(loc="center left", bbox_to_anchor=(1.05, 0.5))
+        return fig, "summary"
+
+    explorer = core.Explorer({"n": ipywidgets.IntSlider(value=1, min=1, max=3, description="prefill passes")}, render)
+    assert core.png_size(explorer.image.value)[0] > explorer.figure.get_size_inches()[0] * explorer.dpi
+    assert explorer.controls["n"].style.description_width == "initial"
+
+
+def _figure():
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(3, 2))
+    return fig, fig.add_subplot()

@@ -12,6 +12,7 @@ FBTs that need their feedback (``fbt_pass_mixes_registers``); a design that dete
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -302,21 +303,30 @@ def distance_summary(frame: pd.DataFrame) -> pd.DataFrame:
 DECIDING = ("swap", "control")  # the edits the verdict reads: a swap flips more answers than a same-label control
 
 
+def flip_means(rows: pd.DataFrame) -> str:
+    """Per design the mean swap and control flip rates, in words: a positive control's takeaway."""
+    return "; ".join(f"{d}: swap flips {g['swap_flip'].mean():.0%}, control {g['control_flip'].mean():.0%}"
+                     for d, g in rows.groupby("design", sort=False))
+
+
 def causal_use_figure(swaps: pd.DataFrame, controls: pd.DataFrame, distances: pd.DataFrame):
     """The probe specimens' swap and control flip rates (the decision; the other edits are in the table), the
-    positive control's, and the LRT ablation by distance."""
+    positive control's, and the LRT ablation by distance, each part titled by its takeaway."""
     import seaborn as sns
     from matplotlib.figure import Figure
 
-    from ...plots import STYLE, ablation_distance, swap_flips
+    from ...plots import STYLE, ablation_distance, ablation_takeaway, swap_flips
 
     fig = Figure(figsize=(15.5, 10.5), layout="constrained")
     top, bottom = fig.subfigures(2, 1, height_ratios=(1.0, 1.1))
     control, distance = bottom.subfigures(1, 2, width_ratios=(1.2, 1.0))
     swap_flips(swaps, kinds=DECIDING, figure=top)
-    swap_flips(controls, f"positive control: {CONTROLS}'s FBTs, which need their feedback", DECIDING, control)
+    said = f"\n{flip_means(controls)}" if not controls.empty else ""
+    swap_flips(controls, f"positive control: {CONTROLS}'s FBTs, which need their feedback{said}", DECIDING, control)
     with sns.axes_style(STYLE):
         ablation_distance(distances, distance.subplots(1, 2))
+    if not distances.empty:
+        distance.suptitle(textwrap.fill(f"LRT text: {ablation_takeaway(distances)}", 56), fontsize=10)
     return fig
 
 

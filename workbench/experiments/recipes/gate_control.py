@@ -62,8 +62,7 @@ def decide(intervals: Intervals, steps: Intervals) -> str:
 
 
 def analyze(ctx: Context) -> Outcome:
-    return lrt_ablation.analyze(ctx, COMPARISONS, decide,
-                                "LRT's gates and scales without memory (gates_only) on text, matched FLOPs")
+    return lrt_ablation.analyze(ctx, COMPARISONS, decide)
 
 
 def finding(summary: dict, results: pd.DataFrame) -> Finding:

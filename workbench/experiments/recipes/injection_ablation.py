@@ -21,9 +21,7 @@ decide = lrt_ablation.every_ablation_worse(COMPARISONS, RULED)  # each of RULED 
 
 
 def analyze(ctx: Context) -> Outcome:
-    return lrt_ablation.analyze(
-        ctx, COMPARISONS, decide,
-        "LRT injection paths on text (both = lrt_interleaved), matched FLOPs")
+    return lrt_ablation.analyze(ctx, COMPARISONS, decide)
 
 
 def finding(summary: dict, results: pd.DataFrame) -> Finding:

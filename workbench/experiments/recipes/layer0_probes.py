@@ -308,7 +308,8 @@ def analyze(ctx: Context) -> Outcome:
     results, path = probes(ctx, table, text_gate.passed, max(64, int(PROBE_N * min(1.0, ctx.scale))))
     path.to_csv(ctx.out / "path.csv", index=False)
     if not path.empty:
-        regularisation_paths(path, LIFT).savefig(ctx.out / "path.png", dpi=110, bbox_inches="tight")
+        regularisation_paths(path, LIFT, chance=float(results["majority"].mean())).savefig(
+            ctx.out / "path.png", dpi=110, bbox_inches="tight")
     trained0 = results[(results["model"] == "trained") & (results["layer"] == 0)]
     lifts = {arm: {specimen_key(prefix or r["task"], r["scratch_updates"], r["seed"]): lift_source(r)
                    for _, r in trained0[(trained0["arm"] == name) & (trained0["condition"] == "suffix1")].iterrows()}

@@ -42,6 +42,13 @@ def finding(summary: dict, results: pd.DataFrame) -> Finding:
                    f"{row['accuracy_without_memory']:.3f}.")
 
 
+def takeaway(table: pd.DataFrame) -> str:
+    """The one arm's accuracy, without its memory, and chance (the results table): a single arm has no "best"."""
+    row = table.iloc[0]
+    return (f"sequential LRT: exact accuracy {row['value']:.3f}, {row['accuracy_without_memory']:.3f} without "
+            f"memory (chance {row['floor']:.3f})")
+
+
 def analyze(ctx: Context) -> Outcome:
     arms = arms_by_prefix(ctx, "{arm}_", ("sequential",))
     names = arms["sequential"]
@@ -52,7 +59,7 @@ def analyze(ctx: Context) -> Outcome:
     table["accuracy_without_memory"] = [float(sum(w.mean() for w in without) / len(without))]
     verdict = "passes" if use["low"] > 0 else "fails"
     table = table.assign(floor=chance, floor_label="chance")
-    return Outcome(table, bar_figure(table, "LRT trained sequentially on running_sum: exact accuracy"),
+    return Outcome(table, bar_figure(table, takeaway(table)),
                    f"exact accuracy {table['value'].iloc[0]:.4f} (chance {chance:.3f}); "
                    + describe("exact - same weights without memory", use, "accuracy"),
                    verdict, learned_gates_values(ctx, arms, chance), chance=f"chance accuracy {chance:.3f}")

@@ -30,9 +30,9 @@ from ..text_arms import (
     both_ways,
     curves,
     flattened,
+    outcome_figure,
     prepare,
     text_config,
-    text_figure,
     text_runs,
     unigram_bpb,
 )
@@ -94,7 +94,7 @@ def analyze(ctx: Context) -> Outcome:
         f"LRT trained with the {TREATMENT} treatment"])
     gates = {"baseline below unigram": unigram - float(table.loc[table["arm"] == "baseline", "value"].iloc[0]),
              "baseline flattened": flattened(ctx, arms["baseline"])}
-    return Outcome(table, text_figure(ctx, arms, ends, "LRT vs baseline on text at matched training FLOPs"),
+    return Outcome(table, outcome_figure(ctx, arms, ends),
                    number, verdict(iv, -1), gates, chance=f"unigram {unigram:.3f} bits/byte on the held-out bytes",
                    extra={"unigram_bpb": unigram, "treatment": TREATMENT, **cost, "ends": ends.to_dict("records"),
                           "equal_steps": steps_row})

@@ -20,9 +20,7 @@ decide = lrt_ablation.every_ablation_worse(COMPARISONS, RULED)  # each of RULED 
 
 
 def analyze(ctx: Context) -> Outcome:
-    return lrt_ablation.analyze(
-        ctx, COMPARISONS, decide,
-        "LRT memory source on text (m_(t-1) = lrt_interleaved), matched FLOPs")
+    return lrt_ablation.analyze(ctx, COMPARISONS, decide)
 
 
 def finding(summary: dict, results: pd.DataFrame) -> Finding:

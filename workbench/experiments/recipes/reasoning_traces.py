@@ -97,6 +97,31 @@ def written_trivial(traces: pd.DataFrame, task: tasks.Task, n: int) -> pd.Series
     return traces["lines"] > traces["example"].map(lambda i: allowed[i])
 
 
+def shown_traces(traces: pd.DataFrame, task: tasks.Task) -> pd.DataFrame:
+    """The traces the figure draws: the verdict decoding's FBT regimes, the baseline as a regime of its own, and the
+    training mix."""
+    sampled = traces[traces["decoding"] == next(iter(DECODINGS))]
+    return pd.concat([sampled[sampled["arm"] == "fbt"],
+                      sampled[sampled["arm"] == "baseline"].assign(regime="baseline"),
+                      training_traces(task, n=2000, seed=0)], ignore_index=True)
+
+
+def chance_accuracy(task: tasks.Task, n: int) -> float:
+    """The accuracy of always giving the most frequent of the ``n`` held-out answers."""
+    answers = task.sample(n, seed=EVAL_SEED, split="val").labels
+    return float(answers.bincount().max()) / len(answers)
+
+
+def traces_figure(traces: pd.DataFrame, lines: pd.DataFrame | None = None):
+    """The recipe's figure from its ``traces.csv`` and ``lines.csv``, with the chance line: a redraw from its files
+    is the figure ``analyze`` drew."""
+    from ...plots import trace_lengths as plot_traces
+
+    task = tasks.get("arith_cot", **TASK)
+    return plot_traces(shown_traces(traces, task), lines,
+                       chance=chance_accuracy(task, traces["example"].nunique()))
+
+
 def analyze(ctx: Context) -> Outcome:
     from ...plots import trace_lengths as plot_traces
 
@@ -120,10 +145,7 @@ def analyze(ctx: Context) -> Outcome:
     table = pd.concat([compare_regimes(fbt[fbt["decoding"] == d]).assign(decoding=d) for d in DECODINGS],
                       ignore_index=True)
     verdict_decoding = next(iter(DECODINGS))
-    sampled = traces[traces["decoding"] == verdict_decoding]
-    shown = pd.concat([sampled[sampled["arm"] == "fbt"],
-                       sampled[sampled["arm"] == "baseline"].assign(regime="baseline"),
-                       training_traces(task, n=2000, seed=0)], ignore_index=True)
+    shown = shown_traces(traces, task)
     lines = line_distribution(shown)
     lines.to_csv(ctx.out / "lines.csv", index=False)
     per_seed = summarize_traces(traces, by=("arm", "run", "decoding", "regime"))
@@ -161,9 +183,8 @@ def analyze(ctx: Context) -> Outcome:
         f"STANDARD greedy traces that write a trivial line (never in training): {trivial:.3f}",
         "SOFT's accuracy cost (its own finding, the paper's SOFT minus STANDARD): " + ", ".join(
             describe(d, interval("soft", "accuracy", d), "") for d in DECODINGS)])
-    answers = task.sample(n, seed=EVAL_SEED, split="val").labels
-    chance = float(answers.bincount().max()) / len(answers)
-    return Outcome(table, plot_traces(shown, lines), number, decisions[verdict_decoding, VERDICT_REGIME],
+    chance = chance_accuracy(task, n)
+    return Outcome(table, plot_traces(shown, lines, chance=chance), number, decisions[verdict_decoding, VERDICT_REGIME],
                    {GATE: float(greedy_standard.groupby("run")["correct"].mean().min())},
                    chance=f"accuracy {chance:.3f}: always the most frequent held-out answer",
                    extra={"per_seed": per_seed.to_dict("records"), "first_gap": gaps[VERDICT_REGIME],

@@ -24,8 +24,8 @@ from ..text_arms import (
     arm_runs,
     both_ways,
     flattened,
+    outcome_figure,
     prepare,
-    text_figure,
     text_runs,
     unigram_bpb,
 )
@@ -47,7 +47,7 @@ def analyze(ctx: Context) -> Outcome:
     gates = {"interleaved below unigram": unigram - float(table.loc[table["arm"] == "lrt_interleaved",
                                                                     "value"].iloc[0]),
              "interleaved flattened": flattened(ctx, arms["lrt_interleaved"])}
-    return Outcome(table, text_figure(ctx, arms, ends, "LRT on text trained interleaved vs block-wise, matched FLOPs"),
+    return Outcome(table, outcome_figure(ctx, arms, ends),
                    number, verdict(iv, -1), gates, chance=f"unigram {unigram:.3f} bits/byte on the held-out bytes",
                    extra={"unigram_bpb": unigram, "treatment": TREATMENT, "ends": ends.to_dict("records")})
 

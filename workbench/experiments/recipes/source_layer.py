@@ -23,8 +23,7 @@ def decide(intervals: Intervals, steps: Intervals) -> str:
 
 
 def analyze(ctx: Context) -> Outcome:
-    return lrt_ablation.analyze(ctx, COMPARISONS, decide,
-                                "LRT memory source block on text (top = lrt_interleaved), matched FLOPs")
+    return lrt_ablation.analyze(ctx, COMPARISONS, decide)
 
 
 def finding(summary: dict, results: pd.DataFrame) -> Finding:
