@@ -45,6 +45,7 @@ def _eps(dtype: object) -> float:
 
 
 ROUNDING = 100  # a run settled within this many machine epsilons of its fixed point is there within rounding
+PLATEAU = 10  # ... and it is there from the pass it comes within this factor of the floor it settles at
 
 
 def _settled_in_float32(distance: np.ndarray, exact_below: float) -> bool:
@@ -57,9 +58,10 @@ def _settled_in_float32(distance: np.ndarray, exact_below: float) -> bool:
 
 def contraction_takeaway(results: Runs, exact_below: float = 1e-9, dtype: str | None = None) -> str:
     """From which pass each run stays at its fixed point (``fixed_point_distance``), the same pass for every run said
-    once. A distance counts as exact below max(``exact_below``, ``ROUNDING`` machine epsilons of the run's precision:
-    ``dtype`` (e.g. "float32"), else its ``dtype`` column, else float32 when ``_settled_in_float32``), so a float32
-    run at its fixed point reads "within float32 rounding", not "never"."""
+    once. A distance counts as exact below ``exact_below``, or, at a lower precision (``dtype`` such as "float32",
+    else its ``dtype`` column, else float32 when ``_settled_in_float32``), within ``PLATEAU`` times the floor the run
+    settles at and ``ROUNDING`` epsilons: a float32 run at its fixed point reads "within float32 rounding", not
+    "never", from the pass it reaches that floor."""
     runs = named_runs(results, "contraction_takeaway")
     reached, bounds, limits = {}, {}, []
     for name, frame in runs.items():
@@ -69,7 +71,8 @@ def contraction_takeaway(results: Runs, exact_below: float = 1e-9, dtype: str | 
         given = dtype if dtype is not None else frame["dtype"].iloc[0] if "dtype" in frame else None
         if given is None and _settled_in_float32(distance, exact_below):
             given = "float32"
-        below = exact_below if given is None else max(exact_below, ROUNDING * _eps(given))
+        below = exact_below if given is None else max(exact_below, min(ROUNDING * _eps(given),
+                                                                       PLATEAU * distance[-1]))
         limits.append(below)
         precision = str(given).removeprefix("torch.")
         bounds[name] = f"< {below:g}" if below == exact_below else f"within {precision} rounding"

@@ -96,9 +96,9 @@ def probe_profile(df: pd.DataFrame, highlight_depth: int | None = None, title: s
                                 group["accuracy"] + group["accuracy_std"], color=color, alpha=0.2, lw=0)
             if "control_accuracy" in group:
                 ax.plot(group["layer"], group["control_accuracy"], "--", color=color, lw=1)
-        if "control_accuracy" in df:
+        if "control_accuracy" in df and df["control_accuracy"].notna().any():  # keyed only where one is drawn
             ax.plot([], [], "--", color="grey", lw=1, label="dashed: its control task")
-        if "accuracy_std" in df:
+        if "accuracy_std" in df and df["accuracy_std"].gt(0).any():
             ax.fill_between([], [], [], color="grey", alpha=0.2, lw=0, label="band: ± std over folds")
         if "majority" in df:
             ax.axhline(float(df["majority"].mean()), color="grey", ls=":", lw=1.5, label="majority")
@@ -238,25 +238,28 @@ def accuracy_vs_scratch(df: pd.DataFrame, condition: str = "suffix1", depth: int
     if unknown:
         raise ValueError(f"groups={rows!r} is invalid: {unknown} are not models of the table {models}")
     colour = name_colours(df["model"])
-    fig, axes = new_figure(len(tasks), len(rows), panel=(4.2, 3.6))
-    for r, (heading, names) in enumerate(rows.items()):
-        for ax, task in zip(axes[r * len(tasks):(r + 1) * len(tasks)], tasks):
-            sub = at[at["task"] == task]
-            for model in names:
-                lines = sub[sub["model"] == model].sort_values("scratch_updates")
-                if lines.empty:
-                    continue
-                color = colour[model]
-                ax.plot(lines["scratch_updates"], lines["accuracy"], "o-", color=color, label=str(model))
-                if "twin_accuracy" in lines:
-                    ax.plot(lines["scratch_updates"], lines["twin_accuracy"], "s--", color=color, alpha=0.7)
-                if "upper_bound" in lines and has_feedback(lines, model):
-                    ax.plot(lines["scratch_updates"], lines["upper_bound"], ":", color=color)
-            if "majority" in sub:
-                ax.axhline(float(sub["majority"].mean()), color="grey", ls="--", lw=1, label="majority")
-            ax.set(title=f"{task}" + (f" / {heading}" if heading else ""), xlabel="scratch lines",
-                   ylabel=f"accuracy at depth {depth}, {condition}", ylim=(0.0, 1.05),
-                   xticks=sorted(sub["scratch_updates"].unique()))
+    cells = [(heading, names, task) for heading, names in rows.items() for task in tasks
+             if at[(at["task"] == task) & at["model"].isin(names)].size]  # a panel only where a model has data
+    fig, axes = panel_grid(len(cells), panel=(4.2, 3.6), ncols=len(tasks))
+    for ax, (heading, names, task) in zip(axes, cells):
+        sub = at[at["task"] == task]
+        for model in names:
+            lines = sub[sub["model"] == model].sort_values("scratch_updates")
+            if lines.empty:
+                continue
+            color = colour[model]
+            ax.plot(lines["scratch_updates"], lines["accuracy"], "o-", color=color, label=str(model))
+            if "twin_accuracy" in lines:
+                ax.plot(lines["scratch_updates"], lines["twin_accuracy"], "s--", color=color, alpha=0.7)
+            if "upper_bound" in lines and has_feedback(lines, model):
+                ax.plot(lines["scratch_updates"], lines["upper_bound"], ":", color=color)
+        if "majority" in sub:
+            ax.axhline(float(sub["majority"].mean()), color="grey", ls="--", lw=1, label="majority")
+        xs = sorted(sub[sub["model"].isin(names)]["scratch_updates"].unique())
+        ax.set(title=f"{task}" + (f" / {heading}" if heading else ""), xlabel="scratch lines",
+               ylabel=f"accuracy at depth {depth}, {condition}", ylim=(0.0, 1.05), xticks=xs)
+        pad = max(1, 0.08 * (xs[-1] - xs[0]))  # a point at the first or only x is drawn whole
+        ax.set_xlim(xs[0] - pad, xs[-1] + pad)
     handles, labels = shared_legend(axes)  # every panel's series once: a model drawn only in a later panel too
     styles = {"o-": "solid: trained", "s--": "dashed: untrained twin", ":": "dotted: upper bound"}
     for fmt, words in styles.items():

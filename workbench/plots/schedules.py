@@ -107,7 +107,10 @@ def schedule_takeaway(sweeps: pd.DataFrame, exact_below: float = 1e-5) -> str:
     for schedule in in_order(sweeps["schedule"]):
         rows = sweeps[sweeps["schedule"] == schedule]
         first = _first_exact(rows["value"], rows["distance"], exact_below)
-        if first is None:
+        at = sorted(int(v) for v in rows.loc[rows["distance"] < exact_below, "value"])
+        if first is None and at:  # e.g. blockwise at B = 1, which is the sequential recurrence
+            reached.append(f"{schedule} only at {knob_symbol(schedule)} = {', '.join(map(str, at))}")
+        elif first is None:
             never.append(schedule)
         else:
             reached.append(f"{schedule} from {knob_symbol(schedule)} = {int(first)}")

@@ -45,6 +45,16 @@ def test_probe_profile_coinciding_lines_each_keep_a_marker_of_their_own():
     assert drawn == sorted(drawn, reverse=True)  # the first drawn is the widest: a rim shows around later ones
 
 
+def test_probe_profile_keys_a_control_and_a_band_only_where_they_are_drawn():
+    def keys(df: pd.DataFrame) -> list[str]:
+        return plots.probe_profile(df).axes[0].get_legend_handles_labels()[1]
+
+    bare = profile({"standard": 0.9}).assign(control_accuracy=np.nan, accuracy_std=0.0)
+    assert "dashed: its control task" not in keys(bare) and "band: ± std over folds" not in keys(bare)
+    drawn = bare.assign(control_accuracy=0.6, accuracy_std=0.02)
+    assert "dashed: its control task" in keys(drawn) and "band: ± std over folds" in keys(drawn)
+
+
 # --------------------------------------------------------------------------------------------- 2. float32
 def plateau(level: float, settles: int = 12, passes: int = 24) -> pd.DataFrame:
     k = np.arange(1, passes + 1)
@@ -61,6 +71,11 @@ def test_a_float32_run_at_its_fixed_point_is_within_float32_rounding_not_never()
     assert plots.contraction_takeaway(falling) == "the run is not within 1e-09 of its fixed point by its last pass"
     assert plots.contraction_takeaway({"a": plateau(0.0, settles=5), "b": plateau(2.4e-6)}) == \
         "exact fixed point at a pass 5 (< 1e-09), b pass 12 (within float32 rounding)"
+
+
+def test_a_float32_run_is_exact_from_the_pass_it_reaches_its_floor_not_before():
+    run = pd.DataFrame({"pass": range(1, 8), "fixed_point_distance": [1e-1, 1e-3, 2.2e-6, 3e-7, 7.9e-8, 8e-8, 7.9e-8]})
+    assert plots.contraction_takeaway(run, dtype="float32") == "exact fixed point (within float32 rounding) at pass 4"
 
 
 def test_a_real_float32_model_reads_within_float32_rounding():
@@ -182,6 +197,16 @@ def test_accuracy_vs_scratch_title_colours_by_name_and_no_bound_without_feedback
             if line.get_label() in colour} == colour
     dotted = [line for line in fig.axes[0].lines if line.get_linestyle() == ":"]
     assert [to_rgba(line.get_color()) for line in dotted] == [to_rgba(colour["fbt"])]  # the baseline has no bound
+
+
+def test_accuracy_vs_scratch_draws_a_panel_only_where_a_group_has_data_and_a_lone_point_whole():
+    df = layer0_rows()
+    df = df[(df["task"] == "delayed_memory") | (df["model"] == "fbt")]  # the baseline never saw multi_register
+    fig = plots.accuracy_vs_scratch(df, groups={"fbt": ["fbt"], "baseline": ["baseline"]})
+    assert [ax.get_title() for ax in fig.axes] == ["delayed_memory / fbt", "multi_register / fbt",
+                                                   "delayed_memory / baseline"]
+    low, high = fig.axes[1].get_xlim()  # multi_register has one scratch length, 0
+    assert low < 0 < high and high - low >= 2
 
 
 def path_rows(order=1) -> pd.DataFrame:
