@@ -70,7 +70,7 @@ CAVEAT = ("At matched FLOPs the interleaved variants take the same optimiser ste
 
 def equal_steps(ctx: Context, arm: list[str], reference: list[str]) -> dict[str, float]:
     """(arm - reference) held-out BPB at the pair's fewer steps, per seed, off the curves."""
-    pairs = list(zip(curves(ctx, arm), curves(ctx, reference), strict=True))
+    pairs = list(zip(curves(ctx.out, arm), curves(ctx.out, reference), strict=True))
     diffs, missing, marks = [], [], []
     for a, r in pairs:
         mark = min(float(a["step"].iloc[-1]), float(r["step"].iloc[-1]))

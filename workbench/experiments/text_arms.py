@@ -144,18 +144,14 @@ def unigram_bpb() -> float:
     return tasks.get("text", **TEXT).unigram_loss() / math.log(2)
 
 
-def curves(ctx: Context, names: list[str]) -> list[pd.DataFrame]:
-    """Each run's held-out curve: the history rows with an evaluation (flops, seconds, val_bpb)."""
-    return read_curves(ctx.out, names)
-
-
-def read_curves(out: Path, names: list[str]) -> list[pd.DataFrame]:
+def curves(out: Path, names: list[str]) -> list[pd.DataFrame]:
+    """Each run's held-out curve under ``out``: the history rows with an evaluation (flops, seconds, val_bpb)."""
     return [pd.read_csv(out / n / "history.csv").dropna(subset=["val_bpb"]) for n in names]
 
 
 def flattened(ctx: Context, names: list[str]) -> float:
     """The worst seed's relative held-out BPB fall over the last quarter of its curve."""
-    return max(last_quarter_improvement(c, "val_bpb") for c in curves(ctx, names))
+    return max(last_quarter_improvement(c, "val_bpb") for c in curves(ctx.out, names))
 
 
 def both_ways(ctx: Context, arms: dict[str, list[str]]) -> tuple[pd.DataFrame, dict[str, dict[str, float]]]:
@@ -226,7 +222,7 @@ def text_figure(curves: Mapping[str, list[pd.DataFrame]], points: pd.DataFrame, 
 def outcome_figure(ctx: Context, arms: dict[str, list[str]], ends: pd.DataFrame):
     """A text recipe's figure from its runs (``text_figure`` titled by ``text_title``)."""
     points = end_points(ctx.per_example, arms, ends)
-    return text_figure({arm: curves(ctx, names) for arm, names in arms.items()}, points, unigram_bpb(),
+    return text_figure({arm: curves(ctx.out, names) for arm, names in arms.items()}, points, unigram_bpb(),
                        text_title(points))
 
 
@@ -238,7 +234,7 @@ def saved_figure(out: Path):
             for arm in pd.read_csv(out / "results.csv")["arm"]}
     per_example = {n: add_bpb(pd.read_csv(out / n / EVAL_FILE)) for names in arms.values() for n in names}
     points = end_points(per_example, arms, pd.DataFrame(summary["ends"]))
-    return text_figure({arm: read_curves(out, names) for arm, names in arms.items()}, points,
+    return text_figure({arm: curves(out, names) for arm, names in arms.items()}, points,
                        summary["unigram_bpb"], text_title(points))
 
 

@@ -41,7 +41,7 @@ from ..text_arms import (
 def equal_steps(ctx: Context, arms: dict[str, list[str]]) -> dict[str, float]:
     """The comparison at equal steps off the curves: each LRT seed's end against its baseline seed's curve there, and
     what the baseline's further steps bought."""
-    lrts, bases = curves(ctx, arms["lrt_interleaved"]), curves(ctx, arms["baseline"])
+    lrts, bases = curves(ctx.out, arms["lrt_interleaved"]), curves(ctx.out, arms["baseline"])
     diffs, costs = [], []
     for lrt, base in zip(lrts, bases):
         step, bpb = float(lrt["step"].iloc[-1]), float(lrt["val_bpb"].iloc[-1])
