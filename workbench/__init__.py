@@ -1,7 +1,5 @@
-"""workbench: a research and teaching workbench for latent feedback in transformers.
-
-The two methods it studies (LRT, FBT) are one pattern, token t reads a memory that position t-1 produced, split into a
-*mechanism* (where memory is read and consumed) and a *schedule* (how a sequence is computed) on one backbone."""
+"""workbench: a research and teaching workbench for latent feedback in transformers (LRT, FBT), each split into a
+*mechanism* and a *schedule* on one backbone."""
 
 from . import analysis, hooks, schedules, tasks
 from ._version import __version__

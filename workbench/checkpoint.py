@@ -1,9 +1,5 @@
-"""Checkpoints: a directory of ``config.json``, ``model.safetensors``, ``metrics.json`` and ``manifest.json`` (size and
-sha256 of every file) that a reader sees whole, one version at a time (``store``).
-
-A checkpoint without its manifest loads only with ``verify=False``: nothing else could tell an edited config.json from
-the saved one. A directory counts as ours only by our own marker, never by file names a Hugging Face directory also has.
-Nothing is ever unpickled."""
+"""Checkpoints: config, safetensors weights, metrics and a sha256 manifest, read one version at a time. A directory
+is ours only by our own marker; nothing is ever unpickled."""
 
 from __future__ import annotations
 
@@ -35,15 +31,15 @@ RESERVED_KEYS = ("format", "package_version", "model")  # config.json keys ``ext
 
 # ---------------------------------------------------------------------------------------------- parsing
 def _parse_tensors(data: bytes, where: Path) -> dict[str, torch.Tensor]:
-    """Safetensors bytes to tensors; anything else (a pickle, a truncated file) is refused, never executed."""
+    """A pickle or a truncated file is refused, never executed."""
     try:
         return load_tensors(data)
     except (SafetensorError, ValueError) as e:
-        raise CheckpointError(f"{where} is not a valid safetensors file (truncated or foreign?): {e}") from e
+        raise CheckpointError(f"{where} is not a valid safetensors file: {e}") from e
 
 
 def read_safetensors(path: str | os.PathLike) -> dict[str, torch.Tensor]:
-    """One safetensors file, any problem a ``CheckpointError`` naming it."""
+    """One safetensors file; any problem a ``CheckpointError``."""
     path = Path(path)
     try:
         return _parse_tensors(read_regular(path), path)
@@ -53,14 +49,14 @@ def read_safetensors(path: str | os.PathLike) -> dict[str, torch.Tensor]:
 
 # ---------------------------------------------------------------------------------------------- recognising one
 def is_checkpoint(path: str | os.PathLike) -> bool:
-    """A directory laid out as a checkpoint (what loads look for); whether it is ours is checked when it is read."""
+    """Laid out as a checkpoint (ownership is checked on read)."""
     p = Path(path)
     return (p.is_dir() and not p.is_symlink()
             and (os.path.lexists(p / MANIFEST) or (os.path.lexists(p / CONFIG) and os.path.lexists(p / WEIGHTS))))
 
 
 def owned_names(path: Path) -> set[str] | None:
-    """The files a save of ours wrote in ``path`` (what the next save may replace); None without our marker."""
+    """Files our save wrote in ``path``; None without our marker."""
     manifest = try_json(path / MANIFEST)
     if (isinstance(manifest, dict) and manifest.get("format") == FORMAT_VERSION
             and isinstance(manifest.get("files"), dict)):
@@ -72,7 +68,7 @@ def owned_names(path: Path) -> set[str] | None:
 
 
 def find_checkpoint(path: str | os.PathLike) -> Path | None:
-    """The current version of ``path``, or the old one a save killed between its renames set aside."""
+    """``path``, or the old version a killed save set aside."""
     return _find_version(Path(path), is_checkpoint)
 
 
@@ -88,8 +84,7 @@ def _manifest_files(data: bytes, where: Path) -> dict[str, dict[str, Any]]:
 
 
 def _read_version(fd: int, where: Path, names: tuple[str, ...], verify: bool) -> tuple[dict[str, bytes], bool]:
-    """The files ``names`` of the directory ``fd``, checked against its manifest (sizes before reading), and whether the
-    version went unverified."""
+    """``names`` from ``fd``, checked against the manifest; and whether unverified."""
     present = set(os.listdir(fd))
     listing, unverified = None, False
     if MANIFEST in present:
@@ -100,10 +95,8 @@ def _read_version(fd: int, where: Path, names: tuple[str, ...], verify: bool) ->
         fmt = header.get("format") if isinstance(header, dict) else None
         if fmt == FORMAT_VERSION:
             if verify:  # or a version being deleted under us: read_version tells which
-                raise MissingFile(f"{where} has no {MANIFEST} (a checkpoint is always saved with one: it was "
-                                  "deleted, or this is an incomplete copy): nothing vouches for its files; pass "
-                                  f"verify=False to load it unverified (and save_checkpoint it again to give it "
-                                  f"one)", str(where / MANIFEST))
+                raise MissingFile(f"{where} has no {MANIFEST}: pass verify=False to load it unverified",
+                                  str(where / MANIFEST))
             unverified = True
     files = {}
     for name in names:
@@ -111,12 +104,11 @@ def _read_version(fd: int, where: Path, names: tuple[str, ...], verify: bool) ->
             raise FileNotFoundError(2, "missing file", str(where / name))
         entry = listing.get(name) if listing is not None and verify else None
         if listing is not None and verify and entry is None and name in RESERVED:
-            raise CheckpointError(f"{where / MANIFEST} does not list {name}: not the manifest of this checkpoint")
+            raise CheckpointError(f"{where / MANIFEST} does not list {name}")
         data = files[name] = read_regular(name, fd, size=None if entry is None else entry["size"],
                                           limit=JSON_LIMIT if name.endswith(".json") else None, where=where / name)
         if entry is not None and hashlib.sha256(data).hexdigest() != entry["sha256"]:
-            raise CheckpointError(f"{where / name} does not match its sha256 in {MANIFEST}: edited or corrupted "
-                                  f"after saving (pass verify=False to load it anyway)")
+            raise CheckpointError(f"{where / name} does not match its sha256 in {MANIFEST} (verify=False skips it)")
     return files, unverified
 
 
@@ -127,13 +119,12 @@ def _missing(path: Path) -> str:
 
 
 def read_checkpoint(path: str | os.PathLike, names: tuple[str, ...], verify: bool = True) -> dict[str, Any]:
-    """The files ``names`` from one version of ``path``, parsed (``.json`` as JSON, ``.safetensors`` as tensors)."""
+    """``names`` from one version of ``path``, parsed."""
     path = Path(path)
     files, unverified = read_version(path, lambda fd, where: _read_version(fd, where, names, verify),
                                      is_checkpoint, _missing)
     if unverified:
-        warnings.warn(f"{path} has no {MANIFEST}: loaded unverified (verify=False), its files may have been edited "
-                      f"or cut short", stacklevel=3)
+        warnings.warn(f"{path} has no {MANIFEST}: loaded unverified (verify=False)", stacklevel=3)
     return {name: _parse_tensors(data, path / name) if name.endswith(".safetensors") else parse_json(data, path / name)
             for name, data in files.items()}
 
@@ -143,8 +134,8 @@ def _check_extra_names(extra_files: dict[str, Any]) -> None:
     for name in extra_files:
         if (not isinstance(name, str) or name != os.path.basename(name) or name.startswith(".")
                 or name in RESERVED or not name.endswith((".safetensors", ".json"))):
-            raise ValueError(f"extra_files name {name!r} is invalid: must be a plain file name (no directory, "
-                             f"not hidden) ending in .safetensors or .json, other than {list(RESERVED)}")
+            raise ValueError(f"extra_files name {name!r} is invalid: must be a plain *.safetensors or *.json "
+                             f"name not in {list(RESERVED)}")
 
 
 def _tensor_bytes(tensors: dict[str, torch.Tensor]) -> bytes:
@@ -159,35 +150,28 @@ def _check_model(model: Any) -> GPT:
 
 
 def _check_extra(extra: Any) -> dict[str, Any]:
-    """``extra`` must be a dict of JSON data whose keys do not overwrite the header's own."""
     if extra is None:
         return {}
     if not isinstance(extra, dict):
-        raise ValueError(f"extra={type(extra).__name__} is invalid: must be a dict of JSON data or None")
+        raise ValueError(f"extra={type(extra).__name__} is invalid: must be a dict or None")
     taken = sorted(k for k in extra if k in RESERVED_KEYS)
     if taken:
-        raise ValueError(f"extra keys {taken} are invalid: {list(RESERVED_KEYS)} are config.json's own "
-                         f"(the format and the model config that loads); choose other names")
+        raise ValueError(f"extra keys {taken} are invalid: {list(RESERVED_KEYS)} are config.json's own")
     return plain_json(extra, "extra")
 
 
 def _check_metrics(metrics: Any) -> dict[str, Any]:
-    """``metrics`` must be a JSON object: string keys, finite numbers (refused by name otherwise)."""
     if metrics is None:
         return {}
     if not isinstance(metrics, dict):
-        raise ValueError(f"metrics={type(metrics).__name__} is invalid: must be a dict with string keys "
-                         f"(a JSON object) or None")
+        raise ValueError(f"metrics={type(metrics).__name__} is invalid: must be a dict or None")
     return plain_json(metrics, "metrics")
 
 
 def save_checkpoint(model: GPT, path: str | os.PathLike, metrics: dict[str, Any] | None = None,
                     extra: dict[str, Any] | None = None,
                     extra_files: dict[str, dict[str, torch.Tensor] | Any] | None = None) -> Path:
-    """Write ``model`` (config, weights) and ``metrics`` to ``path`` as one new version.
-
-    ``extra`` goes into config.json; ``extra_files`` (``.safetensors`` or ``.json``) are written in the same version.
-    Everything is checked before a byte is written; files a user put in the checkpoint are kept."""
+    """Write ``model`` and ``metrics`` to ``path`` as one new version, all checked first; a user's files are kept."""
     model = _check_model(model)
     check_has_weights("model", model)  # a meta model has shapes only: nothing to write
     check_path("path", path)
@@ -210,10 +194,9 @@ def save_checkpoint(model: GPT, path: str | os.PathLike, metrics: dict[str, Any]
 
 def _header_config(header: Any, path: Path) -> ModelConfig:
     if not isinstance(header, dict) or "model" not in header:
-        raise CheckpointError(f"{path}/{CONFIG} has no 'model' entry: not a workbench checkpoint")
+        raise CheckpointError(f"{path}/{CONFIG} has no 'model' entry")
     if header.get("format") != FORMAT_VERSION:
-        raise CheckpointError(f"{path}: checkpoint format {header.get('format')!r}, "
-                              f"this package reads {FORMAT_VERSION}")
+        raise CheckpointError(f"{path}: checkpoint format {header.get('format')!r}, expected {FORMAT_VERSION}")
     try:
         return ModelConfig.from_dict(header["model"])
     except (TypeError, ValueError) as e:
@@ -221,14 +204,14 @@ def _header_config(header: Any, path: Path) -> ModelConfig:
 
 
 def load_config(path: str | os.PathLike, verify: bool = True) -> tuple[ModelConfig, dict[str, Any]]:
-    """The model config and the rest of config.json (recipe, seed, versions)."""
+    """The model config and the whole config.json."""
     header = read_checkpoint(path, (CONFIG,), verify)[CONFIG]
     return _header_config(header, Path(path)), header
 
 
 def check_weights(state: dict[str, torch.Tensor], config: ModelConfig, where: Path,
                   allow_nonfinite: bool = False) -> None:
-    """Every tensor the config expects, with its shape, a floating dtype and (unless allowed) finite values."""
+    """Names, shapes, floating dtype; finite unless allowed."""
     expected = {k: tuple(v.shape) for k, v in build_model(config, device="meta").state_dict().items()}
     missing = sorted(set(expected) - set(state))
     unexpected = sorted(set(state) - set(expected))
@@ -242,14 +225,12 @@ def check_weights(state: dict[str, torch.Tensor], config: ModelConfig, where: Pa
     if not allow_nonfinite:
         bad = sorted(k for k, v in state.items() if not bool(torch.isfinite(v).all()))
         if bad:
-            raise CheckpointError(f"{where}: non-finite weights (NaN/inf) in {bad[:5]}; "
-                                  f"pass allow_nonfinite=True to load them anyway")
+            raise CheckpointError(f"{where}: non-finite weights in {bad[:5]} (allow_nonfinite=True loads them)")
 
 
 def load_checkpoint(path: str | os.PathLike, device: torch.device | str | None = None, *,
                     allow_nonfinite: bool = False, verify: bool = True) -> GPT:
-    """Rebuild the model saved in ``path``, checking every tensor against its config; an edited config.json of the same
-    shapes would otherwise load silently as a different model."""
+    """Rebuild the model in ``path``, checked against its config (an edited one would load as another model)."""
     path = Path(path)
     files = read_checkpoint(path, (CONFIG, WEIGHTS), verify)
     config, state = _header_config(files[CONFIG], path), files[WEIGHTS]
@@ -261,5 +242,5 @@ def load_checkpoint(path: str | os.PathLike, device: torch.device | str | None =
 
 
 def load_metrics(path: str | os.PathLike, verify: bool = True) -> dict[str, Any]:
-    """metrics.json of the checkpoint ``path`` (``verify`` as for ``load_checkpoint``)."""
+    """metrics.json of the checkpoint ``path``."""
     return read_checkpoint(path, (METRICS,), verify)[METRICS]

@@ -1,5 +1,4 @@
-"""Configuration dataclasses, validated at construction (a bad value raises a ``ValueError`` naming the field and its
-range, at the line that made it, not as a shape error in a forward pass), with an exact JSON round trip."""
+"""Config dataclasses, validated at construction, with an exact JSON round trip."""
 
 from __future__ import annotations
 
@@ -13,13 +12,12 @@ import numpy as np
 
 from .validation import check_choice, check_float, check_int, fail
 
-# The mechanisms a config may name, each with its constraints on the rest of the config: filled by
-# ``mechanisms.register`` (the built-in three when the package loads, a plug-in when it registers).
+# mechanism name -> its constraints on the rest of the config; filled by ``mechanisms.register``
 _MECHANISM_CONSTRAINTS: dict[str, Callable[[ModelConfig], list[tuple[str, Any, str]]]] = {}
 
 
 def mechanisms() -> tuple[str, ...]:
-    """The registered mechanism names (``ModelConfig.mechanism`` values)."""
+    """The registered ``ModelConfig.mechanism`` names."""
     return tuple(_MECHANISM_CONSTRAINTS)
 
 
@@ -37,8 +35,7 @@ LRT_MEMORIES = ("previous", "older", "pooled", "none")
 
 
 def field_docs(cls: type) -> dict[str, str]:
-    """A config class's ``Attributes:`` section as {field: text} (continuation lines joined): the one place a field
-    is described, which the CLI's help and the API reference both read."""
+    """A class's ``Attributes:`` section as {field: text}: the one description the CLI help and API docs read."""
     import inspect
     import re
 
@@ -59,7 +56,7 @@ class JSONMixin:
     """Exact JSON round trip for flat dataclasses whose tuples are stored as lists."""
 
     def _plain_numbers(self) -> None:
-        """Turn numpy scalar fields into Python numbers so they validate and serialise as those."""
+        """numpy scalar fields as Python numbers, so they validate and serialise."""
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if isinstance(value, np.generic):
@@ -76,7 +73,7 @@ class JSONMixin:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
-            raise ValueError(f"{cls.__name__}: unknown field(s) {unknown}; known fields are {sorted(known)}")
+            raise ValueError(f"{cls.__name__}: unknown field(s) {unknown}; known: {sorted(known)}")
         return cls(**data)
 
     @classmethod
@@ -86,32 +83,32 @@ class JSONMixin:
 
 @dataclass
 class ModelConfig(JSONMixin):
-    """Shape of the GPT backbone and of the latent-feedback mechanism it carries (checked again by ``GPT``).
+    """Shape of the GPT backbone and its latent-feedback mechanism (checked again by ``GPT``).
 
     Attributes:
-        vocab_size: Number of token ids, >= 2; a training run takes it from its task.
+        vocab_size: Token ids, >= 2; a training run takes it from its task.
         n_layer: Transformer blocks (L).
         n_head: Query heads; must divide ``n_embd``.
-        n_kv_head: Key/value heads (grouped-query attention), dividing ``n_head``; None means ``n_head``.
+        n_kv_head: Key/value heads (GQA), dividing ``n_head``; None: ``n_head``.
         n_embd: Residual width (D); with ``rope`` the head size must be even.
-        seq_len: Training context length; decoding may run past it (rotary tables are computed on the fly).
-        rope: Rotary position embeddings; False gives no position signal (NoPE, an ablation).
+        seq_len: Training context; decoding may run past it.
+        rope: Rotary position embeddings; False: none (NoPE, an ablation).
         rope_base: Rotary base, > 0.
-        qk_norm: RMS-normalise each head's query and key, which keeps attention logits bounded (nanochat).
-        logit_softcap: ``logits = c * tanh(logits / c)``; 0 disables it. 15 stops logits running away early.
-        tie_embeddings: Share embedding and readout; None: True for ``"fbt"`` (its fused input needs it), else False.
-        mechanism: ``"none"`` (the baseline), ``"lrt"``, ``"fbt"`` or one registered with ``mechanisms.register``.
-        lrt_source_layer: LRT: the block whose RMS-normed output is the memory; -1 is the top, after the final norm.
-        lrt_inject: LRT: where memory enters each block, a non-empty subset of ``("kv", "residual")`` (both: the paper).
-        lrt_projection: LRT: the recurrent K/V projection, ``"shared"`` by all blocks or ``"per_layer"``.
-        lrt_gamma_init: LRT: initial residual-injection scale; 0 starts exactly as the baseline (reference code: 0.1).
-        lrt_gate_channels: LRT: leading channels of the block input the K/V gates read; None: ``min(32, n_embd)``.
-        lrt_kv_init: LRT: recurrent K/V projections start ``"zero"`` (the baseline) or ``"uniform"`` (reference code).
-        lrt_memory: LRT: what position t reads: ``"previous"``, ``"older"`` (m_{t-2}), ``"pooled"`` or ``"none"``.
+        qk_norm: RMS-normalise queries and keys: bounded attention logits (nanochat).
+        logit_softcap: ``c * tanh(logits / c)``; 0: off. 15 stops logits running away early.
+        tie_embeddings: Share embedding and readout; None: True for ``"fbt"`` (its fused input needs it).
+        mechanism: ``"none"`` (the baseline), ``"lrt"``, ``"fbt"`` or a registered one.
+        lrt_source_layer: LRT: the block whose RMS-normed output is the memory; -1: the top, after the final norm.
+        lrt_inject: LRT: a non-empty subset of ``("kv", "residual")`` (both: the paper).
+        lrt_projection: LRT: recurrent K/V projection ``"shared"`` by all blocks or ``"per_layer"``.
+        lrt_gamma_init: LRT: initial residual-injection scale; 0 starts as the baseline (reference code: 0.1).
+        lrt_gate_channels: LRT: input channels the K/V gates read; None: ``min(32, n_embd)``.
+        lrt_kv_init: LRT: recurrent K/V projections start ``"zero"`` or ``"uniform"`` (reference code).
+        lrt_memory: LRT: ``"previous"``, ``"older"`` (m_{t-2}), ``"pooled"`` or ``"none"``.
         lrt_pool_decay: LRT ``"pooled"``: ``m~_t = decay * m~_{t-1} + (1 - decay) * h_t``, in (0, 1).
-        fbt_jitter: FBT: half-width of the uniform noise added to the carried state, in training only.
-        fbt_fusion: FBT: ``"glu"`` (the paper's) or ``"additive"`` (ours: the token embedding kept intact).
-        document_token: A position holding this token reads no memory, so none crosses a document start; None: any."""
+        fbt_jitter: FBT: half-width of the uniform training noise on the carried state.
+        fbt_fusion: FBT: ``"glu"`` (the paper's) or ``"additive"`` (ours: token embedding kept intact).
+        document_token: A position holding this token reads no memory (none crosses documents); None: off."""
 
     vocab_size: int = 256
     n_layer: int = 4
@@ -144,7 +141,7 @@ class ModelConfig(JSONMixin):
         self.validate()
 
     def validate(self) -> None:
-        """Check every field; ``GPT`` calls it again, so a config changed after construction is checked too."""
+        """Check every field (``GPT`` calls it again, catching later changes)."""
         c = "ModelConfig"
         self._plain_numbers()
         if self.tie_embeddings is None:
@@ -183,7 +180,7 @@ class ModelConfig(JSONMixin):
         check_choice(f"{c}.lrt_memory", self.lrt_memory, LRT_MEMORIES)
         check_float(f"{c}.lrt_pool_decay", self.lrt_pool_decay, 0.0, 1.0, lo_open=True)
         if self.lrt_pool_decay == 1.0:
-            fail(f"{c}.lrt_pool_decay", self.lrt_pool_decay, "must be in (0, 1): at 1 the average never takes a state")
+            fail(f"{c}.lrt_pool_decay", self.lrt_pool_decay, "must be in (0, 1)")
         check_float(f"{c}.fbt_jitter", self.fbt_jitter, 0.0, 1.0)
         check_choice(f"{c}.fbt_fusion", self.fbt_fusion, FBT_FUSIONS)
         if self.document_token is not None:
@@ -201,12 +198,12 @@ class ModelConfig(JSONMixin):
 
     @property
     def kv_dim(self) -> int:
-        """Width of the key/value space (D_kv = kv_heads * head_dim)."""
+        """kv_heads * head_dim."""
         return self.kv_heads * self.head_dim
 
     @property
     def gate_channels(self) -> int:
-        """Channels the LRT gates read (the public code's 32, or the whole width if narrower)."""
+        """Channels the LRT gates read."""
         return min(32, self.n_embd) if self.lrt_gate_channels is None else self.lrt_gate_channels
 
     def replace(self, **changes: Any) -> ModelConfig:

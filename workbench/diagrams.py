@@ -1,5 +1,5 @@
-"""Diagrams of what the code *does* (``plots`` draws what an analysis measured), from the rules the schedules and the
-decoder follow; each returns a pyplot-free ``Figure`` whose memory arrows carry ``gid="memory"`` for tests."""
+"""Diagrams of what schedules and decoder do (``plots`` draws measurements); memory arrows
+carry ``gid="memory"`` for tests."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ SUBSET_COLOURS = ("#9ecae1", "#fdae6b", "#a1d99b", "#bcbddc", "#fdd0a2", "#c7e9c
 
 def _memory_arrow(ax: Axes, start: tuple[float, float], end: tuple[float, float], rad: float = 0.0,
                   colour: str = ACCENT) -> None:
-    """One arrow that carries memory (``gid="memory"``: tests count them)."""
+    """An arrow that carries memory (tests count them)."""
     ax.add_patch(FancyArrowPatch(start, end, arrowstyle="-|>", mutation_scale=10, lw=1.2, color=colour,
                                  connectionstyle=f"arc3,rad={rad}", shrinkA=4, shrinkB=4, gid="memory", zorder=3))
 
@@ -37,13 +37,11 @@ def _bare(ax: Axes) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- the one idea
-DRAWN = ("none", "lrt", "fbt")  # the mechanisms this drawing knows where to put the memory for
+DRAWN = ("none", "lrt", "fbt")  # the mechanisms this drawing can place the memory for
 
 
 def recurrence(positions: int = 4, layers: int = 3, mechanism: str = "fbt", source_layer: int = -1) -> Figure:
-    """Token t reads ``m_{t-1}``: columns are positions, rows depths (FBT: into the input; LRT: from ``source_layer``
-    into every block). Boxes carry their block index (the input row ``x``), the numbers the title and
-    ``source_layer`` use, so the highlighted box and the title agree."""
+    """Token t reads ``m_{t-1}``: FBT into the input, LRT from ``source_layer`` into each block."""
     check_int("positions", positions, 2, 12)
     check_int("layers", layers, 1, 8)
     if mechanism not in DRAWN:
@@ -77,16 +75,14 @@ def recurrence(positions: int = 4, layers: int = 3, mechanism: str = "fbt", sour
 
 # ---------------------------------------------------------------------------------------------- schedules
 def interleaved_reads(seq_len: int, subsets: int) -> dict[int, int]:
-    """For every position t > 0: the pass whose memory of t-1 it reads in an interleaved sweep (subset s reads subset
-    s-1 of this sweep; subset 0 the init pass)."""
+    """Per t > 0, the pass whose memory of t-1 it reads (0: init pass)."""
     check_int("seq_len", seq_len, 2)
     check_int("subsets", subsets, 1, seq_len)
     return {t: (t % subsets) for t in range(1, seq_len)}
 
 
 def interleaved_sweep(seq_len: int = 8, subsets: int = 2) -> Figure:
-    """Subsets x positions: the init pass, then each strided subset refined in order with write-back; each cell is
-    labelled with the pass whose memory it reads."""
+    """An interleaved sweep, each cell labelled with the pass whose memory it reads."""
     check_int("seq_len", seq_len, 2, 24)
     check_int("subsets", subsets, 1, min(seq_len, len(SUBSET_COLOURS)))
     reads = interleaved_reads(seq_len, subsets)
@@ -109,7 +105,7 @@ def interleaved_sweep(seq_len: int = 8, subsets: int = 2) -> Figure:
 
 
 def jacobi_passes(seq_len: int = 6, passes: int | None = None) -> Figure:
-    """Passes x positions: pass k reads pass k-1's memory shifted by one, so it is exact at ``t < k``."""
+    """Pass k reads pass k-1's memory shifted by one, so it is exact at ``t < k``."""
     check_int("seq_len", seq_len, 2, 24)
     passes = seq_len if passes is None else passes
     check_int("passes", passes, 1, 24)
@@ -129,7 +125,7 @@ def jacobi_passes(seq_len: int = 6, passes: int | None = None) -> Figure:
 
 # ---------------------------------------------------------------------------------------------- FBT
 def fbt_fusion() -> Figure:
-    """The GLU fusion: the carried state on the value path, the token only gating it channel by channel."""
+    """The GLU fusion: the carried state on the value path, the token only gating it."""
     fig, (ax,) = new_figure(1, panel=(9.0, 3.2))
     boxes = {  # key: (x, y, width, label)
         "e": (0.0, 2.0, 2.2, "token embedding $e_t$"), "norm_e": (2.6, 2.0, 1.4, "RMSNorm"),
@@ -163,7 +159,7 @@ def fbt_fusion() -> Figure:
 
 
 def decoding_regimes(prompt_len: int = 4, new_tokens: int = 3, prefill_passes: int = 2) -> Figure:
-    """STANDARD / SOFT / FUSED on the same weights, one panel each; red arrows carry memory."""
+    """STANDARD / SOFT / FUSED on the same weights."""
     check_int("prompt_len", prompt_len, 2, 12)
     check_int("new_tokens", new_tokens, 1, 12)
     check_int("prefill_passes", prefill_passes, 1, 6)

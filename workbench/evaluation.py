@@ -1,7 +1,4 @@
-"""Evaluation of a model on a fixed batch under any schedule, per example and in total.
-
-Per-example numbers let two models on the same held-out sequences be compared *paired*, with a bootstrap interval for
-the difference (``paired_difference``), instead of eyeballing two means."""
+"""Evaluation on a fixed batch, per example so that two models can be compared *paired*, with an interval."""
 
 from __future__ import annotations
 
@@ -22,10 +19,7 @@ from .tasks.base import Batch
 @torch.no_grad()
 def per_example_metrics(model: GPT, batch: Batch, schedule: str | schedules.Schedule = "single",
                         batch_size: int = 64, plain_prefix: int = 0) -> pd.DataFrame:
-    """One row per example: ``nats`` (summed), ``targets``, ``correct``, ``loss`` (per target), ``accuracy``,
-    ``answer_correct`` (every target right).
-
-    Runs in eval mode (no FBT jitter) and restores the caller's mode; ``batch_size`` bounds memory."""
+    """One row per example (``answer_correct``: every target right); eval mode (no FBT jitter), mode restored."""
     value = schedules.parse(schedule)
     rows = []
     device = next(model.parameters()).device
@@ -49,10 +43,7 @@ def per_example_metrics(model: GPT, batch: Batch, schedule: str | schedules.Sche
 
 
 def summarize(per_example: pd.DataFrame, bytes_per_token: float | None = None) -> dict[str, float]:
-    """Totals over examples: ``loss`` (nats per target), ``bpb``, ``accuracy`` and ``answer_accuracy``.
-
-    With ``bytes_per_token`` (byte-level text) ``bpb`` is bits per byte and ``answer_accuracy`` is left out, since a
-    window of text has no answer; without it ``bpb`` is bits per token."""
+    """Totals over examples; with ``bytes_per_token`` (text: no answer) ``bpb`` is per byte, else per token."""
     targets = float(per_example["targets"].sum())
     loss = float(per_example["nats"].sum()) / max(targets, 1.0)
     summary = {"loss": loss, "bpb": loss / math.log(2) / (1.0 if bytes_per_token is None else bytes_per_token),
@@ -64,18 +55,14 @@ def summarize(per_example: pd.DataFrame, bytes_per_token: float | None = None) -
 
 def paired_difference(a: np.ndarray, b: np.ndarray, n_boot: int = 2000, seed: int = 0,
                       level: float = 0.95) -> dict[str, float]:
-    """Mean of ``b - a`` over paired examples with a bootstrap interval: ``stats.bootstrap(b, a)``."""
+    """Mean of ``b - a`` over paired examples with a bootstrap interval."""
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     if a.shape != b.shape or a.ndim != 1 or len(a) == 0:
-        raise ValueError(f"a and b must be 1-D arrays of the same non-zero length, got {a.shape} and {b.shape}")
+        raise ValueError(f"a and b must be non-empty 1-D of one length, got {a.shape} and {b.shape}")
     return bootstrap(b, a, n_boot=n_boot, seed=seed, level=level)
 
 
 def hierarchical_difference(reference: Sequence[np.ndarray], arm: Sequence[np.ndarray], n_boot: int = 2000,
                             seed: int = 0, level: float = 0.95) -> dict[str, float]:
-    """Mean of ``arm - reference`` with an interval carrying seed variance as well as example noise (one per-example
-    array per seed, same examples).
-
-    Two seeds of one arm can differ by more than the effect between arms, and an example-only interval would hide that.
-    See ``stats.bootstrap(unit="seeds")``."""
+    """Mean of ``arm - reference`` (one array per seed), the interval carrying seed variance too."""
     return bootstrap(arm, reference, unit="seeds", n_boot=n_boot, seed=seed, level=level)

@@ -1,8 +1,5 @@
-"""The backbone's measured CPU speed-ups, in one place behind one switch.
-
-The model takes its primitives from ``ops()``: these twins when ``ENABLED``, ``functional``'s plain forms otherwise. On
-a CPU autograd's fresh buffer per elementwise op costs more than the arithmetic, hence the hand-derived backwards.
-``tests/invariants/test_fast_path.py`` holds each to its twin. Off: ``fast.disabled()`` or ``WORKBENCH_FAST=0``."""
+"""Measured CPU twins of ``functional``, with hand-derived backwards (autograd's buffer per op costs more than the
+arithmetic). Off: ``fast.disabled()`` or ``WORKBENCH_FAST=0``."""
 
 from __future__ import annotations
 
@@ -22,7 +19,7 @@ ENABLED = os.environ.get("WORKBENCH_FAST", "1") != "0"
 
 @contextlib.contextmanager
 def disabled() -> Iterator[None]:
-    """Run the plain path (``functional``) inside the block."""
+    """``functional``'s plain path inside the block."""
     global ENABLED
     before, ENABLED = ENABLED, False
     try:
@@ -32,7 +29,7 @@ def disabled() -> Iterator[None]:
 
 
 def ops() -> ModuleType:
-    """The primitives the model runs: this module while ``ENABLED``, ``functional`` otherwise."""
+    """This module while ``ENABLED``, else ``functional``."""
     return _THIS if ENABLED else functional
 
 
@@ -41,8 +38,7 @@ def _wants_grad(x: torch.Tensor) -> bool:
 
 
 class _RMSNorm(torch.autograd.Function):
-    """``F.rms_norm``'s own forward op sequence, keeping ``rstd`` as an output so the backward is itself differentiable
-    (vjps of vjps)."""
+    """``rstd`` is an output so the backward is itself differentiable."""
 
     @staticmethod
     def forward(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -71,14 +67,14 @@ class _RMSNorm(torch.autograd.Function):
 
 
 def norm(x: torch.Tensor) -> torch.Tensor:
-    """``functional.norm``'s values in five ops where ``F.rms_norm`` runs about ten (float32/float64 only)."""
+    """``functional.norm`` in five ops where ``F.rms_norm`` runs ~ten (float32/64 only)."""
     if x.dtype not in (torch.float32, torch.float64):
         return F.rms_norm(x, (x.size(-1),))
     return _RMSNorm.apply(x)[0] if _wants_grad(x) else _RMSNorm.forward(x)[0]
 
 
 class _ReluSquared(torch.autograd.Function):
-    """``y = relu(h)^2``; backward ``2 relu(h) g`` (zero where ``h <= 0``, so no separate mask)."""
+    """``y = relu(h)^2``; backward ``2 relu(h) g`` (zero where ``h <= 0``: no mask)."""
 
     @staticmethod
     def forward(h: torch.Tensor) -> torch.Tensor:
@@ -99,19 +95,18 @@ class _ReluSquared(torch.autograd.Function):
 
 
 def relu_squared(h: torch.Tensor) -> torch.Tensor:
-    """``relu(h)^2``; without a gradient in place (no second (B, T, 4D) buffer)."""
+    """``relu(h)^2``, in place without a gradient (no second (B, T, 4D) buffer)."""
     return _ReluSquared.apply(h) if _wants_grad(h) else F.relu(h, inplace=True).square()
 
 
 def stored_once(table: torch.Tensor) -> torch.Tensor:
-    """``table`` itself (``exp(NaN)`` is NaN), marked costly so inductor stores it once instead of inlining a cos and a
-    sin into every query and key (its CPU heuristic keeps buffers whose expression holds ``exp``)."""
+    """``table``, holding an ``exp`` so inductor stores it once instead of inlining cos/sin into each query and key."""
     return torch.where(table.isnan(), table.exp(), table)
 
 
 def rotary(positions: torch.Tensor, head_dim: int, base: float,
            dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """``functional.rotary``'s tables, each ``stored_once`` under ``torch.compile``."""
+    """``functional.rotary``, ``stored_once`` when compiled."""
     cos, sin = functional.rotary(positions, head_dim, base, dtype)
     if torch.compiler.is_compiling():
         cos, sin = stored_once(cos), stored_once(sin)
@@ -119,12 +114,12 @@ def rotary(positions: torch.Tensor, head_dim: int, base: float,
 
 
 def per_head(table: torch.Tensor, heads: int) -> torch.Tensor:
-    """A rotary table as contiguous (T, heads, hd): a broadcast over heads runs ~3x slower on a CPU."""
+    """Contiguous (T, heads, hd): a broadcast over heads runs ~3x slower on a CPU."""
     return table[:, None, :].expand(table.size(0), heads, table.size(1)).contiguous()
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """``functional.apply_rotary``'s ops, the products summed in place into buffers no backward reads."""
+    """``functional.apply_rotary``, summed in place into buffers no backward reads."""
     if cos.dim() == 2:
         cos, sin = cos[:, None, :], sin[:, None, :]
     swapped = x.roll(x.size(-1) // 2, dims=-1)

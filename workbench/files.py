@@ -1,4 +1,4 @@
-"""One file, read and written safely: strict JSON, reads that never block or run unbounded, atomic writes."""
+"""Files read and written safely: strict JSON, bounded non-blocking reads, atomic writes."""
 
 from __future__ import annotations
 
@@ -20,13 +20,12 @@ JSON_LIMIT = 256 * 2**20  # no JSON file of ours comes near this; a bigger one i
 
 
 class CheckpointError(ValueError):
-    """A checkpoint directory is missing, incomplete, truncated, edited or not ours."""
+    """A checkpoint missing, damaged, edited or not ours."""
 
 
 # ---------------------------------------------------------------------------------------------- JSON
 def plain_json(value: Any, where: str, top: bool = True) -> Any:
-    """``value`` as strict JSON data (numpy and 0-d torch scalars as Python numbers): finite numbers, string keys;
-    anything else is a ``ValueError`` naming where it sits (``metrics['loss'][2]``)."""
+    """Strict JSON data (scalars as numbers), else a ``ValueError`` naming where (``metrics['loss'][2]``)."""
     if isinstance(value, (np.generic, torch.Tensor)) and getattr(value, "ndim", 0) == 0:
         value = value.item()
     if value is None or isinstance(value, (bool, str)):
@@ -35,22 +34,21 @@ def plain_json(value: Any, where: str, top: bool = True) -> Any:
         return int(value)
     if isinstance(value, numbers.Real):
         if not math.isfinite(value):
-            raise ValueError(f"{where}={value!r} is invalid: JSON numbers must be finite (no NaN or inf)")
+            raise ValueError(f"{where}={value!r} is invalid: must be finite")
         return float(value)
     if isinstance(value, dict):
         kinds = (str,) if top else (str, int)
         bad = [k for k in value if isinstance(k, bool) or not isinstance(k, kinds)]
         if bad:
-            raise ValueError(f"{where} has key {bad[0]!r} ({type(bad[0]).__name__}): keys must be strings")
+            raise ValueError(f"{where} has key {bad[0]!r} ({type(bad[0]).__name__}): must be a string")
         return {str(k): plain_json(v, f"{where}[{k!r}]", top=False) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [plain_json(v, f"{where}[{i}]", top=False) for i, v in enumerate(value)]
-    raise ValueError(f"{where} holds a {type(value).__name__} ({str(value)[:60]}): not JSON data "
-                     f"(numbers, strings, bools, None, lists and dicts only)")
+    raise ValueError(f"{where} holds a {type(value).__name__} ({str(value)[:60]}): not JSON data")
 
 
 def json_bytes(data: Any, where: str = "data") -> bytes:
-    """Strict JSON text of ``data`` (checked by ``plain_json``)."""
+    """Strict JSON text of ``data``."""
     return json.dumps(plain_json(data, where, top=False), indent=2, sort_keys=True, allow_nan=False).encode()
 
 
@@ -62,7 +60,7 @@ def parse_json(data: bytes, where: Path) -> Any:
 
 
 # ---------------------------------------------------------------------------------------------- reading a file
-_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a device"),
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a device"),
           (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, "a symbolic link"))
 
 
@@ -72,29 +70,24 @@ def _kind(mode: int) -> str:
 
 def read_regular(name: str | os.PathLike, dir_fd: int | None = None, *, size: int | None = None,
                  limit: int | None = None, where: Path | None = None) -> bytes:
-    """The bytes of the regular file ``name`` (inside ``dir_fd`` when given), never blocking or unbounded.
-
-    It opens non-blocking and checks ``fstat`` before reading, so a FIFO, device or directory is refused by name; links
-    are not followed; ``size`` must match and ``limit`` is enforced unread."""
+    """A regular file's bytes, opened non-blocking and checked by ``fstat`` first: nothing else is ever read."""
     where = Path(where if where is not None else name)
     try:
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY, dir_fd=dir_fd)
     except OSError as e:
         if e.errno == errno.ELOOP:
-            raise CheckpointError(f"{where} is a symbolic link: checkpoint files are read only as regular files, "
-                                  f"never through a link (copy the file in instead)") from None
+            raise CheckpointError(f"{where} is a symbolic link: refused") from None
         if e.errno == errno.ENOENT:
             raise FileNotFoundError(errno.ENOENT, "missing file", str(where)) from None
         raise
     with os.fdopen(fd, "rb") as f:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise CheckpointError(f"{where} is {_kind(st.st_mode)}, not a regular file: refused unread")
+            raise CheckpointError(f"{where} is {_kind(st.st_mode)}, not a regular file")
         if size is not None and st.st_size != size:
-            raise CheckpointError(f"{where} is {st.st_size} bytes, its manifest says {size}: "
-                                  f"truncated or replaced after saving")
+            raise CheckpointError(f"{where} is {st.st_size} bytes, its manifest says {size}: truncated?")
         if limit is not None and st.st_size > limit:
-            raise CheckpointError(f"{where} is {st.st_size} bytes, more than the {limit} a file of its kind may be")
+            raise CheckpointError(f"{where} is {st.st_size} bytes, over the limit {limit}")
         data = f.read(st.st_size)
     if len(data) != st.st_size:
         raise CheckpointError(f"{where} changed size while being read")
@@ -102,7 +95,7 @@ def read_regular(name: str | os.PathLike, dir_fd: int | None = None, *, size: in
 
 
 def read_json(path: str | os.PathLike) -> Any:
-    """One JSON file, any problem a ``CheckpointError`` naming it."""
+    """One JSON file; any problem a ``CheckpointError``."""
     path = Path(path)
     try:
         return parse_json(read_regular(path, limit=JSON_LIMIT), path)
@@ -111,7 +104,7 @@ def read_json(path: str | os.PathLike) -> Any:
 
 
 def try_json(path: Path) -> Any:
-    """A small JSON file's content, or None when it is absent, not a regular file or not JSON (never blocks)."""
+    """None when absent, irregular or not JSON."""
     try:
         return json.loads(read_regular(path, limit=16 * 2**20))
     except (OSError, ValueError):
@@ -120,7 +113,7 @@ def try_json(path: Path) -> Any:
 
 # ---------------------------------------------------------------------------------------------- writing a file
 def write_file(path: Path, data: bytes) -> None:
-    """Write and fsync, so a swapped-in version survives a power cut as well as a kill."""
+    """fsync: a swapped-in version survives a power cut too."""
     with path.open("xb") as f:
         f.write(data)
         f.flush()
@@ -128,15 +121,14 @@ def write_file(path: Path, data: bytes) -> None:
 
 
 def current_umask() -> int:
-    """The process umask (Python can only read it by setting it, so it is put straight back)."""
+    """Read by setting it, then put straight back."""
     mask = os.umask(0)
     os.umask(mask)
     return mask
 
 
 def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
-    """Write through a temporary renamed into place, with the permissions a plain ``open(path, "w")`` would give
-    (mkstemp's 0600 would hide the file from other accounts)."""
+    """Via a renamed temporary, with ``open(path, "w")``'s permissions (not mkstemp's 0600)."""
     path = Path(path)
     mode = path.stat().st_mode & 0o7777 if path.is_file() else 0o666 & ~current_umask()
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
@@ -153,11 +145,10 @@ def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
 
 
 def write_csv(path: str | os.PathLike, table: Any) -> None:
-    """A pandas ``table`` as CSV, written atomically. Every string is quoted: unquoted, a carriage return inside
-    generated text reads back as a row break."""
+    """Strings quoted: else a carriage return reads back as a row break."""
     write_bytes_atomic(path, table.to_csv(index=False, quoting=csv.QUOTE_NONNUMERIC).encode())
 
 
 def write_json_atomic(path: str | os.PathLike, data: Any) -> None:
-    """``write_bytes_atomic`` of ``data`` as JSON (checked first, so a bad value names its key)."""
+    """``data`` as checked JSON, written atomically."""
     write_bytes_atomic(path, json_bytes(data, Path(path).name))

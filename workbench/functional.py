@@ -1,7 +1,4 @@
-"""The backbone's parameter-free building blocks, written as nanochat writes them, for reading.
-
-They live below both ``model`` and ``mechanisms`` so neither borrows the other's helpers; the model runs them through
-``fast.ops()``, which by default hands out ``workbench.fast``'s measured CPU twins of the same values."""
+"""The backbone's parameter-free building blocks, as nanochat writes them, for reading (``fast`` has CPU twins)."""
 
 from __future__ import annotations
 
@@ -23,8 +20,7 @@ def relu_squared(h: torch.Tensor) -> torch.Tensor:
 
 def rotary(positions: torch.Tensor, head_dim: int, base: float,
            dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """Tables for ``apply_rotary`` at absolute positions: ``cos`` and ``sin`` (T, hd), the rotation's sign folded into
-    the first half of ``sin``."""
+    """``cos``, ``sin`` (T, hd) at absolute positions, the rotation's sign folded into ``sin``'s first half."""
     work = torch.float64 if dtype == torch.float64 else torch.float32
     inv_freq = base ** (-torch.arange(0, head_dim, 2, device=positions.device, dtype=work) / head_dim)
     angles = positions.to(work)[:, None] * inv_freq[None, :]
@@ -34,15 +30,13 @@ def rotary(positions: torch.Tensor, head_dim: int, base: float,
 
 
 def per_head(table: torch.Tensor, heads: int) -> torch.Tensor:
-    """A (T, hd) rotary table as (T, 1, hd), broadcast over the heads."""
+    """(T, hd) -> (T, 1, hd), broadcast over the heads."""
     return table[:, None, :]
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate the pairs formed by the two halves of the head dimension of x (B, T, H, hd).
-
-    ``(x1, x2) -> (x1 cos + x2 sin, x2 cos - x1 sin)``, written as ``x * cos + swap(x) * sin`` with the sign in ``sin``.
-    """
+    """Rotate the halves of x (B, T, H, hd): ``(x1, x2) -> (x1 cos + x2 sin, x2 cos - x1 sin)``, as
+    ``x * cos + swap(x) * sin``."""
     if cos.dim() == 2:
         cos, sin = cos[:, None, :], sin[:, None, :]
     x1, x2 = x.chunk(2, dim=-1)
@@ -58,13 +52,12 @@ def uniform_init_(weight: torch.Tensor) -> None:
 
 def glu_state(memory: torch.Tensor, gate_input: torch.Tensor, W_U: torch.nn.Module,
               W_G: torch.nn.Module) -> torch.Tensor:
-    """FBT's GLU value path ``(W_U m) * sigmoid(W_G g)``, shared by ``mechanisms.FBT`` and the Hugging Face wrapper."""
+    """FBT's GLU value path ``(W_U m) * sigmoid(W_G g)`` (also the HF wrapper's)."""
     return W_U(memory) * torch.sigmoid(W_G(gate_input))
 
 
 def residual_inject(x: torch.Tensor, alpha: torch.Tensor, gamma: torch.Tensor,
                     memory: torch.Tensor | None) -> torch.Tensor:
-    """LRT's residual injection ``alpha_l * x + gamma_l * m`` (``memory`` None: ``alpha_l * x``), shared by
-    ``mechanisms.LRT`` and the Hugging Face wrapper."""
+    """LRT's residual injection ``alpha_l * x + gamma_l * m`` (no memory: ``alpha_l * x``; also the HF wrapper's)."""
     x = x * alpha
     return x if memory is None else x + gamma * memory

@@ -1,7 +1,4 @@
-"""TransformerLens-style named hook points.
-
-A hook is ``fn(tensor, *, hook) -> tensor | None``: returning a tensor replaces the activation (an intervention),
-returning None only observes it."""
+"""TransformerLens-style named hook points: ``fn(tensor, *, hook)`` returns a replacement tensor, or None to observe."""
 
 from __future__ import annotations
 
@@ -32,7 +29,7 @@ class HookPoint(nn.Module):
 
     @property
     def active(self) -> bool:
-        """True when a hook is attached, so costly optional activations are computed only on request."""
+        """A hook is attached: costly optional activations are computed only then."""
         return bool(self._forward_hooks)
 
     def add_hook(self, fn: HookFn) -> torch.utils.hooks.RemovableHandle:
@@ -47,7 +44,7 @@ def name_hook_points(model: nn.Module) -> None:
 
 
 def hook_points(model: nn.Module) -> dict[str, HookPoint]:
-    """All hook points of a model by name, in forward order of definition."""
+    """All hook points of a model by name, in order of definition."""
     return {name: m for name, m in model.named_modules() if isinstance(m, HookPoint)}
 
 
@@ -55,25 +52,20 @@ HookName = str | Callable[[str], bool]  # a hook point's name, or a predicate on
 
 
 def _select(points: dict[str, HookPoint], name: HookName) -> list[HookPoint]:
-    """The hook points a name or predicate means; one that matches none is a ``ValueError``."""
+    """The hook points a name or predicate means; none is a ``ValueError``."""
     if callable(name):
         chosen = [point for n, point in points.items() if name(n)]
         if not chosen:
-            raise ValueError(f"hook name {name!r} accepts no hook point of this model; "
-                             f"names look like {list(points)[:4]}")
+            raise ValueError(f"hook name {name!r} accepts no hook point; names look like {list(points)[:4]}")
         return chosen
     if not isinstance(name, str) or name not in points:
-        raise ValueError(f"hook name {name!r} is not a hook point of this model; "
-                         f"known names look like {list(points)[:4]}")
+        raise ValueError(f"hook name {name!r} is not a hook point; names look like {list(points)[:4]}")
     return [points[name]]
 
 
 @contextmanager
 def with_hooks(model: nn.Module, fwd_hooks: dict[HookName, HookFn] | list[tuple[HookName, HookFn]]) -> Iterator[None]:
-    """Attach hooks for the duration of a ``with`` block; always removed afterwards.
-
-    Each key is a hook point's name or a predicate on names (``lambda n: n.endswith("hook_resid_post")``), as in
-    TransformerLens."""
+    """Attach hooks (keyed by hook name or a predicate on names) for a ``with`` block; always removed afterwards."""
     points = hook_points(model)  # one walk of the module tree, however many hooks
     items = fwd_hooks.items() if isinstance(fwd_hooks, dict) else fwd_hooks
     handles = []

@@ -1,9 +1,6 @@
 """Key/value stores that attention reads and writes, indexed by absolute position.
 
-``KVCache`` concatenates under autograd, so the exact ``sequential`` schedule trains through the decoding path;
-``StaticKVCache`` never changes shape, so ``torch.compile`` traces one decode graph; ``PurePrefix`` never writes in
-place, so a stretch of the recurrence is a pure function of its starting memory; ``KVBuffer`` holds interleaved
-training's strided groups. ``mask``: ``"causal"``, ``None`` (every key visible) or a boolean (Tq, Tk) tensor."""
+``mask``: ``"causal"``, ``None`` (every key visible) or a boolean (Tq, Tk) tensor."""
 
 from __future__ import annotations
 
@@ -19,11 +16,11 @@ Mask = torch.Tensor | str | None
 
 @runtime_checkable
 class KVStore(Protocol):
-    """What attention needs from a key/value store: write a chunk at its positions, read what to attend to."""
+    """What attention needs from a key/value store."""
 
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor,
                positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, Mask]:
-        """Store this chunk's keys/values; return every key/value to attend to and the mask for them."""
+        """Store this chunk; return every key/value to attend to and their mask."""
         ...
 
     def advance(self, n: int) -> None:
@@ -33,7 +30,7 @@ class KVStore(Protocol):
 
 @runtime_checkable
 class DecodeCache(Protocol):
-    """A store decoding steps through in order: ``pos`` positions stored, and the memory the next reads."""
+    """A store decoding steps through in order; ``state`` is the memory the next position reads."""
 
     pos: int
     state: torch.Tensor | None
@@ -42,12 +39,12 @@ class DecodeCache(Protocol):
         ...
 
     def rewind(self, position: int) -> None:
-        """Forget every position from ``position`` on: the next step recomputes from there exactly."""
+        """Forget every position from ``position`` on."""
         ...
 
 
 def position_mask(q_positions: torch.Tensor, k_positions: torch.Tensor) -> torch.Tensor:
-    """Boolean (Tq, Tk) mask: a query sees keys at its own position or earlier."""
+    """Boolean (Tq, Tk) causal mask by position."""
     return k_positions[None, :] <= q_positions[:, None]
 
 
@@ -58,7 +55,7 @@ class _Preallocated:
                  device: torch.device | str | None = None, dtype: torch.dtype = torch.float32) -> None:
         shape = (batch, kv_heads, max_len, head_dim)
         check_fits("max_len", max_len, 2 * n_layer * batch * kv_heads * max_len * head_dim * dtype.itemsize,
-                   f"a K/V cache of {batch} sequences x {max_len} positions x {n_layer} layers", device)
+                   f"a K/V cache of {batch} x {max_len} positions x {n_layer} layers", device)
         self.max_len = max_len
         self.k = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n_layer)]
         self.v = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n_layer)]
@@ -66,7 +63,7 @@ class _Preallocated:
 
 
 class Cursor:
-    """The write cursor of a decoding cache (shared by ``KVCache`` and ``hf.HFKVCache``)."""
+    """The write cursor of a decoding cache."""
 
     pos: int = 0  # number of positions already stored (``advance`` counts them per instance)
 
@@ -75,19 +72,20 @@ class Cursor:
 
     def rewind(self, position: int) -> None:
         if not 0 <= position <= self.pos:
-            raise ValueError(f"position={position!r} is invalid: must be in [0, {self.pos}] (the positions stored)")
+            raise ValueError(f"position={position!r} is invalid: must be in [0, {self.pos}]")
         self.pos = position
 
 
 class KVCache(Cursor, _Preallocated):
-    """Per-layer K/V of the positions processed so far, plus the carried recurrent state."""
+    """Per-layer K/V so far plus the carried state; concatenates under autograd, so ``sequential`` trains through
+    the decoding path."""
 
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor,
                positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, Mask]:
         n = k.size(2)
         start, stop = self.pos, self.pos + n
         if stop > self.max_len:
-            raise ValueError(f"KVCache is full: max_len={self.max_len}, asked to store up to {stop}")
+            raise ValueError(f"KVCache is full: max_len={self.max_len}, asked for {stop}")
         if torch.is_grad_enabled() and (k.requires_grad or v.requires_grad):
             # Autograd forbids overwriting tensors earlier steps saved; grow by concatenation instead.
             self.k[layer] = torch.cat([self.k[layer][:, :, :start], k, self.k[layer][:, :, stop:]], dim=2)
@@ -105,26 +103,23 @@ class KVCache(Cursor, _Preallocated):
 
 
 class StaticKVCache(_Preallocated):
-    """Fixed-shape K/V addressed only by position, for a compiled decode step (inference only).
-
-    Unwritten slots hold zeros and are masked out, so attending to all of them equals ``KVCache``'s growing slice."""
+    """Fixed-shape K/V, so ``torch.compile`` traces one decode graph (inference only); unwritten slots are masked."""
 
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor,
                positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, Mask]:
         if torch.is_grad_enabled() and (k.requires_grad or v.requires_grad):
-            raise ValueError("StaticKVCache is for inference (it writes in place); use KVCache under autograd")
+            raise ValueError("StaticKVCache writes in place: use KVCache under autograd")
         self.k[layer].index_copy_(2, positions, k)
         self.v[layer].index_copy_(2, positions, v)
         slots = torch.arange(self.max_len, device=positions.device)
         return self.k[layer], self.v[layer], position_mask(positions, slots)
 
     def advance(self, n: int) -> None:
-        """Nothing to do: positions, not a cursor, say where each step writes."""
+        """No-op: positions, not a cursor, say where each step writes."""
 
 
 class PurePrefix:
-    """Positions ``< t`` of a cache, then every later position appended by concatenation; the source is only read, so
-    rerunning a stretch (or under ``torch.func``) starts from the same prefix."""
+    """A cache's positions ``< t``, then appends: never in place, so a stretch is a pure function (``torch.func``)."""
 
     def __init__(self, cache: KVCache, t: int, state: torch.Tensor | None) -> None:
         self.k = [k[:, :, :t] for k in cache.k]
@@ -141,11 +136,11 @@ class PurePrefix:
         self.pos += n
 
     def rewind(self, position: int) -> None:
-        raise ValueError("a PurePrefix only grows: build a new one from the source cache to start again")
+        raise ValueError("a PurePrefix only grows: build a new one to rewind")
 
 
 def interleave(groups: list[torch.Tensor], dim: int, length: int) -> torch.Tensor:
-    """Inverse of strided splitting: ``groups[s]`` holds positions s, s+S, ... along ``dim``."""
+    """Inverse of strided splitting: ``groups[s]`` holds positions s, s+S, ..."""
     longest = groups[0].size(dim)
     padded = []
     for g in groups:
@@ -157,9 +152,7 @@ def interleave(groups: list[torch.Tensor], dim: int, length: int) -> torch.Tenso
 
 
 class KVBuffer:
-    """K/V of every position, refined one strided group at a time (interleaved training).
-
-    Groups are stored apart: writing a subset back into one tensor would copy all of it per layer and refinement."""
+    """K/V refined one strided group at a time (interleaved training), groups apart to avoid full copies."""
 
     def __init__(self, n_layer: int, subsets: int) -> None:
         self.subsets = subsets
@@ -170,9 +163,9 @@ class KVBuffer:
         self._mask: torch.Tensor | None = None  # (T_s, T) mask of the current group, shared by every layer
 
     def refine(self, group: int) -> torch.Tensor:
-        """Select group ``group`` for the next forward; returns its absolute positions."""
+        """Select ``group`` for the next forward; returns its absolute positions."""
         if self.seq_len is None:
-            raise ValueError("refine() needs the init pass first: run one forward over every position")
+            raise ValueError("refine() needs the init pass first")
         if not 0 <= group < self.subsets:
             raise ValueError(f"group={group} is invalid: must be in [0, {self.subsets})")
         self.refining, self._mask = group, None
@@ -193,4 +186,4 @@ class KVBuffer:
                 self._mask)
 
     def advance(self, n: int) -> None:
-        """Nothing to do: the buffer is indexed by group and position, not by a write cursor."""
+        """No-op: the buffer is indexed by group and position."""

@@ -1,9 +1,8 @@
 """Latent-feedback mechanisms: where the memory is read and how it is consumed.
 
-Token t reads a memory ``m_{t-1}`` that position t-1 produced. A mechanism picks the depth that becomes the memory
-(always RMS-normed, so O(1) at any depth) and how it enters the input (FBT) or each block (LRT); how a whole sequence is
-computed is a *schedule*'s business. ``NoFeedback`` is the baseline; ``LRT`` adds a gated recurrent K/V projection and
-residual injection ``alpha_l * x + gamma_l * m``; ``FBT`` fuses ``u_t = RMSNorm((W_U m) * sigmoid(W_G e_t))``."""
+Token t reads a memory ``m_{t-1}`` (RMS-normed, so O(1) at any depth) that position t-1 produced. ``LRT``
+(arXiv 2605.26797) adds a gated recurrent K/V projection and residual injection ``alpha_l * x + gamma_l * m``; ``FBT``
+(arXiv 2608.08888) fuses ``u_t = RMSNorm((W_U m) * sigmoid(W_G RMSNorm(e_t)))`` into the input."""
 
 from __future__ import annotations
 
@@ -23,15 +22,14 @@ from .hooks import HookPoint
 
 @dataclass
 class Feedback:
-    """What the positions of one forward read: ``memory[:, i]`` is ``m_{t_i - 1}``; ``mask`` (B, T) marks the positions
-    that read it (None: all); ``memo`` holds work shared across blocks."""
+    """``memory[:, i]`` is ``m_{t_i - 1}``; ``mask`` (B, T): the readers (None: all); ``memo``: work blocks share."""
 
     memory: torch.Tensor | None = None
     mask: torch.Tensor | None = None
     memo: dict = field(default_factory=dict)
 
     def masked_memory(self) -> torch.Tensor | None:
-        """Memory with plain positions zeroed (what an additive injection should see)."""
+        """Plain positions zeroed (what an additive injection sees)."""
         if self.memory is None or self.mask is None:
             return self.memory
         if "masked" not in self.memo:
@@ -40,10 +38,7 @@ class Feedback:
 
 
 class Mechanism(nn.Module):
-    """Base mechanism: reads the top state and every point is the identity; subclasses override what they use.
-
-    It describes itself (``name``, ``caption``, ``constraints``, ``sites``, ``overhead_rows``) so nothing else branches
-    on its name."""
+    """Base: reads the top state, every point the identity; it describes itself so nothing branches on its name."""
 
     name: ClassVar[str] = ""
     caption: ClassVar[str] = ""
@@ -58,19 +53,19 @@ class Mechanism(nn.Module):
 
     @classmethod
     def constraints(cls, config: ModelConfig) -> list[tuple[str, Any, str]]:
-        """What ``config`` breaks of this mechanism's needs: (field, value, what is allowed) per violation."""
+        """(field, value, allowed) per need ``config`` breaks."""
         return []
 
     @classmethod
     def sites(cls, n_layer: int) -> dict[str, str]:
-        """Intervention sites beyond ``memory``, by name, with the hook point each edits."""
+        """Intervention sites beyond ``memory``: name -> hook point."""
         return {}
 
     def init_weights(self) -> None:
         pass
 
     def emit(self, state: torch.Tensor, feedback: Feedback) -> torch.Tensor:
-        """The memory a position leaves for its successor: its source ``state`` unless the mechanism carries more."""
+        """The memory left for the next position."""
         return state
 
     def fuse_input(self, embedded: torch.Tensor, feedback: Feedback) -> torch.Tensor:
@@ -85,7 +80,7 @@ class Mechanism(nn.Module):
 
 
 class NoFeedback(Mechanism):
-    """The baseline ("none"): a mechanism that consumes no memory, every point left the identity."""
+    """The baseline ("none"): consumes no memory."""
 
     name: ClassVar[str] = "none"
     caption: ClassVar[str] = "baseline: only the sampled token crosses"
@@ -93,7 +88,7 @@ class NoFeedback(Mechanism):
 
 
 class LRT(Mechanism):
-    """Latent Recurrent Transformer memory: gated K/V projection plus residual injection."""
+    """Latent Recurrent Transformer."""
 
     name: ClassVar[str] = "lrt"
     caption: ClassVar[str] = "a block's state into every block (LRT)"
@@ -102,7 +97,7 @@ class LRT(Mechanism):
 
     @classmethod
     def sites(cls, n_layer: int) -> dict[str, str]:
-        """``inject{l}``: what block l's injections read (its own hook point, the others left alone)."""
+        """``inject{l}``: what block l's injections read."""
         return {f"inject{layer}": f"mechanism.hook_read.{layer}" for layer in range(n_layer)}
 
     def __init__(self, config: ModelConfig) -> None:
@@ -131,8 +126,8 @@ class LRT(Mechanism):
         self.memory_width = 2 * config.n_embd if config.lrt_memory == "older" else config.n_embd
 
     def init_weights(self) -> None:
-        """Zero gates (2*sigmoid(0) = 1) and, by default, zero projections: with gamma=0 the model starts as the
-        baseline. ``"uniform"`` (the reference code's) lets the memory reach keys and values from the first step."""
+        """Zero gates (2*sigmoid(0) = 1) and projections: with gamma=0 it starts as the baseline;
+        ``lrt_kv_init="uniform"`` (the reference code's) reaches K/V from step one."""
         with torch.no_grad():
             if self.injects_kv:
                 for lin in self.gates:
@@ -148,8 +143,8 @@ class LRT(Mechanism):
                     self.gamma.fill_(self.config.lrt_gamma_init)
 
     def emit(self, state: torch.Tensor, feedback: Feedback) -> torch.Tensor:
-        """``"older"``: ``[h_t, h_{t-1}]``, so the successor injects ``h_{t-1}``; ``"pooled"``: the decayed average so
-        far; otherwise the state."""
+        """``"older"``: ``[h_t, h_{t-1}]``, so the successor injects ``h_{t-1}``; ``"pooled"``: the decayed
+        average."""
         read = feedback.masked_memory()
         if self.memory_source == "older":
             return torch.cat([state, torch.zeros_like(state) if read is None else read[..., : self.width]], dim=-1)
@@ -180,7 +175,7 @@ class LRT(Mechanism):
         return g_local * k + g_feedback * k_rec, g_local * v + g_feedback * v_rec, gates
 
     def _layer(self, layer: int, memo: dict) -> tuple[Any, Any, Any, bool]:
-        """Block ``layer``'s scales and gate weight, memoised: indexing a parameter is an op per block per token."""
+        """Memoised: indexing a parameter is an op per block per token."""
         if "lrt" not in memo:
             n = len(self.hook_read)
             alpha = self.alpha.unbind() if self.injects_residual else (None,) * n
@@ -190,8 +185,7 @@ class LRT(Mechanism):
         return memo["lrt"][layer]
 
     def _read(self, layer: int, feedback: Feedback, hooked: bool) -> torch.Tensor | None:
-        """The memory ``layer`` injects, memoised so both injections see one (possibly edited) read; the mask is
-        reapplied after the hook."""
+        """Memoised: both injections see one (maybe edited) read, masked after the hook."""
         m = feedback.masked_memory() if self.reads else None
         if m is not None and self.memory_source == "older":
             m = m[..., self.width:]
@@ -204,7 +198,7 @@ class LRT(Mechanism):
         return feedback.memo[key]
 
     def _project(self, layer: int, m: torch.Tensor, memo: dict, hooked: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        """Recurrent keys/values (B, T, kv_heads, head_dim), a shared projection computed once per forward."""
+        """Recurrent K/V; a shared projection runs once per forward."""
         proj = 0 if len(self.rec_k) == 1 else layer
         key = ("rec_kv", proj, layer if hooked else None)
         if key not in memo:
@@ -215,7 +209,7 @@ class LRT(Mechanism):
 
 
 class FBT(Mechanism):
-    """Full-Bandwidth Transformer latent feedback: GLU fusion of the top state with the token."""
+    """Full-Bandwidth Transformer."""
 
     name: ClassVar[str] = "fbt"
     caption: ClassVar[str] = "top state fused into the input (FBT)"
@@ -226,11 +220,11 @@ class FBT(Mechanism):
         if config.tie_embeddings:
             return []
         return [("tie_embeddings", config.tie_embeddings,
-                 "must be True when mechanism='fbt' (plain and fused inputs share the embedding space)")]
+                 "must be True when mechanism='fbt' (inputs share the embedding space)")]
 
     @classmethod
     def sites(cls, n_layer: int) -> dict[str, str]:
-        """``input``: the fused input vector, where the state enters the stack."""
+        """``input``: the fused input, where the state enters."""
         return {"input": "hook_input"}
 
     def __init__(self, config: ModelConfig) -> None:
@@ -261,7 +255,7 @@ MECHANISM_CLASSES: dict[str, type[Mechanism]] = {}
 
 
 def register(cls: type[Mechanism]) -> type[Mechanism]:
-    """Make ``cls`` the mechanism of ``ModelConfig(mechanism=cls.name)`` (usable as a class decorator)."""
+    """Register ``cls`` as ``ModelConfig(mechanism=cls.name)``; a class decorator too."""
     if not (isinstance(cls, type) and issubclass(cls, Mechanism)) or not cls.name:
         raise ValueError(f"cls={cls!r} is invalid: must be a Mechanism subclass with a name")
     MECHANISM_CLASSES[cls.name] = cls
@@ -270,9 +264,9 @@ def register(cls: type[Mechanism]) -> type[Mechanism]:
 
 
 def unregister(name: str) -> None:
-    """Forget a registered mechanism (a test's own); the three built in stay."""
+    """Forget a registered mechanism (not a built-in)."""
     if name in ("none", "lrt", "fbt") or name not in MECHANISM_CLASSES:
-        raise ValueError(f"name={name!r} is invalid: must be a registered mechanism other than none, lrt, fbt")
+        raise ValueError(f"name={name!r} is invalid: must be a registered, non-built-in mechanism")
     del MECHANISM_CLASSES[name]
     config_module.unregister_mechanism(name)
 

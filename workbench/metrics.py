@@ -1,7 +1,4 @@
-"""Metrics over logits and ``-1``-masked targets: bits per byte, per-position loss, answer accuracy.
-
-Losses are summed in float64 before dividing, so a metric over many batches does not depend on how the data was batched.
-"""
+"""Metrics over logits and ``-1``-masked targets, summed in float64 so that batching does not change them."""
 
 from __future__ import annotations
 
@@ -12,7 +9,7 @@ import torch.nn.functional as F
 
 
 def _flat_logits(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """(N, V) logits in float32 (float64 kept, for the exactness tests); never bf16."""
+    """(N, V) float32 logits (float64 kept for exactness tests); never bf16."""
     if logits.shape[:-1] != targets.shape:
         raise ValueError(f"logits {tuple(logits.shape)} do not match targets {tuple(targets.shape)}")
     flat = logits.reshape(-1, logits.shape[-1])
@@ -26,16 +23,14 @@ def token_losses(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 
 def mean_token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy over the targets that are not -1: the differentiable training loss."""
+    """The differentiable training loss: mean cross-entropy over targets != -1."""
     return F.cross_entropy(_flat_logits(logits, targets), targets.reshape(-1), ignore_index=-1)
 
 
 def bits_per_byte(logits: torch.Tensor, targets: torch.Tensor,
                   token_bytes: torch.Tensor | None = None) -> float:
-    """Total loss in bits divided by the bytes the targets stand for.
-
-    ``token_bytes`` (vocab,) gives each token's byte length; zero-byte targets (special tokens) count in neither sum.
-    Without it every target is one byte."""
+    """Loss in bits per byte of target; ``token_bytes`` (vocab,) are byte lengths (zero-byte tokens skipped),
+    default 1."""
     mask = targets >= 0
     losses = token_losses(logits, targets).double()
     if token_bytes is None:
@@ -45,7 +40,7 @@ def bits_per_byte(logits: torch.Tensor, targets: torch.Tensor,
         mask = per_target > 0
         n_bytes = int(per_target.sum())
     if n_bytes == 0:
-        raise ValueError("bits_per_byte: no target carries a byte (every target is -1 or a special token)")
+        raise ValueError("bits_per_byte: no target carries a byte")
     return float(losses[mask].sum()) / (math.log(2) * n_bytes)
 
 
@@ -58,8 +53,7 @@ def per_position_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tens
 
 
 def answer_accuracy(logits: torch.Tensor, targets: torch.Tensor, start: torch.Tensor | None = None) -> float:
-    """Fraction of examples whose every target from ``start`` on is the argmax: teacher-forced exact match of the answer
-    span. Examples with no target there are skipped."""
+    """Teacher-forced exact match of the answer span (targets from ``start`` on); examples without one skipped."""
     mask = targets >= 0
     if start is not None:
         positions = torch.arange(targets.shape[1], device=targets.device)

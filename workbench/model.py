@@ -1,9 +1,6 @@
-"""The GPT backbone every mechanism and schedule shares (nanochat-style).
-
-RoPE is computed from each token's absolute position, so a full pass, a KV-cache step and an interleaved refinement see
-identical angles and a step traces whole under ``torch.compile``. The three mechanism points (read, fuse into the input,
-inject in each block) are identities for ``mechanism="none"``. ``hook_memory_in`` (the memory each position reads,
-before any mechanism consumes it) is the site of interventions on the feedback channel."""
+"""The GPT backbone every mechanism and schedule shares (nanochat-style). RoPE comes from absolute positions, so a
+full pass, a KV-cache step and a refinement see identical angles. The mechanism's three points (read, fuse, inject)
+are identities for ``mechanism="none"``; ``hook_memory_in`` is where interventions edit the feedback channel."""
 
 from __future__ import annotations
 
@@ -31,7 +28,7 @@ PAPER_D20_BASELINE_PARAMS = 1.3e9
 
 
 def resolve_positions(idx: torch.Tensor, positions: torch.Tensor | None) -> torch.Tensor:
-    """Absolute positions of the tokens ``idx`` (B, T): ``positions`` checked, or 0..T-1 by default."""
+    """``positions`` checked, else 0..T-1."""
     T = idx.size(1)
     if positions is None:
         return torch.arange(T, device=idx.device)
@@ -41,7 +38,7 @@ def resolve_positions(idx: torch.Tensor, positions: torch.Tensor | None) -> torc
 
 @dataclass
 class Context:
-    """Everything one forward shares across blocks."""
+    """What one forward shares across blocks."""
 
     positions: torch.Tensor  # (T,) absolute positions of the tokens being computed
     rope_q: tuple[torch.Tensor, torch.Tensor] | None  # cos, sin laid out per query head (T, n_head, hd); None: no RoPE
@@ -53,7 +50,7 @@ class Context:
 
 @dataclass
 class StepOutput:
-    """Result of one forward over some positions."""
+    """One forward's outputs."""
 
     logits: torch.Tensor  # (B, T, V)
     memory: torch.Tensor  # (B, T, D) the memory each position produced (normed state at the source depth)
@@ -62,7 +59,7 @@ class StepOutput:
 
 @runtime_checkable
 class FeedbackModel(Protocol):
-    """What the schedules, decoding, training and analysis rely on: ``GPT`` and ``hf.FeedbackLM`` both are one."""
+    """What schedules, decoding and analysis rely on."""
 
     config: Any  # n_layer, n_embd, vocab_size, mechanism, source_depth, ...
 
@@ -83,13 +80,11 @@ class FeedbackModel(Protocol):
 
 
 def check_model(model: object, name: str = "model") -> None:
-    """Raise unless ``model`` has ``FeedbackModel``'s interface; a ``TrainResult`` is pointed to its ``.model``."""
+    """Raise unless ``model`` is a ``FeedbackModel``."""
     if not (isinstance(model, nn.Module) and isinstance(model, FeedbackModel)):
         held = getattr(model, "model", None)
-        hint = f"; a {type(model).__name__} holds its model as .model: pass that" if isinstance(held, nn.Module) else ""
-        raise ValueError(f"{name}={type(model).__name__} is invalid: must be an nn.Module with the backbone's "
-                         f"interface (model.FeedbackModel: a GPT from build_model or load_checkpoint, or an "
-                         f"hf.FeedbackLM){hint}")
+        hint = "; pass its .model" if isinstance(held, nn.Module) else ""
+        raise ValueError(f"{name}={type(model).__name__} is invalid: must be a GPT or hf.FeedbackLM{hint}")
 
 
 class CausalSelfAttention(nn.Module):
@@ -168,10 +163,8 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    """The backbone: token embedding, ``n_layer`` blocks, a readout, and one mechanism.
-
-    ``model(idx)`` is one plain causal pass; feedback needs the previous position's memory, which one pass cannot have,
-    so schedules and the decoder call ``model.step``."""
+    """Token embedding, ``n_layer`` blocks, a readout and one mechanism. ``model(idx)`` is one plain pass: feedback
+    needs the previous position's memory, so schedules and the decoder call ``step``."""
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
@@ -191,8 +184,7 @@ class GPT(nn.Module):
 
     # ------------------------------------------------------------------ init
     def init_weights(self) -> None:
-        """Every init choice in one place (works after ``to_empty`` from the meta device): tied embeddings N(0, 1/D) so
-        logits start O(1); output projections zero, so every block starts as the identity."""
+        """Tied embeddings N(0, 1/D) so logits start O(1); output projections zero, so blocks start as identities."""
         D = self.config.n_embd
         with torch.no_grad():
             self.wte.weight.normal_(0.0, D ** -0.5 if self.config.tie_embeddings else 1.0)
@@ -217,11 +209,7 @@ class GPT(nn.Module):
     def step(self, idx: torch.Tensor, *, memory: torch.Tensor | None = None,
              memory_mask: torch.Tensor | None = None, positions: torch.Tensor | None = None,
              kv: KVStore | None = None) -> StepOutput:
-        """The general forward over tokens ``idx`` (B, T) at absolute ``positions`` (default 0..T-1).
-
-        ``memory`` (B, T, memory width) is what each position reads, already shifted; ``memory_mask`` (B, T) picks who
-        reads it (never a ``document_token``). ``kv``: a store to write keys/values into and attend against; None is
-        causal."""
+        """``memory`` (B, T, width): what each position reads, already shifted; ``memory_mask`` (B, T): readers."""
         check_tokens(self.config.vocab_size, idx)
         B, T = idx.shape
         check_memory(memory, memory_mask, B, T, self.mechanism.memory_width)
@@ -267,7 +255,7 @@ class GPT(nn.Module):
 
     # ------------------------------------------------------------------ accounting
     def num_params_by_group(self) -> dict[str, int]:
-        """Parameter counts: embedding, blocks, mechanism, readout (0 when tied), total."""
+        """Per group (readout 0 when tied), and total."""
         counts = {
             "embedding": self.wte.weight.numel(),
             "blocks": sum(p.numel() for p in self.blocks.parameters()),
@@ -281,7 +269,7 @@ class GPT(nn.Module):
         return self.num_params_by_group()["total"]
 
     def flops_per_token(self, seq_len: int | None = None) -> float:
-        """Training FLOPs per token of one full pass (nanochat's estimate: 6 per matmul weight, plus attention)."""
+        """Training FLOPs per token of one pass (nanochat: 6 per matmul weight, plus attention)."""
         c = self.config
         T = c.seq_len if seq_len is None else seq_len
         groups = self.num_params_by_group()
@@ -290,7 +278,7 @@ class GPT(nn.Module):
         return 6.0 * matmul + 12.0 * c.n_layer * c.n_embd * T
 
     def parameter_groups(self) -> dict[str, list[nn.Parameter]]:
-        """Parameters by optimiser role: hidden ``matrices`` (Muon), ``embedding``, ``readout``, ``scalars``."""
+        """By optimiser role; 2-D hidden ``matrices`` go to Muon."""
         groups: dict[str, list[nn.Parameter]] = {"matrices": [], "embedding": [self.wte.weight],
                                                  "readout": [], "scalars": []}
         if self.lm_head is not None:
@@ -302,7 +290,7 @@ class GPT(nn.Module):
 
 @contextmanager
 def eval_mode(model: nn.Module) -> Iterator[None]:
-    """Eval mode for the duration (analysis must not see FBT's training jitter), then the caller's mode."""
+    """Eval mode for the block (analysis must not see FBT's jitter)."""
     was_training = model.training
     model.eval()
     try:
@@ -315,7 +303,7 @@ D20_SHAPE = dict(vocab_size=65536, n_layer=20, n_head=10, n_embd=1280, seq_len=2
 
 
 def mechanism_overhead(config: ModelConfig) -> dict[str, float]:
-    """Parameters a mechanism adds over the same backbone (same embedding tying), counted on the meta device."""
+    """Parameters a mechanism adds over the same backbone."""
     base = build_model(config.replace(mechanism="none"), device="meta").num_params()
     total = build_model(config, device="meta").num_params()
     extra = total - base
@@ -325,8 +313,7 @@ def mechanism_overhead(config: ModelConfig) -> dict[str, float]:
 
 def build_model(config: ModelConfig, device: torch.device | str | None = None,
                 dtype: torch.dtype | None = None) -> GPT:
-    """Build on the meta device, materialise on ``device``, then init; the config is validated again first, so a field
-    changed after construction is refused by name."""
+    """Build on the meta device, materialise on ``device``, init."""
     if not isinstance(config, ModelConfig):
         raise ValueError(f"config must be a ModelConfig, got {type(config).__name__}")
     config = dataclasses.replace(config)

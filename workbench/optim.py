@@ -1,9 +1,5 @@
-"""Optimisers, the learning-rate schedule, and optimiser state as safetensors + JSON.
-
-Muon orthogonalises the updates of 2-D hidden matrices; embeddings, the readout and 1-D scalars stay on AdamW, as in
-nanochat. LRT's injection scales may get their own AdamW groups, as the reference code trains them: gamma at 0.5 moves
-~170x faster than in the shared group at 3e-3, so the memory's residual path can open within a short run. Every group's
-rate is ``base_lr * lr_factor(step)``, so a resumed run recomputes it from the step alone."""
+"""Optimisers (Muon for hidden matrices, AdamW for the rest, as nanochat), the LR schedule and optimiser state.
+LRT's scales may get their own rates, as in the reference code (gamma: 0.5, ~170x faster than 3e-3)."""
 
 from __future__ import annotations
 
@@ -20,7 +16,7 @@ MUON_MOMENTUM = 0.95
 
 
 def build_optimizers(model: GPT, cfg: TrainConfig) -> dict[str, torch.optim.Optimizer]:
-    """The run's optimisers by name; each group remembers its peak rate as ``base_lr``."""
+    """Each group keeps its peak rate as ``base_lr``."""
     groups = model.parameter_groups()
     own = _lrt_scale_groups(model, cfg)
     claimed = {id(p) for g in own for p in g["params"]}
@@ -39,7 +35,7 @@ def build_optimizers(model: GPT, cfg: TrainConfig) -> dict[str, torch.optim.Opti
 
 
 def _lrt_scale_groups(model: GPT, cfg: TrainConfig) -> list[dict[str, Any]]:
-    """One AdamW group per LRT injection scale given its own rate."""
+    """An AdamW group per LRT scale given its own rate."""
     mechanism = getattr(model, "mechanism", None)
     out = []
     for name, lr in (("gamma", cfg.lrt_gamma_lr), ("alpha", cfg.lrt_alpha_lr)):
@@ -47,14 +43,14 @@ def _lrt_scale_groups(model: GPT, cfg: TrainConfig) -> list[dict[str, Any]]:
         if lr is None:
             continue
         if not isinstance(param, torch.nn.Parameter):
-            raise ValueError(f"TrainConfig.lrt_{name}_lr={lr!r} is invalid for this model: it has no LRT {name} "
-                             f"(needs mechanism='lrt' with residual injection)")
+            raise ValueError(f"TrainConfig.lrt_{name}_lr={lr!r} is invalid: needs mechanism='lrt' with residual "
+                             f"injection")
         out.append({"params": [param], "lr": lr, "base_lr": lr, "weight_decay": 0.0})
     return out
 
 
 def lr_factor(cfg: TrainConfig, step: int) -> float:
-    """Multiplier of the peak learning rate at 0-based ``step``: linear warmup, then the schedule."""
+    """Multiplier of the peak rate at 0-based ``step``: linear warmup, then the schedule."""
     if step < cfg.warmup_steps:
         return (step + 1) / cfg.warmup_steps
     if cfg.lr_schedule == "constant":
@@ -79,10 +75,7 @@ def set_lr(optimizers: dict[str, torch.optim.Optimizer], factor: float) -> None:
 
 def optimizer_state(optimizers: dict[str, torch.optim.Optimizer]
                     ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """Optimiser state split into tensors (for safetensors) and everything else (for JSON).
-
-    Hyper-parameters are not stored: they come from the TrainConfig, which a resume must match. Tensor
-    ``NAME.PARAM.KEY`` is state entry KEY of parameter index PARAM in optimiser NAME."""
+    """Tensors ``NAME.PARAM.KEY`` and the rest (JSON); hyper-parameters come from the TrainConfig."""
     tensors: dict[str, torch.Tensor] = {}
     meta: dict[str, Any] = {}
     for name, opt in optimizers.items():
@@ -101,7 +94,7 @@ def optimizer_state(optimizers: dict[str, torch.optim.Optimizer]
 
 def load_optimizer_state(optimizers: dict[str, torch.optim.Optimizer], tensors: dict[str, torch.Tensor],
                          meta: dict[str, Any]) -> None:
-    """Inverse of ``optimizer_state`` onto freshly built optimisers of the same config."""
+    """Inverse of ``optimizer_state`` (fresh optimisers, same config)."""
     if sorted(meta) != sorted(optimizers):
         raise ValueError(f"optimizer state holds {sorted(meta)}, this run builds {sorted(optimizers)}")
     for name, opt in optimizers.items():

@@ -1,9 +1,5 @@
-"""The run directory of a training run: what is in it, who holds it, and whether a run may go on in it.
-
-Rank 0 holds an OS lock on ``.trainer.lock`` for the whole run, so a second trainer on the same directory fails at once
-instead of interleaving its history with the first's. ``prepare_run_dir`` checks the directory against ``resume`` before
-anything is written, and a fresh run never replaces a history, figure or config it cannot tell is a run's of ours
-(unless ``overwrite``). Other files are never touched."""
+"""A training run's directory: its files, its lock (a second trainer fails at once, not interleaving histories), and
+whether a run may go on."""
 
 from __future__ import annotations
 
@@ -34,13 +30,13 @@ EVAL_COLUMNS = ("val_loss", "val_bpb", "val_accuracy")
 
 
 def history_columns(cfg: TrainConfig) -> list[str]:
-    """The columns of ``history.csv`` (fixed per config, so an appended file stays rectangular)."""
+    """Fixed per config, so an appended ``history.csv`` stays rectangular."""
     passes = [f"loss_pass{k}" for k in range(1, cfg.max_passes + 1)]
     return ["step", "tokens", "flops", "passes", "loss", *passes, "lr", "grad_norm", "seconds", *EVAL_COLUMNS]
 
 
 def _cell(value: Any) -> str:
-    """Exact text for a CSV cell: repr of floats round-trips bit for bit; missing values are empty."""
+    """repr of a float round-trips bit for bit; missing is empty."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return ""
     return repr(float(value)) if isinstance(value, float) else str(value)
@@ -56,11 +52,10 @@ def _parse_cell(text: str) -> float | int | None:
 
 
 class History:
-    """Rows in memory and, on rank 0 with a run directory, appended to ``history.csv`` as they come."""
+    """Rows in memory, and appended to ``history.csv``."""
 
     def __init__(self, columns: list[str], path: Path | None, keep_until: int | None) -> None:
-        """``keep_until``: resuming from that step, keep the file's rows up to it and drop later ones (written after the
-        checkpoint by the interrupted run); None starts a fresh file."""
+        """``keep_until``: the resumed step, after which rows are dropped; None: a fresh file."""
         self.columns, self.path, self.rows = columns, path, []
         if path is None:
             return
@@ -72,7 +67,7 @@ class History:
                 raise ValueError(f"{path} has columns {lines[0]}, this config writes {columns}")
             rows = [r for r in lines[1:] if len(r) == len(columns)]  # a row cut by a kill is dropped
             if not all(r[0].isdigit() for r in rows):
-                raise ValueError(f"{path} has rows whose step is not a step number: not this trainer's history")
+                raise ValueError(f"{path} has rows whose step is not a step number")
             kept = [r for r in rows if int(r[0]) <= keep_until]
         tmp = path.with_name(f".{path.name}.tmp")
         with tmp.open("w", newline="") as f:
@@ -92,15 +87,15 @@ class History:
 
 
 def check_counters(state: Any, where: Path, steps: int) -> None:
-    """Check ``train_state.json``: step in [1, steps], other counters numbers >= 0."""
+    """Check ``train_state.json``'s counters."""
     def number(key: str, kinds: tuple[type, ...]) -> bool:
         v = state.get(key)
         return isinstance(v, kinds) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
 
     if not (isinstance(state, dict) and number("step", (int,)) and 1 <= state["step"] <= steps
             and number("tokens", (int,)) and all(number(k, (int, float)) for k in ("flops", "seconds", "cpu_seconds"))):
-        raise CheckpointError(f"{where} is invalid: needs step (an int in [1, {steps}]), tokens (an int >= 0), "
-                              f"flops, seconds and cpu_seconds (numbers >= 0); got {str(state)[:200]}")
+        raise CheckpointError(f"{where} is invalid: needs step in [1, {steps}] and tokens, flops, seconds, "
+                              f"cpu_seconds >= 0; got {str(state)[:200]}")
 
 
 def _logged_rows(path: Path) -> bool:
@@ -111,7 +106,6 @@ def _logged_rows(path: Path) -> bool:
 
 
 def _stored_config(out: Path) -> dict[str, Any]:
-    """The trajectory of the run stored in ``out``."""
     data = read_json(out / CONFIG_FILE)
     try:
         return TrainConfig.from_dict(data).trajectory_dict()
@@ -129,21 +123,19 @@ def _is_our_run(out: Path) -> bool:
 
 
 def _check_foreign_files(out: Path, overwrite: bool) -> None:
-    """Refuse a fresh run where its config, history or figure names hold files not a run's of ours."""
+    """A fresh run must not replace files not ours."""
     ckpt = out / CHECKPOINT_DIR
     if os.path.lexists(ckpt) and not (ckpt.is_dir() and not ckpt.is_symlink()
                                       and (not any(ckpt.iterdir()) or owned_names(ckpt) is not None)):
-        raise ValueError(f"TrainConfig.out_dir={str(out)!r} is invalid: {ckpt} exists and is not a checkpoint "
-                         f"this package wrote (the run could never save there); choose another out_dir")
+        raise ValueError(f"TrainConfig.out_dir={str(out)!r} is invalid: {ckpt} is not a checkpoint of ours")
     clash = [name for name in (CONFIG_FILE, HISTORY_FILE, FIGURE_FILE) if os.path.lexists(out / name)]
     if clash and not overwrite and not _is_our_run(out):
-        raise ValueError(f"TrainConfig.out_dir={str(out)!r} is invalid: it holds {clash}, which no run of this "
-                         f"package wrote (no valid {CONFIG_FILE}), and a fresh run would replace them; choose "
-                         f"another out_dir, or pass overwrite=True (--overwrite) to replace them")
+        raise ValueError(f"TrainConfig.out_dir={str(out)!r} is invalid: it holds {clash}, not ours; "
+                         f"overwrite=True (--overwrite) replaces them")
 
 
 def prepare_run_dir(cfg: TrainConfig, main: bool) -> tuple[Path | None, bool]:
-    """Check the run directory against ``resume``; return it and whether a checkpoint is to be loaded."""
+    """The run directory, checked against ``resume``, and whether to load a checkpoint."""
     if cfg.out_dir is None:
         return None, False
     out = Path(cfg.out_dir)
@@ -151,19 +143,17 @@ def prepare_run_dir(cfg: TrainConfig, main: bool) -> tuple[Path | None, bool]:
     if not has_checkpoint:
         _check_foreign_files(out, cfg.overwrite)
     if has_checkpoint and not cfg.resume:
-        raise ValueError(f"{out} already holds a run (checkpoint/): pass resume=True (--resume) to "
-                         f"continue it, or choose another out_dir")
+        raise ValueError(f"{out} already holds a run: resume=True (--resume) continues it")
     if cfg.resume and not has_checkpoint and _logged_rows(out / HISTORY_FILE):
-        raise ValueError(f"cannot resume {out}: {HISTORY_FILE} holds a run but there is no usable checkpoint at "
-                         f"{out / CHECKPOINT_DIR}; rerun without --resume to start over (replacing its history), "
-                         f"or choose another out_dir")
+        raise ValueError(f"cannot resume {out}: {HISTORY_FILE} holds a run but {out / CHECKPOINT_DIR} has no "
+                         f"usable checkpoint")
     if cfg.resume and has_checkpoint:
         # out_dir is not part of a run's identity: a run moved, or resumed from elsewhere, is the same run
         previous, current = _stored_config(out), cfg.trajectory_dict()
         diff = sorted(k for k, v in current.items() if previous.get(k) != v)
         if diff:
             raise ValueError(f"cannot resume {out}: the config differs in {diff} (stored: "
-                             f"{[previous.get(k) for k in diff]}); rerun the original command with --resume")
+                             f"{[previous.get(k) for k in diff]})")
     elif main:
         out.mkdir(parents=True, exist_ok=True)
         write_json_atomic(out / CONFIG_FILE, cfg.to_dict())
@@ -172,10 +162,7 @@ def prepare_run_dir(cfg: TrainConfig, main: bool) -> tuple[Path | None, bool]:
 
 @contextlib.contextmanager
 def hold_run_dir(out_dir: str | None) -> Iterator[None]:
-    """Hold the run directory's lock for the block (``None``: nothing to hold, e.g. ranks > 0).
-
-    ``flock`` is released by the kernel however the holder ends (kill -9 included), so a stale lock file never blocks
-    anyone; its text only names the holder for the error message."""
+    """Hold the run directory's lock for the block; the kernel frees ``flock`` however the holder ends."""
     if out_dir is None:
         yield
         return
@@ -189,10 +176,9 @@ def hold_run_dir(out_dir: str | None) -> Iterator[None]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.pread(fd, 300, 0).decode(errors="replace").strip() or "a process that has not named itself"
+            holder = os.pread(fd, 300, 0).decode(errors="replace").strip() or "unnamed"
             os.close(fd)
-            raise ValueError(f"{out} is in use by another trainer ({holder}); wait for it to finish or choose "
-                             f"another out_dir") from None
+            raise ValueError(f"{out} is in use by another trainer ({holder})") from None
         if os.path.exists(path) and os.path.samestat(os.fstat(fd), os.stat(path)):
             break
         os.close(fd)  # the previous holder removed the file between our open and our lock: take the new one

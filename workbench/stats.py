@@ -1,10 +1,7 @@
 """Statistics for verdicts: one bootstrap engine and the verdict rule.
 
-``bootstrap`` resamples the unit the data were drawn in, so an interval is as wide as the real uncertainty:
-``"examples"`` (one model, or two conditions paired by example), ``"groups"`` (examples sharing a context, mean only) or
-``"seeds"`` (training seeds, then examples; two arms' seeds resampled independently, or together with
-``paired_seeds=True``). Paired data share draws, and draws are made outer unit first, so a fixed ``seed`` gives the same
-interval on any machine."""
+``bootstrap`` resamples the unit the data were drawn in, outer unit first, so an interval is as wide as the real
+uncertainty and a fixed ``seed`` gives it on any machine."""
 
 from __future__ import annotations
 
@@ -26,15 +23,13 @@ def _per_seed(name: str, values: Values, unit: str, n: int | None) -> np.ndarray
     if unit == "seeds":
         rows = [np.asarray(a, dtype=np.float64) for a in values]
         if not rows or any(a.ndim != 1 or len(a) == 0 for a in rows):
-            raise ValueError(f"{name} must be a non-empty list of non-empty 1-D arrays (one per seed)")
+            raise ValueError(f"{name} must be a non-empty list of non-empty 1-D arrays")
         if len({len(a) for a in rows}) != 1 or (n is not None and len(rows[0]) != n):
-            raise ValueError(f"{name}: every seed must hold the same examples (got lengths {[len(a) for a in rows]}"
-                             + (f", expected {n})" if n is not None else ")"))
+            raise ValueError(f"{name}: seed lengths {[len(a) for a in rows]} differ" + (f" or != {n}" if n else ""))
         return np.stack(rows)
     row = np.asarray(values, dtype=np.float64)
     if row.ndim != 1 or len(row) == 0 or (n is not None and len(row) != n):
-        raise ValueError(f"{name} must be a non-empty 1-D array" + (f" of the {n} examples of arm" if n else "")
-                         + f", got shape {row.shape}")
+        raise ValueError(f"{name} must be non-empty 1-D" + (f" of length {n}" if n else "") + f", got {row.shape}")
     return row[None, :]
 
 
@@ -47,10 +42,8 @@ def bootstrap(arm: Values, reference: Values | None = None, *, unit: str = "exam
               groups: np.ndarray | Sequence[int] | None = None, paired_seeds: bool = False, statistic: str = "mean",
               n_boot: int = 2000, seed: int | Sequence[int] | np.random.Generator = 0,
               level: float = 0.95) -> dict[str, float]:
-    """``statistic`` of ``arm`` (minus that of ``reference``) with a percentile-bootstrap interval over ``unit``.
-
-    Returns ``mean`` (the point estimate, whatever the statistic), ``low``, ``high``, and for ``unit="seeds"`` the
-    number of ``seeds`` behind it (the fewer of the two arms). A generator ``seed`` is advanced by the draws."""
+    """``statistic`` of ``arm`` (minus ``reference``) with a percentile-bootstrap interval over ``unit``; ``mean`` is
+    the point estimate whatever the statistic."""
     if unit not in UNITS:
         fail("unit", unit, f"must be one of {UNITS}")
     if statistic not in STATISTICS:
@@ -59,7 +52,7 @@ def bootstrap(arm: Values, reference: Values | None = None, *, unit: str = "exam
     if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
         fail("level", level, "must be in (0, 1)")
     if (groups is None) != (unit != "groups"):
-        raise ValueError("groups is required with unit='groups' and belongs to it only")
+        raise ValueError("groups is required with unit='groups' and only then")
     if paired_seeds and unit != "seeds":
         raise ValueError("paired_seeds=True belongs to unit='seeds'")
     a = _per_seed("arm", arm, unit, None)
@@ -69,10 +62,10 @@ def bootstrap(arm: Values, reference: Values | None = None, *, unit: str = "exam
     n = a.shape[1]
     if unit == "groups":
         if statistic != "mean":
-            fail("statistic", statistic, "must be 'mean' with unit='groups' (groups differ in size)")
+            fail("statistic", statistic, "must be 'mean' with unit='groups'")
         g = np.asarray(groups)
         if g.shape != (n,):
-            raise ValueError(f"groups must give one group per example, shape ({n},), got {g.shape}")
+            raise ValueError(f"groups must have shape ({n},), got {g.shape}")
         v = a[0] if r is None else a[0] - r[0]
         _, index = np.unique(g, return_inverse=True)
         sums, sizes = np.bincount(index, weights=v), np.bincount(index).astype(np.float64)
@@ -88,7 +81,7 @@ def bootstrap(arm: Values, reference: Values | None = None, *, unit: str = "exam
     r = np.zeros_like(a) if r is None else r
     if paired_seeds:
         if len(a) != len(r):
-            raise ValueError(f"paired_seeds=True needs the same seeds in both: arm has {len(a)}, reference {len(r)}")
+            raise ValueError(f"paired_seeds=True: arm has {len(a)} seeds, reference {len(r)}")
         pick_seeds = rng.integers(0, len(a), size=(n_boot, len(a), 1))  # the outer unit, shared
         pick_examples = rng.integers(0, n, size=(n_boot, 1, n))
         boot = (stat(a[pick_seeds, pick_examples], axis=2) - stat(r[pick_seeds, pick_examples], axis=2)).mean(1)
@@ -106,10 +99,9 @@ def bootstrap(arm: Values, reference: Values | None = None, *, unit: str = "exam
 
 
 def verdict(interval: dict[str, float], expected_sign: int) -> str:
-    """'reproduces' when the interval excludes 0 on the paper's side, 'does not reproduce' on the other side, else
-    'inconclusive'; 'not tested' with fewer than ``MIN_SEEDS`` seeds per arm."""
+    """Read the interval against the paper's sign; 'not tested' below ``MIN_SEEDS`` seeds per arm."""
     if expected_sign not in (-1, 1):
-        raise ValueError(f"expected_sign={expected_sign!r} is invalid: must be -1 or 1")
+        raise ValueError(f"expected_sign={expected_sign!r}: must be -1 or 1")
     if interval.get("seeds", MIN_SEEDS) < MIN_SEEDS:
         return f"not tested: seeds = {interval['seeds']} (needs >= {MIN_SEEDS})"
     if interval["low"] > 0:

@@ -1,11 +1,5 @@
-"""The directory transaction: a directory of files that a reader sees whole, one version at a time.
-
-A new version is written beside the destination under a locked temporary (so no concurrent clean-up removes it) and
-swapped in by one atomic ``renameat2(RENAME_EXCHANGE)``, so there is never an instant with no version at the path;
-without it the old version is first renamed aside, where loads find it if a kill comes between the renames. A save
-replaces only a directory ``owned`` recognises, or an empty one, and carries unclaimed entries (the user's notes) into
-the new version. A read goes through one directory handle, so it sees one version, and opens only regular files, never
-past the expected size (a FIFO or ``/dev/zero`` is refused instead of blocking or filling memory)."""
+"""The directory transaction: a reader sees one whole version. A save swaps a locked temporary in by one
+``renameat2(RENAME_EXCHANGE)`` (else sets the old version aside, where loads find it after a kill)."""
 
 from __future__ import annotations
 
@@ -34,7 +28,7 @@ Owned = Callable[[Path], "set[str] | None"]  # the names of a version its writer
 
 
 class MissingFile(FileNotFoundError):
-    """A file a version should hold is absent: an error if the version stays put, a retry if it was replaced."""
+    """An error if its version stays put, a retry if replaced."""
 
     def __init__(self, message: str, filename: str) -> None:
         super().__init__(2, "missing file", filename)
@@ -52,35 +46,32 @@ def _listing(path: Path) -> str:
 
 
 def check_replaceable(path: Path, owned: Owned) -> set[str] | None:
-    """The names ``owned`` claims at ``path`` (None: nothing there); refuse anything a save must not replace, but look
-    again at a directory swapped while we looked."""
+    """Names ``owned`` claims at ``path`` (None: absent); anything else is refused."""
     for _ in range(100):
         try:
             st = os.lstat(path)
             if stat.S_ISLNK(st.st_mode):
-                what = f"a symbolic link (to {os.readlink(path)}): save to its target instead"
+                what = f"a symbolic link (to {os.readlink(path)})"
             elif not stat.S_ISDIR(st.st_mode):
-                what = "a file, not a directory"
+                what = "a file"
             elif not st.st_mode & stat.S_IWUSR:
-                what = (f"write-protected (mode {stat.filemode(st.st_mode)}), so its old version could not be "
-                        f"deleted: make it writable (chmod u+w) to replace it")
+                what = f"write-protected (mode {stat.filemode(st.st_mode)})"
             elif not any(path.iterdir()):
                 return set()
             else:
                 names = owned(path)
                 if names is not None:
                     return names
-                what = f"a directory this package did not write (it holds {_listing(path)})"
+                what = f"not ours (holding {_listing(path)})"
                 if not os.path.samestat(st, os.lstat(path)):
                     continue  # swapped while we looked: look at the new one
         except FileNotFoundError:  # absent, or another saver is between its two renames
             return None
-        raise CheckpointError(f"refusing to replace {path}: it is {what}; choose another path or remove it yourself")
-    raise CheckpointError(f"could not replace {path}: other writers kept replacing it")
+        raise CheckpointError(f"refusing to replace {path}: it is {what}")
+    raise CheckpointError(f"could not replace {path}: it kept changing")
 
 
 def _link_tree(src: Path, dst: Path) -> None:
-    """Put ``src`` at ``dst`` by hard links where the filesystem allows."""
     if src.is_dir() and not src.is_symlink():
         dst.mkdir()
         shutil.copystat(src, dst)
@@ -94,7 +85,6 @@ def _link_tree(src: Path, dst: Path) -> None:
 
 
 def _carry_foreign(path: Path, tmp: Path, owned: Owned) -> None:
-    """Carry unclaimed entries of the old version into ``tmp``; refuse where ``tmp`` writes the same name."""
     try:
         names = check_replaceable(path, owned)
         foreign = sorted(set(os.listdir(path)) - (names or set())) if names is not None else []
@@ -103,8 +93,7 @@ def _carry_foreign(path: Path, tmp: Path, owned: Owned) -> None:
 
     clash = sorted(set(foreign) & set(os.listdir(tmp)))
     if clash:
-        raise CheckpointError(f"refusing to replace {path}: it holds {clash}, which an earlier save did not write "
-                              f"and this save would overwrite; move them out first")
+        raise CheckpointError(f"refusing to replace {path}: it would overwrite {clash}")
     for name in foreign:
         try:
             _link_tree(path / name, tmp / name)
@@ -125,8 +114,7 @@ def _name_max(directory: Path) -> int:
 
 
 def sibling_stem(path: Path) -> str:
-    """The stem of ``path``'s temporaries: ``path.name``, or a prefix and a hash where a sibling's name would pass the
-    file system's limit."""
+    """``path.name``, hashed short where a sibling's name would pass the limit."""
     raw = os.fsencode(path.name)
     limit = _name_max(path.parent) - SIBLING_TAIL
     if len(raw) <= limit:
@@ -136,7 +124,7 @@ def sibling_stem(path: Path) -> str:
 
 
 def siblings(path: Path, kind: str) -> list[Path]:
-    """Leftovers of interrupted saves of ``path`` of one ``kind`` (new, tmp, old, del), newest first."""
+    """Leftovers of interrupted saves, newest first."""
     found = [Path(p) for p in glob.glob(str(path.parent / f".{glob.escape(sibling_stem(path))}.{kind}-*"))]
     return sorted(found, key=_mtime, reverse=True)
 
@@ -153,7 +141,7 @@ _AT_FDCWD, _RENAME_EXCHANGE = -100, 2
 
 
 def _exchange(a: Path, b: Path) -> bool:
-    """Swap two paths atomically (Linux ``renameat2``); False where the system cannot."""
+    """Atomic swap (Linux ``renameat2``); False where unsupported."""
     renameat2 = getattr(_libc, "renameat2", None)
     if renameat2 is None:
         return False
@@ -166,7 +154,7 @@ def _exchange(a: Path, b: Path) -> bool:
 
 
 def _delete(version: Path, path: Path) -> None:
-    """Delete a set-aside version via a ``.del-`` name, so no concurrent restore puts it back half-deleted."""
+    """Via a ``.del-`` name, so no restore puts it back half-deleted."""
     tomb = path.parent / f".{sibling_stem(path)}.del-{uuid.uuid4().hex[:12]}"
     try:
         os.rename(version, tomb)
@@ -176,7 +164,7 @@ def _delete(version: Path, path: Path) -> None:
 
 
 def _rescue(old: Path, path: Path, owned: Owned) -> None:
-    """Move entries that arrived in the old version during the save, unclaimed, into the new one."""
+    """Move entries that arrived in ``old`` during the save into ``path``."""
     try:
         left = set(os.listdir(old)) - (owned(old) or set()) - set(os.listdir(path))
     except OSError:
@@ -189,7 +177,7 @@ def _rescue(old: Path, path: Path, owned: Owned) -> None:
 
 
 def _swap_in(tmp: Path, path: Path, owned: Owned) -> None:
-    """Put the complete directory ``tmp`` at ``path``; what stood there ends at ``tmp`` or is deleted."""
+    """Put ``tmp`` at ``path``; the old version ends at ``tmp`` or is deleted."""
     for _ in range(100):  # each pass either succeeds or saw another writer move things: try again
         if not os.path.lexists(path):
             try:
@@ -228,11 +216,11 @@ def _swap_in(tmp: Path, path: Path, owned: Owned) -> None:
         _delete(aside, path)
         os.close(held)  # held until here: set aside, the old version is the one loads find
         return
-    raise CheckpointError(f"could not replace {path}: other writers kept replacing it")
+    raise CheckpointError(f"could not replace {path}: it kept changing")
 
 
 def _lock_version(path: Path) -> int | None:
-    """The version at ``path``, locked against other clean-ups while a save renames it, or None if it moved."""
+    """Locked while a save renames it; None if it moved."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     except OSError:
@@ -245,7 +233,7 @@ def _lock_version(path: Path) -> int | None:
 
 
 def find_version(path: Path, is_version: Callable[[Path], bool]) -> Path | None:
-    """The current version: ``path``, or the old version a save killed between its renames set aside."""
+    """``path``, or the old version a killed save set aside."""
     if path.is_symlink():
         return None
     if is_version(path):
@@ -256,7 +244,6 @@ def find_version(path: Path, is_version: Callable[[Path], bool]) -> Path | None:
 
 
 def _restore_set_aside(path: Path, is_version: Callable[[Path], bool]) -> None:
-    """Put back the old version a save killed between its two renames left aside."""
     found = find_version(path, is_version)
     if found is not None and found != path:
         try:
@@ -266,7 +253,7 @@ def _restore_set_aside(path: Path, is_version: Callable[[Path], bool]) -> None:
 
 
 def _collect(path: Path) -> None:
-    """Delete what interrupted saves left, except what a live writer holds locked."""
+    """Delete leftovers no live writer holds."""
     stem = sibling_stem(path)
     for leftover in siblings(path, "tmp") + siblings(path, "old") + siblings(path, "new") + siblings(path, "del"):
         try:
@@ -290,7 +277,7 @@ def _collect(path: Path) -> None:
 
 
 def _locked_temporary(path: Path) -> tuple[Path, int]:
-    """A fresh directory beside ``path``, locked before it takes the ``.tmp-`` name clean-ups look for."""
+    """Locked before it takes the ``.tmp-`` name clean-ups look for."""
     stem = sibling_stem(path)
     for _ in range(100):
         staging = Path(tempfile.mkdtemp(prefix=f".{stem}.new-", dir=path.parent))
@@ -311,15 +298,13 @@ def _locked_temporary(path: Path) -> tuple[Path, int]:
             os.close(lock)
             shutil.rmtree(staging, ignore_errors=True)
             raise
-    raise CheckpointError(f"could not make a temporary directory beside {path}: clean-ups kept removing it")
+    raise CheckpointError(f"could not make a temporary beside {path}")
 
 
 @contextmanager
 def atomic_directory(path: str | os.PathLike, owned: Owned,
                      is_version: Callable[[Path], bool] | None = None) -> Iterator[Path]:
-    """Yield a fresh temporary directory that replaces ``path`` only if the block succeeds.
-
-    ``path`` must be absent, empty or recognised by ``owned``: anything else is refused before a byte is written."""
+    """A temporary directory that replaces ``path`` (absent, empty or ``owned``) if the block succeeds."""
     path = Path(path)
     is_version = is_version or (lambda p: p.is_dir() and owned(p) is not None)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -350,11 +335,9 @@ def _same_directory(fd: int, where: Path) -> bool:
 
 def read_version(path: Path, read: Callable[[int, Path], T], is_version: Callable[[Path], bool],
                  missing: Callable[[Path], str], what: str = "checkpoint") -> T:
-    """``read(dir_fd, where)`` on one version of ``path``, never a mix of two; a file deleted under the reader means a
-    newer version is in place, which is read instead."""
+    """``read(dir_fd, where)`` on one version, retried on a newer one if a file vanishes."""
     if path.is_symlink():
-        raise CheckpointError(f"{path} is a symbolic link (to {os.readlink(path)}): a {what} is read only at its "
-                              f"real path, never through a link; give the target instead")
+        raise CheckpointError(f"{path} is a symbolic link (to {os.readlink(path)}): a {what} is read at its real path")
     for _ in range(READ_ATTEMPTS):
         where = find_version(path, is_version)
         if where is None:
@@ -374,4 +357,4 @@ def read_version(path: Path, read: Callable[[int, Path], T], is_version: Callabl
             time.sleep(0.001)  # this version was deleted under us: a newer one is in place
         finally:
             os.close(fd)
-    raise CheckpointError(f"{path} kept changing while being read ({READ_ATTEMPTS} attempts): try again")
+    raise CheckpointError(f"{path} kept changing while being read ({READ_ATTEMPTS} attempts)")

@@ -1,10 +1,6 @@
-"""The short-run trainer: one loop for every mechanism x schedule.
-
-A step is a pure function of ``(seed, step)`` and the restored state, so resume is exact with no RNG state saved: the
-data is the *global* batch ``TrainStream(...).batch(step)`` sliced per process and micro-batch, and every draw comes
-from a generator seeded with ``(seed, purpose, step[, rank])``. Pass losses are divided by the global batch's target
-counts, so the objective does not depend on the split. Under ``torchrun`` gradients are all-reduced by hand: the
-schedules call ``model.step``, which a DistributedDataParallel wrapper would not see (its hooks fire on ``forward``)."""
+"""The trainer: one loop for every mechanism x schedule. A step is a pure function of ``(seed, step)`` and the
+restored state, so resume is exact with no RNG state saved; losses are normalised by the global batch, so the split
+does not matter. Gradients are all-reduced by hand: DDP's ``forward`` hooks would miss ``model.step``."""
 
 from __future__ import annotations
 
@@ -49,12 +45,12 @@ Callback = Callable[[dict[str, Any]], None]
 
 
 class NonFiniteLossError(RuntimeError):
-    """Training produced a NaN/inf loss or gradient; the last good checkpoint was kept."""
+    """A NaN/inf loss or gradient; the last good checkpoint was kept."""
 
 
 @dataclass
 class TrainResult:
-    """What a run leaves behind (``model`` is in eval mode, unwrapped, on the training device)."""
+    """What a run leaves (``model`` in eval mode, on the training device)."""
 
     history: pd.DataFrame
     model: GPT
@@ -73,7 +69,7 @@ class StepPlan:
 
     @property
     def passes(self) -> int:
-        """Jacobi passes (multipass); 1 for every other schedule."""
+        """Jacobi passes; 1 for non-multipass schedules."""
         return self.schedule.jacobi_passes
 
 
@@ -82,26 +78,25 @@ FINE_TUNABLE = ("fbt_jitter", "fbt_fusion", "seq_len")
 
 
 def _start_from(model: GPT, path: str) -> None:
-    """Copy a checkpoint's weights into ``model``; the configs must match outside ``FINE_TUNABLE`` (fields that change
-    how weights are used, not which there are)."""
+    """Copy a checkpoint's weights into ``model``; configs must match outside ``FINE_TUNABLE``."""
     source = load_checkpoint(path)
     kept = {name: getattr(model.config, name) for name in FINE_TUNABLE}
     if dataclasses.replace(source.config, **kept) != model.config:
-        raise ValueError(f"TrainConfig.init_from={path!r} is invalid: its model config {source.config.to_dict()} "
-                         f"is not this run's {model.config.to_dict()}")
+        raise ValueError(f"TrainConfig.init_from={path!r} is invalid: model config {source.config.to_dict()} "
+                         f"differs from {model.config.to_dict()}")
     with torch.no_grad():
         model.load_state_dict({k: v.to(model.wte.weight.dtype) for k, v in source.state_dict().items()})
 
 
 def derived_seed(seed: int, purpose: int, *keys: int) -> int:
-    """A 64-bit seed for one purpose and (step, rank, ...), mixed by numpy's SeedSequence."""
+    """A 64-bit seed for one purpose and (step, rank, ...)."""
     return int(np.random.SeedSequence([seed, purpose, *keys]).generate_state(1, dtype=np.uint64)[0])
 
 
 # ---------------------------------------------------------------------------------------------- processes
 @dataclass
 class _Processes:
-    """This process's place in a (possibly single-process) torchrun job, and its device."""
+    """This process's place in a torchrun job (or alone), and its device."""
 
     device: torch.device
     rank: int = 0
@@ -131,7 +126,7 @@ class _Processes:
         return self.rank == 0
 
     def sum_(self, tensors: list[torch.Tensor]) -> None:
-        """All-reduce (sum) a list of tensors in place through one flattened buffer."""
+        """All-reduce (sum) tensors in place through one buffer."""
         if self.world == 1 or not tensors:
             return
         flat = torch.cat([t.reshape(-1) for t in tensors])
@@ -148,19 +143,19 @@ class _Processes:
 
 # ---------------------------------------------------------------------------------------------- the run
 def _pad(t: torch.Tensor, length: int, value: int) -> torch.Tensor:
-    """Right-pad (n, T') to (n, length): every batch has the task's seq_len, so compute is fixed per step."""
+    """Right-pad (n, T') to (n, length)."""
     return F.pad(t, (0, length - t.size(1)), value=value)
 
 
 class _Run:
-    """State and steps of one training run (one per process under torchrun)."""
+    """One training run's state and steps (one per process)."""
 
     def __init__(self, cfg: TrainConfig, procs: _Processes, model: FeedbackModel | None = None) -> None:
         self.cfg, self.procs, self.device = cfg, procs, procs.device
         shards = procs.world * cfg.grad_accum
         if cfg.batch_size % shards:
-            raise ValueError(f"TrainConfig.batch_size={cfg.batch_size} is invalid: must be divisible by "
-                             f"processes x grad_accum = {procs.world} x {cfg.grad_accum}")
+            raise ValueError(f"TrainConfig.batch_size={cfg.batch_size} is invalid: must divide by processes x "
+                             f"grad_accum = {procs.world} x {cfg.grad_accum}")
         self.task = tasks.get(cfg.task, **cfg.task_params)
         self.T = self.task.seq_len
         self.pad_id = self.task.tokenizer.pad_id
@@ -191,7 +186,7 @@ class _Run:
 
     # ------------------------------------------------------------------ what a step does
     def plan(self, step: int) -> StepPlan:
-        """Schedule of 0-based ``step``: single before feedback_start, then the run's own (a pass mix draws)."""
+        """Schedule of 0-based ``step``: single before feedback_start, then the run's own."""
         cfg = self.cfg
         schedule = self.schedule
         if step < cfg.feedback_start * cfg.steps:
@@ -202,7 +197,7 @@ class _Run:
         return StepPlan(schedule, schedule.flops(self.model, cfg.batch_size, length), length)
 
     def batch(self, step: int) -> tasks.Batch:
-        """The global batch of ``step`` (drawn once: ``plan`` may need its length before the step runs)."""
+        """The global batch of ``step``, drawn once (``plan`` may need its length first)."""
         if self._drawn is None or self._drawn[0] != step:
             self._drawn = (step, self.stream.batch(step))
         return self._drawn[1]
@@ -218,7 +213,7 @@ class _Run:
         return torch.from_numpy(np.where(use, rng.integers(1, plan.seq_len, size=shape), 0))
 
     def micro_batches(self, step: int, plan: StepPlan) -> Iterator[tuple[torch.Tensor, ...]]:
-        """This process's micro-batches (tokens, targets, plain prefixes) and the global batch's targets."""
+        """(tokens, targets, prefixes, global targets) per micro-batch."""
         batch = self.batch(step)
         tokens, targets = _pad(batch.tokens, plan.seq_len, self.pad_id), _pad(batch.targets, plan.seq_len, -1)
         prefix = self.plain_prefix(step, plan)
@@ -227,7 +222,7 @@ class _Run:
                    targets)
 
     def autocast(self) -> contextlib.AbstractContextManager:
-        """bf16 autocast on CUDA; full precision on CPU."""
+        """bf16 on CUDA; full precision on CPU."""
         if self.device.type == "cuda":
             return torch.autocast("cuda", dtype=torch.bfloat16)
         return contextlib.nullcontext()
@@ -237,7 +232,7 @@ class _Run:
         return self.schedule_fn(self.model, tokens, schedule, plain_prefix=prefix)
 
     def train_step(self, step: int, plan: StepPlan) -> dict[str, Any]:
-        """One optimiser step; returns its history values. Raises NonFiniteLossError before updating."""
+        """One optimiser step; NonFiniteLossError before a bad update."""
         cfg = self.cfg
         torch.manual_seed(derived_seed(cfg.seed, _TORCH, step, self.procs.rank))
         stats = torch.zeros(1 + cfg.max_passes, device=self.device)  # objective, then each pass's loss
@@ -257,8 +252,8 @@ class _Run:
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, max_norm)
         loss_value, norm_value = stats[0].item(), grad_norm.item()
         if not (math.isfinite(loss_value) and math.isfinite(norm_value)):
-            raise NonFiniteLossError(f"non-finite training loss ({loss_value}) or gradient norm "
-                                     f"({norm_value}) at step {step + 1}; no update was applied")
+            raise NonFiniteLossError(f"non-finite loss ({loss_value}) or gradient norm ({norm_value}) at step "
+                                     f"{step + 1}; no update applied")
         factor = lr_factor(cfg, step)
         set_lr(self.optimizers, factor)
         for opt in self.optimizers.values():
@@ -271,7 +266,7 @@ class _Run:
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
-        """Held-out loss, bits per byte and accuracy of the final estimate under the run's own schedule."""
+        """Held-out loss, bits per byte and accuracy under the run's own schedule."""
         self.model.eval()
         sums = torch.zeros(3, dtype=torch.float64, device=self.device)  # nats, correct, targets
         n = self.val_tokens.size(0)
@@ -293,7 +288,7 @@ class _Run:
     # ------------------------------------------------------------------ state on disk
     @property
     def stop_reason(self) -> str:
-        """Why the run ends where it is: all its steps, or the FLOP budget."""
+        """"steps" or "budget"."""
         return "steps" if self.step == self.cfg.steps else "budget"
 
     def counters(self) -> dict[str, Any]:
@@ -309,7 +304,7 @@ class _Run:
                                      STATE_FILE: self.counters()})
 
     def restore(self, path: Path) -> None:
-        """Weights, optimiser state and counters from a checkpoint, all checked before any is used."""
+        """Weights, optimiser state and counters, all checked before any is used."""
         files = read_checkpoint(path, (WEIGHTS, "optimizer.safetensors", "optimizer.json", STATE_FILE))
         state = files[STATE_FILE]
         check_counters(state, path / STATE_FILE, self.cfg.steps)
@@ -321,7 +316,7 @@ class _Run:
 
 
 def progress_losses(row: dict[str, Any]) -> dict[str, str]:
-    """The progress bar's losses: each pass's own rather than their sum (13.2 at step 1 is five passes of 2.6)."""
+    """Each pass's loss rather than their sum (13.2 at step 1 is five passes of 2.6)."""
     passes = {name.removeprefix("loss_"): value for name, value in row.items() if name.startswith("loss_pass")}
     if len(passes) <= 1:
         return {"loss": f"{row['loss']:.4f}"}
@@ -329,36 +324,29 @@ def progress_losses(row: dict[str, Any]) -> dict[str, str]:
 
 
 def _check_given_model(model: FeedbackModel, task: tasks.Task, world: int) -> None:
-    """Refuse a given model with too small a vocabulary, or under torchrun (its copies would not start equal)."""
+    """Refuse too small a vocabulary, or torchrun (the copies would not start equal)."""
     vocab = model.readout_weight.shape[0]
     if vocab < task.vocab_size:
-        raise ValueError(f"model reads {vocab} token ids, task {task.name} uses {task.vocab_size}: must be at least "
-                         f"the task's vocabulary")
+        raise ValueError(f"model reads {vocab} token ids, task {task.name} uses {task.vocab_size}")
     if world > 1:
-        raise ValueError(f"model= trains in one process, not {world}: under torchrun let train build the model "
-                         f"from TrainConfig.model")
+        raise ValueError(f"model= trains in one process, not {world}: use TrainConfig.model")
 
 
 def train(cfg: TrainConfig, callback: Callback | None = None, *, model: FeedbackModel | None = None) -> TrainResult:
-    """Train a model as ``cfg`` says; ``callback(row)`` gets every history row (rank 0), and
-    ``callback.on_train_end(history)`` runs once the run stops.
-
-    ``cfg.budget_flops`` is a hard cap that cuts the learning-rate schedule where it stands (size ``steps`` with
-    ``experiments.matched_steps`` instead). ``model``: train this ``FeedbackModel`` in place (not saved)."""
+    """Train as ``cfg`` says; ``callback(row)`` gets each history row, ``callback.on_train_end(history)`` the end.
+    ``model``: train this ``FeedbackModel`` in place (not saved)."""
     if not isinstance(cfg, TrainConfig):
         raise ValueError(f"cfg must be a TrainConfig, got {type(cfg).__name__}")
     if callback is not None and not callable(callback):
-        raise ValueError(f"callback={callback!r} is invalid: must be None or a callable taking each history row")
+        raise ValueError(f"callback={callback!r} is invalid: must be None or a callable")
     cfg = cfg.replace()  # validated again: a field changed after construction is checked before any step
     if model is not None:
         check_model(model)
         for name in ("out_dir", "init_from"):
             if getattr(cfg, name) is not None:
-                raise ValueError(f"TrainConfig.{name}={getattr(cfg, name)!r} is invalid with model=: must be None "
-                                 f"(a given model is trained in place and saved by its own class)")
+                raise ValueError(f"TrainConfig.{name}={getattr(cfg, name)!r} is invalid with model=: must be None")
         if cfg.model:
-            raise ValueError(f"TrainConfig.model={cfg.model!r} is invalid with model=: must be empty (the model "
-                             f"is the one given)")
+            raise ValueError(f"TrainConfig.model={cfg.model!r} is invalid with model=: must be empty")
     procs = _Processes.start(cfg.device)
     try:
         with hold_run_dir(cfg.out_dir if procs.main else None), \
@@ -381,7 +369,7 @@ def _train(cfg: TrainConfig, procs: _Processes, callback: Callback | None,
                        keep_until=run.step if resuming else None)
     budget = cfg.budget_flops if cfg.budget_flops is not None else math.inf
     if run.step == 0 and run.plan(0).flops > budget:
-        raise ValueError(f"TrainConfig.budget_flops={cfg.budget_flops} is invalid: smaller than one step "
+        raise ValueError(f"TrainConfig.budget_flops={cfg.budget_flops} is invalid: below one step "
                          f"({run.plan(0).flops:.4g} FLOPs)")
     bar = tqdm(total=cfg.steps, initial=run.step, disable=not (cfg.progress and procs.main), desc="train",
                dynamic_ncols=True)
@@ -429,7 +417,7 @@ def _train(cfg: TrainConfig, procs: _Processes, callback: Callback | None,
             callback.on_train_end(history.frame())
     if procs.main and run.stop_reason == "budget" and run.step > 0:
         warnings.warn(f"TrainConfig.budget_flops={cfg.budget_flops:g} stopped the run at step {run.step} of "
-                      f"{cfg.steps}, its learning rate at {lr_factor(cfg, run.step - 1):.0%} of the peak: size steps "
-                      f"with experiments.matched_steps to end the schedule within the budget", stacklevel=3)
+                      f"{cfg.steps}, its LR at {lr_factor(cfg, run.step - 1):.0%} of the peak: size steps with "
+                      f"experiments.matched_steps", stacklevel=3)
     metrics = {**run.counters(), "stop_reason": run.stop_reason, **resumed, **(last_eval or run.evaluate())}
     return TrainResult(history.frame(), run.model.eval(), ckpt, metrics, cfg)

@@ -1,6 +1,4 @@
-"""TrainConfig: everything that determines a training run, validated, with an exact JSON round trip.
-
-``--resume`` refuses a different config (outside ``RUNTIME_FIELDS``): the history would stop being one experiment's."""
+"""TrainConfig. Resume refuses a different config (outside ``RUNTIME_FIELDS``): the history would mix runs."""
 
 from __future__ import annotations
 
@@ -27,44 +25,44 @@ TASK_MODEL_FIELDS = ("vocab_size", "seq_len")
 
 @dataclass
 class TrainConfig(JSONMixin):
-    """One training run: task, model, schedule, optimiser, evaluation, checkpoints, budget.
+    """One training run. The ``Attributes:`` below are also the CLI's help.
 
     Attributes:
-        task: A name from ``workbench.tasks.names()``; it sets the model's ``vocab_size`` and ``seq_len``.
-        task_params: Keyword arguments of ``tasks.get``, e.g. ``{"p": 5, "length": 8}``.
-        model: ``ModelConfig`` fields except ``vocab_size`` and ``seq_len``, stored as ``ModelConfig`` normalised them.
-        schedule: A training schedule value, its JSON form or a bare name; ``Single()`` reads no memory (the baseline).
-        feedback_start: Fraction of the steps trained single-pass before the schedule starts, in [0, 1).
-        prefix_mixin: Fraction of sequences given a plain prefix in later passes (FBT: works from a plain prompt too).
-        prefix_draw: ``"sequence"``: one prefix shared by a sequence's passes; ``"pass"``: a fresh draw per pass.
+        task: A name from ``tasks.names()``; it sets the model's ``vocab_size`` and ``seq_len``.
+        task_params: Keyword arguments of ``tasks.get``.
+        model: ``ModelConfig`` fields except ``vocab_size`` and ``seq_len``.
+        schedule: A training schedule, its JSON form or name; ``Single()`` is the baseline.
+        feedback_start: Fraction of the steps trained single-pass first, in [0, 1).
+        prefix_mixin: Fraction of sequences with a plain prefix in later passes (FBT: works from a plain prompt).
+        prefix_draw: ``"sequence"``: one prefix for all passes; ``"pass"``: a fresh draw per pass.
         steps: Optimiser steps.
-        batch_size: Sequences per optimiser step over all processes and micro-batches.
-        grad_accum: Micro-batches per process per step: a memory knob, the maths is the same.
-        optimizer: ``"muon"`` (Muon for hidden matrices, AdamW for the rest, as nanochat) or ``"adamw"``.
-        lr: AdamW learning rate (embedding, readout, scalars; everything under ``"adamw"``).
-        lrt_gamma_lr: LRT's gamma in its own AdamW group at this rate (reference code: 0.5); None: shared at ``lr``.
-        lrt_alpha_lr: The same for LRT's layer scale alpha (reference code: 0.005).
-        matrix_lr: Muon learning rate of the hidden matrices.
+        batch_size: Sequences per step over all processes and micro-batches.
+        grad_accum: Micro-batches per process per step (memory only; same maths).
+        optimizer: ``"muon"`` (hidden matrices; AdamW for the rest) or ``"adamw"``.
+        lr: AdamW learning rate (everything under ``"adamw"``).
+        lrt_gamma_lr: LRT's gamma in its own AdamW group (reference code: 0.5); None: at ``lr``.
+        lrt_alpha_lr: The same for LRT's alpha (reference code: 0.005).
+        matrix_lr: Muon learning rate.
         weight_decay: Decoupled weight decay of the hidden matrices.
-        lr_schedule: ``"wsd"`` (warmup-stable-decay), ``"cosine"`` or ``"constant"`` (matched-compute recipes).
+        lr_schedule: ``"wsd"``, ``"cosine"`` or ``"constant"``.
         warmup_steps: Linear warmup length.
-        decay_frac: ``"wsd"``: fraction of the steps spent decaying at the end.
-        min_lr_frac: ``"wsd"`` and ``"cosine"``: final learning rate as a fraction of the peak.
-        grad_clip: Largest global gradient norm; 0 disables clipping (the norm is still logged).
-        seed: Initialisation, data, pass mix, prefixes and jitter all derive from it.
-        init_from: A checkpoint directory whose weights start the run (fine-tuning; same model config).
-        eval_every: Evaluate on held-out batches every N steps; 0: only at the end.
-        eval_size: Held-out sequences per evaluation (``split="val"``).
-        eval_seed: Seed of the held-out sequences; fixed, so evaluations compare across runs.
-        log_every: One history row every N steps (and at every evaluation and the last step).
-        checkpoint_every: Save a checkpoint every N steps; 0: only at the end.
-        budget_flops: Stop before the step that would exceed this many training FLOPs; None: no cap.
-        out_dir: The run directory (history, config, checkpoints); None: nothing is written.
-        resume: Continue from ``out_dir``'s checkpoint; refused when the stored config differs.
-        device: ``"auto"`` (CUDA when present), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
-        progress: Draw a tqdm progress bar.
-        compile: Run each schedule under ``torch.compile`` (float rounding differs slightly).
-        overwrite: Let a fresh run replace files in ``out_dir`` that no run of ours wrote."""
+        decay_frac: ``"wsd"``: fraction of the steps spent decaying.
+        min_lr_frac: Final learning rate as a fraction of the peak.
+        grad_clip: Largest gradient norm; 0: no clipping (still logged).
+        seed: Every random draw derives from it.
+        init_from: A checkpoint directory whose weights start the run (same model config).
+        eval_every: Held-out evaluation every N steps; 0: only at the end.
+        eval_size: Held-out sequences per evaluation.
+        eval_seed: Seed of the held-out sequences (fixed, so runs compare).
+        log_every: One history row every N steps.
+        checkpoint_every: Save every N steps; 0: only at the end.
+        budget_flops: Stop before exceeding this many training FLOPs; None: no cap.
+        out_dir: The run directory; None: nothing is written.
+        resume: Continue from ``out_dir``'s checkpoint (same config only).
+        device: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
+        progress: Draw a progress bar.
+        compile: Use ``torch.compile`` (rounding differs slightly).
+        overwrite: Let a fresh run replace files in ``out_dir`` that no run wrote."""
 
     # --- data ---
     task: str = "running_sum"
@@ -112,7 +110,7 @@ class TrainConfig(JSONMixin):
         c = "TrainConfig"
         self._plain_numbers()
         if not isinstance(self.task, str) or not self.task:
-            fail(f"{c}.task", self.task, "must be a task name (workbench.tasks.names())")
+            fail(f"{c}.task", self.task, "must be a task name")
         if not isinstance(self.task_params, dict) or not all(isinstance(k, str) for k in self.task_params):
             fail(f"{c}.task_params", self.task_params, "must be a dict with string keys")
         self._check_model(c)
@@ -123,8 +121,7 @@ class TrainConfig(JSONMixin):
         check_float(f"{c}.prefix_mixin", self.prefix_mixin, 0.0, 1.0)
         check_choice(f"{c}.prefix_draw", self.prefix_draw, PREFIX_DRAWS)
         if self.prefix_draw == "pass" and self.schedule.to_dict()["schedule"] != "multipass":
-            fail(f"{c}.prefix_draw", self.prefix_draw, f"needs a multipass schedule or pass mix (whose passes "
-                 f"read memory one after another), not {self.schedule.label!r}")
+            fail(f"{c}.prefix_draw", self.prefix_draw, f"needs a multipass schedule, not {self.schedule.label!r}")
         check_int(f"{c}.steps", self.steps, 1)
         check_int(f"{c}.batch_size", self.batch_size, 1)
         check_int(f"{c}.grad_accum", self.grad_accum, 1, self.batch_size)
@@ -138,8 +135,7 @@ class TrainConfig(JSONMixin):
                 check_float(f"{c}.{name}", getattr(self, name), 0.0, 10.0, lo_open=True)
                 if self.model.get("mechanism") != "lrt" or "residual" not in self.model.get("lrt_inject",
                                                                                            ("residual",)):
-                    fail(f"{c}.{name}", getattr(self, name), "needs model mechanism='lrt' with residual injection "
-                          "(the scales it trains); use None otherwise")
+                    fail(f"{c}.{name}", getattr(self, name), "needs mechanism='lrt' with residual injection")
         check_float(f"{c}.weight_decay", self.weight_decay, 0.0, 10.0)
         check_choice(f"{c}.lr_schedule", self.lr_schedule, LR_SCHEDULES)
         check_int(f"{c}.warmup_steps", self.warmup_steps, 0, self.steps)
@@ -148,7 +144,7 @@ class TrainConfig(JSONMixin):
         check_float(f"{c}.grad_clip", self.grad_clip, 0.0)
         check_int(f"{c}.seed", self.seed, 0)
         if self.init_from is not None and (not isinstance(self.init_from, str) or not self.init_from):
-            fail(f"{c}.init_from", self.init_from, "must be a checkpoint directory path string or None")
+            fail(f"{c}.init_from", self.init_from, "must be a path string or None")
         check_int(f"{c}.eval_every", self.eval_every, 0)
         check_int(f"{c}.eval_size", self.eval_size, 1)
         check_int(f"{c}.eval_seed", self.eval_seed, 0)
@@ -162,13 +158,13 @@ class TrainConfig(JSONMixin):
             if not isinstance(getattr(self, name), bool):
                 fail(f"{c}.{name}", getattr(self, name), "must be a bool")
         if self.resume and self.out_dir is None:
-            fail(f"{c}.resume", self.resume, "needs out_dir (the run directory to resume from)")
+            fail(f"{c}.resume", self.resume, "needs out_dir")
         if not isinstance(self.device, str) or not (self.device in DEVICES
                                                     or self.device.startswith("cuda:")):
             fail(f"{c}.device", self.device, f"must be one of {DEVICES} or 'cuda:N'")
 
     def _check_model(self, c: str) -> None:
-        """Validate through ``ModelConfig`` now (placeholder vocabulary) and store the values it normalised."""
+        """Validate through ``ModelConfig`` now (placeholder vocabulary); keep the values it normalised."""
         if not isinstance(self.model, dict):
             fail(f"{c}.model", self.model, "must be a dict of ModelConfig fields")
         given = sorted(set(self.model) & set(TASK_MODEL_FIELDS))
@@ -190,7 +186,7 @@ class TrainConfig(JSONMixin):
             self.model["tie_embeddings"] = True  # run's record says its embeddings are tied
 
     def _check_schedule(self, c: str) -> None:
-        """Parse the schedule and refuse a decoding-only value."""
+        """Parse the schedule; refuse a decoding-only one."""
         try:
             self.schedule = parse(self.schedule)
         except ValueError as e:
@@ -199,16 +195,16 @@ class TrainConfig(JSONMixin):
             fail(f"{c}.schedule", self.schedule, f"must be a training schedule ({', '.join(SCHEDULES)} or a pass mix)")
 
     def model_config(self, vocab_size: int, seq_len: int) -> ModelConfig:
-        """The ModelConfig of this run, given the task's vocabulary and sequence length."""
+        """This run's ModelConfig, given the task's vocabulary and length."""
         return ModelConfig(vocab_size=vocab_size, seq_len=seq_len, **self.model)
 
     @property
     def max_passes(self) -> int:
-        """The most passes (pass-loss columns) any step of this run can make."""
+        """The most passes (pass-loss columns) any step can make."""
         return self.schedule.max_passes
 
     def to_dict(self) -> dict[str, Any]:
-        """Every field as JSON values, the schedule in its JSON form."""
+        """Every field as JSON values."""
         data = {f.name: copy.deepcopy(getattr(self, f.name)) for f in dataclasses.fields(self)}
         return {**data, "schedule": self.schedule.to_dict()}
 
@@ -217,5 +213,5 @@ class TrainConfig(JSONMixin):
         return dataclasses.replace(self, **changes)
 
     def trajectory_dict(self) -> dict[str, Any]:
-        """The fields that determine the loss history (everything but ``RUNTIME_FIELDS``)."""
+        """The fields that determine the loss history."""
         return {k: v for k, v in self.to_dict().items() if k not in RUNTIME_FIELDS}

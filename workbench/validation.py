@@ -1,5 +1,4 @@
-"""Argument checks: each failure is a ``ValueError`` naming the parameter and its allowed range, so bad input fails at
-the call that made it rather than deep inside a forward pass."""
+"""Argument checks: bad input fails at the call that made it, not deep inside a forward pass."""
 
 from __future__ import annotations
 
@@ -13,29 +12,29 @@ TOKEN_DTYPES = (torch.int64, torch.int32)  # what an embedding lookup accepts
 
 
 def fail(name: str, value: object, allowed: str) -> None:
-    """The one form of every refusal: ``name=value is invalid: <what is allowed>``."""
+    """Raise ``name=value is invalid: <allowed>``."""
     raise ValueError(f"{name}={value!r} is invalid: {allowed}")
 
 
 def check_choice(name: str, value: object, choices: tuple) -> None:
-    """``value`` must be one of ``choices`` (a bool is not the 1 or 0 it equals)."""
+    """One of ``choices`` (a bool is not the 1 or 0 it equals)."""
     if isinstance(value, (bool, np.bool_)) or value not in choices:
         fail(name, value, f"must be one of {choices}")
 
 
-# the largest pass count, subset count, block or prompt length any entry point accepts (the API and the CLI alike)
+# the largest pass count, subset count, block or prompt length any entry point accepts
 MAX_COUNT = 1_000_000
 
 
 def check_int(name: str, value: object, lo: int, hi: int | None = None) -> None:
-    """``value`` must be an int (not a bool) in ``[lo, hi]`` (``hi`` None: unbounded)."""
+    """An int (not a bool) in ``[lo, hi]`` (``hi`` None: unbounded)."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo or (
             hi is not None and value > hi):
         raise ValueError(f"{name}={value!r} is invalid: must be an int in [{lo}, {'inf' if hi is None else hi}]")
 
 
 def check_float(name: str, value: object, lo: float, hi: float | None = None, lo_open: bool = False) -> None:
-    """``value`` must be a finite number in ``[lo, hi]`` (``(lo, hi]`` with ``lo_open``): NaN would spread."""
+    """A finite number in ``[lo, hi]`` (``(lo, hi]`` with ``lo_open``): NaN would spread."""
     bad_type = isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating))
     if bad_type or not math.isfinite(value) or (value <= lo if lo_open else value < lo) or (
             hi is not None and value > hi):
@@ -50,46 +49,41 @@ def _described(value: object) -> str:
 
 
 def check_positions(positions: object, T: int) -> None:
-    """``positions``: 1-D integers >= 0 (a float would index the rotary table between rows, silently)."""
+    """1-D integers >= 0 (a float would index the rotary table between rows, silently)."""
     if not isinstance(positions, torch.Tensor) or positions.dtype not in (*TOKEN_DTYPES, torch.int16, torch.uint8) \
             or positions.numel() != T:
-        raise ValueError(f"positions must be an integer tensor of T={T} absolute positions, got "
-                         f"{_described(positions)}")
+        raise ValueError(f"positions must be an integer tensor of T={T} positions, got {_described(positions)}")
     if positions.device.type == "cpu" and T and not torch.compiler.is_compiling() and int(positions.min()) < 0:
         raise ValueError(f"positions must be >= 0, got {positions.tolist()[:8]}")
 
 
 def check_memory(memory: object, memory_mask: object, B: int, T: int, width: int) -> None:
-    """``memory`` a floating (B, T, width) tensor and ``memory_mask`` a (B, T) bool one; shapes and dtypes only, so the
-    decode step waits for no device."""
+    """Shapes and dtypes only, so the decode step waits for no device."""
     if memory is not None and (not isinstance(memory, torch.Tensor) or tuple(memory.shape) != (B, T, width)
                                or not memory.is_floating_point()):
         raise ValueError(f"memory must be None or a floating-point tensor of shape (B, T, memory_width) = "
-                         f"{(B, T, width)} (the memory each of idx's positions reads), got {_described(memory)}")
+                         f"{(B, T, width)}, got {_described(memory)}")
     if memory_mask is not None and (not isinstance(memory_mask, torch.Tensor) or tuple(memory_mask.shape) != (B, T)
                                     or memory_mask.dtype != torch.bool):
-        raise ValueError(f"memory_mask must be None or a bool tensor of shape (B, T) = {(B, T)} (the positions of "
-                         f"idx that read memory), got {_described(memory_mask)}")
+        raise ValueError(f"memory_mask must be None or a bool tensor of shape (B, T) = {(B, T)}, got "
+                         f"{_described(memory_mask)}")
 
 
 def check_has_weights(name: str, module: torch.nn.Module, data: torch.Tensor | None = None) -> None:
-    """``module`` must hold weights, not only shapes, unless ``data`` is on the meta device too (a dry run)."""
+    """Weights, not only shapes, unless ``data`` is on the meta device too (a dry run)."""
     if (data is None or not data.is_meta) and any(p.is_meta for p in module.parameters()):
-        raise ValueError(f"{name}={type(module).__name__} is invalid: it has no weights (its parameters are on the "
-                         "meta device, shapes only); give it some with model.to_empty(device='cpu') and then "
-                         "model.init_weights() or model.load_state_dict(...), or build it on cpu "
-                         "(build_model(config) / load_checkpoint(path))")
+        raise ValueError(f"{name}={type(module).__name__} is invalid: it has no weights (meta device); use "
+                         "model.to_empty(device='cpu') then init_weights() or load_state_dict(...), or build on cpu")
 
 
 def check_path(name: str, value: object) -> None:
-    """``value`` must be a non-empty str or ``os.PathLike`` (``""`` would mean the current directory)."""
+    """A non-empty str or ``os.PathLike`` (``""`` would mean the current directory)."""
     if not isinstance(value, (str, os.PathLike)) or (isinstance(value, str) and not value):
-        fail(name, value, "must be a non-empty str or os.PathLike (a directory path)")
+        fail(name, value, "must be a non-empty str or os.PathLike")
 
 
 def check_tokens(vocab_size: int, idx: object, name: str = "idx") -> None:
-    """``idx`` must be a non-empty (B, T) int64/int32 tensor of ids in ``[0, vocab_size)``; values are read only on the
-    CPU (elsewhere it would wait for the device or break a compiled graph)."""
+    """(B, T) int ids in ``[0, vocab_size)``; values are read only on the CPU (no device wait, no graph break)."""
     allowed = f"[0, {vocab_size - 1}]"
     if not isinstance(idx, torch.Tensor) or idx.ndim != 2 or idx.numel() == 0 or idx.dtype not in TOKEN_DTYPES:
         raise ValueError(f"{name} must be a non-empty (B, T) int64 or int32 tensor of token ids in {allowed}, "
@@ -97,12 +91,11 @@ def check_tokens(vocab_size: int, idx: object, name: str = "idx") -> None:
     if idx.device.type == "cpu" and not torch.compiler.is_compiling():
         lo, hi = (int(v) for v in torch.aminmax(idx))
         if lo < 0 or hi >= vocab_size:
-            raise ValueError(f"{name} holds token ids in [{lo}, {hi}], outside the allowed range {allowed} "
-                             f"(vocab_size={vocab_size})")
+            raise ValueError(f"{name} holds token ids in [{lo}, {hi}], outside {allowed}")
 
 
 def memory_bytes(device: torch.device | str | None = None) -> int | None:
-    """All the memory ``device`` has (physical RAM for the CPU); None where it cannot be known."""
+    """All of ``device``'s memory (RAM for the CPU); None where unknown."""
     device = torch.device(device or "cpu")
     if device.type == "cpu":
         try:
@@ -115,10 +108,9 @@ def memory_bytes(device: torch.device | str | None = None) -> int | None:
 
 
 def check_fits(name: str, value: object, nbytes: float, what: str, device: torch.device | str | None = None) -> None:
-    """Refuse ``nbytes`` beyond all the memory ``device`` has before anything is allocated, rather than a bare allocator
-    error or a machine swapping until it is killed."""
+    """Refuse ``nbytes`` beyond all of ``device``'s memory up front, not after a machine swaps until it is killed."""
     total = memory_bytes(device)
     if total is not None and nbytes > total:
-        fail(name, value, f"{what} needs {nbytes / 2**30:,.1f} GiB, more than all the "
-             f"{total / 2**30:,.1f} GiB of memory the {torch.device(device or 'cpu').type} device has")
+        fail(name, value, f"{what} needs {nbytes / 2**30:,.1f} GiB, more than the "
+             f"{torch.device(device or 'cpu').type}'s {total / 2**30:,.1f} GiB")
 

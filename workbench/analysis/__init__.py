@@ -1,5 +1,4 @@
-"""Measurements: activation caches, the recurrence's Jacobians and fixed point, lenses, probes, interventions on the
-memory, reasoning traces. Every function returns plain data (tensors, DataFrames); ``workbench.plots`` draws them."""
+"""Measurements on a model; each returns plain data (tensors, DataFrames) for ``workbench.plots`` to draw."""
 
 from .cache import ActivationCache, run_with_cache
 from .features import DEFAULT_CONDITIONS, condition_features, probe_features

@@ -1,14 +1,7 @@
 """Activation caches per depth and per pass, under any schedule (TransformerLens-style).
 
-Hook names: ``hook_input`` is depth 0 (after any fusion), ``blocks.{l}.hook_resid_post`` depth l+1, then
-``hook_memory``, ``blocks.{l}.attn.hook_gate``; ``blocks.{l}.attn.hook_pattern`` only on request (it forces an explicit
-attention).
-
-Schedules call the model several times; forwards accumulate into the current **pass** until it holds all T positions
-(every schedule computes each position once per pass). So ``multipass(K)`` gives K passes, ``sequential`` and
-``blockwise`` one, ``interleaved(S)`` two (init and refined). Passes are numbered from 1, as in ``pass_dynamics`` and
-the trainer's ``loss_pass{k}``. The rule counts positions without reading them: recording never waits for a device
-and runs on ``meta`` tensors too."""
+Forwards fill the current **pass** until it holds all T positions, so ``multipass(K)`` gives K passes (from 1).
+Positions are counted, never read: recording never waits for a device."""
 
 from __future__ import annotations
 
@@ -32,13 +25,12 @@ RESIDUAL_HOOKS = ("hook_embed", "hook_input", "hook_resid_pre", "hook_resid_mid"
 
 
 def residual_stream(name: str) -> bool:
-    """``run_with_cache``'s default ``names_filter``: the residual stream and the fed-back memory, not per-head
-    q/k/v, gates and mechanism reads (over many passes those add up)."""
+    """Default ``names_filter``: the residual stream and memory only (per-head tensors add up over passes)."""
     return name.rsplit(".", 1)[-1] in RESIDUAL_HOOKS
 
 
 def position_dim(name: str) -> int:
-    """Which dimension of a hook's tensor indexes positions (queries, for attention patterns)."""
+    """The dimension of a hook's tensor that indexes positions (queries, for patterns)."""
     return 2 if name.split(".")[-1] in ("hook_q", "hook_k", "hook_v", "hook_pattern") else 1
 
 
@@ -53,7 +45,7 @@ def _select_names(model: GPT, names_filter: NamesFilter) -> list[str]:
     else:
         unknown = sorted(set(names_filter) - set(names))
         if unknown:
-            raise ValueError(f"names_filter names unknown hook points {unknown}; known: {names[:6]}...")
+            raise ValueError(f"names_filter: unknown hook points {unknown}; known: {names[:6]}...")
         selected = [n for n in names if n in set(names_filter)]
     if not selected:
         raise ValueError(f"names_filter={names_filter!r} selects no hook point")
@@ -69,20 +61,17 @@ _MODEL_NAMES = {"embed": "hook_embed", "input": "hook_input", "memory": "hook_me
 
 
 def act_name(name: str, layer: int | None = None) -> str:
-    """The full hook name for a TransformerLens-style short name and layer (full names pass through)."""
+    """The full hook name of a TransformerLens-style short name and layer."""
     if layer is None:
         return _MODEL_NAMES.get(name, name)
     if name not in _BLOCK_NAMES:
-        raise KeyError(f"cache[{name!r}, {layer}]: the second index is a layer, as in TransformerLens, and needs "
-                       f"a short block name ({sorted(_BLOCK_NAMES)}); for passes use cache.pass_(k)[name], k from 1")
+        raise KeyError(f"cache[{name!r}, {layer}]: the second index is a layer of {sorted(_BLOCK_NAMES)}; "
+                       "for passes use cache.pass_(k)[name]")
     return f"blocks.{layer}.{_BLOCK_NAMES[name]}"
 
 
 class ActivationCache:
-    """Activations by hook name for every pass of a schedule, read as TransformerLens reads its cache.
-
-    ``cache[name]`` is the last pass (the state the schedule ends in); ``cache["resid_post", 3]`` is
-    ``blocks.3.hook_resid_post`` (the second index is a layer, as in TransformerLens, never a pass)."""
+    """Activations by hook name per pass; ``cache[name]`` is the last pass, ``cache["resid_post", 3]`` a layer."""
 
     def __init__(self, passes: list[dict[str, torch.Tensor]], positions: torch.Tensor | None,
                  schedule: str, n_layer: int) -> None:
@@ -96,11 +85,10 @@ class ActivationCache:
         return len(self.passes)
 
     def pass_(self, k: int) -> ActivationCache:
-        """Pass ``k`` as a one-pass cache: 1 is the plain pass; negative ``k`` counts from the end."""
+        """Pass ``k`` (from 1; negative from the end) as a one-pass cache."""
         n = self.n_passes
         if isinstance(k, bool) or not isinstance(k, int) or not (1 <= k <= n or -n <= k <= -1):
-            raise ValueError(f"k={k!r} is invalid: this cache holds {n} passes, numbered 1 to {n} "
-                             f"(or -{n} to -1 from the end)")
+            raise ValueError(f"k={k!r} is invalid: must be in [1, {n}] or [-{n}, -1]")
         return ActivationCache([self.passes[k - 1 if k > 0 else k]], self.positions, self.schedule, self.n_layer)
 
     def keys(self) -> list[str]:
@@ -124,7 +112,7 @@ class ActivationCache:
     def __getitem__(self, key: str | tuple[str, int]) -> torch.Tensor:
         name = act_name(key) if isinstance(key, str) else act_name(*key)
         if name not in self.passes[-1]:
-            raise KeyError(f"{name!r} is not in this cache (recorded: {self.keys()[:6]}...)")
+            raise KeyError(f"{name!r} is not in this cache ({self.keys()[:6]}...)")
         return self.passes[-1][name]
 
     def stack_passes(self, name: str) -> torch.Tensor:
@@ -133,8 +121,7 @@ class ActivationCache:
         return torch.stack([p[name] for p in self.passes])
 
     def stack_activation(self, activation_name: str, layer: int = -1) -> torch.Tensor:
-        """(layers, ...): one block activation (a short name, e.g. ``"resid_post"``) of every layer below ``layer``
-        (-1: all), as TransformerLens' ``stack_activation``."""
+        """(layers, ...): a short-named block activation of every layer below ``layer`` (-1: all)."""
         stop = self.n_layer if layer == -1 else layer
         if not 0 < stop <= self.n_layer:
             raise ValueError(f"layer={layer!r} is invalid: must be -1 or in [1, {self.n_layer}]")
@@ -142,9 +129,7 @@ class ActivationCache:
 
     def accumulated_resid(self, layer: int | None = None, incl_mid: bool = False, return_labels: bool = False
                           ) -> torch.Tensor | tuple[torch.Tensor, list[str]]:
-        """(components, ...): the residual stream at every depth up to ``layer``, as TransformerLens'
-        ``accumulated_resid``: depth l < L is what block l reads (``hook_input`` for l = 0), depth L the final
-        stream; ``incl_mid`` adds each block's ``resid_mid``."""
+        """(components, ...): the stream each block reads (``hook_input`` first) up to ``layer``, then the final."""
         stop = self.n_layer if layer is None or layer == -1 else layer
         if not 0 <= stop <= self.n_layer:
             raise ValueError(f"layer={layer!r} is invalid: must be None, -1 or in [0, {self.n_layer}]")
@@ -164,7 +149,7 @@ class ActivationCache:
 
 
 class _Recorder:
-    """Collects hook outputs forward by forward into passes; positions map to slots on-device, never read."""
+    """Collects hook outputs into passes; positions map to slots on-device, never read."""
 
     def __init__(self, seq_len: int, keep: torch.Tensor | None, per_example: bool, device: torch.device,
                  bar: tqdm) -> None:
@@ -222,16 +207,15 @@ class _Recorder:
 
 def _kept_positions(positions: Sequence[int] | torch.Tensor | None, B: int, T: int
                    ) -> tuple[torch.Tensor | None, bool]:
-    """``run_with_cache``'s ``positions`` as (kept positions on the host, one per example?)."""
+    """``positions`` as (kept positions on the host, one per example?)."""
     if positions is None:
         return None, False
     keep = torch.as_tensor(positions, dtype=torch.long).cpu()
     per_example = keep.ndim == 2
     if not ((keep.ndim == 1 and len(keep) > 0) or keep.shape == (B, 1)):
-        raise ValueError(f"positions of shape {tuple(keep.shape)} is invalid: must be a non-empty 1-D list of "
-                         f"positions kept for every example, or a ({B}, 1) column of one position per example")
+        raise ValueError(f"positions of shape {tuple(keep.shape)} is invalid: must be non-empty 1-D or ({B}, 1)")
     if int(keep.min()) < 0 or int(keep.max()) >= T:
-        raise ValueError(f"positions={keep.flatten().tolist()} is invalid: every position must be in [0, {T - 1}]")
+        raise ValueError(f"positions={keep.flatten().tolist()} is invalid: must be in [0, {T - 1}]")
     return (keep[:, 0] if per_example else keep), per_example
 
 
@@ -240,12 +224,8 @@ def run_with_cache(model: GPT, idx: torch.Tensor, schedule: str | schedules.Sche
                    plain_prefix: int | torch.Tensor = 0,
                    names_filter: NamesFilter = residual_stream, positions: Sequence[int] | torch.Tensor | None = None,
                    progress: bool | None = None) -> tuple[schedules.ScheduleOutput, ActivationCache]:
-    """Run ``schedule`` (a ``Schedule``, its JSON form, or a name) on ``idx`` and cache the selected activations of
-    every pass.
-
-    ``positions``: None keeps all; a 1-D list keeps those of every example (entries (B, K, ...)); a (B, 1) column one
-    per example (entries (B, ...)). Unwritten entries (a position a pass did not compute) are NaN, so a mistake shows
-    rather than reads as zero."""
+    """Run ``schedule`` and cache the selected activations of every pass; ``positions`` (B, 1) keeps one per
+    example. Entries a pass did not compute are NaN, so a mistake shows rather than reads as zero."""
     check_tokens(model.config.vocab_size, idx)
     if progress is not None and not isinstance(progress, bool):
         raise ValueError(f"progress={progress!r} is invalid: must be None, True or False")

@@ -1,12 +1,6 @@
-"""A probe batch run under a prefill condition: the residual features at each label position, and the answers.
+"""Residual features at each label position under prefill conditions, and the answers (FBT paper, appendix F).
 
-The FBT paper (appendix F) asks at which depth a linear probe can read the label fixed before the final colon, and
-whether recurrent prefill brings it down to shallow layers. A **prefill condition** is a schedule value
-(``schedules.condition``) or its name: ``standard`` (one plain pass), ``sequential`` (the full recurrence),
-``multipassK`` (K Jacobi passes), ``suffixK`` (only the last k tokens up to the label read memory: the exact
-recurrence with ``plain_prefix = label_pos - k + 1``, the paper's "k + 1 forwards"). Conditions share their forwards:
-the plain pass fills a KV cache that each recurrent suffix rewinds. A probe of a model that cannot answer under a
-condition (``answer_correct``) measures nothing."""
+Conditions share forwards: the plain pass fills a KV cache each recurrent suffix rewinds."""
 
 from __future__ import annotations
 
@@ -30,27 +24,24 @@ Condition = str | schedules.Schedule  # a name (the tables' label) or any schedu
 
 # ------------------------------------------------------------------------------------------ checks
 def named_conditions(conditions: Sequence[Condition]) -> dict[str, schedules.Schedule]:
-    """``{table label: value}`` of the conditions, validated before any forward: a typo in a sweep fails before the
-    first one runs."""
+    """``{table label: value}``, validated before any forward so a typo in a sweep fails at once."""
     if isinstance(conditions, str) or not isinstance(conditions, Sequence) or not conditions:  # one bare condition
         fail("conditions", conditions, "must be a non-empty sequence of conditions")
     return {schedules.condition_name(c): schedules.condition(c) for c in conditions}
 
 
 def check_batch(batch: Batch) -> None:
-    """A batch a probe can read: a ``Batch`` with ``label_positions`` inside its examples' real tokens."""
+    """A ``Batch`` with ``label_positions`` inside its examples' real tokens."""
     if not isinstance(batch, Batch):
         raise ValueError(f"task_or_batch must be a workbench Task or Batch, got {type(batch).__name__}")
     if batch.label_positions is None:
-        raise ValueError("task_or_batch has no label_positions: probes read the label at its position, "
-                         "so use a task that defines one (e.g. a probe task or arith_cot)")
+        raise ValueError("task_or_batch has no label_positions (use e.g. a probe task or arith_cot)")
     if bool((batch.label_positions >= batch.lengths).any()) or bool((batch.label_positions < 0).any()):
         raise ValueError("task_or_batch has label_positions outside the examples' real tokens")
 
 
 def by_label_position(batch: Batch, batch_size: int | None = None) -> Iterator[tuple[int, torch.Tensor]]:
-    """``(label position, rows)`` per label position of ``batch``, rows in chunks of at most ``batch_size``. Cut to
-    its label position, a group's causal forward ends where the label is read, whatever the padding."""
+    """``(label position, rows)`` chunks: cut there, a causal forward ends where the label is read."""
     positions = batch.label_positions.cpu()
     for pos in positions.unique().tolist():
         rows = (positions == pos).nonzero().squeeze(1)
@@ -59,7 +50,7 @@ def by_label_position(batch: Batch, batch_size: int | None = None) -> Iterator[t
 
 
 def subset(batch: Batch, rows: torch.Tensor) -> Batch:
-    """The examples ``rows`` (n,) of ``batch``, with every per-example field."""
+    """The examples ``rows`` of ``batch``, every per-example field."""
     fields = {}
     for name, value in vars(batch).items():
         if isinstance(value, torch.Tensor):
@@ -77,7 +68,7 @@ def residual_names(n_layer: int) -> list[str]:
 
 
 def _recurrent_suffix(model: GPT, idx: torch.Tensor, cache: KVCache, plain_memory: torch.Tensor, start: int) -> None:
-    """Recompute ``start..T-1`` as the exact recurrence with ``plain_prefix = start`` over the plain pass's cache."""
+    """Recompute ``start..T-1`` as the exact recurrence over the plain pass's cache."""
     cache.rewind(start)  # the entries beyond are overwritten before anything can read them
     cache.state = plain_memory[:, start - 1]
     schedules.recur(model, idx, cache, start)
@@ -126,10 +117,7 @@ def _group_features(model: GPT, idx: torch.Tensor, values: dict[str, schedules.S
 @torch.no_grad()
 def condition_features(model: GPT, batch: Batch, conditions: Sequence[Condition] = DEFAULT_CONDITIONS, *,
                        batch_size: int = 1024) -> dict[str, torch.Tensor]:
-    """Residual features ``{label: (L + 1, n, D)}`` at every example's label position, per condition.
-
-    Examples are grouped by label position and cut there: the model is causal, so padding and the label token never
-    matter. ``batch_size`` bounds memory, not results."""
+    """Residual features ``{label: (L + 1, n, D)}`` at every example's label position, per condition."""
     parsed = named_conditions(conditions)
     check_batch(batch)
     check_int("batch_size", batch_size, 1)
@@ -147,17 +135,15 @@ def condition_features(model: GPT, batch: Batch, conditions: Sequence[Condition]
 
 def probe_features(model: GPT, batch: Batch, condition: Condition = "standard", *,
                    batch_size: int = 1024) -> torch.Tensor:
-    """Residual features (L + 1, n, D) at every example's label position under one prefill condition (depth 0: the
-    input after fusion); ``condition_features`` shares the forwards of several."""
+    """Residual features (L + 1, n, D) at every label position under one condition (depth 0: the fused input)."""
     return condition_features(model, batch, (condition,), batch_size=batch_size)[schedules.condition_name(condition)]
 
 
 # ------------------------------------------------------------------------------------------ answers
 def answer_correct(model: GPT, batch: Batch, condition: Condition = "standard", *,
                    batch_size: int = 256) -> np.ndarray:
-    """Per example (n,) bool: is every answer target right under ``condition`` (its prefill, then the same recurrence
-    through the answer)? The condition is ``anchored`` at each label position (``suffix1``: STANDARD prefill, SOFT
-    decoding)."""
+    """Per example: is every answer right under ``condition`` anchored at the label? (An unanswerable probe says
+    nothing.)"""
     check_batch(batch)
     check_int("batch_size", batch_size, 1)
     value = schedules.condition(condition)

@@ -1,10 +1,5 @@
-"""The Jacobi pass map and its fixed point: does iterating it converge, and can the model read what it converges to?
-
-Fused prefill runs the *pass map* H^(k) = F(shift(H^(k-1))): Jacobi on a causal system whose fixed point H* is the
-exact sequential recurrence. The FBT paper claims that, trained with a small share of 3-pass batches, this map
-contracts toward H* even hundreds of passes past its training depth. H is always the *memory*
-(``StepOutput.memory``). Everything runs in eval mode (training jitter would blur a fixed point) and restores the
-mode."""
+"""The Jacobi pass map H^(k) = F(shift(H^(k-1))) on the memory and its fixed point H* (the exact recurrence): does
+it converge, and can the model read H*? Eval mode throughout: training jitter would blur a fixed point."""
 
 from __future__ import annotations
 
@@ -35,21 +30,20 @@ def check_prefix(plain_prefix: int | torch.Tensor, T: int) -> None:
 
 
 def _norm(x: torch.Tensor) -> float:
-    """Frobenius norm accumulated in float64, so residuals near float32's resolution stay visible."""
+    """Frobenius norm in float64, so residuals near float32's resolution stay visible."""
     return float(torch.linalg.vector_norm(x.double()))
 
 
 # ---------------------------------------------------------------------------------------------- passes
 def exact_by_causality(B: int, T: int, k: int, plain_prefix: int | torch.Tensor = 0,
                        device: torch.device | str = "cpu") -> torch.Tensor:
-    """(B, T) bool: the positions pass k (1-based) has made exact by causality, t < max(p, 1) + k - 1 for a plain
-    prefix p: there the numbers are the sequential recurrence itself, not the iteration approaching it."""
+    """(B, T) bool: positions pass k (from 1) has made exact by causality, t < max(plain_prefix, 1) + k - 1."""
     first_read = torch.as_tensor(plain_prefix, device=device).clamp(min=1).expand(B)
     return torch.arange(T, device=device)[None, :] < (first_read[:, None] + k - 1)
 
 
 def window_loss(logits: torch.Tensor, targets: torch.Tensor) -> tuple[float, list[float]]:
-    """Mean loss over the targets that are not -1, and each example's own mean (NaN where it has none)."""
+    """Mean loss over targets != -1, and each example's (NaN where it has none)."""
     losses = token_losses(logits, targets).double()
     valid = (targets >= 0).double()
     per_example = (losses * valid).sum(1) / valid.sum(1)
@@ -61,30 +55,23 @@ def window_loss(logits: torch.Tensor, targets: torch.Tensor) -> tuple[float, lis
 def pass_dynamics(model: GPT, idx: torch.Tensor, passes: int = 1000, targets: torch.Tensor | None = None,
                   plain_prefix: int | torch.Tensor = 0, reference: torch.Tensor | None = None,
                   progress: bool = False, from_position: int = 0, keep_examples: bool = False) -> pd.DataFrame:
-    """Iterate the Jacobi pass map ``passes`` times and report how it approaches its fixed point.
-
-    One row per pass k: ``delta`` ``||H^k - H^(k-1)|| / ||H^k||``, ``fixed_point_distance`` ``||H^k - H*|| /
-    ||H*||``, ``contraction_rate`` ``delta_k / delta_(k-1)``, ``loss``, ``exact_by_causality`` (share of measured
-    positions). ``from_position``: measure only positions t >= it. Position t is exact after t + 1 passes, so the
-    claim that the map stays near its fixed point *while iterating* lives at positions not yet reached: with
-    ``from_position >= passes`` no measured position is exact by causality. Passes are streamed: memory does not grow
-    with ``passes``; ``reference``: H* (B, T, D) when already computed."""
+    """Per pass, how the iteration approaches H* (relative norms). Position t is exact after t + 1 passes, so the
+    claim lives at ``from_position >= passes``."""
     check_tokens(model.config.vocab_size, idx)
     check_int("passes", passes, 1)
     B, T = idx.shape
     check_prefix(plain_prefix, T)
     check_int("from_position", from_position, 0, T - 1)
     if targets is not None and tuple(targets.shape) != tuple(idx.shape):
-        raise ValueError(f"targets must have the shape of idx {tuple(idx.shape)}, got {tuple(targets.shape)}")
+        raise ValueError(f"targets shape {tuple(targets.shape)} != idx {tuple(idx.shape)}")
     if keep_examples and targets is None:
-        raise ValueError("keep_examples=True needs targets: the per-example losses are of targets")
+        raise ValueError("keep_examples=True needs targets")
     window = slice(from_position, None)
     with eval_mode(model):
         exact = reference if reference is not None else schedules.Sequential().run(model, idx, plain_prefix).memory
         expected = (*idx.shape, model.config.n_embd)
         if tuple(exact.shape) != expected:
-            raise ValueError(f"reference must be the sequential memory of idx, shape {expected}, "
-                             f"got {tuple(exact.shape)}")
+            raise ValueError(f"reference must have shape {expected}, got {tuple(exact.shape)}")
         exact = exact[:, window]
         exact_norm = _norm(exact)
         scored = None if targets is None else targets[:, window]
@@ -110,14 +97,10 @@ def pass_dynamics(model: GPT, idx: torch.Tensor, passes: int = 1000, targets: to
 
 def pass_milestones(runs: Mapping[str, pd.DataFrame], seq_len: int, tol: float = 1e-4,
                     training_passes: Sequence[int] = (1, 2, 3)) -> pd.DataFrame:
-    """One row per ``pass_dynamics`` table: its loss at the passes that matter, and where it settled.
-
-    On length-T sequences the iteration *is* the exact recurrence from pass T on: passes 1..T are the approach, the
-    tail rounding noise. ``settled_at``: first pass with ``fixed_point_distance < tol``; ``rate_before_T``: median
-    ``contraction_rate`` before T (below 1: the residual shrank before exactness forced it); ``loss_pass{k}`` for
-    ``training_passes``, ``loss_at_T``, ``loss_last``, ``delta_last``."""
+    """Per ``pass_dynamics`` table: losses that matter, where it settled; ``rate_before_T`` < 1: it shrank before
+    exactness forced it."""
     if not runs:
-        raise ValueError("runs is empty: give at least one name -> pass_dynamics table")
+        raise ValueError("runs is empty")
     check_int("seq_len", seq_len, 1)
     if not tol > 0:
         raise ValueError(f"tol={tol!r} is invalid: must be > 0")
@@ -125,7 +108,7 @@ def pass_milestones(runs: Mapping[str, pd.DataFrame], seq_len: int, tol: float =
     for name, frame in runs.items():
         missing = sorted({"pass", "fixed_point_distance", "contraction_rate", "loss", "delta"} - set(frame.columns))
         if missing or frame.empty:
-            raise ValueError(f"runs[{name!r}] is not a pass_dynamics table (missing {missing} or empty)")
+            raise ValueError(f"runs[{name!r}] is not a pass_dynamics table (missing {missing})")
         by_pass = frame.set_index("pass")
         settled = by_pass.index[by_pass["fixed_point_distance"] < tol]
         last = int(by_pass.index.max())
@@ -142,14 +125,14 @@ def pass_milestones(runs: Mapping[str, pd.DataFrame], seq_len: int, tol: float =
 # ---------------------------------------------------------------------------------------------- quality
 @dataclass
 class FixedPointQuality:
-    """Per example and per position: each pass against the exact recurrence, and the exact one itself."""
+    """Each pass against the exact recurrence, per example and per position."""
 
     per_example: pd.DataFrame  # QUALITY_COLUMNS; schedule "multipass" rows per pass, one "sequential" row
     per_position: pd.DataFrame  # pass, position, distance (RMS over examples, relative to the exact memory)
 
 
 def example_scores(logits: torch.Tensor, targets: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
-    """(B,) mean loss over each example's targets and whether every one is argmax-right."""
+    """(B,) mean loss and whether every target is argmax-right."""
     scored = targets >= 0
     losses = (token_losses(logits.float(), targets) * scored).sum(1) / scored.sum(1).clamp(min=1)
     right = ((logits.argmax(-1) == targets) | ~scored).all(1)
@@ -159,12 +142,11 @@ def example_scores(logits: torch.Tensor, targets: torch.Tensor) -> tuple[np.ndar
 @torch.no_grad()
 def fixed_point_quality(model: GPT, idx: torch.Tensor, targets: torch.Tensor, passes: int,
                         plain_prefix: int | torch.Tensor = 0) -> FixedPointQuality:
-    """Loss and accuracy of passes 1..``passes`` and of the exact recurrence, with each pass's distance ``||H^k -
-    H*|| / ||H*||``: a fixed point can be reached and still be unreadable."""
+    """Loss, accuracy and distance to H* of each pass and of H*: a fixed point can be reached and be unreadable."""
     check_tokens(model.config.vocab_size, idx)
     check_int("passes", passes, 1, MAX_COUNT)
     if targets.shape != idx.shape:
-        raise ValueError(f"targets must have the shape of idx {tuple(idx.shape)}, got {tuple(targets.shape)}")
+        raise ValueError(f"targets shape {tuple(targets.shape)} != idx {tuple(idx.shape)}")
     B, T = idx.shape
     with eval_mode(model):
         exact = schedules.Sequential().run(model, idx, plain_prefix)
@@ -202,17 +184,13 @@ def _step_stats(previous: torch.Tensor, previous_logp: torch.Tensor, memory: tor
 @torch.no_grad()
 def iterate_geometry(model: GPT, idx: torch.Tensor, passes: int, targets: torch.Tensor | None = None,
                      rel_tol: float = 1e-3, kl_tol: float = 1e-4, plain_prefix: int | torch.Tensor = 0) -> Geometry:
-    """The shape of the fused-prefill iteration, pass by pass.
-
-    Per pass k >= 2, with step ``s_k = H^k - H^(k-1)``: ``residual`` ``||s_k|| / ||H^k||``, ``cosine`` of ``s_k`` and
-    ``s_(k-1)`` (near -1: oscillating; near 1: creeping one way), ``acceleration`` ``||s_k - s_(k-1)|| /
-    ||s_(k-1)||``, ``kl`` (pass k-1 to k), ``loss`` and ``stopped_share``: positions that met the stopping rule
-    (residual < ``rel_tol`` *and* KL < ``kl_tol``). ``passes_needed`` is each position's first such pass (0: never)."""
+    """The iteration's shape per pass: ``cosine`` of successive steps near -1 is oscillating, near 1 creeping.
+    Stopping rule: residual < ``rel_tol`` and KL < ``kl_tol``."""
     check_tokens(model.config.vocab_size, idx)
     check_int("passes", passes, 2, MAX_COUNT)
     for name, tol in (("rel_tol", rel_tol), ("kl_tol", kl_tol)):
         if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not 0 < tol < math.inf:
-            raise ValueError(f"{name}={tol!r} is invalid: must be a finite number > 0")
+            raise ValueError(f"{name}={tol!r} is invalid: must be finite and > 0")
     B, T = idx.shape
     needed = np.zeros((B, T), dtype=np.int64)
     rows, prev, prev_step, prev_logp = [], None, None, None
@@ -246,8 +224,7 @@ def iterate_geometry(model: GPT, idx: torch.Tensor, passes: int, targets: torch.
 @torch.no_grad()
 def adaptive_prefill(model: GPT, idx: torch.Tensor, max_passes: int, rel_tol: float = 1e-3, kl_tol: float = 1e-4,
                      plain_prefix: int | torch.Tensor = 0) -> tuple[schedules.ScheduleOutput, int]:
-    """Fused prefill that stops once the whole batch meets ``iterate_geometry``'s stopping rule, or at
-    ``max_passes``: the last pass and the number of passes run."""
+    """Fused prefill stopped by ``iterate_geometry``'s rule (whole batch) or ``max_passes``; returns passes run."""
     check_tokens(model.config.vocab_size, idx)
     check_int("max_passes", max_passes, 1, MAX_COUNT)
     prev = prev_logp = None
@@ -263,11 +240,10 @@ def adaptive_prefill(model: GPT, idx: torch.Tensor, max_passes: int, rel_tol: fl
 
 
 def residual_behaviour(residuals: Sequence[float], zero: float = 1e-6) -> str:
-    """How the pass residual behaves after the first passes: one of ``BEHAVIOURS`` ("oscillates": it does not halve
-    and its changes alternate in sign more than half the time)."""
+    """One of ``BEHAVIOURS`` for a residual series ("oscillates": does not halve, changes mostly alternate sign)."""
     values = np.asarray([r for r in residuals if np.isfinite(r)], dtype=np.float64)
     if len(values) < 4:
-        raise ValueError(f"residuals must hold at least 4 finite values, got {len(values)}")
+        raise ValueError(f"residuals must hold >= 4 finite values, got {len(values)}")
     if values[-1] < zero:
         return "decays to zero"
     half = len(values) // 2

@@ -1,8 +1,5 @@
-"""FBT's latent feedback taken apart: how much it carries and what the fused input is made of.
-
-``feedback_bandwidth`` puts the bandwidth argument in numbers (``log2 |V|`` bits per sampled token against a
-D-dimensional state); ``fusion_parts`` decomposes the fused input ``u_t = RMSNorm((W_U m_{t-1}) * sigmoid(W_G e_t))``
-per position under the exact recurrence."""
+"""FBT's latent feedback taken apart: its bandwidth, and the fused input
+``u_t = RMSNorm((W_U m_{t-1}) * sigmoid(W_G e_t))`` decomposed per position."""
 
 from __future__ import annotations
 
@@ -24,8 +21,7 @@ FUSION_COLUMNS = ["example", "position", "token", "reads", "value_rms", "gate_me
 
 
 def feedback_bandwidth(config: ModelConfig, bits_per_value: int = 16) -> dict[str, float]:
-    """What a step can feed back: a sampled token (at most ``log2 |V|`` bits, ``token_bits``) or the state it came
-    from (D values of ``bits_per_value`` bits, ``state_bits``; 16 for bf16); ``ratio`` = state / token bits."""
+    """Bits a step can feed back: a sampled token (``log2 |V|``) vs the D-dim state; ``ratio`` = state / token."""
     if not isinstance(config, ModelConfig):
         raise ValueError(f"config must be a ModelConfig, got {type(config).__name__}")
     check_int("bits_per_value", bits_per_value, 1, 64)
@@ -37,7 +33,7 @@ def feedback_bandwidth(config: ModelConfig, bits_per_value: int = 16) -> dict[st
 
 def _check_fbt(model: GPT) -> None:
     if model.config.mechanism != "fbt":
-        raise ValueError(f"model.config.mechanism={model.config.mechanism!r} is invalid: fusion needs 'fbt'")
+        raise ValueError(f"model.config.mechanism={model.config.mechanism!r} is invalid: needs 'fbt'")
 
 
 def _cosine(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -46,12 +42,9 @@ def _cosine(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def fusion_parts(model: GPT, idx: torch.Tensor, plain_prefix: int = 0) -> pd.DataFrame:
-    """The fused input of every position under the exact recurrence, decomposed into its two paths.
+    """Each position's fused input split into value path and gate: the GLU gives the token no route around the
+    state."""
 
-    One row per (example, position): ``reads``; ``value_rms`` of the value path ``W_U m_{t-1}`` (NaN where nothing is
-    read); ``gate_mean`` / ``gate_std`` of ``sigmoid(W_G e_t)`` over channels; ``cos_value`` / ``cos_embed``: cosine
-    of the actual input ``u_t`` with the value path and with ``e_t``. A fused position with high ``cos_value`` reads
-    mostly the state, gated by the token: by the GLU's design the token cannot route around the state."""
     _check_fbt(model)
     check_tokens(model.config.vocab_size, idx)
     B, T = idx.shape

@@ -1,11 +1,7 @@
 """Causal interventions on the feedback channel: patch, zero or mean-ablate the memory a position reads.
 
-A probe shows that a label is *decodable* from the memory, not that the model *uses* it (the FBT paper's warning,
-arXiv 2608.08888, appendix F); replacing the memory ``m_{t-1}`` that position t reads and watching the answer tells
-the two apart, under any schedule or teacher-forced regime. **Sites**: ``"memory"`` (``hook_memory_in``, before any
-mechanism reads it), ``"input"`` (``hook_input``, FBT's fused input), ``"inject{l}"`` (what LRT's layer l injects). A
-schedule may call the model several times, so a site is recorded and replayed forward by forward: patching a run with
-its own record reproduces it bit for bit."""
+A probe shows a label is *decodable* from memory, not *used* (arXiv 2608.08888, appendix F); an edit tells them
+apart. Sites are replayed forward by forward: a run patched with its own record is reproduced bit for bit."""
 
 from __future__ import annotations
 
@@ -31,18 +27,17 @@ EditFn = Callable[..., "torch.Tensor | None"]
 
 # ------------------------------------------------------------------------------------------ sites
 def _site_hooks(model: GPT) -> dict[str, str]:
-    """Every site of a model with the hook point it edits: ``memory``, then its mechanism's own (``sites``)."""
+    """Every site of a model with the hook point it edits."""
     mechanism = MECHANISM_CLASSES[model.config.mechanism]
     return {"memory": "hook_memory_in", **mechanism.sites(model.config.n_layer)}
 
 
 def site_hook_name(model: GPT, site: str) -> str:
-    """The hook point a site edits; a ValueError names the sites this model has."""
+    """The hook point a site edits."""
     hooks = _site_hooks(model)
     if isinstance(site, str) and site in hooks:
         return hooks[site]
-    raise ValueError(f"site={site!r} is invalid for a {model.config.mechanism!r} model: must be one of "
-                     f"{list(hooks)}")
+    raise ValueError(f"site={site!r} is invalid for {model.config.mechanism!r}: must be one of {list(hooks)}")
 
 
 def sites(model: GPT) -> list[str]:
@@ -52,7 +47,7 @@ def sites(model: GPT) -> list[str]:
 
 @dataclass(frozen=True)
 class FeedbackHook:
-    """What an edit function receives as ``hook``: where in the run its tensor sits."""
+    """An edit function's ``hook``: where in the run its tensor sits."""
 
     site: str
     name: str  # the hook point's name
@@ -61,7 +56,7 @@ class FeedbackHook:
 
 
 class _Tracker:
-    """Follows the forwards of a run: their positions, and whether each reads memory (and which one it is)."""
+    """Follows a run's forwards: their positions, and whether each reads memory."""
 
     def __init__(self) -> None:
         self.positions = torch.empty(0, dtype=torch.long)
@@ -78,11 +73,7 @@ class _Tracker:
 
 @contextmanager
 def feedback_hooks(model: GPT, fwd_hooks: Mapping[str, EditFn] | Sequence[tuple[str, EditFn]]) -> Iterator[None]:
-    """Attach edits ``fn(tensor, *, hook)`` to feedback sites for a ``with`` block.
-
-    ``fn`` gets one forward's tensor (B, Tc, D) and a ``FeedbackHook``; a returned tensor replaces it, None only
-    observes. Called only in forwards that read memory, so an edit never reaches a plain pass; works around anything
-    that calls the model (``schedules.run``, ``generate``, caches)."""
+    """Attach edits ``fn(tensor, *, hook: FeedbackHook)`` to sites, called only in forwards that read memory."""
     tracker = _Tracker()
     items = list(fwd_hooks.items() if isinstance(fwd_hooks, Mapping) else fwd_hooks)
     named = [(site, site_hook_name(model, site), fn) for site, fn in items]
@@ -102,14 +93,13 @@ def feedback_hooks(model: GPT, fwd_hooks: Mapping[str, EditFn] | Sequence[tuple[
 # ------------------------------------------------------------------------------------------ runs
 def run_schedule(schedule: str | schedules.Schedule = "sequential", regime: str | None = None,
                  prompt_len: int | None = None, prefill_passes: int = 1, T: int | None = None) -> schedules.Schedule:
-    """The value a run computes: ``schedule`` (a value, its JSON form or a name), or the decoding ``regime``
-    teacher-forced on a ``prompt_len``-token prompt."""
+    """``schedule``, or the decoding ``regime`` teacher-forced on a ``prompt_len``-token prompt."""
     if regime is None:
         return schedules.parse(schedule)
     if regime not in schedules.REGIMES:
-        raise ValueError(f"regime={regime!r} is invalid: must be None (a schedule) or one of {schedules.REGIMES}")
+        raise ValueError(f"regime={regime!r} is invalid: must be None or one of {schedules.REGIMES}")
     if prompt_len is None:
-        raise ValueError("prompt_len is required with a regime: the prompt's length, in [1, T]")
+        raise ValueError("prompt_len is required with a regime")
     if T is not None:
         check_int("prompt_len", prompt_len, 1, T)
     return schedules.regime(regime, prefill_passes, prompt_len)
@@ -119,8 +109,7 @@ def run_logits(model: GPT, idx: torch.Tensor, *, schedule: str | schedules.Sched
                regime: str | None = None,
                prompt_len: int | None = None, prefill_passes: int = 1, plain_prefix: int | torch.Tensor = 0
                ) -> torch.Tensor:
-    """Logits (B, T, V) of ``idx`` under a schedule, or teacher-forced under a decoding ``regime`` as
-    ``generate(idx[:, :prompt_len], regime=...)`` computes the continuation."""
+    """Logits (B, T, V) of ``idx`` under a schedule, or teacher-forced under a decoding ``regime``."""
     check_tokens(model.config.vocab_size, idx)
     value = run_schedule(schedule, regime, prompt_len, prefill_passes, idx.size(1))
     with eval_mode(model), torch.no_grad():
@@ -130,8 +119,7 @@ def run_logits(model: GPT, idx: torch.Tensor, *, schedule: str | schedules.Sched
 def reads_memory(idx: torch.Tensor, *, schedule: str | schedules.Schedule = "sequential", regime: str | None = None,
                  prompt_len: int | None = None, prefill_passes: int = 1, plain_prefix: int | torch.Tensor = 0
                  ) -> torch.Tensor:
-    """(B, T) bool: the (example, position) pairs that read memory in a run's final result (``Schedule.reads``); the
-    keywords are ``run_logits``', so one set describes a run to both."""
+    """(B, T) bool: what reads memory in a run's final result; takes ``run_logits``' keywords."""
     B, T = idx.shape
     value = run_schedule(schedule, regime, prompt_len, prefill_passes, T)
     return value.reads(B, T, plain_prefix, idx.device)
@@ -140,7 +128,7 @@ def reads_memory(idx: torch.Tensor, *, schedule: str | schedules.Schedule = "seq
 # ------------------------------------------------------------------------------------------ records
 @dataclass
 class SiteRecord:
-    """A site's values in one run, forward by forward: what ``patch`` replays and ``mean`` averages."""
+    """A site's values in one run, forward by forward."""
 
     site: str
     positions: list[torch.Tensor] = field(default_factory=list)  # per forward: (Tc,) absolute positions
@@ -149,14 +137,14 @@ class SiteRecord:
     logits: torch.Tensor | None = None  # (B, T, V) the run's logits
 
     def means(self, forward: int) -> torch.Tensor:
-        """(Tc, D) mean over the rows that read memory at each position of a forward (0 where none do)."""
+        """(Tc, D) mean over the rows that read memory (0 where none do)."""
         reads = self.reads[:, self.positions[forward].to(self.reads.device)].to(self.values[forward])
         total = (self.values[forward] * reads[..., None]).sum(0)
         return total / reads.sum(0).clamp(min=1)[:, None]
 
 
 def record_site(model: GPT, idx: torch.Tensor, site: str = "memory", **run: Any) -> SiteRecord:
-    """Run ``idx`` (``run``: ``run_logits``' keywords) and keep ``site``'s value in every forward that reads memory."""
+    """Run ``idx`` and keep ``site``'s value in every forward that reads memory."""
     record = SiteRecord(site, reads=reads_memory(idx, **run))
 
     def keep(tensor: torch.Tensor, *, hook: FeedbackHook) -> None:
@@ -170,8 +158,8 @@ def record_site(model: GPT, idx: torch.Tensor, site: str = "memory", **run: Any)
 
 @dataclass(frozen=True)
 class Intervention:
-    """One edit of a site: ``zero``, ``mean`` (over the rows that read memory there) or ``patch``: row i takes the
-    recorded value of row ``rows[i]`` (default i) of the run on ``source`` (default: this batch)."""
+    """One edit of a site; ``patch``: row i takes row ``rows[i]`` (default i) of the run on ``source`` (default:
+    this batch)."""
 
     kind: str
     rows: torch.Tensor | None = None  # (B,) long
@@ -181,14 +169,13 @@ class Intervention:
         if self.kind not in KINDS:
             raise ValueError(f"kind={self.kind!r} is invalid: must be one of {KINDS}")
         if self.kind == "patch" and self.rows is None and self.source is None:
-            raise ValueError("a patch needs rows (rows of this batch to copy from) or source tokens (another run)")
+            raise ValueError("a patch needs rows or source")
         if self.kind != "patch" and (self.rows is not None or self.source is not None):
             raise ValueError(f"rows and source belong to kind='patch', not kind={self.kind!r}")
 
 
 def edit_function(intervention: Intervention, where: torch.Tensor, record: SiteRecord) -> EditFn:
-    """The edit applying ``intervention`` where ``where`` (B, T) is set, replaying ``record`` (the source run for a
-    patch, the clean run for a mean) forward by forward."""
+    """The edit applying ``intervention`` where ``where`` (B, T) is set, replaying ``record``."""
     kind = intervention.kind
     rows = intervention.rows
 
@@ -200,8 +187,7 @@ def edit_function(intervention: Intervention, where: torch.Tensor, record: SiteR
             replacement = torch.zeros_like(tensor)
         else:
             if hook.forward >= len(record.values) or not torch.equal(record.positions[hook.forward], hook.positions):
-                raise ValueError(f"the {kind} record does not match this run at forward {hook.forward}: "
-                                 "record the same schedule on tokens of the same length")
+                raise ValueError(f"the {kind} record does not match this run at forward {hook.forward}")
             if kind == "mean":
                 replacement = record.means(hook.forward)[None].expand_as(tensor)
             else:
@@ -223,15 +209,13 @@ def _where(B: int, T: int, positions: torch.Tensor | int | None, reads: torch.Te
 
 def intervene(model: GPT, idx: torch.Tensor, intervention: Intervention, positions: int | torch.Tensor | None,
               site: str = "memory", clean: SiteRecord | None = None, **run: Any) -> torch.Tensor:
-    """Logits (B, T, V) of ``idx`` with ``site`` edited at ``positions`` (int or (B,)), or wherever memory is read
-    (None), in every forward. Positions that read no memory are left alone; ``clean`` (this run's ``record_site``) is
-    reused when given."""
+    """Logits with ``site`` edited at ``positions`` (None: wherever memory is read) in every forward."""
     check_tokens(model.config.vocab_size, idx)
     B, T = idx.shape
     if positions is not None:
-        allowed = f"must be None (every position that reads memory), an int or ({B},) ints in [0, {T - 1}]"
+        allowed = f"must be None, an int or ({B},) ints in [0, {T - 1}]"
         given = positions
-        try:  # an int tensor (or a list of ints) is an index; a float or a bool one would fail as one, naming nothing
+        try:  # a float or bool tensor would fail as an index, naming nothing
             positions = torch.as_tensor(positions)
         except (TypeError, ValueError, RuntimeError):
             fail("positions", given, allowed)
@@ -242,11 +226,10 @@ def intervene(model: GPT, idx: torch.Tensor, intervention: Intervention, positio
             fail("positions", positions.tolist(), allowed)
     source, rows = intervention.source, intervention.rows
     if source is not None and (source.ndim != 2 or source.shape[1] != T or (rows is None and len(source) != B)):
-        raise ValueError(f"source must be ({B}, {T}) tokens like idx (or (B', {T}) with rows), "
-                         f"got {tuple(source.shape)}")
+        raise ValueError(f"source must be ({B}, {T}) (or (B', {T}) with rows), got {tuple(source.shape)}")
     available = len(idx if source is None else source)
     if rows is not None and (rows.shape != (B,) or bool((rows < 0).any() | (rows >= available).any())):
-        raise ValueError(f"rows must have shape ({B},) and index the source's rows, got {rows.tolist()!r}")
+        raise ValueError(f"rows must be ({B},) indices of source rows, got {rows.tolist()!r}")
     clean = clean if clean is not None else record_site(model, idx, site, **run)
     record = record_site(model, source, site, **run) if source is not None else clean
     where = _where(B, T, positions, clean.reads)
@@ -274,22 +257,17 @@ def intervention_effects(model: GPT, idx: torch.Tensor, positions: int | Sequenc
                          interventions: Mapping[str, Intervention] | Sequence[str] = ("zero", "mean"), *,
                          foils: torch.Tensor | None = None, answer_positions: int | torch.Tensor | None = None,
                          site: str = "memory", per_example: bool = False, **run: Any) -> pd.DataFrame:
-    """How each intervention at each position moves the answer: one call, a tidy DataFrame.
-
-    Each of ``positions`` is intervened on its own run (None: the whole memory stream at once, reported as position
-    -1, with ``answer_positions`` given). ``answers`` (B,) are read at ``answer_positions`` (default the intervened
-    position, whose prediction reads the edited memory first) against ``foils`` (default: the best other token);
-    ``run`` takes ``run_logits``' keywords. Per (site, position, intervention): ``n``, mean ``logit_diff_clean``,
-    ``logit_diff``, ``logit_diff_change`` and ``flip_rate``; ``per_example=True`` gives one row per example."""
+    """How each intervention at each position (None: the whole stream, as -1) moves ``answers`` against ``foils``
+    (default: the best other token)."""
     check_tokens(model.config.vocab_size, idx)
     B, T = idx.shape
     named = {k: Intervention(k) for k in interventions} if not isinstance(interventions, Mapping) \
         else dict(interventions)
     if not named:
-        raise ValueError("interventions must name at least one intervention")
+        raise ValueError("interventions is empty")
     wanted = [positions] if positions is None or isinstance(positions, (int, np.integer)) else list(positions)
     if not wanted:
-        raise ValueError("positions must name at least one position")
+        raise ValueError("positions is empty")
     for p in wanted:
         if p is not None:
             check_int("positions", p, 0, T - 1)
@@ -301,7 +279,7 @@ def intervention_effects(model: GPT, idx: torch.Tensor, positions: int | Sequenc
     frames = []
     for p in wanted:
         if p is None and answer_positions is None:
-            raise ValueError("answer_positions is required with positions=None (the whole memory stream)")
+            raise ValueError("answer_positions is required with positions=None")
         at = torch.as_tensor(p if answer_positions is None else answer_positions).expand(B)
         if bool((at < 0).any() | (at >= T).any()):
             raise ValueError(f"answer_positions must lie in [0, {T - 1}]")
@@ -332,11 +310,8 @@ def summarize_effects(per_example: pd.DataFrame) -> pd.DataFrame:
 def ablation_by_distance(model: GPT, idx: torch.Tensor, max_distance: int, *, targets: torch.Tensor | None = None,
                          positions: Sequence[int] | None = None, kind: str = "mean", site: str = "memory",
                          batch_size: int = 2048, **run: Any) -> pd.DataFrame:
-    """How far back the recurrent state matters: ablate the memory read at r (``m_{r-1}``) and measure the loss change
-    at ``t = r + d - 1`` for ``d = 1..max_distance``.
-
-    ``positions`` (the reads r) default to wherever the first example reads memory; each r is its own run, batched as
-    copies of ``idx`` up to ``batch_size`` rows. One row per (example, r, d), ``increase`` in nats."""
+    """How far back the state matters: loss ``increase`` (nats) at ``r + d - 1`` when the memory read at r is
+    ablated."""
     check_tokens(model.config.vocab_size, idx)
     B, T = idx.shape
     check_int("max_distance", max_distance, 1, T)

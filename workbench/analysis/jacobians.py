@@ -1,9 +1,5 @@
-"""Derivatives of the token recurrence: how a perturbation of the carried state moves everything after it.
-
-A Jacobi pass map over a causal sequence is nilpotent (its Jacobian is strictly lower triangular in position), so its
-norm certifies nothing about fused prefill or SOFT decoding: the token recurrence ``m_{t-1} -> m_t`` decides. Every
-map is ``schedules.continuation`` differentiated by ``torch.func``. Jacobians and exponents use a float64 copy of the
-model: exponents are logarithms of products of many factors, which float32 would round away."""
+"""Derivatives of the token recurrence ``m_{t-1} -> m_t`` (a causal pass map's Jacobian is nilpotent: its norm
+certifies nothing). Exponents use a float64 copy: float32 would round away products of many factors."""
 
 from __future__ import annotations
 
@@ -28,41 +24,40 @@ SENSITIVITY_COLUMNS = ["distance", "position", "effect", "logit_effect"]
 
 
 def _float64(model: GPT) -> GPT:
-    """A float64 copy in eval mode (the caller's model is left as it is)."""
+    """A float64 copy in eval mode."""
     return copy.deepcopy(model).double().eval()
 
 
 def _check_window(T: int, t0: int, horizon: int, name: str = "horizon") -> None:
     if T < 2:
-        raise ValueError(f"idx must hold at least 2 positions to follow a perturbation, got T={T}")
+        raise ValueError(f"idx must hold at least 2 positions, got T={T}")
     check_int("t0", t0, 0, T - 2)
     check_int(name, horizon, 1, T - 1 - t0)
 
 
 def _exact_prefix(model: GPT, idx: torch.Tensor, t: int, size: int | None = None) -> tuple[KVCache, torch.Tensor]:
-    """The exact recurrence over positions < ``t`` in a cache of ``size``: the cache and the memory ``t`` reads."""
+    """The exact recurrence over positions < ``t``: the cache and the memory ``t`` reads."""
     cache = model.new_kv_cache(idx.size(0), t if size is None else size)
     schedules.Sequential().prefill(model, idx[:, :t], cache)
     return cache, cache.state
 
 
 def _linearised(fn: Callable[[torch.Tensor], torch.Tensor], point: torch.Tensor):
-    """``(w -> J^T w, v -> J v)`` of ``fn`` at ``point``: reverse over reverse (J^T w is linear in w), no
-    forward-mode rules needed."""
+    """``(w -> J^T w, v -> J v)`` of ``fn`` at ``point``, reverse over reverse: no forward-mode rules needed."""
     value, pullback = torch.func.vjp(fn, point)
     _, push = torch.func.vjp(pullback, torch.zeros_like(value))
     return (lambda w: pullback(w)[0]), (lambda v: push((v,))[0])
 
 
 def _unit_directions(shape: tuple[int, int], seed: int, like: torch.Tensor) -> torch.Tensor:
-    """One random unit vector per example, reproducible from ``seed`` whatever the device."""
+    """One random unit vector per example, reproducible on any device."""
     direction = torch.randn(shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
     direction = direction / torch.linalg.vector_norm(direction, dim=-1, keepdim=True)
     return direction.to(device=like.device, dtype=like.dtype)
 
 
 def _orthonormal(B: int, D: int, k: int, seed: int, like: torch.Tensor) -> torch.Tensor:
-    """(B, D, k) random orthonormal columns per example, reproducible from ``seed``."""
+    """(B, D, k) random orthonormal columns per example."""
     g = torch.Generator().manual_seed(seed)
     q, _ = torch.linalg.qr(torch.randn(B, D, k, generator=g, dtype=torch.float64))
     return q.to(like)
@@ -71,15 +66,12 @@ def _orthonormal(B: int, D: int, k: int, seed: int, like: torch.Tensor) -> torch
 # ---------------------------------------------------------------------------------------------- one step
 @torch.no_grad()
 def recurrence_jacobians(model: GPT, idx: torch.Tensor, positions: Sequence[int]) -> torch.Tensor:
-    """(B, len(positions), D, D), float64: the one-step Jacobian ``d m_t / d m_{t-1}`` at each t.
-
-    All but the memory t reads is held at the exact sequential values (keys/values of positions < t, the token at t).
-    Built from D vector-Jacobian products; one product gives a row of every example's Jacobian."""
+    """(B, len(positions), D, D) float64 ``d m_t / d m_{t-1}``, all else held at the exact sequential values."""
     check_tokens(model.config.vocab_size, idx)
     B, T = idx.shape
     positions = [int(t) for t in positions]
     if not positions or min(positions) < 1 or max(positions) > T - 1:
-        raise ValueError(f"positions must be a non-empty list of positions in [1, {T - 1}], got {positions}")
+        raise ValueError(f"positions must be non-empty, in [1, {T - 1}], got {positions}")
     model64 = _float64(model)
     cache = model64.new_kv_cache(B, T)
     memory = schedules.Sequential().prefill(model64, idx, cache).memory
@@ -95,8 +87,7 @@ def recurrence_jacobians(model: GPT, idx: torch.Tensor, positions: Sequence[int]
 
 
 def jacobian_spectra(model: GPT, idx: torch.Tensor, positions: Sequence[int]) -> pd.DataFrame:
-    """Spectral norm and radius of the one-step Jacobian per (example, position): a norm above 1 with a radius below
-    1 is a transient (the step stretches some directions, but repeated it shrinks them)."""
+    """Spectral norm and radius of the one-step Jacobian: norm > 1 with radius < 1 is a transient."""
     jac = recurrence_jacobians(model, idx, positions)
     norms = torch.linalg.matrix_norm(jac, ord=2)
     radii = torch.linalg.eigvals(jac).abs().amax(-1)
@@ -107,7 +98,7 @@ def jacobian_spectra(model: GPT, idx: torch.Tensor, positions: Sequence[int]) ->
 
 def _power_iteration(fn: Callable[[torch.Tensor], torch.Tensor], point: torch.Tensor, v: torch.Tensor,
                      iters: int) -> dict[str, object]:
-    """Largest singular value of ``fn``'s Jacobian per example, from ``v`` (examples iterate side by side)."""
+    """Largest singular value of ``fn``'s Jacobian per example, from ``v``."""
     pullback, pushforward = _linearised(fn, point)
     estimates: list[float] = []
     for _ in range(iters):
@@ -123,9 +114,7 @@ def _power_iteration(fn: Callable[[torch.Tensor], torch.Tensor], point: torch.Te
 @torch.no_grad()
 def jacobian_power_iteration(model: GPT, idx: torch.Tensor, t: int, iters: int = 50,
                              seed: int = 0) -> dict[str, object]:
-    """Power iteration for the spectral norm of the one-step feedback map ``m_{t-1} -> m_t``, all else held at the
-    exact sequential values: ``norm`` (the largest example's), ``per_example`` (B,) and ``estimates`` (per iteration,
-    to judge convergence)."""
+    """Power iteration for the spectral norm of ``m_{t-1} -> m_t``; ``estimates`` per iteration judge convergence."""
     check_tokens(model.config.vocab_size, idx)
     B, T = idx.shape
     check_int("t", t, 1, T - 1)
@@ -140,20 +129,14 @@ def jacobian_power_iteration(model: GPT, idx: torch.Tensor, t: int, iters: int =
 
 
 def jacobian_norm(model: GPT, idx: torch.Tensor, t: int, iters: int = 50, seed: int = 0) -> float:
-    """Spectral norm of the one-step feedback map ``m_{t-1} -> m_t`` at ``t`` (``jacobian_power_iteration``): below
-    1, a small error in the memory ``t`` reads shrinks there."""
+    """Spectral norm of ``m_{t-1} -> m_t`` at ``t``: below 1, a small error in the memory shrinks there."""
     return float(jacobian_power_iteration(model, idx, t, iters, seed)["norm"])
 
 
 @torch.no_grad()
 def pass_map_jacobian(model: GPT, idx: torch.Tensor, iters: int = 30, seed: int = 0,
                       plain_prefix: int | torch.Tensor = 0) -> dict[str, object]:
-    """Power iteration for the spectral norm of the whole pass map ``H -> F(shift(H))`` at its fixed point H*.
-
-    Below 1 certifies that a pass shrinks every perturbation of H*. Above 1 does *not* mean divergence: the map is
-    strictly causal, so its Jacobian is nilpotent and T passes reach H* whatever the norm; a perturbation can grow
-    for a while before causality flushes it out, the transient the pass-mix claim is about. Returns ``norm`` (the
-    largest example's), ``per_example`` and ``estimates``."""
+    """Spectral norm of the pass map at H*: above 1 is no divergence (T passes reach H*) but transient growth."""
     check_tokens(model.config.vocab_size, idx)
     B, T = idx.shape
     check_int("iters", iters, 1)
@@ -170,11 +153,8 @@ def pass_map_jacobian(model: GPT, idx: torch.Tensor, iters: int = 30, seed: int 
 # ---------------------------------------------------------------------------------------------- tangents
 @torch.no_grad()
 def tangent_map(model: GPT, idx: torch.Tensor, t0: int, horizon: int, directions: torch.Tensor) -> torch.Tensor:
-    """The exact tangent of the recurrence, (B, horizon, D, k), float64: ``d m_{t0+n} / d m_t0 @ directions`` for n =
-    1..``horizon``.
-
-    ``directions`` (B, D, k) perturb the memory position ``t0 + 1`` reads; the tangent runs through the memory chain
-    and through the keys/values of positions after ``t0`` that later positions attend to."""
+    """(B, horizon, D, k) float64 ``d m_{t0+n} / d m_t0 @ directions``, through the memory chain and the later
+    keys/values."""
     check_tokens(model.config.vocab_size, idx)
     B, T = idx.shape
     _check_window(T, t0, horizon)
@@ -191,9 +171,8 @@ def tangent_map(model: GPT, idx: torch.Tensor, t0: int, horizon: int, directions
 
 
 def lyapunov_from_jacobians(jacobians: torch.Tensor, k: int, start: torch.Tensor | None = None) -> torch.Tensor:
-    """Finite-time Lyapunov exponents of ``J_n ... J_1`` by QR at every step (Benettin): (B, n, k), the top ``k``
-    exponents ``(1/n) sum log |R_ii|`` after each step; ``start`` (B, D, k) orthonormal, default the first k axes. A
-    zero factor gives ``-inf``."""
+    """(B, n, k) finite-time Lyapunov exponents of ``J_n ... J_1`` by QR at every step (Benettin); a zero factor
+    gives ``-inf``."""
     if jacobians.ndim != 4 or jacobians.size(-1) != jacobians.size(-2):
         raise ValueError(f"jacobians must have shape (B, n, D, D), got {tuple(jacobians.shape)}")
     B, n, D, _ = jacobians.shape
@@ -210,12 +189,8 @@ def lyapunov_from_jacobians(jacobians: torch.Tensor, k: int, start: torch.Tensor
 
 def lyapunov(model: GPT, idx: torch.Tensor, t0: int, horizon: int | None = None, k: int = 1, path: str = "full",
              seed: int = 0) -> pd.DataFrame:
-    """Finite-time Lyapunov exponents of the exact recurrence from ``t0``: one row per (example, horizon, index).
-
-    ``path="full"``: QR of the exact tangent (``tangent_map``) of k random orthonormal directions; the top exponent
-    is exact, lower ones hold while their gap to it times n stays within float64's ~36 nats. ``path="memory"``:
-    one-step Jacobians (keys/values held) chained by QR. Below 0 a perturbation of the carried state dies out; above
-    0 it grows."""
+    """Finite-time Lyapunov exponents from ``t0`` (below 0 a perturbation dies out); ``path="memory"`` holds
+    keys/values. Lower exponents hold while their gap to the top times n stays within float64's ~36 nats."""
     check_tokens(model.config.vocab_size, idx)
     B, T = idx.shape
     horizon = T - 1 - t0 if horizon is None else horizon
@@ -241,18 +216,14 @@ def lyapunov(model: GPT, idx: torch.Tensor, t0: int, horizon: int | None = None,
 @torch.no_grad()
 def sensitivity(model: GPT, idx: torch.Tensor, t0: int, max_distance: int | None = None, eps: float = 1e-3,
                 seed: int = 0) -> pd.DataFrame:
-    """How a nudge to the memory at ``t0`` spreads along the exact recurrence.
-
-    ``eps * u`` (``u`` a random unit vector per example) is added to ``m_t0``; ``effect`` and ``logit_effect`` are
-    the changes of memory and logits at ``t0 + d`` divided by ``eps``, RMS over the batch (the nudge itself has
-    effect 1): decay means the feedback forgets, growth that it amplifies errors. Use a float64 model for ``eps`` far
-    below 1e-3."""
+    """How a nudge ``eps * u`` to ``m_t0`` spreads (changes over ``eps``, RMS over the batch); float64 for tiny
+    ``eps``."""
     check_tokens(model.config.vocab_size, idx)
     B, T = idx.shape
     max_distance = T - 1 - t0 if max_distance is None else max_distance
     _check_window(T, t0, max_distance, "max_distance")
     if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0 or math.isinf(eps):
-        raise ValueError(f"eps={eps!r} is invalid: must be a finite number > 0")
+        raise ValueError(f"eps={eps!r} is invalid: must be finite and > 0")
     stop = t0 + 1 + max_distance
     with eval_mode(model):
         clean, _ = _exact_prefix(model, idx, t0 + 1, stop)

@@ -1,5 +1,4 @@
-"""Logit lens across passes: what the stream at an answer position says about the answer at every pass and depth,
-through the model's readout or an affine tuned lens, and the fed-back memory read the same way."""
+"""Logit lens across passes: what the stream at an answer position says about the answer per pass and depth."""
 
 from __future__ import annotations
 
@@ -21,7 +20,7 @@ LENS_COLUMNS = ["pass", "depth", "lens", "answer_rank", "answer_prob", "top1_is_
 
 @dataclass
 class TunedLens:
-    """One affine map per depth, fitted by least squares to carry that depth's stream to the final one."""
+    """One affine map per depth, carrying that depth's stream to the final one."""
 
     weights: list[torch.Tensor]  # (D + 1, D) per depth: [h, 1] @ W ~ final stream
 
@@ -31,15 +30,14 @@ class TunedLens:
 
 
 def _readout(model: GPT, stream: torch.Tensor) -> torch.Tensor:
-    """Logits of a residual stream (pre-norm) as the model reads its final one: norm, readout, softcap."""
+    """Logits of a pre-norm residual stream, read as the model reads its final one."""
     logits = F.linear(ops().norm(stream), model.readout_weight.to(stream))
     cap = model.config.logit_softcap
     return cap * torch.tanh(logits / cap) if cap > 0 else logits
 
 
 def _answer_streams(model: GPT, idx: torch.Tensor, where: torch.Tensor, passes: int) -> tuple[torch.Tensor, ...]:
-    """Per pass at each ``where``: the stream at every depth (passes, L+1, B, D), the memory read there and the
-    depth-0 input (passes, B, D)."""
+    """Per pass at ``where``: the stream (passes, L+1, B, D), the memory read and the input (passes, B, D)."""
     _, cache = run_with_cache(model, idx, schedules.Multipass(passes), positions=where[:, None],
                               names_filter=lambda n: n in ("hook_input", "hook_memory_in")
                               or n.endswith("hook_resid_post"))
@@ -52,8 +50,7 @@ def _answer_streams(model: GPT, idx: torch.Tensor, where: torch.Tensor, passes: 
 @torch.no_grad()
 def fit_tuned_lens(model: GPT, idx: torch.Tensor, where: torch.Tensor, passes: int = 1,
                    ridge: float = 1e-3) -> TunedLens:
-    """An affine tuned lens, fitted on held-out prompts: per depth, ridge least squares from the stream at ``where``
-    to the final stream there, pooled over passes 1..``passes``."""
+    """An affine tuned lens by ridge least squares, pooled over passes; fit it on held-out prompts."""
     with eval_mode(model):
         resid, _, _ = _answer_streams(model, idx, where, passes)
     final = resid[:, -1].reshape(-1, resid.size(-1)).double()
@@ -79,12 +76,7 @@ def _rank_rows(model: GPT, logits: torch.Tensor, answer: torch.Tensor, **labels)
 @torch.no_grad()
 def fed_back_lens(model: GPT, idx: torch.Tensor, where: torch.Tensor, answer: torch.Tensor, passes: int,
                   tuned: TunedLens | None = None) -> dict[str, pd.DataFrame]:
-    """What the stream at each example's answer position ``where`` says about ``answer`` (B,), per pass.
-
-    ``lens``: rows per (pass, depth, lens) ("logit", and "tuned" with ``tuned``), plus depth -1 "memory" rows (the
-    fed-back state read as if final). ``flips``: per pass k >= 2, the share of final answers changed from pass k-1.
-    ``input``: per pass, the depth-0 input's cosine with the plain pass's and the memory's RMS relative to the plain
-    input's."""
+    """What the stream at ``where`` says about ``answer`` per pass (depth -1: the fed-back memory)."""
     check_tokens(model.config.vocab_size, idx)
     check_int("passes", passes, 1, 100_000)
     B = idx.size(0)

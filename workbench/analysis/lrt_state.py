@@ -1,5 +1,4 @@
-"""What an LRT model learned, per layer: the residual scales ``alpha_l`` / ``gamma_l`` and the mean local and
-feedback gates on a batch."""
+"""What an LRT model learned per layer: residual scales ``alpha_l`` / ``gamma_l`` and mean gates."""
 
 from __future__ import annotations
 
@@ -14,15 +13,11 @@ from .cache import run_with_cache
 
 def _check_lrt(model: GPT) -> None:
     if model.config.mechanism != "lrt":
-        raise ValueError(f"model.config.mechanism={model.config.mechanism!r} is invalid: these statistics "
-                         "read the LRT mechanism's gates and scales (mechanism='lrt')")
+        raise ValueError(f"model.config.mechanism={model.config.mechanism!r} is invalid: needs 'lrt'")
 
 
 def lrt_gates(model: GPT, idx: torch.Tensor) -> pd.DataFrame:
-    """Mean LRT gates per (layer, position) under the exact recurrence, over the batch and kv heads.
-
-    ``gate_local`` scales the token's own key/value, ``gate_feedback`` the projected memory ``W^rec m_{t-1}``; both
-    are ``2 sigmoid(W x[:C])``, 1 at init. Empty without the KV injection."""
+    """Mean LRT gates (``2 sigmoid(.)``, 1 at init) per (layer, position); empty without the KV injection."""
     _check_lrt(model)
     check_tokens(model.config.vocab_size, idx)
     if "kv" not in model.config.lrt_inject:
@@ -38,9 +33,7 @@ def lrt_gates(model: GPT, idx: torch.Tensor) -> pd.DataFrame:
 
 
 def lrt_layer_stats(model: GPT, idx: torch.Tensor) -> pd.DataFrame:
-    """Per layer: ``alpha``, ``gamma`` (residual injection ``alpha x + gamma m``; NaN without it), the mean gates
-    over positions > 0 (position 0 reads no memory; NaN without the KV injection), and ``source``: the block whose
-    output becomes the memory."""
+    """Per layer: ``alpha``, ``gamma`` and the mean gates over positions > 0 (NaN where not injected)."""
     _check_lrt(model)
     L = model.config.n_layer
     mech = model.mechanism

@@ -1,11 +1,7 @@
-"""Linear probes at every residual depth: what a task's latent label looks like to a linear reader.
+"""Linear probes at every residual depth (FBT paper appendix F; control task of Hewitt & Liang 2019).
 
-Method (the FBT paper's appendix F, with the control task of Hewitt & Liang 2019): L2-regularised logistic regression
-on standardised features, scored by **grouped** cross-validation on the task's groups (a group shares everything but
-the label-bearing detail, so a probe is always tested on contexts it never saw). Baselines: the majority class; a
-*control task* (labels a fixed random function of a label-irrelevant token: ``selectivity = accuracy -
-control_accuracy`` discounts what a probe reads merely because the representation encodes everything); the same probe
-on a randomly initialised twin. ``kind="regression"``: ridge, scored by R²."""
+Scored by **grouped** cross-validation, so a probe is always tested on contexts it never saw; ``selectivity``
+discounts what a probe reads merely because the representation encodes everything."""
 
 from __future__ import annotations
 
@@ -41,18 +37,15 @@ def _check_kind(kind: str) -> None:
 
 # ------------------------------------------------------------------------------------------ probes
 def fold_assignment(groups: np.ndarray | torch.Tensor | Sequence[int], folds: int = 4) -> np.ndarray:
-    """Fold index (n,) of every example under ``GroupKFold``: a group never straddles two folds, so a probe is never
-    tested on a context (scratch lines, digits) it was trained on."""
+    """Fold index (n,) under ``GroupKFold``: a group never straddles two folds."""
     from sklearn.model_selection import GroupKFold  # sklearn on first use: import workbench stays light
     groups = np.asarray(groups)
     n_groups = len(np.unique(groups))
     if n_groups < 2:
-        raise ValueError(f"groups holds {n_groups} distinct group(s): grouped cross-validation needs at least 2")
+        raise ValueError(f"groups holds {n_groups} distinct group(s), needs >= 2")
     check_int("folds", folds, 2)
-    if folds > n_groups:  # the data are too few, not the folds too many: say which to change
-        raise ValueError(f"too few examples: {len(groups)} examples in {n_groups} groups cannot fill folds={folds} "
-                         f"(each fold needs a group of its own); give at least {folds} groups (more examples, "
-                         f"e.g. a larger n) or fewer folds")
+    if folds > n_groups:  # the data are too few, not the folds too many
+        raise ValueError(f"too few examples: {n_groups} groups cannot fill folds={folds}; give more or fewer folds")
     fold = np.empty(len(groups), dtype=np.int64)
     for i, (_, test) in enumerate(GroupKFold(n_splits=folds).split(np.zeros(len(groups)), groups=groups)):
         fold[test] = i
@@ -61,7 +54,7 @@ def fold_assignment(groups: np.ndarray | torch.Tensor | Sequence[int], folds: in
 
 def _fit_score(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_test: np.ndarray, kind: str,
                C: float, alpha: float, max_iter: int) -> tuple[float, np.ndarray | None]:
-    """Held-out score of one probe on pre-scaled features, and per-example hits (None for regression)."""
+    """Held-out score of one probe, and per-example hits (None for regression)."""
     from sklearn.exceptions import ConvergenceWarning
     from sklearn.linear_model import LogisticRegression, Ridge
     if kind == "regression":
@@ -70,9 +63,8 @@ def _fit_score(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_t
         hits = y_test == y_train[0]
         return float(np.mean(hits)), hits
     with warnings.catch_warnings():
-        # An L2-regularised fit stopped at max_iter is still a valid regularised probe; a sweep of
-        # hundreds of fits would otherwise bury the output in warnings. tol=1e-3: held-out accuracy
-        # stops moving long before sklearn's default 1e-4 is met, at half the L-BFGS steps.
+        # A fit stopped at max_iter is still a valid regularised probe. tol=1e-3: held-out accuracy
+        # stops moving long before sklearn's 1e-4 is met, at half the L-BFGS steps.
         warnings.simplefilter("ignore", ConvergenceWarning)
         probe = LogisticRegression(C=C, tol=1e-3, max_iter=max_iter).fit(x_train, y_train)
     hits = probe.predict(x_test) == y_test
@@ -80,7 +72,7 @@ def _fit_score(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_t
 
 
 def _baseline(y_train: np.ndarray, y_test: np.ndarray, kind: str) -> float:
-    """The trivial probe: the training majority class (accuracy), or the training mean (R²)."""
+    """The trivial probe: the training majority class, or the training mean (R²)."""
     if kind == "regression":
         residual = np.sum((y_test - y_train.mean()) ** 2)
         total = np.sum((y_test - y_test.mean()) ** 2)
@@ -93,17 +85,17 @@ PROBE_CS = (0.01, 0.1, 1.0, 10.0)  # inverse L2 strengths nested cross-validatio
 
 
 def _check_strengths(C: float | Sequence[float]) -> tuple[float, ...]:
-    """``C`` as a tuple of candidate strengths: one fixed value, or >= 2 for nested cross-validation."""
+    """``C`` as a tuple of candidate strengths (>= 2: nested cross-validation)."""
     candidates = (C,) if isinstance(C, (int, float, np.floating)) and not isinstance(C, bool) else tuple(C)
     if not candidates or not all(isinstance(c, (int, float, np.floating)) and not isinstance(c, bool)
                                  and np.isfinite(c) and c > 0 for c in candidates):
-        fail("C", C, "must be > 0 and finite, or a sequence of such candidates (nested cross-validation picks one)")
+        fail("C", C, "must be > 0 and finite, or a sequence of such")
     return tuple(float(c) for c in candidates)
 
 
 def _choose_C(x: np.ndarray, y: np.ndarray, groups: np.ndarray, candidates: tuple[float, ...], inner_folds: int,
               max_iter: int) -> float:
-    """Nested CV: the candidate with the best inner grouped-fold accuracy (ties: the strongest penalty)."""
+    """Nested CV: the best inner-fold candidate (ties: the strongest penalty)."""
     from sklearn.preprocessing import StandardScaler
 
     inner = fold_assignment(groups, min(inner_folds, len(np.unique(groups))))
@@ -124,11 +116,8 @@ def fit_probe(features: np.ndarray | torch.Tensor, labels: np.ndarray | torch.Te
               alpha: float = 1.0, max_iter: int = 500) -> dict[str, float | int | list[float]]:
     """Grouped cross-validated linear probe of ``labels`` (n,) from ``features`` (n, D).
 
-    Each fold standardises on its training rows only and fits the probe, and the control probe on ``control_labels``
-    at the same strength; scores are keyed as in ``probe_layers``. ``C``: one inverse L2 strength (0.1: a probe as
-    wide as the model cannot memorise ~1,000 examples, Hewitt & Liang), or candidates (``PROBE_CS``) from which
-    **nested** grouped cross-validation picks one per outer fold on its training groups only, so the held-out score
-    never saw the choice. ``fold_C`` fixes one per outer fold (the untrained twin at the trained probe's strengths)."""
+    ``C``: one inverse L2 strength (0.1: too weak to memorise ~1,000 examples), or candidates of which **nested** CV
+    picks one per outer fold, so the held-out score never saw the choice."""
     from sklearn.preprocessing import StandardScaler
 
     _check_kind(kind)
@@ -138,8 +127,7 @@ def fit_probe(features: np.ndarray | torch.Tensor, labels: np.ndarray | torch.Te
         raise ValueError(f"features must be (n, D) and labels (n,), got {x.shape} and {y.shape}")
     if not np.isfinite(x).all():  # scikit-learn would report it from inside the scaler, naming nothing of ours
         bad = np.unique(np.nonzero(~np.isfinite(x))[0])
-        raise ValueError(f"features hold NaN or inf in {len(bad)} of {len(x)} examples (first: {bad[:5].tolist()}): "
-                         "a model that diverged, or unwritten cache entries (NaN by design)")
+        raise ValueError(f"features hold NaN or inf in {len(bad)} of {len(x)} examples (first: {bad[:5].tolist()})")
     if kind == "regression":
         y = y.astype(np.float64)
     control = None if control_labels is None else np.asarray(control_labels)
@@ -152,16 +140,15 @@ def fit_probe(features: np.ndarray | torch.Tensor, labels: np.ndarray | torch.Te
     check_int("inner_folds", inner_folds, 2)
     if fold_C is not None:
         if len(candidates) > 1:
-            raise ValueError("give either candidate strengths C=(...) to choose from or fold_C=[...] to use, not both")
+            raise ValueError("give either candidates C=(...) or fold_C=[...], not both")
         if len(fold_C) != folds:
-            fail("fold_C", fold_C, f"must give one strength per outer fold (folds={folds})")
+            fail("fold_C", fold_C, f"must give one strength per fold (folds={folds})")
         _check_strengths(tuple(fold_C))
     groups = np.asarray(groups)
     fold = fold_assignment(groups, folds)
     scores, control_scores, baselines, used = [], [], [], []
     held_out = np.zeros(len(y), dtype=bool)
-    # One BLAS thread: on (n x D) ~ 1,200 x 128 problems, threads cost more in synchronisation than
-    # they save, and on a busy machine they stall every L-BFGS step (measured: 35x slower on 2 shared cores).
+    # One BLAS thread: on ~1,200 x 128 problems threads cost more than they save (35x slower on 2 busy cores).
     with threadpool_limits(limits=1, user_api="blas"):
         for f in range(folds):
             train, test = fold != f, fold == f
@@ -196,9 +183,8 @@ def regularisation_path(features: np.ndarray | torch.Tensor, labels: np.ndarray 
                         groups: np.ndarray | torch.Tensor, Cs: Sequence[float] = PROBE_CS, *,
                         control_labels: np.ndarray | torch.Tensor | None = None, folds: int = 4,
                         max_iter: int = 500, seed: int = 0) -> pd.DataFrame:
-    """The probe's held-out accuracy at each fixed L2 strength ``C``, with a group-bootstrap interval, control
-    accuracy, selectivity and ``plausible``: the strengths whose interval holds the best accuracy. A verdict that
-    flips among plausible strengths is a property of the penalty, not of the representation."""
+    """Held-out accuracy per ``C``: a verdict that flips among ``plausible`` strengths is the penalty's, not the
+    representation's."""
     strengths = sorted(_check_strengths(tuple(Cs)))
     rows = []
     for c in strengths:
@@ -217,24 +203,18 @@ def regularisation_path(features: np.ndarray | torch.Tensor, labels: np.ndarray 
 def group_interval(values: np.ndarray | Sequence[float], groups: np.ndarray | torch.Tensor | Sequence[int],
                    reference: np.ndarray | Sequence[float] | None = None, *, n_boot: int = 2000, seed: int = 0,
                    level: float = 0.95) -> dict[str, float]:
-    """Mean of per-example ``values`` (minus ``reference``, paired) with a bootstrap interval that resamples whole
-    **groups**: a group's examples share their context, so an example-level bootstrap would be too narrow."""
+    """Mean of ``values`` (minus ``reference``) resampling whole **groups**, whose examples share a context."""
     v = np.asarray(values, dtype=np.float64)
     if reference is not None and np.asarray(reference).shape != v.shape:
         raise ValueError(f"reference must have shape {v.shape}, got {np.asarray(reference).shape}")
     if v.ndim != 1 or np.asarray(groups).shape != v.shape or len(v) == 0:
-        raise ValueError(f"values and groups must be non-empty and of one shape (n,), got {v.shape} and "
-                         f"{np.asarray(groups).shape}")
+        raise ValueError(f"values and groups must be non-empty (n,), got {v.shape} and {np.asarray(groups).shape}")
     return bootstrap(v, reference, unit="groups", groups=np.asarray(groups), n_boot=n_boot, seed=seed, level=level)
 
 
 # ------------------------------------------------------------------------------------------ control task
 def control_position(batch: Batch) -> int | None:
-    """A label-irrelevant position for the control task, or None when the batch has none.
-
-    Candidates lie before every label position and hold one token per group (a group holds every label, so that token
-    is independent of the label) while varying across groups; the most distinct tokens win, the latest position on
-    ties. With one example per group (``arith_cot``) the independence rests on the task alone."""
+    """A label-irrelevant position for the control task (constant within a group, which holds every label), or None."""
     check_batch(batch)
     tokens = batch.tokens[:, : int(batch.label_positions.min())].cpu().numpy()
     _, first, inverse = np.unique(batch.groups.cpu().numpy(), return_index=True, return_inverse=True)
@@ -249,11 +229,7 @@ def control_position(batch: Batch) -> int | None:
 
 def control_labels(batch: Batch, position: int, labels: np.ndarray | torch.Tensor | None = None, *,
                    kind: str = "classification", seed: int = 0) -> np.ndarray:
-    """Hewitt & Liang's control task: labels (n,) as a fixed random function of the token at ``position``.
-
-    Classification: token values, in random order, go to the class furthest below its real share, so the control
-    keeps the real class proportions (a lopsided control would move the majority rate and bias the selectivity).
-    Regression: each token value draws one of the real labels."""
+    """Control labels: a fixed random function of the token at ``position``, in the real class proportions."""
     _check_kind(kind)
     check_int("position", position, 0, batch.tokens.size(1) - 1)
     real = np.asarray(batch.labels if labels is None else labels)
@@ -276,11 +252,7 @@ def control_labels(batch: Batch, position: int, labels: np.ndarray | torch.Tenso
 
 # ------------------------------------------------------------------------------------------ the sweep
 def random_init_model(model: GPT, seed: int = 0) -> GPT:
-    """A randomly initialised model of ``model``'s config, on its device and dtype, in eval mode.
-
-    ``build_model`` zeroes the blocks' output projections and LRT's recurrent ones (every depth would equal depth 0),
-    so every matrix of the blocks and mechanism is redrawn with the backbone's uniform init; the global RNG is left
-    alone. A model with its own ``random_init(seed)`` (``hf.FeedbackLM``) provides it."""
+    """A randomly initialised twin; every matrix is redrawn, as ``build_model`` zeroes output projections."""
     own = getattr(model, "random_init", None)
     if callable(own):
         return own(seed)
@@ -300,13 +272,8 @@ def probe_layers(model: GPT, task_or_batch: Task | Batch, conditions: Sequence[C
                  labels: np.ndarray | torch.Tensor | None = None, control: bool | int = True,
                  random_baseline: bool = True, folds: int = 4, C: float | Sequence[float] = 0.1,
                  alpha: float = 1.0, max_iter: int = 500, batch_size: int = 1024) -> pd.DataFrame:
-    """Probe a task's label at every depth under every prefill condition: one row per (model, condition, layer).
-
-    ``task_or_batch``: a task (``n`` examples, default ``DEFAULT_N``, from ``split``) or a batch (its first ``n``).
-    ``control``: True picks a position with ``control_position``, an int names one. ``random_baseline`` adds
-    ``random_init_model`` rows; the twin and the control are probed at the trained probe's strengths, fold by fold (a
-    weaker penalty lifts them too). Classification adds ``C``, a 95 % group-bootstrap interval, and with the twin
-    ``twin_selectivity`` (paired by example) with its interval."""
+    """Probe a task's label at every depth under every prefill condition; the twin and the control use the trained
+    probe's strengths, fold by fold (a weaker penalty lifts them too)."""
     _check_kind(kind)
     names = list(named_conditions(conditions))
     if isinstance(task_or_batch, Task):
@@ -319,7 +286,7 @@ def probe_layers(model: GPT, task_or_batch: Task | Batch, conditions: Sequence[C
         batch, task_name = task_or_batch if n is None else subset(task_or_batch, torch.arange(n)), "batch"
     target = batch.labels if labels is None else labels
     if target is None:
-        raise ValueError("task_or_batch has no labels: pass labels=(n,) values to probe")
+        raise ValueError("task_or_batch has no labels: pass labels=")
     target = np.asarray(target.cpu() if isinstance(target, torch.Tensor) else target)
     if target.shape != (len(batch),):
         raise ValueError(f"labels must have shape ({len(batch)},), got {target.shape}")
@@ -360,7 +327,7 @@ def probe_layers(model: GPT, task_or_batch: Task | Batch, conditions: Sequence[C
 
 
 def _control_target(batch: Batch, control: bool | int, labels: np.ndarray, kind: str, seed: int) -> np.ndarray | None:
-    """Control labels for ``probe_layers``' ``control`` argument (None: no control)."""
+    """Control labels for ``probe_layers``' ``control`` (None: no control)."""
     if control is False:
         return None
     if control is True:

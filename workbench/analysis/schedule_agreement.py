@@ -1,8 +1,6 @@
-"""How far a schedule is from the exact recurrence: its logits as its knob grows, its memory pass by pass.
+"""How far a training schedule is from the exact recurrence, which decides which to train with.
 
-Training schedules approximate the exact recurrence (``schedules.Sequential``) in parallel; how far each one is
-decides which to train with. Distances are relative Frobenius norms ``||L - L*|| / ||L*||`` over batch and
-vocabulary: 0 is exact, ~1e-7 float32 round-off."""
+Distances are relative Frobenius norms ``||L - L*|| / ||L*||``: 0 is exact, ~1e-7 float32 round-off."""
 
 from __future__ import annotations
 
@@ -20,8 +18,7 @@ from ..validation import check_int, check_tokens
 from .fixed_point import check_prefix
 from .work import count_work
 
-# The knob of each approximation of the exact recurrence the papers train with, and the letter the papers and
-# notebooks give it: the values' own (``fixed_point`` trains at the fixed point; it is no approximation to sweep).
+# The knob of each approximation the papers train with, and its letter (``fixed_point`` is no approximation).
 PARAMETERS = {name: schedules.KNOBS[name] for name in ("multipass", "interleaved", "blockwise")}
 SYMBOLS = {schedules.VALUES[name].knob_name: schedules.VALUES[name].symbol for name in PARAMETERS}
 AGREEMENT_COLUMNS = ["schedule", "parameter", "value", "label", "distance", "max_abs", "agreement", "loss",
@@ -41,14 +38,14 @@ def _setting(setting: Setting) -> schedules.Schedule:
 
 
 def _distances(logits: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
-    """Per-position relative distance (T,) over batch and vocabulary, in float64."""
+    """(T,) relative distance over batch and vocabulary."""
     diff = (logits - reference).double()
     ref = reference.double()
     return diff.pow(2).sum(dim=(0, 2)).sqrt() / ref.pow(2).sum(dim=(0, 2)).sqrt().clamp(min=1e-300)
 
 
 def exact_logits(model: GPT, idx: torch.Tensor) -> torch.Tensor:
-    """The reference every distance is measured against: the exact sequential recurrence."""
+    """The logits of the exact sequential recurrence, the reference."""
     check_tokens(model.config.vocab_size, idx)
     with torch.no_grad(), eval_mode(model):
         return schedules.Sequential().run(model, idx).logits
@@ -57,21 +54,16 @@ def exact_logits(model: GPT, idx: torch.Tensor) -> torch.Tensor:
 @torch.no_grad()
 def compare_schedules(model: GPT, idx: torch.Tensor, settings: Sequence[Setting],
                       targets: torch.Tensor | None = None, reference: torch.Tensor | None = None) -> pd.DataFrame:
-    """One row per setting: its distance to the exact logits and what it cost.
-
-    ``settings``: ``Schedule`` values, names or dicts such as ``{"schedule": "multipass", "passes": 3}``.
-    ``agreement``: the share of target positions whose argmax matches the exact one; ``forwards`` /
-    ``token_forwards`` are counted while it runs, ``pass_equivalents`` / ``train_flops`` are the trainer's
-    accounting."""
+    """One row per setting: its distance to the exact logits and what it cost."""
     check_tokens(model.config.vocab_size, idx)
     if not settings:
-        raise ValueError("settings is empty: give at least one schedule setting")
+        raise ValueError("settings is empty")
     if targets is not None and targets.shape != idx.shape:
-        raise ValueError(f"targets must have the shape of idx {tuple(idx.shape)}, got {tuple(targets.shape)}")
+        raise ValueError(f"targets shape {tuple(targets.shape)} != idx {tuple(idx.shape)}")
     parsed = [_setting(s) for s in settings]
     reference = exact_logits(model, idx) if reference is None else reference
     if reference.shape[:2] != idx.shape:
-        raise ValueError(f"reference must be (B, T, V) logits for idx {tuple(idx.shape)}, got {tuple(reference.shape)}")
+        raise ValueError(f"reference must be (B, T, V) for idx {tuple(idx.shape)}, got {tuple(reference.shape)}")
     B, T = idx.shape
     scored = torch.ones_like(idx, dtype=torch.bool) if targets is None else targets >= 0
     exact_top = reference.argmax(-1)
@@ -98,8 +90,7 @@ def compare_schedules(model: GPT, idx: torch.Tensor, settings: Sequence[Setting]
 
 def schedule_sweep(model: GPT, idx: torch.Tensor, schedule: str, values: Sequence[int] | None = None,
                    targets: torch.Tensor | None = None, reference: torch.Tensor | None = None) -> pd.DataFrame:
-    """``compare_schedules`` over one schedule's knob (default every value 1..T): multipass is exact on its first K
-    positions, interleaved only at S = T, blockwise only at B = 1."""
+    """``compare_schedules`` over one schedule's knob (default 1..T)."""
     if schedule not in PARAMETERS:
         raise ValueError(f"schedule={schedule!r} is invalid: must be one of {tuple(PARAMETERS)}")
     T = idx.size(1) if isinstance(idx, torch.Tensor) and idx.ndim == 2 else 0
@@ -114,8 +105,7 @@ def schedule_sweep(model: GPT, idx: torch.Tensor, schedule: str, values: Sequenc
 @torch.no_grad()
 def position_distance(model: GPT, idx: torch.Tensor, setting: Setting,
                       reference: torch.Tensor | None = None) -> pd.DataFrame:
-    """Per position: one setting's relative distance to the exact logits and argmax agreement, showing *where* an
-    approximation is wrong (multipass(K) is exact on 0..K-1, blockwise wrong inside blocks)."""
+    """Per position: *where* an approximation is wrong (distance to the exact logits, argmax agreement)."""
     check_tokens(model.config.vocab_size, idx)
     value = _setting(setting)
     reference = exact_logits(model, idx) if reference is None else reference
@@ -132,9 +122,7 @@ JACOBI_COLUMNS = ["pass", "position", "error"]
 
 @torch.no_grad()
 def jacobi_errors(model: GPT, idx: torch.Tensor, passes: int | None = None, plain_prefix: int = 0) -> pd.DataFrame:
-    """Distance of each position's memory to the exact one after each Jacobi pass: ``error`` is the max over the
-    batch of ``||H^k_t - H*_t|| / ||H*_t||``. Pass k is exact (up to rounding) at t < k, hence ``multipass(T) ==
-    sequential``."""
+    """Per pass and position, max over the batch of ``||H^k_t - H*_t|| / ||H*_t||``; exact at t < k."""
     check_tokens(model.config.vocab_size, idx)
     T = idx.size(1)
     passes = T if passes is None else passes

@@ -1,9 +1,5 @@
-"""Reasoning-trace lengths under the decoding regimes: does latent feedback let a model say less?
-
-The FBT paper reports shorter traces (median) at equal or better accuracy under SOFT feedback. ``trace_lengths``
-tests it on a task whose traces are correct at every verbosity (``arith_cot``); ``summarize_traces`` adds bootstrap
-intervals. Prompts are batched by length: ``generate`` continues every row from one position, and right padding would
-put pad tokens between the question and the continuation."""
+"""Reasoning-trace lengths per decoding regime: does latent feedback let a model say less? Prompts are batched by
+length: right padding would put pads between question and continuation."""
 
 from __future__ import annotations
 
@@ -28,7 +24,7 @@ SUMMARY_COLUMNS = ["regime", "n", "median_length", "median_length_lo", "median_l
 
 
 def _find(seq: list[int], sub: list[int], start: int = 0) -> int | None:
-    """Index of the first occurrence of ``sub`` in ``seq`` at or after ``start``, or None."""
+    """Index of ``sub`` in ``seq`` from ``start`` on, or None."""
     for i in range(start, len(seq) - len(sub) + 1):
         if seq[i:i + len(sub)] == sub:
             return i
@@ -36,8 +32,8 @@ def _find(seq: list[int], sub: list[int], start: int = 0) -> int | None:
 
 
 def read_trace(task: Task, generated: list[int], answer: int) -> dict[str, object]:
-    """Length, lines, answered, correct and text of one continuation (token ids after the prompt). The answer counts
-    only once its line is complete: a number cut off by ``max_new_tokens`` could pass for a shorter, right one."""
+    """One continuation read; the answer counts only once its line is complete (a cut-off number could pass for a
+    shorter, right one)."""
     marker = task.tokenizer.encode(ANSWER_MARKER)
     newline = task.tokenizer.encode("\n")
     at = _find(generated, marker)
@@ -53,27 +49,24 @@ Regimes = Sequence[str] | Mapping[str, Schedule]
 
 
 def regime_values(regimes: Regimes, prefill_passes: int = 1) -> dict[str, Schedule]:
-    """``regimes`` as {label: schedule value}: names of ``decode.REGIMES`` (FUSED with ``prefill_passes``), or a
-    mapping from labels of one's own to values ``generate`` takes."""
+    """``regimes`` (names of ``decode.REGIMES``, or a {label: value} mapping) as {label: schedule value}."""
     if isinstance(regimes, Mapping):
         bad = [k for k, v in regimes.items() if not isinstance(k, str) or not getattr(v, "can_prefill", False)]
         if bad or not regimes:
-            raise ValueError(f"regimes={dict(regimes)!r} is invalid: must map labels to schedule values that fill a "
-                             "KV cache (schedules.regime(...), schedules.condition('suffix1'), ...)")
+            raise ValueError(f"regimes={dict(regimes)!r} is invalid: must map labels to values that fill a KV cache")
         return dict(regimes)
     unknown = [r for r in regimes if r not in REGIMES]
     if unknown or not regimes or isinstance(regimes, str):
-        raise ValueError(f"regimes={regimes!r} is invalid: each must be one of {REGIMES} (or pass a mapping "
-                         "from labels to schedule values)")
+        raise ValueError(f"regimes={regimes!r} is invalid: each must be one of {REGIMES}, or give a mapping")
     return {r: schedules.regime(r, prefill_passes) for r in regimes}
 
 
 def _prompts(task: Task, n: int, seed: int, split: str):
-    """``n`` held-out problems: the batch, each prompt's ids, and the examples of each prompt length."""
+    """``n`` problems: the batch, each prompt's ids, and the examples of each prompt length."""
     check_int("n", n, 1)
     batch = task.sample(n, seed=seed, split=split)
     if batch.prompts is None:
-        raise ValueError(f"task={task!r} gives no prompts to continue (batch.prompts is None)")
+        raise ValueError(f"task={task!r} gives no prompts")
     prompts = [task.tokenizer.encode(p) for p in batch.prompts]
     by_length: dict[int, list[int]] = {}
     for i, ids in enumerate(prompts):
@@ -83,12 +76,8 @@ def _prompts(task: Task, n: int, seed: int, split: str):
 
 def first_decisions(model: GPT, task: Task, regimes: Regimes = ("standard", "soft"), *, n: int = 64,
                     seed: int = 0, split: str = "val", prefill_passes: int = 1) -> pd.DataFrame:
-    """The first token each regime writes after each prompt, and the largest gap of its log-probabilities from the first
-    regime's.
-
-    A regime that prefills the prompt as another does (SOFT's prefill is STANDARD's plain pass) makes the same first
-    decision ("answer now" or "write a line") by construction, so a design whose traces are decided at the first
-    token cannot separate the two."""
+    """Each regime's first token and log-probability gap from the first regime's: regimes that prefill alike
+    decide alike."""
     values = regime_values(regimes, prefill_passes)
     _, prompts, by_length = _prompts(task, n, seed, split)
     device = model.readout_weight.device
@@ -107,23 +96,17 @@ def first_decisions(model: GPT, task: Task, regimes: Regimes = ("standard", "sof
 
 
 def example_generator(seed: int, example: int, device: torch.device | str | None = None) -> torch.Generator:
-    """The random source of one example's sampled trace: seeded by (``seed``, ``example``) alone."""
+    """One example's random source, seeded by (``seed``, ``example``) alone."""
     return torch.Generator(device=device).manual_seed(int(np.random.SeedSequence([seed, example]).generate_state(1)[0]))
 
 
 def trace_lengths(model: GPT, task: Task, regimes: Regimes = REGIMES, *, n: int = 64, seed: int = 0,
                   split: str = "val", max_new_tokens: int = 64, prefill_passes: int = 1, temperature: float = 0.0,
                   top_k: int | None = None) -> pd.DataFrame:
-    """Decode ``n`` of the task's prompts under each regime; one row per (regime, example), columns ``TRACE_COLUMNS``
-    (see ``read_trace``).
-
-    ``task`` needs prompts and an exact answer check (``arith_cot``); the same examples run under every regime. At
-    ``temperature > 0`` each example samples from its own generator (``example_generator``): common random numbers,
-    so regimes differ by the model, not by the draws."""
+    """Decode ``n`` prompts per regime; sampled traces use common random numbers per example across regimes."""
     values = regime_values(regimes, prefill_passes)
     if not callable(getattr(task, "check_answer", None)):
-        raise ValueError(f"task={task!r} has no check_answer: trace lengths need a task with exact answers "
-                         f"(e.g. arith_cot)")
+        raise ValueError(f"task={task!r} has no check_answer (e.g. arith_cot has)")
     check_int("max_new_tokens", max_new_tokens, 1)
     batch, prompts, by_length = _prompts(task, n, seed, split)
     device = model.readout_weight.device
@@ -144,13 +127,11 @@ def trace_lengths(model: GPT, task: Task, regimes: Regimes = REGIMES, *, n: int 
 
 
 def training_traces(task: Task, n: int = 2000, seed: int = 0) -> pd.DataFrame:
-    """The task's own training traces read like generated ones (``regime = TRAINING``): beside the verbosity mix the
-    model learned from, a regime's lengths show whether decoding copies it, collapses onto one verbosity, or writes
-    less than any."""
+    """The task's training traces, read like generated ones, to set a regime's lengths beside."""
     check_int("n", n, 1)
     batch = task.sample(n, seed=seed, split="train")
     if batch.prompts is None:
-        raise ValueError(f"task={task!r} gives no prompts (batch.prompts is None): it has no traces to read")
+        raise ValueError(f"task={task!r} gives no prompts")
     rows = []
     for i, (prompt, text) in enumerate(zip(batch.prompts, batch.texts)):
         row = read_trace(task, task.tokenizer.encode(text[len(prompt):]), int(batch.labels[i]))
@@ -161,12 +142,11 @@ def training_traces(task: Task, n: int = 2000, seed: int = 0) -> pd.DataFrame:
 
 
 def line_distribution(df: pd.DataFrame, by: Sequence[str] = ("regime",)) -> pd.DataFrame:
-    """Share of traces by intermediate lines written, per group and outcome (correct / wrong / all). Lines, not
-    tokens, are what the training mix fixes, so this says whether a regime writes less than the mix it learned."""
+    """Share of traces by lines written, per group and outcome: lines, not tokens, are what the training mix fixes."""
     by = list(by)
     missing = sorted({*by, "lines", "correct"} - set(df.columns))
     if missing:
-        raise ValueError(f"df lacks the column(s) {missing}: pass trace_lengths' or training_traces' output")
+        raise ValueError(f"df lacks the column(s) {missing}")
     frames = []
     for outcome, part in (("all", df), ("correct", df[df["correct"]]), ("wrong", df[~df["correct"]])):
         counts = part.groupby([*by, "lines"], sort=False).size().rename("count").reset_index()
@@ -181,31 +161,25 @@ def line_distribution(df: pd.DataFrame, by: Sequence[str] = ("regime",)) -> pd.D
 def paired_hierarchical_difference(reference: Sequence[np.ndarray], arm: Sequence[np.ndarray],
                                    statistic: str = "mean", n_boot: int = 2000, seed: int = 0,
                                    level: float = 0.95) -> dict[str, float]:
-    """``statistic(arm) - statistic(reference)`` per seed, averaged over seeds, with a hierarchical bootstrap interval.
-
-    ``reference[s]`` and ``arm[s]`` are one seed's per-example values under two conditions of the same model;
-    replicates resample seeds (shared by both conditions), then examples. Unlike
-    ``evaluation.hierarchical_difference`` (unrelated runs, means only), seeds are paired and any statistic works (a
-    median trace length)."""
+    """``statistic(arm) - statistic(reference)`` over seeds, with a hierarchical interval; seeds are paired."""
     ref = [np.asarray(a, dtype=np.float64) for a in reference]
     other = [np.asarray(a, dtype=np.float64) for a in arm]
     if not ref or len(ref) != len(other):
-        raise ValueError(f"reference and arm must hold one non-empty 1-D array per seed, the same number of "
-                         f"seeds and examples each; got shapes {[a.shape for a in ref]} and {[a.shape for a in other]}")
+        raise ValueError(f"reference and arm must hold one array per seed, alike; got {[a.shape for a in ref]} "
+                         f"and {[a.shape for a in other]}")
     return bootstrap(other, ref, unit="seeds", paired_seeds=True, statistic=statistic, n_boot=n_boot, seed=seed,
                      level=level)
 
 
 def compare_regimes(df: pd.DataFrame, reference: str = "standard", n_boot: int = 2000, seed: int = 0,
                     level: float = 0.95) -> pd.DataFrame:
-    """Each regime against ``reference`` on the same runs (a ``run`` column: the seeds): median trace length and
-    accuracy, their differences and ``paired_hierarchical_difference`` intervals."""
+    """Each regime against ``reference`` on the same runs (``run``: the seeds): median length and accuracy."""
     missing = sorted({"regime", "example", "length", "correct"} - set(df.columns))
     if missing:
-        raise ValueError(f"df lacks the column(s) {missing}: pass trace_lengths' output")
+        raise ValueError(f"df lacks the column(s) {missing}")
     frame = df if "run" in df.columns else df.assign(run="run")
     if reference not in set(frame["regime"]):
-        raise ValueError(f"reference={reference!r} is invalid: the traces hold {list(dict.fromkeys(frame['regime']))}")
+        raise ValueError(f"reference={reference!r} is invalid: must be one of {list(dict.fromkeys(frame['regime']))}")
     runs = list(dict.fromkeys(frame["run"]))
     rows = []
     for quantity, column, statistic in (("median_length", "length", "median"), ("accuracy", "correct", "mean")):
@@ -227,13 +201,12 @@ def compare_regimes(df: pd.DataFrame, reference: str = "standard", n_boot: int =
 
 def summarize_traces(df: pd.DataFrame, n_boot: int = 1000, seed: int = 0, level: float = 0.95,
                      by: Sequence[str] = ("regime",)) -> pd.DataFrame:
-    """Per regime (or ``by`` group): median trace length and accuracy with percentile-bootstrap intervals (one
-    resample serves both). Unanswered examples count at full length: the median is robust to that censoring while
-    fewer than half are unanswered (``answered`` gives the share)."""
+    """Per group: median length and accuracy with intervals; unanswered examples count at full length (the median
+    survives that censoring below half)."""
     by = list(by)
     missing = sorted({*by, "length", "correct", "answered"} - set(df.columns))
     if missing:
-        raise ValueError(f"df lacks the column(s) {missing}: pass trace_lengths' output")
+        raise ValueError(f"df lacks the column(s) {missing}")
     check_int("n_boot", n_boot, 1)
     if not 0.0 < level < 1.0:
         raise ValueError(f"level={level!r} is invalid: must be in (0, 1)")

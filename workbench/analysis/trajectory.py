@@ -1,6 +1,5 @@
-"""The carried state token by token under the exact recurrence (``memory_trajectory``, which
-``widgets.token_stepper`` steps) and while a model writes (``decoding_states``). Its scale is ``||h_t||`` at the
-source depth, before the RMSNorm that makes it the memory (whose norm is always sqrt(D))."""
+"""The carried state token by token. Its scale is ``||h_t||`` before the RMSNorm that makes it the memory
+(whose norm is always sqrt(D))."""
 
 from __future__ import annotations
 
@@ -22,15 +21,13 @@ DECODING_COLUMNS = ["position", "generated", "state_norm_mean", "state_norm_max"
 
 
 def _state_hook(model: GPT) -> str:
-    """The hook point of the state before the norm that makes it the memory: the source block's output."""
+    """The source block's output: the state before the norm."""
     return f"blocks.{model.mechanism.source_layer % model.config.n_layer}.hook_resid_post"
 
 
 def memory_trajectory(model: GPT, idx: torch.Tensor, top_k: int = 5,
                       plain_prefix: int | torch.Tensor = 0) -> pd.DataFrame:
-    """What every token reads and produces under the exact recurrence, one row per position: ``reads``,
-    ``state_norm`` (``||h_t||``, see the module), ``cosine_prev`` of ``m_{t-1}`` and ``m_t`` (how far one step turns
-    the state) and the ``top_k`` next-token predictions."""
+    """Per position under the exact recurrence: ``||h_t||``, cosine of ``m_{t-1}`` and ``m_t``, top predictions."""
     check_tokens(model.config.vocab_size, idx)
     check_int("top_k", top_k, 1, model.config.vocab_size)
     B, T = idx.shape
@@ -56,11 +53,8 @@ def memory_trajectory(model: GPT, idx: torch.Tensor, top_k: int = 5,
 @torch.no_grad()
 def decoding_states(model: GPT, prompt: torch.Tensor, max_new_tokens: int = 1000, regime: str = "soft"
                     ) -> pd.DataFrame:
-    """How big the carried state ``||h_t||`` grows while a model writes ``max_new_tokens`` greedily under ``regime``.
+    """``||h_t||`` while the model writes greedily: a norm climbing without bound is the recurrence amplifying."""
 
-    SOFT decoding runs the exact recurrence on the model's own output far past the training lengths; a norm that
-    climbs without bound shows the recurrence amplifying itself. One row per position: ``generated``,
-    ``state_norm_mean`` / ``state_norm_max`` over the batch."""
     check_tokens(model.config.vocab_size, prompt, "prompt")
     check_int("max_new_tokens", max_new_tokens, 1)
     norms: list[torch.Tensor] = []

@@ -1,5 +1,4 @@
-"""What a schedule costs, counted live from ``hook_positions``: forwards (its sequential depth, the latency) and
-positions computed (its work); ``Schedule.flops`` is the trainer's computed counterpart."""
+"""A schedule's cost counted live from ``hook_positions``: forwards (latency) and positions computed (work)."""
 
 from __future__ import annotations
 
@@ -15,7 +14,7 @@ from ..model import GPT
 
 @dataclass
 class WorkCount:
-    """What a computation cost the model: forwards (calls of ``model.step``) and positions computed."""
+    """Forwards (calls of ``model.step``) and positions computed."""
 
     forwards: int = 0
     token_forwards: int = 0  # positions pushed through the whole stack, summed over forwards
@@ -23,8 +22,7 @@ class WorkCount:
 
 @contextmanager
 def count_work(model: GPT) -> Iterator[WorkCount]:
-    """Count the forwards and positions ``model`` computes inside the ``with`` block: what really ran (a KV-cache
-    decode, a schedule, a hand-written loop), not what a formula predicts."""
+    """Count what ``model`` really computes inside the block, not what a formula predicts."""
     count = WorkCount()
 
     def record(positions: torch.Tensor, hook) -> None:

@@ -1,9 +1,4 @@
-"""Command line: ``python -m workbench {info, tasks, train, eval, compare, generate, ...} --help``.
-
-Each command parses, calls a package function and prints or writes what it returned; a model argument is a run directory
-(``train --out DIR``) or its checkpoint. Modules: ``training``, ``reading``, ``analyses`` (one per command family),
-``options`` (argument types), ``runs`` (what a path names).
-"""
+"""Command line: ``python -m workbench {info, tasks, train, eval, compare, generate, ...} --help``."""
 
 from __future__ import annotations
 
@@ -28,7 +23,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _one_line(e: BaseException) -> str:
-    """An error as one line; an ``OSError`` names its file and cause (disk full, permission)."""
     if isinstance(e, OSError) and e.strerror:
         where = f" {e.filename}" if e.filename is not None else ""
         return f"{e.strerror}:{where}" + (f" -> {e.filename2}" if e.filename2 is not None else "")
@@ -36,8 +30,7 @@ def _one_line(e: BaseException) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one command; a user's error (``ValueError``, ``OverflowError``, ``OSError``) exits 2 in one line, Ctrl-C
-    130."""
+    """Run one command; a user's error exits 2 in one line (no traceback), Ctrl-C 130."""
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

@@ -20,7 +20,6 @@ def _write(table: pd.DataFrame, figure, out: str, stem: str) -> None:
 
 
 def _opened(args: argparse.Namespace):
-    """Check the output directory before any work, set threads, and load the checkpoint with its task."""
     check_out_dir(args.out)
     import torch
 
@@ -33,7 +32,6 @@ def _opened(args: argparse.Namespace):
 
 
 def _cmd_probe(args: argparse.Namespace) -> int:
-    """Probe a task's labels, or ``--labels`` for non-overlapping windows of a text's val split."""
     model, task = _opened(args)
     from ..analysis import probe_layers
     from ..plots import layer0_comparison
@@ -77,12 +75,11 @@ def _cmd_traces(args: argparse.Namespace) -> int:
 def _analysis_parser(sub, name: str, help_text: str, func, n: int | None, n_text: str | None = None
                      ) -> argparse.ArgumentParser:
     p = sub.add_parser(name, help=help_text)
-    p.add_argument("checkpoint", help="run directory or checkpoint directory (its recorded task is used unless --task "
-                                      "is given)")
-    p.add_argument("--task", default=None, help="task name (default: the one the checkpoint was trained on)")
+    p.add_argument("checkpoint", help="run or checkpoint directory")
+    p.add_argument("--task", default=None, help="task name (default: the checkpoint's)")
     p.add_argument("--task-param", action="append", metavar="KEY=VALUE", help="task parameter (repeatable)")
     p.add_argument("--n", type=positive_int, default=n, help=f"held-out examples (default {n_text or n})")
-    p.add_argument("--seed", type=non_negative_int, default=0, help="seed of the held-out examples")
+    p.add_argument("--seed", type=non_negative_int, default=0, help="example seed")
     p.add_argument("--out", default=".", help="directory for the CSV and PNG (default: here)")
     p.add_argument("--threads", type=positive_int, default=1, help="torch threads (default 1)")
     p.set_defaults(func=func)
@@ -90,19 +87,18 @@ def _analysis_parser(sub, name: str, help_text: str, func, n: int | None, n_text
 
 
 def add_parsers(sub) -> None:
-    """The probe, contraction and traces commands of ``python -m workbench``."""
+    """The probe, contraction and traces commands."""
     p = _analysis_parser(sub, "probe", "linear probes at every depth under prefill conditions", _cmd_probe, None,
                          "400, or the number of --labels")
     p.add_argument("--conditions", nargs="+", default=["standard", "suffix1", "suffix2", "suffix4", "sequential"],
                    help="prefill conditions: standard, suffixK, sequential, multipassK")
     p.add_argument("--no-random-baseline", action="store_true", help="skip the randomly initialised twin")
     p.add_argument("--labels", default=None, metavar="PATH",
-                   help="one integer label per example, one per line (text: the examples are non-overlapping windows "
-                        "of the val split, read at their last byte, written to OUT/probe_examples.csv)")
+                   help="integer labels, one per line (text: of OUT/probe_examples.csv)")
     p = _analysis_parser(sub, "contraction", "iterate the fused pass map: residual, fixed-point distance, loss",
                          _cmd_contraction, 8)
     p.add_argument("--passes", type=positive_int, default=1000, help="passes (default 1000)")
-    p = _analysis_parser(sub, "traces", "reasoning-trace lengths and accuracy per decoding regime", _cmd_traces, 64)
+    p = _analysis_parser(sub, "traces", "trace lengths and accuracy per decoding regime", _cmd_traces, 64)
     p.add_argument("--regimes", nargs="+", default=["standard", "soft", "fused"], help="decoding regimes")
     p.add_argument("--max-new-tokens", type=non_negative_int, default=48, help="tokens generated per question")
-    p.add_argument("--prefill-passes", type=positive_int, default=2, help="fused prefill passes (regime fused)")
+    p.add_argument("--prefill-passes", type=positive_int, default=2, help="fused prefill passes")

@@ -1,4 +1,4 @@
-"""The command line's argument types: each parses one flag's text or says, naming the value, what it must be."""
+"""Argument types: each parses one flag's text or says, naming the value, what it must be."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from .. import schedules
 
 
 def _int_at_least(lo: int) -> Callable[[str], int]:
-    """argparse type for counts: an int >= ``lo``."""
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -30,7 +29,7 @@ positive_int, non_negative_int = _int_at_least(1), _int_at_least(0)
 
 
 def finite_positive(text: str) -> float:
-    """argparse type for scales such as ``--scale``: a finite number > 0."""
+    """A finite number > 0."""
     try:
         value = float(text)
     except ValueError:
@@ -41,7 +40,7 @@ def finite_positive(text: str) -> float:
 
 
 def finite_non_negative(text: str) -> float:
-    """argparse type for ``--temperature``: a finite number >= 0."""
+    """A finite number >= 0."""
     try:
         value = float(text)
     except ValueError:
@@ -52,7 +51,7 @@ def finite_non_negative(text: str) -> float:
 
 
 def check_out_dir(out: str, flag: str = "--out") -> None:
-    """Before any compute: ``out`` must be a directory or creatable as one."""
+    """Before any compute: ``out`` must be, or be creatable as, a writable directory."""
     path = Path(out)
     if os.path.lexists(path) and not path.is_dir():
         raise ValueError(f"{flag} {out!r} is invalid: it exists and is not a directory")
@@ -62,7 +61,7 @@ def check_out_dir(out: str, flag: str = "--out") -> None:
 
 
 def parse_key_values(pairs: list[str] | None, flag: str) -> dict[str, Any]:
-    """``key=value`` strings to a dict; values are read as JSON when they parse (numbers, bools, lists)."""
+    """``key=value`` strings to a dict; values read as JSON when they parse."""
     parsed: dict[str, Any] = {}
     for pair in pairs or []:
         key, sep, text = pair.partition("=")
@@ -86,12 +85,11 @@ def pass_mix_option(text: str) -> dict[str, float]:
         raise argparse.ArgumentTypeError(f"{text!r}: must look like 1:0.75,2:0.22,3:0.03") from e
 
 
-SCHEDULE_FORMS = ("single, sequential, multipass:K, interleaved:S, blockwise:B, fixed_point:K, or a JSON schedule "
-                  "such as '{\"schedule\": \"multipass\", \"passes\": 3}'")
+SCHEDULE_FORMS = "single, sequential, multipass:K, interleaved:S, blockwise:B, fixed_point:K or a JSON schedule"
 
 
 def schedule_option(text: str) -> schedules.Schedule:
-    """``--schedule``: a name, ``name:K`` (its one knob) or a JSON schedule (argparse type)."""
+    """``--schedule``: a name, ``name:K`` (its one knob) or a JSON schedule."""
     try:
         if text.lstrip().startswith("{"):
             return schedules.parse(json.loads(text))
@@ -106,12 +104,12 @@ def schedule_option(text: str) -> schedules.Schedule:
 
 
 def compare_schedule_option(text: str) -> schedules.Schedule | str:
-    """``compare --schedule``: a schedule (``schedule_option``), or ``training``: each run under its own."""
+    """``compare --schedule``: a schedule, or ``training`` (each run under its own)."""
     return text if text == "training" else schedule_option(text)
 
 
 def device_option(text: str) -> str:
-    """``--device``: auto, cpu, cuda or cuda:N (argparse type)."""
+    """``--device``: auto, cpu, cuda or cuda:N."""
     index = text.removeprefix("cuda:")
     if text not in ("auto", "cpu", "cuda") and not (text.startswith("cuda:") and index.isdigit()):
         raise argparse.ArgumentTypeError(f"{text!r} is invalid: must be auto, cpu, cuda or cuda:N")
@@ -119,11 +117,11 @@ def device_option(text: str) -> str:
 
 
 def task_params_option(text: str) -> dict[str, Any]:
-    """``--task-params``: a JSON object (argparse type)."""
+    """``--task-params``: a JSON object."""
     try:
         value = json.loads(text)
     except json.JSONDecodeError:
         value = None
     if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError(f"{text!r} is invalid: must be a JSON object, e.g. '{{\"seq_len\": 64}}'")
+        raise argparse.ArgumentTypeError(f"{text!r} is invalid: must be a JSON object")
     return value

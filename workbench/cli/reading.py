@@ -10,6 +10,7 @@ from typing import Any
 
 from .. import schedules
 from .options import (
+    SCHEDULE_FORMS,
     compare_schedule_option,
     device_option,
     finite_non_negative,
@@ -32,7 +33,7 @@ from .runs import (
     tokenizer_of,
 )
 
-FLOPS_TOLERANCE = 0.01  # runs within 1 % of the reference's training FLOPs count as matched compute
+FLOPS_TOLERANCE = 0.01  # within 1 % of the reference's training FLOPs: matched compute
 
 
 REGIME_WORDS = {"standard": "no feedback: the model as a plain transformer",
@@ -41,20 +42,20 @@ REGIME_WORDS = {"standard": "no feedback: the model as a plain transformer",
 
 
 def evaluate(run: Run, batch, schedule: schedules.Schedule):
-    """Per-example metrics of ``run`` on ``batch`` under ``schedule``."""
+    """Per-example metrics under ``schedule``."""
     from ..evaluation import per_example_metrics
 
     return per_example_metrics(run.model, batch, schedule, batch_size=64)
 
 
 def schedule_label(value: schedules.Schedule) -> str:
-    """A schedule's label, with the depth a pass mix is evaluated at (its label gives only the mix)."""
+    """A schedule's label, with the depth a pass mix runs at."""
     evaluated = getattr(value, "evaluated", None)
     return value.label if evaluated is None else f"{value.label}, run as {evaluated.label}"
 
 
 def eval_schedules(run: Run, given: schedules.Schedule | None) -> list[tuple[schedules.Schedule, str]]:
-    """(schedule, role) pairs: ``given`` or the training schedule, then the exact one (only it without feedback)."""
+    """(schedule, role): ``given`` or the training schedule, then the exact one (alone without feedback)."""
     if not run.feedback:
         return [(EXACT, "exact")]
     first = given if given is not None else run.training_schedule()
@@ -113,7 +114,7 @@ def _counters_text(counters: dict[str, Any]) -> str:
 
 
 def comparison_kind(counters: list[dict[str, Any]]) -> str:
-    """Whether runs trained equal steps, equal FLOPs (within 1 % of the first's), both, or neither."""
+    """Whether runs trained equal steps, equal FLOPs (within 1 %), both or neither."""
     if any(c["step"] is None or c["flops"] is None for c in counters):
         return "unknown (a run records no training steps or FLOPs)"
     steps = all(c["step"] == counters[0]["step"] for c in counters)
@@ -136,14 +137,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     torch.set_num_threads(args.threads)
     if len(args.runs) < 2:
-        raise ValueError(f"RUN {args.runs!r} is invalid: compare needs at least two runs (the first is the reference)")
+        raise ValueError(f"RUN {args.runs!r} is invalid: compare needs at least two runs")
     runs = [load_run(path, args.device) for path in args.runs]
     run_tasks = [heldout_task(r, args.task_params, args.text) for r in runs]
     for r, t in zip(runs[1:], run_tasks[1:]):
         if (t.name, t.params) != (run_tasks[0].name, run_tasks[0].params):
-            raise ValueError(f"RUN {r.path!r} was trained on {t.name} {t.params}, the reference {runs[0].path!r} on "
-                             f"{run_tasks[0].name} {run_tasks[0].params}: pass --text PATH or --task-params JSON to "
-                             f"read them on the same examples")
+            raise ValueError(f"RUN {r.path!r} was trained on {t.name} {t.params}, the reference on "
+                             f"{run_tasks[0].name} {run_tasks[0].params}: pass --text or --task-params")
     task = run_tasks[0]
     batch = task.sample(args.n, args.seed, args.split)
     text = is_text(task)
@@ -152,7 +152,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         value = (r.training_schedule() or EXACT) if args.schedule == "training" else (args.schedule or EXACT)
         frame = evaluate(r, batch, value)
         summary = summarize(frame, getattr(task, "bytes_per_token", None))
-        # nats per example over the mean targets per example: the mean of these is the pooled loss eval prints
+        # over the mean targets per example, so their mean is the pooled loss eval prints
         values.append(frame["nats"].to_numpy() / frame["targets"].mean())
         rows.append({"run": r.path, "checkpoint": str(r.checkpoint), "mechanism": r.model.config.mechanism,
                      "schedule": schedule_label(value), **r.counters(),
@@ -217,12 +217,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
     room = seq_len - len(ids)
     new = args.max_new_tokens if args.max_new_tokens is not None else max(min(64, room), 0)
     if not args.past_seq_len and room < 1:
-        raise ValueError(f"{flag} is invalid: it is {len(ids)} tokens, the model's seq_len is {seq_len}: must be at "
-                         f"most {seq_len - 1} tokens to leave room for one (or pass --past-seq-len)")
+        raise ValueError(f"{flag} is invalid: {len(ids)} tokens, must be at most seq_len - 1 = {seq_len - 1} "
+                         "(or pass --past-seq-len)")
     if not args.past_seq_len and new > room:
-        raise ValueError(f"--max-new-tokens {new} is invalid: the prompt's {len(ids)} tokens + {new} pass the model's "
-                         f"seq_len {seq_len} (the longest context it trained on): must be an int in [0, {room}] "
-                         f"(or pass --past-seq-len to decode past it)")
+        raise ValueError(f"--max-new-tokens {new} is invalid: must be an int in [0, {room}] to stay within seq_len "
+                         f"{seq_len} (or pass --past-seq-len)")
     prompt = torch.tensor([ids], dtype=torch.long, device=next(run.model.parameters()).device)
     regimes = list(schedules.REGIMES) if args.regime == "all" else [args.regime]
     out = {}
@@ -251,53 +250,46 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def _heldout_arguments(p: argparse.ArgumentParser, schedule_help: str, compare: bool = False, n: int = 256) -> None:
-    """Which held-out examples eval and compare read, and where they run."""
     data = p.add_mutually_exclusive_group()
     data.add_argument("--task-params", type=task_params_option, default=None, metavar="JSON",
-                      help="override parameters of the run's recorded task, e.g. '{\"seq_len\": 64}'")
-    data.add_argument("--text", default=None, metavar="PATH", help="read a byte-level model on this text file instead "
-                      "(its val split: the last 10 %% unless the run's text task set val_fraction)")
+                      help="override the run's task parameters")
+    data.add_argument("--text", default=None, metavar="PATH",
+                      help="a text file for a byte-level model (val: its last val_fraction)")
     p.add_argument("--n", type=positive_int, default=n, help=f"held-out examples (default {n})")
-    p.add_argument("--seed", type=non_negative_int, default=0, help="seed of the held-out examples (default 0)")
-    p.add_argument("--split", choices=("train", "val"), default="val", help="split of the examples (default val)")
+    p.add_argument("--seed", type=non_negative_int, default=0, help="example seed (default 0)")
+    p.add_argument("--split", choices=("train", "val"), default="val", help="default val")
     p.add_argument("--schedule", type=compare_schedule_option if compare else schedule_option, default=None,
-                   metavar="S", help=f"{schedule_help}: single, sequential, multipass:K, interleaved:S, blockwise:B, "
-                                     f"fixed_point:K or a JSON schedule")
-    p.add_argument("--json", action="store_true", help="print a JSON record instead of a table")
+                   metavar="S", help=f"{schedule_help}: {SCHEDULE_FORMS}")
+    p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--device", type=device_option, default="auto", help="auto (CUDA when present), cpu, cuda or cuda:N")
     p.add_argument("--threads", type=positive_int, default=1, help="torch threads (default 1)")
 
 
 def add_parsers(sub) -> None:
-    """The eval, compare and generate commands of ``python -m workbench``."""
-    p = sub.add_parser("eval", help="held-out loss of a run under its training schedule and the exact recurrence")
-    p.add_argument("run", metavar="RUN_OR_CHECKPOINT", help="run directory (train --out) or checkpoint directory")
-    _heldout_arguments(p, "a feedback model's schedule besides the exact one (default: its training schedule)")
+    """The eval, compare and generate commands."""
+    p = sub.add_parser("eval", help="held-out loss under the training schedule and the exact recurrence")
+    p.add_argument("run", metavar="RUN_OR_CHECKPOINT", help="run or checkpoint directory")
+    _heldout_arguments(p, "schedule besides the exact one (default: the training one)")
     p.set_defaults(func=cmd_eval)
 
-    p = sub.add_parser("compare", help="paired differences of held-out loss between runs, with training steps and "
-                                       "FLOPs")
+    p = sub.add_parser("compare", help="paired held-out loss differences between runs")
     p.add_argument("runs", nargs="+", metavar="RUN", help="run or checkpoint directories; the first is the reference")
-    _heldout_arguments(p, "every run's schedule (default sequential, the exact recurrence; 'training': each "
-                          "run's own training schedule)", compare=True)
+    _heldout_arguments(p, "every run's schedule (default sequential; 'training': each run's own)", compare=True)
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("generate", help="continue a prompt under the decoding regimes")
-    p.add_argument("run", metavar="RUN_OR_CHECKPOINT", help="run directory (train --out) or checkpoint directory")
+    p.add_argument("run", metavar="RUN_OR_CHECKPOINT", help="run or checkpoint directory")
     prompt = p.add_mutually_exclusive_group(required=True)
     prompt.add_argument("--prompt", default=None, metavar="TEXT", help="the prompt")
     prompt.add_argument("--prompt-file", default=None, metavar="PATH", help="a file holding the prompt")
-    p.add_argument("--regime", choices=("standard", "soft", "fused", "all"), default="all",
-                   help="decoding regime (default all: the three)")
+    p.add_argument("--regime", choices=("standard", "soft", "fused", "all"), default="all", help="default all")
     p.add_argument("--prefill-passes", type=positive_int, default=1, help="fused: prefill passes (default 1)")
     p.add_argument("--max-new-tokens", type=non_negative_int, default=None,
-                   help="tokens to generate (default: up to 64, as many as the model's seq_len leaves)")
-    p.add_argument("--past-seq-len", action="store_true",
-                   help="allow decoding past the model's seq_len (RoPE positions are computed, so it runs; the model "
-                        "never trained there)")
+                   help="tokens to generate (default: up to 64 within seq_len)")
+    p.add_argument("--past-seq-len", action="store_true", help="allow decoding past seq_len (never trained there)")
     p.add_argument("--temperature", type=finite_non_negative, default=0.0, help="0 (default): greedy")
-    p.add_argument("--seed", type=non_negative_int, default=0, help="seed of the sampling (temperature > 0)")
-    p.add_argument("--json", action="store_true", help="print a JSON record instead of text")
+    p.add_argument("--seed", type=non_negative_int, default=0, help="sampling seed (temperature > 0)")
+    p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--device", type=device_option, default="auto", help="auto (CUDA when present), cpu, cuda or cuda:N")
     p.add_argument("--threads", type=positive_int, default=1, help="torch threads (default 1)")
     p.set_defaults(func=cmd_generate)

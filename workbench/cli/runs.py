@@ -1,4 +1,4 @@
-"""What a path on the command line names (a run directory or its checkpoint), and the held-out data a run is read on."""
+"""What a path on the command line names, and the data a run is read on."""
 
 from __future__ import annotations
 
@@ -11,20 +11,16 @@ from .. import schedules
 from ..files import write_csv
 from .options import parse_key_values
 
-RUN_DIR = "a run directory (what `train --out DIR` writes: DIR/checkpoint inside)"
-
-
+RUN_DIR = "a run directory (train --out DIR)"
 CHECKPOINT_FORM = "a checkpoint directory (config.json + model.safetensors)"
-
-
 RUN_FORMS = f"{RUN_DIR} or {CHECKPOINT_FORM}"
 
 
-EXACT = schedules.Sequential()  # the exact recurrence: what a decoder realises, the number a run is judged by
+EXACT = schedules.Sequential()  # what a decoder realises: the number a run is judged by
 
 
 def resolve_checkpoint(path: str, what: str = "CHECKPOINT") -> Path:
-    """The checkpoint directory ``path`` names: itself, or the ``checkpoint/`` of a run directory."""
+    """``path`` itself, or a run directory's ``checkpoint/``."""
     from ..checkpoint import CONFIG, is_checkpoint
     from ..run_dir import CHECKPOINT_DIR
     from ..run_dir import CONFIG_FILE as RUN_CONFIG
@@ -35,18 +31,17 @@ def resolve_checkpoint(path: str, what: str = "CHECKPOINT") -> Path:
     if os.path.lexists(p / CHECKPOINT_DIR):  # a run directory: loading says what is wrong with its checkpoint
         return p / CHECKPOINT_DIR
     if p.is_dir() and (p / RUN_CONFIG).is_file():
-        raise ValueError(f"{what} {path!r} is a run directory without a checkpoint yet (its training is still "
-                         f"running, or stopped before its first save): give {RUN_FORMS}")
+        raise ValueError(f"{what} {path!r} is a run directory without a checkpoint yet")
     if p.is_dir():
         raise ValueError(f"{what} {path!r} is invalid: it is neither {RUN_DIR} nor {CHECKPOINT_FORM}")
     if os.path.lexists(p):
-        raise ValueError(f"{what} {path!r} is invalid: it is a file, not a directory; give {RUN_FORMS}")
+        raise ValueError(f"{what} {path!r} is invalid: a file; give {RUN_FORMS}")
     raise ValueError(f"{what} {path!r} is invalid: no such directory (missing file {p / CONFIG}); give {RUN_FORMS}")
 
 
 @dataclass
 class Run:
-    """A trained model and what its checkpoint (and run directory) recorded about its training."""
+    """A trained model and what its checkpoint recorded about its training."""
 
     path: str  # as the user gave it
     checkpoint: Path
@@ -66,7 +61,7 @@ class Run:
                 f"{self.model.num_params():,} parameters")
 
     def training_schedule(self) -> schedules.Schedule | None:
-        """The schedule the run trained under (a pass mix evaluates at its stored depth), if recorded."""
+        """The schedule the run trained under, if recorded."""
         from ..train_config import TrainConfig
 
         if not self.train_config:
@@ -77,7 +72,7 @@ class Run:
             return None
 
     def counters(self) -> dict[str, float | None]:
-        """Training steps, tokens and FLOPs: trainer metrics, a recipe's ``train`` entry, or history.csv's last row."""
+        """Training steps, tokens and FLOPs: from the metrics, a recipe's ``train`` entry or history.csv."""
         for source in (self.metrics, self.metrics.get("train")):
             if isinstance(source, dict) and source.get("step") is not None and source.get("flops") is not None:
                 return {k: source.get(k) for k in ("step", "tokens", "flops")}
@@ -117,34 +112,31 @@ def device_named(name: str) -> str:
     if name == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"--device {name!r} is invalid: CUDA is not available here; use cpu or auto")
+        raise ValueError(f"--device {name!r} is invalid: no CUDA here; use cpu or auto")
     return name
 
 
 def heldout_task(run: Run, params: dict[str, Any] | None = None, text: str | None = None):
-    """The task a run is read on: its recorded one (``params`` override) or, for byte-level models, the file
-    ``text``."""
+    """The run's recorded task (``params`` override) or, for byte-level models, the file ``text``."""
     from .. import tasks
 
     name, recorded = run.recorded_task()
     if text is not None:
         if run.model.config.vocab_size != tasks.ByteTokenizer.vocab_size:
-            raise ValueError(f"--text {text!r} is invalid for {run.path}: it needs a byte-level model (vocab "
-                             f"{tasks.ByteTokenizer.vocab_size}), this one has vocab {run.model.config.vocab_size} "
-                             f"(task {name}); use --task-params instead")
+            raise ValueError(f"--text {text!r} is invalid: {run.path} is not byte-level; use --task-params")
         if not Path(text).exists():
             raise ValueError(f"--text {text!r} is invalid: no such file or directory")
         kept = {k: v for k, v in recorded.items() if k in ("seq_len", "val_fraction")} if name == "text" else {}
         name, recorded = "text", {"seq_len": run.model.config.seq_len, **kept, "path": str(text)}
     if name is None:
-        raise ValueError(f"{run.path} records no task: pass --text PATH (a byte-level model) to read it on a file")
+        raise ValueError(f"{run.path} records no task: pass --text PATH")
     merged = {**recorded, **(params or {})}
     try:
         task = tasks.get(name, **merged)
     except (TypeError, ValueError) as e:
         hint = "--text PATH or " if name == "text" else ""
         raise ValueError(f"{run.path}: its task {name} {merged} cannot be rebuilt ({e}); pass {hint}--task-params "
-                         f"JSON to change its parameters") from None
+                         "JSON") from None
     if task.vocab_size != run.model.config.vocab_size:
         raise ValueError(f"{run.path}: task {name} has vocab {task.vocab_size}, the model "
                          f"{run.model.config.vocab_size}")
@@ -152,7 +144,7 @@ def heldout_task(run: Run, params: dict[str, Any] | None = None, text: str | Non
 
 
 def checkpoint_task(path: str, name: str | None, params: list[str] | None):
-    """The task a checkpoint was trained on (recorded by the trainer or a recipe), unless named."""
+    """The task a checkpoint recorded, unless named."""
     from .. import tasks
     from ..checkpoint import load_config, load_metrics
 
@@ -180,7 +172,7 @@ HEADERS = {"loss": "loss", "bpb": "bits/byte", "accuracy": "accuracy", "answer_a
 
 
 def describe_task(task, split: str, n: int, seed: int) -> str:
-    """``text(path=corpus.txt, seq_len=32): 256 examples of the val split (seed 0)``: parameters off their defaults."""
+    """``text(seq_len=32): 256 examples of the val split (seed 0)``: non-default parameters only."""
     from ..tasks import param_defaults
 
     defaults = param_defaults(task.name)
@@ -193,7 +185,7 @@ def loss_unit(task) -> str:
 
 
 def tokenizer_of(run: Run):
-    """The run's tokenizer: its recorded task's, else the byte or char tokenizer matching its vocabulary."""
+    """Its recorded task's tokenizer, else the byte or char one matching its vocabulary."""
     from .. import tasks
 
     name, _ = run.recorded_task()
@@ -204,11 +196,11 @@ def tokenizer_of(run: Run):
     for tokenizer in (tasks.ByteTokenizer(), tasks.CharTokenizer()):
         if tokenizer.vocab_size == run.model.config.vocab_size:
             return tokenizer
-    raise ValueError(f"{run.path}: no tokenizer of this package has the model's vocab {run.model.config.vocab_size}")
+    raise ValueError(f"{run.path}: no tokenizer has vocab {run.model.config.vocab_size}")
 
 
 def encode_prompt(tokenizer, prompt: bytes, flag: str = "--prompt") -> list[int]:
-    """Prompt bytes as token ids: byte-level text opens with ``<bos>`` as training documents do."""
+    """Prompt bytes as ids; byte-level text opens with ``<bos>`` as training documents do."""
     bos = getattr(tokenizer, "bos_id", None)
     if bos is not None:
         return [bos, *tokenizer.encode_bytes(prompt).tolist()]
@@ -216,16 +208,16 @@ def encode_prompt(tokenizer, prompt: bytes, flag: str = "--prompt") -> list[int]
         ids = tokenizer.encode(prompt.decode("utf-8"))
     except UnicodeDecodeError as e:
         raise ValueError(f"{flag} is invalid: byte {prompt[e.start:e.start + 1]!r} is not in the {tokenizer.name} "
-                         f"vocabulary (printable ASCII and newline)") from None
+                         f"vocabulary") from None
     except ValueError as e:
         raise ValueError(f"{flag} is invalid: {e} (printable ASCII and newline)") from None
     if not ids:
-        raise ValueError(f"{flag} is invalid: empty (this tokenizer has no document token to start from)")
+        raise ValueError(f"{flag} is invalid: empty")
     return ids
 
 
 def read_labels(path: str) -> list[int]:
-    """``--labels``: one integer per example, one per line (blank lines skipped)."""
+    """``--labels``: one integer per line (blank lines skipped)."""
     try:
         lines = Path(path).read_text().splitlines()
     except (OSError, UnicodeDecodeError) as e:
@@ -236,23 +228,21 @@ def read_labels(path: str) -> list[int]:
             try:
                 labels.append(int(line))
             except ValueError:
-                raise ValueError(f"--labels {path!r} is invalid: line {number} {line.strip()!r} is not an integer "
-                                 f"(one integer label per example, one per line)") from None
+                raise ValueError(f"--labels {path!r} is invalid: line {number} {line.strip()!r} is not an "
+                                 "integer") from None
     if not labels:
-        raise ValueError(f"--labels {path!r} is invalid: it holds no labels (one integer per example, one per line)")
+        raise ValueError(f"--labels {path!r} is invalid: no labels")
     return labels
 
 
 def probe_source(task, n: int | None, labels_path: str | None, seed: int, out: str):
-    """What ``probe`` reads: (task or batch, n, labels or None). Text has no labels: its ``text_windows`` go to
-    ``OUT/probe_examples.csv`` to be labelled, and ``--labels`` is required."""
+    """(task or batch, n, labels or None); text's windows go to ``OUT/probe_examples.csv`` to be labelled."""
     import pandas as pd
 
     labels = None if labels_path is None else read_labels(labels_path)
     n = n if n is not None else len(labels) if labels is not None else 400
     if labels is not None and len(labels) != n:
-        raise ValueError(f"--labels {labels_path!r} holds {len(labels)} labels, --n is {n}: give one integer per "
-                         f"example (or leave --n out: it defaults to the number of labels)")
+        raise ValueError(f"--labels {labels_path!r} holds {len(labels)} labels, --n is {n}: must match (or omit --n)")
     if not is_text(task):
         return task, n, labels
     batch = text_windows(task, n, seed)
@@ -260,14 +250,12 @@ def probe_source(task, n: int | None, labels_path: str | None, seed: int, out: s
     Path(out).mkdir(parents=True, exist_ok=True)
     write_csv(examples, pd.DataFrame({"example": range(n), "text": batch.texts, "label": labels}))
     if labels is None:
-        raise ValueError(f"--labels is required: task {task.name} provides no labels; label the {n} examples written "
-                         f"to {examples}, one integer per line, and pass --labels PATH")
+        raise ValueError(f"--labels is required: task {task.name} has none; label the {n} examples in {examples}")
     return batch, None, labels
 
 
 def text_windows(task, n: int, seed: int, split: str = "val"):
-    """``n`` non-overlapping ``seq_len``-token windows of a text split, each its own CV group, labelled at its last
-    token."""
+    """``n`` non-overlapping windows of a text split, each its own CV group, read at its last token."""
     import dataclasses
 
     import numpy as np
@@ -278,8 +266,7 @@ def text_windows(task, n: int, seed: int, split: str = "val"):
     tokens, doc_starts = task.corpus(split)
     count = max(len(tokens) - 1, 0) // task.seq_len  # whole windows: seq_len inputs and their targets
     if n > count:
-        raise ValueError(f"--n {n} is invalid: the {split} split of {task.name} holds {count} whole windows of "
-                         f"{task.seq_len} tokens: must be an int in [1, {count}]")
+        raise ValueError(f"--n {n} is invalid: must be an int in [1, {count}], the {split} split's windows")
     starts = np.sort(make_rng(seed, split).choice(count, size=n, replace=False)) * task.seq_len
     batch = task._batch(tokens, doc_starts, starts, starts + task.seq_len + 1)  # the task's own windows
     return dataclasses.replace(batch, groups=torch.arange(n), label_positions=batch.lengths - 1)

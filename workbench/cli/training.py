@@ -1,5 +1,4 @@
-"""``info``, ``train``, ``tasks`` and ``reproduce``: config, trainer (a flag per ``TrainConfig`` field), tasks,
-recipes."""
+"""``info``, ``train`` (a flag per ``TrainConfig`` field), ``tasks`` and ``reproduce``."""
 
 from __future__ import annotations
 
@@ -27,7 +26,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
     from .runs import resolve_checkpoint
 
     if args.checkpoint is None and not args.d20:
-        raise ValueError("info: give a CHECKPOINT directory, or --d20 for the nanochat d20 overhead table")
+        raise ValueError("info: give a CHECKPOINT directory, or --d20")
     report: dict = {}
     if args.checkpoint is not None:
         path = resolve_checkpoint(args.checkpoint)
@@ -56,33 +55,29 @@ def _cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
-# the training schedule's JSON form, key by key (``schedules.parse`` refuses a key the named schedule lacks);
-# unset keys take the schedule's own defaults
-_SCHEDULE_FLAGS: list[tuple[str, str, Any, str]] = [
-    ("--schedule", "schedule", str, f"one of {schedules.SCHEDULES} (default: single)"),
-    ("--passes", "passes", int, "multipass, fixed_point: passes per batch"),
-    ("--subsets", "subsets", int, "interleaved: strided subsets"),
-    ("--block", "block", int, "blockwise: block length"),
-    ("--pass-mix", "pass_mix", pass_mix_option, "multipass: pass-count mix per batch, e.g. 1:0.75,2:0.22,3:0.03"),
-    ("--aux-weight", "aux_weight", float, "multipass, fixed_point: weight of the extra passes' loss"),
-]
-# (flag, TrainConfig field, type): the help is the field's text in TrainConfig's docstring, the default its default,
-# so both live in one place
-_FLAGS: list[tuple[str, str, Any]] = [
-    ("--task", "task", str), ("--feedback-start", "feedback_start", float), ("--prefix-mixin", "prefix_mixin", float),
-    ("--prefix-draw", "prefix_draw", str), ("--steps", "steps", int), ("--batch-size", "batch_size", int),
-    ("--grad-accum", "grad_accum", int), ("--optimizer", "optimizer", str), ("--lr", "lr", float),
-    ("--matrix-lr", "matrix_lr", float), ("--weight-decay", "weight_decay", float),
-    ("--lr-schedule", "lr_schedule", str), ("--warmup-steps", "warmup_steps", int),
-    ("--decay-frac", "decay_frac", float), ("--min-lr-frac", "min_lr_frac", float),
-    ("--grad-clip", "grad_clip", float), ("--seed", "seed", int), ("--eval-every", "eval_every", int),
-    ("--eval-size", "eval_size", int), ("--eval-seed", "eval_seed", int), ("--log-every", "log_every", int),
-    ("--checkpoint-every", "checkpoint_every", int), ("--out", "out_dir", str), ("--device", "device", str),
-]
+def _flag(name: str) -> str:
+    return "--out" if name == "out_dir" else "--" + name.replace("_", "-")
 
 
-_MODEL_FLAGS = [("--mechanism", "mechanism", str), ("--n-layer", "n_layer", int), ("--n-head", "n_head", int),
-                ("--n-embd", "n_embd", int)]
+# the training schedule's JSON form, key by key (``schedules.parse`` refuses a key the schedule lacks)
+_SCHEDULE_FLAGS: list[tuple[str, str, Any, str]] = [(_flag(name), name, kind, text) for name, kind, text in (
+    ("schedule", str, f"one of {schedules.SCHEDULES} (default: single)"),
+    ("passes", int, "multipass, fixed_point: passes per batch"),
+    ("subsets", int, "interleaved: strided subsets"),
+    ("block", int, "blockwise: block length"),
+    ("pass_mix", pass_mix_option, "multipass: pass-count mix, e.g. 1:0.75,2:0.22,3:0.03"),
+    ("aux_weight", float, "multipass, fixed_point: weight of the extra passes' loss"),
+)]
+# (flag, TrainConfig field, type): help and default come from TrainConfig, so both live in one place
+_FLAGS: list[tuple[str, str, Any]] = [(_flag(name), name, kind) for name, kind in (
+    ("task", str), ("feedback_start", float), ("prefix_mixin", float), ("prefix_draw", str), ("steps", int),
+    ("batch_size", int), ("grad_accum", int), ("optimizer", str), ("lr", float), ("matrix_lr", float),
+    ("weight_decay", float), ("lr_schedule", str), ("warmup_steps", int), ("decay_frac", float),
+    ("min_lr_frac", float), ("grad_clip", float), ("seed", int), ("eval_every", int), ("eval_size", int),
+    ("eval_seed", int), ("log_every", int), ("checkpoint_every", int), ("out_dir", str), ("device", str),
+)]
+_MODEL_FLAGS = [(_flag(name), name, kind) for name, kind in (
+    ("mechanism", str), ("n_layer", int), ("n_head", int), ("n_embd", int))]
 
 
 def _metavar(flag: str) -> str:
@@ -102,24 +97,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(flag, dest=f"model_{name}", type=kind, default=None, metavar=_metavar(flag),
                             help=f"ModelConfig.{name}")
     parser.add_argument("--model-param", action="append", metavar="KEY=VALUE",
-                        help="any other ModelConfig field, e.g. lrt_source_layer=2 (repeatable)")
+                        help="any other ModelConfig field (repeatable)")
     parser.add_argument("--task-param", action="append", metavar="KEY=VALUE",
-                        help="task parameter, e.g. length=32 (repeatable)")
-    parser.add_argument("--budget-flops", dest="budget", type=finite_positive, metavar="FLOPS", help="instead of "
-                        "--steps: the steps that spend this many training FLOPs, sized up front by the helper that "
-                        "sizes matched-FLOP runs, workbench.experiments.matched_steps, so the LR schedule ends in it")
+                        help="task parameter (repeatable)")
+    parser.add_argument("--budget-flops", dest="budget", type=finite_positive, metavar="FLOPS",
+                        help="instead of --steps: the steps FLOPS buy (experiments.matched_steps)")
     parser.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
     parser.add_argument("--overwrite", action="store_true",
-                        help="let a fresh run replace history.csv, loss.png and train_config.json in --out "
-                             "that no run of this package wrote")
+                        help="let a fresh run replace files in --out this package did not write")
     parser.add_argument("--no-progress", dest="progress", action="store_false", default=None,
                         help="no progress bar")
     parser.add_argument("--compile", dest="compile", action="store_true", default=None,
-                        help="run the schedules under torch.compile (faster steps after a compile on first use)")
+                        help="run the schedules under torch.compile")
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
-    """The ``TrainConfig`` the flags describe (unset flags keep its defaults)."""
+    """The ``TrainConfig`` the flags describe."""
     given = {name: getattr(args, name) for _, name, _ in _FLAGS if getattr(args, name) is not None}
     schedule = {name: getattr(args, name) for _, name, _, _ in _SCHEDULE_FLAGS if getattr(args, name) is not None}
     if schedule:
@@ -128,7 +121,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     for flag, name, _ in _MODEL_FLAGS:
         value = getattr(args, f"model_{name}")
         if value is not None and name in model and model[name] != value:
-            raise ValueError(f"{flag} {value!r} contradicts --model-param {name}={model[name]!r}: give one of them")
+            raise ValueError(f"{flag} {value!r} contradicts --model-param {name}={model[name]!r}")
         if value is not None:
             model[name] = value
     for name in ("progress", "compile"):
@@ -138,17 +131,16 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
                       resume=args.resume, overwrite=args.overwrite)
     if args.budget is None:
         return cfg
-    from ..experiments.common import matched_steps, step_flops  # sized up front; budget_flops, a cap, would cut short
+    from ..experiments.common import matched_steps, step_flops  # sized up front: a cap would cut the LR schedule
 
     steps, per_step = matched_steps(cfg, args.budget), step_flops(cfg)
     if "steps" in given or steps * per_step > args.budget:
-        raise ValueError(f"--budget-flops {args.budget:g} is invalid: it sizes the run (give no --steps) and must "
-                         f"cover at least {steps} steps of {per_step:.4g} FLOPs")
+        raise ValueError(f"--budget-flops {args.budget:g} is invalid: give no --steps, and at least {steps} steps of "
+                         f"{per_step:.4g} FLOPs")
     return cfg.replace(steps=steps)
 
 
 def _loss_figure(cfg: TrainConfig) -> Callable[[dict[str, Any]], None] | None:
-    """The run directory's ``loss.png`` writer (none without ``--out``)."""
     if cfg.out_dir is None:
         return None
     from ..plots import LossFigure
@@ -159,7 +151,6 @@ def _loss_figure(cfg: TrainConfig) -> Callable[[dict[str, Any]], None] | None:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    """Train; print a one-line summary (rank 0). Exit status 2: bad input (``main``); 1: diverged."""
     from ..train import NonFiniteLossError, train
 
     cfg = config_from_args(args)
@@ -179,7 +170,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def held_out_lines(cfg: TrainConfig, result) -> list[tuple[str, dict[str, float]]]:
-    """Held-out numbers per schedule: the training one and, for feedback models, the exact recurrence a decoder runs."""
+    """Held-out numbers under the training schedule and, with feedback, the exact recurrence."""
     from .. import tasks
     from ..evaluation import per_example_metrics, summarize
     from .runs import EXACT, metric_names
@@ -221,10 +212,9 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
                   + f"\n  rule: {r.rule}\n")
         return 0
     if args.name is None:
-        raise ValueError("reproduce: give a recipe NAME or 'all' (see --list)")
+        raise ValueError("reproduce: give a recipe NAME or 'all'")
     if args.name != "all" and args.name not in experiments.RECIPES:
-        raise ValueError(f"reproduce: unknown recipe {args.name!r}; one of {sorted(experiments.RECIPES)} or 'all' "
-                         f"(see --list)")
+        raise ValueError(f"reproduce: unknown recipe {args.name!r}; one of {sorted(experiments.RECIPES)} or 'all'")
     for flag in ("out", "scratch"):
         if getattr(args, flag) is not None:
             check_out_dir(getattr(args, flag), f"--{flag}")
@@ -237,17 +227,17 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
     if args.name == "all" or args.results:
         experiments.write_results_md(args.out, args.results)
         readme = Path(args.out or experiments.checkpoints_root()).parent / "README.md"
-        if readme.is_file() and experiments.FINDINGS_BEGIN in readme.read_text():  # the repository's own README
+        if readme.is_file() and experiments.FINDINGS_BEGIN in readme.read_text():
             experiments.write_readme_findings(readme, args.out)
     return 0
 
 
 def add_parsers(sub) -> None:
-    """The info, train, tasks and reproduce commands of ``python -m workbench``."""
+    """The info, train, tasks and reproduce commands."""
     p = sub.add_parser("info", help="config, parameter counts and metrics of a checkpoint")
-    p.add_argument("checkpoint", nargs="?", help="run directory (train --out) or checkpoint directory")
-    p.add_argument("--d20", action="store_true", help="also print mechanism overheads at the nanochat d20 shape")
-    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("checkpoint", nargs="?", help="run or checkpoint directory")
+    p.add_argument("--d20", action="store_true", help="also mechanism overheads at the nanochat d20 shape")
+    p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_cmd_info)
 
     p = sub.add_parser("train", help="train a model (any mechanism x schedule)",
@@ -259,17 +249,15 @@ def add_parsers(sub) -> None:
     p.add_argument("--json", action="store_true", help="print JSON records")
     p.set_defaults(func=_cmd_tasks)
 
-    p = sub.add_parser("reproduce", help="run a paper-claim recipe (or all) and write checkpoints + results")
+    p = sub.add_parser("reproduce", help="run a paper-claim recipe (or all); write checkpoints + results")
     p.add_argument("name", nargs="?", help="recipe name, or 'all'")
     p.add_argument("--list", action="store_true", help="list the recipes and exit")
-    p.add_argument("--scale", type=finite_positive, default=1.0, help="multiply steps and evaluation sizes (GPU: > 1)")
+    p.add_argument("--scale", type=finite_positive, default=1.0, help="multiply steps and eval sizes (GPU: > 1)")
     p.add_argument("--force", action="store_true", help="retrain even when a run is up to date")
-    p.add_argument("--out", default=None, help="where models and results go (default: the checkpoint root, "
-                   "$WORKBENCH_CHECKPOINTS or the repository's checkpoints/, where load_run and notebooks read)")
-    p.add_argument("--scratch", default=None, help="trainer run directories (resumable; default runs/ beside --out)")
+    p.add_argument("--out", default=None, help="models and results (default: $WORKBENCH_CHECKPOINTS or checkpoints/)")
+    p.add_argument("--scratch", default=None, help="trainer run directories (default runs/ beside --out)")
     p.add_argument("--results", default=None, help="write RESULTS.md here (default: beside --out, only for 'all')")
     p.add_argument("--threads", type=positive_int, default=1,
-                   help="torch threads (default 1: these models are small; run two recipes side by side instead)")
-    p.add_argument("--jobs", type=positive_int, default=1,
-                   help="train this many stale runs at a time, in worker processes of one thread each (2 on 2 cores)")
+                   help="torch threads (default 1: the models are small)")
+    p.add_argument("--jobs", type=positive_int, default=1, help="stale runs trained at once, one thread each")
     p.set_defaults(func=_cmd_reproduce)

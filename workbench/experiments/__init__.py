@@ -1,8 +1,4 @@
-"""Experiments: each claim of the two papers as a recipe in code, gated, reproduced at small scale.
-
-``core`` says what a recipe is, ``recipes`` holds one module per recipe (``RECIPES``), ``runner`` reproduces them
-(``python -m workbench reproduce NAME|all [--list] [--scale S] [--force] [--out DIR]``), ``results_page`` writes
-RESULTS.md, and ``store`` is the one checkpoint root notebooks load from."""
+"""Experiments: each claim of the two papers as a gated recipe (``python -m workbench reproduce NAME|all``)."""
 
 from .common import (
                      EXACT,

@@ -1,7 +1,4 @@
-"""Shared pieces of the recipes: model shapes, run configs at matched compute, arm comparisons, the rules in words.
-
-Matched-compute step counts come from the trainer's own FLOP accounting (``step_flops``): an interleaved run gets half a
-single-pass baseline's steps."""
+"""Shared pieces of the recipes: shapes, configs at matched compute (the trainer's own FLOP accounting), comparisons."""
 
 from __future__ import annotations
 
@@ -29,7 +26,7 @@ def steps(base: float, scale: float) -> int:
 
 
 def curve_every(n_steps: int, marks: int) -> int:
-    """The trainer's ``eval_every`` for ``marks`` evaluations (a tiny run: the four a last quarter needs)."""
+    """``eval_every`` for ``marks`` evaluations (a tiny run: the four a last quarter needs)."""
     return max(1, n_steps // marks) if n_steps >= 4 * marks else max(1, n_steps // 4)
 
 
@@ -37,31 +34,31 @@ SMOKE_EVAL_SIZE = 8
 
 
 def eval_size(scale: float) -> int:
-    """Held-out examples of a run's recorded evaluation; fewer below scale 1, where evaluation dwarfs training."""
+    """Fewer below scale 1, where evaluation would dwarf training."""
     return EVAL_SIZE if scale >= 1 else SMOKE_EVAL_SIZE
 
 
 def step_flops(cfg: TrainConfig, schedule: schedules.Schedule | None = None) -> float:
-    """Training FLOPs of one step of ``cfg`` under ``schedule`` (default its own): every budget's step cost."""
+    """Training FLOPs of one step of ``cfg`` under ``schedule`` (default its own)."""
     task = tasks.get(cfg.task, **cfg.task_params)
     model = build_model(cfg.model_config(task.vocab_size, task.seq_len), device="meta")
     return (schedule or cfg.schedule).flops(model, cfg.batch_size, task.seq_len)
 
 
 def matched_steps(cfg: TrainConfig, budget_flops: float) -> int:
-    """Optimiser steps of ``cfg`` that spend ``budget_flops`` under the trainer's own accounting."""
+    """Optimiser steps of ``cfg`` that spend ``budget_flops``."""
     return max(2, int(budget_flops // step_flops(cfg)))
 
 
 def config(task: str, model: dict, n_steps: int, seed: int, task_params: dict | None = None, **kw) -> TrainConfig:
-    """The recipes' common training config: batch 32, no progress bar, a small held-out evaluation."""
+    """The recipes' common training config."""
     return TrainConfig(task=task, task_params=task_params or {}, model=dict(model), steps=n_steps, seed=seed,
                        batch_size=32, progress=False, log_every=10, eval_size=64, **kw)
 
 
 def budget_runs(prefix: str, specs: list[tuple[str, TrainConfig, dict]], base_steps: int, scale: float,
                 reference: TrainConfig | None = None) -> list[RunSpec]:
-    """Runs given the FLOPs of ``base_steps`` single-pass steps of ``reference`` (default: the first config)."""
+    """Runs given the FLOPs of ``base_steps`` single-pass steps of ``reference`` (default: the first)."""
     first = (specs[0][1] if reference is None else reference).replace(schedule=schedules.Single(),
                                                                       steps=steps(base_steps, scale))
     budget = step_flops(first) * first.steps
@@ -70,13 +67,13 @@ def budget_runs(prefix: str, specs: list[tuple[str, TrainConfig, dict]], base_st
 
 
 def per_seed(ctx: Context, names: list[str], column: str) -> list[np.ndarray]:
-    """One per-example array per seed of an arm (every seed is evaluated on the same fixed batch)."""
+    """One per-example array per seed (all on the same fixed batch)."""
     return [ctx.per_example[n][column].to_numpy(dtype=np.float64) for n in names]
 
 
 def compare(ctx: Context, arms: dict[str, list[str]], reference: str, column: str, lower_is_better: bool
             ) -> tuple[pd.DataFrame, dict[str, dict[str, float]]]:
-    """Per arm: mean and seed spread of ``column``, and the hierarchical interval of (arm - reference)."""
+    """Per arm: mean, seed spread and the hierarchical interval of (arm - reference)."""
     rows, intervals = [], {}
     ref = per_seed(ctx, arms[reference], column)
     for arm, names in arms.items():
@@ -95,25 +92,22 @@ def compare(ctx: Context, arms: dict[str, list[str]], reference: str, column: st
 
 
 def arms_by_prefix(ctx: Context, template: str, arms: tuple[str, ...]) -> dict[str, list[str]]:
-    """``{arm: [run names]}`` for runs named ``template.format(arm=arm)`` + a seed suffix."""
+    """``{arm: [run names]}`` by ``template.format(arm=arm)`` prefix."""
     return {arm: [n for n in ctx.runs if n.startswith(template.format(arm=arm))] for arm in arms}
 
 
 METRIC_WORDS = {"bpb": "bits per byte", "val_bpb": "held-out bits per byte", "loss": "loss (nats / token)"}
 LOWER_IS_BETTER = ("bpb", "bits", "loss", "nats")  # a metric naming one of these is better when lower
 
-# An arm's colour, the same in every figure: an index into seaborn's "deep" palette by the arm's name, else by its
-# family (the name up to its first "_": base, glu, add, fbt, lrt; "base" the baseline's blue, "lrt" the reference
-# LRT's orange). Grey (7) is left to reference lines and keys; gates_only shares lrt_blockwise's green (never drawn
-# together). See ``arm_colour``.
+# An arm's "deep" palette index in every figure, by name, else by family (name up to its first "_"). Grey (7) is
+# left to reference lines; gates_only shares lrt_blockwise's green (never drawn together).
 ARM_COLOURS = {"baseline": 0, "lrt_interleaved": 1, "lrt_blockwise": 2, "lrt_src3": 3, "lrt_src1": 4,
                "lrt_older": 5, "lrt_pooled": 6, "lrt_kv_only": 8, "lrt_residual_only": 9, "gates_only": 2,
                "base": 0, "lrt": 1, "sequential": 1, "fbt": 2, "glu": 2, "add": 3}
 
 
 def arm_colour(arm: str) -> tuple[float, float, float]:
-    """``arm``'s colour in every figure (``ARM_COLOURS``; an arm of no listed name or family: one fixed by its
-    name's checksum)."""
+    """``arm``'s colour (``ARM_COLOURS``, else fixed by its name's checksum)."""
     import zlib
 
     import seaborn as sns
@@ -128,7 +122,7 @@ def _lower(metric: str) -> bool:
 
 
 def best_takeaway(table: pd.DataFrame, keys: list[str]) -> str:
-    """Which arm is best over every panel of a metric (not one panel's share of its arms); "" for a single arm."""
+    """Which arm is best over every panel of a metric; "" for a single arm."""
     bests = []
     for k, g in table.groupby(keys, sort=False):
         if g["arm"].nunique() > 1:
@@ -145,11 +139,8 @@ def best_takeaway(table: pd.DataFrame, keys: list[str]) -> str:
 
 
 def bar_figure(table: pd.DataFrame, title: str):
-    """One bar per arm (mean, seed-std error bar), a panel per task/metric (past ``ARMS_PER_PANEL`` arms: split
-    over several panels). A ``floor`` column (with ``floor_label``: chance, the unigram, a difference of 0) is drawn
-    as a line named in one legend below the panels: kept in the table, so a redraw from the saved CSV shows it too.
-    Each panel's title says which way is better (lower for bits, bpb, loss and nats, higher otherwise), the suptitle
-    which arm is best over all panels (``best_takeaway``); each arm in its own colour (``arm_colour``)."""
+    """One bar per arm, a panel per task/metric; a ``floor`` column (kept in the table, so a redraw from the CSV
+    shows it) is drawn as a labelled line."""
     import textwrap
 
     from ..plots.base import panel_grid, require_columns, split_panels
@@ -202,13 +193,13 @@ def running_sum_chance(params: dict) -> float:
 
 def learned_gates_values(ctx: Context, arms: dict[str, list[str]], floor: float, column: str = "accuracy"
                          ) -> dict[str, float]:
-    """Each arm's margin over the chance floor (its worst seed): the value of its "learned" gate."""
+    """Each arm's worst-seed margin over the chance floor: its "learned" gate."""
     return {f"{arm} learned": min(float(ctx.per_example[n][column].mean()) for n in names) - floor
             for arm, names in arms.items()}
 
 
 def last_quarter_improvement(history: pd.DataFrame, column: str = "loss") -> float:
-    """Relative fall of ``column`` over the last quarter of training: near 0 once past the first descent."""
+    """Relative fall of ``column`` over the last quarter of training (NaN under 8 rows)."""
     values = history[column].dropna().to_numpy()
     if len(values) < 8:
         return float("nan")
@@ -224,5 +215,5 @@ DIFFERENCE = ("reproduces when the 95 % hierarchical bootstrap interval (seeds, 
 
 
 def difference(diff: str, higher_is_better: bool) -> str:
-    """The decision rule for "arm A beats arm B" on a metric, in words (``stats.verdict`` applies it)."""
+    """The rule for "arm A beats arm B", in words (``stats.verdict`` applies it)."""
     return DIFFERENCE.format(diff=diff, side="above" if higher_is_better else "below")

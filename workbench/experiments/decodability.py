@@ -1,7 +1,5 @@
-"""Decodability vs use on a probe task's batch (the design ``causal_use`` runs and notebook 05b teaches).
-
-A probe shows that a label is *decodable* from the memory, not that the model *uses* it (the FBT paper's own warning,
-appendix F): edit the memory and see whether the answer follows."""
+"""Decodability vs use: a probe shows a label is decodable from the memory, not that it is used (FBT paper,
+appendix F); edit the memory and see whether the answer follows."""
 
 from __future__ import annotations
 
@@ -25,11 +23,7 @@ def _check_probe_batch(batch: Batch) -> None:
 
 
 def mate_rows(batch: Batch, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per example, a **swap** row (a group mate of the other label) and a **control** row (the same label, in the group
-    or the next one at the same label position), seeded.
-
-    A group shares everything but the label-bearing detail, so the swap changes the label and little else; the control
-    changes at least as much context and not the label."""
+    """Per example, a swap row (a group mate of the other label) and a same-label control row."""
     _check_probe_batch(batch)
     rng = np.random.default_rng(seed)
     labels, groups = batch.labels.cpu().numpy(), batch.groups.cpu().numpy()
@@ -41,7 +35,7 @@ def mate_rows(batch: Batch, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         mates = members[group]
         other = mates[labels[mates] != label]
         if len(other) == 0:
-            raise ValueError(f"example {i}'s group holds no other label: a swap needs groups with every label")
+            raise ValueError(f"example {i}'s group holds no other label")
         swap[i] = rng.choice(other)
         same = mates[(labels[mates] == label) & (mates != i)]
         start = order.index(group)
@@ -57,7 +51,7 @@ def mate_rows(batch: Batch, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def cross_rows(batch: Batch, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per example, a **cross-context** swap row (another group, other label) and its same-label control."""
+    """Per example, a cross-group swap row (other label) and its same-label control."""
     _check_probe_batch(batch)
     rng = np.random.default_rng(seed)
     labels, groups = batch.labels.cpu().numpy(), batch.groups.cpu().numpy()
@@ -68,7 +62,7 @@ def cross_rows(batch: Batch, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]
         other = np.flatnonzero(elsewhere & (labels != labels[i]))
         same = np.flatnonzero(elsewhere & (labels == labels[i]))
         if len(other) == 0 or len(same) == 0:
-            raise ValueError(f"example {i} has no example of another group with each label at its label position")
+            raise ValueError(f"example {i} has no other group's example of each label at its label position")
         pairs.append((rng.choice(other), rng.choice(same)))
     cross, control = zip(*pairs)
     return torch.tensor(cross, dtype=torch.long), torch.tensor(control, dtype=torch.long)
@@ -79,7 +73,7 @@ SPANS = ("site", "stream")
 
 
 def label_tokens(batch: Batch) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The answer token of every example and, for a binary task, the foil (the other label's answer token)."""
+    """Each example's answer token and, for a binary task, the foil (the other label's)."""
     rows = torch.arange(len(batch))
     answers = batch.targets[rows, batch.label_positions]
     by_label = {int(label): int(token) for label, token in zip(batch.labels, answers)}
@@ -93,11 +87,7 @@ def label_tokens(batch: Batch) -> tuple[torch.Tensor, torch.Tensor | None]:
 def label_swap(model: GPT, batch: Batch, site: str = "memory", seed: int = 0,
                kinds: Sequence[str] = ("swap", "control", "mean", "zero"), batch_size: int = 256, *,
                schedule: schedules.Schedule | None = None, span: str = "site") -> pd.DataFrame:
-    """Decodability vs use on one probe batch: edit the memory and see whether the answer follows.
-
-    Runs the probe's ``suffix1`` condition, or ``schedule`` (e.g. a specimen's training regime), up to each label
-    position. ``span="site"`` edits the memory read at the label position, ``"stream"`` every memory read (a larger
-    edit, more power). Returns ``intervention_effects`` rows per example plus ``group``, ``label`` and ``span``."""
+    """Edit the memory and see whether the answer follows; ``span="stream"`` edits every read (more power)."""
     _check_probe_batch(batch)
     unknown = sorted(set(kinds) - set(SWAP_KINDS))
     if unknown or not kinds:

@@ -1,6 +1,5 @@
-"""FBT on language: how ``fbt_text``'s specimens are scored, per held-out window in bits per byte, for the recipes that
-read them: ``pass{k}`` and ``exact`` on the whole window, ``standard`` / ``soft`` / ``fused{P}`` on its continuation
-after ``PROMPT`` bytes, teacher-forced as each decoding regime computes it."""
+"""FBT on language: ``fbt_text``'s specimens scored per held-out window in bits per byte; the decoding regimes on
+the continuation after ``PROMPT`` bytes."""
 
 from __future__ import annotations
 
@@ -57,7 +56,7 @@ GREEDY_TOKENS = 96
 
 
 def continuation(batch: Batch, prompt_len: int = PROMPT) -> Batch:
-    """``batch`` with only the continuation scored: targets before position ``prompt_len - 1`` set to -1."""
+    """``batch`` with targets before ``prompt_len - 1`` set to -1."""
     targets = batch.targets.clone()
     targets[:, : prompt_len - 1] = -1
     return dataclasses.replace(batch, targets=targets)
@@ -65,7 +64,7 @@ def continuation(batch: Batch, prompt_len: int = PROMPT) -> Batch:
 
 def measures(prefill: tuple[int, ...] = PREFILL_PASSES, feedback: bool = True, prompt_len: int = PROMPT
              ) -> dict[str, tuple[schedules.Schedule, bool]]:
-    """Each measure's schedule and whether it scores the continuation only (no feedback: pass 1, exact, STANDARD)."""
+    """Each measure's schedule and whether it scores the continuation only."""
     out: dict[str, tuple[schedules.Schedule, bool]] = {
         f"pass{k}": (schedules.Multipass(k), False) for k in (PASSES if feedback else PASSES[:1])}
     out["exact"] = (schedules.Sequential(), False)
@@ -78,10 +77,9 @@ def measures(prefill: tuple[int, ...] = PREFILL_PASSES, feedback: bool = True, p
 
 def score_run(model: GPT, batch: Batch, prefill: tuple[int, ...] = PREFILL_PASSES,
               regime_windows: int = REGIME_WINDOWS, prompt_len: int = PROMPT) -> pd.DataFrame:
-    """One model's bits per byte per held-out window and measure; continuations on ``regime_windows`` windows."""
+    """Bits per byte per held-out window and measure; continuations on ``regime_windows`` windows."""
     if not 1 <= prompt_len < batch.tokens.size(1):
-        raise ValueError(f"prompt_len={prompt_len!r} is invalid: must be in [1, {batch.tokens.size(1) - 1}] (the "
-                         "batch's windows less one byte of continuation)")
+        raise ValueError(f"prompt_len={prompt_len!r} is invalid: must be in [1, {batch.tokens.size(1) - 1}]")
     if regime_windows < 1:
         raise ValueError(f"regime_windows={regime_windows!r} is invalid: must be >= 1")
     n = min(regime_windows, batch.tokens.size(0))
@@ -97,37 +95,36 @@ def score_run(model: GPT, batch: Batch, prefill: tuple[int, ...] = PREFILL_PASSE
 
 
 def per_seed(scores: pd.DataFrame, arm: str, measure: str) -> list[np.ndarray]:
-    """One per-window array per seed of ``arm`` under ``measure`` (seeds in order, windows in order)."""
+    """One per-window array per seed of ``arm`` under ``measure``, both in order."""
     rows = scores[(scores["arm"] == arm) & (scores["measure"] == measure)]
     return [g.sort_values("example")["bpb"].to_numpy(dtype=np.float64) for _, g in rows.groupby("seed", sort=True)]
 
 
 def difference(scores: pd.DataFrame, arm: str, measure: str, reference_arm: str, reference_measure: str,
                seed: int = 0) -> dict[str, float]:
-    """``arm``'s ``measure`` minus ``reference_arm``'s: an interval paired by window and seed (shared draw and
-    batches)."""
+    """``arm``'s ``measure`` minus ``reference_arm``'s, paired by window and seed."""
     sides = [dict(zip(sorted(set(scores.loc[scores["arm"] == a, "seed"])), per_seed(scores, a, m), strict=True))
              for a, m in ((arm, measure), (reference_arm, reference_measure))]
     if sides[0].keys() != sides[1].keys():
         raise ValueError(f"arm={arm!r} has seeds {sorted(sides[0])} and reference_arm={reference_arm!r} "
-                         f"{sorted(sides[1])}: a difference paired by seed needs the same seeds on both sides")
+                         f"{sorted(sides[1])}: must be the same")
     return bootstrap([sides[0][s] - sides[1][s] for s in sides[0]], unit="seeds", seed=seed)
 
 
 def contrast(scores: pd.DataFrame, arm: str, weights: dict[str, float], seed: int = 0) -> dict[str, float]:
-    """The interval of ``sum(weight * measure)`` per window of ``arm``'s own weights, seeds resampled whole."""
+    """Interval of ``sum(weight * measure)`` per window of one arm, seeds resampled whole."""
     parts = [[w * a for a in per_seed(scores, arm, m)] for m, w in weights.items()]
     combined = [np.sum(same_seed, axis=0) for same_seed in zip(*parts, strict=True)]
     return bootstrap(combined, unit="seeds", seed=seed)
 
 
 def feedback_used(scores: pd.DataFrame, arm: str) -> dict[str, float]:
-    """The feedback gate's interval: pass 2 minus pass 1 on the same weights (below 0: the feedback pays)."""
+    """Pass 2 minus pass 1 on the same weights (below 0: the feedback pays)."""
     return contrast(scores, arm, {"pass2": 1.0, "pass1": -1.0})
 
 
 def feedback_arms(scores: pd.DataFrame) -> list[str]:
-    """The arms scored with feedback (those with a pass-2 measure), in the scores' order."""
+    """The arms with a pass-2 measure, in order."""
     return list(dict.fromkeys(scores.loc[scores["measure"] == "pass2", "arm"]))
 
 
@@ -136,7 +133,7 @@ SEED_GATE = Gate("pre-registered seeds trained", f"seeds of {PAPER_ARM} and both
 
 
 def seeds_trained(scores: pd.DataFrame) -> int:
-    """``SEED_GATE``'s value: the fewest seeds scored among the paper's arm and its two baselines."""
+    """``SEED_GATE``'s value: the fewest seeds among the paper's arm and its baselines."""
     return min(scores.loc[scores["arm"] == arm, "seed"].nunique() for arm in (PAPER_ARM, *CONTROL))
 
 
@@ -151,7 +148,7 @@ READING_GATES = (
 
 
 def reading_gates(scores: pd.DataFrame) -> tuple[dict[str, float], dict[str, float]]:
-    """``READING_GATES``' measured values, and the positive control's interval."""
+    """``READING_GATES``' values, and the positive control's interval."""
     control = continuation_control(scores)
     return {SEED_GATE.name: seeds_trained(scores), READING_GATES[1].name: feedback_used(scores, PAPER_ARM)["high"],
             READING_GATES[2].name: control["high"]}, control
@@ -163,12 +160,12 @@ def text_budget(root: Path) -> dict[str, Any]:
 
 
 def continuation_control(scores: pd.DataFrame) -> dict[str, float]:
-    """The positive control on the scored continuations: ``CONTROL``'s baselines under STANDARD."""
+    """``CONTROL``'s baselines under STANDARD on the continuations."""
     return difference(scores, CONTROL[0], "standard", CONTROL[1], "standard", seed=2)
 
 
 def weights_id(run: Path) -> str:
-    """The sha256 of a saved run's weights: a score is reused only for the weights it measured."""
+    """A saved run's weights' sha256: a score is reused only for the weights it measured."""
     return json.loads((run / "manifest.json").read_text())["files"]["model.safetensors"]["sha256"]
 
 
@@ -179,7 +176,7 @@ def _score_saved(run: Path, prefill: tuple[int, ...]) -> pd.DataFrame:
 
 
 def collect_scores(ctx: Context, arm_of) -> pd.DataFrame:
-    """Every run's ``score_run`` table, written to ``SCORES``, reusing rows whose weights are unchanged."""
+    """Every run's ``score_run`` table, written to ``SCORES``, reused where the weights are unchanged."""
     prefill = PREFILL_PASSES if ctx.scale >= 1 else SMOKE_PREFILL
     path = ctx.out / SCORES
     current = {n: weights_id(ctx.out / n) for n in ctx.runs}
@@ -199,20 +196,19 @@ def collect_scores(ctx: Context, arm_of) -> pd.DataFrame:
 
 
 def unigram_bpb() -> float:
-    """Bits per held-out byte of a model without context: the line every text specimen must clear."""
+    """Bits per held-out byte without context: the line every text specimen must clear."""
     return tasks.get("text", **TEXT).unigram_loss() / math.log(2)
 
 
 def bars(ctx: Context, long: pd.DataFrame, title: str, floor: float, floor_label: str):
-    """The recipe's bar figure from ``long`` with its reference line (the unigram, or 0 for a difference), saved as
-    ``bars.csv`` so the recipe explorer redraws the same figure."""
+    """The bar figure with its reference line, saved as ``bars.csv`` so a redraw shows the same."""
     long = long.assign(floor=floor, floor_label=floor_label)
     write_csv(ctx.out / "bars.csv", long)
     return bar_figure(long, title)
 
 
 def specimen_continuations(root: Path, arms: list[str], seed: int = 0) -> pd.DataFrame:
-    """``greedy_continuations`` of each arm's seed-``seed`` specimen: the regimes' scores as text."""
+    """``greedy_continuations`` of each arm's seed-``seed`` specimen."""
     frames = []
     for arm in arms:
         run = root / SPECIMENS / f"{arm}_s{seed}"
@@ -223,7 +219,7 @@ def specimen_continuations(root: Path, arms: list[str], seed: int = 0) -> pd.Dat
 
 
 def read_scores(root: Path) -> pd.DataFrame:
-    """``fbt_text``'s scores under a checkpoint root, or an error that says how to make them."""
+    """``fbt_text``'s scores under a checkpoint root."""
     path = root / SPECIMENS / SCORES
     if not path.is_file():
         raise FileNotFoundError(f"no {SCORES} under {path.parent}: run 'python -m workbench reproduce {SPECIMENS}'")
@@ -233,7 +229,7 @@ def read_scores(root: Path) -> pd.DataFrame:
 @torch.no_grad()
 def greedy_continuations(model: GPT, batch: Batch, decode, prefill: int = 1,
                          prompt_len: int = PROMPT) -> pd.DataFrame:
-    """Each regime's greedy continuation of the first ``GREEDY_PROMPTS`` held-out prompts."""
+    """Each regime's greedy continuation of the first ``GREEDY_PROMPTS`` prompts."""
     prompts = batch.tokens[:GREEDY_PROMPTS, :prompt_len]
     rows = []
     for name in schedules.REGIMES:

@@ -1,4 +1,4 @@
-"""The figure of a recipe's stored tables; here, not in ``plots``, because only this layer may import recipes."""
+"""A recipe's figure from its stored tables (here, not in ``plots``: only this layer may import recipes)."""
 
 from __future__ import annotations
 
@@ -23,9 +23,7 @@ TAKEAWAYS = {"crosses": crosses.takeaway, "lrt_memory_sanity": lrt_memory_sanity
 
 def experiment_figure(tables: Mapping[str, pd.DataFrame], title: str = "",
                       summary: Mapping[str, Any] | None = None) -> Figure:
-    """A recipe's figure from the tables it wrote, chosen by their names and columns. ``summary`` (its
-    summary.json): what the pass-mix and layer-0 figures state beside their data (the verdict, a baseline), and
-    which recipe's takeaway (``TAKEAWAYS``) titles its bars."""
+    """Chosen by the tables' names and columns; ``summary`` (summary.json) adds a verdict, a baseline or a title."""
     from .. import plots  # on first use: ``import workbench.experiments`` loads no seaborn
 
     if "pass_dynamics" in tables:
@@ -39,7 +37,7 @@ def experiment_figure(tables: Mapping[str, pd.DataFrame], title: str = "",
     if "bars" in tables:  # a wide results table with its bars saved beside it (fbt_language.bars)
         return bar_figure(tables["bars"], title=title)
     if "results" not in tables:
-        raise ValueError(f"tables holds {sorted(tables)}: expected 'results' (and maybe 'pass_dynamics' or 'traces')")
+        raise ValueError(f"tables holds {sorted(tables)}: expected 'results'")
     results = tables["results"]
     if {"condition", "layer", "label"} <= set(results.columns):  # layer0_probes: a colour per specimen
         said = None if summary is None else f"{summary.get('recipe', title)}: {summary['verdict']}"

@@ -1,13 +1,5 @@
-"""The LRT paper's ablations on language (arXiv 2605.26797): what ``source_layer``, ``memory_source``,
-``injection_ablation`` and ``gate_control`` share.
-
-Each recipe trains a few byte-level text arms of ``text_arms`` (the baseline and reference LRT are
-``lrt_vs_baseline``'s, copied, not retrained) and reads each arm against one other (``comparisons``) both ways the
-budget allows: at the **final FLOP mark**, with a hierarchical interval on held-out bits per byte under the exact
-recurrence; and at **equal optimiser steps**, off the recorded held-out curves (seed means and spread only: the curves
-keep means). The interleaved variants take nearly the same steps, so the two nearly coincide among them. The gates add
-to the baseline's that the reference LRT uses its memory at all: an ablation of a memory the model ignores says
-nothing."""
+"""The LRT paper's ablations on language (arXiv 2605.26797), read at the final FLOP mark and at equal steps. A gate
+needs the reference LRT to use its memory: ablating an ignored memory says nothing."""
 
 from __future__ import annotations
 
@@ -55,7 +47,7 @@ COLUMNS = ["arm", "metric", "value", "seed_std", "seeds", "vs", "diff", "ci_low"
 
 
 def setting(arms: tuple[str, ...]) -> str:
-    """The recipes' setting in one sentence."""
+    """The recipes' setting, in one sentence."""
     return (f"Byte-level {TEXT_MODEL['n_layer']}x{TEXT_MODEL['n_embd']} models on the stdlib corpus at context "
             f"{TEXT['seq_len']}, arms {', '.join(arms)} (LRT: reference-code treatment, interleaved S=2 unless "
             f"single-pass), each given the FLOPs of {BASE_STEPS} baseline steps of {BATCH} windows at a "
@@ -93,7 +85,7 @@ def describe_steps(label: str, steps: Mapping[str, float]) -> str:
 
 
 def every_above(intervals: Intervals) -> str:
-    """The rule "each ablation is worse than the reference" on (ablation - reference) intervals."""
+    """"Each ablation is worse than the reference" on (ablation - reference) intervals."""
     seeds = min(iv.get("seeds", MIN_SEEDS) for iv in intervals.values())
     if seeds < MIN_SEEDS:
         return f"not tested: seeds = {seeds} (needs >= {MIN_SEEDS})"
@@ -105,7 +97,7 @@ def every_above(intervals: Intervals) -> str:
 
 
 def every_ablation_worse(comparisons: dict[str, str], ruled: tuple[str, ...]) -> Callable[[Intervals, Intervals], str]:
-    """A ``decide`` requiring each arm of ``ruled`` worse than its comparison at the final FLOP mark."""
+    """A rule requiring each arm of ``ruled`` worse than its comparison at the final FLOP mark."""
     def decide(intervals: Intervals, steps: Intervals) -> str:
         return every_above({f"{a} - {comparisons[a]}": intervals[a] for a in ruled})
 
@@ -122,7 +114,7 @@ def every_above_rule(diffs: tuple[str, ...]) -> str:
 
 
 def analyze(ctx: Context, comparisons: Mapping[str, str], rule: Rule) -> Outcome:
-    """The shared analysis: each compared arm against its reference both ways; ``rule`` gives the verdict."""
+    """Each compared arm against its reference both ways; ``rule`` gives the verdict."""
     prepare(ctx)
     arms = arm_runs(ctx, tuple(dict.fromkeys(["baseline", *comparisons.values(), *comparisons])))
     rows, intervals, steps = [], {}, {}
@@ -159,8 +151,7 @@ def analyze(ctx: Context, comparisons: Mapping[str, str], rule: Rule) -> Outcome
 
 
 def said(results: pd.DataFrame, *arms: str) -> str:
-    """Compared arms of a recipe's ``results.csv`` for a finding: each difference at matched FLOPs with its interval,
-    then at equal steps."""
+    """For a finding: each arm's difference at matched FLOPs (interval), then at equal steps."""
     rows = results.set_index("arm").loc[list(arms)]
     return (" and ".join(f"{r.diff:+.3f} [{r.ci_low:+.3f}, {r.ci_high:+.3f}]" for r in rows.itertuples())
             + f" bits/byte at matched FLOPs ({' and '.join(f'{d:+.3f}' for d in rows['diff_equal_steps'])} at equal "

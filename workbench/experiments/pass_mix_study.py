@@ -1,6 +1,4 @@
-"""The FBT pass-mix study shared by ``fbt_pass_mixes`` and ``fbt_pass_mixes_registers``: models, mixes and runs, the
-pass map iterated far past the training depth, and the rule reading the claim's two halves (the late-pass loss, the
-residual's behaviour), with each run's fixed-point quality beside it."""
+"""The FBT pass-mix study: the pass map iterated far past the training depth."""
 
 from __future__ import annotations
 
@@ -64,7 +62,7 @@ DECODE_EXAMPLES, DECODE_TOKENS = 4, 1000  # SOFT decoding far past the context: 
 def mix_runs(prefix: str, task: str, task_params: dict, base_steps: int, scale: float,
              seeds: dict[str, tuple[int, ...]], aux_weight: float = 1.0, model: dict | None = None,
              batch: int = BATCH) -> list[RunSpec]:
-    """One run per (mix, seed) in ``seeds``: the progressive schedule, jitter (the model's default), prefix mix-in."""
+    """One run per (mix, seed): progressive schedule, jitter, prefix mix-in."""
     runs, n_steps = [], steps(base_steps, scale)
     for name, mix_seeds in seeds.items():
         mix = MIXES[name]
@@ -81,7 +79,7 @@ def mix_runs(prefix: str, task: str, task_params: dict, base_steps: int, scale: 
 
 def cross_run(prefix: str, task: str, task_params: dict, base_steps: int, scale: float, aux_weight: float = 1.0
               ) -> RunSpec:
-    """The LRT cross: the FBT recipe's ``CROSS_MIX`` schedule, on an LRT of the same shape."""
+    """The LRT cross: ``CROSS_MIX`` on an LRT of the same shape."""
     spec = mix_runs(prefix, task, task_params, base_steps, scale, {CROSS_MIX: (0,)}, aux_weight, LRT_MODEL)[0]
     return RunSpec(f"{prefix}lrt_{CROSS_MIX}", spec.train, spec.eval_schedule, spec.eval_size)
 
@@ -111,14 +109,14 @@ STEPS = 28000
 
 
 def registers_runs(scale: float) -> list[RunSpec]:
-    """The registers setting's runs: every mix, 2 seeds each, and the LRT cross (``fixed_point_study`` reuses them)."""
+    """Every mix, 2 seeds each, and the LRT cross (``fixed_point_study`` reuses them)."""
     return [*mix_runs("reg_", "multi_register", REGISTERS, STEPS, scale, {m: SEEDS for m in MIXES}, AUX_WEIGHT),
             cross_run("reg_", "multi_register", REGISTERS, STEPS, scale, AUX_WEIGHT)]
 
 
 @dataclass(frozen=True)
 class Setting:
-    """What the two settings measure differently: the targets the claim's loss is over, and its baseline."""
+    """What the two settings measure differently."""
 
     name: str  # "text" or "registers", in figure titles and the table
     targets: Callable[[tasks.Batch], torch.Tensor]  # (B, T) the claim's targets of a batch, -1 elsewhere
@@ -131,7 +129,7 @@ class Setting:
 
 
 def label_targets(batch: tasks.Batch) -> torch.Tensor:
-    """Only the label: the target of the position after the final colon (``Value: 1``: the space)."""
+    """Only the label's target (after the final colon's space)."""
     targets = torch.full_like(batch.targets, -1)
     rows = torch.arange(batch.targets.size(0))
     where = batch.label_positions + 1
@@ -145,7 +143,7 @@ def mix_of(spec: RunSpec) -> str:
 
 @torch.no_grad()
 def pass_losses(model, tokens: torch.Tensor, targets: torch.Tensor, passes: int, chunk: int = 64) -> np.ndarray:
-    """(passes, B) each example's mean loss over ``targets`` after each Jacobi pass (eval mode, no jitter)."""
+    """(passes, B) mean loss over ``targets`` after each Jacobi pass (eval mode)."""
     from ..analysis.fixed_point import window_loss
     from ..model import eval_mode
     from ..schedules import iterate_passes
@@ -160,18 +158,18 @@ def pass_losses(model, tokens: torch.Tensor, targets: torch.Tensor, passes: int,
 
 
 def window(T: int) -> int:
-    """The first measured position: passes 1 .. W never reach positions >= W, so none is exact by causality."""
+    """First measured position: passes 1..W never make positions >= W exact by causality."""
     return (3 * T) // 4
 
 
 def residual_ends(delta: pd.Series) -> tuple[float, float]:
-    """The pass residual at pass 3 and its median over the last tenth of passes."""
+    """The residual at pass 3 and its median over the last tenth."""
     values = delta.to_numpy()
     return float(values[2]), float(np.median(values[-max(2, len(values) // 10):]))
 
 
 def rise_interval(per_seed_rise: list[np.ndarray], seed: int) -> dict[str, float]:
-    """Mean rise of the late-pass loss over pass 2's, with its hierarchical interval (paired in a model)."""
+    """Late-pass loss minus pass 2's: hierarchical interval, paired in a model."""
     return hierarchical_difference([np.zeros_like(r) for r in per_seed_rise], per_seed_rise, seed=seed)
 
 
@@ -179,7 +177,7 @@ DECAYS = ("decays to zero", "decays to a plateau")  # residual behaviours that d
 
 
 def loss_half(rises: dict[str, dict[str, float]]) -> str:
-    """The claim's first half: 75/25's late-pass loss rises above its pass 2, 75/22/3's does not (see ``RULE``)."""
+    """The claim's loss half (``RULE``)."""
     up = {m: rises[m]["low"] > 0 for m in FEEDBACK_MIXES}
     if up["75_25"] and not up["75_22_3"]:
         return "reproduces"
@@ -189,7 +187,7 @@ def loss_half(rises: dict[str, dict[str, float]]) -> str:
 
 
 def residual_half(behaviours: dict[str, list[str]]) -> str:
-    """The claim's second half: every 75/25 seed's residual diverges, every 75/22/3 seed's decays."""
+    """The claim's residual half (``RULE``)."""
     b25, b223 = behaviours["75_25"], behaviours["75_22_3"]
     if not b25 or not b223:
         return "not tested: no run of a feedback mix"
@@ -201,7 +199,7 @@ def residual_half(behaviours: dict[str, list[str]]) -> str:
 
 
 def decide(rises: dict[str, dict[str, float]], behaviours: dict[str, list[str]]) -> str:
-    """The decision rule, stated before running (see ``RULE``): each half, then the claim as a whole."""
+    """``RULE``: each half, then the claim."""
     halves = {"loss": loss_half(rises), "residual": residual_half(behaviours)}
     if all(v == "reproduces" for v in halves.values()):
         overall = "reproduces"
@@ -213,7 +211,7 @@ def decide(rises: dict[str, dict[str, float]], behaviours: dict[str, list[str]])
 
 
 def fixed_point_row(model, batch: tasks.Batch, targets: torch.Tensor, accuracy: bool) -> dict[str, float]:
-    """The exact recurrence's loss (and accuracy, where it means something) against the best trained pass 1..3."""
+    """The exact recurrence's loss (and accuracy) against the best trained pass 1..3."""
     from ..analysis.fixed_point import fixed_point_quality
 
     per = fixed_point_quality(model, batch.tokens, targets, passes=3).per_example
@@ -226,7 +224,7 @@ def fixed_point_row(model, batch: tasks.Batch, targets: torch.Tensor, accuracy: 
 
 
 def analyze_mixes(ctx: Context, setting: Setting) -> Outcome:
-    """Iterate every specimen's pass map over the window, measure the gates, apply the rule."""
+    """Iterate every pass map over the window, measure the gates, apply the rule."""
     from ..analysis.fixed_point import pass_dynamics, residual_behaviour
     from ..analysis.jacobians import jacobian_norm, pass_map_jacobian, sensitivity
     from ..analysis.trajectory import decoding_states
@@ -316,8 +314,7 @@ STUDY_FIELDS = {"recipe", "seq_len", "passes", "window_from", "chance", "baselin
 
 
 def study_figure(pass_dynamics: pd.DataFrame, summary: Mapping[str, Any]) -> Figure:
-    """The study's figure from its saved ``pass_dynamics`` table and summary, so the recipe and a redraw from its
-    files (the recipe explorer) show the same one: every run's passes, the trained depths and the baseline."""
+    """From the saved table and summary, so a redraw from the files shows the same figure."""
     from ..plots import contraction_curves
 
     title = (f"{summary['recipe']}: T = {summary['seq_len']}, passes 1..{summary['passes']}, every quantity over "

@@ -1,6 +1,4 @@
-"""Independent work side by side, one torch thread per worker process: stale runs trained, per-specimen measurements
-(``map_jobs``). Small models use one core well, so two runs on two cores take about half the wall time of both at two
-threads."""
+"""Independent work in one-thread worker processes: small models use one core well."""
 
 from __future__ import annotations
 
@@ -23,7 +21,7 @@ def _one_thread(fn: Callable[..., Any], args: tuple) -> Any:
 
 
 def map_jobs(fn: Callable[..., Any], calls: Sequence[tuple], jobs: int = 1, desc: str = "") -> list[Any]:
-    """``[fn(*args) for args in calls]`` in ``jobs`` one-thread workers; pass checkpoint paths, not models."""
+    """``[fn(*args) for args in calls]`` in ``jobs`` workers; pass checkpoint paths, not models."""
     if not (isinstance(jobs, int) and jobs >= 1):
         raise ValueError(f"jobs={jobs!r} is invalid: must be an integer >= 1")
     if jobs == 1 or len(calls) <= 1:
@@ -37,24 +35,24 @@ def map_jobs(fn: Callable[..., Any], calls: Sequence[tuple], jobs: int = 1, desc
 
 
 def _train_saved(spec: RunSpec, path: Path, scratch: Path, force: bool) -> str:
-    """Train and save one stale run; only its name comes back (the parent loads what was saved)."""
+    """Train and save one run; only its name comes back (the parent loads what was saved)."""
     train_run(spec, path, scratch, force)
     return spec.name
 
 
 def _training_flops(spec: RunSpec) -> float:
-    """A run's training FLOPs, to order runs (an estimate, not a budget)."""
+    """A run's training FLOPs, to order runs."""
     return step_flops(spec.train) * spec.train.steps
 
 
 def train_parallel(stale: list[RunSpec], out: Path, scratch: Path, force: bool, jobs: int) -> None:
-    """Train a recipe's stale runs ``jobs`` at a time, one torch thread each, longest first."""
+    """Train stale runs ``jobs`` at a time, longest first."""
     stale = sorted(stale, key=_training_flops, reverse=True)  # the last run to start is a short one
     map_jobs(_train_saved, [(s, out / s.name, scratch, force) for s in stale], jobs, desc="parallel runs")
 
 
 def makespan(seconds: list[float], workers: int) -> float:
-    """Wall time of these jobs on ``workers`` workers, longest first: what a quiet machine would take."""
+    """Wall time of these jobs on ``workers`` workers, longest first, on a quiet machine."""
     if workers < 1:
         raise ValueError(f"workers={workers!r} is invalid: must be >= 1")
     loads = [0.0] * workers

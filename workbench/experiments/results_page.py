@@ -1,5 +1,4 @@
-"""RESULTS.md, docs/SPECIMENS.md and the README's findings, written from every recipe's summary.json. A table cell
-longer than ``MAX_CELL`` becomes a numbered note, so one long number cannot stretch a table past reading."""
+"""RESULTS.md, docs/SPECIMENS.md and the README's findings, from every recipe's summary.json."""
 
 from __future__ import annotations
 
@@ -30,17 +29,17 @@ def _cell(text: str) -> str:
 
 
 def _value(value: float | None) -> str:
-    """A measured gate value; None (not measurable) as "not measured"."""
+    """None as "not measured"."""
     return "not measured" if value is None else f"{value:.4g}"
 
 
 def _anchor(name: str) -> str:
-    """The link to a recipe's section, as GitHub and JupyterLab spell a heading's anchor."""
+    """A recipe section's anchor, as GitHub and JupyterLab spell it."""
     return f"#{name}"
 
 
 def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
-    """A Markdown table whose cells longer than ``MAX_CELL`` become numbered notes under it."""
+    """A Markdown table; a cell over ``MAX_CELL`` becomes a numbered note, so it cannot stretch the table."""
     lines, notes = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"], []
     for row in rows:
         cells = []
@@ -59,7 +58,7 @@ def _first_sentence(text: str) -> tuple[str, str]:
 
 
 def _setting(name: str, runs: pd.DataFrame) -> str:
-    """What a recipe's verdict rests on in a few words: its models, or the recipes whose models it analyses."""
+    """What a recipe's verdict rests on, in a few words."""
     if not len(runs):
         return "no models of its own: it analyses those of " + ", ".join(RECIPES[name].reads)
     steps = sorted(set(runs["steps"]))
@@ -73,7 +72,7 @@ def _seeds(summary: Mapping[str, Any]) -> str:
 
 
 def _gates(summary: Mapping[str, Any]) -> str:
-    """``k / n passed``, the failed gates named, plus the specimen gates' count."""
+    """``k / n passed``, failures named, plus the specimen gates."""
     gates = summary.get("gates", [])
     failed = [g["name"] for g in gates if not g["passed"]]
     text = f"{len(gates) - len(failed)} / {len(gates)} passed" + (f" (failed: {'; '.join(failed)})" if failed else "")
@@ -84,7 +83,7 @@ def _gates(summary: Mapping[str, Any]) -> str:
 
 
 def _specimen_gates(specimens: list[dict]) -> list[str]:
-    """One row per specimen gate, with the exact-recurrence answer accuracy beside it (below: unfit for SOFT)."""
+    """One row per specimen gate, with the exact-recurrence accuracy (low: unfit for SOFT)."""
     if not specimens:
         return []
     rows = [[r["gate"], r["gate_condition"], f"{r['gate_value']:.3f}", "pass" if r["gated"] else "**fail**",
@@ -93,7 +92,7 @@ def _specimen_gates(specimens: list[dict]) -> list[str]:
 
 
 def _extensions(extensions: list[dict]) -> list[str]:
-    """The rule applied beyond the paper's claim: one row per extension, apart from the verdict."""
+    """One row per extension of the rule, apart from the verdict."""
     if not extensions:
         return []
     return (["", "Extensions (the same rule beyond the paper's claim; they never change the verdict):", ""]
@@ -102,14 +101,14 @@ def _extensions(extensions: list[dict]) -> list[str]:
 
 
 def shipped_summaries(root: str | Path | None = None) -> dict[str, dict]:
-    """Every recipe's summary.json under ``root`` (default: the checkpoint root), as written, none retrained."""
+    """Every recipe's summary.json under ``root``, none retrained."""
     root = checkpoints_root() if root is None else Path(root)
     return {name: json.loads((root / name / "summary.json").read_text()) for name in RECIPES
             if (root / name / "summary.json").is_file()}
 
 
 def findings_markdown(summaries: dict[str, dict], root: str | Path | None = None) -> str:
-    """The README's "findings at a glance": one line per recipe, each linked to its section of RESULTS.md."""
+    """The README's findings: one line per recipe, linked to RESULTS.md."""
     lines = []
     for r in findings_table(summaries, root).itertuples():
         if r.kind == "extension":
@@ -121,7 +120,7 @@ def findings_markdown(summaries: dict[str, dict], root: str | Path | None = None
 
 
 def findings_text(summaries: Mapping[str, Mapping[str, Any]], width: int = 110) -> str:
-    """The findings as a notebook prints them, each sentence wrapped at spaces only (joining lines gives it back)."""
+    """The findings as a notebook prints them, wrapped at spaces only."""
     return "\n".join(f"{r.recipe}{f' [{r.paper}]' if r.kind == 'extension' else ''}: {r.verdict}\n"
                      + textwrap.fill(r.finding, width, initial_indent="  ", subsequent_indent="  ",
                                      break_on_hyphens=False)
@@ -129,12 +128,12 @@ def findings_text(summaries: Mapping[str, Mapping[str, Any]], width: int = 110) 
 
 
 def write_readme_findings(readme: str | Path, root: str | Path | None = None) -> str:
-    """Replace the README's block between ``FINDINGS_BEGIN`` and ``FINDINGS_END`` with the findings; returns them."""
+    """Rewrite the README's block between ``FINDINGS_BEGIN`` and ``FINDINGS_END``; returns it."""
     readme = Path(readme)
     text = readme.read_text()
     if text.count(FINDINGS_BEGIN) != 1 or text.count(FINDINGS_END) != 1:
-        raise ValueError(f"readme={str(readme)!r} is invalid: it needs one {FINDINGS_BEGIN!r} line and one "
-                         f"{FINDINGS_END!r} line after it, around the findings table")
+        raise ValueError(f"readme={str(readme)!r} is invalid: needs one {FINDINGS_BEGIN!r} line, then one "
+                         f"{FINDINGS_END!r}")
     before, rest = text.split(FINDINGS_BEGIN)
     table = findings_markdown(shipped_summaries(root), root)
     write_bytes_atomic(readme, (before + FINDINGS_BEGIN + "\n" + table + "\n" + FINDINGS_END
@@ -143,7 +142,7 @@ def write_readme_findings(readme: str | Path, root: str | Path | None = None) ->
 
 
 def _section(name: str, s: Mapping[str, Any], finding: Any, runs: pd.DataFrame, figures: str) -> list[str]:
-    """A recipe's section: the summary a reader needs first, then everything it rests on."""
+    """A recipe's section: its summary first, then what it rests on."""
     recipe = RECIPES[name]
     sentence, rest = _first_sentence(finding.finding)
     lines = [f"## {name}", "", f"- **Claim**: {recipe.claim}",
@@ -169,7 +168,7 @@ def _section(name: str, s: Mapping[str, Any], finding: Any, runs: pd.DataFrame, 
 
 
 def results_markdown(root: str | Path | None = None, figures: str = "checkpoints") -> str:
-    """RESULTS.md's text from the summaries under ``root``; ``figures`` is the checkpoint root as the page links it."""
+    """RESULTS.md's text; ``figures`` is the checkpoint root as the page links it."""
     root = checkpoints_root() if root is None else Path(root)
     summaries = shipped_summaries(root)
     found = findings_table(summaries, root).query("kind != 'extension'").set_index("recipe") if summaries else None
@@ -202,7 +201,7 @@ def results_markdown(root: str | Path | None = None, figures: str = "checkpoints
 
 
 def write_results_md(root: str | Path | None = None, path: str | Path | None = None) -> str:
-    """RESULTS.md (default: beside the checkpoint root) from the summaries under ``root``; returns the text."""
+    """Write RESULTS.md (default: beside the checkpoint root); returns the text."""
     root = checkpoints_root() if root is None else Path(root)
     path = root.parent / "RESULTS.md" if path is None else Path(path)
     text = results_markdown(root, Path(os.path.relpath(root.resolve(), path.resolve().parent)).as_posix())
@@ -248,7 +247,7 @@ def specimens_markdown(root: str | Path | None = None, results: str = "../RESULT
 
 
 def _run_gate(gate: str | float | None, value: float, passed: bool | None) -> str:
-    """A specimen's own gate as the index shows it; a run gated only as a whole: the recipe's gates."""
+    """A specimen's own gate, else the recipe's."""
     if gate is None or pd.isna(gate):
         return "the recipe's (above)"
     return f"{value:.3f} {'pass' if passed else '**fail**'}"

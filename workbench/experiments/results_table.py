@@ -1,5 +1,4 @@
-"""Every recipe's results as DataFrames, and the training compute each run really spent: a notebook can check that runs
-compared "at matched compute" spent the same FLOPs, up to one optimiser step."""
+"""Every recipe's results as DataFrames, and each run's real training compute (were "matched" runs matched?)."""
 
 from __future__ import annotations
 
@@ -32,7 +31,7 @@ COMPUTE_COLUMNS = ["run", "task", "seed", "schedule", "steps", "flops", "pass_fl
 
 
 def _measured(value: float | None) -> float:
-    """A stored gate value; null (not measured) as NaN."""
+    """null (not measured) as NaN."""
     return float("nan") if value is None else float(value)
 
 
@@ -43,15 +42,15 @@ def _check_recipe(recipe: str) -> None:
 
 def _check_summaries(summaries: Mapping[str, Mapping[str, Any]]) -> None:
     if not summaries:
-        raise ValueError("summaries is empty: give recipe name -> summary.json contents")
+        raise ValueError("summaries is empty")
     for name, summary in summaries.items():
         missing = [c for c in REQUIRED_FIELDS if c not in summary]
         if missing:
-            raise ValueError(f"summaries[{name!r}] lacks {missing}: pass what experiments.ensure returns")
+            raise ValueError(f"summaries[{name!r}] lacks {missing}")
 
 
 def load_summaries(recipes: Sequence[str] | None = None) -> tuple[dict[str, dict[str, Any]], list[str]]:
-    """``({recipe: summary.json}, [recipes without results])`` through ``experiments.ensure``."""
+    """``({recipe: summary}, [recipes without results])``."""
     summaries, missing = {}, []
     for recipe in RECIPES if recipes is None else recipes:
         _check_recipe(recipe)
@@ -63,7 +62,7 @@ def load_summaries(recipes: Sequence[str] | None = None) -> tuple[dict[str, dict
 
 
 def summary_table(summaries: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
-    """One row per recipe: the results page's head table ("not tested": read ``gates_table``)."""
+    """One row per recipe: the results page's head table."""
     _check_summaries(summaries)
     rows = []
     for name, summary in summaries.items():
@@ -76,10 +75,7 @@ def summary_table(summaries: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
 
 
 def findings_table(summaries: Mapping[str, Mapping[str, Any]], root: str | Path | None = None) -> pd.DataFrame:
-    """What we found, one row per recipe (plus one per extension of its rule, never changing its verdict).
-
-    ``ours`` and ``finding`` are computed by the recipe's ``finding`` from its files under ``root``, so they change only
-    when it is retrained."""
+    """What we found, one row per recipe and per extension; computed from the files under ``root``."""
     root = checkpoints_root() if root is None else Path(root)
     _check_summaries(summaries)
     rows = []
@@ -97,7 +93,7 @@ def findings_table(summaries: Mapping[str, Mapping[str, Any]], root: str | Path 
 
 
 def gates_table(summaries: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
-    """One row per gate of every recipe: the competence checks its models had to pass before a verdict."""
+    """One row per gate of every recipe."""
     _check_summaries(summaries)
     rows = [{"recipe": name, "gate": g["name"], "quantity": g["quantity"], "value": _measured(g["value"]),
              "op": g["op"], "threshold": float(g["threshold"]), "passed": bool(g["passed"])}
@@ -106,7 +102,7 @@ def gates_table(summaries: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
 
 
 def recipe_tables(recipe: str) -> dict[str, pd.DataFrame]:
-    """The tables a recipe wrote, by name: ``results`` always, those of ``EXTRA_TABLES`` where present."""
+    """``results`` and those of ``EXTRA_TABLES`` a recipe wrote, by name."""
     _check_recipe(recipe)
     tables = {"results": load_results(recipe)}
     for name in EXTRA_TABLES:
@@ -116,7 +112,7 @@ def recipe_tables(recipe: str) -> dict[str, pd.DataFrame]:
 
 
 def per_example(recipe: str, run: str) -> pd.DataFrame:
-    """The per-example evaluation a run's recorded metric and the recipe's paired intervals come from."""
+    """A run's per-example evaluation (its metric and the paired intervals come from it)."""
     _check_recipe(recipe)
     path = checkpoints_root() / recipe / run / EVAL_FILE
     if not path.is_file():
@@ -125,7 +121,7 @@ def per_example(recipe: str, run: str) -> pd.DataFrame:
 
 
 def _step_flops(cfg: TrainConfig) -> tuple[float, float]:
-    """One step's FLOPs: (one plain pass, the configured schedule; NaN where the work varies per step)."""
+    """(one plain pass, the configured schedule; NaN where the work varies per step)."""
     plain = step_flops(cfg, schedules.Single())
     if "pass_mix" in cfg.schedule.to_dict() or cfg.feedback_start > 0:
         return plain, float("nan")
@@ -133,10 +129,8 @@ def _step_flops(cfg: TrainConfig) -> tuple[float, float]:
 
 
 def run_compute(recipe: str, runs: Sequence[str] | None = None) -> pd.DataFrame:
-    """Per run: schedule, steps, recorded training FLOPs, and what they amount to in passes.
-
-    ``mean_passes = flops / (steps * pass_flops)``; ``expected_flops`` (recomputed, NaN where the work varies per step)
-    checks the recorded count."""
+    """Per run: recorded FLOPs, ``mean_passes = flops / (steps * pass_flops)`` and the recomputed
+    ``expected_flops`` (NaN where the work varies per step)."""
     _check_recipe(recipe)
     if runs is None:
         runs = sorted(p.parent.name for p in (checkpoints_root() / recipe).glob("*/metrics.json"))
@@ -156,11 +150,11 @@ def run_compute(recipe: str, runs: Sequence[str] | None = None) -> pd.DataFrame:
 
 
 def compute_matching(compute: pd.DataFrame, by: str | Sequence[str] = "task") -> pd.DataFrame:
-    """Per group sharing a budget: ``matched`` when the FLOP spread is at most its largest step."""
+    """Per group: ``matched`` when the FLOP spread is at most its largest step."""
     keys = [by] if isinstance(by, str) else list(by)
     missing = sorted((set(keys) | {"run", "flops", "steps"}) - set(compute.columns))
     if missing:
-        raise ValueError(f"compute lacks the column(s) {missing}: pass run_compute's output (by={by!r})")
+        raise ValueError(f"compute lacks the column(s) {missing} (by={by!r})")
     rows = []
     for key, group in compute.groupby(keys, sort=False):
         flops = group["flops"].to_numpy(dtype=float)
@@ -174,7 +168,7 @@ def compute_matching(compute: pd.DataFrame, by: str | Sequence[str] = "task") ->
 
 
 def _schedule(cfg: TrainConfig) -> str:
-    """A run's training schedule in a few words."""
+    """A run's schedule in a few words."""
     value, spec = cfg.schedule, cfg.schedule.to_dict()
     symbol = "" if spec["schedule"] == "multipass" else f"{value.symbol}="
     knob = "" if value.knob is None else f" {symbol}{value.knob}"
@@ -185,10 +179,7 @@ def _schedule(cfg: TrainConfig) -> str:
 
 
 def specimens_table(summaries: Mapping[str, Mapping[str, Any]], root: str | Path | None = None) -> pd.DataFrame:
-    """One row per shipped run (a *specimen*: ``load_run(recipe, run)`` loads it) of every recipe in ``summaries``.
-
-    ``task`` comes from ``metrics.json``, since ``config.json`` holds the model only; ``steps`` is what it trained (a
-    FLOP budget may stop it early); ``gate*`` is the run's own gate where its recipe gates each specimen, else None."""
+    """One row per shipped run (a *specimen*); ``gate*``: its own gate where the recipe gates each, else None."""
     root = checkpoints_root() if root is None else Path(root)
     _check_summaries(summaries)
     rows = []

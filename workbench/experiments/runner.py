@@ -25,7 +25,7 @@ TRAIN_CLOCK = "train_clock.json"  # the clocks of the last invocation that train
 
 
 def _measured_or_null(value: Any) -> Any:
-    """``value`` with non-finite floats as None: null reads "not measured", which never passes a gate."""
+    """Non-finite floats as None: null reads "not measured", which never passes a gate."""
     if isinstance(value, dict):
         return {k: _measured_or_null(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -42,7 +42,7 @@ def _check_name(name: str) -> None:
 
 def reproduce(name: str, root: str | Path | None = None, scale: float = 1.0, force: bool = False,
               scratch: str | Path | None = None, jobs: int = 1) -> Outcome:
-    """Run one recipe: train what is stale, analyse, apply its gates, write results and summary.json."""
+    """Run one recipe: train what is stale, analyse, apply its gates, write its results."""
     _check_name(name)
     if not (isinstance(scale, (int, float)) and scale > 0):
         raise ValueError(f"scale={scale!r} is invalid: must be > 0")
@@ -63,7 +63,7 @@ def reproduce(name: str, root: str | Path | None = None, scale: float = 1.0, for
     for n, spec in tqdm(runs.items(), desc=name, leave=False):
         models[n], per_example[n] = train_run(spec, out / n, scratch, force)
     trained = time.perf_counter() - started
-    # written before the analysis, so a run stopped during it keeps the training clocks for a rerun that only analyses
+    # written before the analysis: a rerun after a stop there keeps the training clocks
     if stale:
         cpu = [load_metrics(out / s.name)["train"].get("cpu_seconds") for s in stale]
         write_json_atomic(out / TRAIN_CLOCK, {
@@ -90,7 +90,7 @@ def reproduce(name: str, root: str | Path | None = None, scale: float = 1.0, for
 
 
 def ensure(recipe: str, scale: float | None = None) -> dict[str, Any]:
-    """A recipe's summary, (re)trained first under ``WORKBENCH_FULL=1``; raises, saying how to make it, when missing."""
+    """A recipe's summary, retrained first under ``WORKBENCH_FULL=1``."""
     _check_name(recipe)
     root = checkpoints_root()
     if os.environ.get(FULL_ENV) == "1":
@@ -103,12 +103,12 @@ def ensure(recipe: str, scale: float | None = None) -> dict[str, Any]:
 
 
 def smoke_scale() -> float:
-    """The scale the test suite runs every recipe at: a few steps each, small evaluations."""
+    """The scale the test suite runs every recipe at."""
     return 0.001
 
 
 def list_recipes() -> pd.DataFrame:
-    """Each recipe's claim, gates and rule; ``runs`` counts its models and those of the recipes it ``reads``."""
+    """Each recipe's claim, gates and rule; ``runs`` counts those of the recipes it ``reads`` too."""
     return pd.DataFrame([{"recipe": r.name, "kind": r.kind, "claim": r.claim, "setting": r.setting,
                           "gates": "; ".join(g.describe() for g in r.gates), "rule": r.rule, "chance": r.chance,
                           "runs": len(r.build(1.0)) + sum(len(RECIPES[o].build(1.0)) for o in r.reads)}

@@ -1,7 +1,5 @@
-"""One run of a recipe: train (or reuse an up-to-date one, here or in another recipe), evaluate, save.
-
-Recorded metrics are measured in float32 and float64 (``eval_float64``, what tests pin): exact recurrence far past the
-trained depth amplifies float32 rounding differences between CPUs into visible loss changes."""
+"""One run of a recipe: train or reuse, evaluate, save. Metrics are also recorded in float64: deep exact recurrence
+amplifies float32 rounding differences between CPUs."""
 
 from __future__ import annotations
 
@@ -27,36 +25,36 @@ RESUME_EVERY = 200
 
 
 def reusable(path: Path, spec: RunSpec) -> bool:
-    """A saved run of this very spec, with its recorded evaluation."""
+    """A saved run of this spec, with its recorded evaluation."""
     return up_to_date(path, spec) and (path / EVAL_FILE).is_file()
 
 
 def evaluate_run(model: GPT, spec: RunSpec) -> pd.DataFrame:
-    """The recorded evaluation of a run: per-example metrics on its fixed held-out batch."""
+    """Per-example metrics on the run's fixed held-out batch."""
     return per_example_metrics(model, spec.eval_batch(), spec.eval_schedule)
 
 
 def reference_metrics(model: GPT, spec: RunSpec) -> dict[str, float]:
-    """The recorded evaluation recomputed in float64 on a copy: the well-conditioned number tests pin."""
+    """The recorded evaluation in float64 on a copy: the number tests pin."""
     double = copy.deepcopy(model).to("cpu").double()
     return summarize(evaluate_run(double, spec), getattr(spec.eval_task(), "bytes_per_token", None))
 
 
 def header_extra(path: Path, spec: RunSpec) -> dict[str, Any]:
-    """The recipe, run, seed and task a run writes into its config.json, so the checkpoint alone says what it is for."""
+    """What config.json records, so the checkpoint alone says what it is for."""
     return {"recipe": path.parent.name, "run": spec.name, "seed": spec.train.seed, "task": spec.train.task,
             "task_params": dict(spec.train.task_params)}
 
 
 def spec_of(path: Path) -> RunSpec:
-    """The ``RunSpec`` a saved run was trained and evaluated under, from its metrics.json."""
+    """The ``RunSpec`` of a saved run, from its metrics.json."""
     m = load_metrics(path)
     return RunSpec(m["run"], TrainConfig.from_dict(m["train_config"]), m["eval_schedule"], m["eval_size"],
                    m.get("eval_task_params"))
 
 
 def _evaluation(model: GPT, spec: RunSpec, per_example: pd.DataFrame) -> dict[str, Any]:
-    """The evaluation part of a run's metrics, float64 reference included."""
+    """The evaluation part of a run's metrics."""
     return {"eval": summarize(per_example, getattr(spec.eval_task(), "bytes_per_token", None)),
             "eval_float64": reference_metrics(model, spec), "eval_schedule": spec.eval_schedule.to_dict(),
             "eval_size": spec.eval_size, "eval_seed": EVAL_SEED,
@@ -64,7 +62,7 @@ def _evaluation(model: GPT, spec: RunSpec, per_example: pd.DataFrame) -> dict[st
 
 
 def _copy_shared(spec: RunSpec, path: Path) -> bool:
-    """Copy an up-to-date run of the same training from another recipe, re-evaluated if evaluated otherwise."""
+    """Copy an up-to-date run of the same training from another recipe, re-evaluated if need be."""
     if path.exists():
         return False
     for other in sorted(path.parent.parent.glob(f"*/{spec.name}")):
@@ -88,7 +86,7 @@ def _copy_shared(spec: RunSpec, path: Path) -> bool:
 
 
 def train_run(spec: RunSpec, path: Path, scratch: Path, force: bool = False) -> tuple[GPT, pd.DataFrame]:
-    """Train (or reuse) one run; save its slim checkpoint, metrics, history and evaluation."""
+    """Train (or reuse) one run and save it."""
     if not force and (reusable(path, spec) or _copy_shared(spec, path)):  # a copy brings its evaluation
         return load_checkpoint(path), pd.read_csv(path / EVAL_FILE)
     run_dir = scratch / path.parent.name / path.name

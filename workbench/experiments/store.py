@@ -1,5 +1,4 @@
-"""Where recipes keep their models and results: one checkpoint root for `reproduce`, `load_run` and notebooks:
-``$WORKBENCH_CHECKPOINTS``, else the repository's ``checkpoints/`` whatever the working directory."""
+"""The one checkpoint root of recipes' models and results, for `reproduce`, `load_run` and notebooks alike."""
 
 from __future__ import annotations
 
@@ -23,13 +22,13 @@ EVAL_FILE = "eval_per_example.csv"
 
 
 def checkpoints_root() -> Path:
-    """``$WORKBENCH_CHECKPOINTS`` if set, else the ``checkpoints/`` folder beside the package."""
+    """``$WORKBENCH_CHECKPOINTS``, else ``checkpoints/`` beside the package, whatever the working directory."""
     env = os.environ.get(ROOT_ENV)
     return Path(env).resolve() if env else Path(__file__).resolve().parents[2] / "checkpoints"
 
 
 def scratch_root(root: Path) -> Path:
-    """Trainer run directories (resumable, not shipped): ``runs/`` beside the checkpoint root."""
+    """Resumable, unshipped run directories: ``runs/`` beside the root."""
     return root.parent / "runs"
 
 
@@ -47,12 +46,12 @@ def run_history(recipe: str, run: str) -> pd.DataFrame:
 
 
 def load_results(recipe: str, name: str = "results.csv") -> pd.DataFrame:
-    """A table a recipe wrote (``results.csv``, ``pass_dynamics.csv``, ``traces.csv``, ...)."""
+    """A table a recipe wrote."""
     return pd.read_csv(checkpoints_root() / recipe / name)
 
 
 def same_trajectory(stored: Any, cfg: TrainConfig) -> bool:
-    """Does a stored train config describe ``cfg``'s run? Read through TrainConfig, compared as JSON."""
+    """Does a stored train config describe ``cfg``'s run? Compared as JSON."""
     if not isinstance(stored, dict):
         return False
     try:
@@ -63,7 +62,7 @@ def same_trajectory(stored: Any, cfg: TrainConfig) -> bool:
 
 
 def up_to_date(path: Path, spec: RunSpec) -> bool:
-    """Whether the run saved at ``path`` was trained (and is evaluated) under ``spec`` by this version."""
+    """Was the run at ``path`` trained and evaluated under ``spec`` by this version?"""
     if not (path / "metrics.json").is_file():
         return False
     stored = load_metrics(path)

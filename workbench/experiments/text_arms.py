@@ -1,5 +1,4 @@
-"""The byte-level text arms that ``lrt_vs_baseline``, ``schedules``, the LRT ablations and ``causal_use`` share: models,
-treatments, runs at matched compute, held-out BPB curves."""
+"""The byte-level text arms the LRT recipes and ``causal_use`` share, trained at matched compute."""
 
 from __future__ import annotations
 
@@ -24,9 +23,7 @@ from .store import EVAL_FILE
 
 TEXT = {"seq_len": 128}
 
-
 TEXT_MODEL = {"n_layer": 4, "n_head": 4, "n_embd": 64}
-
 
 # (ModelConfig fields, TrainConfig fields) of the LRT arms: the mechanism's training treatment
 TREATMENTS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
@@ -34,9 +31,7 @@ TREATMENTS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "workbench": ({"lrt_gamma_init": 0.1, "lrt_kv_init": "zero"}, {}),
 }
 
-
 TREATMENT = "reference"
-
 
 # each LRT arm: (its training schedule, its changes to the LRT model)
 ARMS: dict[str, tuple[Schedule, dict[str, Any]]] = {
@@ -56,32 +51,23 @@ ARMS: dict[str, tuple[Schedule, dict[str, Any]]] = {
     "gates_only": (Single(), {"lrt_memory": "none"}),
 }
 
-
 SEEDS = (0, 1, 2)
 
-
 BASE_STEPS = 1500  # the budget: this many single-pass baseline steps of batch BATCH
-
 
 # Constant, not warmup-stable-decay: the final decay alone lowers held-out BPB by about 5 %, so a decayed curve's last
 # quarter never reads as flat (trial baselines fell 0.049-0.062; at a constant rate 0.013-0.022). Every arm alike.
 LR_SCHEDULE = "constant"
 
-
 BATCH = 16
-
 
 CURVE_MARKS = 16  # held-out evaluations per run, at regular steps (so at regular FLOP marks)
 
-
 CURVE_EVAL_SIZE = 64  # held-out windows per curve point
-
 
 UNIGRAM_MARGIN = 1.0  # bits/byte the baseline must end below the unigram BPB
 
-
 FLAT = 0.05  # largest relative held-out BPB fall over the last quarter of the curve for "flattened"
-
 
 KNOWN_DIFFERENCES = (
     "Known differences from the reference model (OoDBag/Latent_recurrent_transformer): our lean backbone has no "
@@ -92,14 +78,14 @@ KNOWN_DIFFERENCES = (
 
 
 def lrt_model(treatment: str = TREATMENT) -> dict[str, Any]:
-    """The text LRT's ModelConfig fields under a training treatment (``TREATMENTS``)."""
+    """The text LRT's ModelConfig fields under a treatment."""
     if treatment not in TREATMENTS:
         raise ValueError(f"treatment={treatment!r} is invalid: must be one of {sorted(TREATMENTS)}")
     return {**TEXT_MODEL, "mechanism": "lrt", **TREATMENTS[treatment][0]}
 
 
 def text_config(arm: str, seed: int, treatment: str = TREATMENT) -> TrainConfig:
-    """One text run's config (the budget sets its steps): ``arm`` is "baseline" or a key of ``ARMS``."""
+    """One text run's config; the budget sets its steps later."""
     common = dict(task="text", task_params=dict(TEXT), steps=1, seed=seed, batch_size=BATCH, progress=False,
                   log_every=10, eval_size=CURVE_EVAL_SIZE, lr_schedule=LR_SCHEDULE)
     if arm == "baseline":
@@ -117,7 +103,7 @@ def text_config(arm: str, seed: int, treatment: str = TREATMENT) -> TrainConfig:
 
 def text_runs(arms: tuple[str, ...], scale: float, seeds: tuple[int, ...] = SEEDS, treatment: str = TREATMENT
               ) -> list[RunSpec]:
-    """Runs ``text_{arm}_s{seed}`` at ``BASE_STEPS`` baseline steps' FLOPs, identical wherever an arm appears."""
+    """Runs ``text_{arm}_s{seed}`` at ``BASE_STEPS`` baseline steps' FLOPs, the same in every recipe."""
     specs = [(f"{arm}_s{seed}", text_config(arm, seed, treatment), EXACT) for seed in seeds for arm in arms]
     runs = budget_runs("text_", specs, BASE_STEPS, scale, reference=text_config("baseline", 0))
     for run in runs:
@@ -130,12 +116,12 @@ def arm_runs(ctx: Context, arms: tuple[str, ...]) -> dict[str, list[str]]:
 
 
 def own_schedule(spec: RunSpec) -> schedules.Schedule:
-    """A run's own training schedule, the one its own-schedule evaluation runs."""
+    """A run's own training schedule."""
     return spec.train.schedule
 
 
 def add_bpb(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per-example bits per byte beside the loss in nats (one token is one byte)."""
+    """Add per-example ``bpb`` (one token is one byte)."""
     frame["bpb"] = frame["loss"] / math.log(2)
     return frame
 
@@ -145,17 +131,17 @@ def unigram_bpb() -> float:
 
 
 def curves(out: Path, names: list[str]) -> list[pd.DataFrame]:
-    """Each run's held-out curve under ``out``: the history rows with an evaluation (flops, seconds, val_bpb)."""
+    """Each run's held-out curve: its history rows with a ``val_bpb``."""
     return [pd.read_csv(out / n / "history.csv").dropna(subset=["val_bpb"]) for n in names]
 
 
 def flattened(ctx: Context, names: list[str]) -> float:
-    """The worst seed's relative held-out BPB fall over the last quarter of its curve."""
+    """The worst seed's ``last_quarter_improvement`` of held-out BPB."""
     return max(last_quarter_improvement(c, "val_bpb") for c in curves(ctx.out, names))
 
 
 def both_ways(ctx: Context, arms: dict[str, list[str]]) -> tuple[pd.DataFrame, dict[str, dict[str, float]]]:
-    """Each LRT arm under its own training schedule beside the exact recurrence: the train/eval mismatch."""
+    """Each LRT arm under its own schedule beside the exact recurrence: the train/eval mismatch."""
     rows, mismatch = [], {}
     for arm, names in arms.items():
         if not arm.startswith("lrt"):
@@ -171,25 +157,21 @@ def both_ways(ctx: Context, arms: dict[str, list[str]]) -> tuple[pd.DataFrame, d
 
 def end_points(per_example: Mapping[str, pd.DataFrame], arms: Mapping[str, list[str]], ends: pd.DataFrame
                ) -> pd.DataFrame:
-    """Per run its arm and final held-out BPB, exact and under its own schedule (``both_ways``' ``ends``; NaN for
-    an arm without one): the points of the figure's end-point panel and its title."""
+    """Per run: final held-out BPB, exact and under its own schedule (NaN for an arm without one)."""
     own = dict(zip(ends["run"], ends["bpb_own_schedule"])) if len(ends) else {}
     return pd.DataFrame([{"arm": arm, "run": n, "exact": float(per_example[n]["bpb"].mean()),
                           "own": own.get(n, math.nan)} for arm, names in arms.items() for n in names])
 
 
 def text_title(points: pd.DataFrame) -> str:
-    """The takeaway: which arm ends lowest under the exact recurrence (the decision's numbers), ``ends_title`` over
-    each seed's end point."""
+    """Which arm ends lowest under the exact recurrence (the decision's numbers)."""
     seeds = {arm: [pd.DataFrame({"bpb": [v]}) for v in rows["exact"]]
              for arm, rows in points.groupby("arm", sort=False)}
     return ends_title(seeds, "bpb", lead="exact recurrence: ")
 
 
 def text_figure(curves: Mapping[str, list[pd.DataFrame]], points: pd.DataFrame, unigram: float, title: str):
-    """Held-out BPB against training FLOPs (seed bands, the unigram dotted) and each run's end point, exact (o) and
-    under its own schedule (x), every arm in its ``arm_colour``. The unigram is in view wherever a point reaches it;
-    the end-point panel says so only when it lies above the panel's scale."""
+    """Held-out BPB against training FLOPs, and each run's end point, exact (o) and under its own schedule (x)."""
     figure = loss_vs_flops(curves, floor=unigram, title=textwrap.fill(title, 110), extra_panel=True)
     lines, ax = figure.axes[0], figure.axes[1]
     bands = iter(lines.collections)  # a band per arm of several seeds, in the curves' order
@@ -220,15 +202,14 @@ def text_figure(curves: Mapping[str, list[pd.DataFrame]], points: pd.DataFrame, 
 
 
 def outcome_figure(ctx: Context, arms: dict[str, list[str]], ends: pd.DataFrame):
-    """A text recipe's figure from its runs (``text_figure`` titled by ``text_title``)."""
+    """A text recipe's figure from its runs."""
     points = end_points(ctx.per_example, arms, ends)
     return text_figure({arm: curves(ctx.out, names) for arm, names in arms.items()}, points, unigram_bpb(),
                        text_title(points))
 
 
 def saved_figure(out: Path):
-    """``outcome_figure`` redrawn from a text recipe's files under ``out``: its runs' curves and evaluations and
-    summary.json's own-schedule ends; no model loaded, no number recomputed."""
+    """``outcome_figure`` redrawn from a text recipe's files: no model loaded, no number recomputed."""
     summary = json.loads((out / "summary.json").read_text())
     arms = {arm: sorted(p.name for p in out.glob(f"text_{arm}_s*") if p.is_dir())
             for arm in pd.read_csv(out / "results.csv")["arm"]}

@@ -1,12 +1,6 @@
-"""``HFMechanism``: the workbench's own FBT fusion and LRT residual injection, at a wrapped HF model's points.
+"""``HFMechanism``: the workbench's FBT fusion and LRT residual injection at a wrapped HF model's points.
 
-``fusion`` is a ``mechanisms.FBT`` and ``injection`` a residual-only ``mechanisms.LRT``, built for the HF model's width
-and depth and called where ``GPT.step`` calls them. Two things differ on an HF stack:
-
-- **Scale.** HF reads ``inputs_embeds`` at raw scale (RMS ~0.02), ``GPT`` at unit RMS: FBT fuses the normed embedding
-  and scales the result back to ``rms(e)``; a plain position keeps ``e`` itself (``norm(e) * rms(e)`` differs by the
-  norm's epsilon).
-- **Jitter.** Drawn once on the carried memory so fusion and injection read the same noisy memory; FBT's own is off.
+HF reads ``inputs_embeds`` at raw scale (RMS ~0.02), so FBT fuses the normed embedding and scales back to ``rms(e)``.
 """
 
 from __future__ import annotations
@@ -20,16 +14,13 @@ from .config import FeedbackConfig
 
 
 def _mechanism_config(config: FeedbackConfig, mechanism: str, source_layer: int) -> ModelConfig:
-    """The ``ModelConfig`` for a wrapped model's mechanisms: its width and depth; backbone fields (heads, rotary) stay
-    neutral."""
     return ModelConfig(vocab_size=config.vocab_size, n_layer=config.n_layer, n_head=1, n_embd=config.n_embd,
                        seq_len=1, rope=False, mechanism=mechanism, lrt_source_layer=source_layer,
                        lrt_inject=("residual",), lrt_gamma_init=config.gamma_init, fbt_jitter=0.0)
 
 
 class HFMechanism(Mechanism):
-    """What the wrapper adds to the HF model, under ``GPT``'s names: ``source_layer`` (-1: the top, after the final
-    norm) and ``fusion``/``injection`` (either may be None)."""
+    """What the wrapper adds, under ``GPT``'s names; ``fusion`` or ``injection`` may be None."""
 
     def __init__(self, config: FeedbackConfig) -> None:
         depth = config.source_depth
@@ -43,7 +34,7 @@ class HFMechanism(Mechanism):
                 part.init_weights()
 
     def fuse_input(self, embedded: torch.Tensor, feedback: Feedback) -> torch.Tensor:
-        """FBT's fused input at ``embedded``'s raw scale; plain positions (outside ``feedback.mask``) keep ``e``."""
+        """FBT's fused input at ``embedded``'s raw scale; plain positions keep ``embedded`` exactly."""
         if self.fusion is None or feedback.memory is None:
             return embedded
         scale = embedded.pow(2).mean(dim=-1, keepdim=True).sqrt()
@@ -51,5 +42,5 @@ class HFMechanism(Mechanism):
         return fused if feedback.mask is None else torch.where(feedback.mask.unsqueeze(-1), fused, embedded)
 
     def inject_residual(self, layer: int, x: torch.Tensor, feedback: Feedback) -> torch.Tensor:
-        """LRT's ``alpha_l * x + gamma_l * m`` (plain positions ``alpha_l * x``), when the wrapper injects."""
+        """LRT's ``alpha_l * x + gamma_l * m``, when the wrapper injects."""
         return x if self.injection is None else self.injection.inject_residual(layer, x, feedback)

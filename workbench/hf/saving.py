@@ -1,5 +1,4 @@
-"""The saved wrapper: an HF ``save_pretrained`` directory plus ``feedback_config.json`` (options, and every file the
-save wrote) and ``feedback.safetensors``. Safetensors only: nothing is ever unpickled."""
+"""The saved wrapper: HF's files plus the wrapper's options and weights; nothing is ever unpickled."""
 
 from __future__ import annotations
 
@@ -23,7 +22,7 @@ FORMAT = "workbench.hf/1"
 
 
 def saved_wrapper_names(path: Path) -> set[str] | None:
-    """Files a ``FeedbackLM.save_pretrained`` wrote in ``path`` (what the next save may replace); None if not ours."""
+    """Files our save wrote in ``path``; None if not ours."""
     saved = try_json(path / FEEDBACK_CONFIG)
     if not isinstance(saved, dict) or saved.get("format") != FORMAT:
         return None
@@ -34,8 +33,7 @@ def saved_wrapper_names(path: Path) -> set[str] | None:
 
 
 def save_wrapper(model: FeedbackLM, path: str | os.PathLike) -> None:
-    """``FeedbackLM.save_pretrained``: the HF model, then the wrapper's weights and options, ``path`` replaced
-    atomically."""
+    """``FeedbackLM.save_pretrained``, replacing ``path`` atomically."""
     with atomic_directory(path, saved_wrapper_names) as tmp:
         model.hf.save_pretrained(tmp)
         own = {name: p.detach().contiguous() for name, p in model.mechanism.named_parameters()}
@@ -45,25 +43,20 @@ def save_wrapper(model: FeedbackLM, path: str | os.PathLike) -> None:
 
 
 def check_loadable(path: Path, kwargs: dict[str, Any]) -> None:
-    """Refuse, before reading anything, a non-directory or weights without safetensors, and
-    ``use_safetensors=False``."""
+    """Refuse, before reading anything, what would need unpickling or a download."""
     if not path.is_dir():
-        raise ValueError(f"FeedbackLM.from_pretrained: {path} is not a local directory (nothing is downloaded: "
-                         f"save the HF model with save_pretrained first)")
+        raise ValueError(f"FeedbackLM.from_pretrained: {path} is not a local directory (nothing is downloaded)")
     if kwargs.pop("use_safetensors", True) is not True:
-        raise ValueError("FeedbackLM.from_pretrained: use_safetensors must stay True "
-                         "(the workbench never unpickles)")
+        raise ValueError("FeedbackLM.from_pretrained: use_safetensors must stay True")
     if not any(p.name != FEEDBACK_WEIGHTS for p in path.glob("*.safetensors")):
         pickled = sorted(p.name for p in path.iterdir() if p.suffix in (".bin", ".pt", ".pth", ".ckpt", ".pkl"))
         raise ValueError(f"FeedbackLM.from_pretrained: {path} holds no safetensors weights"
-                         + (f", only pickled ones {pickled}" if pickled else "") + ": the workbench never "
-                         "unpickles (a pickle can run code); save the model with save_pretrained(path, "
-                         "safe_serialization=True) where you trust it, then load that directory")
+                         + (f", only pickled ones {pickled}" if pickled else "") + " (a pickle can run code; "
+                         "re-save with safe_serialization=True where you trust it)")
 
 
 def saved_options(path: Path, options: dict[str, Any]) -> dict[str, Any] | None:
-    """The options a saved wrapper in ``path`` stored (``options`` must agree with them); None for a plain HF
-    directory."""
+    """A saved wrapper's options (``options`` must agree); None for a plain HF directory."""
     if not os.path.lexists(path / FEEDBACK_CONFIG):
         return None
     saved = read_json(path / FEEDBACK_CONFIG)
@@ -77,7 +70,7 @@ def saved_options(path: Path, options: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def load_weights(model: FeedbackLM, path: Path) -> None:
-    """Copy the feedback weights a saved wrapper stored into ``model`` (names and shapes must match)."""
+    """Copy a saved wrapper's feedback weights into ``model``."""
     weights = read_safetensors(path / FEEDBACK_WEIGHTS)
     own = dict(model.mechanism.named_parameters())
     if set(weights) != set(own):

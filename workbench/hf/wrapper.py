@@ -1,4 +1,4 @@
-"""``FeedbackLM``: a Hugging Face causal LM with latent feedback (the package docstring says what and how)."""
+"""``FeedbackLM``: a Hugging Face causal LM with latent feedback."""
 
 from __future__ import annotations
 
@@ -26,11 +26,11 @@ from .saving import check_loadable, load_weights, save_wrapper, saved_options
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
-LAYER_PATHS = ("transformer.h", "model.layers", "gpt_neox.layers")  # the families named in the package docstring
+LAYER_PATHS = ("transformer.h", "model.layers", "gpt_neox.layers")  # GPT-2/GPT-J, Llama-likes, Pythia
 
 
 class BlockHooks(nn.Module):
-    """The hook points of one HF decoder layer: its input (after injection) and its output."""
+    """One HF decoder layer's hook points: input (after injection) and output."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -38,7 +38,7 @@ class BlockHooks(nn.Module):
 
 
 def decoder_layers(hf_model: nn.Module, n_layer: int) -> nn.ModuleList:
-    """The decoder-layer list of an HF causal LM: a known path, else its only ModuleList of n_layer modules."""
+    """An HF causal LM's decoder layers: a known path, else its only ModuleList of n_layer modules."""
     for path in LAYER_PATHS:
         try:
             layers = hf_model.get_submodule(path)
@@ -49,18 +49,15 @@ def decoder_layers(hf_model: nn.Module, n_layer: int) -> nn.ModuleList:
     found = [m for m in hf_model.modules() if isinstance(m, nn.ModuleList) and len(m) == n_layer]
     if len(found) == 1:
         return found[0]
-    raise ValueError(f"cannot find the decoder layers of {type(hf_model).__name__}: looked for {LAYER_PATHS} and "
-                     f"for a single ModuleList of num_hidden_layers={n_layer} modules (found {len(found)}); "
-                     "supported families are documented in workbench.hf")
+    raise ValueError(f"cannot find the decoder layers of {type(hf_model).__name__}: no {LAYER_PATHS}, "
+                     f"{len(found)} ModuleLists of num_hidden_layers={n_layer} modules")
 
 
 def _cache_keyword(hf_model: nn.Module) -> str:
-    """The KV-cache argument's name: ``cache`` in recent transformers, ``past_key_values`` before."""
     return "cache" if "cache" in inspect.signature(hf_model.forward).parameters else "past_key_values"
 
 
 def _first_arg(args: tuple, kwargs: dict) -> torch.Tensor:
-    """A decoder layer's hidden states: positional in every HF layer we know, by name otherwise."""
     return args[0] if args else kwargs["hidden_states"]
 
 
@@ -71,14 +68,8 @@ def _with_first_arg(args: tuple, kwargs: dict, x: torch.Tensor) -> tuple[tuple, 
 
 
 class FeedbackLM(nn.Module):
-    """A Hugging Face causal LM with latent feedback, presenting the interface of ``workbench.GPT``.
-
-    Hook points: ``hook_positions``, ``hook_embed`` (raw HF scale), ``hook_input`` (``inputs_embeds`` after fusion,
-    before any position embedding), ``blocks.{l}.hook_resid_pre`` (after injection), ``blocks.{l}.hook_resid_post`` (the
-    last before the final norm), ``hook_final`` (``hidden_states[-1]``), ``hook_memory`` and, with
-    ``inject="residual"``, ``mechanism.injection.hook_read.{l}``. Outside ``step`` the wrapper's layer hooks do nothing,
-    so the HF model stays usable on its own.
-    """
+    """An HF causal LM with latent feedback and ``GPT``'s interface; outside ``step`` its hooks on the HF model are
+    idle, so the HF model stays usable on its own."""
 
     def __init__(self, hf_model: PreTrainedModel, fusion: str | None = "glu", *, inject: str | None = None,
                  feedback_layer: int = -1, jitter: float = 0.02, gamma_init: float = 0.0,
@@ -86,14 +77,12 @@ class FeedbackLM(nn.Module):
         super().__init__()
         if not (isinstance(hf_model, nn.Module) and hasattr(getattr(hf_model, "config", None), "get_text_config")
                 and callable(getattr(hf_model, "get_input_embeddings", None))):
-            raise ValueError(f"hf_model={type(hf_model).__name__} is invalid: must be a Hugging Face causal LM (a "
-                             "transformers PreTrainedModel, e.g. AutoModelForCausalLM.from_pretrained(...))")
+            raise ValueError(f"hf_model={type(hf_model).__name__} is invalid: must be a transformers causal LM")
         text = hf_model.config.get_text_config()
         embedding = hf_model.get_input_embeddings()
         if embedding.weight.size(1) != text.hidden_size:  # FBT and LRT read and write one width, D
-            raise ValueError(f"hf_model={type(hf_model).__name__} is invalid: its inputs_embeds have width "
-                             f"{embedding.weight.size(1)}, its hidden states {text.hidden_size}; the memory is fused "
-                             "and injected at the width it is read, so both must be equal")
+            raise ValueError(f"hf_model={type(hf_model).__name__} is invalid: inputs_embeds width "
+                             f"{embedding.weight.size(1)} must equal hidden size {text.hidden_size}")
         self.config = FeedbackConfig(
             vocab_size=text.vocab_size, n_layer=text.num_hidden_layers, n_embd=text.hidden_size,
             seq_len=getattr(text, "max_position_embeddings", None), fusion=fusion, inject=inject,
@@ -107,21 +96,18 @@ class FeedbackLM(nn.Module):
         self.hook_final, self.hook_memory = HookPoint(), HookPoint()
         name_hook_points(self)
         self._cache_keyword = _cache_keyword(hf_model)
-        # a learned position table (GPT-2's wpe) has seq_len rows and fails with a bare IndexError past them;
-        # rotary models compute any position, so only a table limits where ``step`` may go
+        # a learned position table (GPT-2's wpe) fails with a bare IndexError past seq_len; rotary models do not
         self._position_limit = c.seq_len if c.seq_len is not None and any(
             isinstance(m, nn.Embedding) and m is not embedding and m.num_embeddings == c.seq_len
             for m in hf_model.modules()) else None
-        # Per-step scratch, set only inside ``step``: the feedback the injection reads, and the
-        # top state and readout input the layer/readout hooks hand back.
+        # set only inside ``step``: the feedback the hooks read, and the states they hand back
         self._feedback: Feedback | None = None
         self._top: torch.Tensor | None = None
         self._final: torch.Tensor | None = None
         layers = decoder_layers(hf_model, c.n_layer)
         for layer, module in enumerate(layers):
-            # prepend: transformers records hidden_states with forward hooks of its own; ours run first,
-            # so hidden_states show any intervention made through our hook points. Partials of bound
-            # methods, not closures: copy.deepcopy(wrapper) rebinds them to the copy.
+            # prepend, so HF's hidden_states show our hooks' interventions; partials of bound methods, not
+            # closures, so copy.deepcopy(wrapper) rebinds them to the copy
             module.register_forward_pre_hook(partial(self._layer_input_hook, layer), with_kwargs=True, prepend=True)
             module.register_forward_hook(partial(self._layer_output_hook, layer), prepend=True)
         readout = hf_model.get_output_embeddings()
@@ -129,16 +115,13 @@ class FeedbackLM(nn.Module):
             raise ValueError(f"{type(hf_model).__name__} has no output embeddings: not a causal LM")
         readout.register_forward_pre_hook(self._readout_hook, prepend=True)
 
-    # ------------------------------------------------------------------ hooks on the HF modules
     def _layer_input_hook(self, layer: int, module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
-        """Layer ``layer``'s input: residual injection, then ``blocks.{layer}.hook_resid_pre``."""
         if self._feedback is None:
             return None
         x = self.mechanism.inject_residual(layer, _first_arg(args, kwargs), self._feedback)
         return _with_first_arg(args, kwargs, self.blocks[layer].hook_resid_pre(x))
 
     def _layer_output_hook(self, layer: int, module: nn.Module, args: tuple, output: Any) -> Any:
-        """Layer ``layer``'s output (a tensor, or a tuple led by one) through ``blocks.{layer}.hook_resid_post``."""
         if self._feedback is None:
             return None
         h = self.blocks[layer].hook_resid_post(output[0] if isinstance(output, tuple) else output)
@@ -147,7 +130,6 @@ class FeedbackLM(nn.Module):
         return (h, *output[1:]) if isinstance(output, tuple) else h
 
     def _readout_hook(self, module: nn.Module, args: tuple) -> tuple | None:
-        """The readout's input (``hidden_states[-1]``) through ``hook_final``; kept for the memory."""
         if self._feedback is None:
             return None
         self._final = self.hook_final(args[0])
@@ -155,31 +137,24 @@ class FeedbackLM(nn.Module):
 
     @property
     def readout_weight(self) -> torch.Tensor:
-        """The readout matrix (V, D): analysis reads the device and dtype from it."""
+        """The readout matrix (V, D)."""
         return self.hf.get_output_embeddings().weight
 
-    # ------------------------------------------------------------------ forward
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        """One plain pass with no feedback: logits (B, T, V)."""
+        """One plain pass: logits (B, T, V)."""
         return self.step(idx).logits
 
     def step(self, idx: torch.Tensor, *, memory: torch.Tensor | None = None,
              memory_mask: torch.Tensor | None = None, positions: torch.Tensor | None = None,
              kv: HFKVCache | KVBuffer | Any | None = None) -> StepOutput:
-        """``GPT.step`` over tokens ``idx`` (B, T).
-
-        ``memory`` (B, T, n_embd) is already shifted (``m_{t-1}``); ``memory_mask`` (B, T) bool marks the positions
-        reading it. ``kv``: an ``HFKVCache`` (chunks in order), a ``KVBuffer``, another ``kv_cache.py`` store for a
-        single token, or None (causal self-attention over ``idx`` alone).
-        """
-        check_tokens(self.config.vocab_size, idx)  # an id past the table would index out of bounds in the HF model
+        """``GPT.step`` over ``idx`` (B, T); ``memory`` (B, T, n_embd) is already shifted (``m_{t-1}``)."""
+        check_tokens(self.config.vocab_size, idx)
         B, T = idx.shape
         positions = self.hook_positions(resolve_positions(idx, positions))
         if self._position_limit is not None and positions.device.type == "cpu" and \
                 int(positions.max()) >= self._position_limit:
-            raise ValueError(f"positions reach {int(positions.max())}, past this model's position table "
-                             f"(max_position_embeddings={self._position_limit}: positions in [0, "
-                             f"{self._position_limit - 1}])")
+            raise ValueError(f"positions reach {int(positions.max())}: must be < "
+                             f"max_position_embeddings={self._position_limit}")
         check_memory(memory, memory_mask, B, T, self.config.n_embd)
         if memory is not None and self.config.document_token is not None:  # no memory crosses a document start
             opens = idx == self.config.document_token
@@ -197,8 +172,8 @@ class FeedbackLM(nn.Module):
             kwargs[self._cache_keyword] = kv.cache
         elif kv is not None:
             if not (hasattr(kv, "update") and hasattr(kv, "advance")):
-                raise TypeError(f"kv must be an HFKVCache (from new_kv_cache), a key/value store with update/advance "
-                                f"(kv_cache.py) or None, got {type(kv).__name__}")
+                raise TypeError(f"kv must be an HFKVCache, a store with update/advance or None, got "
+                                f"{type(kv).__name__}")
             kwargs[self._cache_keyword] = StoreCache(kv, positions)
             kwargs["attention_mask"] = store_mask(kv, positions, x.dtype,
                                                   getattr(self.hf.config, "_attn_implementation", None))
@@ -215,10 +190,10 @@ class FeedbackLM(nn.Module):
         return StepOutput(logits=out.logits, memory=self.hook_memory(memory_out), top=top)
 
     def new_kv_cache(self, batch: int, max_len: int) -> HFKVCache:
-        """An empty decoding cache for ``max_len`` positions (a DynamicCache grows as it is filled)."""
+        """An empty decoding cache for ``max_len`` positions."""
         from transformers import DynamicCache
 
-        check_int("batch", batch, 1)  # as GPT.new_kv_cache: the same arguments, the same refusals
+        check_int("batch", batch, 1)  # as GPT.new_kv_cache
         check_int("max_len", max_len, 1)
 
         try:
@@ -230,15 +205,14 @@ class FeedbackLM(nn.Module):
     def generate(self, input_ids: torch.Tensor, max_new_tokens: int = 20, *, do_sample: bool = False,
                  temperature: float = 1.0, top_k: int | None = None, eos_token_id: int | None = None,
                  regime: str = "soft", generator: torch.Generator | None = None) -> torch.Tensor:
-        """Continue ``input_ids`` (B, T) with HF's ``generate`` arguments through ``wb.generate`` (SOFT by default)."""
+        """``wb.generate`` with HF's arguments."""
         if do_sample:
             check_float("temperature", temperature, 0.0, lo_open=True)
         return generate(self, input_ids, max_new_tokens, regime=regime, temperature=temperature if do_sample else 0.0,
                         top_k=top_k if do_sample else None, eos=eos_token_id, generator=generator)
 
-    # ------------------------------------------------------------------ accounting (trainer helpers)
     def num_params_by_group(self) -> dict[str, int]:
-        """Parameter counts: the HF model, the feedback the wrapper adds, total."""
+        """Parameter counts: HF model, mechanism, total."""
         counts = {"hf_model": sum(p.numel() for p in self.hf.parameters()),
                   "mechanism": sum(p.numel() for p in self.mechanism.parameters())}
         counts["total"] = sum(counts.values())
@@ -248,7 +222,7 @@ class FeedbackLM(nn.Module):
         return self.num_params_by_group()["total"]
 
     def parameter_groups(self) -> dict[str, list[nn.Parameter]]:
-        """Parameters by optimiser role, as ``GPT.parameter_groups`` (position tables join the embeddings)."""
+        """Parameters by optimiser role."""
         embeddings = {id(m.weight): m.weight for m in self.hf.modules() if isinstance(m, nn.Embedding)}
         readout = self.hf.get_output_embeddings().weight
         groups: dict[str, list[nn.Parameter]] = {"matrices": [], "embedding": list(embeddings.values()),
@@ -261,12 +235,11 @@ class FeedbackLM(nn.Module):
         return groups
 
     def flops_per_token(self, seq_len: int | None = None) -> float:
-        """Training FLOPs per token of one pass, ``GPT.flops_per_token``'s estimate: ``6 *`` matrix params +
-        ``12 * L * D * T``."""
+        """Training FLOPs per token of one pass, as ``GPT``'s."""
         c = self.config
         T = c.seq_len if seq_len is None else seq_len
         if T is None:
-            raise ValueError("the HF config declares no max_position_embeddings: pass seq_len")
+            raise ValueError("no max_position_embeddings: pass seq_len")
         groups = self.parameter_groups()
         matmul = sum(p.numel() for key in ("matrices", "readout") for p in groups[key])
         if not groups["readout"]:  # tied readout: the embedding matrix is multiplied at the top
@@ -274,8 +247,7 @@ class FeedbackLM(nn.Module):
         return 6.0 * matmul + 12.0 * c.n_layer * c.n_embd * T
 
     def random_init(self, seed: int = 0) -> FeedbackLM:
-        """A randomly initialised twin on this device and dtype, in eval mode (the probes' baseline); global RNG
-        untouched."""
+        """A random-init twin in eval mode; global RNG untouched."""
         from transformers import AutoModelForCausalLM
 
         weight = self.readout_weight
@@ -286,22 +258,13 @@ class FeedbackLM(nn.Module):
             twin = FeedbackLM(twin_hf, **self.config.options())
         return twin.to(device=weight.device, dtype=weight.dtype).eval()
 
-    # ------------------------------------------------------------------ saving and loading
     def save_pretrained(self, path: str | os.PathLike) -> None:
-        """Write the HF model and the wrapper's options and weights into ``path``, atomically; user-added files are
-        kept.
-
-        ``path`` must be absent, empty or a wrapper this method saved: a plain HF model directory is refused.
-        """
+        """Save atomically into ``path``: absent, empty or a wrapper saved before."""
         save_wrapper(self, path)
 
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike, **kwargs: Any) -> FeedbackLM:
-        """Load from a local directory (nothing is downloaded); a plain HF directory gets fresh feedback weights.
-
-        Option keywords (``fusion``, ``inject``, ...) configure the wrapper (a saved one's must agree); the rest go to
-        ``AutoModelForCausalLM.from_pretrained``.
-        """
+        """Load a local directory; a plain HF one gets fresh feedback weights, other keywords go to HF."""
         from transformers import AutoModelForCausalLM
 
         path = Path(path)

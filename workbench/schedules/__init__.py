@@ -1,17 +1,5 @@
-"""Schedules: how a whole sequence is computed when every position reads its predecessor's memory.
-
-Every mechanism runs under every schedule. ``Single()``: one plain pass. ``Sequential()``: exact, token by token through
-the KV cache (the ground truth and the decoding path). ``Multipass(K)``: Jacobi; pass k reads pass k-1's memory shifted
-by one, so it is exact for the first k positions (FBT's training). ``Interleaved(S)``: Gauss-Seidel over strided
-subsets, written back without detach (LRT's training). ``Blockwise(B)``: only a block's first position reads memory (the
-LRT paper's coarse control). ``FixedPoint(K)`` (ours): Jacobi passes without gradient to the fixed point, then one pass
-with gradient from that detached state, as equilibrium models' Jacobian-free backpropagation does.
-
-Decoding and probing use the same values: ``Prefilled(prefill, then)`` computes a prompt under one schedule and the rest
-token by token, as ``decode.generate`` does (``regime(...)`` gives STANDARD, SOFT and FUSED). Each value says which
-positions read memory, how it fills a KV cache, what a training batch runs and which pass losses are its final estimate,
-so no caller asks which class it holds. ``value.flops`` counts the work each really does, for comparisons at matched
-compute."""
+"""Schedules: how a sequence is computed when every position reads its predecessor's memory. Each is a value that
+knows its reads, KV-cache fill, training batch and real ``flops``, so no caller asks which class it holds."""
 
 
 from .conditions import CONDITION_FORMS, condition, condition_name

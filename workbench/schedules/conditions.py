@@ -1,4 +1,4 @@
-"""Probe conditions: the prefill a probe reads features under, named the way its tables name it."""
+"""Probe conditions: the prefill a probe reads features under."""
 
 from __future__ import annotations
 
@@ -13,14 +13,12 @@ _CONDITION = re.compile(r"(standard|sequential)|(suffix|multipass)([1-9]\d*)")
 
 
 def condition(name: str | Schedule) -> Schedule:
-    """A probe's prefill condition as a value: ``standard``, ``sequential``, ``multipassK`` or ``suffixK`` (a plain
-    prefill, then the exact recurrence over the last K tokens up to the position read)."""
+    """A probe condition as a value; ``suffixK``: plain prefill, then exact recurrence over the last K tokens."""
     if isinstance(name, Schedule):
         return name
     match = _CONDITION.fullmatch(name) if isinstance(name, str) else None
     if match is None:
-        raise ValueError(f"conditions={name!r} is invalid: each condition must be a schedule value or one of the "
-                         f"forms {', '.join(CONDITION_FORMS)}")
+        raise ValueError(f"conditions={name!r} is invalid: must be a schedule or one of {', '.join(CONDITION_FORMS)}")
     if match.group(1):
         return Single() if match.group(1) == "standard" else Sequential()
     k = int(match.group(3))
@@ -28,7 +26,7 @@ def condition(name: str | Schedule) -> Schedule:
 
 
 def condition_name(value: str | Schedule) -> str:
-    """How probe tables name a condition: the four named forms by their names, any other value by its label."""
+    """How probe tables name a condition: a named form, else the value's label."""
     value = condition(value)
     if value == Single():
         return "standard"

@@ -1,4 +1,4 @@
-"""What a schedule returns and which positions read memory: the objective and the feedback masks."""
+"""What a schedule returns, and which positions read memory."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from ..metrics import token_losses
 
 @dataclass
 class ScheduleOutput:
-    """A schedule's result: the final estimate plus every pass it made."""
+    """The final estimate plus every pass a schedule made."""
 
     logits: torch.Tensor  # (B, T, V) final estimate at every position
     pass_logits: list[torch.Tensor]  # one per pass or refinement, over ``pass_positions[i]``
@@ -25,11 +25,7 @@ class ScheduleOutput:
 
     def pass_losses(self, targets: torch.Tensor, reduction: str = "mean",
                     normaliser: torch.Tensor | None = None) -> list[torch.Tensor]:
-        """Next-token cross-entropy of each pass over the positions it computed.
-
-        ``"mean"`` divides by the targets at those positions in ``normaliser`` (default ``targets``): the trainer passes
-        the global batch's, so every micro-batch split sums to the same objective. A pass with no targets gives 0, not
-        NaN."""
+        """Each pass's cross-entropy; ``normaliser`` is the global batch's, so micro-batches sum to one objective."""
         if reduction not in ("mean", "sum"):
             raise ValueError(f"reduction={reduction!r} is invalid: must be 'mean' or 'sum'")
         normaliser = targets if normaliser is None else normaliser
@@ -43,11 +39,11 @@ class ScheduleOutput:
         return losses
 
     def objective(self, pass_losses: list[torch.Tensor]) -> torch.Tensor:
-        """The schedule's training objective from its pass losses: their sum weighted by ``loss_weights``."""
+        """The pass losses weighted by ``loss_weights``."""
         return sum(w * loss for w, loss in zip(self.loss_weights, pass_losses))
 
     def loss(self, targets: torch.Tensor, normaliser: torch.Tensor | None = None) -> torch.Tensor:
-        """The schedule's training objective (``objective`` of the mean ``pass_losses``)."""
+        """The training objective."""
         return self.objective(self.pass_losses(targets, normaliser=normaliser))
 
 
@@ -58,12 +54,9 @@ def shift_right(memory: torch.Tensor) -> torch.Tensor:
 
 def feedback_mask(batch: int, seq_len: int, plain_prefix: int | torch.Tensor = 0,
                   device: torch.device | str | None = None) -> torch.Tensor:
-    """(B, T) bool: positions that read memory; never position 0 nor the first ``plain_prefix``.
-
-    ``plain_prefix`` (an int or a (B,) tensor) is checked without waiting for a device: an accelerator's tensor
-    asynchronously, a ``meta`` tensor or a compiled graph not at all."""
+    """(B, T) bool: positions that read memory; ``plain_prefix`` is checked without a device sync."""
     allowed = (f"plain_prefix={plain_prefix!r} is invalid: must be an int >= 0 or a (B,) integer tensor of them "
-               f"(multipass also takes one row per pass that reads memory: a (passes - 1, B) tensor)")
+               "(multipass: also (passes - 1, B))")
     positions = torch.arange(seq_len, device=device).expand(batch, seq_len)
     if not isinstance(plain_prefix, torch.Tensor):
         if isinstance(plain_prefix, bool) or not isinstance(plain_prefix, (int, np.integer)) or plain_prefix < 0:
@@ -83,16 +76,16 @@ def feedback_mask(batch: int, seq_len: int, plain_prefix: int | torch.Tensor = 0
 
 def pass_masks(batch: int, seq_len: int, plain_prefix: int | torch.Tensor, passes: int | None,
                device: torch.device | str | None = None) -> Callable[[int], torch.Tensor]:
-    """Pass k's feedback mask (k = 0 for pass 1): one plain prefix for every pass, or a (passes - 1, B) tensor with a
-    fresh one for each pass that reads memory (FBT's mix-in drawn per pass)."""
+    """Pass k's feedback mask (k = 0 for pass 1); a (passes - 1, B) ``plain_prefix`` gives each reading pass its own
+    (FBT's mix-in drawn per pass)."""
     if not (isinstance(plain_prefix, torch.Tensor) and plain_prefix.ndim == 2):
         mask = feedback_mask(batch, seq_len, plain_prefix, device)
         return lambda k: mask
     rows = None if passes is None else max(passes - 1, 0)
     if rows is None or tuple(plain_prefix.shape) != (rows, batch):
-        raise ValueError(f"plain_prefix of shape {tuple(plain_prefix.shape)} is invalid: one row per pass that "
-                         f"reads memory must be ({'passes - 1' if rows is None else rows}, {batch})"
-                         + (" and needs a finite number of passes" if rows is None else ""))
+        raise ValueError(f"plain_prefix of shape {tuple(plain_prefix.shape)} is invalid: must be "
+                         f"({'passes - 1' if rows is None else rows}, {batch})"
+                         + (" with finite passes" if rows is None else ""))
     masks = [feedback_mask(batch, seq_len, row, device) for row in plain_prefix]
     masks.insert(0, masks[0] if masks else feedback_mask(batch, seq_len, 0, device))
     return masks.__getitem__

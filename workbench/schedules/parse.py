@@ -1,4 +1,4 @@
-"""Schedules by name: the string / JSON forms the CLI, ``TrainConfig`` and checkpoints use, read into values."""
+"""Schedules by name: the string/JSON forms of the CLI, ``TrainConfig`` and checkpoints."""
 
 from __future__ import annotations
 
@@ -10,15 +10,14 @@ from .prefilled import Prefilled
 from .values import Blockwise, FixedPoint, Interleaved, Multipass, Schedule, Sequential, Single
 
 SCHEDULES = ("single", "sequential", "multipass", "interleaved", "blockwise", "fixed_point")
-# every schedule by name (a pass mix is a multipass schedule with a mix); each class knows its own knob
+# a pass mix is multipass with a mix
 VALUES: dict[str, type[Schedule]] = {c.name: c for c in (Single, Sequential, Multipass, Interleaved, Blockwise,
                                                           FixedPoint)}
 KNOBS: dict[str, str] = {name: c.knob_name for name, c in VALUES.items() if c.knob_name is not None}
 
 
 def parse(schedule: str | Schedule | dict[str, Any]) -> Schedule:
-    """A ``Schedule`` from its value, its JSON form (``to_dict``) or a bare name for its defaults. A key the named
-    schedule does not have is refused, not ignored."""
+    """A ``Schedule`` from a value, its ``to_dict`` form or a name; an unknown key is refused, not ignored."""
     if isinstance(schedule, Schedule):
         return schedule
     if isinstance(schedule, str):
@@ -26,14 +25,13 @@ def parse(schedule: str | Schedule | dict[str, Any]) -> Schedule:
             raise ValueError(f"schedule={schedule!r} is invalid: must be one of {SCHEDULES}")
         return VALUES[schedule]()
     if not isinstance(schedule, dict):
-        raise ValueError(f"schedule={schedule!r} is invalid: must be a Schedule value, its JSON form or a name")
+        raise ValueError(f"schedule={schedule!r} is invalid: must be a Schedule, its JSON form or a name")
     spec = dict(schedule)
     name = spec.pop("schedule", "single")
     if name == Prefilled.name:
         unknown = sorted(set(spec) - {"prefill", "then", "prompt_len", "suffix"})
         if unknown:
-            raise ValueError(f"schedule={schedule!r} is invalid: prefilled takes prefill, then, prompt_len and "
-                             f"suffix, not {unknown}")
+            raise ValueError(f"schedule={schedule!r} is invalid: prefilled takes no {unknown}")
         return Prefilled(parse(spec.get("prefill", {"schedule": "single"})),
                          parse(spec.get("then", {"schedule": "sequential"})), spec.get("prompt_len"),
                          spec.get("suffix"))

@@ -1,4 +1,4 @@
-"""FBT's training sampler: a mix of pass counts, one drawn per batch (``{1: .75, 2: .22, 3: .03}``)."""
+"""FBT's training sampler: a pass count drawn per batch from a mix."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from .values import Multipass, Schedule
 
 
 def _plain(value: Any) -> Any:
-    """A numpy scalar as a Python number, a JSON key ``"2"`` as the pass count 2; anything else unchanged."""
     if isinstance(value, str) and value.isdigit() and str(int(value)) == value:
         return int(value)
     return value.item() if isinstance(value, np.generic) else value
@@ -24,9 +23,7 @@ def _plain(value: Any) -> Any:
 
 @dataclass(frozen=True)
 class PassMix(Schedule):
-    """FBT's training mix: each batch draws its pass count (e.g. ``{1: .75, 2: .22, 3: .03}``).
-
-    Evaluates ``passes`` deep (default: the deepest of the mix); costs the expected passes per batch."""
+    """Each batch draws its pass count from ``mix``; evaluates ``passes`` deep."""
 
     mix: tuple[tuple[int, float], ...] = ((1, 0.75), (2, 0.22), (3, 0.03))
     aux_weight: float = 1.0
@@ -35,13 +32,12 @@ class PassMix(Schedule):
 
     def __post_init__(self) -> None:
         if not isinstance(self.mix, tuple):
-            raise ValueError(f"mix={self.mix!r} is invalid: must be a tuple of (passes, probability) pairs")
+            raise ValueError(f"mix={self.mix!r} is invalid: must be a tuple of (passes, probability)")
         for k, p in self.mix:
             check_int("mix pass count", k, 1, MAX_COUNT)
             check_float(f"mix probability of {k} passes", p, 0.0, 1.0)
         if not self.mix or abs(sum(p for _, p in self.mix) - 1) > 1e-6:
-            raise ValueError(f"mix={self.mix!r} is invalid: must be (passes >= 1, probability >= 0) pairs "
-                             "whose probabilities sum to 1")
+            raise ValueError(f"mix={self.mix!r} is invalid: probabilities must sum to 1")
         check_float("aux_weight", self.aux_weight, 0.0, 1e6)
         if self.passes is None:
             object.__setattr__(self, "passes", max(k for k, _ in self.mix))
@@ -49,7 +45,7 @@ class PassMix(Schedule):
 
     @classmethod
     def of(cls, mix: dict[int, float], aux_weight: float = 1.0, passes: int | None = None) -> PassMix:
-        """From ``{passes: probability}``; a pass count must be an int (1.5 is refused, not rounded)."""
+        """From ``{passes: probability}``; 1.5 passes is refused, not rounded."""
         if not isinstance(mix, dict):
             raise ValueError(f"mix={mix!r} is invalid: must be a dict {{passes: probability}}")
         return cls(tuple(sorted((_plain(k), _plain(p)) for k, p in mix.items())),
@@ -62,13 +58,13 @@ class PassMix(Schedule):
     can_prefill: ClassVar[bool] = True
 
     def draw(self, rng: np.random.Generator) -> Multipass:
-        """The schedule of one training batch: a pass count drawn from the mix."""
+        """One batch's schedule, its depth drawn from the mix."""
         passes = int(rng.choice([k for k, _ in self.mix], p=[p for _, p in self.mix]))
         return Multipass(passes, self.aux_weight)
 
     @property
     def evaluated(self) -> Multipass:
-        """The multipass schedule it runs at (``passes`` deep)."""
+        """The multipass it evaluates as."""
         return Multipass(self.passes, self.aux_weight)
 
     def run(self, model: GPT, idx: torch.Tensor, plain_prefix: int | torch.Tensor = 0) -> ScheduleOutput:
@@ -89,7 +85,7 @@ class PassMix(Schedule):
 
     @property
     def max_passes(self) -> int:
-        return self.deepest.passes  # the batches train at most this deep; the evaluation reports no pass losses
+        return self.deepest.passes  # batches train at most this deep
 
     @property
     def label(self) -> str:

@@ -1,4 +1,4 @@
-"""Decoding's values: a prompt computed one way, then the rest token by token, and the regimes built from it."""
+"""Decoding's values: a prompt computed one way, the rest token by token."""
 
 from __future__ import annotations
 
@@ -18,34 +18,28 @@ from .values import Multipass, Schedule, Sequential, Single
 
 @dataclass(frozen=True)
 class Prefilled(Schedule):
-    """A prompt computed one way, then the rest token by token: how decoding computes a sequence.
-
-    ``prefill_with`` fills a KV cache over the first ``prompt_len`` positions; ``then`` continues one token at a time,
-    reading memory (``Sequential()``) or not (``Single()``). Teacher-forced, ``run`` computes what ``generate`` computes
-    on a greedy continuation, bit for bit. ``suffix=k`` places the prompt's end relative to the position read instead:
-    the last k tokens up to it recur (a probe's k-step suffix, ``anchored`` to each label)."""
+    """``prefill_with`` over ``prompt_len`` positions, then ``then`` token by token: bit for bit what ``generate``
+    computes greedily. ``suffix=k``: the last k tokens up to the position read recur."""
 
     prefill_with: Schedule = field(default_factory=lambda: Single())
     then: Schedule = field(default_factory=lambda: Sequential())
     prompt_len: int | None = None
     suffix: int | None = None
     name: ClassVar[str] = "prefilled"
-    can_prefill: ClassVar[bool] = True  # its prefill part fills the cache (generate continues as ``then``)
+    can_prefill: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         if not getattr(self.prefill_with, "can_prefill", False) or isinstance(self.prefill_with, Prefilled):
-            raise ValueError(f"prefill_with={self.prefill_with!r} is invalid: must be a schedule that fills a KV "
-                             "cache (single, sequential, multipass or a pass mix)")
+            raise ValueError(f"prefill_with={self.prefill_with!r} is invalid: must be single, sequential, multipass "
+                             "or a pass mix")
         if self.then not in (Single(), Sequential()):
-            raise ValueError(f"then={self.then!r} is invalid: the continuation goes token by token, "
-                             "Sequential() (reading memory) or Single() (not)")
+            raise ValueError(f"then={self.then!r} is invalid: must be Sequential() or Single()")
         if self.prompt_len is not None:
             check_int("prompt_len", self.prompt_len, 1, MAX_COUNT)
         if self.suffix is not None:
             check_int("suffix", self.suffix, 1, MAX_COUNT)
             if self.prompt_len is not None:
-                raise ValueError(f"suffix={self.suffix!r} is invalid with prompt_len={self.prompt_len!r}: give the "
-                                 "prompt's length or the suffix's, not both")
+                raise ValueError(f"suffix={self.suffix!r} is invalid with prompt_len={self.prompt_len!r}: give one")
 
     def anchored(self, position: int) -> Schedule:
         check_int("position", position, 0)
@@ -66,7 +60,7 @@ class Prefilled(Schedule):
         if self.suffix is not None:  # a whole sequence ends at the position read
             return self.anchored(seq_len - 1)._prompt_len(seq_len)
         if self.prompt_len is None:
-            raise ValueError(f"{self.label} needs prompt_len to run a whole sequence: Prefilled(..., prompt_len=P)")
+            raise ValueError(f"{self.label} needs prompt_len to run a whole sequence")
         check_int("prompt_len", self.prompt_len, 1, seq_len)
         return self.prompt_len
 
@@ -77,7 +71,6 @@ class Prefilled(Schedule):
         return self._through(model, idx, model.new_kv_cache(B, T), P)
 
     def _through(self, model: GPT, idx: torch.Tensor, cache: DecodeCache, P: int) -> ScheduleOutput:
-        """The first ``P`` positions by ``prefill_with``, the rest of ``idx`` token by token as ``then``."""
         B, T = idx.shape
         out = self.prefill_with.prefill(model, idx[:, :P], cache)
         if P == T:
@@ -88,14 +81,13 @@ class Prefilled(Schedule):
         return ScheduleOutput(logits, [logits], memory, [None], [1.0], self.name)
 
     def prefill(self, model: GPT, idx: torch.Tensor, cache: DecodeCache) -> ScheduleOutput:
-        """Fill ``cache`` with the prompt; with ``suffix=k`` its last k tokens already go token by token, so feedback
-        acts on the first generated token too."""
+        """Fill ``cache``; with ``suffix=k`` feedback reaches the first generated token."""
         T = idx.size(1)
         return self._through(model, idx, cache, T if self.suffix is None else self._prompt_len(T))
 
     def reads(self, batch: int, seq_len: int, plain_prefix: int | torch.Tensor = 0,
               device: torch.device | str | None = None) -> torch.Tensor:
-        """The prompt's positions as its prefill reads them, then the continuation as ``then`` does."""
+        """The prompt as its prefill reads, the rest as ``then``."""
         P = self._prompt_len(seq_len)
         prompt = self.prefill_with.reads(batch, P, 0, device)
         rest = torch.full((batch, seq_len - P), self.then.reads_memory, dtype=torch.bool, device=device)
@@ -120,8 +112,7 @@ REGIMES = ("standard", "soft", "fused")
 
 
 def regime(name: str, prefill_passes: int = 1, prompt_len: int | None = None) -> Schedule:
-    """A decoding regime of ``generate`` as a value: STANDARD ``Single()``, SOFT ``Prefilled(Single())``, FUSED
-    ``Prefilled(Multipass(1 + prefill_passes))``."""
+    """A decoding regime of ``generate`` as a value (FUSED prefills with ``Multipass(1 + prefill_passes)``)."""
     if name not in REGIMES:
         raise ValueError(f"regime={name!r} is invalid: must be one of {REGIMES}")
     check_int("prefill_passes", prefill_passes, 1)

@@ -1,4 +1,4 @@
-"""The recurrence's primitives, written once: one carry step through a KV cache and one Jacobi pass."""
+"""The recurrence's primitives: one carry step through a KV cache and one Jacobi pass."""
 
 from __future__ import annotations
 
@@ -15,8 +15,7 @@ from .output import ScheduleOutput, feedback_mask, pass_masks, shift_right
 
 def carry(model: GPT, tokens: torch.Tensor, positions: torch.Tensor, cache: DecodeCache, *,
           reads: bool | torch.Tensor = True) -> StepOutput:
-    """One forward of the exact recurrence through ``cache``: only the chunk's first position reads ``cache.state``, and
-    the chunk's last memory becomes the next state."""
+    """One exact-recurrence forward: the chunk's first position reads ``cache.state``, its last memory replaces it."""
     memory = mask = None
     n = tokens.size(1)
     if cache.state is not None and reads is not False:
@@ -31,8 +30,7 @@ def carry(model: GPT, tokens: torch.Tensor, positions: torch.Tensor, cache: Deco
 
 def recur(model: GPT, idx: torch.Tensor, cache: DecodeCache, start: int = 0, stop: int | None = None, *,
           chunk: int = 1, reads: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Continue the recurrence in ``cache`` (holding positions ``< start``) over ``start..stop-1``, ``chunk`` at a time;
-    returns logits (B, n, V) and memory (B, n, D)."""
+    """Continue ``cache``'s recurrence over ``start..stop-1``: logits (B, n, V), memory (B, n, D)."""
     stop = idx.size(1) if stop is None else stop
     positions = torch.arange(start, min(start + chunk, stop), device=idx.device)
     logits, memory = [], []
@@ -48,10 +46,8 @@ def recur(model: GPT, idx: torch.Tensor, cache: DecodeCache, start: int = 0, sto
 
 def continuation(model: GPT, idx: torch.Tensor, cache: KVCache, start: int,
                  stop: int) -> Callable[[torch.Tensor], torch.Tensor]:
-    """The exact recurrence over ``start..stop-1`` as a pure function of the memory ``start`` reads.
-
-    Nothing is written (a ``PurePrefix``), so ``torch.func`` can differentiate it again and again: the analyses'
-    Jacobians and Lyapunov exponents are all this function."""
+    """The exact recurrence over ``start..stop-1`` as a pure function of the memory ``start`` reads (for
+    ``torch.func``)."""
     check_int("start", start, 1, idx.size(1) - 1)
     check_int("stop", stop, start + 1, idx.size(1))
 
@@ -61,31 +57,27 @@ def continuation(model: GPT, idx: torch.Tensor, cache: KVCache, start: int,
     return run
 
 
-
 def through_cache(model: GPT, idx: torch.Tensor, chunk: int, plain_prefix: int | torch.Tensor,
              name: str, cache: KVCache | None = None) -> ScheduleOutput:
-    """Process contiguous chunks in order through a KV cache, carrying the memory between chunks."""
+    """Contiguous chunks in order through a KV cache, the memory carried between them."""
     check_tokens(model.config.vocab_size, idx)
     B, T = idx.shape
     if cache is not None and cache.pos != 0:
-        raise ValueError(f"cache must be empty (it holds {cache.pos} positions): idx starts at position 0")
+        raise ValueError(f"cache must be empty, holds {cache.pos} positions")
     cache = cache if cache is not None else model.new_kv_cache(B, T)
     logits, memory = recur(model, idx, cache, chunk=chunk, reads=feedback_mask(B, T, plain_prefix, idx.device))
     return ScheduleOutput(logits, [logits], memory, [None], [1.0], name)
 
 
-
 def jacobi_pass(model: GPT, idx: torch.Tensor, memory: torch.Tensor | None, reads: torch.Tensor,
                 kv: DecodeCache | None = None) -> StepOutput:
-    """One Jacobi pass: every position that ``reads`` takes its predecessor's memory from the previous pass's ``memory``
-    (None: a plain pass)."""
+    """One Jacobi pass: positions that ``reads`` take their predecessor's previous-pass ``memory`` (None: plain)."""
     return model.step(idx, memory=None if memory is None else shift_right(memory), memory_mask=reads, kv=kv)
-
 
 
 def iterate_passes(model: GPT, idx: torch.Tensor, plain_prefix: int | torch.Tensor = 0,
                    passes: int | None = None) -> Iterator[StepOutput]:
-    """Jacobi passes yielded one at a time (``passes=None``: endlessly), so analysis can stream them."""
+    """Jacobi passes yielded one at a time (``passes=None``: endlessly)."""
     check_tokens(model.config.vocab_size, idx)
     B, T = idx.shape
     reads = pass_masks(B, T, plain_prefix, passes, idx.device)

@@ -1,4 +1,4 @@
-"""The schedules as values: each algorithm written once, as the body of its value's ``run``."""
+"""The schedules as values: each algorithm written once, as its value's ``run``."""
 
 from __future__ import annotations
 
@@ -19,43 +19,42 @@ from .recurrence import jacobi_pass, through_cache
 
 @dataclass(frozen=True)
 class Schedule:
-    """A schedule as a small immutable value: how to run it, what it costs, its label and its one knob."""
+    """A schedule as an immutable value: how to run it, its cost, its label and its one knob."""
 
     name: ClassVar[str] = ""
     knob_name: ClassVar[str | None] = None  # the one parameter this schedule has, if any
-    symbol: ClassVar[str] = ""  # how labels write that parameter (K passes, S subsets, B block)
+    symbol: ClassVar[str] = ""  # the knob's letter in labels
 
     def __post_init__(self) -> None:
         if self.knob_name is not None:
             check_int(self.knob_name, self.knob, 1, MAX_COUNT)
-        if hasattr(self, "aux_weight"):  # the range TrainConfig allows: NaN, inf or < 0 make no objective
+        if hasattr(self, "aux_weight"):  # NaN, inf or < 0 make no objective
             check_float("aux_weight", self.aux_weight, 0.0, 1e6)
 
-    reads_memory: ClassVar[bool] = True  # False: no position reads memory (``single``)
+    reads_memory: ClassVar[bool] = True
     can_prefill: ClassVar[bool] = False  # whether ``prefill`` can fill a KV cache for decoding
 
     def run(self, model: GPT, idx: torch.Tensor, plain_prefix: int | torch.Tensor = 0) -> ScheduleOutput:
         raise NotImplementedError
 
     def prefill(self, model: GPT, idx: torch.Tensor, cache: DecodeCache) -> ScheduleOutput:
-        """Run over a prompt, leaving its keys/values and final memory in ``cache`` for the recurrence to go on."""
-        raise ValueError(f"schedule={self.label!r} cannot prefill a KV cache: prefill with single, sequential or "
-                         "multipass")
+        """Run over a prompt, leaving keys, values and final memory in ``cache``."""
+        raise ValueError(f"schedule={self.label!r} cannot prefill: must be single, sequential or multipass")
 
     def reads(self, batch: int, seq_len: int, plain_prefix: int | torch.Tensor = 0,
               device: torch.device | str | None = None) -> torch.Tensor:
-        """(B, T) bool: the positions whose final estimate read memory (``feedback_mask`` for most)."""
+        """(B, T) bool: the positions whose final estimate read memory."""
         if not self.reads_memory:
             return torch.zeros(batch, seq_len, dtype=torch.bool, device=device)
         return feedback_mask(batch, seq_len, plain_prefix, device)
 
     def draw(self, rng: np.random.Generator) -> Schedule:
-        """The schedule one training batch runs (a pass mix draws its depth; every other value is itself)."""
+        """The schedule one training batch runs."""
         return self
 
     @property
     def jacobi_passes(self) -> int:
-        """Jacobi passes one batch makes (the history's ``passes`` column): K for multipass, else 1."""
+        """Jacobi passes per batch (the history's ``passes`` column)."""
         return 1
 
     def final_passes(self, passes: int = 1) -> list[int]:
@@ -63,25 +62,24 @@ class Schedule:
         return [self.max_passes]
 
     def pass_equivalents(self) -> float:
-        """Full passes of work per sequence: every position goes through the whole stack once per pass."""
+        """Full passes of work per sequence."""
         return 1.0
 
     @property
     def max_passes(self) -> int:
-        """The most pass losses one batch reports (the trainer's ``loss_pass{k}`` columns)."""
+        """The most pass losses a batch reports (``loss_pass{k}`` columns)."""
         return 1
 
     def flops(self, model: GPT, batch: int, seq_len: int) -> float:
-        """Training FLOPs (forward + backward) of one batch: the one step-FLOPs account."""
+        """Training FLOPs (forward + backward) of one batch."""
         return self.pass_equivalents() * model.flops_per_token(seq_len) * batch * seq_len
 
     def anchored(self, position: int) -> Schedule:
-        """This value with positions relative to the position read (a probe's label) made absolute."""
+        """Positions relative to the one read made absolute."""
         return self
 
     def recurs_from(self, seq_len: int) -> int | None:
-        """The first position that recurs, where this value is a plain pass followed by the exact recurrence (else
-        None), so a probe that already ran the plain pass can continue it token by token."""
+        """Where a plain pass gives way to the exact recurrence, if it does."""
         return None
 
     @property
@@ -90,11 +88,11 @@ class Schedule:
 
     @property
     def label(self) -> str:
-        """How tables, legends and titles name it: ``multipass(K=3)``, ``single``."""
+        """How tables and figures name it: ``multipass(K=3)``."""
         return self.name if self.knob is None else f"{self.name}({self.symbol}={self.knob})"
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON form ``parse`` reads back: name, knob, and every other field that differs from its default."""
+        """The JSON form ``parse`` reads."""
         knob = {} if self.knob_name is None else {self.knob_name: self.knob}
         rest = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
                 if f.name != self.knob_name and getattr(self, f.name) != f.default}
@@ -103,7 +101,7 @@ class Schedule:
 
 @dataclass(frozen=True)
 class Single(Schedule):
-    """One plain pass: no position reads memory."""
+    """One plain pass."""
 
     name: ClassVar[str] = "single"
     reads_memory: ClassVar[bool] = False
@@ -124,7 +122,7 @@ class Single(Schedule):
 
 @dataclass(frozen=True)
 class Sequential(Schedule):
-    """The exact recurrence: one forward per token through the KV cache, the memory carried along."""
+    """The exact recurrence: one forward per token through the KV cache."""
 
     name: ClassVar[str] = "sequential"
     can_prefill: ClassVar[bool] = True
@@ -133,7 +131,7 @@ class Sequential(Schedule):
         return through_cache(model, idx, 1, plain_prefix, self.name)
 
     def recurs_from(self, seq_len: int) -> int | None:
-        return min(1, seq_len)  # position 0 has no predecessor: it is computed as the plain pass computes it
+        return min(1, seq_len)  # position 0 has no predecessor
 
     def prefill(self, model: GPT, idx: torch.Tensor, cache: DecodeCache) -> ScheduleOutput:
         return through_cache(model, idx, 1, 0, self.name, cache)
@@ -141,9 +139,8 @@ class Sequential(Schedule):
 
 @dataclass(frozen=True)
 class Multipass(Schedule):
-    """Jacobi iteration: pass k reads pass k-1's memory shifted by one, so it is exact for the first k positions.
-
-    Objective ``NTP_1 + aux_weight * mean_{k>=2} NTP_k`` (FBT), no detach between passes."""
+    """Jacobi (FBT's training): pass k is exact for the first k positions. Objective ``NTP_1 + aux_weight *
+    mean_{k>=2} NTP_k``, no detach."""
 
     passes: int = 2
     aux_weight: float = 1.0
@@ -191,10 +188,7 @@ class Multipass(Schedule):
 
 @dataclass(frozen=True)
 class Interleaved(Schedule):
-    """Init pass, then S strided subsets refined in order against a shared K/V/memory buffer (LRT's training).
-
-    Subset s reads subset s-1's latest estimate, written back without detach; the objective averages the 1 + S passes.
-    """
+    """Gauss-Seidel (LRT's training): an init pass, then S strided subsets refined in order, without detach."""
 
     subsets: int = 2
     name: ClassVar[str] = "interleaved"
@@ -224,7 +218,7 @@ class Interleaved(Schedule):
                               pass_positions, weights, self.name)
 
     def pass_equivalents(self) -> float:
-        """2 whatever S: each subset attends to the full-length buffer."""
+        """2 whatever S: each subset attends to the full buffer."""
         return 2.0
 
     @property
@@ -232,12 +226,12 @@ class Interleaved(Schedule):
         return 1 + self.subsets
 
     def final_passes(self, passes: int = 1) -> list[int]:
-        return list(range(2, self.subsets + 2))  # the S refined subsets (their mean, over equal target counts)
+        return list(range(2, self.subsets + 2))  # the S refined subsets
 
 
 @dataclass(frozen=True)
 class Blockwise(Schedule):
-    """Contiguous blocks through the KV cache; only a block's first position reads memory (LRT's coarse control)."""
+    """Blocks through the KV cache; only a block's first position reads memory (LRT's coarse control)."""
 
     block: int = 32
     name: ClassVar[str] = "blockwise"
@@ -251,7 +245,7 @@ class Blockwise(Schedule):
 
     def reads(self, batch: int, seq_len: int, plain_prefix: int | torch.Tensor = 0,
               device: torch.device | str | None = None) -> torch.Tensor:
-        """Only the first position of each block reads memory (from the previous block's last)."""
+        """Each block's first position."""
         first = torch.arange(seq_len, device=device) % min(self.block, seq_len) == 0
         return feedback_mask(batch, seq_len, plain_prefix, device) & first[None, :]
 
@@ -263,11 +257,8 @@ def _check_tol(tol: object) -> None:
 
 @dataclass(frozen=True)
 class FixedPoint(Schedule):
-    """Training at the fixed point (ours): Jacobi passes without gradient, then one pass with gradient from their
-    detached state (Jacobian-free backpropagation).
-
-    Objective ``NTP_1 + aux_weight * NTP_last``: the plain pass keeps the model a good plain model. The passes without
-    gradient run in eval mode (no jitter) and stop once the residual falls below ``tol``."""
+    """Ours: Jacobi passes without gradient to the fixed point (residual < ``tol``), then one with gradient from it
+    (Jacobian-free backpropagation). Objective ``NTP_1 + aux_weight * NTP_last``."""
 
     passes: int = 40
     aux_weight: float = 1.0
@@ -290,7 +281,7 @@ class FixedPoint(Schedule):
         model.eval()
         try:
             with torch.no_grad():
-                for _ in range(min(self.passes, T)):  # T passes are exact by causality: more would change nothing
+                for _ in range(min(self.passes, T)):  # T passes are exact by causality
                     new = jacobi_pass(model, idx, memory, reads).memory
                     residual = (torch.linalg.vector_norm((new - memory).double())
                                 / torch.linalg.vector_norm(new.double()))
@@ -304,7 +295,7 @@ class FixedPoint(Schedule):
                               [1.0, self.aux_weight], self.name)
 
     def pass_equivalents(self) -> float:
-        """An upper bound: two passes with gradient plus ``passes`` forwards at a third of a pass each."""
+        """Upper bound: ``passes`` forwards cost a third of a pass each."""
         return 2.0 + self.passes / 3.0
 
     @property
@@ -313,7 +304,7 @@ class FixedPoint(Schedule):
 
 
 def run(model: GPT, idx: torch.Tensor, schedule: Schedule, plain_prefix: int | torch.Tensor = 0) -> ScheduleOutput:
-    """``schedule.run`` as a function, for ``torch.compile`` (one graph per value, its fields guarded)."""
+    """``schedule.run`` as a function, for ``torch.compile`` (one graph per value)."""
     if not isinstance(schedule, Schedule):
-        raise ValueError(f"schedule={schedule!r} is invalid: must be a Schedule value (schedules.parse reads a name)")
+        raise ValueError(f"schedule={schedule!r} is invalid: must be a Schedule (see schedules.parse)")
     return schedule.run(model, idx, plain_prefix)

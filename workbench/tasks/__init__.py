@@ -1,8 +1,4 @@
-"""Tasks with known latent state, and byte-level text, behind one registry (``get(name, **params)``).
-
-Each has a tokenizer fixed per family (so a checkpoint stays valid across a task's parameters), an exact ``seq_len``,
-JSON ``params`` that rebuild it, and a deterministic ``sample(n, seed, split)`` returning a padded ``Batch``.
-"""
+"""Tasks with known latent state, and byte-level text, behind one registry (``get(name, **params)``)."""
 
 from __future__ import annotations
 
@@ -27,12 +23,12 @@ REGISTRY: dict[str, type[Task]] = {
 
 
 def names() -> list[str]:
-    """The registered task names, sorted."""
+    """The task names, sorted."""
     return sorted(REGISTRY)
 
 
 def param_defaults(name: str) -> dict[str, Any]:
-    """The parameters ``get(name, ...)`` accepts, with their defaults."""
+    """The parameters of ``get(name, ...)``, with defaults."""
     if name not in REGISTRY:
         raise ValueError(f"unknown task {name!r}: must be one of {names()}")
     sig = inspect.signature(REGISTRY[name].__init__)
@@ -40,16 +36,16 @@ def param_defaults(name: str) -> dict[str, Any]:
 
 
 def get(name: str, **params: Any) -> Task:
-    """Build a task by name; an unknown name or parameter raises a ValueError listing what is allowed."""
+    """Build a task by name."""
     allowed = param_defaults(name)
     unknown = sorted(set(params) - set(allowed))
     if unknown:
-        raise ValueError(f"{name}: unknown parameter(s) {unknown}; allowed parameters are {sorted(allowed)}")
+        raise ValueError(f"{name}: unknown parameter(s) {unknown}; allowed: {sorted(allowed)}")
     return REGISTRY[name](**params)
 
 
 def describe() -> pd.DataFrame:
-    """One row per task at its default parameters with one decoded example (``python -m workbench tasks``)."""
+    """One row per task at its defaults, with one decoded example."""
     rows = []
     for name in names():
         task = get(name)

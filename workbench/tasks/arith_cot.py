@@ -1,19 +1,10 @@
-"""Multi-step arithmetic with chain-of-thought traces of mixed verbosity, for trace-length studies.
-
-A question chains + and - with values in [0, max_value] (so left-to-right order and precedence agree); each trace line
-rewrites the expression after one operation, and the answer follows ``####``::
+"""Multi-step +/- arithmetic with correct traces of mixed verbosity: the tokens before ``####`` measure how much a
+model reasons out loud rather than in its hidden state::
 
     Q: 23+45-17+8
     > 68-17+8
     > 51+8
     #### 59
-    $                      <- only with eos=True
-
-Training traces mix verbosities (every step, steps skipped with probability 1/2, answer only; ``"full_or_skip"`` leaves
-answer-only out). Every trace is correct, so the tokens spent before the marker (``trace_length``) measure how much the
-model reasons out loud rather than in its hidden state. ``skip_trivial=k`` never writes a line after an operand <=
-``k``, making what to write partly predictable from the question. ``skip_trivial`` and ``eos`` default off so existing
-checkpoints' data is unchanged; ``EOS_MARKER`` is a printable character of the fixed vocabulary.
 """
 
 from __future__ import annotations
@@ -34,13 +25,13 @@ _ANSWER = re.compile(re.escape(ANSWER_MARKER) + r" *(-?\d+)")
 
 
 def extract_answer(text: str) -> int | None:
-    """The integer after the first answer marker in ``text``, or None when there is none."""
+    """The integer after the first answer marker, or None."""
     match = _ANSWER.search(text)
     return None if match is None else int(match.group(1))
 
 
 class ArithCoT(Task):
-    """``steps`` chained +/- operations on integers in [0, max_value]; loss on the completion by default."""
+    """``steps`` chained +/- operations, every partial result in [0, max_value]."""
 
     name = "arith_cot"
 
@@ -60,11 +51,11 @@ class ArithCoT(Task):
         self.eos_id = self.tokenizer.encode(EOS_MARKER)[0] if eos else None
         self.params = {"steps": self.steps, "max_value": self.max_value, "verbosity": verbosity,
                        "loss_on": loss_on}
-        if eos:  # absent when off, so the params (and run configs) of existing checkpoints stay as they were
+        if eos:  # absent when off, so existing checkpoints' params stay as they were
             self.params["eos"] = True
         if skip_trivial:  # likewise
             self.params["skip_trivial"] = self.skip_trivial
-        # Longest text: every number at full width and every step written.
+        # longest text: every number at full width, every step written
         d = len(str(self.max_value))
         expr = [(k + 1) * d + k for k in range(self.steps + 1)]  # an expression with k operations
         lines = sum(len("> \n") + expr[k] for k in range(1, self.steps))
@@ -72,7 +63,6 @@ class ArithCoT(Task):
                         + len(EOS_MARKER) * eos)
 
     def _problem(self, rng: np.random.Generator) -> tuple[list[int], list[str]]:
-        """Operands and operators such that every partial result stays in [0, max_value]."""
         value = int(rng.integers(0, self.max_value + 1))
         operands, ops = [value], []
         for _ in range(self.steps):
@@ -87,7 +77,6 @@ class ArithCoT(Task):
         return operands, ops
 
     def _kept_steps(self, rng: np.random.Generator, operands: list[int]) -> list[bool]:
-        """Which of the ``steps - 1`` intermediate lines this trace writes (verbosity, less trivial operations)."""
         verbosity = self.verbosity
         if verbosity == "mixed":
             verbosity = VERBOSITIES[1 + int(rng.integers(3))]
@@ -100,12 +89,10 @@ class ArithCoT(Task):
         return [keep and not trivial for keep, trivial in zip(kept, self._trivial(operands))]
 
     def _trivial(self, operands: list[int]) -> list[bool]:
-        """Per intermediate line: is its operation's operand <= skip_trivial?"""
         return [x <= self.skip_trivial for x in operands[1:self.steps]]
 
     def trivial(self, prompt: str) -> list[bool]:
-        """Per intermediate line of ``prompt``'s trace: is its operation trivial, so never written? Reads only the
-        question."""
+        """Per intermediate line of ``prompt``'s trace: never written?"""
         operands = [int(x) for x in re.findall(r"\d+", prompt)]
         if len(operands) != self.steps + 1:
             raise ValueError(f"prompt={prompt!r} is invalid: must be a question of {self.steps} operations")
@@ -117,7 +104,7 @@ class ArithCoT(Task):
         for op, x in zip(ops, operands[1:]):
             values.append(values[-1] + x if op == "+" else values[-1] - x)
 
-        def expression(k: int) -> str:  # the expression after the first k operations are done
+        def expression(k: int) -> str:  # after the first k operations
             return str(values[k]) + "".join(f"{op}{x}" for op, x in zip(ops[k:], operands[k + 1:]))
 
         prompt = f"Q: {expression(0)}\n"
@@ -127,7 +114,7 @@ class ArithCoT(Task):
         return prompt, f"{prompt}{trace}{ANSWER_MARKER} {values[-1]}\n{end}", values[-1]
 
     def sample(self, n: int, seed: int, split: str = "train") -> Batch:
-        """``labels`` are the integer answers, ``label_positions`` the last marker character."""
+        """``labels``: the answers, read at the last marker character."""
         check_n(n, self.seq_len)
         rng = make_rng(seed, split)
         prompts, texts, answers = zip(*(self._example(rng) for _ in range(n)))
@@ -150,11 +137,11 @@ class ArithCoT(Task):
         return extract_answer(text)
 
     def trace_length(self, continuation: str) -> int | None:
-        """Tokens (= characters) a generated continuation spends before the answer marker; None if it never answers."""
+        """Tokens (= characters) before the answer marker; None if it never answers."""
         at = continuation.find(ANSWER_MARKER)
         return None if at < 0 else at
 
     def check_answer(self, text: str, answer: int | torch.Tensor) -> bool:
-        """Exact check: the first answer after a marker in ``text`` equals ``answer`` (batch.labels[i])."""
+        """The first answer in ``text`` equals ``answer``."""
         got = extract_answer(text)
         return got is not None and got == int(answer)

@@ -1,8 +1,4 @@
-"""The ``Batch`` every task returns, the ``Task`` base class and the checks its parameters share.
-
-A task draws from its own generator seeded by ``(seed, split)``, never global RNG state, so a batch can be rebuilt
-anywhere (another process or rank, after a restart).
-"""
+"""``Batch`` and ``Task``; a task never uses global RNG, so any process can rebuild a batch."""
 
 from __future__ import annotations
 
@@ -21,29 +17,29 @@ SPLITS = ("train", "val")
 
 @dataclass
 class Batch:
-    """A padded batch. ``targets[:, t]`` is what position ``t`` should predict; -1 means no loss."""
+    """A padded batch; ``targets`` is -1 where no loss applies."""
 
     tokens: torch.Tensor  # (n, T) long, right-padded with the tokenizer's pad_id
-    targets: torch.Tensor  # (n, T) long, -1 where no loss applies (padding included)
-    lengths: torch.Tensor  # (n,) long, unpadded lengths
-    groups: torch.Tensor  # (n,) long, group ids for grouped cross-validation
-    texts: list[str]  # decoded, unpadded strings
-    labels: torch.Tensor | None = None  # (n,) long: class index (probe tasks) or integer answer (arith_cot)
-    label_names: list[str] | None = None  # class names for the label indices
-    label_positions: torch.Tensor | None = None  # (n,) long: where the label is read (the final colon)
-    state: torch.Tensor | None = None  # (n, T) long per-position latent state, -1 where undefined
-    prompts: list[str] | None = None  # arith_cot: the question a model is asked to continue
+    targets: torch.Tensor  # (n, T) long
+    lengths: torch.Tensor  # (n,) long, unpadded
+    groups: torch.Tensor  # (n,) long, for grouped cross-validation
+    texts: list[str]
+    labels: torch.Tensor | None = None  # (n,) long: class index (probe tasks) or answer (arith_cot)
+    label_names: list[str] | None = None
+    label_positions: torch.Tensor | None = None  # (n,) long: where the label is read
+    state: torch.Tensor | None = None  # (n, T) long latent state, -1 where undefined
+    prompts: list[str] | None = None  # arith_cot: the questions
 
     def __len__(self) -> int:
         return self.tokens.shape[0]
 
     @property
     def mask(self) -> torch.Tensor:
-        """(n, T) bool: positions that carry a loss."""
+        """(n, T) bool: positions with a loss."""
         return self.targets >= 0
 
     def to(self, device: torch.device | str) -> Batch:
-        """A copy with every tensor on ``device``."""
+        """A copy on ``device``."""
         moved = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         for key, value in moved.items():
             if isinstance(value, torch.Tensor):
@@ -64,7 +60,7 @@ def check_int(task: str, name: str, value: Any, lo: int, hi: int) -> None:
 
 
 def make_rng(seed: int, split: str) -> np.random.Generator:
-    """The generator behind one batch: a pure function of (seed, split)."""
+    """A batch's generator: a pure function of (seed, split)."""
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"seed={seed!r} is invalid: must be a non-negative int")
     if split not in SPLITS:
@@ -73,21 +69,21 @@ def make_rng(seed: int, split: str) -> np.random.Generator:
 
 
 def check_n(n: Any, seq_len: int, name: str = "n") -> None:
-    """A positive count whose int64 token, target and state tensors fit in memory, refused before the filling loop."""
+    """A positive count whose int64 tensors fit in memory, checked before filling them."""
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
         raise ValueError(f"{name}={n!r} is invalid: must be a positive int")
     validation.check_fits(name, n, 3 * 8 * n * seq_len, f"a batch of {n:,} sequences of {seq_len} tokens")
 
 
 def next_token_targets(ids: np.ndarray, start: int) -> np.ndarray:
-    """Next-token targets with loss only from position ``start`` on (the last position has none)."""
+    """Next-token targets from position ``start`` on."""
     targets = np.full(len(ids), -1, dtype=np.int64)
     targets[start:-1] = ids[start + 1:]
     return targets
 
 
 def pad_stack(rows: Sequence[np.ndarray], fill: int) -> torch.Tensor:
-    """Right-pad 1-D int arrays to the longest one and stack them into a (n, T) long tensor."""
+    """Right-pad 1-D int arrays into a (n, T) long tensor."""
     out = np.full((len(rows), max(len(r) for r in rows)), fill, dtype=np.int64)
     for i, row in enumerate(rows):
         out[i, : len(row)] = row
@@ -96,7 +92,7 @@ def pad_stack(rows: Sequence[np.ndarray], fill: int) -> torch.Tensor:
 
 def collate(ids: Sequence[np.ndarray], targets: Sequence[np.ndarray], pad_id: int, texts: list[str],
             groups: Sequence[int], state: Sequence[np.ndarray] | None = None, **fields: Any) -> Batch:
-    """Pad per-example arrays into a ``Batch``; ``fields`` are the optional label fields, as given."""
+    """Pad per-example arrays into a ``Batch``."""
     return Batch(
         tokens=pad_stack(ids, pad_id),
         targets=pad_stack(targets, -1),
@@ -109,14 +105,13 @@ def collate(ids: Sequence[np.ndarray], targets: Sequence[np.ndarray], pad_id: in
 
 
 class Task:
-    """Base class. Subclasses set ``name``, ``tokenizer``, ``params``, ``seq_len`` and ``sample``."""
+    """Subclasses set ``name``, ``tokenizer``, ``params``, ``seq_len`` and ``sample``."""
 
     name: str
     params: dict[str, Any]  # JSON-serialisable; get(name, **params) rebuilds the task
     seq_len: int  # the longest sequence sample() can return
     tokenizer: Any
-    # True when every sample() call holds one length, shorter ones much shorter than seq_len: a trainer then
-    # pads a batch to its own length (a step costs what its batch needs) instead of to seq_len
+    # True when each sample() call holds one length, often far below seq_len: a trainer pads to the batch's own
     batch_length_varies: bool = False
 
     @property

@@ -1,19 +1,6 @@
-"""The three probing tasks of the FBT paper (appendix F), in the paper's text format.
-
-Each example ends at a final colon whose label is fixed by what came before, then the label, e.g. (completion tracking,
-2 scratch updates)::
-
-    required = 4
-    completed = 9
-    scratch += 0
-    scratch ^= 1
-    Status: more
-
-Label-free scratch lines put distance between the label-bearing detail and the colon. Examples come in groups that share
-everything but that detail and hold every label equally often, so grouped cross-validation tests a probe on unseen
-contexts with balanced labels. ``seq_len`` is exact. Options (the default data unchanged): ``scratch_updates`` a list
-(each group, or with ``scratch_draw="batch"`` each ``sample`` call, draws its count), ``label_at="answer"`` (where the
-paper probes: the position predicting the label's first character), ``tokenizer="bytes"``.
+"""The three probing tasks of the FBT paper (appendix F), in its text format: label-free scratch lines separate the
+label-bearing detail from the final colon. A group differs only in that detail and balances the labels, so grouped
+cross-validation probes unseen contexts.
 """
 
 from __future__ import annotations
@@ -38,7 +25,7 @@ SCRATCH_LINE = len("scratch += 0\n")
 
 
 def scratch_lines(rng: np.random.Generator, count: int) -> str:
-    """``count`` label-free scratch updates, one per line."""
+    """``count`` label-free scratch lines."""
     ops = rng.integers(0, len(SCRATCH_OPS), size=count)
     values = rng.integers(0, 10, size=count)
     return "".join(f"scratch {SCRATCH_OPS[o]} {v}\n" for o, v in zip(ops, values))
@@ -47,12 +34,12 @@ def scratch_lines(rng: np.random.Generator, count: int) -> str:
 @dataclass
 class _Example:
     text: str
-    label: int  # index into the task's label_names
-    state: np.ndarray  # (len(text),) per-character latent state, -1 where undefined
+    label: int  # index into label_names
+    state: np.ndarray  # (len(text),) latent state, -1 where undefined
 
 
 class ProbeTask(Task):
-    """Shared machinery: groups of examples, the final colon, answer-only or full targets."""
+    """Groups of examples read at the final colon."""
 
     label_names: list[str]
 
@@ -61,7 +48,7 @@ class ProbeTask(Task):
         mixed = isinstance(scratch_updates, (list, tuple))
         choices = list(scratch_updates) if mixed else [scratch_updates]
         if mixed and not choices:
-            fail(self.name, "scratch_updates", scratch_updates, f"a list must name at least one of {SCRATCH_UPDATES}")
+            fail(self.name, "scratch_updates", scratch_updates, f"must name one of {SCRATCH_UPDATES}")
         for count in choices:
             check_choice(self.name, "scratch_updates", count, SCRATCH_UPDATES)
         check_choice(self.name, "loss_on", loss_on, LOSS_ON)
@@ -71,12 +58,12 @@ class ProbeTask(Task):
         self.scratch_draw = scratch_draw
         self.scratch_choices = sorted(set(choices)) if mixed else None
         self.batch_length_varies = mixed and scratch_draw == "batch"
-        self.scratch_updates = max(choices)  # the longest context: what seq_len is sized for
+        self.scratch_updates = max(choices)  # seq_len is sized for the longest
         self.loss_on = loss_on
         self.label_at = label_at
         self.tokenizer = TOKENIZERS[tokenizer]()
         self.params = {"scratch_updates": list(choices) if mixed else scratch_updates, "loss_on": loss_on}
-        # only non-default options join params, so existing configs and checkpoints keep their params
+        # only non-default options join params, so existing checkpoints keep theirs
         options = (("label_at", label_at, "colon"), ("tokenizer", tokenizer, "ascii"),
                    ("scratch_draw", scratch_draw, "group"))
         self.params.update({k: v for k, v, default in options if v != default})
@@ -85,17 +72,15 @@ class ProbeTask(Task):
         return int(self.scratch_choices[rng.integers(len(self.scratch_choices))])
 
     def _scratch(self, rng: np.random.Generator, count: int | None) -> str:
-        """One group's scratch lines: the batch's count, the task's fixed count, or a fresh per-group draw."""
         if count is None:
             count = self.scratch_updates if self.scratch_choices is None else self._draw(rng)
         return scratch_lines(rng, count)
 
     def _groups(self, rng: np.random.Generator, count: int | None) -> Iterator[list[_Example]]:
-        """Endless groups of examples that differ only in the label-bearing detail."""
         raise NotImplementedError
 
     def sample(self, n: int, seed: int, split: str = "train") -> Batch:
-        """``n`` examples, whole groups in order (the last one cut if ``n`` says so), members shuffled."""
+        """``n`` examples, whole groups in order, members shuffled."""
         check_n(n, self.seq_len)
         rng = make_rng(seed, split)
         count = self._draw(rng) if self.scratch_draw == "batch" and self.scratch_choices is not None else None
@@ -110,7 +95,7 @@ class ProbeTask(Task):
         ids = [self._encode(ex.text) for ex in examples]
         colons = [ex.text.rindex(":") for ex in examples]
         start = colons if self.loss_on == "answer" else [0] * n
-        # "answer": the character before the label's first one (": " puts it one after the colon)
+        # "answer": the space after the colon, which predicts the label
         positions = colons if self.label_at == "colon" else [c + 1 for c in colons]
         return collate(
             ids, [next_token_targets(x, s) for x, s in zip(ids, start)], self.tokenizer.pad_id,
@@ -133,12 +118,7 @@ def _state_from(length: int, position: int, value: int) -> np.ndarray:
 
 
 class CompletionTracking(ProbeTask):
-    """``required = a``, ``completed = b``: done iff a == b.
-
-    A group is one digit pair {a, b} with one scratch context in all four assignments; the 45 pairs are dealt in
-    shuffled rounds so digits are balanced across fields and labels. The state is the label from the ``completed`` digit
-    on.
-    """
+    """``required = a``, ``completed = b``: done iff a == b; digits balanced across fields and labels."""
 
     name = "completion_tracking"
     label_names = ["more", "done"]
@@ -163,7 +143,7 @@ class CompletionTracking(ProbeTask):
 
 
 class DelayedMemory(ProbeTask):
-    """``state = b``, scratch, ``# final state: b``: remember one bit across the scratch (a group: both bits)."""
+    """Remember one bit across the scratch (a group: both bits)."""
 
     name = "delayed_memory"
     label_names = ["0", "1"]
@@ -183,12 +163,7 @@ class DelayedMemory(ProbeTask):
 
 
 class MultiRegister(ProbeTask):
-    """Binary registers r0..r(m-1) written ``writes`` times each, scratch, ``query = rj``, ``Value:`` -> rj's latest
-    value.
-
-    A group is one update schedule in both versions of rj's latest write; the state is the register file as an int (bit
-    i = ri). ``scratch_layout="shuffled"`` scatters the writes among the scratch so none sits at a fixed offset.
-    """
+    """Binary registers written ``writes`` times each; the label is the queried one's latest value."""
 
     name = "multi_register"
     label_names = ["0", "1"]
@@ -209,7 +184,7 @@ class MultiRegister(ProbeTask):
         self.writes = writes
         self.scratch_layout = scratch_layout
         self.params = {"registers": registers, "writes": writes, **self.params}
-        if scratch_layout != "block":  # only non-default options join params (see ProbeTask)
+        if scratch_layout != "block":  # only non-default options join params
             self.params["scratch_layout"] = scratch_layout
 
     @property
@@ -219,7 +194,6 @@ class MultiRegister(ProbeTask):
 
     def _example(self, schedule: np.ndarray, values: np.ndarray, scratch: list[str], slots: np.ndarray,
                  query: int) -> _Example:
-        """The text with write line i at line ``slots[i]`` and the scratch lines, in order, around them."""
         writes = [f"r{r} = {v}\n" for r, v in zip(schedule, values)]
         is_write = np.zeros(len(writes) + len(scratch), dtype=bool)
         is_write[slots] = True

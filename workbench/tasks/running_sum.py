@@ -1,8 +1,4 @@
-"""Running sum mod p: the simplest task whose latent state changes at every token.
-
-Position t outputs ``s_t = (x_1 + ... + x_t) mod p`` in the input's symbols (digits, then lowercase letters), so the
-state and the target are the same quantity: a transduction task, not next-token prediction.
-"""
+"""Running sum mod p: the simplest task whose latent state (the target itself) changes at every token."""
 
 from __future__ import annotations
 
@@ -15,7 +11,7 @@ SYMBOLS = "0123456789abcdefghijklmnopqrstuvwxyz"
 
 
 class RunningSum(Task):
-    """Symbols in [0, p), target = running sum mod p at every position; lengths in [min_length, length]."""
+    """Symbols in [0, p), lengths in [min_length, length]."""
 
     name = "running_sum"
 
@@ -31,8 +27,7 @@ class RunningSum(Task):
         self._symbol_ids = self.tokenizer.encode_array(SYMBOLS[: self.p])
 
     def chance_accuracy(self) -> float:
-        """Per-target accuracy without state: the first sum is the symbol itself, every later one a 1-in-p guess; the
-        floor every running_sum accuracy is read against."""
+        """Per-target accuracy without state (first target known, the rest 1-in-p): the floor to read against."""
         lengths = np.arange(self.min_length, self.length + 1)
         return float(np.sum(1 + (lengths - 1) / self.p) / np.sum(lengths))
 

@@ -1,8 +1,4 @@
-"""An endless, resumable, rank-sharded stream of training batches from any task.
-
-Batch ``i`` on rank ``r`` is ``task.sample(batch_size, seed=step_seed(seed, i, r))``, so resuming needs only ``i`` and
-DDP ranks see different data without coordinating.
-"""
+"""An endless stream of training batches, seeded per (step, rank): resuming needs only the step."""
 
 from __future__ import annotations
 
@@ -15,13 +11,13 @@ from .base import SPLITS, Batch, Task, check_n
 
 
 def step_seed(seed: int, step: int, rank: int) -> int:
-    """A 63-bit seed for one (seed, step, rank), well mixed so neighbouring steps are unrelated."""
+    """A 63-bit seed, well mixed so neighbouring steps are unrelated."""
     state = np.random.SeedSequence([seed, step, rank]).generate_state(2, dtype=np.uint32)
     return (int(state[0]) << 31) ^ int(state[1])
 
 
 class TrainStream:
-    """Iterate to get batches ``start_step, start_step + 1, ...`` forever; ``step`` is the next one."""
+    """Batches ``start_step, start_step + 1, ...`` forever; ``step`` is the next."""
 
     def __init__(self, task: Task, batch_size: int, seed: int = 0, rank: int = 0, world_size: int = 1,
                  start_step: int = 0, split: str = "train") -> None:
@@ -35,7 +31,7 @@ class TrainStream:
         self.rank, self.world_size, self.step, self.split = rank, world_size, start_step, split
 
     def batch(self, step: int) -> Batch:
-        """The batch of ``step`` on this rank, independent of what was drawn before."""
+        """The batch of ``step`` on this rank."""
         return self.task.sample(self.batch_size, seed=step_seed(self.seed, step, self.rank), split=self.split)
 
     def __iter__(self) -> Iterator[Batch]:

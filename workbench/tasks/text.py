@@ -1,10 +1,5 @@
-"""Byte-level text: a file, a directory, the Python standard library, or a `datasets` stream.
-
-Every target is one byte (``<bos>`` opens each document and is never a target), so the loss in bits is exactly bits per
-byte. A file splits by bytes (the last ``val_fraction`` validates); a directory (default: the standard library's source,
-real text every machine has offline) and a dataset split by a hash of each file's path or document's text, so the split
-never depends on listing order or on which other files exist.
-"""
+"""Byte-level text (default: the standard library, real text offline): loss in bits is bits per byte. Directories and
+datasets split by a hash of each path or document, so the split never depends on listing order or other files."""
 
 from __future__ import annotations
 
@@ -28,12 +23,12 @@ BOS = ByteTokenizer.bos_id
 
 
 def stdlib_dir() -> Path:
-    """The standard library's source directory."""
+    """The standard library's source."""
     return Path(sysconfig.get_paths()["stdlib"])
 
 
 def list_files(root: Path, pattern: str) -> list[str]:
-    """Sorted relative POSIX paths of files matching ``pattern``, skipping hidden entries, caches and site-packages."""
+    """Sorted relative paths matching ``pattern``."""
     found = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith("."))
@@ -44,18 +39,18 @@ def list_files(root: Path, pattern: str) -> list[str]:
 
 
 def is_val(key: str, val_fraction: float) -> bool:
-    """Deterministic split: the first 8 bytes of sha256(key) as a fraction of 2**64."""
+    """The first 8 bytes of sha256(key) as a fraction of 2**64."""
     h = int.from_bytes(hashlib.sha256(key.encode("utf-8")).digest()[:8], "big")
     return h / 2**64 < val_fraction
 
 
 def iter_hf_documents(dataset: str = FINEWEB_EDU, config: str | None = None, text_field: str = "text",
                       split: str = "train") -> Iterator[str]:
-    """Stream the ``text_field`` of a Hugging Face dataset or local parquet/JSON file (`datasets` imported lazily)."""
+    """Stream a Hugging Face dataset or local parquet/JSON file."""
     try:
         import datasets
     except ImportError as e:
-        raise ImportError("streaming a dataset needs the `datasets` package: pip install datasets") from e
+        raise ImportError("streaming needs `datasets`: pip install datasets") from e
     suffix = Path(dataset).suffix.lower()
     if suffix in LOCAL_FORMATS and Path(dataset).is_file():
         rows = datasets.load_dataset(LOCAL_FORMATS[suffix], data_files=str(dataset), split="train",
@@ -66,15 +61,13 @@ def iter_hf_documents(dataset: str = FINEWEB_EDU, config: str | None = None, tex
     def texts() -> Iterator[str]:
         for row in rows:
             if text_field not in row:
-                raise ValueError(f"dataset {dataset!r} has no field {text_field!r}; "
-                                 f"its fields are {sorted(row)}")
+                raise ValueError(f"dataset {dataset!r} has no field {text_field!r}; fields: {sorted(row)}")
             yield row[text_field]
 
     return texts()
 
 
 def _stream(documents: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
-    """Token stream ``<bos> doc <bos> doc ...`` (uint16) and the offset of each document's ``<bos>``."""
     starts = np.cumsum([0] + [len(d) + 1 for d in documents])
     tokens = np.full(starts[-1], BOS, dtype=np.uint16)
     for start, doc in zip(starts, documents):
@@ -92,8 +85,7 @@ def _byte_split(documents: list[bytes], val_fraction: float) -> dict[str, list[b
 def load_corpus(path: str | None = None, pattern: str | None = None, val_fraction: float = 0.1,
                 dataset: str | None = None, dataset_config: str | None = None, text_field: str = "text",
                 max_bytes: int = 16_000_000) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """split -> (token stream, document offsets), cached per process; if every file hashes to one side, split by
-    bytes."""
+    """split -> (tokens, document offsets), cached."""
     if dataset is not None:
         split: dict[str, list[bytes]] = {"train": [], "val": []}
         total = 0
@@ -120,7 +112,7 @@ def load_corpus(path: str | None = None, pattern: str | None = None, val_fractio
 
 
 class TextTask(Task):
-    """Random windows of ``seq_len`` bytes (+1 for targets) from a byte-level corpus."""
+    """Random windows of ``seq_len`` bytes (+1 for targets)."""
 
     name = "text"
     bytes_per_token = 1
@@ -147,22 +139,20 @@ class TextTask(Task):
                        "max_bytes": int(max_bytes)}
 
     def _source(self) -> str:
-        """Where the text comes from, as an error message names it."""
         p = self.params
         if p["dataset"] is not None:
             return f"dataset={p['dataset']!r}"
         return f"the standard library ({stdlib_dir()})" if p["path"] is None else f"path={p['path']!r}"
 
     def corpus(self, split: str = "train") -> tuple[np.ndarray, np.ndarray]:
-        """(token stream, document offsets) of a split; loaded on first use."""
+        """(tokens, document offsets) of a split."""
         if split not in SPLITS:
             raise ValueError(f"split={split!r} is invalid: must be one of {SPLITS}")
         p = {k: v for k, v in self.params.items() if k != "seq_len"}
         return load_corpus(**p)[split]
 
     def unigram_loss(self, split: str = "val") -> float:
-        """Nats per target byte under the training split's add-one-smoothed byte frequencies: the line a text model must
-        clear."""
+        """Nats per byte of add-one-smoothed training byte frequencies: the line to clear."""
         counts = np.bincount(self.corpus("train")[0], minlength=self.vocab_size).astype(np.float64) + 1.0
         held = np.bincount(self.corpus(split)[0], minlength=self.vocab_size).astype(np.float64)
         held[BOS] = 0.0  # document starts are never a target
@@ -178,7 +168,7 @@ class TextTask(Task):
                        groups=np.searchsorted(doc_starts, starts, side="right") - 1)
 
     def sample(self, n: int, seed: int, split: str = "train") -> Batch:
-        """``n`` windows at uniform random offsets; ``groups`` is the document each window starts in."""
+        """``n`` windows at random offsets; ``groups``: each window's starting document."""
         check_n(n, self.seq_len)
         rng = make_rng(seed, split)
         tokens, doc_starts = self.corpus(split)
@@ -186,12 +176,12 @@ class TextTask(Task):
             size = len(tokens) - len(doc_starts)  # bytes: every document adds one <bos>
             state = "empty" if size == 0 else f"too short ({size} bytes)"
             raise ValueError(f"text: the {split} split of {self._source()} is {state}: seq_len={self.seq_len} needs "
-                             f"at least {self.seq_len + 1} tokens, a <bos> included (lower seq_len or give more text)")
+                             f"at least {self.seq_len + 1} tokens, a <bos> included")
         starts = rng.integers(0, len(tokens) - self.seq_len, size=n)
         return self._batch(tokens, doc_starts, starts, starts + self.seq_len + 1)
 
     def eval_batches(self, split: str = "val", batch_size: int = 32) -> Iterator[Batch]:
-        """Consecutive windows predicting every token of the split after the first exactly once: exact bits per byte."""
+        """Each token after the first predicted once: exact bits per byte."""
         check_n(batch_size, self.seq_len, "batch_size")
         tokens, doc_starts = self.corpus(split)
         starts = np.arange(0, len(tokens) - 1, self.seq_len)

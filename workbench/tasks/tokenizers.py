@@ -1,8 +1,4 @@
-"""Tokenizers with a fixed vocabulary per task family, so a checkpoint reads any parameters of its task family.
-
-``CharTokenizer`` ("ascii"): the synthetic tasks, one token per character. ``ByteTokenizer`` ("bytes"): one byte per
-non-special token, which makes bits per byte exact.
-"""
+"""Tokenizers with a fixed vocabulary per task family, so a checkpoint reads any parameters of it."""
 
 from __future__ import annotations
 
@@ -19,12 +15,12 @@ def _as_array(ids: TokenIds) -> np.ndarray:
         ids = ids.detach().cpu().numpy()
     arr = np.asarray(ids, dtype=np.int64)
     if arr.ndim != 1:
-        raise ValueError(f"decode expects one sequence of ids (1-D), got shape {tuple(arr.shape)}")
+        raise ValueError(f"decode expects 1-D ids, got shape {tuple(arr.shape)}")
     return arr
 
 
 class CharTokenizer:
-    """Character-level tokenizer over printable ASCII and newline; id 0 is padding."""
+    """Printable ASCII and newline, one token per character; id 0 is padding."""
 
     name = "ascii"
     pad_id = 0
@@ -38,7 +34,7 @@ class CharTokenizer:
         self._chars = np.array([""] + list(self.alphabet), dtype=object)
 
     def encode_array(self, text: str) -> np.ndarray:
-        """Encode to an int64 array (the fast path the tasks use)."""
+        """Encode to an int64 array."""
         try:
             codes = np.frombuffer(text.encode("ascii"), dtype=np.uint8)
         except UnicodeEncodeError as e:
@@ -53,7 +49,7 @@ class CharTokenizer:
         return self.encode_array(text).tolist()
 
     def decode(self, ids: TokenIds) -> str:
-        """Decode ids to text; padding decodes to nothing."""
+        """Padding decodes to nothing."""
         arr = _as_array(ids)
         if arr.size and (arr.min() < 0 or arr.max() >= self.vocab_size):
             raise ValueError(f"token ids must be in [0, {self.vocab_size - 1}], got {arr.min()}..{arr.max()}")
@@ -61,7 +57,7 @@ class CharTokenizer:
 
 
 class ByteTokenizer:
-    """Byte-level tokenizer: ids 0..255 are bytes, 256 is ``<pad>``, 257 is ``<bos>`` (document start)."""
+    """Ids 0..255 are bytes, 256 ``<pad>``, 257 ``<bos>``: bits per byte are exact."""
 
     name = "bytes"
     pad_id = 256
@@ -69,7 +65,7 @@ class ByteTokenizer:
     vocab_size = 258
 
     def __init__(self) -> None:
-        # Bytes each token stands for: 1 for a byte, 0 for the specials (bits-per-byte denominators).
+        # bytes per token (bits-per-byte denominators)
         self.token_bytes = torch.ones(self.vocab_size, dtype=torch.long)
         self.token_bytes[self.pad_id] = 0
         self.token_bytes[self.bos_id] = 0
@@ -78,11 +74,11 @@ class ByteTokenizer:
         return np.frombuffer(data, dtype=np.uint8).astype(np.int64)
 
     def encode(self, text: str) -> list[int]:
-        """UTF-8 encode; specials are never produced from text."""
+        """UTF-8; never a special."""
         return list(text.encode("utf-8"))
 
     def decode(self, ids: TokenIds) -> str:
-        """Decode to text; specials are dropped and broken UTF-8 (a window's cut edges) is replaced."""
+        """Specials dropped; broken UTF-8 (a window's cut edges) replaced."""
         arr = _as_array(ids)
         if arr.size and (arr.min() < 0 or arr.max() >= self.vocab_size):
             raise ValueError(f"token ids must be in [0, {self.vocab_size - 1}], got {arr.min()}..{arr.max()}")
