@@ -8,7 +8,6 @@ import pandas as pd
 from .. import schedules, tasks
 from ..evaluation import hierarchical_difference
 from ..model import build_model
-from ..stats import MIN_SEEDS
 from ..train import TrainConfig
 from .core import EVAL_SIZE, Context, RunSpec
 
@@ -207,13 +206,3 @@ def last_quarter_improvement(history: pd.DataFrame, column: str = "loss") -> flo
     start = float(np.mean(values[-quarter - 2: -quarter + 1]))
     end = float(np.mean(values[-3:]))
     return (start - end) / end
-
-
-DIFFERENCE = ("reproduces when the 95 % hierarchical bootstrap interval (seeds, then held-out examples) of "
-              "{diff} lies {side} 0; does not reproduce when it lies on the other side of 0; inconclusive when it "
-              f"contains 0; not tested with fewer than {MIN_SEEDS} seeds per arm or when a gate fails.")
-
-
-def difference(diff: str, higher_is_better: bool) -> str:
-    """The rule for "arm A beats arm B", in words (``stats.verdict`` applies it)."""
-    return DIFFERENCE.format(diff=diff, side="above" if higher_is_better else "below")

@@ -1,14 +1,15 @@
-"""What a recipe is: the claim, its runs, its competence gates and decision rule, stated before training.
-
-A failed gate replaces the verdict with ``not tested: ...``: an instrument on a model that did not learn its task says
-nothing about the claim."""
+"""What a recipe is: claim, runs, gates and rule, stated before training. A failed gate makes the verdict ``not
+tested``: a model that did not learn its task says nothing."""
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -17,15 +18,47 @@ from .. import schedules, tasks
 from ..model import GPT
 from ..train import TrainConfig
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
 EVAL_SEED = 1234  # the fixed held-out batch every recorded metric is measured on
 _OPS: dict[str, Callable[[float, float], bool]] = {">=": operator.ge, "<=": operator.le, ">": operator.gt,
                                                    "<": operator.lt}
 KINDS = ("paper", "sanity", "exploratory")  # a paper claim; a check that the machinery works; ours, no claim
+PREREGISTERED_FILE = Path(__file__).with_name("recipes") / "preregistered.toml"
+
+
+@functools.cache
+def _preregistrations() -> dict[str, dict[str, str]]:
+    with PREREGISTERED_FILE.open("rb") as f:
+        return tomllib.load(f)
+
+
+def preregistered(name: str, **values: Any) -> dict[str, str]:
+    """The texts of ``name``'s table in ``recipes/preregistered.toml`` (a recipe's, or a module's whose texts several
+    recipes share), each ``{NAME}`` filled from ``values`` (``str.format``).
+
+    A pre-registration is a document, frozen once its recipe is trained (summary.json keeps it, and the specimen
+    tests demand it byte for byte), so it is kept as text, apart from code that may be refactored; the numbers it
+    states are the code's own constants, passed here, so the text and what the code decides with cannot disagree."""
+    tables = _preregistrations()
+    if name not in tables:
+        raise ValueError(f"name={name!r} is invalid: must be a table of {PREREGISTERED_FILE.name}, one of "
+                         f"{sorted(tables)}")
+    texts = {}
+    for key, template in tables[name].items():
+        try:
+            texts[key] = template.format(**values)
+        except (KeyError, IndexError, AttributeError) as e:
+            raise ValueError(f"preregistered({name!r}): [{name}] {key} needs a value for {e}") from e
+    return texts
 
 
 @dataclass(frozen=True)
 class Gate:
-    """A competence precondition: ``quantity op threshold``, measured after training, before the verdict."""
+    """A competence precondition ``quantity op threshold``, checked before the verdict."""
 
     name: str  # short id, e.g. "completion_tracking_fbt answer accuracy"
     quantity: str  # what is measured, in words (schedule, split, sample)
@@ -61,7 +94,7 @@ class GateResult:
 
 @dataclass(frozen=True)
 class Extension:
-    """A recipe's rule applied beyond the paper's claim: its own row, never the verdict."""
+    """The rule applied beyond the paper's claim: its own row, never the verdict."""
 
     name: str  # what the claim is extended to, e.g. "multi_register (FBT)"
     verdict: str
@@ -70,21 +103,21 @@ class Extension:
 
 @dataclass(frozen=True)
 class Finding:
-    """A recipe's result said plainly for the "What we found" table, computed from its stored results."""
+    """A recipe's result said plainly, computed from its stored results."""
 
     ours: str
     sentence: str
 
 
 def failed_gates(summary: Mapping[str, Any]) -> str:
-    """The competence checks a summary failed, in words: what was measured, its value and what was needed."""
+    """The summary's failed gates, in words."""
     return "; ".join(f"{g['name']} ({g['quantity']}) was "
                      f"{'not measured' if g['value'] is None else format(g['value'], '.3g')} where it needs "
                      f"{g['op']} {g['threshold']:g}" for g in summary.get("gates", ()) if not g["passed"])
 
 
 def lead(summary: Mapping[str, Any]) -> str:
-    """A finding's first words when a competence check failed, so no number after it reads as a result (else "")."""
+    """A finding's opening when a gate failed, so no number after it reads as a result (else "")."""
     verdict, failed = summary["verdict"], failed_gates(summary)
     if verdict.startswith("not tested") and failed:
         return f"Not tested: {failed}, so no verdict is drawn."
@@ -94,13 +127,13 @@ def lead(summary: Mapping[str, Any]) -> str:
 
 
 def short_verdict(verdict: str) -> str:
-    """"not tested" for a verdict that is (one gate failed, or every task's part of it is), else the verdict."""
+    """"not tested" for a verdict that is (wholly or in every task's part), else the verdict."""
     untested = verdict.startswith("not tested") or all(": not tested" in part for part in verdict.split(";"))
     return "not tested" if untested else verdict
 
 
 def default_finding(summary: Mapping[str, Any], results: pd.DataFrame) -> Finding:
-    """What a recipe says when it says nothing of its own: the failed competence check, or its verdict."""
+    """A recipe's finding when it defines none: the failed gates, or its verdict."""
     return Finding(short_verdict(summary["verdict"]), lead(summary) or f"Verdict: {summary['verdict']}.")
 
 
@@ -109,7 +142,7 @@ EVAL_SIZE = 256  # held-out examples of a run's recorded evaluation
 
 @dataclass
 class RunSpec:
-    """One trained model of a recipe and the fixed evaluation its recorded metric comes from."""
+    """One trained model of a recipe and its fixed recorded evaluation."""
 
     name: str  # directory under checkpoints/RECIPE/
     train: TrainConfig
@@ -122,8 +155,7 @@ class RunSpec:
 
     def __post_init__(self) -> None:
         self.eval_schedule = schedules.parse(self.eval_schedule)
-        # the evaluations during training (the curves) never use more examples than the recorded one: at full scale
-        # they use fewer already (64 of 256), and at smoke scale (8) they would cost more than the training
+        # curve evaluations never use more examples than the recorded one (at smoke scale they'd outcost training)
         if self.train.eval_size > self.eval_size:
             self.train = self.train.replace(eval_size=self.eval_size)
 
@@ -137,7 +169,7 @@ class RunSpec:
 
 @dataclass
 class Context:
-    """What a recipe's analysis gets: its runs, their models and per-example evaluations."""
+    """What a recipe's analysis gets."""
 
     recipe: Recipe
     runs: dict[str, RunSpec]
@@ -150,7 +182,7 @@ class Context:
 
 @dataclass
 class Outcome:
-    """A recipe's result: a table, a figure, our number in words, the rule's verdict, the measured gates."""
+    """A recipe's result."""
 
     table: pd.DataFrame
     figure: Any  # matplotlib Figure
@@ -190,10 +222,10 @@ class Recipe:
 
 
 def apply_gates(recipe: Recipe, measured: Mapping[str, float], verdict: str) -> tuple[list[GateResult], str]:
-    """Each declared gate checked against its measured value; the verdict, or ``not tested: ...``."""
+    """Each gate checked; the verdict, or ``not tested: ...``."""
     missing = [g.name for g in recipe.gates if g.name not in measured]
     if missing:
-        raise ValueError(f"recipe {recipe.name!r}: the analysis measured no value for gates {missing}")
+        raise ValueError(f"recipe {recipe.name!r}: no value measured for gates {missing}")
     results = [g.check(measured[g.name]) for g in recipe.gates]
     failed = [r for r in results if not r.passed]
     if failed:

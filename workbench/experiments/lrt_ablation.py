@@ -10,7 +10,7 @@ import pandas as pd
 
 from ..stats import MIN_SEEDS
 from .common import compare, describe
-from .core import Context, Gate, Outcome
+from .core import Context, Gate, Outcome, preregistered
 from .recipes import lrt_vs_baseline
 from .text_arms import (
     BASE_STEPS,
@@ -46,18 +46,19 @@ COLUMNS = ["arm", "metric", "value", "seed_std", "seeds", "vs", "diff", "ci_low"
            "diff_equal_steps", "diff_equal_steps_min", "diff_equal_steps_max", "bpb_own_schedule", "better_if"]
 
 
+def texts(arms: tuple[str, ...] = ()) -> dict[str, str]:
+    """The ablation recipes' shared texts; ``setting`` names ``arms``."""
+    return preregistered("lrt_ablation", ARMS=", ".join(arms), TEXT_MODEL=TEXT_MODEL, TEXT=TEXT, BASE_STEPS=BASE_STEPS,
+                         BATCH=BATCH, LR_SCHEDULE=LR_SCHEDULE, N_SEEDS=len(SEEDS), CURVE_MARKS=CURVE_MARKS,
+                         KNOWN_DIFFERENCES=KNOWN_DIFFERENCES)
+
+
 def setting(arms: tuple[str, ...]) -> str:
     """The recipes' setting, in one sentence."""
-    return (f"Byte-level {TEXT_MODEL['n_layer']}x{TEXT_MODEL['n_embd']} models on the stdlib corpus at context "
-            f"{TEXT['seq_len']}, arms {', '.join(arms)} (LRT: reference-code treatment, interleaved S=2 unless "
-            f"single-pass), each given the FLOPs of {BASE_STEPS} baseline steps of {BATCH} windows at a "
-            f"{LR_SCHEDULE} learning rate, {len(SEEDS)} seeds; held-out BPB curves at {CURVE_MARKS} marks, the "
-            "final point under the exact recurrence.")
+    return texts(arms)["setting"]
 
 
-CAVEAT = ("At matched FLOPs the interleaved variants take the same optimiser steps within a few per cent, so the "
-          "final-FLOP-mark comparison is also an equal-steps one; the equal-steps number beside it is read from "
-          "the held-out curves (each run's own schedule, seed means, no example interval). " + KNOWN_DIFFERENCES)
+CAVEAT = texts()["caveat"]
 
 
 def equal_steps(ctx: Context, arm: list[str], reference: list[str]) -> dict[str, float]:
@@ -102,15 +103,6 @@ def every_ablation_worse(comparisons: dict[str, str], ruled: tuple[str, ...]) ->
         return every_above({f"{a} - {comparisons[a]}": intervals[a] for a in ruled})
 
     return decide
-
-
-def every_above_rule(diffs: tuple[str, ...]) -> str:
-    """``every_above`` in words, for a recipe's ``rule``."""
-    each = " and of ".join(f"({d})" for d in diffs)
-    return (f"reproduces when each 95 % hierarchical bootstrap interval (seeds, then held-out examples) of {each} "
-            "(held-out BPB at the final FLOP mark, exact recurrence) lies above 0, each ablation worse than the "
-            "reference; does not reproduce when any lies below 0; inconclusive otherwise; not tested with fewer than "
-            f"{MIN_SEEDS} seeds per arm or when a gate fails.")
 
 
 def analyze(ctx: Context, comparisons: Mapping[str, str], rule: Rule) -> Outcome:

@@ -15,7 +15,7 @@ from .. import tasks
 from ..evaluation import hierarchical_difference
 from ..schedules import Multipass, PassMix
 from .common import FBT_MIX, config, eval_size, steps
-from .core import Context, Gate, Outcome, RunSpec, apply_gates
+from .core import Context, Gate, Outcome, RunSpec, apply_gates, preregistered
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -325,22 +325,8 @@ def study_figure(pass_dynamics: pd.DataFrame, summary: Mapping[str, Any]) -> Fig
                               chance={summary["chance"]: summary["baseline"]})
 
 
-CLAIM = ("A 75 % 1-pass / 25 % 2-pass mix diverges when iterated past its training depth (loss rises, residual "
-         "oscillates), while 75/22/3 stays flat for 30 and up to 1,000 fused-prefill passes.")
-PAPER = "75/25 diverges past its training depth; 75/22/3 stays flat for 30 and up to 1,000 passes"
-
-
-RULE = ("The claim in its two halves, each with its own verdict. Loss half: per feedback mix, the rise = each "
-        f"held-out example's mean loss over passes {LATE_PASS}..W minus its pass-2 loss (positions t >= W = 3T/4 "
-        "only), with a 95 % hierarchical bootstrap interval over seeds, then examples; reproduces when 75/25's "
-        "interval lies above 0 while 75/22/3's reaches 0 or below, does not reproduce when both lie above 0 or "
-        "both reach 0, inconclusive otherwise. Residual half: each seed's pass residual from pass 3 on is classed "
-        "(decays to zero / decays to a plateau / oscillates / grows, analysis.fixed_point.residual_behaviour); "
-        "reproduces when every 75/25 seed oscillates or grows and every 75/22/3 seed decays, does not reproduce "
-        "when every 75/25 seed decays or no 75/22/3 seed does, inconclusive otherwise. The claim reproduces when "
-        "both halves do, does not when either does not, inconclusive otherwise; not tested when a gate fails. "
-        "Reported beside it, never in the rule: each run's fixed point (the exact recurrence's loss and accuracy "
-        "against the best of passes 1-3).")
+PREREGISTERED = preregistered("pass_mix_study", LATE_PASS=LATE_PASS)
+CLAIM, PAPER, RULE = PREREGISTERED["claim"], PREREGISTERED["paper"], PREREGISTERED["rule"]
 
 
 def gates(baseline_name: str, margin: float, gated: tuple[str, ...]) -> tuple[Gate, ...]:

@@ -18,7 +18,7 @@ from ..plots import ends_title, loss_vs_flops
 from ..schedules import Blockwise, Interleaved, Schedule, Single
 from ..train import TrainConfig
 from .common import EXACT, arm_colour, budget_runs, curve_every, last_quarter_improvement, per_seed
-from .core import Context, RunSpec
+from .core import Context, RunSpec, preregistered
 from .store import EVAL_FILE
 
 TEXT = {"seq_len": 128}
@@ -69,12 +69,7 @@ UNIGRAM_MARGIN = 1.0  # bits/byte the baseline must end below the unigram BPB
 
 FLAT = 0.05  # largest relative held-out BPB fall over the last quarter of the curve for "flattened"
 
-KNOWN_DIFFERENCES = (
-    "Known differences from the reference model (OoDBag/Latent_recurrent_transformer): our lean backbone has no "
-    "token-indexed value embedding and so no third (value-embedding) gate at each layer, no beta*x0 residual to "
-    "the input embedding, no sliding-window layers, and one recurrent K/V projection shared by all blocks "
-    "(the reference: one per layer); the injection scales' AdamW groups use our betas (0.9, 0.95) and eps 1e-8 "
-    "(the reference: 0.8, 0.95 and 1e-10), and the rest of the model keeps our learning rates.")
+KNOWN_DIFFERENCES = preregistered("text_arms")["caveat"]
 
 
 def lrt_model(treatment: str = TREATMENT) -> dict[str, Any]:

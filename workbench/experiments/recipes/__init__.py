@@ -1,4 +1,5 @@
-"""The recipes, one module each; ``RECIPES`` in the order RESULTS.md shows them."""
+"""The recipes, one module each; ``RECIPES`` in the order RESULTS.md shows them. Their pre-registered texts
+(claim, setting, rule, chance, caveat, paper) are in ``preregistered.toml``, read by ``core.preregistered``."""
 
 from __future__ import annotations
 

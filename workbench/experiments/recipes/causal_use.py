@@ -1,13 +1,9 @@
 """Decodability is not use: causal interventions on the feedback channel (ours, beyond the papers).
 
-The FBT paper (arXiv 2608.08888, appendix F) warns that its layer-0 probe shows the label is decodable after one
-recurrent step, not that the model uses it. Trains nothing: (a) per gated FBT specimen of ``layer0_probes``, two designs
-(``site``: the memory read at the label position under suffix1; ``stream``: every memory read of a 2-pass run) **swap**
-the memory with a group mate's of the other label against a same-label **control**: if the model reads the label there,
-the swap flips its answer and the control does not. (b) On ``lrt_vs_baseline``'s LRT text specimens, the memory read d
-positions back is mean-ablated: how far back does the state matter? (c) A **positive control**: the designs of (a) on
-FBTs that need their feedback (``fbt_pass_mixes_registers``); a design that detects use on none of them cannot support
-"does not use" anywhere."""
+arXiv 2608.08888's layer-0 probe (appendix F) shows the label decodable, not used. (a) On each gated ``layer0_probes``
+FBT, swap the memory (``site``: the read at the label under suffix1; ``stream``: every read of a 2-pass run) for an
+other-label group mate's vs a same-label control; (b) mean-ablate an LRT text specimen's memory d positions back;
+(c) positive control: (a) on ``fbt_pass_mixes_registers``' FBTs, which need their feedback."""
 
 from __future__ import annotations
 
@@ -26,7 +22,7 @@ from ...checkpoint import load_checkpoint, load_metrics
 from ...evaluation import hierarchical_difference
 from ...schedules import Multipass
 from .. import pass_mix_study, probe_specimens, text_arms
-from ..core import EVAL_SEED, Context, Finding, Gate, Outcome, Recipe, RunSpec, default_finding
+from ..core import EVAL_SEED, Context, Finding, Gate, Outcome, Recipe, RunSpec, default_finding, preregistered
 from ..decodability import label_swap
 from ..pool import map_jobs
 from ..probe_specimens import (
@@ -59,27 +55,15 @@ TEXT_N = 32
 MAX_DISTANCE = 16
 TEXT_MARGIN = 1.0  # bits/byte an LRT text specimen must sit below the unigram loss before it is ablated
 
-RULE = (f"Per gated specimen and design (site: the memory read at the label position under suffix1; stream: every "
-        f"memory read of a 2-pass run), on the answer's flip rate (the label's first token against the other "
-        f"label's): 'uses' when the 95 % hierarchical interval (specimen seeds, then groups) of label-mate swap - "
-        f"control flip rate lies above 0 and the swap flips >= {DECISIVE} of the answers, 'partly uses' when the "
-        f"interval lies above 0 and the swap flips fewer (the answer followed the memory, needed or not). Anything "
-        f"short of that is read only where the design could have said 'uses', else it is 'not tested' with the "
-        f"reason: the memory is needed (on the examples scored, the 95 % group interval of fed - plain answer "
-        f"accuracy lies above 0, fed being suffix1 or pass 2) and an edit moves answers (the mean or zero "
-        f"ablation's flip-rate interval lies above {NEGLIGIBLE}). Then 'does not use' (the label the memory "
-        f"carries) when the interval lies wholly below {NEGLIGIBLE} and the same design detected use ('uses' or "
-        f"'partly uses') on at least one positive-control specimen ({CONTROLS}'s FBTs, which need their feedback), "
-        f"else 'not tested: the design detects no use on the positive control'; 'inconclusive' otherwise. Each "
-        f"interval is reported with its power (the smallest difference detected 80 % of the time: {POWER_Z} "
-        f"standard errors, from the interval's width) and the cross-context swap beside it. A task's verdict gives, "
-        f"per design, its gated specimens' (one per training seed and scratch length); a specimen that misses its "
-        f"gate (answer accuracy >= {COMPETENT} under suffix1) is reported, never intervened on. The LRT text part is "
-        f"descriptive (no verdict), measured only on specimens >= {TEXT_MARGIN} bits/byte below unigram.")
+PREREGISTERED = preregistered(
+    "causal_use", SPECIMENS=SPECIMENS, N=N, CONTROLS=CONTROLS, TEXT_SPECIMENS=TEXT_SPECIMENS, MAX_DISTANCE=MAX_DISTANCE,
+    TEXT_N=TEXT_N, DECISIVE=DECISIVE, NEGLIGIBLE=NEGLIGIBLE, POWER_Z=POWER_Z, COMPETENT=COMPETENT,
+    TEXT_MARGIN=TEXT_MARGIN)
+RULE = PREREGISTERED["rule"]
 
 
 def build(scale: float) -> list[RunSpec]:
-    """Nothing to train: the specimens are ``layer0_probes``' and ``lrt_vs_baseline``'s."""
+    """Nothing to train: reads ``layer0_probes``' and ``lrt_vs_baseline``'s specimens."""
     return []
 
 
@@ -87,7 +71,7 @@ PROBE_COLUMNS = ("accuracy", "accuracy_low", "accuracy_high", "twin_accuracy")
 
 
 def probe_row(root: Path, task: str, scratch: int, seed: int = 0) -> dict[str, float]:
-    """The specimen's recorded layer-0 suffix1 probe accuracy, interval and twin's; NaN where not recorded."""
+    """The specimen's layer-0 suffix1 probe accuracy, interval and twin's; NaN where not recorded."""
     results_path = root / SPECIMENS / "results.csv"
     missing = {f"probe_{c}": math.nan for c in PROBE_COLUMNS}
     if not results_path.is_file():
@@ -102,20 +86,19 @@ def probe_row(root: Path, task: str, scratch: int, seed: int = 0) -> dict[str, f
 
 
 def current(path: Path, spec: RunSpec) -> bool:
-    """Whether the run saved at ``path`` was trained under ``spec`` (the specimen recipe as it stands now)."""
+    """Whether the run at ``path`` was trained under ``spec`` as the specimen recipe stands now."""
     return up_to_date(path, spec)
 
 
 def group_means(frame: pd.DataFrame, kind: str, column: str = "flipped") -> np.ndarray:
-    """Per-group mean of ``column``: groups share their context, so they are the independent draws resampled."""
+    """Per-group mean of ``column``: groups share a context, so they are the resampled draws."""
     rows = frame[frame["intervention"] == kind]
     return rows.groupby("group", sort=True)[column].mean().to_numpy(dtype=np.float64)
 
 
 def specimen_verdict(diff: dict[str, float], swap_rate: float, needed: dict[str, float] | None = None,
                      site_moves: float | None = None) -> str:
-    """The rule for one specimen (``RULE``): short of a swap beyond its control, read only where the memory is
-    ``needed`` and an edit of the site moves answers (``site_moves``)."""
+    """``RULE`` for one specimen; ``needed`` and ``site_moves`` gate the negative readings."""
     if diff["low"] > 0:
         return "uses" if swap_rate >= DECISIVE else "partly uses"
     if needed is not None and not needed["low"] > 0:
@@ -128,7 +111,7 @@ def specimen_verdict(diff: dict[str, float], swap_rate: float, needed: dict[str,
 
 
 def memory_needed(model, batch: tasks.Batch, seed: int, condition: str = GATE_CONDITION["fbt"]) -> dict[str, float]:
-    """Plain vs fed answer accuracy and their group interval: where not needed, no swap had to flip."""
+    """Plain vs fed answer accuracy and its group interval: where not needed, no swap had to flip."""
     standard = answer_correct(model, batch, "standard").astype(np.float64)
     fed = answer_correct(model, batch, condition).astype(np.float64)
     groups = batch.groups.cpu().numpy()
@@ -139,13 +122,13 @@ def memory_needed(model, batch: tasks.Batch, seed: int, condition: str = GATE_CO
 
 
 def power(interval: dict[str, float]) -> float:
-    """The smallest difference detected 80 % of the time (``POWER_Z`` standard errors); NaN for a zero width."""
+    """Smallest difference detected 80 % of the time (``POWER_Z`` SEs); NaN for a zero width."""
     width = interval["high"] - interval["low"]
     return POWER_Z * width / 3.92 if width > 0 else math.nan
 
 
 def design_row(model, batch: tasks.Batch, design: str, seed: int) -> dict[str, Any]:
-    """One specimen under one design: flip rates, differences with intervals and power, verdict."""
+    """One specimen under one design: flip rates, intervals with power, verdict."""
     condition, schedule, span = DESIGNS[design]
     frame = label_swap(model, batch, kinds=KINDS, schedule=schedule, span=span)
     per_seed = {kind: [group_means(frame, kind)] for kind in KINDS}  # one specimen seed so far
@@ -170,7 +153,7 @@ def design_row(model, batch: tasks.Batch, design: str, seed: int) -> dict[str, A
 
 def _specimen_rows(path: str, task: str, scratch: int, seed: int, n: int, gate_n: int,
                    index: int) -> tuple[dict, list[dict]]:
-    """Gate row and design rows of one specimen (bootstrap seeds from ``index``: any worker count agrees)."""
+    """Gate row and design rows of one specimen; seeds from ``index``, so any worker count agrees."""
     model = load_checkpoint(path)
     accuracy = float(answer_correct(model, gate_batch(task, scratch, n=gate_n), GATE_CONDITION["fbt"]).mean())
     gate = {"task": task, "scratch_updates": scratch, "seed": seed, "answer_accuracy": accuracy,
@@ -206,7 +189,7 @@ def _swap_table(root: Path, scale: float, jobs: int = 1) -> tuple[pd.DataFrame, 
 
 
 def _control_rows(path: str, task: str, params: dict, seed: int, name: str, n: int, index: int) -> list[dict]:
-    """One positive-control specimen under every design, labelled where the answer is predicted."""
+    """One positive-control specimen under every design, labelled at the answer."""
     model = load_checkpoint(path)
     batch = tasks.get(task, **params, label_at="answer").sample(n, SEED, "val")
     return [{"task": task, "scratch_updates": int(params["scratch_updates"]), "seed": seed, "specimen": name,
@@ -214,7 +197,7 @@ def _control_rows(path: str, task: str, params: dict, seed: int, name: str, n: i
 
 
 def _control_table(root: Path, scale: float, jobs: int = 1) -> pd.DataFrame:
-    """Every design on the current FBT registers runs of ``CONTROLS`` that need their feedback."""
+    """Every design on ``CONTROLS``' current FBT runs that need their feedback."""
     specs = [spec for spec in pass_mix_study.registers_runs(scale) if pass_mix_study.is_fbt(spec)
              and pass_mix_study.mix_of(spec) in pass_mix_study.FEEDBACK_MIXES]
     n = max(32, int(N * min(1.0, scale)))
@@ -225,13 +208,13 @@ def _control_table(root: Path, scale: float, jobs: int = 1) -> pd.DataFrame:
 
 
 def control_detects(controls: pd.DataFrame) -> dict[str, bool]:
-    """Per design, whether it detected use ('uses' or 'partly uses') on at least one positive-control specimen."""
+    """Per design: did it detect use ('uses' or 'partly uses') on any positive-control specimen?"""
     return {d: not controls.empty and bool(controls[controls["design"] == d]["verdict"]
                                            .isin(("uses", "partly uses")).any()) for d in DESIGNS}
 
 
 def with_positive_control(swaps: pd.DataFrame, controls: pd.DataFrame) -> pd.DataFrame:
-    """The rule's last clause: "does not use" stands only where the design detected use on the positive control."""
+    """'does not use' stands only where the design detects use on the positive control."""
     if swaps.empty:
         return swaps
     out = swaps.assign(controls_detect=swaps["design"].map(control_detects(controls)))
@@ -241,7 +224,7 @@ def with_positive_control(swaps: pd.DataFrame, controls: pd.DataFrame) -> pd.Dat
 
 
 def task_verdict(rows: pd.DataFrame) -> str:
-    """One task's verdict: per design, its specimens' shared verdict (else each one's), merged when designs agree."""
+    """Per design, its specimens' shared verdict (else each one's), merged when designs agree."""
     said = {}
     for design, mine in rows.groupby("design", sort=False):
         found = list(dict.fromkeys(mine["verdict"]))
@@ -254,7 +237,7 @@ def task_verdict(rows: pd.DataFrame) -> str:
 
 
 def text_gate_value(path: Path) -> float:
-    """Unigram minus exact held-out loss of a text specimen, in bits/byte (its recorded evaluation)."""
+    """Unigram minus held-out loss of a text specimen, bits/byte."""
     per_example = pd.read_csv(path / EVAL_FILE)
     params = load_metrics(path)["train_config"]["task_params"]
     loss = float(per_example["nats"].sum() / per_example["targets"].sum())
@@ -274,7 +257,7 @@ def _distances(path: str, scale: float) -> pd.DataFrame:
 
 
 def _distance_table(root: Path, scale: float, jobs: int = 1) -> tuple[pd.DataFrame, dict[str, float]]:
-    """``_distances`` of every current LRT text specimen that passes its gate, and every gate value."""
+    """``_distances`` of each current LRT text specimen past its gate, and every gate value."""
     specs = {spec.name: spec for spec in
              text_arms.text_runs(("baseline", "lrt_interleaved"), scale) if spec.name.startswith(TEXT_PREFIX)}
     names = [name for name, spec in specs.items() if current(root / TEXT_SPECIMENS / name, spec)]
@@ -288,7 +271,7 @@ DISTANCE_COLUMNS = ["distance", "increase", "low", "high", "seeds"]
 
 
 def distance_summary(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per distance: mean loss increase with a hierarchical interval (seeds, then windows)."""
+    """Per distance: mean loss increase, hierarchical interval (seeds, then windows)."""
     rows = []
     for d, at in frame.groupby("distance"):
         per_example = at.groupby(["run", "example"])["increase"].mean()
@@ -304,14 +287,13 @@ DECIDING = ("swap", "control")  # the edits the verdict reads: a swap flips more
 
 
 def flip_means(rows: pd.DataFrame) -> str:
-    """Per design the mean swap and control flip rates, in words: a positive control's takeaway."""
+    """Per design, the mean swap and control flip rates in words."""
     return "; ".join(f"{d}: swap flips {g['swap_flip'].mean():.0%}, control {g['control_flip'].mean():.0%}"
                      for d, g in rows.groupby("design", sort=False))
 
 
 def causal_use_figure(swaps: pd.DataFrame, controls: pd.DataFrame, distances: pd.DataFrame):
-    """The probe specimens' swap and control flip rates (the decision; the other edits are in the table), the
-    positive control's, and the LRT ablation by distance, each part titled by its takeaway."""
+    """Specimens' and positive control's swap/control flip rates, and the LRT ablation by distance."""
     import seaborn as sns
     from matplotlib.figure import Figure
 
@@ -393,7 +375,7 @@ def analyze(ctx: Context) -> Outcome:
 
 
 def finding(summary: dict, results: pd.DataFrame) -> Finding:
-    """Per design and verdict, the specimens it covers and, where use was tested, the flip rates that decided it."""
+    """Per design and verdict: the specimens covered and the flip rates that decided it."""
     swaps = results[results["part"] == "swap"]
     if swaps.empty:
         return default_finding(summary, results)
@@ -410,21 +392,7 @@ def finding(summary: dict, results: pd.DataFrame) -> Finding:
 
 
 RECIPE = Recipe(
-    "causal_use",
-    "Ours, beyond the papers: the FBT paper's layer-0 probe (99.6 % / 100 % after one recurrent step, arXiv "
-    "2608.08888, appendix F) shows decodability, not use; does the model use the label its memory carries?",
-    f"Every gated FBT specimen of {SPECIMENS} (task x training seed x scratch length), two designs: the memory read "
-    f"at the label position under suffix1, and the whole memory stream of a 2-pass run; each swapped with a group "
-    f"mate's of the other label vs a same-label control, with another context's (cross-context) vs its control, "
-    f"mean and zero ablation, {N} held-out examples each; the positive control: the same designs on {CONTROLS}'s "
-    f"FBTs (75/25, 75/22/3, 2 seeds each), which need their feedback; the LRT text specimens of {TEXT_SPECIMENS}: "
-    f"the memory mean-ablated d = 1..{MAX_DISTANCE} positions back, {TEXT_N} windows each, exact recurrence.",
-    build, analyze,
+    "causal_use", build=build, analyze=analyze,
     gates=(Gate("gated FBT specimens", f"FBT specimens of {SPECIMENS} whose held-out answer accuracy under suffix1 is "
                 f">= {COMPETENT} (the specimens' own gates)", ">=", 1),),
-    rule=RULE,
-    chance="the control swap's flip rate (a same-label memory), and the untrained twin's probe accuracy.",
-    caveat="Each specimen's intervals resample groups of its examples, not training seeds; the two seeds per task are "
-           "two specimens, read side by side, so a verdict speaks for these specimens, not for FBT training in "
-           "general.",
-    kind="exploratory", reads=(SPECIMENS, CONTROLS, TEXT_SPECIMENS), finding=finding)
+    kind="exploratory", reads=(SPECIMENS, CONTROLS, TEXT_SPECIMENS), finding=finding, **PREREGISTERED)

@@ -1,9 +1,8 @@
-"""The fixed point on language (ours): does an FBT trained on text read the state its passes converge to?
+"""The fixed point on language (ours): does a text FBT read the state its passes converge to?
 
-``fixed_point_study`` found, where the feedback is needed, the paper's GLU converging to a fixed point it cannot read.
-Here on ``fbt_text``'s scores: an arm that uses its feedback reads its fixed point when its exact recurrence costs at
-most ``READ_TOLERANCE`` bits/byte over pass 2, same weights. Beside it, Lyapunov exponents and a logit lens. Nothing is
-trained."""
+``fixed_point_study`` found the paper's GLU converging, where feedback is needed, to a fixed point it cannot read. On
+``fbt_text``'s scores (nothing trained), an arm that uses its feedback reads it when its exact recurrence costs at most
+``READ_TOLERANCE`` bits/byte over pass 2; Lyapunov exponents and a logit lens beside it."""
 
 from __future__ import annotations
 
@@ -17,7 +16,7 @@ from ...analysis.lens import fed_back_lens
 from ...checkpoint import load_checkpoint
 from .. import fbt_language as lang
 from ..common import describe
-from ..core import Context, Finding, Outcome, Recipe, RunSpec, lead
+from ..core import Context, Finding, Outcome, Recipe, RunSpec, lead, preregistered
 from ..pool import map_jobs
 from ..runs import spec_of
 
@@ -34,7 +33,7 @@ def build(scale: float) -> list[RunSpec]:
 
 
 def fixed_point_rows(scores: pd.DataFrame) -> pd.DataFrame:
-    """Per feedback arm: exact - pass 2 and SOFT - STANDARD with intervals, and whether it reads its fixed point."""
+    """Per feedback arm: exact - pass 2, SOFT - STANDARD (intervals), and whether it reads its fixed point."""
     rows = []
     for arm in lang.feedback_arms(scores):
         used = lang.feedback_used(scores, arm)
@@ -49,7 +48,7 @@ def fixed_point_rows(scores: pd.DataFrame) -> pd.DataFrame:
 
 
 def pass_map(run: Path, smoke: bool) -> dict[str, float | str]:
-    """One run's pass map: Lyapunov exponent from 3T/4, share of guesses flipping at pass 3, memory naming the byte."""
+    """One run's top Lyapunov exponent from 3T/4, pass-3 flip share, and pass 2's memory naming the byte."""
     model, batch = load_checkpoint(run), spec_of(run).eval_batch()
     idx, targets = batch.tokens.long(), batch.targets
     T = idx.size(1)
@@ -66,7 +65,7 @@ def pass_map(run: Path, smoke: bool) -> dict[str, float | str]:
 
 
 def pass_maps(ctx: Context, scores: pd.DataFrame) -> pd.DataFrame:
-    """``pass_map`` of every run of a feedback arm, averaged per arm, with the Lyapunov exponents' range."""
+    """``pass_map`` of each feedback-arm run, averaged per arm, with the Lyapunov range."""
     runs = sorted(scores.loc[scores["arm"].isin(lang.feedback_arms(scores)), "run"].unique())
     root = ctx.out.parent / lang.SPECIMENS
     per_run = pd.DataFrame(map_jobs(pass_map, [(root / r, ctx.scale < 1) for r in runs], ctx.jobs,
@@ -112,18 +111,7 @@ def finding(summary: dict, results: pd.DataFrame) -> Finding:
                    f"{worst['exact_minus_pass2']:+.3f} bits/byte.")
 
 
-RULE = (f"Per fbt_text arm that uses its feedback (held-out pass 2 - pass 1 below 0, its 95 % interval over windows "
-        f"and seeds): it reads its fixed point when the upper end of the interval of exact - pass 2 (same weights) is "
-        f"at most {READ_TOLERANCE} bits/byte; the verdict names those that do. An arm whose feedback is unused is "
-        "reported, never read.")
-
 RECIPE = Recipe(
-    "fbt_fixed_point_text", "(ours) Does a text FBT read the fixed point its passes converge to?",
-    f"fbt_text's specimens: held-out bits/byte under the exact recurrence against pass 2 on the same weights, per "
-    f"fusion and training, and SOFT - STANDARD on the first {lang.REGIME_WINDOWS} windows' continuations; each "
-    f"run's top Lyapunov exponent from 3T/4 on {LYAPUNOV_WINDOWS} windows and a logit lens over {LENS_PASSES} "
-    f"passes at 3T/4 on {LENS_WINDOWS}.",
-    build, analyze, rule=RULE, chance="pass 2 of the same weights.",
-    caveat="The Lyapunov exponent and the lens read a few windows a run (the scores read 256): they describe the "
-           "pass map, they do not decide the verdict.",
-    kind="exploratory", reads=(lang.SPECIMENS,), finding=finding)
+    "fbt_fixed_point_text", build=build, analyze=analyze, kind="exploratory", reads=(lang.SPECIMENS,), finding=finding,
+    **preregistered("fbt_fixed_point_text", REGIME_WINDOWS=lang.REGIME_WINDOWS, LYAPUNOV_WINDOWS=LYAPUNOV_WINDOWS,
+                    LENS_PASSES=LENS_PASSES, LENS_WINDOWS=LENS_WINDOWS, READ_TOLERANCE=READ_TOLERANCE))

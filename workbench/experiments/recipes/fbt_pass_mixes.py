@@ -1,13 +1,8 @@
-"""Pass mixes and contraction of the FBT pass map (FBT paper, arXiv 2608.08888), setting 1: byte-level text.
+"""Pass mixes and contraction of the FBT pass map (arXiv 2608.08888), setting 1: byte-level text.
 
-The claim: trained with 75 % 1-pass / 25 % 2-pass batches, FBT's pass map diverges when iterated past its training
-depth; with 75 / 22 / 3 it stays flat for 30 and up to 1,000 fused-prefill passes.
-
-A causal Jacobi iteration is exact after as many passes as a sequence has positions (at pass k every position t < k
-holds its exact memory), so every quantity is measured over positions t >= k only (``unsettled_only=True``), for passes
-1 .. T - 1: iterating further would only show rounding noise around a fixed point reached by construction. A contraction
-plot of a model that never learned to use its feedback says nothing, so the gates require pass 2 below pass 1 and every
-model a margin below unigram. ``fbt_pass_mixes_registers`` runs the same analysis where the feedback is needed."""
+Claim: under 75/25 1/2-pass batches the map diverges past its training depth, under 75/22/3 it stays flat. A causal
+Jacobi iteration is exact at t < k after k passes, so only t >= k is measured (``unsettled_only``). A contraction plot
+of a model that never used its feedback says nothing: the gates ask pass 2 below pass 1."""
 
 from __future__ import annotations
 
@@ -17,7 +12,7 @@ from ... import tasks
 from ...checkpoint import load_metrics
 from .. import fbt_language as lang
 from .. import pass_mix_study as study
-from ..core import Context, Outcome, Recipe, RunSpec
+from ..core import Context, Outcome, Recipe, RunSpec, preregistered
 from ..fbt_language import MODEL as TEXT_MODEL
 from ..pass_mix_study import CLAIM, MIXES, PAPER, RULE, SEEDS, Setting, analyze_mixes, gates, mix_runs
 
@@ -27,7 +22,7 @@ STEPS = 1000  # fbt_text's 800-step 2x128 FBTs can use their feedback on this co
 TEXT_UNIGRAM_MARGIN = 0.3  # nats/byte every text model must sit below the unigram loss at its best pass
 
 
-# below full scale: the same code paths on a 1x64 model and 128-byte windows, not minutes on 512-byte ones
+# below full scale: the same code paths on a 1x64 model and 128-byte windows
 SMOKE_TEXT, SMOKE_MODEL = {"seq_len": 128}, {**TEXT_MODEL, "n_layer": 1, "n_embd": 64}
 
 
@@ -46,8 +41,8 @@ def text_setting() -> Setting:
 
 
 def next_budget(ctx: Context) -> dict[str, Any]:
-    """What would give the feedback mixes a model to read (as many multi-pass batches as fbt_text's longest paper arm, a
-    lower bound) and its single-core CPU-hours."""
+    """Steps giving the feedback mixes as many multi-pass batches as fbt_text's longest paper arm (a lower
+    bound), and their single-core CPU-hours."""
     fed = lang.STEPS * lang.LONG * (1 - study.FEEDBACK_START)
     # multi-pass batches per step: the plain phase is the same share of both recipes' steps
     share = min(1 - MIXES[m][1] for m in study.FEEDBACK_MIXES) * (1 - study.FEEDBACK_START)
@@ -65,14 +60,6 @@ def analyze(ctx: Context) -> Outcome:
 
 
 RECIPE = Recipe(
-    "fbt_pass_mixes", CLAIM,
-    f"FBT {TEXT_MODEL['n_layer']}x{TEXT_MODEL['n_embd']} (GLU fusion, tied embeddings, document starts plain) on "
-    f"stdlib bytes at context {TEXT['seq_len']}, progressive schedule (20 % single-pass), jitter, prefix mix-in 0.5, "
-    f"{STEPS} steps of {BATCH} sequences, {len(SEEDS)} seeds per mix; the pass map iterated 384 passes on 16 "
-    "held-out sequences, measured over positions 384..511.",
-    build, analyze, gates=gates("unigram loss", TEXT_UNIGRAM_MARGIN, tuple(MIXES)), rule=RULE,
-    chance="the unigram loss of the held-out bytes.",
-    caveat="A budget far below the paper's: if the feedback mixes' pass 2 is not better than their pass 1 (the "
-           "paper's GLU fusion did not use its feedback on text at fbt_text's size either), the verdict is 'not "
-           "tested'. fbt_pass_mixes_registers runs the same analysis where the feedback is needed.",
-    paper=PAPER)
+    "fbt_pass_mixes", CLAIM, build=build, analyze=analyze,
+    gates=gates("unigram loss", TEXT_UNIGRAM_MARGIN, tuple(MIXES)), rule=RULE, paper=PAPER,
+    **preregistered("fbt_pass_mixes", TEXT_MODEL=TEXT_MODEL, TEXT=TEXT, STEPS=STEPS, BATCH=BATCH, N_SEEDS=len(SEEDS)))

@@ -1,5 +1,4 @@
-"""Where FUSED's prefill gain arrives (arXiv 2608.08888): "most of the prefill gain arrives with the first extra fused
-pass; further passes help less".
+"""Where FUSED's prefill gain arrives (arXiv 2608.08888): mostly with the first extra fused pass.
 
 On ``fbt_text``'s specimens (nothing trained): gain(P) = STANDARD - FUSED(P) on held-out continuations; the claim is
 gain(1) > gain(P_max) - gain(1)."""
@@ -10,7 +9,7 @@ import pandas as pd
 
 from .. import fbt_language as lang
 from ..common import describe
-from ..core import Context, Extension, Finding, Outcome, Recipe, RunSpec, lead
+from ..core import Context, Extension, Finding, Outcome, Recipe, RunSpec, lead, preregistered
 from ..fbt_language import PAPER_ARM
 
 
@@ -20,12 +19,12 @@ def build(scale: float) -> list[RunSpec]:
 
 
 def depths(scores: pd.DataFrame) -> list[int]:
-    """The prefill depths P scored, ascending (all of ``PREFILL_PASSES`` at full scale)."""
+    """The prefill depths P scored, ascending."""
     return sorted(int(m[5:]) for m in scores["measure"].unique() if m.startswith("fused"))
 
 
 def gains(scores: pd.DataFrame, arm: str) -> dict[str, dict[str, float]]:
-    """On ``arm``'s weights: ``gain{P}``, ``first``, ``further`` and ``first_minus_further`` (the claim: above 0)."""
+    """On ``arm``'s weights: ``gain{P}``, ``first``, ``further``, ``first_minus_further`` (claim: above 0)."""
     top = max(depths(scores))
     out = {f"gain{p}": lang.contrast(scores, arm, {"standard": 1.0, f"fused{p}": -1.0}) for p in depths(scores)}
     out["first"] = out["gain1"]
@@ -35,7 +34,7 @@ def gains(scores: pd.DataFrame, arm: str) -> dict[str, dict[str, float]]:
 
 
 def decide(found: dict[str, dict[str, float]]) -> str:
-    """The rule (``RULE``)."""
+    """The rule: the first pass gains, and more than every further pass together."""
     first, margin = found["first"], found["first_minus_further"]
     if first["high"] < 0 or margin["high"] < 0:
         return "does not reproduce: " + ("the first fused pass hurts" if first["high"] < 0 else
@@ -90,17 +89,8 @@ def finding(summary: dict, results: pd.DataFrame) -> Finding:
                    f"{row['further']:+.3f} (above 0: a gain).")
 
 
-RULE = (f"On {PAPER_ARM}'s own weights, on the held-out continuations, 95 % intervals over seeds, then windows (a "
-        "seed's measures kept together): gain(P) = STANDARD - FUSED(P); reproduces when gain(1) and gain(1) - "
-        "(gain(P_max) - gain(1)) both lie above 0, does not reproduce when either lies below 0, inconclusive "
-        "otherwise. Every other fbt_text arm is an extension with its own feedback gate.")
-
 RECIPE = Recipe(
-    "fbt_prefill_gain", "Most of the prefill gain arrives with the first extra fused pass; further passes help less.",
-    f"fbt_text's specimens (byte-level Python source): the second half of each of the first {lang.REGIME_WINDOWS} "
-    f"held-out 256-byte windows after a {lang.PROMPT}-byte prompt refined by P = "
-    f"{', '.join(map(str, lang.PREFILL_PASSES))} extra fused passes, against STANDARD.",
-    build, analyze, gates=lang.READING_GATES, rule=RULE, chance="STANDARD decoding of the same weights (a gain of 0).",
-    caveat="Teacher-forced continuation loss on the standard library's source, not the paper's benchmarks.",
-    kind="paper", reads=(lang.SPECIMENS,), paper="most of FUSED's prefill gain comes with the first extra pass",
-    finding=finding)
+    "fbt_prefill_gain", build=build, analyze=analyze, gates=lang.READING_GATES, kind="paper", reads=(lang.SPECIMENS,),
+    finding=finding,
+    **preregistered("fbt_prefill_gain", REGIME_WINDOWS=lang.REGIME_WINDOWS, PROMPT=lang.PROMPT,
+                    PREFILL_PASSES=", ".join(map(str, lang.PREFILL_PASSES)), PAPER_ARM=PAPER_ARM))

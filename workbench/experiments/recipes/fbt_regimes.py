@@ -1,9 +1,6 @@
-"""FBT's decoding regimes on the same weights, on code (arXiv 2608.08888): "the feedback regimes beat standard decoding
-of the same weights (SOFT best for maths, FUSED best for code)".
-
-On ``fbt_text``'s Python-source specimens (nothing trained), the claim's code half: held-out continuations under
-STANDARD, SOFT and FUSED with one extra pass (the paper's training depth). The gates ask that the paper's model uses its
-feedback and that the continuations tell ``fbt_language.CONTROL`` apart."""
+"""FBT's decoding regimes on the same weights, on code (arXiv 2608.08888): "SOFT / FUSED beat STANDARD, FUSED
+best for code". On ``fbt_text``'s specimens (nothing trained): held-out continuations under STANDARD, SOFT and FUSED
+with one extra pass (the training depth)."""
 
 from __future__ import annotations
 
@@ -12,7 +9,7 @@ import pandas as pd
 from ...files import write_csv
 from .. import fbt_language as lang
 from ..common import describe
-from ..core import Context, Extension, Finding, Outcome, Recipe, RunSpec, lead
+from ..core import Context, Extension, Finding, Outcome, Recipe, RunSpec, lead, preregistered
 from ..fbt_language import PAPER_ARM
 
 FUSED = "fused1"  # FUSED at the paper's training depth: one extra fused pass over the prompt
@@ -25,7 +22,7 @@ def build(scale: float) -> list[RunSpec]:
 
 
 def regime_gaps(scores: pd.DataFrame, arm: str) -> dict[str, dict[str, float]]:
-    """Each feedback regime minus STANDARD on ``arm``'s own weights (bits/byte of the continuations)."""
+    """Each feedback regime minus STANDARD on ``arm``'s weights (bits/byte)."""
     return {regime: lang.contrast(scores, arm, {regime: 1.0, "standard": -1.0}) for regime in REGIMES}
 
 
@@ -34,7 +31,7 @@ def _word(interval: dict[str, float]) -> str:
 
 
 def decide(gaps: dict[str, dict[str, float]]) -> str:
-    """The rule (``RULE``): FUSED against STANDARD decides (the claim's code half), SOFT is read beside it."""
+    """The rule: FUSED vs STANDARD decides, SOFT is read beside it."""
     head = {"better": "reproduces", "worse": "does not reproduce", "indistinguishable": "inconclusive"}
     fused, soft = _word(gaps[FUSED]), _word(gaps["soft"])
     return (f"{head[fused]}: on code FUSED is {fused} and SOFT {soft} (against STANDARD decoding of the same "
@@ -86,18 +83,7 @@ def finding(summary: dict, results: pd.DataFrame) -> Finding:
                    "STANDARD decoding (below 0: the feedback regime better).")
 
 
-RULE = (f"On {PAPER_ARM}'s own weights, FUSED (one extra fused pass over the prompt) minus STANDARD on the held-out "
-        "continuations, 95 % intervals over seeds, then windows (a seed's regimes kept together): reproduces when the "
-        "interval lies below 0, does not reproduce when it lies above 0, inconclusive otherwise; SOFT - STANDARD is "
-        "read beside it. Every other fbt_text arm is an extension with its own feedback gate.")
-
 RECIPE = Recipe(
-    "fbt_regimes", "The feedback regimes beat standard decoding of the same weights (SOFT best for maths, FUSED best "
-    "for code).",
-    f"fbt_text's specimens (byte-level Python source): the second half of each of the first {lang.REGIME_WINDOWS} "
-    f"held-out 256-byte windows, scored after a {lang.PROMPT}-byte prompt under STANDARD, SOFT and FUSED.",
-    build, analyze, gates=lang.READING_GATES, rule=RULE, chance="STANDARD decoding of the same weights.",
-    caveat="Teacher-forced continuation loss, not task accuracy: the paper reads benchmarks (HumanEval, MBPP); "
-           "our code is the standard library, the models 2x128 bytes.",
-    kind="paper", reads=(lang.SPECIMENS,), paper="SOFT / FUSED beat STANDARD on the same weights (FUSED best for code)",
-    finding=finding)
+    "fbt_regimes", build=build, analyze=analyze, gates=lang.READING_GATES, kind="paper", reads=(lang.SPECIMENS,),
+    finding=finding,
+    **preregistered("fbt_regimes", REGIME_WINDOWS=lang.REGIME_WINDOWS, PROMPT=lang.PROMPT, PAPER_ARM=PAPER_ARM))

@@ -1,16 +1,9 @@
-"""FBT on language: text specimens whose feedback pays, and FBT's headline claim at equal tokens (arXiv 2608.08888).
+"""FBT on language (arXiv 2608.08888): text specimens whose feedback pays, and "FBT beats a standard
+transformer at equal tokens". Byte-level 2x128 models on stdlib Python (4x128 doubles the cost); arms in ``ARMS``.
 
-The claim: FBT's validation loss beats a standard transformer's at equal tokens (matching baselines given 1.5-2x).
-Byte-level 2x128 models on the standard library's Python source (the pilot's shape where pass 2 paid; 4x128 would double
-every run's cost), document starts marked (no memory crosses a ``<bos>``). Arms (``ARMS``): baselines at equal steps and
-at each FBT training's FLOPs; FBT with GLU or additive fusion (ours), trained as the paper does (``mix``), with random
-depths 1..4, or without prefix mix-in (``full``); the paper's arm and its baselines again at ``fbt_language.LONGS``
-times the steps.
-
-The ``full`` and longer arms were added after the paper's arm failed its feedback gate; fixed before they trained, the
-claim is read on ``fbt_language.PAPER_ARM`` and every other arm is an extension. An arm whose feedback is unused (pass 2
-not below pass 1) gets no verdict. Known difference from the reference: the plain prefix is drawn per window, not per
-packed document."""
+The claim is read on ``fbt_language.PAPER_ARM`` only: the ``full`` and longer arms, added after it failed its feedback
+gate, are extensions; an arm whose pass 2 is not below pass 1 gets no verdict. Unlike the reference, the plain prefix
+is drawn per window, not per packed document."""
 
 from __future__ import annotations
 
@@ -25,7 +18,7 @@ from ...schedules import PassMix, Single
 from ...train import TrainConfig
 from .. import fbt_language as lang
 from ..common import EXACT, curve_every, describe, eval_size, matched_steps, step_flops, steps
-from ..core import Context, Extension, Finding, Gate, Outcome, Recipe, RunSpec, lead
+from ..core import Context, Extension, Finding, Gate, Outcome, Recipe, RunSpec, lead, preregistered
 from ..fbt_language import LONG, LONGS, MODEL, PAPER_ARM, STEPS, TEXT
 from ..pass_mix_study import FEEDBACK_START  # the paper's progressive schedule: the first 20 % of steps plain
 
@@ -59,18 +52,18 @@ STEMS = ("base", *(f"base_{t}_flops" for t in FLOPS_TRAININGS), *(f"{f}_{t}" for
 LONG_STEMS = ("base", "base_mix_flops", "glu_mix")  # trained again at each of LONGS x STEPS (the paper's arm's)
 ARMS = (*STEMS, *(f"{stem}_x{factor}" for factor in LONGS for stem in LONG_STEMS))
 FBT_ARMS = tuple(arm for arm in ARMS if not arm.startswith("base"))
-# below full scale (the test suite's smoke runs) the paper's arm, an extension and their baselines: every code path
+# smoke runs: the paper's arm, an extension and their baselines cover every code path
 SMOKE_ARMS = ("base", "base_mix_flops", "add_mix", *(f"{stem}_x{LONG}" for stem in LONG_STEMS))
 
 
 def parts(arm: str) -> tuple[str, int]:
-    """An arm's stem and its steps as a multiple of ``STEPS``: ``"glu_mix_x3"`` -> ``("glu_mix", 3)``."""
+    """An arm's stem and step multiple: ``"glu_mix_x3"`` -> ``("glu_mix", 3)``."""
     stem, _, factor = arm.rpartition("_x")
     return (stem, int(factor)) if stem and factor.isdigit() else (arm, 1)
 
 
 def references(arm: str) -> tuple[str, str]:
-    """An FBT arm's two baselines, trained as long as it: at equal steps, and given its training FLOPs."""
+    """An FBT arm's two baselines, as long as it: at equal steps, and given its training FLOPs."""
     stem, factor = parts(arm)
     suffix = f"_x{factor}" if factor > 1 else ""
     return f"base{suffix}", f"base_{TRAININGS[stem.split('_')[1]].flops}_flops{suffix}"
@@ -83,7 +76,7 @@ def _config(model: dict[str, Any], n_steps: int, seed: int, **schedule: Any) -> 
 
 
 def fbt_config(arm: str, n_steps: int, seed: int) -> TrainConfig:
-    """An FBT arm (``FBT_ARMS``'s stem): its fusion and its training."""
+    """An FBT arm's config from its stem's fusion and training."""
     fusion, training = parts(arm)[0].split("_")
     t = TRAININGS[training]
     return _config({**MODEL, "mechanism": "fbt", "fbt_fusion": FUSIONS[fusion]}, n_steps, seed,
@@ -92,7 +85,7 @@ def fbt_config(arm: str, n_steps: int, seed: int) -> TrainConfig:
 
 
 def training_flops(cfg: TrainConfig) -> float:
-    """A run's training FLOPs as the trainer counts them: the plain phase at one pass, the rest at expected passes."""
+    """Training FLOPs as the trainer counts them: the plain phase at one pass, the rest at expected passes."""
     plain = int(cfg.feedback_start * cfg.steps + 0.999999)  # the trainer's steps with step < start * steps
     single = step_flops(cfg.replace(schedule=Single(), feedback_start=0.0, prefix_mixin=0.0,
                                     prefix_draw="sequence"))
@@ -116,19 +109,19 @@ def config(arm: str, scale: float, seed: int) -> TrainConfig:
 
 
 def build(scale: float) -> list[RunSpec]:
-    """Every arm on its seeds; below full scale (a smoke run: code paths, not verdicts) the smoke arms on ``SEEDS``."""
+    """Every arm on its seeds; below full scale the smoke arms on ``SEEDS``."""
     arms = ARMS if scale >= 1 else SMOKE_ARMS
     return [RunSpec(run_name(arm, seed), config(arm, scale, seed), EXACT, eval_size(scale))
             for arm in arms for seed in (seeds_of(arm) if scale >= 1 else SEEDS)]
 
 
 def seeds_of(arm: str) -> tuple[int, ...]:
-    """The seeds an arm trains: ``fbt_language.LONG_SEEDS`` for the paper's arm and its baselines, else ``SEEDS``."""
+    """``lang.LONG_SEEDS`` for the paper's arm and its baselines, else ``SEEDS``."""
     return lang.LONG_SEEDS if arm in (PAPER_ARM, *lang.CONTROL) else SEEDS
 
 
 def arms_run(ctx: Context) -> list[str]:
-    """The arms of ``ARMS`` this invocation built (``SMOKE_ARMS`` below full scale)."""
+    """The arms of ``ARMS`` this invocation built."""
     built = {arm_of(name) for name in ctx.runs}
     return [arm for arm in ARMS if arm in built]
 
@@ -152,19 +145,19 @@ def arm_of(run: str) -> str:
 
 
 def classify(interval: Mapping[str, float]) -> str:
-    """An (FBT - baseline) interval in words: 'better' (below 0), 'worse' (above 0), 'indistinguishable'."""
+    """An (FBT - baseline) interval: below 0 'better', above 0 'worse', else 'indistinguishable'."""
     return "better" if interval["high"] < 0 else "worse" if interval["low"] > 0 else "indistinguishable"
 
 
 def decide(equal: Mapping[str, float], matched: Mapping[str, float]) -> str:
-    """The rule (``RULE``): the paper's headline at equal tokens, the compute count beside it."""
+    """The rule: the headline at equal tokens, matched compute beside it."""
     head = {"better": "reproduces", "worse": "does not reproduce", "indistinguishable": "inconclusive"}
     return (f"{head[classify(equal)]}: at equal tokens FBT is {classify(equal)}; at matched compute "
             f"(tokens x mean passes) {classify(matched)}")
 
 
 def comparisons(scores: pd.DataFrame, arm: str, measure: str = "exact") -> dict[str, dict[str, float]]:
-    """``arm``'s intervals against its equal-step and FLOP-matched baselines, and its feedback gate."""
+    """``arm`` vs its equal-step and FLOP-matched baselines, and its feedback gate."""
     equal, matched = references(arm)
     return {"equal_tokens": lang.difference(scores, arm, measure, equal, "exact"),
             "matched_compute": lang.difference(scores, arm, measure, matched, "exact", seed=1),
@@ -172,14 +165,14 @@ def comparisons(scores: pd.DataFrame, arm: str, measure: str = "exact") -> dict[
 
 
 def feedback_by_steps(scores: pd.DataFrame) -> dict[str, dict[str, float]]:
-    """The paper's training: steps -> pass 2 - pass 1 interval, the trend towards passing the feedback gate."""
+    """The paper's training: steps -> its pass 2 - pass 1 interval."""
     stem = parts(PAPER_ARM)[0]
     arms = [(STEPS, stem), *((STEPS * f, f"{stem}_x{f}") for f in LONGS)]
     return {str(n): lang.feedback_used(scores, arm) for n, arm in arms if arm in set(scores["arm"])}
 
 
 def next_budget(ctx: Context) -> dict[str, Any]:
-    """What the paper's arm's verdict needs next, and its single-core CPU-hours at this recipe's rate."""
+    """What the paper's arm's verdict needs next, and its single-core CPU-hours."""
     train = {n: load_metrics(ctx.out / n)["train"] for n in ctx.runs}
     rate = float(np.median([m["flops"] / m["cpu_seconds"] for m in train.values()]))
     hours = sum(train[n]["flops"] for n in ctx.runs if arm_of(n) in (PAPER_ARM, *lang.CONTROL)) / rate / 3600
@@ -264,29 +257,9 @@ def finding(summary: dict, results: pd.DataFrame) -> Finding:
                    "FBT better).")
 
 
-RULE = (f"On {PAPER_ARM} (the paper's model and training at {LONG} x {STEPS} steps), held-out bits/byte under the "
-        "exact recurrence (what a decoder runs), 95 % bootstrap intervals paired by seed (seeds, then windows; "
-        f"{lang.LONG_SEED_TARGET} seeds, decided after the first 3 and before the rest trained): "
-        "reproduces when FBT - base (equal tokens) lies below 0, does not reproduce when it lies above 0, "
-        "inconclusive otherwise; FBT - the baseline given FBT's training FLOPs (tokens x mean passes) is read beside "
-        "it the same way, each baseline trained as long as the arm. The other fusions and trainings (at "
-        f"{STEPS} steps, glu_mix included), and every arm read at pass 2, are extensions with their own feedback "
-        "gate.")
+PREREGISTERED = preregistered(
+    "fbt_text", MODEL=MODEL, TEXT=TEXT, STEPS=STEPS, BATCH=BATCH, FEEDBACK_START=FEEDBACK_START,
+    LONG_STEPS=" and ".join(str(f * STEPS) for f in LONGS), N_SEEDS=len(SEEDS), LONG_SEED_TARGET=lang.LONG_SEED_TARGET,
+    PAPER_STEPS=LONG * STEPS, PAPER_ARM=PAPER_ARM, LONG=LONG)
 
-RECIPE = Recipe(
-    "fbt_text", "FBT's validation loss is better than a standard transformer's at equal tokens (1.5-2x "
-    "token-efficiency).",
-    f"Byte-level {MODEL['n_layer']}x{MODEL['n_embd']} models (tied embeddings, document starts plain) on the stdlib "
-    f"corpus at context {TEXT['seq_len']}, {STEPS} steps of {BATCH} windows (warmup-free WSD); FBT after a "
-    f"{FEEDBACK_START:.0%} plain phase: GLU and additive fusion, 97/3 two/three-pass batches or random 1-4 passes, "
-    f"a plain prefix drawn per pass (or, an extension, none), jitter; baselines at equal steps and at each FBT "
-    f"training's FLOPs; the paper's arm and its baselines again at {' and '.join(str(f * STEPS) for f in LONGS)} "
-    "steps; "
-    f"{len(SEEDS)} seeds ({lang.LONG_SEED_TARGET} for the paper's arm and its baselines at {LONG * STEPS} steps); "
-    "256 held-out windows.",
-    build, analyze, gates=GATES, rule=RULE,
-    chance="the unigram bits/byte of the held-out bytes (a model without context).",
-    caveat="The paper reads its validation loss under its own forward; a decoder realises the exact recurrence, so "
-           "the verdict reads that, and every arm's pass-2 reading is its own row. The plain prefix is drawn per "
-           "window and pass, not per packed document as in the reference.",
-    kind="paper", paper="FBT beats a standard transformer at equal tokens (1.5-2x token-efficiency)", finding=finding)
+RECIPE = Recipe("fbt_text", build=build, analyze=analyze, gates=GATES, kind="paper", finding=finding, **PREREGISTERED)

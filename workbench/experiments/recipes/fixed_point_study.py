@@ -1,18 +1,10 @@
 """What makes a fed-back fixed point readable? A designed study (ours, beyond both papers).
 
-Every FBT specimen of ``fbt_pass_mixes_registers`` answers at its trained depth (pass 2) but fails under its own exact
-recurrence although its pass map contracts; the LRT trained the same way reads its fixed point. Which factor decides?
-Five families of arms on that setting (it needs the feedback), 2 seeds each, each against its first arm:
-- **scratch**: the mechanism (FBT-GLU, LRT, the additive fusion ``u = norm(e + (W_U m) * sigmoid(W_G e))``, ours, which
-  keeps the token on the value path as LRT keeps its stream) and the phased reading of the paper's schedule;
-- **training**: fine-tunes of the shipped FBT-GLUs changing one factor: pass mix, random depths, jitter, training at the
-  fixed point (``FixedPoint``), fusion, or the exact recurrence itself (``ft_sequential``, about 8x a 3-pass step);
-- **duration**: the fixed-point arm, still rising after 1,500 steps, three times as long;
-- **additive**: the changes that helped most, fine-tuned from the additive FBTs;
-- **long**: the readable additive FBTs fine-tuned towards T > 1,000, where no measured position is exact by causality.
-
-An arm is "not tested" (``competence``) unless it needs its feedback and its reference answers at pass 2. Not run
-(budget): truncated backpropagation through a window shorter than the prompt."""
+``fbt_pass_mixes_registers``' FBTs answer at pass 2 but fail under their exact recurrence though their map contracts;
+the LRT trained alike reads its fixed point. Families, 2 seeds each, each arm vs its family's first: mechanisms from
+scratch (with the additive fusion ``u = norm(e + (W_U m) * sigmoid(W_G e))``, ours, keeping the token on the value
+path as LRT does), one-factor fine-tunes, longer, from the additive FBTs, and at T > 1,000. An arm is "not tested"
+(``competence``) unless it needs its feedback and its reference answers at pass 2. Not run (budget): truncated BPTT."""
 
 from __future__ import annotations
 
@@ -31,7 +23,7 @@ from ...evaluation import hierarchical_difference
 from ...model import GPT, eval_mode
 from ...schedules import FixedPoint, PassMix, Sequential
 from ..common import FBT_MIX, config, eval_size, steps
-from ..core import EVAL_SEED, Context, Finding, Gate, Outcome, Recipe, RunSpec, lead
+from ..core import EVAL_SEED, Context, Finding, Gate, Outcome, Recipe, RunSpec, lead, preregistered
 from ..pass_mix_study import AUX_WEIGHT, BATCH, FEEDBACK_START, PREFIX_MIXIN, REGISTERS
 from ..pass_mix_study import STEPS as SCRATCH_STEPS  # the registers recipe's setting and training, from scratch
 
@@ -42,7 +34,7 @@ LRT = {**SHAPE, "mechanism": "lrt", "lrt_gamma_init": 0.1, "lrt_kv_init": "unifo
 FINETUNE_STEPS, FINETUNE_LR = 1500, 3e-4
 SEEDS = (0, 1)
 FBT_ADDITIVE = {**FBT_GLU, "fbt_fusion": "additive"}
-# run names: the registers recipe's (its seed-0 LRT has no seed suffix), else the study's own
+# run names: the registers recipe's (its seed-0 LRT has no seed suffix)
 SHIPPED = {"fbt_glu": "reg_75_22_3_s{s}", "lrt": "reg_lrt_75_22_3{suffix}", "fbt_additive": "reg_add_75_22_3_s{s}",
            "fbt_glu_phased": "reg_phased_97_3_s{s}"}
 # the specimens the fine-tunes start from, relative to the repository root
@@ -106,7 +98,7 @@ DYNAMICS_EXAMPLES, LONG_EXAMPLES, LONG_FUSED, LONG_PASSES = 64, 64, 16, 1000
 
 
 def _scratch_run(arm: str, model: dict, mix: dict[int, float], seed: int, scale: float) -> RunSpec:
-    """The registers recipe's run under its own name (a shipped specimen is reused), scored by the exact recurrence."""
+    """The registers recipe's run under its own name (a shipped specimen is reused), scored exactly."""
     cfg = config("multi_register", model, steps(SCRATCH_STEPS, scale), seed, REGISTERS,
                  schedule=PassMix.of(mix, AUX_WEIGHT, 3), feedback_start=FEEDBACK_START, prefix_mixin=PREFIX_MIXIN
                  ).replace(batch_size=BATCH)
@@ -149,7 +141,7 @@ def arm_of(spec: RunSpec) -> tuple[str, str]:
 
 
 def decide(arm: str, accuracies: list[float], interval: dict[str, float]) -> str:
-    """The decision rule for one arm against its family's reference (see ``RULE``)."""
+    """The rule for one arm against its family's reference (the recipe's rule)."""
     if min(accuracies) >= READABLE and interval["low"] > 0:
         return "makes the fixed point readable"
     if interval["low"] > 0:
@@ -162,11 +154,7 @@ def decide(arm: str, accuracies: list[float], interval: dict[str, float]) -> str
 
 
 def competence(rows: pd.DataFrame, arm: str, reference: bool, where: str = "") -> str | None:
-    """Why an arm's runs cannot test reading a fed-back fixed point, or None.
-
-    A readable fixed point of a model that answers without its feedback shows nothing; a reference must also answer at
-    pass 2, an arm need not (training at the fixed point may trade pass 2 for it). ``where="long_"`` reads the long
-    prompts."""
+    """Why the runs cannot test reading a fed-back fixed point, or None; only a reference must answer at pass 2."""
     pass1, pass2 = rows[f"{where}accuracy_pass1"], rows[f"{where}accuracy_pass2"]
     prompts = " on the long prompts" if where else ""
     if pass1.max() >= NEEDS_FEEDBACK:
@@ -194,12 +182,10 @@ def readability_table(model: GPT, batch: tasks.Batch, dynamics_examples: int = 6
                       long_batch: tasks.Batch | None = None, long_passes: int = 1000,
                       lyapunov_examples: int = 8, window_passes: int | None = None,
                       lyapunov_from: int | None = None, long_fused_examples: int | None = None) -> pd.DataFrame:
-    """One row of the study for ``model`` on held-out ``batch``: passes 1-3 and the exact recurrence, the fixed point's
-    distance, Lyapunov exponents, residual behaviour.
+    """One study row for ``model``: passes 1-3, exact recurrence, fixed-point distance, Lyapunov, residual.
 
-    The long prompts' exact and fused columns stay NaN unless the exact recurrence here and pass 2 there reach
-    ``readable``: else they would measure length generalisation, not the fixed point. ``window_passes`` and
-    ``lyapunov_from`` shorten a smoke run."""
+    Long-prompt exact/fused columns stay NaN unless exact here and pass 2 there reach ``readable``: else they would
+    measure length generalisation, not the fixed point."""
     idx, targets = batch.tokens, batch.targets
     T = idx.size(1)
     quality = fixed_point_quality(model, idx, targets, 3).per_example
@@ -302,7 +288,7 @@ def analyze(ctx: Context) -> Outcome:
 
 
 def finding(summary: dict, results: pd.DataFrame) -> Finding:
-    """The mechanism arms' exact-recurrence accuracy, and the FBT change that reads its fixed point best."""
+    """The mechanism arms' exact accuracy, and the FBT change that reads its fixed point best."""
     arms = pd.DataFrame(summary["arms"]).set_index("arm")
     fbt, lrt = arms.loc[REFERENCE["scratch"]], arms.loc["lrt"]
     changes = arms[(arms.index != "lrt") & (arms["verdict"] != "reference")]
@@ -315,19 +301,6 @@ def finding(summary: dict, results: pd.DataFrame) -> Finding:
                    f"(readable: every seed >= {READABLE}).")
 
 
-CLAIM = ("Ours, beyond the papers: which factor lets an FBT read the fixed point its pass map converges to "
-         "(the exact recurrence SOFT decoding and long fused prefills run), as the LRT does.")
-RULE = (f"Per arm, the exact-recurrence answer accuracy on the 256 held-out prompts minus its family's reference "
-        f"({REFERENCE['scratch']} from scratch; for a fine-tune family the same fine-tune steps on the recipe's own "
-        f"mix: {', '.join(REFERENCE[f] for f in FAMILY_ARMS)}; the long family on its 256 held-out long prompts), "
-        "with a 95 % hierarchical bootstrap interval over "
-        f"seeds, then prompts. 'makes the fixed point readable' when the interval lies above 0 and every seed "
-        f"answers >= {READABLE} under the exact recurrence; 'helps, not readable' when the interval lies above 0 "
-        "only; 'hurts' when it lies below 0; 'no effect detected' otherwise (marked degenerate when the interval has "
-        "zero width: the arms agree on every prompt). Per arm, 'not tested' when its runs answer without their "
-        f"feedback (pass-1 accuracy, best seed, >= {NEEDS_FEEDBACK}) or its family's reference fails that or answers "
-        f"below {TRAINED_DEPTH} at pass 2 (the long family: both on the long prompts); the whole study is not tested "
-        "when a gate fails.")
 GATES = (Gate("reference needs feedback", f"pass-1 (STANDARD) answer accuracy of the {REFERENCE['training']} "
               "runs, best seed: the feedback is needed to answer", "<", NEEDS_FEEDBACK),
          Gate("reference uses feedback at its trained depth", f"pass-2 answer accuracy of the "
@@ -335,24 +308,10 @@ GATES = (Gate("reference needs feedback", f"pass-1 (STANDARD) answer accuracy of
 
 _T = tasks.get("multi_register", **REGISTERS).seq_len
 RECIPE = Recipe(
-    "fixed_point_study", CLAIM,
-    f"1x64 models on multi_register (2 registers x 1 write among 8 shuffled scratch lines, T = {_T}): from scratch "
-    f"under the registers recipe's 75/22/3 schedule, {SCRATCH_STEPS:,} steps, FBT-GLU, LRT and the additive FBT, "
-    f"and FBT-GLU under the phased schedule ({PHASED_MIX[2]:.0%} 2-pass / {PHASED_MIX[3]:.0%} 3-pass after the "
-    f"plain phase) (2 seeds each); training arms fine-tuned {FINETUNE_STEPS:,} steps from the shipped FBT-GLU "
-    "specimens (mix, 50/25/25, random 1..8, phased 88/12, jitter 0.2, fixed point, additive fusion, the exact "
-    f"recurrence itself), 2 seeds each; duration arms: the mix and the fixed point fine-tuned {DURATION_STEPS:,} "
-    f"steps, 2 seeds each; additive arms: the mix, the fixed point and random 1..8 fine-tuned {FINETUNE_STEPS:,} "
-    f"steps from the additive FBTs, 2 seeds each; long arms: the mix and random 1..8 fine-tuned {LONG_STEPS:,} steps "
-    f"(batch {LONG_BATCH}, 8, 32 or 128 scratch lines per batch) from the additive random-depth runs, scored at 128 "
-    f"lines (T = {tasks.get('multi_register', **LONG).seq_len}), 2 seeds each; every run measured at T = {_T} and "
-    "there.",
-    build, analyze, gates=GATES, rule=RULE, kind="exploratory",
-    chance="0.5: the answer is one of two balanced values.",
-    caveat="A fractional design: the training factors are fine-tunes of trained models (FBT-GLU, or the additive "
-           "FBTs), not runs from scratch, so they say what fixes a model that already uses its feedback at pass 2; "
-           "only the mechanism and the phased schedule are varied from scratch. The fine-tune arms differ in "
-           "compute per step (a fixed-point step runs up to 40 passes without gradient): the table gives each "
-           "run's FLOPs beside its result, at equal optimiser steps. Two seeds per arm.",
-    finding=finding)
+    "fixed_point_study", build=build, analyze=analyze, gates=GATES, kind="exploratory", finding=finding,
+    **preregistered("fixed_point_study", T=_T, SCRATCH_STEPS=SCRATCH_STEPS, PHASED_MIX=PHASED_MIX,
+                    FINETUNE_STEPS=FINETUNE_STEPS, DURATION_STEPS=DURATION_STEPS, LONG_STEPS=LONG_STEPS,
+                    LONG_BATCH=LONG_BATCH, LONG_T=tasks.get("multi_register", **LONG).seq_len, REFERENCE=REFERENCE,
+                    FAMILY_REFERENCES=", ".join(REFERENCE[f] for f in FAMILY_ARMS), READABLE=READABLE,
+                    NEEDS_FEEDBACK=NEEDS_FEEDBACK, TRAINED_DEPTH=TRAINED_DEPTH))
 

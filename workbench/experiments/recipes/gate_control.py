@@ -1,8 +1,7 @@
-"""Is the LRT gain the memory or the extra parameters, on language (LRT paper, arXiv 2605.26797)?
+"""Is the LRT gain the memory or the extra parameters, on language (arXiv 2605.26797)?
 
 ``gates_only`` (LRT's gates and scales, no memory, single-pass) must (a) change held-out BPB negligibly over the
-baseline and (b) lose to the reference LRT at equal steps: at matched FLOPs it takes twice an interleaved run's steps,
-and the claim is the memory's gain per step."""
+baseline and (b) lose to the LRT at equal steps (at matched FLOPs it takes twice an interleaved run's steps)."""
 
 from __future__ import annotations
 
@@ -12,7 +11,7 @@ import pandas as pd
 
 from ...stats import MIN_SEEDS
 from .. import lrt_ablation
-from ..core import Context, Finding, Outcome, Recipe, lead
+from ..core import Context, Finding, Outcome, Recipe, lead, preregistered
 from ..lrt_ablation import Intervals
 from ..text_arms import text_runs
 
@@ -20,9 +19,8 @@ ARMS = ("baseline", "gates_only", "lrt_interleaved")
 # arm -> the arm it is read against: half (a), then half (b)
 COMPARISONS = {"gates_only": "baseline", "lrt_interleaved": "gates_only"}
 
-# bits/byte: within what reseeding alone moves the baseline (seed std 0.014) and a fifth of what the memory is worth to
-# the reference LRT (about -0.11), so smaller changes cannot explain the memory's gain. Narrow for three seeds (the
-# LRT - baseline interval is 0.052 wide): half (a) then reads inconclusive, never holds by default
+# bits/byte: within reseeding noise (baseline seed std 0.014) and a fifth of the memory's gain (about -0.11). Narrow
+# for three seeds (LRT - baseline interval 0.052 wide): half (a) then reads inconclusive, never holds by default
 NEGLIGIBLE = 0.02
 HALF_A = f"(a) gates_only - baseline within +-{NEGLIGIBLE:g} bits/byte (final FLOP mark, exact)"
 HALF_B = "(b) lrt_interleaved - gates_only below 0 at equal steps (curves, every seed)"
@@ -38,8 +36,7 @@ def negligible(interval: Mapping[str, float]) -> str:
 
 
 def memory_gain(steps: Mapping[str, float]) -> str:
-    """Half (b) at equal steps: 'holds' when every seed's difference is below 0, 'fails' when every one is above (the
-    curves keep no per-example values)."""
+    """Half (b), per seed (curves keep no per-example values): all below 0 'holds', all above 'fails'."""
     if steps["diff_max"] < 0:
         return "holds"
     if steps["diff_min"] > 0:
@@ -48,7 +45,7 @@ def memory_gain(steps: Mapping[str, float]) -> str:
 
 
 def decide(intervals: Intervals, steps: Intervals) -> str:
-    """The rule: 'reproduces' only when both halves hold, else the failing or undecided half named."""
+    """'reproduces' only when both halves hold, else the failing or undecided half named."""
     interval, gain = intervals["gates_only"], steps["lrt_interleaved"]
     seeds = min(interval.get("seeds", MIN_SEEDS), gain["seeds"])
     if seeds < MIN_SEEDS:
@@ -76,16 +73,6 @@ def finding(summary: dict, results: pd.DataFrame) -> Finding:
 
 
 RECIPE = Recipe(
-    "gate_control", "Generic extra gates or layer scaling on the baseline give negligible gains, so the LRT gain is "
-    "the memory.",
-    lrt_ablation.setting(ARMS), lambda scale: text_runs(ARMS, scale), analyze, gates=lrt_ablation.GATES,
-    rule=f"reproduces only when both halves hold: {HALF_A}, the 95 % hierarchical bootstrap interval (seeds, then "
-         f"held-out examples) lying within the band, and {HALF_B}; does not reproduce when either fails (the "
-         "interval wholly outside the band; every seed's equal-steps difference above 0), naming it; inconclusive "
-         f"otherwise; not tested with fewer than {MIN_SEEDS} seeds per arm or when a gate fails.",
-    chance="the unigram BPB of the held-out bytes (a model without context).",
-    caveat="The paper's control adds the gates to the baseline at the same training; here gates_only is single-pass, "
-           "so at matched FLOPs it takes about the baseline's steps (half (a) compares like with like) and about "
-           "twice those of an interleaved run, which is why half (b) reads equal steps. " + lrt_ablation.CAVEAT,
-    kind="paper", paper="Generic extra gates or layer scaling give negligible gains: the gain is the memory",
-    finding=finding)
+    "gate_control", setting=lrt_ablation.setting(ARMS), build=lambda scale: text_runs(ARMS, scale), analyze=analyze,
+    gates=lrt_ablation.GATES, kind="paper", finding=finding,
+    **preregistered("gate_control", HALF_A=HALF_A, HALF_B=HALF_B, MIN_SEEDS=MIN_SEEDS, CAVEAT=lrt_ablation.CAVEAT))

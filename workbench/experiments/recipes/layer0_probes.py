@@ -1,15 +1,9 @@
-"""Layer-0 accessibility of the fed-back state, on specimens that learned (FBT paper, arXiv 2608.08888, appendix F).
+"""Layer-0 accessibility of the fed-back state, on specimens that learned (arXiv 2608.08888, appendix F).
 
-The paper finds the label near chance at layer 0 under standard prefill and at 99.6 % (completion tracking) and 100 %
-(delayed memory) after one recurrent step. A probe of a model that never learned its task measures nothing, so each
-specimen is **gated** (held-out answer accuracy at each scratch length, under the condition it is probed in) and one
-that misses is never probed. Models train on 0, 8 and 32 scratch lines at once: the short contexts teach the lookup the
-long ones need.
-
-Two rules fixed before training: (a) the paper's claim on its two tasks (multi_register, the LRT and a text-only FBT
-give **extension** rows); (b) ours: is the lift learned, or does the untrained twin's recurrent step expose the label
-through the architecture alone? The probe's L2 strength comes from nested cross-validation; an outcome that flips among
-strengths it cannot tell apart makes the verdict inconclusive."""
+Claim: the label is near chance at layer 0 under standard prefill, 99.6 % / 100 % after one recurrent step. A probe of
+a model that never learned its task measures nothing, so each specimen (trained on 0, 8 and 32 scratch lines at once)
+is gated per length and one that misses is never probed. Rules: (a) the paper's; (b) ours: is the lift learned, or the
+untrained twin's architecture? An outcome flipping among L2 strengths CV cannot tell apart is inconclusive."""
 
 from __future__ import annotations
 
@@ -47,6 +41,7 @@ from ..core import (
     apply_gates,
     default_finding,
     lead,
+    preregistered,
 )
 from ..pool import map_jobs
 from ..probe_specimens import (
@@ -71,8 +66,7 @@ from ..probe_specimens import (
 
 CONDITIONS = ("standard", "suffix1", "suffix2", "suffix4", "sequential")
 FEEDBACK_ARMS = ("fbt", "lrt")
-# Training minutes on 2 quiet cores (CPU times packed on 2 one-thread workers, not wall clock on a shared machine).
-# Over budget on an AVX2-only EPYC: its 7 FBT runs alone packed into 63 quiet minutes there.
+# Training minutes on 2 quiet cores (CPU times packed on 2 one-thread workers); over budget on an AVX2-only EPYC.
 BUDGET_MINUTES = 40.0
 ANSWER_CONDITIONS = {"baseline": ("standard",), "fbt": ("standard", "suffix1", "multipass2", "sequential"),
                      "lrt": ("standard", "suffix1", "multipass2", "sequential")}
@@ -90,21 +84,11 @@ PAPER_TASKS = ("completion_tracking", "delayed_memory")
 EXTENSIONS = (("multi_register (FBT)", "fbt", ("multi_register",)), ("LRT", "lrt", PROBE_TASKS),
               ("the text-only FBT", "text fbt", ("delayed_memory",)))
 
-RULE = (f"(a) the paper's claim, on its two tasks ({', '.join(PAPER_TASKS)}): a gated FBT specimen 'lifts' when its "
-        f"layer-0 probe accuracy after one recurrent step (suffix1) is >= {LIFT} while standard prefill stays within "
-        f"{NEAR_MAJORITY} of the majority rate, and 'fails' when its suffix1 layer-0 95 % interval (group bootstrap) "
-        f"lies below {FAILS}; reproduces when every specimen lifts, does not reproduce when one fails, inconclusive "
-        f"otherwise. The probe's inverse L2 strength is chosen by nested grouped cross-validation from "
-        f"{list(PROBE_CS)}; the verdict holds only if no specimen's outcome changes among the strengths of its "
-        f"regularisation path that cross-validation cannot tell from the best (their interval holds the best "
-        f"accuracy), else inconclusive: it flips with the L2 strength. Extensions, each its own row and never the "
-        f"verdict: the same rule on {', '.join(e[0] for e in EXTENSIONS)} ('extends to' / 'does not extend to'). "
-        f"(b) ours: per task and scratch length, each trained FBT (and, beyond the paper, LRT) specimen against its "
-        f"untrained twin at suffix1, layer 0: the lift is 'architectural' when the twin's accuracy interval lies "
-        f"more than {NEAR_MAJORITY} above majority, 'learned' when the trained - twin interval lies above 0, 'both' "
-        f"when both hold, 'none' when neither. A specimen is gated by held-out answer accuracy >= {COMPETENT} at its "
-        f"scratch length under the condition it is probed in; one that misses is never probed. The text arm is "
-        f"probed only when its held-out loss is >= {TEXT_MARGIN} nats/byte below unigram.")
+PREREGISTERED = preregistered(
+    "layer0_probes", MODEL=MODEL, FBT_MODEL=FBT_MODEL, FBT_SEEDS=", ".join(map(str, ARM_SEEDS["fbt"])),
+    ARM_STEPS=ARM_STEPS, BUDGET_MINUTES=BUDGET_MINUTES, PROBE_N=PROBE_N, PAPER_TASKS=", ".join(PAPER_TASKS),
+    LIFT=LIFT, NEAR_MAJORITY=NEAR_MAJORITY, FAILS=FAILS, PROBE_CS=list(PROBE_CS),
+    EXTENSIONS=", ".join(e[0] for e in EXTENSIONS), COMPETENT=COMPETENT, TEXT_MARGIN=TEXT_MARGIN)
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -123,15 +107,15 @@ TEXT_GATE = Gate("text_fbt below unigram", "unigram loss - held-out loss (nats/b
 
 def answer_accuracies(model: GPT, task: str, arm: str, scratch: int, seed: int = EVAL_SEED, n: int = GATE_N,
                       conditions: tuple[str, ...] | None = None) -> dict[str, float]:
-    """A specimen's held-out answer accuracy under each condition its arm is read in (or ``conditions``)."""
+    """Held-out answer accuracy under each condition the arm is read in (or ``conditions``)."""
     batch = gate_batch(task, scratch, seed, n)
     return {c: float(answer_correct(model, batch, c).mean()) for c in conditions or ANSWER_CONDITIONS[arm]}
 
 
 def upper_bound(model: GPT, batch: tasks.Batch, *, labels: np.ndarray | torch.Tensor | None = None, folds: int = 4,
                 C: float = 0.1, max_iter: int = 500, seed: int = 0, batch_size: int = 1024) -> dict[str, float]:
-    """The top-layer probe at the **fed-back position** (one before each label), plain pass: one recurrent step hands
-    layer 0 exactly that state, so it is the ceiling a ``suffix1`` layer-0 accuracy is read against."""
+    """Top-layer probe at the fed-back position (one before the label), plain pass: one recurrent step hands
+    layer 0 exactly that state, so it is the ceiling for ``suffix1`` layer 0."""
     check_batch(batch)
     if bool((batch.label_positions < 1).any()):
         raise ValueError("batch has a label at position 0: there is no fed-back position before it")
@@ -146,7 +130,7 @@ def upper_bound(model: GPT, batch: tasks.Batch, *, labels: np.ndarray | torch.Te
 
 
 def _probe(model: GPT, task: tasks.Task, n: int, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Every depth x condition with control task, twin and upper bound; and the layer-0 suffix1 regularisation paths."""
+    """Every depth x condition with control, twin and upper bound; and the layer-0 suffix1 regularisation paths."""
     batch = task.sample(n, seed, "val")
     frame = probe_layers(model, batch, CONDITIONS, seed=seed, random_baseline=True, C=PROBE_CS)
     twin = random_init_model(model, seed)
@@ -180,7 +164,7 @@ def lift_outcome(accuracy: float, high: float, standard_gap: float) -> str:
 
 
 def specimen_outcomes(rows: pd.DataFrame, path: pd.DataFrame) -> pd.DataFrame:
-    """Rule (a) per (run, scratch length), at the chosen and every plausible L2 strength, and whether it flips."""
+    """Rule (a) per (run, scratch length) at the chosen and every plausible L2 strength; does it flip?"""
     out = []
     if rows.empty:
         return pd.DataFrame(columns=OUTCOME_COLUMNS)
@@ -204,7 +188,7 @@ OUTCOME_COLUMNS = ["run", "arm", "seed", "task", "scratch_updates", "specimen", 
 
 
 def claim_verdict(outcomes: pd.DataFrame) -> str:
-    """Rule (a) over a set of specimens' outcomes (``specimen_outcomes``)."""
+    """Rule (a) over specimens' outcomes."""
     if outcomes.empty:
         return "not tested: no gated specimen"
     if outcomes["flips"].any():
@@ -219,7 +203,7 @@ def claim_verdict(outcomes: pd.DataFrame) -> str:
 
 
 def extension_verdict(label: str, verdict: str) -> str:
-    """Rule (a)'s verdict on specimens beyond the paper's claim, worded as an extension."""
+    """Rule (a)'s verdict on specimens beyond the claim, worded as an extension."""
     if verdict.startswith("not tested"):
         return f"not tested for {label}: no gated specimen"
     if verdict.startswith("inconclusive"):
@@ -229,7 +213,7 @@ def extension_verdict(label: str, verdict: str) -> str:
 
 
 def _gate_saved(path: str, task: str, arm: str, scratch: int, seed: int, n: int) -> dict:
-    """One saved specimen's row of ``specimens``."""
+    """One saved specimen's ``specimens`` row."""
     answers = answer_accuracies(load_checkpoint(path), task, arm, scratch, n=n)
     gate = specimen_gate(task, arm, scratch, seed).check(answers[GATE_CONDITION[arm]])
     exact = answers.get("sequential", answers["standard"])  # a baseline's exact schedule is its plain pass
@@ -240,7 +224,7 @@ def _gate_saved(path: str, task: str, arm: str, scratch: int, seed: int, n: int)
 
 
 def specimens(ctx: Context, n: int = GATE_N) -> pd.DataFrame:
-    """One row per (task, arm, seed, scratch length): answer accuracy under each condition, and the gate."""
+    """Per (task, arm, seed, scratch length): answer accuracy per condition, and the gate."""
     calls = [(str(ctx.out / run_name(t, a, sd)), t, a, s, sd, n)
              for t in PROBE_TASKS for a in ARMS for sd in ARM_SEEDS[a] for s in SCRATCH]
     return pd.DataFrame(map_jobs(_gate_saved, calls, ctx.jobs, desc="gates"))
@@ -252,7 +236,7 @@ def _probe_saved(path: str, task: str, scratch: int, tokenizer: str, n: int) -> 
 
 def probes(ctx: Context, table: pd.DataFrame, text_gated: bool,
            n: int = PROBE_N) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Probe rows of every gated specimen (and the gated text model), and their layer-0 suffix1 regularisation paths."""
+    """Probe rows of every gated specimen (and the gated text model), and their layer-0 suffix1 paths."""
     jobs = [(r.run, r.arm, r.seed, r.label, r.task, r.scratch_updates, "ascii")
             for r in table[table["gated"]].itertuples()]
     jobs += [("text_fbt", "text fbt", 0, "text fbt", "delayed_memory", s, "bytes") for s in TEXT_SCRATCH
@@ -284,7 +268,7 @@ PATH_COLUMNS = ["run", "arm", "seed", "task", "scratch_updates", "specimen", "mo
 
 
 def verdicts(trained0: pd.DataFrame, path: pd.DataFrame) -> tuple[str, list[Extension], pd.DataFrame]:
-    """Rule (a): the claim's verdict, one extension per ``EXTENSIONS`` entry, and every specimen's outcome."""
+    """Rule (a): the claim's verdict, one extension per ``EXTENSIONS`` entry, every specimen's outcome."""
     outcomes = specimen_outcomes(trained0, path)
     claim = outcomes[(outcomes["arm"] == "fbt") & outcomes["task"].isin(PAPER_TASKS)]
     extensions = []
@@ -366,8 +350,7 @@ def _number(specimens: pd.DataFrame, trained0: pd.DataFrame, lifts: dict[str, di
 
 
 def probe_figure(results: pd.DataFrame, title: str | None = None) -> Figure:
-    """The trained specimens' layer-0 probes, a colour per specimen: the recipe's figure (``title``: the recipe
-    and its verdict), and its redraw from ``results.csv`` (the recipe explorer)."""
+    """Trained specimens' layer-0 probes, a colour each: the recipe's figure and the explorer's redraw."""
     from ...plots import layer0_comparison
 
     trained0 = results[(results["model"] == "trained") & (results["layer"] == 0)]
@@ -391,33 +374,16 @@ def finding(summary: dict, results: pd.DataFrame) -> Finding:
 
 
 RECIPE = Recipe(
-    "layer0_probes",
-    "Under standard prefill the label is near chance at layer 0; one recurrent step lifts it to 99.6 % "
-    "(completion tracking) and 100 % (delayed memory) (FBT, arXiv 2608.08888, appendix F).",
-    f"Baseline {MODEL['n_layer']}x{MODEL['n_embd']}, FBT {FBT_MODEL['n_layer']}x{FBT_MODEL['n_embd']} (75/22/3 from "
-    f"20 %) and LRT {MODEL['n_layer']}x{MODEL['n_embd']} (interleaved) per appendix-F task (FBT: seeds "
-    f"{', '.join(map(str, ARM_SEEDS['fbt']))}, its plain prefix drawn afresh in every pass), {ARM_STEPS['baseline']} "
-    f"/ {ARM_STEPS['fbt']} / {ARM_STEPS['lrt']} steps of 32 (delayed_memory: a quarter; budget "
-    f"{BUDGET_MINUTES:.0f} wall minutes on 2 cores), trained on 0/8/32 scratch "
-    f"lines (one length per batch), each length gated; probes at the label-predicting position, every depth, "
-    f"{PROBE_N} examples, grouped 4-fold CV with the L2 strength by nested CV, control task, untrained twin, "
-    "fed-back upper bound, regularisation path; a byte-level FBT "
-    "text model (never trained on the tasks) as a second arm.",
-    build, analyze,
+    "layer0_probes", build=build, analyze=analyze,
     gates=(Gate(GATED_FBT, f"FBT specimens of {' and '.join(PAPER_TASKS)} (task x scratch length) whose held-out "
                            f"answer accuracy under suffix1 is >= {COMPETENT}; rule (a) reads these; each "
                            "specimen's own gate is in specimens.csv",
                 ">=", 1),),
-    rule=RULE,
-    chance="the majority label of each task (0.5, balanced by construction) and the untrained twin.",
-    caveat="Decodability is not use: a probe shows the label is linearly present at layer 0, not that the model "
-           "reads it there. The untrained twin shows how much of a lift the architecture gives for free.",
-    paper="One recurrent step lifts the label at layer 0 from chance to 99.6 % / 100 % (FBT, appendix F)",
-    finding=finding)
+    finding=finding, **PREREGISTERED)
 
 
 def explorer_compute(results: pd.DataFrame):
-    """``(keys, compute)`` for ``widgets.probe_explorer``, browsing the recorded probes without probing again."""
+    """``(keys, compute)`` for ``widgets.probe_explorer`` over the recorded probes."""
     trained = results[results["model"] == "trained"]
     keys = {f"{t} / {s} scratch lines": (t, s) for t, s in trained[["task", "scratch_updates"]].drop_duplicates()
             .itertuples(index=False)}

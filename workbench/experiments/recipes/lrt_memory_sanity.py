@@ -1,7 +1,7 @@
 """A check that the LRT memory works: trained with the exact recurrence, LRT learns a running sum.
 
-Not a paper claim: no memoryless model beats ``running_sum``'s chance floor, so an LRT well above it that falls back to
-it without its memory shows the memory carries the state."""
+No memoryless model beats ``running_sum``'s chance, so an LRT well above it that falls back to it without its memory
+shows the memory carries the state."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from ..common import (
     per_seed,
     running_sum_chance,
 )
-from ..core import Context, Finding, Gate, Outcome, Recipe, RunSpec, lead
+from ..core import Context, Finding, Gate, Outcome, Recipe, RunSpec, lead, preregistered
 
 PARAMS = {"p": 5, "length": 16}
 
@@ -34,7 +34,7 @@ def build(scale: float) -> list[RunSpec]:
 
 
 def finding(summary: dict, results: pd.DataFrame) -> Finding:
-    """The trained accuracy beside the same weights' without memory: the memory is what answers."""
+    """The trained accuracy beside the same weights' without memory."""
     row = results.iloc[0]
     return Finding(f"exact accuracy {row['value']:.3f}, {row['accuracy_without_memory']:.3f} without memory",
                    lead(summary) or f"An LRT trained with the exact recurrence answers {row['value']:.3f} of a task "
@@ -43,7 +43,7 @@ def finding(summary: dict, results: pd.DataFrame) -> Finding:
 
 
 def takeaway(table: pd.DataFrame) -> str:
-    """The one arm's accuracy, without its memory, and chance (the results table): a single arm has no "best"."""
+    """The arm's accuracy, without its memory, and chance: a single arm has no "best"."""
     row = table.iloc[0]
     return (f"sequential LRT: exact accuracy {row['value']:.3f}, {row['accuracy_without_memory']:.3f} without "
             f"memory (chance {row['floor']:.3f})")
@@ -66,14 +66,6 @@ def analyze(ctx: Context) -> Outcome:
 
 
 RECIPE = Recipe(
-    "lrt_memory_sanity",
-    "(a check of the machinery, no paper claim) LRT trained with the exact recurrence learns a task that needs "
-    "its memory.",
-    "LRT 2x64 (zero-init K/V projections, gamma 0.1, scales in the shared AdamW group) on running_sum mod 5 over "
-    "16 symbols, trained sequentially for the FLOPs of 200 single-pass steps, evaluated exactly, 2 seeds.",
-    build, analyze,
+    "lrt_memory_sanity", build=build, analyze=analyze,
     gates=(Gate("sequential learned", "worst seed's exact accuracy minus the chance floor", ">=", LEARNED_MARGIN),),
-    rule="passes when the 95 % hierarchical interval of (exact accuracy - the same weights' accuracy without "
-         "memory) lies above 0 and the gate holds; fails otherwise.",
-    chance="the accuracy of a predictor without state (the first sum is free, the rest 1 in p).",
-    kind="sanity", finding=finding)
+    kind="sanity", finding=finding, **preregistered("lrt_memory_sanity"))

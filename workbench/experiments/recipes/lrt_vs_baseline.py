@@ -1,7 +1,5 @@
-"""LRT vs baseline on text at matched training compute (LRT paper, arXiv 2605.26797).
-
-The text specimens (``schedules`` reuses them): byte-level 4x64 models, every arm given the FLOPs of ``BASE_STEPS``
-baseline steps, scored under the exact recurrence and their own training schedule, so a train/eval mismatch shows."""
+"""LRT vs baseline on text at matched training FLOPs (arXiv 2605.26797); its 4x64 byte specimens serve
+``schedules`` too. Scored under the exact recurrence and each arm's own schedule, so a train/eval mismatch shows."""
 
 from __future__ import annotations
 
@@ -11,9 +9,9 @@ import pandas as pd
 from ... import schedules
 from ...evaluation import hierarchical_difference, per_example_metrics
 from ...model import build_model, mechanism_overhead
-from ...stats import verdict
-from ..common import compare, describe, difference, per_seed
-from ..core import Context, Finding, Gate, Outcome, Recipe, lead
+from ...stats import MIN_SEEDS, verdict
+from ..common import compare, describe, per_seed
+from ..core import Context, Finding, Gate, Outcome, Recipe, lead, preregistered
 from ..text_arms import (
     BASE_STEPS,
     BATCH,
@@ -39,8 +37,7 @@ from ..text_arms import (
 
 
 def equal_steps(ctx: Context, arms: dict[str, list[str]]) -> dict[str, float]:
-    """The comparison at equal steps off the curves: each LRT seed's end against its baseline seed's curve there, and
-    what the baseline's further steps bought."""
+    """At equal steps (curves): each LRT seed's end vs its baseline's curve there, and what later steps bought."""
     lrts, bases = curves(ctx.out, arms["lrt_interleaved"]), curves(ctx.out, arms["baseline"])
     diffs, costs = [], []
     for lrt, base in zip(lrts, bases):
@@ -55,7 +52,7 @@ def equal_steps(ctx: Context, arms: dict[str, list[str]]) -> dict[str, float]:
 
 
 def memory_use(ctx: Context, names: list[str]) -> dict[str, float]:
-    """(exact - the same weights with no memory at all): below 0 when the trained model uses its memory."""
+    """Exact minus the same weights without memory: below 0 when the model uses its memory."""
     without = [add_bpb(per_example_metrics(ctx.models[n], ctx.runs[n].eval_batch()))["bpb"].to_numpy()
                for n in names]
     return hierarchical_difference(without, per_seed(ctx, names, "bpb"))
@@ -101,7 +98,7 @@ def analyze(ctx: Context) -> Outcome:
 
 
 def finding(summary: dict, results: pd.DataFrame) -> Finding:
-    """The matched-FLOP difference beside the equal-steps one and what the baseline's further steps bought it."""
+    """The matched-FLOP difference beside the equal-steps one."""
     lrt = results.set_index("arm").loc["lrt_interleaved"]
     steps = summary["equal_steps"]
     ours = (f"{lrt['diff_vs_baseline']:+.3f} bits/byte at matched FLOPs; {steps['diff_mean']:+.3f} at equal "
@@ -113,25 +110,14 @@ def finding(summary: dict, results: pd.DataFrame) -> Finding:
                       "so LRT is not better per step either at this budget."))
 
 
+PREREGISTERED = preregistered("lrt_vs_baseline", TEXT=TEXT, BASE_STEPS=BASE_STEPS, BATCH=BATCH,
+                              LR_SCHEDULE=LR_SCHEDULE, N_SEEDS=len(SEEDS), CURVE_MARKS=CURVE_MARKS,
+                              MIN_SEEDS=MIN_SEEDS, KNOWN_DIFFERENCES=KNOWN_DIFFERENCES)
+
 RECIPE = Recipe(
-    "lrt_vs_baseline",
-    "LRT (interleaved S=2) beats the baseline at matched training compute: 0.752 vs 0.767 BPB at the nanochat "
-    "d20 shape.",
-    f"Byte-level 4x64 models on the stdlib corpus at context {TEXT['seq_len']}, baseline vs LRT interleaved S=2 "
-    f"(reference-code training treatment), each given the FLOPs of {BASE_STEPS} baseline steps of "
-    f"{BATCH} windows at a {LR_SCHEDULE} learning rate, {len(SEEDS)} seeds; held-out BPB curves at {CURVE_MARKS} "
-    "FLOP marks, the final point evaluated with the exact recurrence.",
-    lambda scale: text_runs(("baseline", "lrt_interleaved"), scale), analyze,
+    "lrt_vs_baseline", build=lambda scale: text_runs(("baseline", "lrt_interleaved"), scale), analyze=analyze,
     gates=(Gate("baseline below unigram", "unigram BPB minus the baseline's held-out BPB (bits/byte, exact)", ">=",
                 UNIGRAM_MARGIN),
            Gate("baseline flattened", "worst seed's relative held-out BPB fall over the last quarter of its curve",
                 "<=", FLAT)),
-    rule=difference("LRT interleaved minus baseline held-out BPB at the final FLOP mark (exact recurrence)",
-                    higher_is_better=False),
-    chance="the unigram BPB of the held-out bytes (a model without context).",
-    caveat="At matched FLOPs an interleaved run takes about half the optimiser steps of the baseline, so at a "
-           "small budget the memory must pay for the steps it costs: the number gives the same comparison at "
-           "equal steps beside it, and what the baseline's further steps bought it, so a positive matched-FLOP "
-           "difference reads as the price of those steps, not as LRT being worse per step. The interval against "
-           "the same weights without memory shows whether the trained LRT uses its memory at all. " + KNOWN_DIFFERENCES,
-    paper="LRT beats the baseline at matched compute: 0.752 vs 0.767 BPB (d20)", finding=finding)
+    finding=finding, **PREREGISTERED)

@@ -1,13 +1,13 @@
-"""Which earlier state the LRT memory carries, on language (LRT paper, arXiv 2605.26797): the previous position's
-source state m_{t-1} (the reference LRT) against two positions back (m_{t-2}) and an exponential average of every
-earlier position's, all within one forward pass per position, at matched training FLOPs."""
+"""Which earlier state the LRT memory carries, on language (arXiv 2605.26797): m_{t-1} (the reference LRT)
+vs m_{t-2} and an exponential average of all earlier ones, one forward pass per position, at matched FLOPs."""
 
 from __future__ import annotations
 
 import pandas as pd
 
+from ...stats import MIN_SEEDS
 from .. import lrt_ablation
-from ..core import Context, Finding, Outcome, Recipe, lead
+from ..core import Context, Finding, Outcome, Recipe, lead, preregistered
 from ..text_arms import text_runs
 
 ARMS = ("baseline", "lrt_interleaved", "lrt_older", "lrt_pooled")
@@ -24,7 +24,7 @@ def analyze(ctx: Context) -> Outcome:
 
 
 def finding(summary: dict, results: pd.DataFrame) -> Finding:
-    """m_{t-2} and the pooled average against m_{t-1}, each at matched FLOPs and at equal steps."""
+    """m_{t-2} and the pooled average vs m_{t-1}, at matched FLOPs and equal steps."""
     diffs = results.set_index("arm")["diff"]
     return Finding(f"{diffs['lrt_older']:+.3f} (m_(t-2)) and {diffs['lrt_pooled']:+.3f} (pooled) bits/byte minus "
                    "m_(t-1), matched FLOPs",
@@ -35,11 +35,6 @@ def finding(summary: dict, results: pd.DataFrame) -> Finding:
 
 
 RECIPE = Recipe(
-    "memory_source", "The previous position's source state m_(t-1) is the best single memory source under the "
-    "one-forward-pass constraint.",
-    lrt_ablation.setting(ARMS), lambda scale: text_runs(ARMS, scale), analyze, gates=lrt_ablation.GATES,
-    rule=lrt_ablation.every_above_rule(tuple(f"{a} minus {COMPARISONS[a]}" for a in RULED)),
-    chance="the unigram BPB of the held-out bytes (a model without context).",
-    caveat="The paper compares memory sources at the same training, which here is the final FLOP mark: the three "
-           "interleaved arms take the same steps. " + lrt_ablation.CAVEAT,
-    kind="paper", paper="m_(t-1) is the best single memory source under one forward pass", finding=finding)
+    "memory_source", setting=lrt_ablation.setting(ARMS), build=lambda scale: text_runs(ARMS, scale), analyze=analyze,
+    gates=lrt_ablation.GATES, kind="paper", finding=finding,
+    **preregistered("memory_source", MIN_SEEDS=MIN_SEEDS, CAVEAT=lrt_ablation.CAVEAT))

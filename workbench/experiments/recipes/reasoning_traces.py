@@ -1,20 +1,9 @@
-"""Trace length under SOFT vs STANDARD decoding (FBT paper, arXiv 2608.08888), on a specimen that reasons.
+"""Trace length under SOFT vs STANDARD decoding (arXiv 2608.08888): shorter traces at equal or better accuracy?
 
-The paper reports that under SOFT decoding base models write shorter reasoning traces (median length) at equal or better
-accuracy. Trace lengths mean something only when the model answers: the specimen is an FBT model trained on an easier
-``arith_cot``, gated on held-out STANDARD accuracy, beside a same-shape baseline without feedback. Every training trace
-is correct whatever its verbosity (full or skipped, half each) and ends with an end-of-sequence marker, so how much a
-model writes is its free choice. The design lets the claim show:
-- **skipping is predictable from the problem**: an operation with an operand <= ``TASK["skip_trivial"]`` is never
-  written out, so a state carrying the partial result has a reason to let the model write less;
-- **sampling as well as greedy**: greedy decoding picks the likeliest verbosity at every line and turned the mix into
-  full traces in every regime, so the verdict samples at ``TEMPERATURE``;
-- **SOFT acting on the first decision**: the paper's SOFT prefills the prompt plainly, so its first generated token is
-  STANDARD's by construction; the verdict reads ``soft_last`` (``condition("suffix1")``: the prompt's last token already
-  reads its predecessor's memory), the paper's SOFT is a row of its own.
-
-The rule (``decide``) was fixed before any model trained; its intervals come from ``analysis.traces.compare_regimes``,
-paired by seed and example."""
+Lengths mean something only when the model answers: an FBT trained on an easier ``arith_cot``, gated on STANDARD
+accuracy, beside a no-feedback baseline. Training traces are full or skipped (half each), skipping is predictable
+(operands <= ``TASK["skip_trivial"]``), the verdict samples at ``TEMPERATURE`` (greedy made every trace full) and reads
+``soft_last``: the paper's SOFT prefills plainly, so its first token is STANDARD's by construction."""
 
 from __future__ import annotations
 
@@ -32,7 +21,7 @@ from ...analysis.traces import (
 from ...schedules import Multipass, PassMix, condition, regime
 from ...stats import MIN_SEEDS
 from ..common import FBT_MIX, SMALL_MODEL, config, describe, eval_size, steps
-from ..core import EVAL_SEED, Context, Finding, Gate, Outcome, Recipe, RunSpec, lead
+from ..core import EVAL_SEED, Context, Finding, Gate, Outcome, Recipe, RunSpec, lead, preregistered
 
 # easier than the default (3 steps, operands <= 99); an operand <= 3 is never written out (42 % of the lines).
 # Full or skipped traces, no answer-only ones: with them (and the folded lines) 56 % of the training traces wrote
@@ -68,11 +57,7 @@ def build(scale: float) -> list[RunSpec]:
 
 
 def decide(length: dict[str, float], accuracy: dict[str, float], first_gap: float = float("inf")) -> str:
-    """The decision rule on SOFT - STANDARD intervals (median trace length in tokens, accuracy).
-
-    Not tested when the regimes cannot separate (``first_gap`` below ``SEPARABLE``: the same first decision; or a
-    zero-width length interval) or seeds are too few. Reproduces when SOFT is shorter and its accuracy loss stays within
-    ``ACCURACY_MARGIN``; does not when SOFT is not shorter or loses more."""
+    """The rule on SOFT - STANDARD intervals (median tokens, accuracy); not tested if the regimes cannot separate."""
     if length["seeds"] < MIN_SEEDS:
         return f"not tested: seeds = {length['seeds']} (needs >= {MIN_SEEDS})"
     why = []
@@ -91,15 +76,14 @@ def decide(length: dict[str, float], accuracy: dict[str, float], first_gap: floa
 
 
 def written_trivial(traces: pd.DataFrame, task: tasks.Task, n: int) -> pd.Series:
-    """Per trace: did it write a line training never writes (not learned what the question decides)?"""
+    """Per trace: whether it wrote a line training never writes."""
     prompts = task.sample(n, seed=EVAL_SEED, split="val").prompts
     allowed = [sum(not t for t in task.trivial(p)) for p in prompts]
     return traces["lines"] > traces["example"].map(lambda i: allowed[i])
 
 
 def shown_traces(traces: pd.DataFrame, task: tasks.Task) -> pd.DataFrame:
-    """The traces the figure draws: the verdict decoding's FBT regimes, the baseline as a regime of its own, and the
-    training mix."""
+    """The figure's traces: the verdict decoding's FBT regimes, the baseline as a regime, the training mix."""
     sampled = traces[traces["decoding"] == next(iter(DECODINGS))]
     return pd.concat([sampled[sampled["arm"] == "fbt"],
                       sampled[sampled["arm"] == "baseline"].assign(regime="baseline"),
@@ -113,8 +97,7 @@ def chance_accuracy(task: tasks.Task, n: int) -> float:
 
 
 def traces_figure(traces: pd.DataFrame, lines: pd.DataFrame | None = None):
-    """The recipe's figure from its ``traces.csv`` and ``lines.csv``, with the chance line: a redraw from its files
-    is the figure ``analyze`` drew."""
+    """The recipe's figure redrawn from ``traces.csv`` and ``lines.csv``, with the chance line."""
     from ...plots import trace_lengths as plot_traces
 
     task = tasks.get("arith_cot", **TASK)
@@ -195,7 +178,7 @@ def analyze(ctx: Context) -> Outcome:
 
 
 def finding(summary: dict, results: pd.DataFrame) -> Finding:
-    """The verdict's SOFT against STANDARD under sampling: the median trace's change and the accuracy's."""
+    """The verdict's SOFT vs STANDARD under sampling: median trace and accuracy change."""
     decoding = next(iter(DECODINGS))
     rows = results[results["decoding"] == decoding].set_index(["regime", "quantity"])
 
@@ -212,30 +195,10 @@ def finding(summary: dict, results: pd.DataFrame) -> Finding:
 
 
 RECIPE = Recipe(
-    "reasoning_traces",
-    "Under SOFT decoding, base models write shorter reasoning traces (median length) at equal or better accuracy.",
-    f"FBT 2x64 (and a no-feedback baseline of the same shape) on arith_cot with 3 steps on numbers <= "
-    f"{TASK['max_value']}, an end marker, full or skipped traces (half each) and every operation with an "
-    f"operand <= {TASK['skip_trivial']} left unwritten (skipping predictable from the problem), the prefix drawn in "
-    f"every pass, {TRAIN_STEPS} steps, {len(SEEDS)} FBT seeds ({len(BASELINE_SEEDS)} baseline); {N_EXAMPLES} "
-    f"held-out problems per regime, sampled at temperature {TEMPERATURE:g} (the verdict) and greedy; SOFT as the "
-    f"paper's and started at the prompt's last token ({VERDICT_REGIME}, the verdict's).",
-    build, analyze,
+    "reasoning_traces", build=build, analyze=analyze,
     gates=(Gate(GATE, "worst FBT seed's held-out answer accuracy under STANDARD greedy decoding", ">=", COMPETENT),),
-    rule=f"Read on {VERDICT_REGIME} (SOFT started at the prompt's last token, so the first verbosity decision reads "
-         f"feedback too) sampled at temperature {TEMPERATURE:g}. First, whether the design can separate the regimes: "
-         f"not tested when {VERDICT_REGIME}'s first-token log-probabilities lie within {SEPARABLE:g} of STANDARD's "
-         "on every problem and seed (the same first verbosity decision by construction) or the median-length "
-         "interval has zero width. Then reproduces when the hierarchical 95 % interval (seeds, then examples, "
-         f"paired) of {VERDICT_REGIME} minus STANDARD median trace length lies below 0 and the one of their accuracy "
-         f"does not reach below -{ACCURACY_MARGIN}; does not reproduce when the length interval does not reach below "
-         f"0 or the accuracy interval lies below -{ACCURACY_MARGIN}; inconclusive otherwise; not tested with fewer "
-         f"than {MIN_SEEDS} seeds or when the gate fails. The paper's SOFT (greedy and sampled) and {VERDICT_REGIME} "
-         "greedy get the same rule as rows of their own, never the verdict.",
-    chance=f"the share of the most frequent answer among the held-out questions (answers lie in "
-           f"0..{TASK['max_value']}).",
-    caveat="Trace length is tokens before the answer marker. Greedy decoding picks the likeliest verbosity at each "
-           "line, so a mix of verbosities in training need not give a mix in decoding: lines.csv and the figure's "
-           "third panel set each regime's sampled lines beside the training mix. The paper's SOFT prefills the "
-           "prompt plainly, so its first generated token is STANDARD's by construction.",
-    paper="Under SOFT decoding, models write shorter reasoning traces at equal or better accuracy", finding=finding)
+    finding=finding,
+    **preregistered("reasoning_traces", TASK=TASK, TRAIN_STEPS=TRAIN_STEPS, N_SEEDS=len(SEEDS),
+                    N_BASELINE_SEEDS=len(BASELINE_SEEDS), N_EXAMPLES=N_EXAMPLES, TEMPERATURE=TEMPERATURE,
+                    VERDICT_REGIME=VERDICT_REGIME, SEPARABLE=SEPARABLE, ACCURACY_MARGIN=ACCURACY_MARGIN,
+                    MIN_SEEDS=MIN_SEEDS))

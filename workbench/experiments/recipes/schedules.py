@@ -1,15 +1,13 @@
-"""Interleaved vs block-wise LRT training on text (LRT paper, arXiv 2605.26797), at the same FLOPs.
-
-Block-wise training gives memory only to each block's first position, so its own-schedule number hides what the exact
-recurrence (the decision) shows."""
+"""Interleaved vs block-wise LRT training on text (arXiv 2605.26797), at the same FLOPs. Block-wise gives
+memory only to each block's first position, so its own-schedule number hides what the exact recurrence shows."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from ...stats import verdict
-from ..common import compare, describe, difference
-from ..core import Context, Finding, Gate, Outcome, Recipe, lead
+from ...stats import MIN_SEEDS, verdict
+from ..common import compare, describe
+from ..core import Context, Finding, Gate, Outcome, Recipe, lead, preregistered
 from ..text_arms import (
     ARMS,
     BASE_STEPS,
@@ -53,7 +51,7 @@ def analyze(ctx: Context) -> Outcome:
 
 
 def finding(summary: dict, results: pd.DataFrame) -> Finding:
-    """Each schedule's own number against the exact recurrence's: where block-wise training misleads."""
+    """Each schedule's own number vs the exact recurrence's: where block-wise misleads."""
     arms = results.set_index("arm")
     gap = {arm: arms.loc[arm, "bpb_own_schedule"] - arms.loc[arm, "value"] for arm in ("lrt_interleaved",
                                                                                        "lrt_blockwise")}
@@ -64,22 +62,14 @@ def finding(summary: dict, results: pd.DataFrame) -> Finding:
                    f"{gap['lrt_blockwise']:+.3f} from its exact number (interleaved's {gap['lrt_interleaved']:+.3f}).")
 
 
+PREREGISTERED = preregistered("schedules", TEXT=TEXT, BLOCK=ARMS["lrt_blockwise"][0].block, BASE_STEPS=BASE_STEPS,
+                              BATCH=BATCH, LR_SCHEDULE=LR_SCHEDULE, N_SEEDS=len(SEEDS), MIN_SEEDS=MIN_SEEDS,
+                              KNOWN_DIFFERENCES=KNOWN_DIFFERENCES)
+
 RECIPE = Recipe(
-    "schedules",
-    "Interleaved training clearly beats block-wise training (the paper's ablation at matched compute).",
-    f"The lrt_vs_baseline text specimens (4x64 bytes, context {TEXT['seq_len']}): LRT trained interleaved S=2 "
-    f"vs block-wise (block {ARMS['lrt_blockwise'][0].block}), each at the FLOPs of {BASE_STEPS} baseline "
-    f"steps of {BATCH} windows at a {LR_SCHEDULE} learning rate, {len(SEEDS)} seeds, evaluated with the exact "
-    "recurrence and under their own schedule.",
-    lambda scale: text_runs(SCHEDULE_ARMS, scale), analyze,
+    "schedules", build=lambda scale: text_runs(SCHEDULE_ARMS, scale), analyze=analyze,
     gates=(Gate("interleaved below unigram", "unigram BPB minus LRT interleaved's held-out BPB (bits/byte, exact)",
                 ">=", UNIGRAM_MARGIN),
            Gate("interleaved flattened", "worst seed's relative held-out BPB fall over the last quarter of its "
                 "curve", "<=", FLAT)),
-    rule=difference("LRT interleaved minus LRT block-wise held-out BPB at the final FLOP mark (exact recurrence)",
-                    higher_is_better=False),
-    chance="the unigram BPB of the held-out bytes (a model without context).",
-    caveat="A sequential-training arm (exact recurrence in training) is not run: it costs one forward per byte "
-           "of context per step, beyond this budget; the memory check on running_sum is the lrt_memory_sanity "
-           "recipe. " + KNOWN_DIFFERENCES,
-    paper="Interleaved training clearly beats block-wise at matched compute (the paper's ablation)", finding=finding)
+    finding=finding, **PREREGISTERED)

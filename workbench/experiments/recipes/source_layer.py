@@ -1,14 +1,13 @@
-"""Which block feeds the LRT memory, on language (LRT paper, arXiv 2605.26797): the top block (the reference LRT)
-against block 3 of 4 (upper-middle, the paper's choice) and block 1, at matched training FLOPs."""
+"""Which block feeds the LRT memory, on language (arXiv 2605.26797): the top (reference LRT) vs block 3 of 4
+(upper-middle, the paper's choice) and block 1, at matched training FLOPs."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from ...stats import verdict
+from ...stats import MIN_SEEDS, verdict
 from .. import lrt_ablation
-from ..common import difference
-from ..core import Context, Finding, Outcome, Recipe, lead
+from ..core import Context, Finding, Outcome, Recipe, lead, preregistered
 from ..lrt_ablation import Intervals
 from ..text_arms import text_runs
 
@@ -18,7 +17,7 @@ COMPARISONS = {"lrt_src3": "lrt_interleaved", "lrt_src1": "lrt_interleaved", "lr
 
 
 def decide(intervals: Intervals, steps: Intervals) -> str:
-    """The rule: (lrt_src3 - lrt_interleaved) at the final FLOP mark below 0 (lower BPB is better)."""
+    """The rule: lrt_src3 - lrt_interleaved at the final FLOP mark below 0 (lower BPB is better)."""
     return verdict(intervals["lrt_src3"], -1)
 
 
@@ -27,7 +26,7 @@ def analyze(ctx: Context) -> Outcome:
 
 
 def finding(summary: dict, results: pd.DataFrame) -> Finding:
-    """Block 3 and block 1 against the top, each at matched FLOPs and at equal steps."""
+    """Block 3 and block 1 vs the top, at matched FLOPs and equal steps."""
     diff = results.set_index("arm").loc["lrt_src3", "diff"]
     return Finding(f"{diff:+.3f} bits/byte (block 3 minus top source, matched FLOPs)",
                    lead(summary) or "Reading the memory from block 3, or block 1, instead of the top changes "
@@ -36,13 +35,6 @@ def finding(summary: dict, results: pd.DataFrame) -> Finding:
 
 
 RECIPE = Recipe(
-    "source_layer", "An upper-middle source layer beats the final layer as the source of the LRT memory.",
-    lrt_ablation.setting(ARMS), lambda scale: text_runs(ARMS, scale), analyze, gates=lrt_ablation.GATES,
-    rule=difference("lrt_src3 (upper-middle block) minus lrt_interleaved (top block) held-out BPB at the final FLOP "
-                    "mark (exact recurrence)", higher_is_better=False)
-    + " lrt_src1 (the first block) is reported beside it, not ruled on.",
-    chance="the unigram BPB of the held-out bytes (a model without context).",
-    caveat="The paper compares source layers at the same training, which here is the final FLOP mark: the three "
-           "interleaved arms take the same steps. " + lrt_ablation.CAVEAT,
-    kind="paper", paper="An upper-middle source layer beats the final layer as the memory's source",
-    finding=finding)
+    "source_layer", setting=lrt_ablation.setting(ARMS), build=lambda scale: text_runs(ARMS, scale), analyze=analyze,
+    gates=lrt_ablation.GATES, kind="paper", finding=finding,
+    **preregistered("source_layer", MIN_SEEDS=MIN_SEEDS, CAVEAT=lrt_ablation.CAVEAT))
