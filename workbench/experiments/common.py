@@ -137,6 +137,13 @@ def best_takeaway(table: pd.DataFrame, keys: list[str]) -> str:
     return "best: " + "; ".join(f"{arm} {value:.3f} ({name})" for name, arm, value, _ in bests) if bests else ""
 
 
+def verdict_title(verdict: str) -> str:
+    """A verdict as a figure's first lines."""
+    import textwrap
+
+    return textwrap.fill(f"verdict: {verdict}", 110)
+
+
 def bar_figure(table: pd.DataFrame, title: str):
     """One bar per arm, a panel per task/metric; a ``floor`` column (kept in the table, so a redraw from the CSV
     shows it) is drawn as a labelled line."""
@@ -174,7 +181,8 @@ def bar_figure(table: pd.DataFrame, title: str):
                 labels.append(label)
     if labels:  # below the panels: inside, a floor's legend sat on the bars
         figure.legend(handles, labels, fontsize=8, loc="outside lower center", ncols=min(len(labels), 4))
-    said = "\n".join(part for part in (title, textwrap.fill(best_takeaway(table, keys), 120)) if part)
+    lines = [*title.splitlines(), best_takeaway(table, keys)]  # each wrapped: a figure is at most MAX_WIDTH wide
+    said = "\n".join(textwrap.fill(line, 110) for line in lines if line)
     if said:
         figure.suptitle(said)
     return figure

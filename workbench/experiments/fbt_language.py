@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +23,8 @@ from ..model import GPT
 from ..stats import bootstrap
 from ..tasks import Batch
 from ..tasks.text import BOS
-from .common import bar_figure
-from .core import Context, Gate
+from .common import bar_figure, verdict_title
+from .core import Context, Gate, apply_gates
 from .pool import map_jobs
 from .runs import spec_of
 
@@ -200,11 +201,14 @@ def unigram_bpb() -> float:
     return tasks.get("text", **TEXT).unigram_loss() / math.log(2)
 
 
-def bars(ctx: Context, long: pd.DataFrame, title: str, floor: float, floor_label: str):
-    """The bar figure with its reference line, saved as ``bars.csv`` so a redraw shows the same."""
+def bars(ctx: Context, long: pd.DataFrame, setup: str, floor: float, floor_label: str, verdict: str,
+         gate_values: Mapping[str, float] | None = None):
+    """The bar figure titled by the verdict its summary states (gates applied: a finding, not the setup, leads), with
+    its reference line; the bars saved as ``bars.csv`` so a redraw shows the same."""
+    said = apply_gates(ctx.recipe, gate_values or {}, verdict)[1]
     long = long.assign(floor=floor, floor_label=floor_label)
     write_csv(ctx.out / "bars.csv", long)
-    return bar_figure(long, title)
+    return bar_figure(long, f"{verdict_title(said)}\n{setup}")
 
 
 def specimen_continuations(root: Path, arms: list[str], seed: int = 0) -> pd.DataFrame:

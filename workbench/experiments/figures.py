@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from .common import bar_figure
+from .common import bar_figure, verdict_title
 from .pass_mix_study import STUDY_FIELDS, study_figure
 from .recipes import crosses, lrt_memory_sanity, reasoning_traces
 from .recipes.causal_use import causal_use_figure
@@ -35,7 +35,7 @@ def experiment_figure(tables: Mapping[str, pd.DataFrame], title: str = "",
             return reasoning_traces.traces_figure(tables["traces"], tables.get("lines"))
         return plots.trace_lengths(tables["traces"])
     if "bars" in tables:  # a wide results table with its bars saved beside it (fbt_language.bars)
-        return bar_figure(tables["bars"], title=title)
+        return bar_figure(tables["bars"], title=title if summary is None else verdict_title(summary["verdict"]))
     if "results" not in tables:
         raise ValueError(f"tables holds {sorted(tables)}: expected 'results'")
     results = tables["results"]

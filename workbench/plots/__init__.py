@@ -1,10 +1,5 @@
-"""Figures the notebooks, the widgets and the CLI share: each draws what an analysis function returned.
-
-Every function takes the DataFrame (or a dict of named DataFrames, to compare runs) that ``workbench.analysis`` or
-``workbench.train`` produced and returns a ``matplotlib.figure.Figure`` built without ``pyplot`` (nothing to close,
-nothing shown twice), in seaborn's ``whitegrid`` style. One module per subject, ``base`` the shared frame; every
-figure is also a name of this package (``wb.plots.loss_curves``). A recipe's stored tables are drawn by
-``experiments.experiment_figure``."""
+"""Figures of analysis results (a DataFrame, or a dict of them by run) for notebooks, widgets and CLI:
+pyplot-free, so nothing to close or shown twice. ``title=None`` computes the takeaway, ``""`` draws none."""
 
 from .base import LOG_TICKS, MAX_COLUMNS, PANEL, STYLE, ZERO_LABEL, Runs, new_figure
 from .dynamics import (

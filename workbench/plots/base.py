@@ -1,6 +1,5 @@
-"""What every figure module shares: a pyplot-free figure in seaborn's style, panel grids, log axes that show exact
-zeros, one colour per arm, and column checks that turn a wrong table into a clear error. Without ``pyplot`` nothing
-is registered globally: nothing needs closing, no figure shows twice in a notebook, ``savefig`` works on any backend."""
+"""Shared figure helpers: pyplot-free figures (nothing global; ``savefig`` on any backend), panel grids,
+log axes that show exact zeros, column checks."""
 
 from __future__ import annotations
 
@@ -21,31 +20,95 @@ STYLE = "whitegrid"
 PANEL = (4.8, 3.6)  # inches per panel
 
 
-MAX_COLUMNS = 3  # panels per row: at 80 dpi three 4-inch panels fill a notebook cell (~960 px) and stay legible
+MAX_COLUMNS = 3  # panels per row: three 4-inch panels fill a notebook cell at 80 dpi
+DIFFERENCE_HEIGHT = 2.0  # inches: the difference panel under a main one
+MAX_WIDTH = 12.0  # inches: a JupyterLab cell is ~1220 px and figures are drawn at 100 dpi; wider ones are shrunk
+SQUEEZE = 0.8  # a row too wide by at most this share narrows its panels; wider, it wraps into more rows
+
+
+def fit_row(ncols: int, width: float, wrap: bool = True) -> tuple[int, float]:
+    """Columns and panel width keeping a row of ``ncols`` panels ``width`` inches wide within ``MAX_WIDTH``: slightly
+    too wide, the panels narrow; far too wide (``wrap``), fewer columns; a lone panel never passes the cap."""
+    if ncols * width <= MAX_WIDTH:
+        return ncols, width
+    if ncols * width * SQUEEZE <= MAX_WIDTH or not wrap:
+        return ncols, MAX_WIDTH / ncols
+    columns = max(1, int(MAX_WIDTH // (width * SQUEEZE)))
+    return columns, min(width, MAX_WIDTH / columns)
 
 
 def new_figure(ncols: int, nrows: int = 1, panel: tuple[float, float] = PANEL,
-            sharey: bool = False) -> tuple[Figure, list[Axes]]:
-    """A pyplot-free figure with seaborn's style and a flat list of its axes."""
+               sharey: bool = False) -> tuple[Figure, list[Axes]]:
+    """A pyplot-free figure with seaborn's style and a flat list of its ``ncols * nrows`` axes, at most
+    ``MAX_WIDTH`` wide: one row too wide wraps into more (``fig.axes`` still holds ``ncols``), a grid narrows."""
+    columns, width = fit_row(ncols, panel[0], wrap=nrows == 1)
+    rows = -(-ncols // columns) if nrows == 1 else nrows
     with sns.axes_style(STYLE):
-        fig = Figure(figsize=(panel[0] * ncols, panel[1] * nrows), layout="constrained")
-        axes = fig.subplots(nrows, ncols, squeeze=False, sharey=sharey)
-    return fig, list(axes.flat)
+        fig = Figure(figsize=(width * columns, panel[1] * rows), layout="constrained")
+        axes = list(fig.subplots(rows, columns, squeeze=False, sharey=sharey).flat)
+    for ax in axes[ncols * nrows:]:
+        ax.remove()
+    return fig, axes[:ncols * nrows]
 
 
 def panel_grid(n: int, panel: tuple[float, float], sharey: bool = False,
                ncols: int | None = None) -> tuple[Figure, list[Axes]]:
-    """``n`` panels in rows of at most ``ncols`` (default and cap ``MAX_COLUMNS``), unused cells removed
-    (``fig.axes`` holds exactly ``n``)."""
+    """``n`` panels, at most ``ncols`` a row (and ``MAX_WIDTH`` wide); ``fig.axes`` holds exactly ``n``."""
     ncols = min(n, MAX_COLUMNS, ncols or MAX_COLUMNS)
-    fig, axes = new_figure(ncols, -(-n // ncols), panel=panel, sharey=sharey)
+    columns, width = fit_row(ncols, panel[0])
+    fig, axes = new_figure(columns, -(-n // columns), panel=(width, panel[1]), sharey=sharey)
     for ax in axes[n:]:
         ax.remove()
     return fig, axes[:n]
 
 
+def legend_rows(groups: Sequence[Sequence[tuple]], ncols: int) -> tuple[list, list[str]]:
+    """(handle, label) groups for a legend of ``ncols`` columns read row by row, each group from a new row (the
+    runs, then the reference lines and keys): never a run beside an unrelated key."""
+    from matplotlib.lines import Line2D
+
+    entries: list[tuple] = []
+    for group in groups:
+        if not group:
+            continue
+        if entries and len(entries) % ncols:
+            entries += [(Line2D([], [], ls="none"), "")] * (ncols - len(entries) % ncols)
+        entries += list(group)
+    return row_major([h for h, _ in entries], [label for _, label in entries], ncols)
+
+
+def with_difference(width: float, height: float, difference: bool) -> tuple[Figure, Axes, Axes | None]:
+    """A main panel and, when ``difference``, a shorter one under it on the same x axis: curves that differ by
+    less than their line width read apart as their difference from a reference."""
+    with sns.axes_style(STYLE):
+        if not difference:
+            fig = Figure(figsize=(width, height), layout="constrained")
+            return fig, fig.subplots(), None
+        fig = Figure(figsize=(width, height + DIFFERENCE_HEIGHT), layout="constrained")
+        main, below = fig.subplots(2, 1, sharex=True, height_ratios=(height, DIFFERENCE_HEIGHT))
+    main.tick_params(labelbottom=True)  # the main panel keeps its numbers: it is read on its own
+    return fig, main, below
+
+
+
+def zero_line(ax: Axes, color="black", label: str | None = None) -> None:
+    """The difference panel's reference: no difference."""
+    ax.axhline(0.0, color=color, lw=1.2, ls="-", zorder=1, label=label)
+
+
+def row_major(handles: Sequence, labels: Sequence[str], ncols: int) -> tuple[list, list[str]]:
+    """Legend entries reordered so matplotlib's column-major fill of ``ncols`` columns reads row by row: entries
+    that belong together (given in order) stand side by side."""
+    n = len(labels)
+    if ncols <= 1 or n <= ncols:
+        return list(handles), list(labels)
+    rows = -(-n // ncols)
+    order = [r * ncols + c for c in range(ncols) for r in range(rows) if r * ncols + c < n]
+    return [handles[i] for i in order], [labels[i] for i in order]
+
+
 def shared_legend(axes: Sequence[Axes]) -> tuple[list, list[str]]:
-    """Every labelled artist of ``axes`` once (first drawn wins): one legend for panels that share entries."""
+    """Every labelled artist of ``axes`` once (first drawn wins)."""
     entries: dict = {}
     for ax in axes:
         for handle, label in zip(*ax.get_legend_handles_labels()):
@@ -70,7 +133,7 @@ def named_runs(results: Runs, what: str) -> dict[str, pd.DataFrame]:
 
 
 def positive_only(values: pd.Series) -> np.ndarray:
-    """Values for a log axis: zeros (an exact fixed point, an unused memory) become gaps, not -inf."""
+    """Values for a log axis: zeros become gaps, not -inf."""
     arr = values.to_numpy(dtype=float)
     return np.where(arr > 0, arr, np.nan)
 
@@ -79,8 +142,7 @@ ZERO_LABEL = "▼ on the axis: exactly 0"
 
 
 def log_line(ax: Axes, x, y: pd.Series, *args, **kwargs) -> bool:
-    """Plot ``y`` on a log axis, exact zeros (which a log axis cannot show) as ▼ on the bottom edge; returns whether
-    any was marked (labelled ``ZERO_LABEL`` once per axes)."""
+    """Plot ``y`` on a log axis, exact zeros as ▼ on the bottom edge; returns whether any was marked."""
     (line,) = ax.plot(x, positive_only(y), *args, **kwargs)
     zeros = y.to_numpy(dtype=float) == 0
     if zeros.any():
@@ -95,8 +157,7 @@ LOG_TICKS = (1, 2, 3, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000)
 
 
 def log_count_axis(ax: Axes, last: float, first: float = 1) -> None:
-    """A log x axis over counts from ``first`` to ``last``, integer ticks: the trained passes 2-3 stay as wide as
-    50-100."""
+    """Log x axis over counts, integer ticks: passes 2-3 stay as wide as 50-100."""
     from matplotlib.ticker import FixedLocator, NullLocator, StrMethodFormatter
 
     ax.set_xscale("log")
@@ -106,11 +167,14 @@ def log_count_axis(ax: Axes, last: float, first: float = 1) -> None:
     ax.xaxis.set_minor_locator(NullLocator())
 
 
-ARMS_PER_PANEL = 6  # more arms than this in one panel and a reader cannot tell them apart
+ARMS_PER_PANEL = 6  # past this a reader cannot tell the arms apart
+
+
+MARKERS = ("o", "s", "^", "D", "v", "P")  # one per series of a panel: lines that coincide still show each marker
 
 
 def split_panels(name: str, items: Sequence) -> list[tuple[str, Sequence]]:
-    """``items`` in equal parts of at most ``ARMS_PER_PANEL``, each titled ``name`` (``"name (k/n)"`` when cut)."""
+    """``items`` in equal parts of at most ``ARMS_PER_PANEL``, titled ``"name (k/n)"`` when cut."""
     parts = -(-len(items) // ARMS_PER_PANEL)
     size = -(-len(items) // parts)
     return [(name if parts == 1 else f"{name} ({k + 1}/{parts})", items[k * size:(k + 1) * size])
@@ -118,7 +182,7 @@ def split_panels(name: str, items: Sequence) -> list[tuple[str, Sequence]]:
 
 
 def run_styles(names: Sequence[str]) -> dict[str, dict]:
-    """A colour per arm and a line style per seed: runs ``<arm>_s<seed>`` share their arm's colour."""
+    """A colour per arm, a line style per seed (``<arm>_s<seed>``)."""
     import re
 
     arms = [re.sub(r"_s\d+$", "", name) for name in names]
@@ -131,15 +195,13 @@ def run_styles(names: Sequence[str]) -> dict[str, dict]:
 
 
 def name_colours(names: Sequence) -> dict:
-    """One colour per distinct name, assigned in sorted order: the same names get the same colours in every figure,
-    whatever order the rows come in. Past ten names the palette repeats, so only names ten apart in sorted order
-    share a colour (never neighbours, which a panel of one arm's specimens holds)."""
+    """A colour per name in sorted order: a name keeps its colour whatever the row order."""
     unique = sorted(set(names), key=str)
     return dict(zip(unique, sns.color_palette("deep", n_colors=len(unique))))
 
 
 def probe_facets(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
-    """Split probe results into panels by task and model (whichever of the two columns exist)."""
+    """Probe results as (title, rows) panels by task and model."""
     keys = [c for c in ("task", "model") if c in df.columns and df[c].nunique() > 1]
     if not keys:
         return [(" / ".join(str(df[c].iloc[0]) for c in ("task", "model") if c in df.columns), df)]
@@ -148,13 +210,13 @@ def probe_facets(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
 
 
 def empty_panel(ax: Axes, text: str) -> None:
-    """A panel with nothing to draw says why in its middle (rather than standing blank)."""
+    """A panel with nothing to draw says why in its middle."""
     ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, fontsize=9, wrap=True)
     ax.set_xticks([])
     ax.set_yticks([])
 
 
 def in_order(values: pd.Series) -> list:
-    """Unique values in order of first appearance: the caller's order of conditions is meaningful."""
+    """Unique values in order of first appearance (the caller's order is meaningful)."""
     return list(dict.fromkeys(values))
 

@@ -1,5 +1,4 @@
-"""Figures of the feedback map's dynamics over many passes (``analysis.fixed_point``, ``analysis.jacobians``,
-``analysis.lens``)."""
+"""Figures of the feedback map over many passes: fixed points, Lyapunov exponents, lenses."""
 
 from __future__ import annotations
 
@@ -16,9 +15,12 @@ from matplotlib.ticker import MaxNLocator
 
 from .base import (
     ARMS_PER_PANEL,
+    LOG_TICKS,
+    MAX_WIDTH,
     STYLE,
     ZERO_LABEL,
     Runs,
+    legend_rows,
     log_count_axis,
     log_line,
     named_runs,
@@ -31,8 +33,7 @@ from .base import (
 
 
 def run_families(names: list[str]) -> dict[str, list[str]]:
-    """Runs in rows a reader can tell apart: up to ``ARMS_PER_PANEL`` in one row; more, FBT runs apart from an LRT
-    cross (a name with an ``lrt`` part), each family cut into parts of at most ``ARMS_PER_PANEL`` runs."""
+    """Rows of runs: past ``ARMS_PER_PANEL``, FBT apart from LRT (``lrt`` in the name)."""
     if len(names) <= ARMS_PER_PANEL:
         return {"": list(names)}
     families = ["LRT" if re.search(r"(^|_)lrt(_|$)", name) else "FBT" for name in names]
@@ -44,24 +45,20 @@ def _eps(dtype: object) -> float:
     return 2.0 ** -7 if name == "bfloat16" else float(np.finfo(name).eps)
 
 
-ROUNDING = 100  # a run settled within this many machine epsilons of its fixed point is there within rounding
-PLATEAU = 10  # ... and it is there from the pass it comes within this factor of the floor it settles at
+ROUNDING = 100  # within this many epsilons of its fixed point, a run is there within rounding
+PLATEAU = 10  # ... from the pass it comes within this factor of its final floor
 
 
 def _settled_in_float32(distance: np.ndarray, exact_below: float) -> bool:
-    """A run above ``exact_below`` that ends within ``ROUNDING`` float32 epsilons and falls less than 2x over its last
-    quarter of passes sits at its fixed point within float32 rounding (a float64 run keeps falling)."""
+    """Ends within ``ROUNDING`` float32 eps, falling < 2x over its last quarter (float64 keeps falling)."""
     tail = distance[-max(2, len(distance) // 4):]
     return (len(distance) >= 3 and exact_below < distance[-1] <= ROUNDING * _eps("float32")
             and tail[-1] > tail[0] / 2)
 
 
 def contraction_takeaway(results: Runs, exact_below: float = 1e-9, dtype: str | None = None) -> str:
-    """From which pass each run stays at its fixed point (``fixed_point_distance``), the same pass for every run said
-    once. A distance counts as exact below ``exact_below``, or, at a lower precision (``dtype`` such as "float32",
-    else its ``dtype`` column, else float32 when ``_settled_in_float32``), within ``PLATEAU`` times the floor the run
-    settles at and ``ROUNDING`` epsilons: a float32 run at its fixed point reads "within float32 rounding", not
-    "never", from the pass it reaches that floor."""
+    """Pass from which each run stays below ``exact_below``, or at a lower ``dtype`` within ``PLATEAU`` x its
+    floor and ``ROUNDING`` eps: a float32 run reads "within float32 rounding", not "never"."""
     runs = named_runs(results, "contraction_takeaway")
     reached, bounds, limits = {}, {}, []
     for name, frame in runs.items():
@@ -98,16 +95,8 @@ def contraction_takeaway(results: Runs, exact_below: float = 1e-9, dtype: str | 
 
 def contraction_curves(results: Runs, max_pass: int | None = None, depths: Mapping[str, int] | None = None,
                        note: str = "", chance: Mapping[str, float] | None = None) -> Figure:
-    """Residual ``delta`` and ``fixed_point_distance`` against pass (log y), one line per ``pass_dynamics`` run, and the
-    loss when any run has one.
-
-    Exact zeros are marked ▼ on the axis; past 10 passes the pass axis is logarithmic. ``depths``: label -> pass,
-    drawn as verticals (the trained depths, so extrapolation shows); ``note``: a title saying what was measured (or
-    the takeaway, e.g. ``contraction_takeaway``), wrapped to the figure; ``chance``: label -> loss of a model without
-    context, drawn on every loss panel. More than ``ARMS_PER_PANEL`` runs: one row of panels per family
-    (``run_families``: FBT apart from an LRT cross), the same y range down each log column and each row its own loss
-    range (a diverging family must not flatten another); one legend below. ``note``'s own line breaks are kept."""
-
+    """Residual, fixed-point distance (log y) and loss against pass; ``depths``: label -> trained pass.
+    Family rows share log ranges, not loss ranges: a diverging family must not flatten another."""
     runs = named_runs(results, "contraction_curves")
     for frame in runs.values():
         require_columns(frame, ["pass", "delta", "fixed_point_distance"], "contraction_curves")
@@ -156,16 +145,18 @@ def contraction_curves(results: Runs, max_pass: int | None = None, depths: Mappi
             g[column].set_ylim(low, high)
     handles, labels = shared_legend(flat)  # the runs and depths of every panel, and the loss panel's chance line
     if len(runs) > 1 or next(iter(runs)) or depths or chance or ZERO_LABEL in labels:
-        fig.legend(handles, labels, fontsize=8, loc="outside lower center", ncols=min(len(labels), 4))
+        ncols = min(len(labels), 4)  # the runs row by row, then the depths and chance lines from a new row
+        entries = list(zip(handles, labels))
+        handles, labels = legend_rows([[e for e in entries if e[1] in runs], [e for e in entries if e[1] not in runs]],
+                                      ncols)
+        fig.legend(handles, labels, fontsize=8, loc="outside lower center", ncols=ncols)
     if note:
         fig.suptitle("\n".join(textwrap.fill(line, 150) for line in note.splitlines()), fontsize=10)
     return fig
 
 
 def sensitivity_decay(results: Runs, note: str = "") -> Figure:
-    """Effect of a perturbation of the carried memory against distance (log y), one line per ``sensitivity`` run. The
-    dotted line at 1 is the injected perturbation: below it the recurrence forgets, above it amplifies; a run without
-    a mechanism has effect exactly 0 and says so."""
+    """Effect of perturbing the memory against distance (log y): below the dotted 1 it is forgotten."""
     runs = named_runs(results, "sensitivity_decay")
     fig, (ax,) = new_figure(1, panel=(8.0, 4.0))
     styles = run_styles(list(runs))
@@ -187,7 +178,7 @@ def sensitivity_decay(results: Runs, note: str = "") -> Figure:
 
 
 def _family_chunks(arms: list[str], families: list[str]) -> list[tuple[str, list[str]]]:
-    """(family, arms) per panel, a family of more than ``ARMS_PER_PANEL`` cut into equal parts."""
+    """(family, arms) per panel, a large family cut into equal parts."""
     return [chunk for family in dict.fromkeys(families)
             for chunk in split_panels(family, [a for a, f in zip(arms, families) if f == family])]
 
@@ -203,17 +194,14 @@ ARM_WORDS = (  # fixed_point_study's arm names in words, piece by piece (first m
 
 
 def arm_words(arm: str, width: int = 16) -> str:
-    """An arm's name as a tick label a reader can follow ("ft_share_50_25_25" -> "passes 1/2/3: 50/25/25 %"),
-    wrapped at ``width`` characters."""
+    """An arm's name in words ("ft_share_50_25_25" -> "passes 1/2/3: 50/25/25 %"), wrapped at ``width``."""
     for pattern, words in ARM_WORDS:
         arm = re.sub(pattern, words, arm)
     return textwrap.fill(arm.replace("_", " "), width)  # 16: two short lines, six arms side by side stay apart
 
 
 def readable_takeaway(table: pd.DataFrame, readable: float = 0.95) -> str:
-    """The arms of a ``fixed_point_study`` table whose every seed answers at least ``readable`` under the exact
-    recurrence (the long family on its long prompts), in words: what its figure is read for (descriptive; the
-    recipe's verdict adds an interval)."""
+    """Arms whose every seed scores >= ``readable`` exact (descriptive: no interval)."""
     exact = table["accuracy_exact"]
     if "long_accuracy_exact" in table:  # the long family is scored on its long prompts (NaN: no answer there)
         exact = exact.where(table["family"] != "long", table["long_accuracy_exact"])
@@ -223,52 +211,87 @@ def readable_takeaway(table: pd.DataFrame, readable: float = 0.95) -> str:
             f"no arm reads its fixed point on every seed (exact recurrence >= {readable:g})")
 
 
+SLOTS_PER_ROW = 8  # arms side by side in one row of the readability figure (families packed in order)
+
+
+def _pack_rows(chunks: list[tuple[str, list[str]]], slots: int = SLOTS_PER_ROW) -> list[list[tuple[str, list[str]]]]:
+    """Families in order, as many a row as fit ``slots`` arms: a family of 2 never leaves a row half empty."""
+    rows: list[list[tuple[str, list[str]]]] = []
+    used = slots
+    for chunk in chunks:
+        if used + len(chunk[1]) > slots:
+            rows.append([])
+            used = 0
+        rows[-1].append(chunk)
+        used += len(chunk[1])
+    return rows
+
+
 def fixed_point_readability(table: pd.DataFrame, title: str | None = None, readable: float = 0.95) -> Figure:
-    """Per arm of ``fixed_point_study``'s table: answer accuracy at passes 1-3 and under the exact recurrence (a dot
-    per seed), one row per family, beside its runs' top Lyapunov exponent. ``title`` None: ``readable_takeaway``."""
+    """Per arm accuracy at passes 1-3 and exact (a dot per seed), its top Lyapunov exponent in a strip under its
+    name; each family a panel as wide as its arms, families packed into rows (``SLOTS_PER_ROW`` arms each)."""
     require_columns(table, ["arm", "family", "accuracy_pass1", "accuracy_pass2", "accuracy_pass3", "accuracy_exact",
                      "lyapunov_top"], "fixed_point_readability")
     arms = list(dict.fromkeys(table["arm"]))
     chunks = _family_chunks(arms, [table.loc[table["arm"] == a, "family"].iloc[0] for a in arms])
+    rows = _pack_rows(chunks)
+    slots = max(sum(len(group) for _, group in row) for row in rows)
     with sns.axes_style(STYLE):
-        fig = Figure(figsize=(12.0, 1.2 + 2.4 * len(chunks)), layout="constrained")
-        grid = fig.subplots(len(chunks), 2, gridspec_kw={"width_ratios": [4, 1.3]}, squeeze=False)
+        fig = Figure(figsize=(min(MAX_WIDTH, 1.0 + 1.4 * slots), 1.0 + 3.2 * len(rows)), layout="constrained")
+        grid = fig.add_gridspec(2 * len(rows), slots, height_ratios=[2.3, 0.9] * len(rows))
     columns = {"accuracy_pass1": ("pass 1 (STANDARD)", "#bbbbbb"), "accuracy_pass2": ("pass 2", "#7fa7d6"),
                "accuracy_pass3": ("pass 3", "#3d6fb0"), "accuracy_exact": ("exact recurrence", "#d1495b")}
     width = 0.8 / len(columns)
     lyapunov = table["lyapunov_top"].to_numpy()
     span = (min(lyapunov.min(), 0.0) * 1.1 - 0.01, max(lyapunov.max(), 0.0) * 1.1 + 0.01)
-    for (family, group), (ax, lx) in zip(chunks, grid):
-        # the long family is scored on its long prompts: its bars are those columns (no bar: not measured there)
-        at_length = family.startswith("long") and "long_accuracy_exact" in table
-        for j, (column, (label, colour)) in enumerate(columns.items()):
-            source = f"long_{column}" if at_length else column
+    first = None
+    for r, row in enumerate(rows):
+        start = 0
+        for family, group in row:
+            with sns.axes_style(STYLE):
+                ax = fig.add_subplot(grid[2 * r, start:start + len(group)], sharey=first)
+                lx = fig.add_subplot(grid[2 * r + 1, start:start + len(group)], sharex=ax)
+            first = first or ax
+            # the long family is scored on its long prompts: its bars are those columns (no bar: not measured there)
+            at_length = family.startswith("long") and "long_accuracy_exact" in table
+            for j, (column, (label, colour)) in enumerate(columns.items()):
+                source = f"long_{column}" if at_length else column
+                for i, arm in enumerate(group):
+                    picked = table["arm"] == arm
+                    values = (table.loc[picked, source].to_numpy() if source in table
+                              else np.full(int(picked.sum()), np.nan))
+                    x = i - 0.4 + width * (j + 0.5)
+                    ax.bar(x, values.mean(), width, color=colour, label=label)
+                    ax.scatter(np.full(len(values), x), values, color="black", s=8, zorder=3)
+            ax.axhline(readable, color="#d1495b", ls="--", lw=1, label=f"readable bar {readable:g}")
+            ax.axhline(0.5, color="grey", ls=":", lw=1, label="chance 0.5")
+            ax.set_xlim(-0.5, len(group) - 0.5)  # a panel as wide as its arms: the same bar width everywhere
+            ax.set_ylim(0, 1.05)
+            heading = f"{family}, on its long prompts (no bar: not measured)" if at_length else family
+            ax.set_title(textwrap.fill(heading, max(26, 22 * len(group))), fontsize=9, loc="left")
             for i, arm in enumerate(group):
-                rows = table["arm"] == arm
-                values = table.loc[rows, source].to_numpy() if source in table else np.full(int(rows.sum()), np.nan)
-                x = i - 0.4 + width * (j + 0.5)
-                ax.bar(x, values.mean(), width, color=colour, label=label)
-                ax.scatter(np.full(len(values), x), values, color="black", s=8, zorder=3)
-        ax.axhline(readable, color="#d1495b", ls="--", lw=1, label=f"readable bar {readable:g}")
-        ax.axhline(0.5, color="grey", ls=":", lw=1, label="chance 0.5")
-        ax.set_xticks(range(len(group)), [arm_words(a) for a in group], fontsize=8)
-        ax.set_xlim(-0.5, ARMS_PER_PANEL - 0.5)  # the same bar width in every row
-        ax.set_ylim(0, 1.05)
-        ax.set_ylabel("answer accuracy")
-        ax.set_title(f"{family}, on its long prompts (no bar: not measured)" if at_length else family, fontsize=9,
-                     loc="left")
-        for i, arm in enumerate(group):
-            values = table.loc[table["arm"] == arm, "lyapunov_top"].to_numpy()
-            lx.scatter(values, np.full(len(values), i), color="#3d6fb0", s=14)
-        lx.axvline(0, color="grey", lw=0.8)
-        lx.set_xlim(*span)
-        lx.set_ylim(ARMS_PER_PANEL - 0.5, -0.5)
-        lx.set_yticks(range(len(group)), [arm_words(a, 24) for a in group], fontsize=8)  # rows: at most 2 lines
-    grid[-1][1].set_xlabel("top Lyapunov exponent, exact\nrecurrence (< 0: perturbations die out)", fontsize=8)
-    handles, labels = grid[0][0].get_legend_handles_labels()
+                values = table.loc[table["arm"] == arm, "lyapunov_top"].to_numpy()
+                lx.scatter(np.full(len(values), i), values, color="#3d6fb0", s=14, zorder=3)
+            lx.axhline(0, color="grey", lw=0.8)
+            lx.set_ylim(*span)
+            lx.yaxis.set_major_locator(MaxNLocator(nbins=3))
+            ax.set_xticks(range(len(group)), [arm_words(a) for a in group], fontsize=8)
+            lx.tick_params(labelbottom=False)  # the names sit under the bars, the exponents under the names
+            if start == 0:
+                ax.set_ylabel("answer accuracy")
+                lx.set_ylabel("top Lyapunov\nexponent", fontsize=8)
+            else:  # the row's first panel carries the numbers: one scale along the row
+                ax.tick_params(labelleft=False)
+                lx.tick_params(labelleft=False)
+            start += len(group)
+    handles, labels = fig.axes[0].get_legend_handles_labels()
     named = dict(zip(labels, handles))  # one entry per label: every panel draws the same series
+    order = [label for label, _ in columns.values()] + [f"readable bar {readable:g}", "chance 0.5"]
+    named = {label: named[label] for label in order if label in named}
     named["one seed (dot)"] = Line2D([], [], ls="none", marker="o", ms=3, color="black")
-    fig.legend(named.values(), named.keys(), loc="outside lower center", ncol=6, fontsize=8, frameon=False)
+    named["top Lyapunov exponent of the exact recurrence, one seed (< 0: perturbations die out)"] = Line2D(
+        [], [], ls="none", marker="o", ms=4, color="#3d6fb0")
+    fig.legend(named.values(), named.keys(), loc="outside lower center", ncol=4, fontsize=8, frameon=False)
     fig.suptitle(readable_takeaway(table, readable) if title is None else title, fontsize=10)
     return fig
 
@@ -280,8 +303,7 @@ def _pass_and_exact(frame: pd.DataFrame) -> tuple[pd.Series, float]:
 
 
 def fixed_point_takeaway(results: Mapping[str, pd.DataFrame], margin: float = 0.05) -> str:
-    """In how many models the exact recurrence answers worse (by more than ``margin``) than their best pass, and the
-    worst such gap: what a ``fixed_point_accuracy`` figure is read for."""
+    """Models answering worse (by > ``margin``) at the fixed point than at their best pass."""
     gaps = {}
     for name, frame in results.items():
         passes, exact = _pass_and_exact(frame)
@@ -295,14 +317,15 @@ def fixed_point_takeaway(results: Mapping[str, pd.DataFrame], margin: float = 0.
             f"(worst: {name}, {exact:.2f} vs {best:.2f})")
 
 
+EXACT_AT = 1.6  # the exact recurrence's column sits this factor right of the last pass on the log axis
+EXACT_DODGE = 0.035  # decades between the exact marks of the models of a panel: equal values sit side by side
+
+
 def fixed_point_accuracy(results: Mapping[str, pd.DataFrame], trained_depth: int | None = None,
                          chance: float | None = None, title: str = "",
                          groups: Mapping[str, Sequence[str]] | None = None) -> Figure:
-    """Answer accuracy against pass per model (``fixed_point_quality(...).per_example`` frames), the exact
-    recurrence's dashed: a line ending above its dash reads its passes better than their fixed point.
-
-    ``chance``: the accuracy of guessing (dotted); ``title``: the takeaway (``fixed_point_takeaway`` computes one);
-    ``groups``: panel title -> model names, one panel each (at most ``ARMS_PER_PANEL`` models a panel)."""
+    """Accuracy against pass per model, and the exact recurrence as a ◆ in an "exact" column past the last pass
+    (dashed from it, a model's ◆ beside the others'); ``groups``: title -> models."""
     if chance is not None and not (isinstance(chance, (int, float)) and 0.0 <= chance <= 1.0):
         raise ValueError(f"chance={chance!r} is invalid: must be an accuracy in [0, 1] or None")
     panels = dict(groups) if groups else {"": list(results)}
@@ -311,13 +334,17 @@ def fixed_point_accuracy(results: Mapping[str, pd.DataFrame], trained_depth: int
         raise ValueError(f"groups={dict(panels)!r} is invalid: {unknown} are not in results {list(results)}")
     fig, axes = new_figure(len(panels), panel=(7.2 if len(panels) == 1 else 4.6, 3.8), sharey=True)
     colours = dict(zip(results, sns.color_palette("tab10", len(results))))
-    last = 1
+    curves = {name: _pass_and_exact(frame) for name, frame in results.items()}
+    last = max(int(passes.index.max()) for passes, _ in curves.values())
+    exact_x = last * EXACT_AT
     for ax, (heading, names) in zip(axes, panels.items()):
-        for name in names:
-            passes, exact = _pass_and_exact(results[name])
-            last = max(last, int(passes.index.max()))
+        for j, name in enumerate(names):
+            passes, exact = curves[name]
             ax.plot(passes.index, passes.to_numpy(), marker="o", ms=3, color=colours[name], label=name)
-            ax.axhline(exact, color=colours[name], ls="--", lw=1)
+            at = exact_x * 10 ** (EXACT_DODGE * (j - (len(names) - 1) / 2))
+            # one segment from the model's last pass to its ◆: never a full-width line over the curves
+            ax.plot([passes.index[-1], at], [passes.iloc[-1], exact], ls="--", lw=1, color=colours[name],
+                    marker="D", ms=6, markevery=[1], mec="white", mew=0.6, zorder=3)
         if trained_depth is not None:
             ax.axvspan(1, trained_depth, color="grey", alpha=0.12, label=f"trained depths 1-{trained_depth}")
         if chance is not None:
@@ -326,22 +353,31 @@ def fixed_point_accuracy(results: Mapping[str, pd.DataFrame], trained_depth: int
         ax.set_ylim(-0.03, 1.03)
         if heading:
             ax.set_title(heading, fontsize=9)
+    from matplotlib.ticker import FixedLocator
+
     for ax in axes:
         log_count_axis(ax, last)
+        ticks = [t for t in LOG_TICKS if t <= last]
+        ax.set_xlim(1 / 1.1, exact_x * 10 ** (EXACT_DODGE * len(results)) * 1.1)
+        ax.xaxis.set_major_locator(FixedLocator([*ticks, exact_x]))
+        ax.set_xticklabels([*map(str, ticks), "exact"])
+        ax.axvspan(last * np.sqrt(EXACT_AT), ax.get_xlim()[1], color="grey", alpha=0.08, lw=0)  # the exact column
     axes[0].set_ylabel("answer accuracy")
     handles, labels = shared_legend(axes)
-    keys = {"solid: accuracy at pass k": Line2D([], [], color="grey", marker="o", ms=3),  # not on the axes
-            "dashed: the exact recurrence (fixed point)": Line2D([], [], color="grey", ls="--", lw=1)}
-    fig.legend([*handles, *keys.values()], [*labels, *keys], loc="outside lower center", ncols=3, fontsize=8,
-               frameon=False)
+    models = [(h, label) for h, label in zip(handles, labels) if label in results]
+    marks = [(h, label) for h, label in zip(handles, labels) if label not in results]
+    marks += [(Line2D([], [], color="grey", marker="o", ms=3), "solid: accuracy at pass k"),  # not on the axes
+              (Line2D([], [], color="grey", ls="--", lw=1, marker="D", ms=6, markevery=[1], mec="white"),
+               "dashed to ◆: the exact recurrence (fixed point)")]
+    handles, labels = legend_rows([models, marks], ncols=3)
+    fig.legend(handles, labels, loc="outside lower center", ncols=3, fontsize=8, frameon=False)
     if title:
         fig.suptitle(textwrap.fill(title, 110), fontsize=10)
     return fig
 
 
 def lyapunov_takeaway(results: Mapping[str, pd.DataFrame]) -> str:
-    """The sign of every model's top exponent at its longest horizon (mean over examples), per path: negative,
-    perturbations of the carried state die out; positive, they grow."""
+    """Sign of each top exponent at the longest horizon: negative, perturbations die out."""
     finals = {}
     for name, frame in results.items():
         require_columns(frame, ["index", "path", "horizon", "exponent"], "lyapunov_takeaway")
@@ -357,9 +393,7 @@ def lyapunov_takeaway(results: Mapping[str, pd.DataFrame]) -> str:
 
 
 def lyapunov_curves(results: Mapping[str, pd.DataFrame], title: str | None = None) -> Figure:
-    """Top finite-time Lyapunov exponent against horizon per model (mean over examples, min-max band):
-    ``analysis.jacobians.lyapunov`` frames by name, one panel per path ("full", "memory"). ``title``: the takeaway
-    (None: ``lyapunov_takeaway`` computes it from the exponents' signs; "": none)."""
+    """Top finite-time Lyapunov exponent against horizon per model, a panel per path."""
     frames = {name: f[f["index"] == 1] for name, f in results.items()}
     paths = sorted({p for f in frames.values() for p in f["path"].unique()})
     fig, axes = new_figure(len(paths), panel=(5.2, 3.6))
@@ -389,8 +423,7 @@ LENS_VALUES = {"top1_is_answer": "share whose top token is the answer"}
 
 def lens_takeaway(results: Mapping[str, pd.DataFrame], lens: str = "logit", value: str = "top1_is_answer",
                   drop: float = 0.2) -> str:
-    """At the top depth: the models whose ``value`` falls by more than ``drop`` from its peak to the last pass (the
-    answer fades as the passes go on), and those that keep it."""
+    """Models whose top-depth ``value`` falls by more than ``drop`` from its peak."""
     fades, keeps, last = [], [], 0
     for name, frame in results.items():
         require_columns(frame, ["pass", "depth", "lens", value], "lens_takeaway")
@@ -409,20 +442,20 @@ def lens_takeaway(results: Mapping[str, pd.DataFrame], lens: str = "logit", valu
 
 def lens_by_pass(results: Mapping[str, pd.DataFrame], lens: str = "logit", value: str = "top1_is_answer",
                  title: str | None = None) -> Figure:
-    """Heatmaps of what a lens reads at the answer position, pass (columns) by depth (rows), one panel per model:
-    ``analysis.lens.fed_back_lens(...)["lens"]`` frames by name; the colour bar names ``value``. ``title``: the
-    takeaway (None: ``lens_takeaway`` computes it for ``top1_is_answer``, a description for other values)."""
+    """Lens reading at the answer position, depth x pass, a heatmap per model."""
     fig, axes = new_figure(len(results), panel=(4.2, 2.6))
     for ax, (name, frame) in zip(axes, results.items()):
         require_columns(frame, ["pass", "depth", "lens", value], "lens_by_pass")
         grid = frame[frame["lens"] == lens].pivot(index="depth", columns="pass", values=value)
         grid = grid.sort_index(ascending=False)
         sns.heatmap(grid, ax=ax, vmin=0, vmax=1, cmap="viridis", annot=grid.shape[1] <= 8, fmt=".2f",
-                    cbar=ax is axes[-1], annot_kws={"fontsize": 7},
-                    cbar_kws={"label": LENS_VALUES.get(value, value.replace("_", " "))})
+                    cbar=False, annot_kws={"fontsize": 7})
         ax.set_title(name, fontsize=9)
         ax.set_xlabel("pass")
         ax.set_ylabel("depth (0 = input)")
+    # one colour bar beside every panel: on the last one, a wrapped grid's columns would shift apart
+    fig.colorbar(axes[0].collections[0], ax=axes, label=LENS_VALUES.get(value, value.replace("_", " ")),
+                 shrink=0.9 if len(axes) > 1 else 1.0)
     described = f"{lens} lens at the answer position: {LENS_VALUES.get(value, value.replace('_', ' '))}"
     if title is None:
         title = f"{described}\n{lens_takeaway(results, lens, value)}" if value == "top1_is_answer" else described

@@ -1,4 +1,4 @@
-"""Figures of interventions (``analysis.interventions``): does the model use what a probe can read?"""
+"""Figures of interventions: does the model use what a probe can read?"""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import seaborn as sns
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure, SubFigure
 from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
 
 from .base import (
     STYLE,
@@ -37,8 +38,7 @@ DESIGN_WORDS = {"site": "site: one memory read edited", "stream": "stream: every
 
 
 def swap_takeaway(swaps: pd.DataFrame) -> str:
-    """The answer to "does the answer follow the memory?", per design: the recipe's verdicts counted, or (without a
-    ``verdict`` column) the mean swap and control flip rates."""
+    """Per design, the verdicts counted, else mean swap and control flip rates."""
     if swaps.empty:
         return "no gated specimen: nothing intervened on"
     designs = swaps["design"] if "design" in swaps else pd.Series("", index=swaps.index)
@@ -57,10 +57,10 @@ def swap_takeaway(swaps: pd.DataFrame) -> str:
 
 
 def _draw_flips(ax: Axes, swaps: pd.DataFrame, kinds: Sequence[str], labels: list[str]) -> list[str]:
-    """The bars of ``swaps`` (one slot per row) in ``ax``; returns the kinds that flip no answer anywhere."""
+    """The bars of ``swaps`` in ``ax``; returns the kinds that flip no answer anywhere."""
     x = np.arange(len(swaps))
     width = 0.8 / (len(kinds) + 1)
-    never = []  # kinds that flip no answer anywhere: no bar to see, so no legend colour; said in words
+    never = []  # no bar to see, so no legend colour: said in words
     for i, kind in enumerate(kinds):
         rate = swaps[f"{kind}_flip"].to_numpy()
         # a bootstrap percentile interval of a mean near 0 or 1 can miss the mean by rounding: never a negative bar
@@ -84,8 +84,7 @@ def _draw_flips(ax: Axes, swaps: pd.DataFrame, kinds: Sequence[str], labels: lis
 
 
 def _short_label(row: pd.Series) -> str:
-    """A specimen and design within its task's panel, one word a line: the specimen's name without the task (else
-    its scratch lines), then the design."""
+    """Tick label, a word a line: specimen without task (else scratch lines), then design."""
     if pd.notna(row.get("specimen")):
         name = str(row["specimen"]).removeprefix(str(row["task"])).strip()
         words = re.sub(r"_s(\d+)$", r" s\1", name).replace("seed ", "seed\u00a0").split(" ")
@@ -96,13 +95,8 @@ def _short_label(row: pd.Series) -> str:
 
 def swap_flips(swaps: pd.DataFrame, title: str | None = None, kinds: Sequence[str] | None = None,
                figure: Figure | SubFigure | None = None) -> Figure | SubFigure:
-    """Answer flip rate per gated specimen and intervention (``causal_use``'s table), beside the layer-0 probe
-    accuracy and the untrained twin's: a probe that decodes the label while the swap leaves the answer alone shows
-    decodability without use.
-
-    A panel per task (at most ``ARMS_PER_PANEL`` specimens each), the edits and designs explained in one legend;
-    ``kinds`` the edits drawn (None: every one in ``swaps``); ``title`` the answer (None: ``swap_takeaway`` computes
-    it; "": none). Given ``figure`` (a recipe's subfigure), the panels are drawn into it."""
+    """Flip rate per specimen and edit beside the layer-0 probe: decoded but not flipped is
+    decodability without use. Draws into ``figure`` when given."""
     kinds = [k for k in (INTERVENTION_COLORS if kinds is None else kinds) if f"{k}_flip" in swaps.columns]
     if swaps.empty:
         fig, axes = new_figure(1, panel=(7.0, 3.2)) if figure is None else (figure, [figure.subplots()])
@@ -141,8 +135,7 @@ def swap_flips(swaps: pd.DataFrame, title: str | None = None, kinds: Sequence[st
 
 
 def ablation_takeaway(frame: pd.DataFrame, share: float = 0.1) -> str:
-    """How far back the memory matters: the distances whose mean loss increase is at least ``share`` of the largest,
-    with the increase there and the most beyond (``ablation_by_distance`` rows)."""
+    """Distances whose loss increase is at least ``share`` of the largest."""
     require_columns(frame, ["distance", "increase"], "ablation_takeaway")
     by_d = frame.groupby("distance")["increase"].mean().sort_index()
     top = float(by_d.max())
@@ -158,9 +151,7 @@ def ablation_takeaway(frame: pd.DataFrame, share: float = 0.1) -> str:
 
 
 def ablation_distance(frame: pd.DataFrame, axes: Sequence[Axes] | None = None, title: str | None = None) -> Figure:
-    """``ablation_by_distance`` rows (a ``run`` column per specimen): mean loss increase against d, and at d = 1 by
-    position. ``title``: the takeaway over the figure (None: ``ablation_takeaway`` computes it when the figure is its
-    own; "": none)."""
+    """Loss increase against ablated distance d, and at d = 1 by position."""
     own = axes is None
     fig, axes = new_figure(2, panel=(4.4, 3.6)) if axes is None else (axes[0].figure, list(axes))
     if frame.empty:
@@ -170,13 +161,28 @@ def ablation_distance(frame: pd.DataFrame, axes: Sequence[Axes] | None = None, t
     from matplotlib.ticker import MaxNLocator
 
     require_columns(frame, ["distance", "position", "increase"], "ablation_distance")
-    runs = frame["run"] if "run" in frame else pd.Series("", index=frame.index)
-    colors = sns.color_palette("deep", n_colors=max(1, runs.nunique()))
-    for color, (name, rows) in zip(colors, frame.groupby(runs, sort=True)):
-        by_d = rows.groupby("distance")["increase"].mean()
-        axes[0].plot(by_d.index, by_d.to_numpy(), "o-", ms=3, color=color, label=str(name))
-        first = rows[rows["distance"] == 1].groupby("position")["increase"].mean()
-        axes[1].plot(first.index, first.to_numpy(), color=color, lw=1, label=str(name))
+    frame = frame.reset_index(drop=True)
+    runs = (frame["run"] if "run" in frame else pd.Series("", index=frame.index)).astype(str)
+    arms = runs.str.replace(r"_s\d+$", "", regex=True)  # seeds of one arm: one colour, one mean
+    colors = sns.color_palette("deep", n_colors=max(1, arms.nunique()))
+    banded = False
+    for color, (arm, rows) in zip(colors, frame.groupby(arms, sort=True)):
+        seeds = runs[rows.index]
+        for ax, rows_of, style in ((axes[0], rows, {"marker": "o", "ms": 3}),
+                                   (axes[1], rows[rows["distance"] == 1], {})):
+            key = "distance" if ax is axes[0] else "position"
+            per_seed = rows_of.groupby([seeds[rows_of.index], rows_of[key]])["increase"].mean().unstack(0)
+            mean = per_seed.mean(axis=1)
+            n = per_seed.shape[1]
+            # the seed mean bold, on top; each seed thin under it and its range a band: the effect, not the noise
+            ax.plot(mean.index, mean.to_numpy(), color=color, lw=2.2 if n > 1 else 1.2, zorder=3, **style,
+                    label=f"{arm} (mean of {n} seeds)" if n > 1 else arm)
+            if n > 1:
+                banded = True
+                ax.fill_between(mean.index, per_seed.min(axis=1), per_seed.max(axis=1), color=color, alpha=0.2,
+                                lw=0, zorder=1)
+                for seed in per_seed:
+                    ax.plot(per_seed.index, per_seed[seed].to_numpy(), color=color, lw=0.6, alpha=0.45, zorder=2)
     for ax in axes:  # few ticks: the panels are narrow and positions run to three digits
         ax.axhline(0.0, color="black", lw=0.8, ls=":")
         ax.xaxis.set_major_locator(MaxNLocator(nbins=5, integer=True))
@@ -184,8 +190,12 @@ def ablation_distance(frame: pd.DataFrame, axes: Sequence[Axes] | None = None, t
                 title="memory ablated d back")
     axes[1].set(xlabel="position t (reads the ablated memory)", ylabel="loss increase at t (nats)",
                 title="d = 1, by position")
-    if runs.nunique() > 1:
-        axes[0].legend(fontsize=7)
+    if arms.nunique() > 1 or banded:
+        handles, labels = axes[0].get_legend_handles_labels()
+        if banded:
+            handles.append(Patch(color="grey", alpha=0.2, lw=0))
+            labels.append("band: seed range (thin: each seed)")
+        axes[0].legend(handles, labels, fontsize=7)
     title = (ablation_takeaway(frame) if own else "") if title is None else title
     if title:
         fig.suptitle(title, fontsize=10)
@@ -193,8 +203,7 @@ def ablation_distance(frame: pd.DataFrame, axes: Sequence[Axes] | None = None, t
 
 
 def answer_logits(frame: pd.DataFrame, title: str = "") -> Figure:
-    """The answer's logits before and after interventions, for one example (``intervention_logits`` rows:
-    ``intervention``, ``token``, ``logit``; ``clean`` is the unedited run): which way each edit moves it."""
+    """One example's answer logits per intervention: which way each edit moves it."""
     require_columns(frame, ["intervention", "token", "logit"], "answer_logits")
     fig, axes = new_figure(1, panel=(5.6, 3.4))
     ax = axes[0]

@@ -1,4 +1,4 @@
-"""Figures of the LRT mechanism itself: its gates, its KV store, one position's state as it turns."""
+"""Figures of the LRT mechanism: its gates, its KV cache, one position's state."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from .base import (
+    legend_rows,
     new_figure,
     require_columns,
     shared_legend,
@@ -19,8 +20,7 @@ from .base import (
 
 def token_steps(trajectory: pd.DataFrame, position: int, example: int = 0,
                 decode: Callable[[int], str] | None = None) -> Figure:
-    """One position of a ``memory_trajectory``: ``cos(m_{t-1}, m_t)`` along the sequence (near 1: the token barely
-    changes the state) and the position's top next-token probabilities."""
+    """``cos(m_{t-1}, m_t)`` along the trajectory (near 1: the token barely changes the state), top next tokens."""
     require_columns(trajectory, ["example", "position", "token", "cosine_prev", "top_tokens", "top_probs"],
                     "token_steps")
     rows = trajectory[trajectory["example"] == example].sort_values("position")
@@ -42,12 +42,11 @@ def token_steps(trajectory: pd.DataFrame, position: int, example: int = 0,
 
 
 def kv_cache_step(pattern: np.ndarray, keys: np.ndarray, position: int, labels: Sequence[str] | None = None) -> Figure:
-    """One decoding step seen from the cache: one head's attention ``pattern`` (T, T) and cached ``keys`` (T,
-    head_dim), rows after ``position`` blank (not computed yet)."""
+    """Attention ``pattern`` (T, T) and cached ``keys`` (T, head_dim) up to ``position``."""
     pattern, keys = np.asarray(pattern, dtype=float), np.asarray(keys, dtype=float)
     T = pattern.shape[0]
     if pattern.shape != (T, T) or keys.ndim != 2 or keys.shape[0] != T:
-        raise ValueError(f"pattern must be (T, T) and keys (T, head_dim); got {pattern.shape} and {keys.shape}")
+        raise ValueError(f"pattern {pattern.shape} must be (T, T), keys {keys.shape} (T, head_dim)")
     if not 0 <= position < T:
         raise ValueError(f"position={position!r} is invalid: must be in [0, {T - 1}]")
     shown = pattern.copy()
@@ -76,7 +75,7 @@ def kv_cache_step(pattern: np.ndarray, keys: np.ndarray, position: int, labels: 
 
 
 def _cache_takeaway(rows: np.ndarray, tol: float = 1e-4) -> str:
-    """What the computed rows of an attention pattern show: each sums to 1, none reads a key after its query."""
+    """Whether each computed row sums to 1 and none reads a key after its query."""
     sums = bool(np.allclose(rows.sum(-1), 1.0, atol=tol))
     ahead = float(np.abs(np.triu(rows, 1)).max()) if rows.shape[0] else 0.0
     return ("each row sums to 1" if sums else "rows do NOT sum to 1") + "; " + (
@@ -88,8 +87,7 @@ LRT_NAMES = {"alpha": r"$\alpha$: scale of the block's own residual", "gamma": r
 
 
 def gate_takeaway(stats: pd.DataFrame) -> str:
-    """In how many blocks the memory's gate sits below the local gate, with their means: what an
-    ``lrt_mechanism`` figure is read for (``lrt_layer_stats`` rows)."""
+    """Blocks whose memory gate sits below the local gate, with their means."""
     require_columns(stats, ["gate_local", "gate_feedback"], "gate_takeaway")
     rows = stats.dropna(subset=["gate_local", "gate_feedback"])
     if rows.empty:
@@ -101,10 +99,7 @@ def gate_takeaway(stats: pd.DataFrame) -> str:
 
 def lrt_mechanism(stats: pd.DataFrame, gates: pd.DataFrame | None = None, title: str = "",
                   gamma_init: float | None = None) -> Figure:
-    """What an LRT model learned per layer (``lrt_layer_stats``): residual scales and mean gates (init 1), the source
-    layer shaded; with ``gates`` (``lrt_gates``) the feedback gate per layer and position. The scales' values at init
-    are dotted: alpha 1 and, given ``gamma_init`` (the config's ``lrt_gamma_init``), gamma. ``title``: the takeaway
-    (``gate_takeaway`` computes one)."""
+    """An LRT model's scales and gates per layer against init (``gamma_init``: ``lrt_gamma_init``)."""
     require_columns(stats, ["layer", "alpha", "gamma", "gate_local", "gate_feedback", "source"], "lrt_mechanism")
     if gamma_init is not None and not (isinstance(gamma_init, (int, float)) and np.isfinite(gamma_init)):
         raise ValueError(f"gamma_init={gamma_init!r} is invalid: must be a finite number or None")
@@ -135,8 +130,14 @@ def lrt_mechanism(stats: pd.DataFrame, gates: pd.DataFrame | None = None, title:
         axes[2].set_yticks(np.arange(len(table)), table.index)
         axes[2].set(xlabel="position t", ylabel="block", title="memory's gate, per position")
         fig.colorbar(image, ax=axes[2], label="gate on the memory's K/V (1 at init)")
-    handles, labels = shared_legend(axes[:2])
-    fig.legend(handles, labels, fontsize=8, loc="outside lower center", ncols=4, frameon=False)
+    entries = dict(zip(*reversed(shared_legend(axes[:2]))))  # label -> handle
+    scales = [label for label in entries if label.startswith((r"$\alpha$", r"$\gamma$"))]
+    scales.sort(key=lambda label: (not label.startswith(r"$\alpha$"), "at init" in label))
+    rest = [label for label in entries if label not in scales]
+    rest.sort(key=lambda label: (label.startswith("source"), "at init" in label))  # gates, init, source
+    ncols = 4 if show_map else 2  # a row of the legend per panel: each scale beside its init, the gates together
+    handles, labels = legend_rows([[(entries[k], k) for k in scales], [(entries[k], k) for k in rest]], ncols)
+    fig.legend(handles, labels, fontsize=8, loc="outside lower center", ncols=ncols, frameon=False)
     if title:
         fig.suptitle(title)
     return fig

@@ -1,4 +1,4 @@
-"""Figures of linear probes (``analysis.probes``): what a layer's hidden state makes decodable, layer 0 above all."""
+"""Figures of linear probes: what a layer's hidden state makes decodable."""
 
 from __future__ import annotations
 
@@ -9,9 +9,12 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
 from .base import (
+    MARKERS,
     in_order,
+    legend_rows,
     name_colours,
     new_figure,
     panel_grid,
@@ -22,8 +25,7 @@ from .base import (
 
 
 def probe_heatmap(df: pd.DataFrame, value: str = "accuracy") -> Figure:
-    """Probe ``value`` by depth (0 at the bottom) x condition, one panel per task/model on one 0..1 scale: state
-    brought within reach of shallow layers lights the bottom rows under the recurrent conditions only."""
+    """Probe ``value``, depth x condition: fed-back state lights the bottom rows."""
     require_columns(df, ["condition", "layer", value], "probe_heatmap")
     facets = probe_facets(df)
     fig, axes = new_figure(len(facets), panel=(1.2 + 1.1 * df["condition"].nunique(), 3.8))
@@ -48,8 +50,7 @@ def _group_label(key) -> str:
 
 
 def profile_takeaway(df: pd.DataFrame, depth: int = 0) -> str:
-    """At ``depth``: which series of a ``probe_profile`` reads the label best and which worst, against the majority
-    rate; series equal at the two decimals shown tie, so no series is crowned by its order."""
+    """Best and worst series at ``depth``; equal at 2 decimals tie, so order crowns none."""
     require_columns(df, ["condition", "layer", "accuracy"], "profile_takeaway")
     at = df[df["layer"] == depth]
     if at.empty:
@@ -70,14 +71,8 @@ def profile_takeaway(df: pd.DataFrame, depth: int = 0) -> str:
     return text
 
 
-MARKERS = ("o", "s", "^", "D", "v", "P")  # one per series of a panel: lines that coincide still show each marker
-
-
 def probe_profile(df: pd.DataFrame, highlight_depth: int | None = None, title: str = "") -> Figure:
-    """Accuracy against depth per condition (and model, task): band +- ``accuracy_std`` over folds, dashed the
-    control task (selectivity is the gap), dotted the majority rate; the legend names each. More than six series:
-    a panel per six, each with its legend below it. Each series of a panel has its own marker and size, so lines
-    that coincide stay visible. ``title``: the takeaway (``profile_takeaway`` computes one)."""
+    """Accuracy against depth per series, dashed the control; a marker each: coinciding lines stay visible."""
     require_columns(df, ["condition", "layer", "accuracy"], "probe_profile")
     groups = list(_profile_groups(df))
     chunks = [groups[i:i + 6] for i in range(0, len(groups), 6)]
@@ -119,27 +114,19 @@ def probe_profile(df: pd.DataFrame, highlight_depth: int | None = None, title: s
 
 
 BOUNDED = ("suffix1",)  # the conditions the fed-back upper bound bounds at depth 0: one recurrent step
-NO_FEEDBACK = ("baseline", "none")  # arms (else a model name's first word) that feed no state back: no upper bound
+NO_FEEDBACK = ("baseline", "none")  # arms (else a name's first word) without feedback: no upper bound
 
 
 def has_feedback(rows: pd.DataFrame, model: object) -> bool:
-    """Whether ``model``'s rows come from a model that feeds a state back (its ``arm``, else its name, is not in
-    ``NO_FEEDBACK``): only such a model has a fed-back upper bound to draw."""
+    """Whether ``model`` feeds state back (``arm``, else name, not in ``NO_FEEDBACK``)."""
     names = rows["arm"] if "arm" in rows else pd.Series([str(model)])
     return not names.astype(str).str.split().str[0].str.lower().isin(NO_FEEDBACK).all()
 
 
 def layer0_comparison(df: pd.DataFrame, depth: int = 0, title: str | None = None,
                       models: Sequence[str] | None = None) -> Figure:
-    """Probe accuracy at one depth (default 0, the input) per condition: the probing headline.
-
-    Bars by condition, coloured by model name (``name_colours``, as ``specimen_gates``, so a specimen keeps its
-    colour), with the control task, the majority rate, the untrained twin and the ``upper_bound`` (the top-layer probe
-    at the fed-back position), drawn only where it bounds the bar: depth 0 under ``BOUNDED``, models with feedback.
-    One panel per task and ``scratch_updates`` that has rows (no empty panels). Standard prefill near the majority
-    line and recurrent conditions far above it (and the twin) is the FBT paper's finding. ``models``: draw only these
-    (a family of at most six), each keeping the colour it has among all of ``df``'s models; the twin's circle and the
-    bound's star sit left and right on their bar."""
+    """Probe accuracy at ``depth`` per condition, the FBT paper's headline: standard near the majority,
+    recurrent far above it and the twin. ``upper_bound`` only where it bounds (``BOUNDED``, depth 0)."""
     require_columns(df, ["condition", "layer", "accuracy"], "layer0_comparison")
     at = df[df["layer"] == depth]
     if at.empty:
@@ -206,8 +193,7 @@ def _panel_rows(at: pd.DataFrame, task: object, length: object) -> pd.DataFrame:
 
 
 def _scratch_takeaway(at: pd.DataFrame, condition: str, depth: int) -> str:
-    """Per model (sorted) its mean accuracy at its fewest and its most scratch lines: what ``accuracy_vs_scratch``
-    is read for, whether a lift holds as the distance grows."""
+    """Per model accuracy at fewest and most scratch lines: does the lift hold?"""
     parts = []
     for model in sorted(at["model"].unique(), key=str):
         rows = at[at["model"] == model]
@@ -220,13 +206,7 @@ def _scratch_takeaway(at: pd.DataFrame, condition: str, depth: int) -> str:
 
 def accuracy_vs_scratch(df: pd.DataFrame, condition: str = "suffix1", depth: int = 0,
                         groups: Mapping[str, Sequence[str]] | None = None, title: str | None = None) -> Figure:
-    """Probe accuracy at one depth and condition against scratch lines, per task and model, with the twin and the
-    upper bound (models with feedback only). A lift that holds as the distance grows is carried by the fed-back
-    state; one that fades was read from nearby tokens. ``groups``: row title -> models, one row of panels each (a
-    model keeps its ``name_colours`` colour); the line styles are keyed once in the legend below. ``title``: the
-    takeaway (None: computed per model; "": none)."""
-    from matplotlib.lines import Line2D
-
+    """Probe accuracy against scratch lines: a lift that holds with distance is carried by fed-back state."""
     require_columns(df, ["task", "model", "scratch_updates", "condition", "layer", "accuracy"], "accuracy_vs_scratch")
     at = df[(df["layer"] == depth) & (df["condition"] == condition)]
     if at.empty:
@@ -281,9 +261,7 @@ def check_chance(chance: float | None, name: str = "chance") -> None:
 
 def specimen_gates(df: pd.DataFrame, threshold: float, by: str = "arm", chance: float | None = None,
                    title: str = "") -> Figure:
-    """Each specimen's competence before it is probed: answer accuracy (``gate_value``) per scratch length and ``by``
-    value, against the gate ``threshold`` (a bar below it is reported, never probed); colours as in
-    ``layer0_comparison``. ``chance``: the accuracy of guessing (dotted); ``title``: the takeaway."""
+    """Answer accuracy per specimen against the gate ``threshold``: below it, never probed."""
     require_columns(df, ["task", by, "scratch_updates", "gate_value"], "specimen_gates")
     check_chance(chance)
     if df.duplicated(["task", by, "scratch_updates"]).any():
@@ -316,8 +294,7 @@ def specimen_gates(df: pd.DataFrame, threshold: float, by: str = "arm", chance: 
 
 
 def _path_takeaway(df: pd.DataFrame, threshold: float | None) -> str:
-    """How far the penalty moves each trained specimen's probe: strongest against weakest ``C``, and (with
-    ``threshold``) on how many the verdict flips among the plausible strengths."""
+    """How far C moves the trained probes, and on how many the ``threshold`` verdict flips."""
     trained = df[df["model"] == "trained"] if "model" in df else df
     ends = trained.sort_values("C").groupby(["task", "specimen"], sort=False)["accuracy"].agg(["first", "last"])
     text = (f"strongest vs weakest C within 0.01 on {int(((ends['first'] - ends['last']).abs() <= 0.01).sum())} "
@@ -329,15 +306,29 @@ def _path_takeaway(df: pd.DataFrame, threshold: float | None) -> str:
     return text + f"; the {threshold:g} verdict flips with C on {flips}"
 
 
+def coinciding_lines(lines: Mapping[tuple[str, bool], pd.DataFrame], within: float = 0.005) -> list[str]:
+    """Groups of (specimen, twin?) paths drawn on top of each other (every point within ``within``), in words:
+    "3 lines at 1.00 (overlaid)" when flat, else "3 lines coincide"; twins' dashed lines apart from trained."""
+    groups: dict[tuple, list[str]] = {}
+    for (specimen, twin), rows in lines.items():
+        key = (twin, tuple(rows["C"].astype(float)), tuple(np.round(rows["accuracy"].to_numpy(dtype=float) / within)))
+        groups.setdefault(key, []).append(str(specimen))
+    said = []
+    for (twin, _, _), names in groups.items():
+        if len(names) < 2:
+            continue
+        rows = lines[next(k for k in lines if str(k[0]) == names[0] and k[1] == twin)]["accuracy"]
+        kind = "dashed" if twin else "lines"
+        flat = float(rows.max() - rows.min()) <= within
+        said.append(f"{len(names)} {kind} at {rows.mean():.2f} (overlaid)" if flat
+                    else f"{len(names)} {kind} coincide (overlaid)")
+    return said
+
+
 def regularisation_paths(df: pd.DataFrame, threshold: float | None = None, chance: float | None = None,
                          title: str | None = None) -> Figure:
-    """A probe's held-out accuracy against ``C`` (log), a line per specimen (dashed: its untrained twin), a panel per
-    task and, with an ``arm`` column, per arm (at most six specimens a panel, each its ``name_colours`` colour in
-    every panel, named in a legend under its panel); filled markers are the ``plausible`` strengths. A verdict holds
-    only if it stays put across the filled markers. ``chance`` (else a ``majority`` column): the majority rate,
-    dashed; ``title``: the takeaway (None: computed from the strongest and weakest ``C``; "": none)."""
-    from matplotlib.lines import Line2D
-
+    """Probe accuracy against ``C``: a verdict holds only if stable over the filled (plausible) ``C``. Lines that
+    coincide keep a marker each and are counted in their panel's legend."""
     require_columns(df, ["task", "specimen", "C", "accuracy", "plausible"], "regularisation_paths")
     check_chance(chance)
     if chance is None and "majority" in df:
@@ -349,22 +340,31 @@ def regularisation_paths(df: pd.DataFrame, threshold: float | None = None, chanc
     colors = name_colours(df["specimen"])
     for ax, (heading, sub) in zip(axes, facets):
         models = sub["model"] if "model" in sub else pd.Series("trained", index=sub.index, name="model")
+        specimens = in_order(sub["specimen"])
+        lines = {}
         for (specimen, model), rows in sub.groupby([sub["specimen"], models], sort=False):
             rows = rows.sort_values("C")
             twin = model != "trained"
+            lines[specimen, twin] = rows
+            # a marker and size of its own, the first drawn widest: lines that coincide each keep a visible rim
+            i = specimens.index(specimen) % len(MARKERS)
             ax.plot(rows["C"], rows["accuracy"], color=colors[specimen], ls="--" if twin else "-", lw=1.2,
                     label=None if twin else str(specimen))
             for plausible, face in ((True, colors[specimen]), (False, "none")):
                 at = rows[rows["plausible"] == plausible]
-                ax.scatter(at["C"], at["accuracy"], s=22, zorder=3, facecolors=face, edgecolors=colors[specimen])
+                ax.scatter(at["C"], at["accuracy"], s=(8 - i) ** 2, marker=MARKERS[i], zorder=3 + 0.01 * i,
+                           facecolors=face, edgecolors=colors[specimen], linewidths=1.0)
         if threshold is not None:
             ax.axhline(threshold, color="grey", ls=":", lw=1.2)
-        if chance is not None:
-            ax.axhline(chance, color="black", ls="-.", lw=1)
+        if chance is not None:  # over the lines: a twin at chance does not hide it
+            ax.axhline(chance, color="black", ls="-.", lw=1, zorder=5)
         ax.set_xscale("log")
         low = min(0.4, chance - 0.05) if chance is not None else 0.4
-        ax.set(title=heading, xlabel="inverse L2 strength C", ylabel="held-out probe accuracy", ylim=(low, 1.02))
-        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncols=2, frameon=False)
+        ax.set(title=heading, xlabel="inverse L2 strength C", ylabel="held-out probe accuracy", ylim=(low, 1.04))
+        notes = [(Line2D([], [], ls="none"), words) for words in coinciding_lines(lines)]  # one over another
+        handles, labels = legend_rows([list(zip(*ax.get_legend_handles_labels())), notes], ncols=2)
+        ax.legend(handles, labels, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncols=2,
+                  frameon=False)
     keys = {"solid: trained specimen": Line2D([], [], color="grey"),
             "dashed: its untrained twin": Line2D([], [], color="grey", ls="--"),
             "filled: C as good as the best (CV)": Line2D([], [], ls="none", marker="o", color="grey"),

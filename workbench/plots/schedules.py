@@ -1,4 +1,4 @@
-"""Figures of schedules and decoding regimes: how far an approximate schedule is from the exact recurrence."""
+"""Figures of schedules and decoding regimes against the exact recurrence."""
 
 from __future__ import annotations
 
@@ -13,18 +13,20 @@ from matplotlib.figure import Figure
 from ..decode import REGIMES
 from ..schedules import VALUES as SCHEDULE_VALUES
 from .base import (
+    MARKERS,
     in_order,
     log_line,
     new_figure,
     positive_only,
     require_columns,
+    with_difference,
+    zero_line,
 )
 from .training import check_floor, floor_line
 
 
 def jacobi_settling(frame: pd.DataFrame, exact_below: float = 1e-9) -> Figure:
-    """``jacobi_errors`` as a pass x position map; cells below ``exact_below`` are white and outlined, so the
-    staircase (pass k exact at t < k) shows whatever the model."""
+    """Error by pass x position, below ``exact_below`` white: pass k is exact at t < k."""
     require_columns(frame, ["pass", "position", "error"], "jacobi_settling")
     table = frame.pivot_table(index="pass", columns="position", values="error", aggfunc="max").sort_index()
     values = table.to_numpy(dtype=float)
@@ -45,31 +47,41 @@ def jacobi_settling(frame: pd.DataFrame, exact_below: float = 1e-9) -> Figure:
 
 
 def regime_losses(frame: pd.DataFrame, title: str = "", floor: float | None = None,
-                  floor_label: str = "unigram") -> Figure:
-    """Next-token loss per position, a line per decoding regime labelled with its mean: a regime that helps a few
-    positions is told from one that helps throughout. ``floor``: the loss of a model without context (nats),
-    dotted; ``title``: the takeaway (``regime_takeaway`` computes one)."""
+                  floor_label: str = "unigram", reference: str | None = "standard") -> Figure:
+    """Loss per position per regime: helping a few positions is told from helping throughout; ``floor`` in
+    nats. With ``reference`` among the regimes, a panel below draws each other regime minus it (0: no change),
+    so a difference thinner than the lines still reads."""
     require_columns(frame, ["regime", "position", "loss"], "regime_losses")
     check_floor(floor)
-    fig, (ax,) = new_figure(1, panel=(7.0, 3.6))
     regimes = in_order(frame["regime"])
     order = [r for r in REGIMES if r in regimes] + [r for r in regimes if r not in REGIMES]
     palette = dict(zip(REGIMES, sns.color_palette("deep", n_colors=len(REGIMES))))
+    others = [r for r in order if r != reference] if reference in order else []
+    fig, ax, below = with_difference(7.0, 3.6, bool(others))
     for regime in order:
         rows = frame[frame["regime"] == regime].sort_values("position")
         ax.plot(rows["position"], rows["loss"], "o-", ms=3, color=palette.get(regime),
                 label=f"{regime} (mean {rows['loss'].mean():.3f})")
     floor_line(ax, floor, floor_label)
-    ax.set(xlabel="position (predicting the next token)", ylabel="loss (nats / token)")
+    ax.set(xlabel="" if below else "position (predicting the next token)", ylabel="loss (nats / token)")
     if title:
         ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    if below is not None:
+        base = frame[frame["regime"] == reference].groupby("position")["loss"].mean()
+        zero_line(below, palette.get(reference, "black"), label=f"{reference} (0)")
+        for regime in others:
+            rows = frame[frame["regime"] == regime].groupby("position")["loss"].mean()
+            gap = (rows - base).dropna()
+            below.plot(gap.index, gap.to_numpy(), "o-", ms=3, color=palette.get(regime),
+                       label=f"{regime} - {reference} (mean {gap.mean():+.3f})")
+        below.set(xlabel="position (predicting the next token)", ylabel=f"loss - {reference}\n(nats / token)")
+        below.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     return fig
 
 
 def regime_takeaway(frame: pd.DataFrame, reference: str = "standard") -> str:
-    """Each regime's mean loss minus ``reference``'s, over the positions both scored: the sentence a
-    ``regime_losses`` figure is read by."""
+    """Each regime's mean loss minus ``reference``'s."""
     require_columns(frame, ["regime", "position", "loss"], "regime_takeaway")
     means = frame.groupby("regime", sort=False)["loss"].mean()
     if reference not in means:
@@ -82,13 +94,13 @@ def regime_takeaway(frame: pd.DataFrame, reference: str = "standard") -> str:
 
 
 def knob_symbol(schedule: str) -> str:
-    """The letter of a schedule's knob (K, S, B), as its value writes it; ``value`` when it has none."""
+    """A schedule's knob letter (K, S, B); ``value`` when it has none."""
     value = SCHEDULE_VALUES.get(schedule)
     return (value.symbol if value is not None else "") or "value"
 
 
 def _first_exact(values: pd.Series, distances: pd.Series, exact_below: float) -> object | None:
-    """The smallest knob value from which on every distance stays below ``exact_below`` (None: never)."""
+    """Knob value from which every distance stays below ``exact_below`` (None: never)."""
     order = np.argsort(values.to_numpy(dtype=float))
     values, close = values.to_numpy()[order], distances.to_numpy(dtype=float)[order] < exact_below
     if not close[-1]:
@@ -100,8 +112,7 @@ def _first_exact(values: pd.Series, distances: pd.Series, exact_below: float) ->
 
 
 def schedule_takeaway(sweeps: pd.DataFrame, exact_below: float = 1e-5) -> str:
-    """Which schedules reach the exact recurrence (distance below ``exact_below`` from then on), and from which knob
-    value: computed from ``schedule_sweep`` rows."""
+    """Which schedules get within ``exact_below`` of the exact recurrence, from which knob value."""
     require_columns(sweeps, ["schedule", "value", "distance"], "schedule_takeaway")
     reached, never = [], []
     for schedule in in_order(sweeps["schedule"]):
@@ -121,12 +132,7 @@ def schedule_takeaway(sweeps: pd.DataFrame, exact_below: float = 1e-5) -> str:
 def schedule_distance(sweeps: pd.DataFrame, positions: Mapping[str, pd.DataFrame] | None = None,
                       selected: Mapping[str, int] | None = None, title: str | None = None,
                       exact_below: float = 1e-5) -> Figure:
-    """Each approximate schedule's distance to the exact logits against its knob (``schedule_sweep`` rows,
-    ``selected`` ringed) and, with ``positions``, per position (multipass's exact prefix, blockwise's block edges).
-
-    ``title``: the takeaway over the figure; None computes it (``schedule_takeaway``: which schedule gets within
-    ``exact_below`` of the exact logits, from which knob value), "" draws none. With ``positions`` the right panel
-    says up to which position each selected setting is exact."""
+    """Each schedule's distance to the exact logits by knob (``selected`` ringed) and by position."""
     require_columns(sweeps, ["schedule", "value", "distance"], "schedule_distance")
     if not (isinstance(exact_below, (int, float)) and exact_below > 0):
         raise ValueError(f"exact_below={exact_below!r} is invalid: must be a positive number")
@@ -135,10 +141,10 @@ def schedule_distance(sweeps: pd.DataFrame, positions: Mapping[str, pd.DataFrame
     palette = dict(zip(schedules, sns.color_palette("deep", n_colors=len(schedules))))
     ax = axes[0]
     chosen_ones = [schedule for schedule in schedules if selected and schedule in selected]
-    for schedule in schedules:
+    for i, schedule in enumerate(schedules):  # a marker each, the first widest: points at one place all show
         rows = sweeps[sweeps["schedule"] == schedule].sort_values("value")
-        log_line(ax, rows["value"].astype(float), rows["distance"], "o-", ms=3, color=palette[schedule],
-                 label=f"{schedule} ({knob_symbol(schedule)})")
+        log_line(ax, rows["value"].astype(float), rows["distance"], "-", marker=MARKERS[i % len(MARKERS)],
+                 ms=max(3, 6 - i), color=palette[schedule], label=f"{schedule} ({knob_symbol(schedule)})")
         if schedule in chosen_ones:  # a ring in the schedule's colour, each a size of its own: two at one x both show
             chosen = rows[rows["value"] == selected[schedule]]
             ax.plot(chosen["value"].astype(float), positive_only(chosen["distance"]), "o",
@@ -153,10 +159,12 @@ def schedule_distance(sweeps: pd.DataFrame, positions: Mapping[str, pd.DataFrame
     if positions:
         ax = axes[1]
         prefixes = []
-        for label, frame in positions.items():
+        for i, (label, frame) in enumerate(positions.items()):
             require_columns(frame, ["position", "distance"], "schedule_distance positions")
             color = palette.get(label.split("(")[0])
-            log_line(ax, frame["position"], frame["distance"], "o-", ms=3, color=color, label=label)
+            # the first drawn widest, a marker each: exact multipass points under interleaved ones keep a rim
+            log_line(ax, frame["position"], frame["distance"], "-", marker=MARKERS[i % len(MARKERS)],
+                     ms=max(3, 8 - 2 * i), color=color, label=label)
             wrong = frame.loc[frame["distance"].to_numpy(dtype=float) >= exact_below, "position"]
             prefixes.append(f"{label} t < {int(wrong.min())}" if len(wrong) else f"{label} everywhere")
         ax.set(xlabel="position t", ylabel="distance at position t", yscale="log")

@@ -1,4 +1,4 @@
-"""Figures of reasoning traces (``analysis.traces``): how long each decoding regime writes, and how right it is."""
+"""Figures of reasoning traces: how long each regime writes, and how right it is."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from ..decode import REGIMES
 from .base import (
@@ -24,7 +25,7 @@ REGIME_WORDS = {"soft_last": "soft_last: SOFT started at the prompt's last token
 
 
 def trace_takeaway(df: pd.DataFrame) -> str:
-    """The regimes' median trace lengths (one number when they agree) and the most and least accurate regime."""
+    """Median trace lengths and the most and least accurate regime."""
     from ..analysis.traces import TRAINING
 
     require_columns(df, ["regime", "length", "correct"], "trace_takeaway")
@@ -40,14 +41,8 @@ def trace_takeaway(df: pd.DataFrame) -> str:
 
 def trace_lengths(df: pd.DataFrame, lines: pd.DataFrame | None = None, title: str | None = None,
                   chance: float | None = None) -> Figure:
-    """Reasoning-trace length per decoding regime (box and points) and accuracy.
-
-    Points are coloured by correctness, so a regime short only because it gives up shows as wrong answers.
-    Training-mix rows (``training_traces``) add a box without accuracy bar; ``lines`` (``line_distribution``) adds
-    the share of traces by lines written. ``title``: the takeaway (None: ``trace_takeaway`` computes it; "": none);
-    regimes other than STANDARD / SOFT / FUSED are said in words under the figure. ``chance`` (else a ``chance``
-    column): the accuracy of always giving the most frequent answer, dotted on the accuracy panel so a bar reads
-    against it."""
+    """Trace length (red points wrong: giving up early shows) and accuracy per regime; ``chance``: the
+    majority answer's accuracy."""
     from ..analysis.traces import TRAINING
 
     require_columns(df, ["regime", "length", "correct"], "trace_lengths")
@@ -71,6 +66,7 @@ def trace_lengths(df: pd.DataFrame, lines: pd.DataFrame | None = None, title: st
     names = [r.replace(" ", "\n") for r in order]  # "training mix" on two lines: six regimes side by side fit
     ax_len.set_xticks(range(len(order)), names, fontsize=8)
     ax_len.set(xlabel="regime", ylabel="trace length (tokens before the answer)", ylim=(0, top * 1.12 + 1))
+    ax_len.yaxis.set_major_locator(MaxNLocator(integer=True))  # tokens are counted: no tick at 2.5
     # below the panel: inside, the legend would cover the medians written above the boxes
     handles, labels = ax_len.get_legend_handles_labels()
     words = {"False": "wrong answer (point)", "True": "right answer (point)"}
@@ -98,7 +94,7 @@ def trace_lengths(df: pd.DataFrame, lines: pd.DataFrame | None = None, title: st
 
 
 def _trace_lines(ax: Axes, lines: pd.DataFrame, palette: Mapping[str, object]) -> None:
-    """Share of traces by lines written per regime, stacked correct (solid) over wrong (light)."""
+    """Share of traces by lines written, correct (solid) under wrong (light)."""
     require_columns(lines, ["regime", "outcome", "lines", "count"], "trace_lengths(lines=...)")
     regimes = [r for r in palette if r in set(lines["regime"])]
     counts = lines[lines["outcome"].isin(["correct", "wrong"])].pivot_table(
@@ -118,15 +114,13 @@ def _trace_lines(ax: Axes, lines: pd.DataFrame, palette: Mapping[str, object]) -
 
 
 def trace_example(df: pd.DataFrame, example: int, regime: str | None = None, title: str | None = None) -> Figure:
-    """One example's trace length under every regime (green right, red wrong, hatched unanswered) against each
-    regime's median; ``regime`` outlines one bar. ``title``: the takeaway (None: computed, the outlined regime's
-    length against its median and whether it answered right; "": none); the legend sits below the panel."""
+    """One example's trace length per regime against its median; ``regime`` outlined."""
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
     require_columns(df, ["regime", "example", "length", "correct"], "trace_example")
     if "run" in df and df["run"].nunique() > 1:
-        raise ValueError(f"df holds the traces of runs {in_order(df['run'])}: select one run first")
+        raise ValueError(f"df holds runs {in_order(df['run'])}: select one")
     rows = df[df["example"] == example]
     if rows.empty:
         raise ValueError(f"example={example!r} is invalid: the traces hold examples "
@@ -149,6 +143,7 @@ def trace_example(df: pd.DataFrame, example: int, regime: str | None = None, tit
     ax.set_xticks(x, order)
     top = float(max(df["length"].max(), 1))
     ax.set(xlabel="regime", ylabel="trace length (tokens before the answer)", ylim=(0, top * 1.1))
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # tokens are counted: no tick at 2.5
     if title is None:
         right = [r for r, ok in zip(order, rows["correct"]) if pd.notna(ok) and bool(ok)]
         if regime is not None:

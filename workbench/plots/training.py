@@ -1,4 +1,4 @@
-"""Figures of training runs: loss against steps, tokens, FLOPs or wall-clock, per pass, per experiment arm."""
+"""Figures of training runs: loss against steps, tokens, FLOPs or wall-clock."""
 
 from __future__ import annotations
 
@@ -24,14 +24,15 @@ from .base import (
     panel_grid,
     require_columns,
     shared_legend,
+    with_difference,
+    zero_line,
 )
 
 LOSS_AXES = {"step": "optimiser step", "flops": "training FLOPs", "tokens": "training tokens"}
 
 
 def floor_line(ax: Axes, floor: float | None, label: str, autoscale: bool = True) -> None:
-    """The loss a model without context reaches (``floor``, e.g. the unigram), dotted grey and labelled with its value;
-    ``autoscale=False`` leaves the y limits to the data (drawn only where it falls inside them)."""
+    """Loss without context, dotted; ``autoscale=False`` leaves the y limits to the data."""
     if floor is None:
         return
     if autoscale:
@@ -47,40 +48,95 @@ def check_floor(floor: float | None, name: str = "floor") -> None:
 
 
 def loss_curves(history: Runs, x: str = "step", title: str = "", floor: float | None = None,
-                floor_label: str = "unigram") -> Figure:
-    """Training loss against ``x``, with held-out loss where recorded: for one run each pass's loss too; for several
-    (a dict by name) one colour per run. With ``x="flops"`` this is the matched-compute comparison a multi-pass
-    schedule (K times the work per step) has to win. ``floor``: the loss of a model without context (nats / token),
-    dotted and labelled ``floor_label``."""
+                floor_label: str = "unigram", reference: str | None = None, difference: bool = True) -> Figure:
+    """Training and held-out loss against ``x``; ``"flops"``: the matched-compute test a K-pass schedule must pass.
+    With ``difference``, a panel below draws each run minus ``reference`` (default the first run), or for one run
+    each pass minus pass 1: two curves 0.02 nats apart lie on one another, their difference does not."""
     if x not in LOSS_AXES:
         raise ValueError(f"x={x!r} is invalid: must be one of {tuple(LOSS_AXES)}")
     check_floor(floor)
     runs = named_runs(history, "loss_curves")
     for frame in runs.values():
         require_columns(frame, [x, "loss"], "loss_curves")
-    fig, (ax,) = new_figure(1, panel=(6.5, 4.2))
+    if reference is not None and (len(runs) == 1 or reference not in runs):
+        raise ValueError(f"reference={reference!r} is invalid: must name one of several runs {list(runs)}")
+    gaps = _loss_gaps(runs, x, reference) if difference else {}
+    fig, ax, below = with_difference(6.5, 4.2, bool(gaps))
     if len(runs) == 1:
         (frame,) = runs.values()
         ax.plot(frame[x], frame["loss"], color="black", label="train objective")
-        pass_cols = [c for c in frame.columns if c.startswith("loss_pass")]
+        pass_cols = _pass_columns(frame)
+        colours = dict(zip(pass_cols, sns.color_palette("deep", n_colors=len(pass_cols))))
         if len(pass_cols) > 1:
-            for col, color in zip(pass_cols, sns.color_palette("deep", n_colors=len(pass_cols))):
+            for col, color in colours.items():
                 ax.plot(frame[x], frame[col], lw=1, alpha=0.7, color=color, label=f"pass {col[len('loss_pass'):]}")
         if "val_loss" in frame and frame["val_loss"].notna().any():
             val = frame.dropna(subset=["val_loss"])
             ax.plot(val[x], val["val_loss"], "o-", ms=4, color="tab:red", label="held-out")
+        colour_of = {f"pass {c[len('loss_pass'):]}": colour for c, colour in colours.items()}
     else:
-        for (name, frame), color in zip(runs.items(), sns.color_palette("deep", n_colors=len(runs))):
+        colour_of = dict(zip(runs, sns.color_palette("deep", n_colors=len(runs))))
+        for name, frame in runs.items():
+            color = colour_of[name]
             ax.plot(frame[x], frame["loss"], color=color, label=f"{name} train")
             if "val_loss" in frame and frame["val_loss"].notna().any():
                 val = frame.dropna(subset=["val_loss"])
                 ax.plot(val[x], val["val_loss"], "o--", ms=4, color=color, label=f"{name} held-out")
     floor_line(ax, floor, floor_label)
-    ax.set(xlabel=LOSS_AXES[x], ylabel="loss (nats / token)", title=title)
-    if x != "step":
-        ax.ticklabel_format(axis="x", style="sci", scilimits=(0, 0))
-    ax.legend(fontsize=8)
+    ax.set(xlabel="" if below else LOSS_AXES[x], ylabel="loss (nats / token)", title=title)
+    outside = {"loc": "upper left", "bbox_to_anchor": (1.01, 1.0), "frameon": False} if below else {}
+    ax.legend(fontsize=8, **outside)  # beside both panels when there are two: never on the zero line
+    if below is not None:
+        base = next(iter(gaps.values()))[0]
+        zero_line(below, colour_of.get(base, "black"), label=f"{base} (0)")
+        for label, (_, kind, run, gap) in gaps.items():
+            style = {"ls": "--", "marker": "o", "ms": 3} if kind == "held-out" else {"lw": 1}
+            below.plot(gap.index, gap.to_numpy(), color=colour_of.get(run), **style,
+                       label=f"{label} (last {gap.iloc[-1]:+.3f})")
+        below.set(xlabel=LOSS_AXES[x], ylabel=f"minus {base}\n(nats / token)")
+        below.legend(fontsize=8, **outside)
+    for axis in (ax, below):
+        if axis is not None and x != "step":
+            axis.ticklabel_format(axis="x", style="sci", scilimits=(0, 0))
     return fig
+
+
+def _pass_columns(frame: pd.DataFrame) -> list[str]:
+    return [c for c in frame.columns if c.startswith("loss_pass")]
+
+
+def _loss_gaps(runs: Mapping[str, pd.DataFrame], x: str, reference: str | None
+               ) -> dict[str, tuple[str, str, str, pd.Series]]:
+    """{label: (reference, "train" or "held-out", run or pass, it minus the reference by ``x``)} at the ``x``
+    both logged."""
+    def minus(frame: pd.DataFrame, column: str, base: pd.DataFrame, base_column: str) -> pd.Series:
+        a = frame.dropna(subset=[column]).groupby(x)[column].mean()
+        b = base.dropna(subset=[base_column]).groupby(x)[base_column].mean()
+        return (a - b).dropna()
+
+    gaps = {}
+    if len(runs) == 1:
+        (frame,) = runs.values()
+        columns = [c for c in _pass_columns(frame) if frame[c].notna().any()]
+        if len(columns) < 2 or "loss_pass1" not in columns:
+            return {}
+        for column in columns[1:]:
+            gap = minus(frame, column, frame, "loss_pass1")
+            if len(gap):
+                name = f"pass {column[len('loss_pass'):]}"
+                gaps[name] = ("pass 1", "train", name, gap)
+        return gaps
+    base_name = reference if reference is not None else next(iter(runs))
+    base = runs[base_name]
+    for name, frame in runs.items():
+        if name == base_name:
+            continue
+        for column, kind in (("loss", "train"), ("val_loss", "held-out")):
+            if column in frame and column in base and frame[column].notna().any():
+                gap = minus(frame, column, base, column)
+                if len(gap):
+                    gaps[name if kind == "train" else f"{name} {kind}"] = (base_name, kind, name, gap)
+    return gaps
 
 
 CURVE_AXES = {"flops": "training FLOPs", "seconds": "training wall-clock (s)"}
@@ -88,8 +144,7 @@ COLUMN_NAMES = {"val_bpb": "bits per byte", "val_loss": "loss (nats / token)", "
 
 
 def final_marks(curves: Mapping[str, Sequence[pd.DataFrame]], column: str = "val_bpb") -> dict[str, float]:
-    """Per arm the seed mean of ``column`` at the last evaluation mark all its seeds reached: the end points
-    ``loss_vs_flops`` draws, for a title that states them."""
+    """Per arm the seed mean of ``column`` at the last mark all seeds reached."""
     if not curves or any(len(seeds) == 0 for seeds in curves.values()):
         raise ValueError("curves must map each arm to at least one history")
     ends = {}
@@ -102,9 +157,7 @@ def final_marks(curves: Mapping[str, Sequence[pd.DataFrame]], column: str = "val
 
 
 def ends_title(curves: Mapping[str, Sequence[pd.DataFrame]], column: str = "val_bpb", lead: str = "") -> str:
-    """A takeaway from the end points (``final_marks``): which arm ends lowest and every arm's value, or a tie when
-    the lowest arm's seed range at the last mark overlaps another's (the bands ``loss_vs_flops`` draws): a margin
-    inside the seed spread crowns no arm."""
+    """Lowest-ending arm, or a tie when seed ranges overlap: no arm crowned inside the spread."""
     ends = final_marks(curves, column)
     spans = {arm: [frame[column].to_numpy()[min(len(f) for f in seeds) - 1] for frame in seeds]
              for arm, seeds in curves.items()}
@@ -124,15 +177,13 @@ def ends_title(curves: Mapping[str, Sequence[pd.DataFrame]], column: str = "val_
 def loss_vs_flops(curves: Mapping[str, Sequence[pd.DataFrame]], floor: float | None = None,
                   floor_label: str = "unigram", column: str = "val_bpb", x: str | Sequence[str] = "flops",
                   title: str = "", extra_panel: bool = False) -> Figure:
-    """Held-out ``column`` against training FLOPs (or wall-clock): per arm the seed mean as a line and the seed range
-    as a band (seeds share their evaluation steps), the floor dotted; several ``x`` give a panel each. With
-    ``extra_panel`` (the caller draws into it) the floor is drawn there too, where the caller's points reach it."""
+    """Held-out ``column`` against FLOPs or wall-clock, seed mean and range per arm."""
     axes_x = [x] if isinstance(x, str) else list(x)
     for key in axes_x:
         if key not in CURVE_AXES:
             raise ValueError(f"x={key!r} is invalid: must be one of {tuple(CURVE_AXES)}")
     if not curves or any(len(seeds) == 0 for seeds in curves.values()):
-        raise ValueError("loss_vs_flops: curves must map each arm to at least one history")
+        raise ValueError("curves must map each arm to at least one history")
     check_floor(floor)
     fig, axes = new_figure(len(axes_x) + int(extra_panel), panel=(5.6, 4.0))
     for (arm, seeds), color in zip(curves.items(), sns.color_palette("deep", n_colors=len(curves))):
@@ -160,9 +211,7 @@ def loss_vs_flops(curves: Mapping[str, Sequence[pd.DataFrame]], floor: float | N
 
 def pass_losses(histories: Runs, floor: float | None = None, floor_label: str = "unigram",
                 title: str = "") -> Figure:
-    """Each pass's training loss against step as points, one panel per run: the density of pass-3 points is the share
-    of 3-pass batches, and where pass-2 points start the progressive schedule switched feedback on. ``floor``: the loss
-    of a model without context, dotted in every panel; one legend below the panels; ``title``: the takeaway."""
+    """Each pass's loss against step, a panel per run: pass-3 density is the 3-pass share."""
     check_floor(floor)
     runs = named_runs(histories, "pass_losses")
     for frame in runs.values():
@@ -190,8 +239,7 @@ def pass_losses(histories: Runs, floor: float | None = None, floor_label: str = 
 
 
 class LossFigure:
-    """A ``train`` callback that writes ``loss_curves`` to ``path`` at the end and every ``every`` logged rows (0:
-    only at the end); the file is replaced atomically, and written too when a run stops early."""
+    """``train`` callback writing ``loss_curves`` to ``path`` every ``every`` rows (0: at the end)."""
 
     def __init__(self, path: str | os.PathLike, title: str = "", every: int = 0, dpi: int = 100) -> None:
         check_int("every", every, 0)
@@ -207,11 +255,11 @@ class LossFigure:
             self.write(pd.DataFrame(self.rows))
 
     def on_train_end(self, history: pd.DataFrame) -> None:
-        """Called by ``train`` (rank 0) with the whole history when the run stops, however it stops."""
+        """Called by ``train`` (rank 0) however the run stops."""
         self.write(history)
 
     def write(self, history: pd.DataFrame) -> None:
-        """Draw ``history`` and swap it in for the file (a reader never sees half a PNG)."""
+        """Draw ``history`` and swap it in atomically: a reader never sees half a PNG."""
         buffer = io.BytesIO()
         loss_curves(history, title=self.title).savefig(buffer, format=self.path.suffix.lstrip(".") or "png",
                                                         dpi=self.dpi)

@@ -1,10 +1,9 @@
-"""ipywidgets front-ends: each an ``Explorer`` whose render is a plain package function, re-exported here."""
+"""ipywidgets front-ends: ``Explorer``s over plain render functions."""
 
 try:
     import ipywidgets  # noqa: F401
 except ImportError as error:  # an extra: the package computes without it
-    raise ImportError("workbench.widgets needs ipywidgets: pip install 'workbench[lab]' (make lab installs it)"
-                      ) from error
+    raise ImportError("workbench.widgets needs ipywidgets: pip install 'workbench[lab]'") from error
 
 from .core import Explorer, contraction_explorer, probe_explorer, token_stepper, with_static_twin
 from .fbt import pass_window_explorer, probe_compute, regime_explorer

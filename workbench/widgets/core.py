@@ -1,9 +1,5 @@
-"""ipywidgets front-ends over the analysis functions: controls that redraw a figure and an HTML summary.
-
-An ``Explorer`` calls a plain render function of its controls' values on every ``.value`` change, so tests drive it
-without a browser. The figure travels as PNG bytes in an ``Image``, not an ``Output`` capture, so it shows the same in
-Jupyter, VS Code and Voilà.
-"""
+"""Explorers: controls redraw a figure and summary via a plain render function (no browser to test);
+PNG in an ``Image``, not an ``Output``, shows alike in Jupyter, VS Code and Voilà."""
 
 from __future__ import annotations
 
@@ -25,9 +21,7 @@ from ..model import GPT
 
 Render = Callable[..., tuple[Figure, str]]
 
-# The summary's frame: text wraps at the output's width, a wide table scrolls on its own, table cells are padded
-# apart. The frame asks for no width of its own (width 0, min-width 100 %), so its widest table cannot widen the
-# widget's flex box and push the text past the output's right edge.
+# width 0, min-width 100 %: the widest table cannot widen the flex box and push text past the output's edge
 SUMMARY_CSS = (".wb-summary{width:0;min-width:100%;box-sizing:border-box;white-space:normal;"
                "overflow-wrap:anywhere;line-height:1.45}"
                ".wb-summary table{border-collapse:collapse;margin:4px 0;display:block;max-width:100%;overflow-x:auto}"
@@ -37,12 +31,12 @@ SUMMARY_CSS = (".wb-summary{width:0;min-width:100%;box-sizing:border-box;white-s
 
 
 def framed(summary: str) -> str:
-    """A summary's HTML in the frame every explorer and static twin shows it in."""
+    """A summary's HTML in its styled frame."""
     return f'<style>{SUMMARY_CSS}</style><div class="wb-summary">{summary}</div>'
 
 
 def png_size(png: bytes) -> tuple[int, int]:
-    """(width, height) in pixels of PNG bytes, read from the header."""
+    """(width, height) of PNG bytes, from the header."""
     if png[:8] != b"\x89PNG\r\n\x1a\n":
         raise ValueError("not PNG bytes")
     width, height = struct.unpack(">II", png[16:24])
@@ -50,15 +44,11 @@ def png_size(png: bytes) -> tuple[int, int]:
 
 
 class Explorer(widgets.VBox):
-    """Controls on top, an HTML summary, then the figure; any control change redraws both.
-
-    ``controls`` maps the render function's keyword names to widgets. A render may adjust other controls (e.g. a range);
-    the changes it causes do not re-enter it.
-    """
+    """Controls, HTML summary and figure; a render's own control changes do not re-enter it."""
 
     def __init__(self, controls: Mapping[str, widgets.ValueWidget], render: Render, dpi: int = 100) -> None:
         self.controls = dict(controls)
-        for control in self.controls.values():  # a label as long as it needs ("prefill passes", not "prefill pa…")
+        for control in self.controls.values():  # labels not cut ("prefill pa…")
             control.style.description_width = "initial"
         self.render = render
         self.dpi = dpi
@@ -76,7 +66,7 @@ class Explorer(widgets.VBox):
             self.refresh()
 
     def refresh(self) -> None:
-        """Call the render function with the controls' values and show what it returns."""
+        """Render the controls' values and show the result."""
         self._refreshing = True
         try:
             figure, summary = self.render(**{name: c.value for name, c in self.controls.items()})
@@ -90,7 +80,7 @@ class Explorer(widgets.VBox):
 
 
 def static_twin(explorer: Explorer) -> dict[str, str]:
-    """The explorer's current summary and figure as ``text/html`` (PNG inline) and ``image/png`` output data."""
+    """The current view as ``text/html`` and ``image/png`` output data."""
     png = explorer.image.value
     width, _ = png_size(png)
     encoded = base64.b64encode(png).decode("ascii")
@@ -100,11 +90,7 @@ def static_twin(explorer: Explorer) -> dict[str, str]:
 
 
 def with_static_twin(explorer: Explorer) -> None:
-    """Display ``explorer`` as one output whose fallback is its static twin.
-
-    A live widget manager renders only the widget, so no frozen figure sits under a moving one; a code host (GitHub,
-    nbviewer) strips widget state and shows the twin, so the notebook still reads there at the default setting.
-    """
+    """Show ``explorer`` with its static twin as fallback where widget state is stripped (GitHub)."""
     from IPython.display import display
 
     bundle = {**explorer._repr_mimebundle_(), **static_twin(explorer),
@@ -113,7 +99,7 @@ def with_static_twin(explorer: Explorer) -> None:
 
 
 def format_number(value: float) -> str:
-    """Numbers as a summary shows them: NaN as an em dash, tiny residuals in scientific notation."""
+    """NaN as an em dash, tiny residuals in scientific notation."""
     if pd.isna(value):
         return "—"
     return f"{value:.3g}" if 1e-3 <= abs(value) < 1e4 or value == 0 else f"{value:.2e}"
@@ -121,14 +107,12 @@ def format_number(value: float) -> str:
 
 # ---------------------------------------------------------------------------------------------- contraction
 def contraction_explorer(results: Mapping[str, pd.DataFrame], chance: Mapping[str, float] | None = None) -> Explorer:
-    """Step through ``pass_dynamics`` results (name -> table): pick a run, slide to a pass, read that pass's numbers.
-    The figure's title is the run's takeaway (``contraction_takeaway``); ``chance``: label -> loss of a model without
-    context, drawn on the loss panel."""
+    """Pick a ``pass_dynamics`` run and pass; ``chance``: label -> loss without context."""
     if not results:
-        raise ValueError("results is empty: give at least one name -> pass_dynamics table")
+        raise ValueError("results is empty")
     for name, frame in results.items():
         if "pass" not in frame or frame.empty:
-            raise ValueError(f"results[{name!r}] is not a pass_dynamics table (needs rows and a 'pass' column)")
+            raise ValueError(f"results[{name!r}] needs rows and a 'pass' column")
     last = max(int(frame["pass"].max()) for frame in results.values())
     controls = {
         "run": widgets.Dropdown(options=list(results), description="run"),
@@ -154,11 +138,7 @@ def contraction_explorer(results: Mapping[str, pd.DataFrame], chance: Mapping[st
 def probe_explorer(compute: Callable[[str, str], pd.DataFrame], tasks: Sequence[str],
                    conditions: Sequence[str], task: str | None = None, condition: str | None = None,
                    depth: int = 0) -> Explorer:
-    """Probe accuracy by depth for a chosen task and condition, with the numbers at a chosen depth.
-
-    ``compute(task, condition)`` returns a probe table (``layer``, ``accuracy``, optional ``accuracy_std``,
-    ``control_accuracy``, ``selectivity``, ``majority``, ``model``), computed on demand (probing is slow) and kept.
-    """
+    """Probe accuracy by depth per task and condition; ``compute`` (slow) runs once a pair."""
     if not tasks or not conditions:
         raise ValueError(f"tasks={list(tasks)!r} and conditions={list(conditions)!r} must both be non-empty")
     for name, value, allowed in (("task", task, tasks), ("condition", condition, conditions)):
@@ -178,7 +158,7 @@ def probe_explorer(compute: Callable[[str, str], pd.DataFrame], tasks: Sequence[
             computed[task, condition] = compute(task, condition)
         frame = computed[task, condition]
         if frame.empty or "layer" not in frame or "accuracy" not in frame:
-            raise ValueError(f"compute({task!r}, {condition!r}) must return probe rows with 'layer' and 'accuracy'")
+            raise ValueError(f"compute({task!r}, {condition!r}) returned no 'layer' and 'accuracy' rows")
         deepest = int(frame["layer"].max())
         if controls["depth"].max != deepest:
             controls["depth"].max = deepest  # clamps the value; the explorer does not re-enter
@@ -201,8 +181,7 @@ def probe_explorer(compute: Callable[[str, str], pd.DataFrame], tasks: Sequence[
 # ---------------------------------------------------------------------------------------------- tokens
 def token_stepper(model: GPT, idx: torch.Tensor, decode: Callable[[int], str] | None = None,
                   top_k: int = 5) -> Explorer:
-    """Step token by token through the exact sequential run of ``idx`` (B, T): the memory each token reads and writes,
-    and its top ``top_k`` predictions. The sequence runs once; the sliders only index it."""
+    """Memory read and written per token of ``idx`` (B, T), and top predictions; runs once."""
     trajectory = memory_trajectory(model, idx, top_k=top_k)
     B, T = idx.shape
     controls: dict[str, widgets.ValueWidget] = {

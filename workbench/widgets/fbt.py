@@ -1,4 +1,4 @@
-"""Front-ends of the FBT notebooks (04 latent feedback, 05 probing layer 0, 06 contraction)."""
+"""Front-ends of the FBT notebooks (04-06)."""
 
 from __future__ import annotations
 
@@ -24,14 +24,9 @@ from .core import Explorer, format_number
 def regime_explorer(model: GPT, tokens: torch.Tensor, prompt_len: int, decode: Callable[[Sequence[int]], str],
                     max_prefill_passes: int = 8, floor: float | None = None,
                     floor_label: str = "unigram") -> Explorer:
-    """Pick a decoding regime (and FUSED's prefill passes); read what the model writes after a prompt.
-
-    ``tokens`` (1, T): the first ``prompt_len`` are the prompt, the rest the real continuation, whose loss is scored as
-    the regime computes it (``regime_losses``), against STANDARD. ``floor`` (e.g. the unigram loss, nats per token) is
-    drawn as the line a loss must clear; the figure's title is the regime's mean difference from STANDARD.
-    """
+    """What the model writes per regime after ``prompt_len`` tokens; the rest scored against STANDARD."""
     if tokens.ndim != 2 or tokens.size(0) != 1:
-        raise ValueError(f"tokens must be one sequence of shape (1, T), got {tuple(tokens.shape)}")
+        raise ValueError(f"tokens must be (1, T), got {tuple(tokens.shape)}")
     T = tokens.size(1)
     check_int("prompt_len", prompt_len, 1, T - 1)
     check_int("max_prefill_passes", max_prefill_passes, 1)
@@ -67,16 +62,12 @@ def regime_explorer(model: GPT, tokens: torch.Tensor, prompt_len: int, decode: C
 
 def probe_compute(models: Mapping[str, Mapping[str, GPT]], conditions: Sequence[str], n: int = 96,
                   seed: int = 0) -> Callable[[str, str], pd.DataFrame]:
-    """``compute(task, condition)`` for ``probe_explorer``: probe every model of ``task`` at every depth.
-
-    ``models``: task -> {label: model}. The first request for a task probes all its models under all ``conditions`` at
-    once (they share forwards) and keeps the table; later requests filter it. No random-init baseline.
-    """
+    """``probe_explorer``'s compute: a task's first call probes all its models and conditions at once."""
     if not models or any(not labelled for labelled in models.values()):
-        raise ValueError("models must map at least one task name to a non-empty {label: model} dict")
+        raise ValueError("models must map a task to a non-empty {label: model} dict")
     unknown = sorted(set(models) - set(tasks.names()))
     if unknown:
-        raise ValueError(f"models names unknown task(s) {unknown}; tasks are {tasks.names()}")
+        raise ValueError(f"models names unknown tasks {unknown}; tasks are {tasks.names()}")
     if not conditions:
         raise ValueError(f"conditions={list(conditions)!r} must name at least one condition")
     for condition in conditions:
@@ -106,8 +97,7 @@ MAX_RUNS_SHOWN = 6  # lines a panel can hold and still be read
 
 
 def run_views(names: Sequence[str]) -> dict[str, list[str]]:
-    """Run groups a comparison widget offers: ``all`` when they fit one panel (``MAX_RUNS_SHOWN``), else one per seed
-    (``<arm>_s<seed>``; a run without a seed suffix joins each)."""
+    """``all`` runs if they fit a panel, else a group per seed (an unseeded run joins each)."""
     if len(names) <= MAX_RUNS_SHOWN:
         return {"all": list(names)}
     seeds = {name: m[1] for name in names if (m := re.search(r"_s(\d+)$", name))}
@@ -115,20 +105,39 @@ def run_views(names: Sequence[str]) -> dict[str, list[str]]:
             for seed in sorted(set(seeds.values()), key=int)}
 
 
+def window_takeaway(runs: Mapping[str, pd.DataFrame], pass_: int, decimals: int = 2) -> str:
+    """Each run's loss change from pass 2 to ``pass_`` (the feedback mixes' late-pass rise); equal at
+    ``decimals`` places, runs tie and are said together."""
+    changes, ended = {}, []
+    for name, frame in runs.items():
+        loss = frame.set_index("pass")["loss"]
+        if pass_ not in loss.index or pd.isna(loss.get(pass_)):
+            ended.append(f"{name} ends at pass {int(loss.index.max())}")
+        elif pass_ < 2:
+            changes[name] = float(loss[pass_])
+        elif 2 in loss.index and pd.notna(loss[2]):
+            changes[name] = float(loss[pass_] - loss[2])
+        else:
+            ended.append(f"{name} has no pass-2 loss")
+    changes = {name: round(value, decimals) + 0.0 for name, value in changes.items()}  # + 0.0: never "-0.00"
+    sign = "+" if pass_ >= 2 else ""
+    said = f"pass {pass_}: " + ("loss" if pass_ < 2 else "loss since pass 2")
+    if len(changes) > 1 and len(set(changes.values())) == 1:
+        value = next(iter(changes.values()))
+        parts = [f"{value:{sign}.{decimals}f} in every run ({', '.join(changes)}): they tie"]
+    else:
+        parts = [f"{name} {value:{sign}.{decimals}f}" for name, value in changes.items()]
+    return f"{said} — " + ", ".join(parts + ended) if parts or ended else said
+
+
 def pass_window_explorer(dynamics: pd.DataFrame, seq_len: int, from_position: int,
                          depths: Mapping[str, int], chance: Mapping[str, float] | None = None) -> Explorer:
-    """Slide through the Jacobi passes of several specimens at once, on the positions the claim is about.
-
-    ``dynamics``: stacked ``pass_dynamics`` tables with a ``run`` column (the ``fbt_pass_mixes`` recipes'
-    ``pass_dynamics.csv``), measured over t >= ``from_position``; ``depths``: label -> trained pass depth, marked on
-    every panel. The summary adds the loss's change since pass 2 (the claim's comparison) and the share of positions
-    already exact by causality. ``chance``: label -> the context-free loss, drawn on the loss panel.
-    """
+    """Jacobi passes of stacked ``pass_dynamics`` runs over t >= ``from_position``; ``depths``: label ->
+    trained depth."""
     missing = sorted({"run", "pass", "delta", "fixed_point_distance", "loss", "exact_by_causality"}
                      - set(dynamics.columns))
     if missing or dynamics.empty:
-        raise ValueError(f"dynamics must be stacked pass_dynamics tables with a 'run' column; missing {missing}"
-                         " or empty")
+        raise ValueError(f"dynamics (stacked pass_dynamics) is empty or lacks {missing}")
     check_int("seq_len", seq_len, 2)
     check_int("from_position", from_position, 0, seq_len - 1)
     runs = {name: frame.drop(columns="run") for name, frame in dynamics.groupby("run", sort=False)}
@@ -141,8 +150,8 @@ def pass_window_explorer(dynamics: pd.DataFrame, seq_len: int, from_position: in
 
     def render(run: str, pass_: int) -> tuple[Figure, str]:
         shown = {name: runs[name] for name in views[run]} if run in views else {run: runs[run]}
-        note = (f"T = {seq_len}; every number over positions t >= {from_position} (not exact by causality "
-                f"before pass {from_position + 1}); pass {pass_}")
+        note = (f"{window_takeaway(shown, pass_)}\nover positions t >= {from_position} of T = {seq_len} "
+                f"(not exact by causality before pass {from_position + 1})")
         figure = plots.contraction_curves(shown, max_pass=pass_, depths=depths, note=note, chance=chance)
         lines = []
         for name, frame in shown.items():

@@ -1,4 +1,4 @@
-"""Front-end of notebook 05b (decodability is not use): patch one example's memory and watch its answer."""
+"""Front-end of notebook 05b: edit one example's memory, watch its answer."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from .core import Explorer, format_number
 
 
 def _summary(frame, example: int, label: str) -> str:
-    """Per edit: the true label's logit minus the other's, and whether the answer holds."""
+    """Per edit the true label's logit margin, and whether the answer holds."""
     parts = []
     for name, rows in frame.groupby("intervention", sort=False):
         true = rows.loc[rows["true"], "logit"].iloc[0]
@@ -26,7 +26,7 @@ def _summary(frame, example: int, label: str) -> str:
 
 
 def flip_takeaway(frame) -> str:
-    """Which edits flip the answer (the true label's logit no longer the highest): the figure's one line."""
+    """Which edits flip the answer."""
     flipped = [name for name, rows in frame.groupby("intervention", sort=False)
                if rows.loc[rows["true"], "logit"].iloc[0] < rows.loc[~rows["true"], "logit"].max()]
     edits = [name for name in dict.fromkeys(frame["intervention"]) if name != "clean"]
@@ -39,12 +39,11 @@ def flip_takeaway(frame) -> str:
 
 
 def intervention_explorer(model: GPT, batch: Batch, site: str = "memory") -> Explorer:
-    """Example, position and source sliders over ``example_logits`` on a probe batch; the source defaults to the first
-    example's swap mate (same group, other label)."""
+    """Sliders over ``example_logits``; the source starts at example 0's swap mate."""
     if batch.label_positions is None or batch.labels is None:
-        raise ValueError("batch must have labels and label_positions (a probe task's batch)")
+        raise ValueError("batch must have labels and label_positions")
     if int(batch.label_positions.min()) != int(batch.label_positions.max()):
-        raise ValueError("batch must hold one label position (one scratch length): sources must align with it")
+        raise ValueError("batch must hold one label position, so sources align")
     p = int(batch.label_positions[0])
     names = batch.label_names or [str(i) for i in range(int(batch.labels.max()) + 1)]
     options = [(f"#{j}: label {names[int(batch.labels[j])]!r}, group {int(batch.groups[j])}", j)

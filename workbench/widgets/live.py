@@ -1,4 +1,4 @@
-"""The live loss curve of a training run in a notebook (here, not in the trainer, which a server run never needs)."""
+"""A live loss curve in a notebook (not in the trainer: server runs never need it)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from ..validation import check_int
 
 
 def in_notebook() -> bool:
-    """Whether a kernel shows what ``display`` sends (a terminal would print a figure's repr into the progress bar)."""
+    """Whether a kernel shows ``display`` output (a terminal prints reprs into the progress bar)."""
     try:
         from IPython import get_ipython
     except ImportError:
@@ -21,8 +21,7 @@ def in_notebook() -> bool:
 
 
 class LiveLossPlot:
-    """A ``train`` callback redrawing the loss curve in one notebook cell every ``every`` history rows; outside a
-    notebook it draws nothing and warns once (a figure file is ``plots.LossFigure``'s job)."""
+    """``train`` callback redrawing the loss in one cell; outside a notebook it warns once."""
 
     def __init__(self, every: int = 1, title: str = "") -> None:
         check_int("every", every, 1)  # checked here, not as a ZeroDivisionError in the middle of training
@@ -34,15 +33,14 @@ class LiveLossPlot:
             self._show(pd.DataFrame(self.rows))
 
     def on_train_end(self, history: pd.DataFrame) -> None:
-        """Show the rows logged since the last redraw, so the cell ends on the whole run."""
+        """Redraw so the cell ends on the whole run."""
         if len(self.rows) % self.every:
             self._show(history)
 
     def _show(self, history: pd.DataFrame) -> None:
         if not in_notebook():
             if not self._warned:
-                warnings.warn("LiveLossPlot draws only in a notebook; here it draws nothing (a figure file: "
-                              "callback=plots.LossFigure(path))", stacklevel=2)
+                warnings.warn("LiveLossPlot draws only in a notebook (a file: plots.LossFigure)", stacklevel=2)
                 self._warned = True
             return
         from IPython.display import display  # looked up per call, so a test can stand in for the notebook

@@ -1,4 +1,4 @@
-"""Front-ends of notebooks 00-03: schedules against the exact recurrence, the KV cache, the LRT mechanism."""
+"""Front-ends of notebooks 00-03: schedules, the KV cache, the LRT mechanism."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def _slider(name: str, value: int, maximum: int) -> widgets.IntSlider:
 
 # ---------------------------------------------------------------------------------------------- schedules
 def _seconds(model: GPT, idx: torch.Tensor, schedule: schedules.Schedule) -> float:
-    """Wall-clock of one no-grad run of ``schedule`` (many small forwards cost more per FLOP than one large one)."""
+    """Wall-clock of one no-grad run: small forwards cost more per FLOP."""
     start = time.perf_counter()
     with torch.no_grad():
         schedule.run(model, idx)
@@ -40,11 +40,7 @@ def _seconds(model: GPT, idx: torch.Tensor, schedule: schedules.Schedule) -> flo
 
 def schedule_explorer(model: GPT, idx: torch.Tensor, targets: torch.Tensor | None = None,
                       floor: float | None = None, floor_label: str = "unigram") -> Explorer:
-    """How close each training schedule gets to the exact recurrence, and at what cost.
-
-    Sweeps multipass(K), interleaved(S) and blockwise(B) over 1..T once against the sequential logits; the sliders pick
-    one setting of each. ``floor`` (e.g. the unigram loss in nats) is what a loss on ``targets`` is read against.
-    """
+    """Each schedule's closeness to the exact recurrence and cost (swept once)."""
     reference = exact_logits(model, idx)
     T = idx.size(1)
     sweeps = pd.concat([schedule_sweep(model, idx, s, targets=targets, reference=reference) for s in PARAMETERS],
@@ -80,9 +76,9 @@ def schedule_explorer(model: GPT, idx: torch.Tensor, targets: torch.Tensor | Non
 
 # ---------------------------------------------------------------------------------------------- KV cache
 def kv_cache_explorer(model: GPT, idx: torch.Tensor, decode: Callable[[int], str] | None = None) -> Explorer:
-    """Step through one exact decode of ``idx[0]`` and watch the KV cache fill (run once; the sliders index it)."""
+    """The KV cache filling over one exact decode of ``idx[0]``."""
     if idx.ndim != 2:
-        raise ValueError(f"idx must be a (B, T) tensor of token ids, got shape {tuple(idx.shape)}")
+        raise ValueError(f"idx must be (B, T), got {tuple(idx.shape)}")
     tokens = idx[:1]
     T = tokens.size(1)
     c = model.config
@@ -115,10 +111,9 @@ def kv_cache_explorer(model: GPT, idx: torch.Tensor, decode: Callable[[int], str
 # ---------------------------------------------------------------------------------------------- LRT runs
 def lrt_run_explorer(models: Mapping[str, GPT], idx: torch.Tensor,
                      metrics: Mapping[str, Mapping] | None = None, metric: str = "accuracy") -> Explorer:
-    """Pick a trained LRT run: source layer, residual scales, gates per layer (measured on ``idx`` on first view) and
-    its recorded metric."""
+    """A trained LRT run's source, scales, gates (measured on first view) and ``metric``."""
     if not models:
-        raise ValueError("models is empty: give at least one run name -> LRT model")
+        raise ValueError("models is empty")
     computed: dict[str, tuple[pd.DataFrame, pd.DataFrame]] = {}
     controls = {"run": widgets.Dropdown(options=list(models), description="run")}
 

@@ -1,4 +1,4 @@
-"""Front-ends of the results notebooks (07-09): reasoning traces, and every recipe's outcome."""
+"""Front-ends of the results notebooks (07-09): reasoning traces and recipe outcomes."""
 
 from __future__ import annotations
 
@@ -27,15 +27,14 @@ def _missing(frame: pd.DataFrame, columns: Sequence[str]) -> list[str]:
 # ---------------------------------------------------------------------------------------------- traces
 def trace_explorer(traces: pd.DataFrame, prompts: Sequence[str] | None = None,
                    answers: Sequence[int] | None = None) -> Explorer:
-    """Read generated reasoning traces by regime and example; ``prompts``/``answers`` are indexed like the traced
-    batch."""
+    """Traces by regime and example; ``prompts``/``answers`` indexed like the traced batch."""
     missing = _missing(traces, [c for c in TRACE_COLUMNS if c != "lines"])  # lines: shown when recorded
     if missing or traces.empty:
-        raise ValueError(f"traces lacks the column(s) {missing} or has no rows: pass trace_lengths' output")
+        raise ValueError(f"traces is empty or lacks {missing}")
     examples = sorted(int(e) for e in traces["example"].unique())
     for name, given in (("prompts", prompts), ("answers", answers)):
         if given is not None and len(given) <= examples[-1]:
-            raise ValueError(f"{name} has {len(given)} entries: the traces go up to example {examples[-1]}")
+            raise ValueError(f"{name} has {len(given)} entries; traces reach example {examples[-1]}")
     present = list(dict.fromkeys(traces["regime"]))
     regimes = [r for r in REGIMES if r in present] + [r for r in present if r not in REGIMES]
     controls: dict[str, widgets.ValueWidget] = {
@@ -67,10 +66,10 @@ def trace_explorer(traces: pd.DataFrame, prompts: Sequence[str] | None = None,
 
 # ---------------------------------------------------------------------------------------------- recipes
 def recipe_record(name: str, summary: Mapping[str, Any]) -> HTML:
-    """A recipe's verdict in sight, the rest of its record folded under it in a ``<details>``."""
+    """A recipe's verdict in sight, the rest of its record folded in a ``<details>``."""
     missing = [f for f in SUMMARY_FIELDS if f not in summary]
     if missing:
-        raise ValueError(f"summary lacks {missing}: pass what experiments.ensure({name!r}) returns")
+        raise ValueError(f"summary lacks {missing}: pass experiments.ensure({name!r})")
     rows = "".join(f"<tr><th style='text-align:left'>{key}</th><td style='text-align:left'>"
                    f"{html.escape(str(summary[key]))}</td></tr>" for key in ("claim", "setting", "rule", "number")
                    if key in summary)
@@ -84,16 +83,16 @@ def recipe_record(name: str, summary: Mapping[str, Any]) -> HTML:
 
 def recipe_explorer(summaries: Mapping[str, Mapping[str, Any]], tables: Mapping[str, Mapping[str, pd.DataFrame]],
                     max_rows: int = 12) -> Explorer:
-    """One recipe at a time: claim, setting, our number and verdict, results table (``max_rows`` at most) and figure."""
+    """One recipe at a time: record, results table (``max_rows``) and figure."""
     if not summaries:
-        raise ValueError("summaries is empty: give recipe name -> summary.json contents")
+        raise ValueError("summaries is empty")
     absent = [name for name in summaries if name not in tables]
     if absent:
-        raise ValueError(f"tables has no entry for {absent}: give recipe name -> recipe_tables(name) for each")
+        raise ValueError(f"tables lacks {absent}")
     for name, summary in summaries.items():
         missing = [f for f in SUMMARY_FIELDS if f not in summary]
         if missing:
-            raise ValueError(f"summaries[{name!r}] lacks {missing}: pass what experiments.ensure returns")
+            raise ValueError(f"summaries[{name!r}] lacks {missing}")
     controls = {"recipe": widgets.Dropdown(options=list(summaries), description="recipe")}
 
     def render(recipe: str) -> tuple[Figure, str]:

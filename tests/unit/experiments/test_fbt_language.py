@@ -229,3 +229,17 @@ def test_the_pass_mixes_budget_gives_every_run_the_multi_pass_batches_of_fbt_tex
                   for s in specs)
     assert budget["cpu_hours"] == pytest.approx(n_steps / specs[0].train.steps * seconds / 3600)
 
+
+
+def test_a_text_recipes_bar_figure_leads_with_the_verdict_its_summary_will_state(tmp_path):
+    """The first line is the finding, gates applied (a failed gate reads "not tested"), the setup below it."""
+    recipe = fbt_regimes.RECIPE
+    ctx = Context(recipe, {}, {}, {}, tmp_path, 1.0)
+    long = pd.DataFrame({"arm": ["glu_full", "add_full"], "metric": "bits/byte", "value": [1.5, 1.4]})
+    passed = {g.name: (g.threshold + 1 if g.op in (">=", ">") else g.threshold - 1) for g in recipe.gates}
+    title = lang.bars(ctx, long, "the setup", 4.6, "unigram", "reproduces", passed).get_suptitle()
+    assert title.startswith("verdict: reproduces\nthe setup")
+    failed = {**passed, recipe.gates[0].name: math.nan}
+    title = lang.bars(ctx, long, "the setup", 4.6, "unigram", "reproduces", failed).get_suptitle()
+    assert title.startswith("verdict: not tested") and recipe.gates[0].name in title.replace("\n", " ")
+    assert (tmp_path / "bars.csv").is_file()

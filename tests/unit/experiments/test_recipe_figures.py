@@ -25,6 +25,7 @@ from workbench.experiments.recipes import (
 from workbench.experiments.results_table import recipe_tables
 from workbench.experiments.store import checkpoints_root
 from workbench.experiments.text_arms import ARMS, end_points, saved_figure, text_figure, text_title
+from workbench.plots.base import MAX_WIDTH
 
 
 def bar_colours(fig) -> dict[str, tuple]:
@@ -175,6 +176,7 @@ def test_reasoning_traces_redrawn_from_its_tables_draws_the_recipe_s_chance():
 def test_causal_use_s_bottom_parts_say_their_takeaway():
     shipped("causal_use")
     fig = experiment_figure(recipe_tables("causal_use"), "causal_use")
-    said = [sub.get_suptitle() for sub in fig.subfigs[1].subfigs]
+    said = [sub.get_suptitle() for sub in fig.subfigs[1:]]  # stacked under the swaps: no part shrunk in a cell
+    assert fig.get_size_inches()[0] <= MAX_WIDTH
     assert "swap flips" in said[0] and "control" in said[0].split("\n")[-1]
     assert said[1].startswith("LRT text: only the memory")

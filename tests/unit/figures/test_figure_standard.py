@@ -30,7 +30,7 @@ def history(offset: float = 0.0) -> pd.DataFrame:
 # --------------------------------------------------------------------------------------------- training
 def test_loss_curves_floor_is_drawn_at_its_value_and_named():
     fig = plots.loss_curves({"pass 1": history(), "pass 2": history(0.3)}, floor=1.6, floor_label="target marginal")
-    (ax,) = fig.axes
+    ax, _ = fig.axes  # the curves, and pass 2 minus pass 1 under them
     assert len(hlines(ax, 1.6)) == 1
     assert "target marginal 1.600" in legend_texts(fig)
     assert not hlines(plots.loss_curves(history()).axes[0], 1.6)  # no floor by default
@@ -132,7 +132,7 @@ def test_regime_losses_floor_title_and_takeaway():
     takeaway = plots.regime_takeaway(frame)
     assert takeaway == "soft - standard: -0.067 nats / token (mean over 3 positions)"
     fig = plots.regime_losses(frame, title=takeaway, floor=3.1)
-    (ax,) = fig.axes
+    ax, _ = fig.axes  # the losses, and soft minus standard under them
     assert ax.get_title() == takeaway and len(hlines(ax, 3.1)) == 1 and "unigram 3.100" in legend_texts(fig)
     with pytest.raises(ValueError, match="^floor="):
         plots.regime_losses(frame, floor=float("inf"))
@@ -267,8 +267,9 @@ def test_fixed_point_accuracy_chance_groups_and_takeaway():
     assert [ax.get_title() for ax in fig.axes] == ["FBT", "LRT"] and fig.get_suptitle() == takeaway
     assert all(len(hlines(ax, 0.5)) == 1 for ax in fig.axes)
     texts = legend_texts(fig)
-    assert {"chance 0.5", "solid: accuracy at pass k", "dashed: the exact recurrence (fixed point)"} <= set(texts)
-    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["1", "2", "3"]  # integer passes, not 10^0
+    assert {"chance 0.5", "solid: accuracy at pass k", "dashed to ◆: the exact recurrence (fixed point)"} <= set(texts)
+    # integer passes, not 10^0, then the exact recurrence's own column
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["1", "2", "3", "exact"]
     with pytest.raises(ValueError, match="^groups="):
         plots.fixed_point_accuracy(results, groups={"x": ["nope"]})
     with pytest.raises(ValueError, match="^chance="):
@@ -409,7 +410,10 @@ def test_regularisation_paths_one_panel_per_task_and_arm():
                          for s in ("s0", "s8") for model in ("trained", "twin") for c in (0.1, 1.0)])
     fig = plots.regularisation_paths(path, threshold=0.9)
     assert [ax.get_title() for ax in fig.axes] == ["a / fbt", "a / lrt", "b / fbt"]
-    assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == ["fbt s0", "fbt s8"]  # its specimens
+    # its specimens in the first row, then their lines drawn one on another (every accuracy is 0.8) said in words
+    # (the texts column by column: matplotlib fills a legend's columns first)
+    assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == [
+        "fbt s0", "2 lines at 0.80 (overlaid)", "fbt s8", "2 dashed at 0.80 (overlaid)"]
     assert {"dashed: its untrained twin", "claim needs 0.9"} <= set(legend_texts(fig))
 
 

@@ -298,17 +298,17 @@ def causal_use_figure(swaps: pd.DataFrame, controls: pd.DataFrame, distances: pd
     from matplotlib.figure import Figure
 
     from ...plots import STYLE, ablation_distance, ablation_takeaway, swap_flips
+    from ...plots.base import MAX_WIDTH
 
-    fig = Figure(figsize=(15.5, 10.5), layout="constrained")
-    top, bottom = fig.subfigures(2, 1, height_ratios=(1.0, 1.1))
-    control, distance = bottom.subfigures(1, 2, width_ratios=(1.2, 1.0))
+    fig = Figure(figsize=(MAX_WIDTH, 14.0), layout="constrained")  # stacked: no part shrunk to fit a cell
+    top, control, distance = fig.subfigures(3, 1, height_ratios=(1.0, 0.8, 0.8))
     swap_flips(swaps, kinds=DECIDING, figure=top)
     said = f"\n{flip_means(controls)}" if not controls.empty else ""
     swap_flips(controls, f"positive control: {CONTROLS}'s FBTs, which need their feedback{said}", DECIDING, control)
     with sns.axes_style(STYLE):
         ablation_distance(distances, distance.subplots(1, 2))
     if not distances.empty:
-        distance.suptitle(textwrap.fill(f"LRT text: {ablation_takeaway(distances)}", 56), fontsize=10)
+        distance.suptitle(textwrap.fill(f"LRT text: {ablation_takeaway(distances)}", 110), fontsize=10)
     return fig
 
 

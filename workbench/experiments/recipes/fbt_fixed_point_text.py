@@ -97,7 +97,7 @@ def analyze(ctx: Context) -> Outcome:
     long["metric"] = long["metric"].map({"exact_minus_pass2": "exact - pass 2, bits/byte",
                                          "soft_minus_standard": "SOFT - STANDARD, bits/byte"})
     figure = lang.bars(ctx, long, "The fixed point on language: what the exact recurrence costs over pass 2",
-                       0.0, "no cost")
+                       0.0, "no cost", verdict(table))
     return Outcome(table, figure, number, verdict(table), chance="pass 2 of the same weights (the trained depth)")
 
 

@@ -72,7 +72,7 @@ def analyze(ctx: Context) -> Outcome:
     long = table.melt(id_vars=["arm"], value_vars=[f"gain{p}" for p in depths(scores)], var_name="metric")
     long["metric"] = long["metric"].str.replace("gain", "STANDARD - FUSED, P = ", regex=False)
     figure = lang.bars(ctx, long, "FUSED's prefill gain by extra fused passes P (held-out code continuations)",
-                       0.0, "no gain over STANDARD")
+                       0.0, "no gain over STANDARD", decide(paper), gate_values)
     return Outcome(table, figure, number, decide(paper),
                    gate_values,
                    chance="STANDARD decoding of the same weights (a gain of 0)", extensions=extensions,

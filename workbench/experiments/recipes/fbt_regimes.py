@@ -67,7 +67,7 @@ def analyze(ctx: Context) -> Outcome:
     long = table.melt(id_vars=["arm"], value_vars=["standard", *REGIMES], var_name="metric")
     long["metric"] = "bits/byte of the continuation, " + long["metric"]
     figure = lang.bars(ctx, long, "FBT's decoding regimes on the same weights (held-out code continuations)",
-                       lang.unigram_bpb(), "unigram")
+                       lang.unigram_bpb(), "unigram", decide(paper), gate_values)
     return Outcome(table, figure, number, decide(paper),
                    gate_values,
                    chance="STANDARD on the same weights (no memory)", extensions=extensions,

@@ -237,9 +237,11 @@ def analyze(ctx: Context) -> Outcome:
                         describe(f"{matched} - {equal} (the positive control)", control, "bits/byte")])
     long = table.melt(id_vars=["arm"], value_vars=["exact", "pass2"], var_name="metric").dropna()
     long["metric"] = long["metric"].map({"exact": "bits/byte, exact recurrence", "pass2": "bits/byte, pass 2"})
+    verdict = decide(paper["equal_tokens"], paper["matched_compute"])
     figure = lang.bars(ctx, long, f"FBT on text, {MODEL['n_layer']}x{MODEL['n_embd']} bytes, {STEPS} steps ("
-                                  + ", ".join(f"_x{f}: {STEPS * f}" for f in LONGS) + "; held-out)", unigram, "unigram")
-    return Outcome(table, figure, number, decide(paper["equal_tokens"], paper["matched_compute"]), gates,
+                       + ", ".join(f"_x{f}: {STEPS * f}" for f in LONGS) + "; held-out)", unigram, "unigram",
+                       verdict, gates)
+    return Outcome(table, figure, number, verdict, gates,
                    chance=f"unigram {unigram:.3f} bits/byte on the held-out bytes", extensions=extensions,
                    extra={"unigram_bpb": unigram, "positive_control": control,
                           "feedback_by_steps": feedback_by_steps(scores), "next_budget": next_budget(ctx),
