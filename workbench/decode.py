@@ -11,7 +11,7 @@ import torch
 
 from . import schedules
 from .model import GPT, StepOutput, check_model, eval_mode
-from .validation import check_float, check_has_weights, check_int, check_tokens
+from .validation import check_float, check_has_weights, check_int, check_tokens, fail
 
 REGIMES = schedules.REGIMES
 
@@ -46,8 +46,7 @@ def _validate(model: GPT, prompt: torch.Tensor, max_new_tokens: int, regime: str
     check_int("prefill_passes", prefill_passes, 1)
     value = schedules.regime(regime, prefill_passes) if isinstance(regime, str) else regime
     if not getattr(value, "can_prefill", False):
-        raise ValueError(f"regime={regime!r} is invalid: must be one of {REGIMES} or a schedule that fills a "
-                         "KV cache")
+        fail("regime", regime, f"must be one of {REGIMES} or a schedule that fills a KV cache")
     check_float("temperature", temperature, 0.0)  # inf would sample uniformly, NaN never
     if top_k is not None:
         check_int("top_k", top_k, 1)
@@ -71,7 +70,7 @@ def generate(model: GPT, prompt: torch.Tensor, max_new_tokens: int, regime: str 
     if not (generator is None or isinstance(generator, torch.Generator)
             or (isinstance(generator, Sequence) and len(generator) == B
                 and all(isinstance(g, torch.Generator) for g in generator))):
-        raise ValueError(f"generator={generator!r} is invalid: must be None, a torch.Generator or {B} of them")
+        fail("generator", generator, f"must be None, a torch.Generator or {B} of them")
     if compile and not isinstance(model, GPT):
         raise ValueError(f"compile=True needs a workbench GPT, got {type(model).__name__}")
     length = P + max_new_tokens

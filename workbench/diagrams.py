@@ -9,7 +9,7 @@ from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle
 
 from .decode import REGIMES
 from .plots import new_figure
-from .validation import check_int
+from .validation import check_int, fail
 
 PLAIN, READS, EXACT, ACCENT = "#d9d9d9", "#9ecae1", "#74c476", "#d62728"
 SUBSET_COLOURS = ("#9ecae1", "#fdae6b", "#a1d99b", "#bcbddc", "#fdd0a2", "#c7e9c0", "#dadaeb", "#fcbba1")
@@ -45,7 +45,7 @@ def recurrence(positions: int = 4, layers: int = 3, mechanism: str = "fbt", sour
     check_int("positions", positions, 2, 12)
     check_int("layers", layers, 1, 8)
     if mechanism not in DRAWN:
-        raise ValueError(f"mechanism={mechanism!r} is invalid: must be one of {DRAWN}")
+        fail("mechanism", mechanism, f"must be one of {DRAWN}")
     check_int("source_layer", source_layer, -1, layers - 1)
     fig, (ax,) = new_figure(1, panel=(1.5 + 1.3 * positions, 1.4 + 0.7 * layers))
     source = layers if source_layer == -1 else source_layer + 1  # depth of the state read as memory

@@ -9,7 +9,7 @@ from typing import Protocol, runtime_checkable
 import torch
 import torch.nn.functional as F
 
-from .validation import check_fits
+from .validation import check_fits, fail
 
 Mask = torch.Tensor | str | None
 
@@ -72,7 +72,7 @@ class Cursor:
 
     def rewind(self, position: int) -> None:
         if not 0 <= position <= self.pos:
-            raise ValueError(f"position={position!r} is invalid: must be in [0, {self.pos}]")
+            fail("position", position, f"must be in [0, {self.pos}]")
         self.pos = position
 
 

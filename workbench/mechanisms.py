@@ -18,6 +18,7 @@ from .config import ModelConfig
 from .fast import ops
 from .functional import glu_state, residual_inject, uniform_init_
 from .hooks import HookPoint
+from .validation import fail
 
 
 @dataclass
@@ -257,7 +258,7 @@ MECHANISM_CLASSES: dict[str, type[Mechanism]] = {}
 def register(cls: type[Mechanism]) -> type[Mechanism]:
     """Register ``cls`` as ``ModelConfig(mechanism=cls.name)``; a class decorator too."""
     if not (isinstance(cls, type) and issubclass(cls, Mechanism)) or not cls.name:
-        raise ValueError(f"cls={cls!r} is invalid: must be a Mechanism subclass with a name")
+        fail("cls", cls, "must be a Mechanism subclass with a name")
     MECHANISM_CLASSES[cls.name] = cls
     config_module.register_mechanism(cls.name, cls.constraints)
     return cls
@@ -266,7 +267,7 @@ def register(cls: type[Mechanism]) -> type[Mechanism]:
 def unregister(name: str) -> None:
     """Forget a registered mechanism (not a built-in)."""
     if name in ("none", "lrt", "fbt") or name not in MECHANISM_CLASSES:
-        raise ValueError(f"name={name!r} is invalid: must be a registered, non-built-in mechanism")
+        fail("name", name, "must be a registered, non-built-in mechanism")
     del MECHANISM_CLASSES[name]
     config_module.unregister_mechanism(name)
 

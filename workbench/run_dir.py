@@ -19,6 +19,7 @@ import pandas as pd
 from .checkpoint import find_checkpoint, owned_names
 from .files import CheckpointError, read_json, try_json, write_json_atomic
 from .train_config import TrainConfig
+from .validation import fail
 
 CHECKPOINT_DIR = "checkpoint"
 HISTORY_FILE = "history.csv"
@@ -127,11 +128,10 @@ def _check_foreign_files(out: Path, overwrite: bool) -> None:
     ckpt = out / CHECKPOINT_DIR
     if os.path.lexists(ckpt) and not (ckpt.is_dir() and not ckpt.is_symlink()
                                       and (not any(ckpt.iterdir()) or owned_names(ckpt) is not None)):
-        raise ValueError(f"TrainConfig.out_dir={str(out)!r} is invalid: {ckpt} is not a checkpoint of ours")
+        fail("TrainConfig.out_dir", str(out), f"{ckpt} is not a checkpoint of ours")
     clash = [name for name in (CONFIG_FILE, HISTORY_FILE, FIGURE_FILE) if os.path.lexists(out / name)]
     if clash and not overwrite and not _is_our_run(out):
-        raise ValueError(f"TrainConfig.out_dir={str(out)!r} is invalid: it holds {clash}, not ours; "
-                         f"overwrite=True (--overwrite) replaces them")
+        fail("TrainConfig.out_dir", str(out), f"it holds {clash}, not ours; overwrite=True (--overwrite) replaces them")
 
 
 def prepare_run_dir(cfg: TrainConfig, main: bool) -> tuple[Path | None, bool]:
@@ -168,7 +168,7 @@ def hold_run_dir(out_dir: str | None) -> Iterator[None]:
         return
     out = Path(out_dir)
     if os.path.lexists(out) and not out.is_dir():
-        raise ValueError(f"TrainConfig.out_dir={out_dir!r} is invalid: {out} exists and is not a directory")
+        fail("TrainConfig.out_dir", out_dir, f"{out} exists and is not a directory")
     out.mkdir(parents=True, exist_ok=True)
     path = out / LOCK_FILE
     while True:

@@ -37,6 +37,7 @@ from .run_dir import (
     prepare_run_dir,
 )
 from .train_config import TrainConfig
+from .validation import fail
 
 # Purposes of derived random streams: distinct, so no two draws ever share a seed.
 _INIT, _PASSES, _PREFIX, _TORCH = 1, 2, 3, 4
@@ -82,8 +83,8 @@ def _start_from(model: GPT, path: str) -> None:
     source = load_checkpoint(path)
     kept = {name: getattr(model.config, name) for name in FINE_TUNABLE}
     if dataclasses.replace(source.config, **kept) != model.config:
-        raise ValueError(f"TrainConfig.init_from={path!r} is invalid: model config {source.config.to_dict()} "
-                         f"differs from {model.config.to_dict()}")
+        fail("TrainConfig.init_from", path,
+             f"model config {source.config.to_dict()} differs from {model.config.to_dict()}")
     with torch.no_grad():
         model.load_state_dict({k: v.to(model.wte.weight.dtype) for k, v in source.state_dict().items()})
 
@@ -107,7 +108,7 @@ class _Processes:
     def start(cls, device: str) -> _Processes:
         cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
         if cuda and not torch.cuda.is_available():
-            raise ValueError(f"TrainConfig.device={device!r} is invalid: CUDA is not available here")
+            fail("TrainConfig.device", device, "CUDA is not available here")
         world = int(os.environ.get("WORLD_SIZE", "1"))
         local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         default = f"cuda:{local_rank}" if cuda else "cpu"
@@ -338,7 +339,7 @@ def train(cfg: TrainConfig, callback: Callback | None = None, *, model: Feedback
     if not isinstance(cfg, TrainConfig):
         raise ValueError(f"cfg must be a TrainConfig, got {type(cfg).__name__}")
     if callback is not None and not callable(callback):
-        raise ValueError(f"callback={callback!r} is invalid: must be None or a callable")
+        fail("callback", callback, "must be None or a callable")
     cfg = cfg.replace()  # validated again: a field changed after construction is checked before any step
     if model is not None:
         check_model(model)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+from typing import NoReturn
 
 import numpy as np
 import torch
@@ -11,8 +12,8 @@ import torch
 TOKEN_DTYPES = (torch.int64, torch.int32)  # what an embedding lookup accepts
 
 
-def fail(name: str, value: object, allowed: str) -> None:
-    """Raise ``name=value is invalid: <allowed>``."""
+def fail(name: str, value: object, allowed: str) -> NoReturn:
+    """Raise ``name=value is invalid: <allowed>``: every entry point says a bad argument the same way."""
     raise ValueError(f"{name}={value!r} is invalid: {allowed}")
 
 

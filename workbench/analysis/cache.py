@@ -13,7 +13,7 @@ from tqdm.auto import tqdm
 from .. import schedules
 from ..hooks import hook_points, with_hooks
 from ..model import GPT
-from ..validation import check_tokens
+from ..validation import check_tokens, fail
 
 NamesFilter = str | Sequence[str] | Callable[[str], bool] | None
 # run_with_cache(progress=None) shows its bar only once a run has taken this long: silent for short runs
@@ -88,7 +88,7 @@ class ActivationCache:
         """Pass ``k`` (from 1; negative from the end) as a one-pass cache."""
         n = self.n_passes
         if isinstance(k, bool) or not isinstance(k, int) or not (1 <= k <= n or -n <= k <= -1):
-            raise ValueError(f"k={k!r} is invalid: must be in [1, {n}] or [-{n}, -1]")
+            fail("k", k, f"must be in [1, {n}] or [-{n}, -1]")
         return ActivationCache([self.passes[k - 1 if k > 0 else k]], self.positions, self.schedule, self.n_layer)
 
     def keys(self) -> list[str]:
@@ -124,7 +124,7 @@ class ActivationCache:
         """(layers, ...): a short-named block activation of every layer below ``layer`` (-1: all)."""
         stop = self.n_layer if layer == -1 else layer
         if not 0 < stop <= self.n_layer:
-            raise ValueError(f"layer={layer!r} is invalid: must be -1 or in [1, {self.n_layer}]")
+            fail("layer", layer, f"must be -1 or in [1, {self.n_layer}]")
         return torch.stack([self[activation_name, l] for l in range(stop)])
 
     def accumulated_resid(self, layer: int | None = None, incl_mid: bool = False, return_labels: bool = False
@@ -132,7 +132,7 @@ class ActivationCache:
         """(components, ...): the stream each block reads (``hook_input`` first) up to ``layer``, then the final."""
         stop = self.n_layer if layer is None or layer == -1 else layer
         if not 0 <= stop <= self.n_layer:
-            raise ValueError(f"layer={layer!r} is invalid: must be None, -1 or in [0, {self.n_layer}]")
+            fail("layer", layer, f"must be None, -1 or in [0, {self.n_layer}]")
         names, labels = [], []
         for depth in range(stop + 1):
             if depth == self.n_layer:
@@ -228,7 +228,7 @@ def run_with_cache(model: GPT, idx: torch.Tensor, schedule: str | schedules.Sche
     example. Entries a pass did not compute are NaN, so a mistake shows rather than reads as zero."""
     check_tokens(model.config.vocab_size, idx)
     if progress is not None and not isinstance(progress, bool):
-        raise ValueError(f"progress={progress!r} is invalid: must be None, True or False")
+        fail("progress", progress, "must be None, True or False")
     value = schedules.parse(schedule)
     B, T = idx.shape
     keep, per_example = _kept_positions(positions, B, T)

@@ -16,7 +16,7 @@ from tqdm.auto import tqdm
 from .. import schedules
 from ..metrics import token_losses
 from ..model import GPT, eval_mode
-from ..validation import MAX_COUNT, check_int, check_tokens
+from ..validation import MAX_COUNT, check_int, check_tokens, fail
 
 PASS_COLUMNS = ["pass", "delta", "fixed_point_distance", "contraction_rate", "loss", "exact_by_causality"]
 QUALITY_COLUMNS = ["example", "pass", "schedule", "loss", "correct", "distance"]
@@ -103,7 +103,7 @@ def pass_milestones(runs: Mapping[str, pd.DataFrame], seq_len: int, tol: float =
         raise ValueError("runs is empty")
     check_int("seq_len", seq_len, 1)
     if not tol > 0:
-        raise ValueError(f"tol={tol!r} is invalid: must be > 0")
+        fail("tol", tol, "must be > 0")
     rows = []
     for name, frame in runs.items():
         missing = sorted({"pass", "fixed_point_distance", "contraction_rate", "loss", "delta"} - set(frame.columns))

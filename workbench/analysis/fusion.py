@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from .. import schedules
 from ..config import ModelConfig
 from ..model import GPT, eval_mode
-from ..validation import check_int, check_tokens
+from ..validation import check_int, check_tokens, fail
 from .cache import run_with_cache
 from .fixed_point import check_prefix
 
@@ -33,7 +33,7 @@ def feedback_bandwidth(config: ModelConfig, bits_per_value: int = 16) -> dict[st
 
 def _check_fbt(model: GPT) -> None:
     if model.config.mechanism != "fbt":
-        raise ValueError(f"model.config.mechanism={model.config.mechanism!r} is invalid: needs 'fbt'")
+        fail("model.config.mechanism", model.config.mechanism, "needs 'fbt'")
 
 
 def _cosine(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -97,7 +97,7 @@ def run_schedule(schedule: str | schedules.Schedule = "sequential", regime: str 
     if regime is None:
         return schedules.parse(schedule)
     if regime not in schedules.REGIMES:
-        raise ValueError(f"regime={regime!r} is invalid: must be None or one of {schedules.REGIMES}")
+        fail("regime", regime, f"must be None or one of {schedules.REGIMES}")
     if prompt_len is None:
         raise ValueError("prompt_len is required with a regime")
     if T is not None:
@@ -167,7 +167,7 @@ class Intervention:
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
-            raise ValueError(f"kind={self.kind!r} is invalid: must be one of {KINDS}")
+            fail("kind", self.kind, f"must be one of {KINDS}")
         if self.kind == "patch" and self.rows is None and self.source is None:
             raise ValueError("a patch needs rows or source")
         if self.kind != "patch" and (self.rows is not None or self.source is not None):
@@ -317,7 +317,7 @@ def ablation_by_distance(model: GPT, idx: torch.Tensor, max_distance: int, *, ta
     check_int("max_distance", max_distance, 1, T)
     check_int("batch_size", batch_size, 1)
     if kind not in ("zero", "mean"):
-        raise ValueError(f"kind={kind!r} is invalid: must be 'zero' or 'mean'")
+        fail("kind", kind, "must be 'zero' or 'mean'")
     targets = torch.nn.functional.pad(idx[:, 1:], (0, 1), value=-1) if targets is None else targets
     if targets.shape != idx.shape:
         raise ValueError(f"targets must have shape {tuple(idx.shape)}, got {tuple(targets.shape)}")

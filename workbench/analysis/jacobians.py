@@ -15,7 +15,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from .. import schedules
 from ..kv_cache import KVCache
 from ..model import GPT, eval_mode
-from ..validation import check_int, check_tokens
+from ..validation import check_int, check_tokens, fail
 from .fixed_point import check_prefix
 
 LYAPUNOV_COLUMNS = ["example", "horizon", "position", "index", "exponent", "path"]
@@ -206,7 +206,7 @@ def lyapunov(model: GPT, idx: torch.Tensor, t0: int, horizon: int | None = None,
         jacobians = recurrence_jacobians(model, idx, list(range(t0 + 1, t0 + 1 + horizon)))
         exps = lyapunov_from_jacobians(jacobians, k, directions)
     else:
-        raise ValueError(f"path={path!r} is invalid: must be 'full' or 'memory'")
+        fail("path", path, "must be 'full' or 'memory'")
     b, n, i = np.meshgrid(np.arange(B), np.arange(1, horizon + 1), np.arange(1, k + 1), indexing="ij")
     return pd.DataFrame({"example": b.ravel(), "horizon": n.ravel(), "position": (t0 + n).ravel(),
                          "index": i.ravel(), "exponent": exps.reshape(-1).cpu().numpy(), "path": path},
@@ -223,7 +223,7 @@ def sensitivity(model: GPT, idx: torch.Tensor, t0: int, max_distance: int | None
     max_distance = T - 1 - t0 if max_distance is None else max_distance
     _check_window(T, t0, max_distance, "max_distance")
     if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0 or math.isinf(eps):
-        raise ValueError(f"eps={eps!r} is invalid: must be finite and > 0")
+        fail("eps", eps, "must be finite and > 0")
     stop = t0 + 1 + max_distance
     with eval_mode(model):
         clean, _ = _exact_prefix(model, idx, t0 + 1, stop)

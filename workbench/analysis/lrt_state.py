@@ -7,13 +7,13 @@ import pandas as pd
 import torch
 
 from ..model import GPT
-from ..validation import check_tokens
+from ..validation import check_tokens, fail
 from .cache import run_with_cache
 
 
 def _check_lrt(model: GPT) -> None:
     if model.config.mechanism != "lrt":
-        raise ValueError(f"model.config.mechanism={model.config.mechanism!r} is invalid: needs 'lrt'")
+        fail("model.config.mechanism", model.config.mechanism, "needs 'lrt'")
 
 
 def lrt_gates(model: GPT, idx: torch.Tensor) -> pd.DataFrame:

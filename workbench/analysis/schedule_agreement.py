@@ -14,7 +14,7 @@ import torch
 from .. import schedules
 from ..metrics import mean_token_loss
 from ..model import GPT, eval_mode
-from ..validation import check_int, check_tokens
+from ..validation import check_int, check_tokens, fail
 from .fixed_point import check_prefix
 from .work import count_work
 
@@ -92,12 +92,12 @@ def schedule_sweep(model: GPT, idx: torch.Tensor, schedule: str, values: Sequenc
                    targets: torch.Tensor | None = None, reference: torch.Tensor | None = None) -> pd.DataFrame:
     """``compare_schedules`` over one schedule's knob (default 1..T)."""
     if schedule not in PARAMETERS:
-        raise ValueError(f"schedule={schedule!r} is invalid: must be one of {tuple(PARAMETERS)}")
+        fail("schedule", schedule, f"must be one of {tuple(PARAMETERS)}")
     T = idx.size(1) if isinstance(idx, torch.Tensor) and idx.ndim == 2 else 0
     values = list(range(1, T + 1)) if values is None else list(values)
     bad = [v for v in values if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 1 <= v <= T]
     if not values or bad:
-        raise ValueError(f"values={values!r} is invalid: must be non-empty ints in [1, T={T}]")
+        fail("values", values, f"must be non-empty ints in [1, T={T}]")
     value_of, knob = schedules.VALUES[schedule], PARAMETERS[schedule]
     return compare_schedules(model, idx, [value_of(**{knob: int(v)}) for v in values], targets, reference)
 

@@ -15,7 +15,7 @@ from ..model import GPT, eval_mode
 from ..schedules import Schedule
 from ..stats import STATISTICS, bootstrap
 from ..tasks import ANSWER_MARKER, Task
-from ..validation import check_int
+from ..validation import check_int, fail
 
 TRACE_COLUMNS = ["regime", "example", "length", "lines", "answered", "correct", "text"]
 TRAINING = "training mix"  # the regime label of the task's own training traces (``training_traces``)
@@ -53,11 +53,11 @@ def regime_values(regimes: Regimes, prefill_passes: int = 1) -> dict[str, Schedu
     if isinstance(regimes, Mapping):
         bad = [k for k, v in regimes.items() if not isinstance(k, str) or not getattr(v, "can_prefill", False)]
         if bad or not regimes:
-            raise ValueError(f"regimes={dict(regimes)!r} is invalid: must map labels to values that fill a KV cache")
+            fail("regimes", dict(regimes), "must map labels to values that fill a KV cache")
         return dict(regimes)
     unknown = [r for r in regimes if r not in REGIMES]
     if unknown or not regimes or isinstance(regimes, str):
-        raise ValueError(f"regimes={regimes!r} is invalid: each must be one of {REGIMES}, or give a mapping")
+        fail("regimes", regimes, f"each must be one of {REGIMES}, or give a mapping")
     return {r: schedules.regime(r, prefill_passes) for r in regimes}
 
 
@@ -179,7 +179,7 @@ def compare_regimes(df: pd.DataFrame, reference: str = "standard", n_boot: int =
         raise ValueError(f"df lacks the column(s) {missing}")
     frame = df if "run" in df.columns else df.assign(run="run")
     if reference not in set(frame["regime"]):
-        raise ValueError(f"reference={reference!r} is invalid: must be one of {list(dict.fromkeys(frame['regime']))}")
+        fail("reference", reference, f"must be one of {list(dict.fromkeys(frame['regime']))}")
     runs = list(dict.fromkeys(frame["run"]))
     rows = []
     for quantity, column, statistic in (("median_length", "length", "median"), ("accuracy", "correct", "mean")):
@@ -209,7 +209,7 @@ def summarize_traces(df: pd.DataFrame, n_boot: int = 1000, seed: int = 0, level:
         raise ValueError(f"df lacks the column(s) {missing}")
     check_int("n_boot", n_boot, 1)
     if not 0.0 < level < 1.0:
-        raise ValueError(f"level={level!r} is invalid: must be in (0, 1)")
+        fail("level", level, "must be in (0, 1)")
     rng = np.random.default_rng(seed)
     rows = []
     for key, group in df.groupby(by, sort=False):

@@ -17,6 +17,7 @@ import pandas as pd
 from .. import schedules, tasks
 from ..model import GPT
 from ..train import TrainConfig
+from ..validation import fail
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -45,8 +46,7 @@ def preregistered(name: str, **values: Any) -> dict[str, str]:
     states are the code's own constants, passed here, so the text and what the code decides with cannot disagree."""
     tables = _preregistrations()
     if name not in tables:
-        raise ValueError(f"name={name!r} is invalid: must be a table of {PREREGISTERED_FILE.name}, one of "
-                         f"{sorted(tables)}")
+        fail("name", name, f"must be a table of {PREREGISTERED_FILE.name}, one of {sorted(tables)}")
     texts = {}
     for key, template in tables[name].items():
         try:

@@ -14,7 +14,7 @@ from ..analysis.features import by_label_position
 from ..analysis.interventions import Intervention, intervene, intervention_effects, record_site
 from ..model import GPT
 from ..tasks.base import Batch
-from ..validation import check_int
+from ..validation import check_int, fail
 
 
 def _check_probe_batch(batch: Batch) -> None:
@@ -91,9 +91,9 @@ def label_swap(model: GPT, batch: Batch, site: str = "memory", seed: int = 0,
     _check_probe_batch(batch)
     unknown = sorted(set(kinds) - set(SWAP_KINDS))
     if unknown or not kinds:
-        raise ValueError(f"kinds={tuple(kinds)!r} is invalid: each must be one of {SWAP_KINDS}")
+        fail("kinds", tuple(kinds), f"each must be one of {SWAP_KINDS}")
     if span not in SPANS:
-        raise ValueError(f"span={span!r} is invalid: must be one of {SPANS}")
+        fail("span", span, f"must be one of {SPANS}")
     check_int("batch_size", batch_size, 1)
     pairs = dict(zip(("swap", "control"), mate_rows(batch, seed)))  # kind -> the row each example copies from
     if {"cross", "cross_control"} & set(kinds):

@@ -23,6 +23,7 @@ from ..model import GPT
 from ..stats import bootstrap
 from ..tasks import Batch
 from ..tasks.text import BOS
+from ..validation import fail
 from .common import bar_figure, verdict_title
 from .core import Context, Gate, apply_gates
 from .pool import map_jobs
@@ -80,9 +81,9 @@ def score_run(model: GPT, batch: Batch, prefill: tuple[int, ...] = PREFILL_PASSE
               regime_windows: int = REGIME_WINDOWS, prompt_len: int = PROMPT) -> pd.DataFrame:
     """Bits per byte per held-out window and measure; continuations on ``regime_windows`` windows."""
     if not 1 <= prompt_len < batch.tokens.size(1):
-        raise ValueError(f"prompt_len={prompt_len!r} is invalid: must be in [1, {batch.tokens.size(1) - 1}]")
+        fail("prompt_len", prompt_len, f"must be in [1, {batch.tokens.size(1) - 1}]")
     if regime_windows < 1:
-        raise ValueError(f"regime_windows={regime_windows!r} is invalid: must be >= 1")
+        fail("regime_windows", regime_windows, "must be >= 1")
     n = min(regime_windows, batch.tokens.size(0))
     scored = continuation(dataclasses.replace(batch, tokens=batch.tokens[:n], targets=batch.targets[:n],
                                               lengths=batch.lengths[:n], groups=batch.groups[:n],

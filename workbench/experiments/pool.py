@@ -8,6 +8,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from ..validation import fail
 from .common import step_flops
 from .core import RunSpec
 from .runs import train_run
@@ -23,7 +24,7 @@ def _one_thread(fn: Callable[..., Any], args: tuple) -> Any:
 def map_jobs(fn: Callable[..., Any], calls: Sequence[tuple], jobs: int = 1, desc: str = "") -> list[Any]:
     """``[fn(*args) for args in calls]`` in ``jobs`` workers; pass checkpoint paths, not models."""
     if not (isinstance(jobs, int) and jobs >= 1):
-        raise ValueError(f"jobs={jobs!r} is invalid: must be an integer >= 1")
+        fail("jobs", jobs, "must be an integer >= 1")
     if jobs == 1 or len(calls) <= 1:
         return [fn(*args) for args in tqdm(calls, desc=desc, leave=False)]
     import multiprocessing
@@ -54,7 +55,7 @@ def train_parallel(stale: list[RunSpec], out: Path, scratch: Path, force: bool, 
 def makespan(seconds: list[float], workers: int) -> float:
     """Wall time of these jobs on ``workers`` workers, longest first, on a quiet machine."""
     if workers < 1:
-        raise ValueError(f"workers={workers!r} is invalid: must be >= 1")
+        fail("workers", workers, "must be >= 1")
     loads = [0.0] * workers
     for s in sorted(seconds, reverse=True):
         loads[loads.index(min(loads))] += s

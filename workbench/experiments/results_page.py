@@ -14,6 +14,7 @@ import pandas as pd
 
 from ..files import write_bytes_atomic
 from ..stats import MIN_SEEDS
+from ..validation import fail
 from .recipes import RECIPES
 from .results_table import findings_table, specimens_table
 from .store import checkpoints_root
@@ -132,8 +133,7 @@ def write_readme_findings(readme: str | Path, root: str | Path | None = None) ->
     readme = Path(readme)
     text = readme.read_text()
     if text.count(FINDINGS_BEGIN) != 1 or text.count(FINDINGS_END) != 1:
-        raise ValueError(f"readme={str(readme)!r} is invalid: needs one {FINDINGS_BEGIN!r} line, then one "
-                         f"{FINDINGS_END!r}")
+        fail("readme", str(readme), f"needs one {FINDINGS_BEGIN!r} line, then one {FINDINGS_END!r}")
     before, rest = text.split(FINDINGS_BEGIN)
     table = findings_markdown(shipped_summaries(root), root)
     write_bytes_atomic(readme, (before + FINDINGS_BEGIN + "\n" + table + "\n" + FINDINGS_END
@@ -214,7 +214,7 @@ def specimens_markdown(root: str | Path | None = None, results: str = "../RESULT
     root = checkpoints_root() if root is None else Path(root)
     summaries = shipped_summaries(root)
     if not summaries:
-        raise ValueError(f"root={str(root)!r} is invalid: it holds no recipe's summary.json")
+        fail("root", str(root), "it holds no recipe's summary.json")
     found = findings_table(summaries, root).query("kind != 'extension'").set_index("recipe")
     runs = specimens_table(summaries, root)
     runs["params"] = runs["params"].map("{:,}".format)

@@ -15,6 +15,7 @@ from tqdm.auto import tqdm
 
 from ..checkpoint import load_metrics
 from ..files import try_json, write_json_atomic
+from ..validation import fail
 from .core import Context, Outcome, apply_gates
 from .pool import makespan, train_parallel
 from .recipes import RECIPES
@@ -45,9 +46,9 @@ def reproduce(name: str, root: str | Path | None = None, scale: float = 1.0, for
     """Run one recipe: train what is stale, analyse, apply its gates, write its results."""
     _check_name(name)
     if not (isinstance(scale, (int, float)) and scale > 0):
-        raise ValueError(f"scale={scale!r} is invalid: must be > 0")
+        fail("scale", scale, "must be > 0")
     if not (isinstance(jobs, int) and jobs >= 1):
-        raise ValueError(f"jobs={jobs!r} is invalid: must be an integer >= 1")
+        fail("jobs", jobs, "must be an integer >= 1")
     recipe = RECIPES[name]
     root = checkpoints_root() if root is None else Path(root)
     scratch = scratch_root(root) if scratch is None else Path(scratch)

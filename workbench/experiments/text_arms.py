@@ -17,6 +17,7 @@ from ..evaluation import hierarchical_difference, per_example_metrics
 from ..plots import ends_title, loss_vs_flops
 from ..schedules import Blockwise, Interleaved, Schedule, Single
 from ..train import TrainConfig
+from ..validation import fail
 from .common import EXACT, arm_colour, budget_runs, curve_every, last_quarter_improvement, per_seed
 from .core import Context, RunSpec, preregistered
 from .store import EVAL_FILE
@@ -75,7 +76,7 @@ KNOWN_DIFFERENCES = preregistered("text_arms")["caveat"]
 def lrt_model(treatment: str = TREATMENT) -> dict[str, Any]:
     """The text LRT's ModelConfig fields under a treatment."""
     if treatment not in TREATMENTS:
-        raise ValueError(f"treatment={treatment!r} is invalid: must be one of {sorted(TREATMENTS)}")
+        fail("treatment", treatment, f"must be one of {sorted(TREATMENTS)}")
     return {**TEXT_MODEL, "mechanism": "lrt", **TREATMENTS[treatment][0]}
 
 
@@ -86,7 +87,7 @@ def text_config(arm: str, seed: int, treatment: str = TREATMENT) -> TrainConfig:
     if arm == "baseline":
         return TrainConfig(model=dict(TEXT_MODEL), **common)
     if arm not in ARMS:
-        raise ValueError(f"arm={arm!r} is invalid: must be 'baseline' or one of {sorted(ARMS)}")
+        fail("arm", arm, f"must be 'baseline' or one of {sorted(ARMS)}")
     schedule, changes = ARMS[arm]
     model = {**lrt_model(treatment), **changes}
     # a scale the arm's model does not have gets no learning rate of its own

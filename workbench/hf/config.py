@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..validation import check_float
+from ..validation import check_float, fail
 
 FUSIONS = (None, "glu")
 INJECTIONS = (None, "residual")
@@ -29,23 +29,21 @@ class FeedbackConfig:
 
     def __post_init__(self) -> None:
         if self.fusion not in FUSIONS:
-            raise ValueError(f"fusion={self.fusion!r} is invalid: must be one of {FUSIONS}")
+            fail("fusion", self.fusion, f"must be one of {FUSIONS}")
         if self.inject not in INJECTIONS:
-            raise ValueError(f"inject={self.inject!r} is invalid: must be one of {INJECTIONS}")
+            fail("inject", self.inject, f"must be one of {INJECTIONS}")
         if self.fusion is None and self.inject is None:
             raise ValueError("fusion=None and inject=None consume no memory: give fusion='glu' or inject='residual'")
         L = self.n_layer
         if isinstance(self.feedback_layer, bool) or not isinstance(self.feedback_layer, int) \
                 or not -L <= self.feedback_layer <= L or self.feedback_layer == 0:
-            raise ValueError(f"feedback_layer={self.feedback_layer!r} is invalid: must be an int in [1, {L}] or "
-                             f"[-{L}, -1]")
+            fail("feedback_layer", self.feedback_layer, f"must be an int in [1, {L}] or [-{L}, -1]")
         check_float("jitter", self.jitter, 0.0, 1.0)
         check_float("gamma_init", self.gamma_init, -10.0, 10.0)
         if self.document_token is not None and (isinstance(self.document_token, bool)
                                                 or not isinstance(self.document_token, int)
                                                 or not 0 <= self.document_token < self.vocab_size):
-            raise ValueError(f"document_token={self.document_token!r} is invalid: must be None or a token id in "
-                             f"[0, {self.vocab_size - 1}]")
+            fail("document_token", self.document_token, f"must be None or a token id in [0, {self.vocab_size - 1}]")
 
     @property
     def mechanism(self) -> str:

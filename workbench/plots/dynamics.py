@@ -13,6 +13,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
+from ..validation import fail
 from .base import (
     ARMS_PER_PANEL,
     LOG_TICKS,
@@ -102,7 +103,7 @@ def contraction_curves(results: Runs, max_pass: int | None = None, depths: Mappi
         require_columns(frame, ["pass", "delta", "fixed_point_distance"], "contraction_curves")
     for label, value in (chance or {}).items():
         if not (isinstance(value, (int, float)) and np.isfinite(value)):
-            raise ValueError(f"chance={dict(chance)!r} is invalid: {label!r} must map to a finite loss")
+            fail("chance", dict(chance), f"{label!r} must map to a finite loss")
     has_loss = any("loss" in f and f["loss"].notna().any() for f in runs.values())
     panels = [("delta", "residual\n||H^k - H^(k-1)|| / ||H^k||"),  # two lines: never taller than the panel
               ("fixed_point_distance", "distance to fixed point\n||H^k - H*|| / ||H*||")]
@@ -327,11 +328,11 @@ def fixed_point_accuracy(results: Mapping[str, pd.DataFrame], trained_depth: int
     """Accuracy against pass per model, and the exact recurrence as a ◆ in an "exact" column past the last pass
     (dashed from it, a model's ◆ beside the others'); ``groups``: title -> models."""
     if chance is not None and not (isinstance(chance, (int, float)) and 0.0 <= chance <= 1.0):
-        raise ValueError(f"chance={chance!r} is invalid: must be an accuracy in [0, 1] or None")
+        fail("chance", chance, "must be an accuracy in [0, 1] or None")
     panels = dict(groups) if groups else {"": list(results)}
     unknown = sorted({n for names in panels.values() for n in names} - set(results))
     if unknown:
-        raise ValueError(f"groups={dict(panels)!r} is invalid: {unknown} are not in results {list(results)}")
+        fail("groups", dict(panels), f"{unknown} are not in results {list(results)}")
     fig, axes = new_figure(len(panels), panel=(7.2 if len(panels) == 1 else 4.6, 3.8), sharey=True)
     colours = dict(zip(results, sns.color_palette("tab10", len(results))))
     curves = {name: _pass_and_exact(frame) for name, frame in results.items()}

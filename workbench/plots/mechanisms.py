@@ -10,6 +10,7 @@ import seaborn as sns
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from ..validation import fail
 from .base import (
     legend_rows,
     new_figure,
@@ -25,10 +26,9 @@ def token_steps(trajectory: pd.DataFrame, position: int, example: int = 0,
                     "token_steps")
     rows = trajectory[trajectory["example"] == example].sort_values("position")
     if rows.empty:
-        raise ValueError(f"example={example!r} is invalid: the trajectory holds examples "
-                         f"{sorted(trajectory['example'].unique())}")
+        fail("example", example, f"the trajectory holds examples {sorted(trajectory['example'].unique())}")
     if position not in set(rows["position"]):
-        raise ValueError(f"position={position!r} is invalid: must be in [0, {int(rows['position'].max())}]")
+        fail("position", position, f"must be in [0, {int(rows['position'].max())}]")
     row = rows[rows["position"] == position].iloc[0]
     fig, (ax_cos, ax_top) = new_figure(2)
     ax_cos.plot(rows["position"], rows["cosine_prev"], "o-", ms=3, color="tab:blue")
@@ -48,7 +48,7 @@ def kv_cache_step(pattern: np.ndarray, keys: np.ndarray, position: int, labels: 
     if pattern.shape != (T, T) or keys.ndim != 2 or keys.shape[0] != T:
         raise ValueError(f"pattern {pattern.shape} must be (T, T), keys {keys.shape} (T, head_dim)")
     if not 0 <= position < T:
-        raise ValueError(f"position={position!r} is invalid: must be in [0, {T - 1}]")
+        fail("position", position, f"must be in [0, {T - 1}]")
     shown = pattern.copy()
     shown[position + 1:] = np.nan
     shown[np.triu_indices(T, 1)] = np.nan  # the causal mask: never computed
@@ -102,7 +102,7 @@ def lrt_mechanism(stats: pd.DataFrame, gates: pd.DataFrame | None = None, title:
     """An LRT model's scales and gates per layer against init (``gamma_init``: ``lrt_gamma_init``)."""
     require_columns(stats, ["layer", "alpha", "gamma", "gate_local", "gate_feedback", "source"], "lrt_mechanism")
     if gamma_init is not None and not (isinstance(gamma_init, (int, float)) and np.isfinite(gamma_init)):
-        raise ValueError(f"gamma_init={gamma_init!r} is invalid: must be a finite number or None")
+        fail("gamma_init", gamma_init, "must be a finite number or None")
     show_map = gates is not None and not gates.empty
     fig, axes = new_figure(3 if show_map else 2, panel=(4.0, 3.4))
     layers = stats["layer"].to_numpy()

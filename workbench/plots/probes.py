@@ -11,6 +11,7 @@ import seaborn as sns
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from ..validation import fail
 from .base import (
     MARKERS,
     in_order,
@@ -54,7 +55,7 @@ def profile_takeaway(df: pd.DataFrame, depth: int = 0) -> str:
     require_columns(df, ["condition", "layer", "accuracy"], "profile_takeaway")
     at = df[df["layer"] == depth]
     if at.empty:
-        raise ValueError(f"depth={depth!r} is invalid: the probes cover depths {sorted(df['layer'].unique())}")
+        fail("depth", depth, f"the probes cover depths {sorted(df['layer'].unique())}")
     means = {_group_label(key): round(float(group["accuracy"].mean()), 2) for key, group in _profile_groups(at)}
     high, low = max(means.values()), min(means.values())
     best, worst = ([name for name, value in means.items() if value == v] for v in (high, low))
@@ -130,13 +131,13 @@ def layer0_comparison(df: pd.DataFrame, depth: int = 0, title: str | None = None
     require_columns(df, ["condition", "layer", "accuracy"], "layer0_comparison")
     at = df[df["layer"] == depth]
     if at.empty:
-        raise ValueError(f"depth={depth!r} is invalid: the probes cover depths {sorted(df['layer'].unique())}")
+        fail("depth", depth, f"the probes cover depths {sorted(df['layer'].unique())}")
     every = sorted(at["model"].unique(), key=str) if "model" in at else [None]
     colour_of = name_colours(every)
     if models is not None:
         unknown = sorted(set(models) - set(every), key=str)
         if unknown or not models:
-            raise ValueError(f"models={list(models)!r} is invalid: must name some of {every}")
+            fail("models", list(models), f"must name some of {every}")
     models = [m for m in every if models is None or m in models]
     palette = [colour_of[m] for m in models]
     at = at if models == every else at[at["model"].isin(models)]
@@ -216,7 +217,7 @@ def accuracy_vs_scratch(df: pd.DataFrame, condition: str = "suffix1", depth: int
     rows = dict(groups) if groups else {"": models}
     unknown = sorted({m for names in rows.values() for m in names} - set(models), key=str)
     if unknown:
-        raise ValueError(f"groups={rows!r} is invalid: {unknown} are not models of the table {models}")
+        fail("groups", rows, f"{unknown} are not models of the table {models}")
     colour = name_colours(df["model"])
     cells = [(heading, names, task) for heading, names in rows.items() for task in tasks
              if at[(at["task"] == task) & at["model"].isin(names)].size]  # a panel only where a model has data
@@ -265,7 +266,7 @@ def specimen_gates(df: pd.DataFrame, threshold: float, by: str = "arm", chance: 
     require_columns(df, ["task", by, "scratch_updates", "gate_value"], "specimen_gates")
     check_chance(chance)
     if df.duplicated(["task", by, "scratch_updates"]).any():
-        raise ValueError(f"by={by!r} is invalid: it leaves two specimens in one bar (try by='label')")
+        fail("by", by, "it leaves two specimens in one bar (try by='label')")
     tasks = in_order(df["task"])
     fig, axes = new_figure(len(tasks), panel=(4.0, 3.4))
     colour_of = name_colours(df[by])

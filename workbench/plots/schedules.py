@@ -12,6 +12,7 @@ from matplotlib.figure import Figure
 
 from ..decode import REGIMES
 from ..schedules import VALUES as SCHEDULE_VALUES
+from ..validation import fail
 from .base import (
     MARKERS,
     in_order,
@@ -85,7 +86,7 @@ def regime_takeaway(frame: pd.DataFrame, reference: str = "standard") -> str:
     require_columns(frame, ["regime", "position", "loss"], "regime_takeaway")
     means = frame.groupby("regime", sort=False)["loss"].mean()
     if reference not in means:
-        raise ValueError(f"reference={reference!r} is invalid: the frame holds regimes {list(means.index)}")
+        fail("reference", reference, f"the frame holds regimes {list(means.index)}")
     others = [r for r in means.index if r != reference]
     if not others:
         return f"{reference}: mean loss {means[reference]:.3f} nats / token"
@@ -135,7 +136,7 @@ def schedule_distance(sweeps: pd.DataFrame, positions: Mapping[str, pd.DataFrame
     """Each schedule's distance to the exact logits by knob (``selected`` ringed) and by position."""
     require_columns(sweeps, ["schedule", "value", "distance"], "schedule_distance")
     if not (isinstance(exact_below, (int, float)) and exact_below > 0):
-        raise ValueError(f"exact_below={exact_below!r} is invalid: must be a positive number")
+        fail("exact_below", exact_below, "must be a positive number")
     fig, axes = new_figure(2 if positions else 1)
     schedules = in_order(sweeps["schedule"])
     palette = dict(zip(schedules, sns.color_palette("deep", n_colors=len(schedules))))

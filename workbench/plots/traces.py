@@ -12,6 +12,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from ..decode import REGIMES
+from ..validation import fail
 from .base import (
     in_order,
     new_figure,
@@ -123,11 +124,10 @@ def trace_example(df: pd.DataFrame, example: int, regime: str | None = None, tit
         raise ValueError(f"df holds runs {in_order(df['run'])}: select one")
     rows = df[df["example"] == example]
     if rows.empty:
-        raise ValueError(f"example={example!r} is invalid: the traces hold examples "
-                         f"{int(df['example'].min())}..{int(df['example'].max())}")
+        fail("example", example, f"the traces hold examples {int(df['example'].min())}..{int(df['example'].max())}")
     order = [r for r in REGIMES if r in set(df["regime"])] + [r for r in in_order(df["regime"]) if r not in REGIMES]
     if regime is not None and regime not in order:
-        raise ValueError(f"regime={regime!r} is invalid: the traces hold {order}")
+        fail("regime", regime, f"the traces hold {order}")
     rows = rows.set_index("regime").reindex(order)
     medians = df.groupby("regime")["length"].median().reindex(order)
     fig, (ax,) = new_figure(1, panel=(5.5, 3.6))

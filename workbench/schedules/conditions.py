@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from ..validation import fail
 from .prefilled import Prefilled
 from .values import Multipass, Schedule, Sequential, Single
 
@@ -18,7 +19,7 @@ def condition(name: str | Schedule) -> Schedule:
         return name
     match = _CONDITION.fullmatch(name) if isinstance(name, str) else None
     if match is None:
-        raise ValueError(f"conditions={name!r} is invalid: must be a schedule or one of {', '.join(CONDITION_FORMS)}")
+        fail("conditions", name, f"must be a schedule or one of {', '.join(CONDITION_FORMS)}")
     if match.group(1):
         return Single() if match.group(1) == "standard" else Sequential()
     k = int(match.group(3))

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from ..metrics import token_losses
+from ..validation import fail
 
 
 @dataclass
@@ -27,7 +28,7 @@ class ScheduleOutput:
                     normaliser: torch.Tensor | None = None) -> list[torch.Tensor]:
         """Each pass's cross-entropy; ``normaliser`` is the global batch's, so micro-batches sum to one objective."""
         if reduction not in ("mean", "sum"):
-            raise ValueError(f"reduction={reduction!r} is invalid: must be 'mean' or 'sum'")
+            fail("reduction", reduction, "must be 'mean' or 'sum'")
         normaliser = targets if normaliser is None else normaliser
         losses = []
         for logits, pos in zip(self.pass_logits, self.pass_positions):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from ..validation import fail
 from .pass_mix import PassMix
 from .prefilled import Prefilled
 from .values import Blockwise, FixedPoint, Interleaved, Multipass, Schedule, Sequential, Single
@@ -22,26 +23,25 @@ def parse(schedule: str | Schedule | dict[str, Any]) -> Schedule:
         return schedule
     if isinstance(schedule, str):
         if schedule not in VALUES:
-            raise ValueError(f"schedule={schedule!r} is invalid: must be one of {SCHEDULES}")
+            fail("schedule", schedule, f"must be one of {SCHEDULES}")
         return VALUES[schedule]()
     if not isinstance(schedule, dict):
-        raise ValueError(f"schedule={schedule!r} is invalid: must be a Schedule, its JSON form or a name")
+        fail("schedule", schedule, "must be a Schedule, its JSON form or a name")
     spec = dict(schedule)
     name = spec.pop("schedule", "single")
     if name == Prefilled.name:
         unknown = sorted(set(spec) - {"prefill", "then", "prompt_len", "suffix"})
         if unknown:
-            raise ValueError(f"schedule={schedule!r} is invalid: prefilled takes no {unknown}")
+            fail("schedule", schedule, f"prefilled takes no {unknown}")
         return Prefilled(parse(spec.get("prefill", {"schedule": "single"})),
                          parse(spec.get("then", {"schedule": "sequential"})), spec.get("prompt_len"),
                          spec.get("suffix"))
     if name not in VALUES:
-        raise ValueError(f"schedule={schedule!r} is invalid: must name one of {SCHEDULES}")
+        fail("schedule", schedule, f"must name one of {SCHEDULES}")
     own = {f.name for f in dataclasses.fields(VALUES[name])} | ({"pass_mix"} if name == "multipass" else set())
     unknown = sorted(set(spec) - own)
     if unknown:
-        raise ValueError(f"schedule={schedule!r} is invalid: {name} takes {sorted(own) or 'no parameter'}, "
-                         f"not {unknown}")
+        fail("schedule", schedule, f"{name} takes {sorted(own) or 'no parameter'}, not {unknown}")
     if spec.get("pass_mix") is not None:
         return PassMix.of(spec["pass_mix"], spec.get("aux_weight", 1.0), spec.get("passes"))
     spec.pop("pass_mix", None)

@@ -10,7 +10,7 @@ import torch
 
 from ..kv_cache import DecodeCache
 from ..model import GPT
-from ..validation import MAX_COUNT, check_float, check_int
+from ..validation import MAX_COUNT, check_float, check_int, fail
 from .output import ScheduleOutput
 from .values import Multipass, Schedule
 
@@ -32,12 +32,12 @@ class PassMix(Schedule):
 
     def __post_init__(self) -> None:
         if not isinstance(self.mix, tuple):
-            raise ValueError(f"mix={self.mix!r} is invalid: must be a tuple of (passes, probability)")
+            fail("mix", self.mix, "must be a tuple of (passes, probability)")
         for k, p in self.mix:
             check_int("mix pass count", k, 1, MAX_COUNT)
             check_float(f"mix probability of {k} passes", p, 0.0, 1.0)
         if not self.mix or abs(sum(p for _, p in self.mix) - 1) > 1e-6:
-            raise ValueError(f"mix={self.mix!r} is invalid: probabilities must sum to 1")
+            fail("mix", self.mix, "probabilities must sum to 1")
         check_float("aux_weight", self.aux_weight, 0.0, 1e6)
         if self.passes is None:
             object.__setattr__(self, "passes", max(k for k, _ in self.mix))
@@ -47,7 +47,7 @@ class PassMix(Schedule):
     def of(cls, mix: dict[int, float], aux_weight: float = 1.0, passes: int | None = None) -> PassMix:
         """From ``{passes: probability}``; 1.5 passes is refused, not rounded."""
         if not isinstance(mix, dict):
-            raise ValueError(f"mix={mix!r} is invalid: must be a dict {{passes: probability}}")
+            fail("mix", mix, "must be a dict {passes: probability}")
         return cls(tuple(sorted((_plain(k), _plain(p)) for k, p in mix.items())),
                    aux_weight, passes)
 

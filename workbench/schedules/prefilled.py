@@ -10,7 +10,7 @@ import torch
 
 from ..kv_cache import DecodeCache
 from ..model import GPT
-from ..validation import MAX_COUNT, check_int, check_tokens
+from ..validation import MAX_COUNT, check_int, check_tokens, fail
 from .output import ScheduleOutput
 from .recurrence import recur
 from .values import Multipass, Schedule, Sequential, Single
@@ -30,10 +30,9 @@ class Prefilled(Schedule):
 
     def __post_init__(self) -> None:
         if not getattr(self.prefill_with, "can_prefill", False) or isinstance(self.prefill_with, Prefilled):
-            raise ValueError(f"prefill_with={self.prefill_with!r} is invalid: must be single, sequential, multipass "
-                             "or a pass mix")
+            fail("prefill_with", self.prefill_with, "must be single, sequential, multipass or a pass mix")
         if self.then not in (Single(), Sequential()):
-            raise ValueError(f"then={self.then!r} is invalid: must be Sequential() or Single()")
+            fail("then", self.then, "must be Sequential() or Single()")
         if self.prompt_len is not None:
             check_int("prompt_len", self.prompt_len, 1, MAX_COUNT)
         if self.suffix is not None:
@@ -114,7 +113,7 @@ REGIMES = ("standard", "soft", "fused")
 def regime(name: str, prefill_passes: int = 1, prompt_len: int | None = None) -> Schedule:
     """A decoding regime of ``generate`` as a value (FUSED prefills with ``Multipass(1 + prefill_passes)``)."""
     if name not in REGIMES:
-        raise ValueError(f"regime={name!r} is invalid: must be one of {REGIMES}")
+        fail("regime", name, f"must be one of {REGIMES}")
     check_int("prefill_passes", prefill_passes, 1)
     if name == "standard":
         return Single()

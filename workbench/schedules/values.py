@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from ..kv_cache import DecodeCache, KVBuffer, KVCache, interleave
 from ..model import GPT, StepOutput
-from ..validation import MAX_COUNT, check_float, check_int, check_tokens
+from ..validation import MAX_COUNT, check_float, check_int, check_tokens, fail
 from .output import ScheduleOutput, feedback_mask, pass_masks
 from .recurrence import jacobi_pass, through_cache
 
@@ -252,7 +252,7 @@ class Blockwise(Schedule):
 
 def _check_tol(tol: object) -> None:
     if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not 0 <= tol < 1:
-        raise ValueError(f"tol={tol!r} is invalid: must be a number in [0, 1)")
+        fail("tol", tol, "must be a number in [0, 1)")
 
 
 @dataclass(frozen=True)
@@ -306,5 +306,5 @@ class FixedPoint(Schedule):
 def run(model: GPT, idx: torch.Tensor, schedule: Schedule, plain_prefix: int | torch.Tensor = 0) -> ScheduleOutput:
     """``schedule.run`` as a function, for ``torch.compile`` (one graph per value)."""
     if not isinstance(schedule, Schedule):
-        raise ValueError(f"schedule={schedule!r} is invalid: must be a Schedule (see schedules.parse)")
+        fail("schedule", schedule, "must be a Schedule (see schedules.parse)")
     return schedule.run(model, idx, plain_prefix)

@@ -95,7 +95,7 @@ class ArithCoT(Task):
         """Per intermediate line of ``prompt``'s trace: never written?"""
         operands = [int(x) for x in re.findall(r"\d+", prompt)]
         if len(operands) != self.steps + 1:
-            raise ValueError(f"prompt={prompt!r} is invalid: must be a question of {self.steps} operations")
+            fail(self.name, "prompt", prompt, f"must be a question of {self.steps} operations")
         return self._trivial(operands)
 
     def _example(self, rng: np.random.Generator) -> tuple[str, str, int]:

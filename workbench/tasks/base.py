@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import torch
@@ -47,7 +47,7 @@ class Batch:
         return Batch(**moved)
 
 
-def fail(task: str, name: str, value: Any, allowed: str) -> None:
+def fail(task: str, name: str, value: Any, allowed: str) -> NoReturn:
     validation.fail(f"{task}: {name}", value, allowed)
 
 
@@ -62,9 +62,9 @@ def check_int(task: str, name: str, value: Any, lo: int, hi: int) -> None:
 def make_rng(seed: int, split: str) -> np.random.Generator:
     """A batch's generator: a pure function of (seed, split)."""
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"seed={seed!r} is invalid: must be a non-negative int")
+        validation.fail("seed", seed, "must be a non-negative int")
     if split not in SPLITS:
-        raise ValueError(f"split={split!r} is invalid: must be one of {SPLITS}")
+        validation.fail("split", split, f"must be one of {SPLITS}")
     return np.random.default_rng([int(seed), SPLITS.index(split)])
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..validation import fail
 from .base import SPLITS, Batch, Task, check_int, check_n, collate, make_rng
 from .tokenizers import ByteTokenizer
 
@@ -147,7 +148,7 @@ class TextTask(Task):
     def corpus(self, split: str = "train") -> tuple[np.ndarray, np.ndarray]:
         """(tokens, document offsets) of a split."""
         if split not in SPLITS:
-            raise ValueError(f"split={split!r} is invalid: must be one of {SPLITS}")
+            fail("split", split, f"must be one of {SPLITS}")
         p = {k: v for k, v in self.params.items() if k != "seq_len"}
         return load_corpus(**p)[split]
 

@@ -17,7 +17,7 @@ from ..analysis.probes import probe_layers
 from ..analysis.regimes import regime_losses
 from ..decode import REGIMES, generate
 from ..model import GPT
-from ..validation import check_int
+from ..validation import check_int, fail
 from .core import Explorer, format_number
 
 
@@ -77,9 +77,9 @@ def probe_compute(models: Mapping[str, Mapping[str, GPT]], conditions: Sequence[
 
     def compute(task: str, condition: str) -> pd.DataFrame:
         if task not in models:
-            raise ValueError(f"task={task!r} is invalid: models are given for {sorted(models)}")
+            fail("task", task, f"models are given for {sorted(models)}")
         if condition not in conditions:
-            raise ValueError(f"condition={condition!r} is invalid: must be one of {list(conditions)}")
+            fail("condition", condition, f"must be one of {list(conditions)}")
         if task not in kept:
             frames = []
             for label, model in models[task].items():

@@ -29,6 +29,7 @@ from ...analysis.probes import (
 )
 from ...checkpoint import load_checkpoint
 from ...model import GPT
+from ...validation import fail
 from ..core import (
     EVAL_SEED,
     Context,
@@ -390,7 +391,7 @@ def explorer_compute(results: pd.DataFrame):
 
     def compute(key: str, condition: str) -> pd.DataFrame:
         if key not in keys:
-            raise ValueError(f"key={key!r} is invalid: must be one of {list(keys)}")
+            fail("key", key, f"must be one of {list(keys)}")
         task, scratch = keys[key]
         rows = trained[(trained["task"] == task) & (trained["scratch_updates"] == scratch)
                        & (trained["condition"] == condition)]
