@@ -35,6 +35,8 @@ def test_text_recipe_smoke(root, name):
     assert [g["name"] for g in summary["gates"]] == [g.name for g in recipe.gates]
     assert all(g["value"] is None or isinstance(g["value"], float) for g in summary["gates"])
     assert (out / "results.png").stat().st_size > 1000
+    if name == lang.SPECIMENS:  # the intervals its figure draws, so a redraw draws the same
+        assert len(pd.read_csv(out / E.recipes.fbt_text.INTERVALS)) == 3 * len(summary["comparisons"]) + 1
     assert not [s.name for s in recipe.build(E.smoke_scale()) if not reusable(out / s.name, s)]
     text = (root / "RESULTS.md").read_text()
     assert f"## {name}" in text and summary["verdict"] in text

@@ -141,7 +141,7 @@ def verdict_title(verdict: str) -> str:
     """A verdict as a figure's first lines."""
     import textwrap
 
-    return textwrap.fill(f"verdict: {verdict}", 110)
+    return textwrap.fill(f"verdict: {verdict}", 100)
 
 
 def bar_figure(table: pd.DataFrame, title: str):

@@ -11,6 +11,7 @@ from .common import bar_figure, verdict_title
 from .pass_mix_study import STUDY_FIELDS, study_figure
 from .recipes import crosses, lrt_memory_sanity, reasoning_traces
 from .recipes.causal_use import causal_use_figure
+from .recipes.fbt_text import intervals_figure
 from .recipes.layer0_probes import probe_figure
 
 if TYPE_CHECKING:
@@ -34,6 +35,8 @@ def experiment_figure(tables: Mapping[str, pd.DataFrame], title: str = "",
         if {"arm", "decoding"} <= set(tables["traces"].columns):  # reasoning_traces' own: as the recipe drew it
             return reasoning_traces.traces_figure(tables["traces"], tables.get("lines"))
         return plots.trace_lengths(tables["traces"])
+    if "intervals" in tables:  # fbt_text: the intervals its verdict reads
+        return intervals_figure(tables["intervals"], title if summary is None else summary["verdict"])
     if "bars" in tables:  # a wide results table with its bars saved beside it (fbt_language.bars)
         return bar_figure(tables["bars"], title=title if summary is None else verdict_title(summary["verdict"]))
     if "results" not in tables:

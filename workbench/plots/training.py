@@ -16,7 +16,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from ..files import write_bytes_atomic
-from ..validation import check_int
+from ..validation import check_int, fail
 from .base import (
     Runs,
     named_runs,
@@ -53,13 +53,13 @@ def loss_curves(history: Runs, x: str = "step", title: str = "", floor: float | 
     With ``difference``, a panel below draws each run minus ``reference`` (default the first run), or for one run
     each pass minus pass 1: two curves 0.02 nats apart lie on one another, their difference does not."""
     if x not in LOSS_AXES:
-        raise ValueError(f"x={x!r} is invalid: must be one of {tuple(LOSS_AXES)}")
+        fail("x", x, f"must be one of {tuple(LOSS_AXES)}")
     check_floor(floor)
     runs = named_runs(history, "loss_curves")
     for frame in runs.values():
         require_columns(frame, [x, "loss"], "loss_curves")
     if reference is not None and (len(runs) == 1 or reference not in runs):
-        raise ValueError(f"reference={reference!r} is invalid: must name one of several runs {list(runs)}")
+        fail("reference", reference, f"must name one of several runs {list(runs)}")
     gaps = _loss_gaps(runs, x, reference) if difference else {}
     fig, ax, below = with_difference(6.5, 4.2, bool(gaps))
     if len(runs) == 1:
@@ -181,7 +181,7 @@ def loss_vs_flops(curves: Mapping[str, Sequence[pd.DataFrame]], floor: float | N
     axes_x = [x] if isinstance(x, str) else list(x)
     for key in axes_x:
         if key not in CURVE_AXES:
-            raise ValueError(f"x={key!r} is invalid: must be one of {tuple(CURVE_AXES)}")
+            fail("x", key, f"must be one of {tuple(CURVE_AXES)}")
     if not curves or any(len(seeds) == 0 for seeds in curves.values()):
         raise ValueError("curves must map each arm to at least one history")
     check_floor(floor)
@@ -264,3 +264,43 @@ class LossFigure:
         loss_curves(history, title=self.title).savefig(buffer, format=self.path.suffix.lstrip(".") or "png",
                                                         dpi=self.dpi)
         write_bytes_atomic(self.path, buffer.getvalue())
+
+
+INTERVAL_WORDS = {"below": "wholly below 0", "above": "wholly above 0", "across": "contains 0"}
+INTERVAL_COLOURS = {"below": "tab:blue", "above": "tab:red", "across": "grey"}
+
+
+def difference_intervals(frame: pd.DataFrame, title: str = "", unit: str = "") -> Figure:
+    """Paired differences as 95 % intervals, one row each and a panel per ``panel``, against a zero line: what a
+    verdict reads. Levels on a scale from 0 hide a 0.05 difference; its interval does not. ``highlight`` rows
+    (the claim's own) are labelled in bold."""
+    require_columns(frame, ["panel", "label", "mean", "low", "high"], "difference_intervals")
+    panels = list(dict.fromkeys(frame["panel"]))
+    heights = [0.9 + 0.32 * int((frame["panel"] == p).sum()) for p in panels]
+    with sns.axes_style("whitegrid"):
+        fig = Figure(figsize=(9.0, sum(heights) + 0.6), layout="constrained")
+        axes = fig.subplots(len(panels), 1, squeeze=False, height_ratios=heights)[:, 0]
+    seen: set[str] = set()
+    for ax, panel in zip(axes, panels):
+        rows = frame[frame["panel"] == panel].reset_index(drop=True)
+        for y, row in rows.iterrows():
+            side = "below" if row["high"] < 0 else "above" if row["low"] > 0 else "across"
+            ax.errorbar(row["mean"], -y, xerr=[[row["mean"] - row["low"]], [row["high"] - row["mean"]]], fmt="o",
+                        color=INTERVAL_COLOURS[side], capsize=3, label=None if side in seen else INTERVAL_WORDS[side])
+            seen.add(side)
+        ax.axvline(0.0, color="black", lw=1.2, zorder=1)  # no difference, always in view
+        low, high = min(0.0, rows["low"].min()), max(0.0, rows["high"].max())
+        pad = 0.05 * (high - low or 1.0)
+        ax.set_xlim(low - pad, high + pad)
+        ax.set_yticks(-np.arange(len(rows)), rows["label"])
+        if "highlight" in rows:
+            for tick, bold in zip(ax.get_yticklabels(), rows["highlight"].astype(bool)):
+                tick.set_fontweight("bold" if bold else "normal")
+        ax.set_ylim(-len(rows) + 0.5, 0.5)
+        ax.set_title(panel, loc="left", fontsize=9)
+        ax.set_xlabel(f"difference ({unit})" if unit else "difference")
+    handles, labels = shared_legend(list(axes))
+    fig.legend(handles, labels, fontsize=8, loc="outside lower center", ncols=len(labels), title="95 % interval")
+    if title:
+        fig.suptitle(title, fontsize=10)
+    return fig

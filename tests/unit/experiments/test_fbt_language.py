@@ -243,3 +243,17 @@ def test_a_text_recipes_bar_figure_leads_with_the_verdict_its_summary_will_state
     title = lang.bars(ctx, long, "the setup", 4.6, "unigram", "reproduces", failed).get_suptitle()
     assert title.startswith("verdict: not tested") and recipe.gates[0].name in title.replace("\n", " ")
     assert (tmp_path / "bars.csv").is_file()
+
+
+def test_fbt_texts_figure_table_holds_every_interval_its_verdict_reads_and_the_positive_control():
+    iv = {"mean": 0.01, "low": -0.02, "high": 0.04, "seeds": 6}
+    found = {arm: {"equal_tokens": iv, "matched_compute": iv, "feedback": iv}
+             for arm in ("add_full", fbt_text.PAPER_ARM)}
+    rows = fbt_text.interval_rows(found, {**iv, "mean": -0.06, "low": -0.07, "high": -0.05})
+    assert len(rows) == 3 * len(found) + 1 and rows["panel"].nunique() == 4
+    equal, matched = fbt_text.references(fbt_text.PAPER_ARM)
+    assert rows["label"].iloc[-1] == f"{matched} - {equal}" and rows["high"].iloc[-1] == -0.05
+    assert set(rows.loc[rows["highlight"], "label"]) == {f"{fbt_text.PAPER_ARM} - {equal}",
+                                                         f"{fbt_text.PAPER_ARM} - {matched}", fbt_text.PAPER_ARM}
+    fig = fbt_text.intervals_figure(rows, "not tested: a gate failed")
+    assert fig.get_suptitle().startswith("verdict: not tested: a gate failed\nFBT on text")

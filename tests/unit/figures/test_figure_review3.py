@@ -218,3 +218,24 @@ def test_fixed_point_readability_sizes_panels_to_their_arms_and_packs_small_fami
     per_arm = [box.width / len(group) for box, group in zip(boxes, arms.values())]
     assert max(per_arm) / min(per_arm) < 1.25  # about the same bar width in every panel
     assert fig.get_figwidth() <= MAX_WIDTH
+
+
+def test_difference_intervals_draw_each_interval_against_zero_coloured_by_its_side():
+    from workbench.plots import difference_intervals
+    from workbench.plots.training import INTERVAL_COLOURS
+
+    frame = pd.DataFrame({"panel": ["a", "a", "b"], "label": ["x - y", "z - y", "control"],
+                          "mean": [0.05, 0.01, -0.06], "low": [0.04, -0.02, -0.07], "high": [0.06, 0.03, -0.05],
+                          "highlight": [True, False, False]})
+    fig = difference_intervals(frame, "verdict: worse", "bits/byte")
+    first, second = fig.axes[:2]
+    assert [t.get_text() for t in first.get_yticklabels()] == ["x - y", "z - y"]
+    assert first.get_yticklabels()[0].get_fontweight() == "bold"
+    for ax in (first, second):
+        low, high = ax.get_xlim()
+        assert low < 0 < high  # no difference is always in view, even for an interval far from it
+    colours = [line.get_color() for line in first.lines if line.get_marker() == "o"]
+    assert colours == [INTERVAL_COLOURS["above"], INTERVAL_COLOURS["across"]]
+    assert fig.get_suptitle() == "verdict: worse"
+    with pytest.raises(ValueError, match="empty"):
+        difference_intervals(frame.iloc[:0])

@@ -14,11 +14,12 @@ import numpy as np
 import pandas as pd
 
 from ...checkpoint import load_metrics
+from ...files import write_csv
 from ...schedules import PassMix, Single
 from ...train import TrainConfig
 from .. import fbt_language as lang
-from ..common import EXACT, curve_every, describe, eval_size, matched_steps, step_flops, steps
-from ..core import Context, Extension, Finding, Gate, Outcome, Recipe, RunSpec, lead, preregistered
+from ..common import EXACT, curve_every, describe, eval_size, matched_steps, step_flops, steps, verdict_title
+from ..core import Context, Extension, Finding, Gate, Outcome, Recipe, RunSpec, apply_gates, lead, preregistered
 from ..fbt_language import LONG, LONGS, MODEL, PAPER_ARM, STEPS, TEXT
 from ..pass_mix_study import FEEDBACK_START  # the paper's progressive schedule: the first 20 % of steps plain
 
@@ -28,6 +29,7 @@ PREFIX_MIXIN = 1.0  # every pass after the first draws a plain prefix (the paper
 CURVE_MARKS = 16  # held-out evaluations per run
 CURVE_EVAL_SIZE = 64
 UNIGRAM_MARGIN = 1.0  # bits/byte the equal-step baseline must end below the unigram bits/byte
+INTERVALS = "intervals.csv"  # the figure's table, so a redraw draws the same
 
 
 class Training(NamedTuple):
@@ -164,6 +166,32 @@ def comparisons(scores: pd.DataFrame, arm: str, measure: str = "exact") -> dict[
             "feedback": lang.feedback_used(scores, arm)}
 
 
+def interval_rows(found: Mapping[str, Mapping[str, dict]], control: Mapping[str, float]) -> pd.DataFrame:
+    """The intervals the verdict and its extensions read, a row each (the paper's arm highlighted), and the positive
+    control: the figure's table, written from analyze's own numbers (or a stored summary's)."""
+    rows = []
+    for arm, found_arm in found.items():
+        equal, matched = references(arm)
+        rows += [("equal tokens: minus the equal-step baseline (exact recurrence)", f"{arm} - {equal}",
+                  found_arm["equal_tokens"], arm),
+                 ("matched compute: minus the baseline given its FLOPs (exact recurrence)", f"{arm} - {matched}",
+                  found_arm["matched_compute"], arm),
+                 ("feedback used: pass 2 - pass 1, same weights", f"{arm}", found_arm["feedback"], arm)]
+    equal, matched = references(PAPER_ARM)
+    rows.append(("positive control: does the instrument see twice the tokens?", f"{matched} - {equal}", control, ""))
+    return pd.DataFrame([{"panel": panel, "label": label, "mean": iv["mean"], "low": iv["low"], "high": iv["high"],
+                          "seeds": iv.get("seeds"), "highlight": arm == PAPER_ARM} for panel, label, iv, arm in rows])
+
+
+def intervals_figure(intervals: pd.DataFrame, verdict: str):
+    """The intervals the verdict reads, titled by it (gates applied) over the setup; the redraw draws the same."""
+    from ...plots import difference_intervals
+
+    setup = (f"FBT on text, {MODEL['n_layer']}x{MODEL['n_embd']} bytes, {STEPS} steps ("
+             + ", ".join(f"_x{f}: {STEPS * f}" for f in LONGS) + "; held-out bytes, 95 % intervals over seeds)")
+    return difference_intervals(intervals, f"{verdict_title(verdict)}\n{setup}", "bits/byte")
+
+
 def feedback_by_steps(scores: pd.DataFrame) -> dict[str, dict[str, float]]:
     """The paper's training: steps -> its pass 2 - pass 1 interval."""
     stem = parts(PAPER_ARM)[0]
@@ -235,17 +263,16 @@ def analyze(ctx: Context) -> Outcome:
                                  "bits/byte"),
                         describe(f"{PAPER_ARM} pass 2 - pass 1", paper["feedback"], "bits/byte"),
                         describe(f"{matched} - {equal} (the positive control)", control, "bits/byte")])
-    long = table.melt(id_vars=["arm"], value_vars=["exact", "pass2"], var_name="metric").dropna()
-    long["metric"] = long["metric"].map({"exact": "bits/byte, exact recurrence", "pass2": "bits/byte, pass 2"})
     verdict = decide(paper["equal_tokens"], paper["matched_compute"])
-    figure = lang.bars(ctx, long, f"FBT on text, {MODEL['n_layer']}x{MODEL['n_embd']} bytes, {STEPS} steps ("
-                       + ", ".join(f"_x{f}: {STEPS * f}" for f in LONGS) + "; held-out)", unigram, "unigram",
-                       verdict, gates)
+    found = {arm: comparisons(scores, arm) for arm in arms_run(ctx) if arm in FBT_ARMS}
+    intervals = interval_rows(found, control)
+    write_csv(ctx.out / INTERVALS, intervals)
+    figure = intervals_figure(intervals, apply_gates(ctx.recipe, gates, verdict)[1])
     return Outcome(table, figure, number, verdict, gates,
                    chance=f"unigram {unigram:.3f} bits/byte on the held-out bytes", extensions=extensions,
                    extra={"unigram_bpb": unigram, "positive_control": control,
                           "feedback_by_steps": feedback_by_steps(scores), "next_budget": next_budget(ctx),
-                          "comparisons": {arm: comparisons(scores, arm) for arm in arms_run(ctx) if arm in FBT_ARMS}})
+                          "comparisons": found})
 
 
 def finding(summary: dict, results: pd.DataFrame) -> Finding:
