@@ -210,13 +210,18 @@ def loss_vs_flops(curves: Mapping[str, Sequence[pd.DataFrame]], floor: float | N
 
 
 def pass_losses(histories: Runs, floor: float | None = None, floor_label: str = "unigram",
-                title: str = "") -> Figure:
-    """Each pass's loss against step, a panel per run: pass-3 density is the 3-pass share."""
+                title: str = "", difference: bool = False) -> Figure:
+    """Each pass's loss against step, a panel per run: pass-3 density is the 3-pass share. ``difference``: one more
+    panel, pass k - pass 1 where a step logged both, so a gain smaller than the batch noise between steps shows."""
     check_floor(floor)
     runs = named_runs(histories, "pass_losses")
     for frame in runs.values():
         require_columns(frame, ["step", "loss_pass1"], "pass_losses")
-    fig, axes = panel_grid(len(runs), panel=(4.0, 3.2), sharey=True)
+    fig, axes = panel_grid(len(runs) + difference, panel=(4.0, 3.2))
+    if difference:
+        gaps, axes = axes[-1], axes[:-1]
+    for ax in axes[1:]:  # one loss scale for every run (not for the differences)
+        ax.sharey(axes[0])
     columns = sorted({c for f in runs.values() for c in f.columns if c.startswith("loss_pass")},
                      key=lambda c: int(c[len("loss_pass"):]))
     palette = dict(zip(columns, sns.color_palette("deep", n_colors=len(columns))))
@@ -231,8 +236,23 @@ def pass_losses(histories: Runs, floor: float | None = None, floor_label: str = 
         floor_line(ax, floor, floor_label)
         ax.set(xlabel="optimiser step", ylabel="training loss (nats / token)")
         ax.set_title(f"{name}\nlogged steps: " + ", ".join(f"pass {k} {n}" for k, n in counts.items()), fontsize=9)
+    if difference:
+        for (name, frame), marker in zip(runs.items(), "os^vD<>"):
+            for column in columns[1:]:
+                both = frame.dropna(subset=["loss_pass1", column]) if column in frame else frame.iloc[:0]
+                if len(both):
+                    gap = both[column] - both["loss_pass1"]
+                    gaps.plot(both["step"], gap, marker, ms=3, alpha=0.7, color=palette[column],
+                              label=f"{name}, pass {column[len('loss_pass'):]} (last {min(10, len(gap))}: "
+                                    f"{gap.tail(10).mean():+.3f})")
+        zero_line(gaps)
+        gaps.set(xlabel="optimiser step", ylabel="pass k - pass 1 (nats / token)")
+        gaps.set_title("same step, same batch: below 0, the feedback pays", fontsize=9)
+        gaps.legend(fontsize=7)
     handles, labels = shared_legend(axes)  # below the panels: inside, it sat on the floor line and the points
-    fig.legend(handles, labels, fontsize=8, loc="outside lower center", ncols=min(len(labels), 4))
+    order = sorted(range(len(labels)), key=lambda i: (not labels[i].startswith("pass "), labels[i]))  # passes first
+    fig.legend([handles[i] for i in order], [labels[i] for i in order], fontsize=8, loc="outside lower center",
+               ncols=min(len(labels), 4))
     if title:
         fig.suptitle(title, fontsize=10)
     return fig

@@ -239,3 +239,19 @@ def test_difference_intervals_draw_each_interval_against_zero_coloured_by_its_si
     assert fig.get_suptitle() == "verdict: worse"
     with pytest.raises(ValueError, match="empty"):
         difference_intervals(frame.iloc[:0])
+
+
+def test_pass_losses_difference_panel_shows_a_gain_smaller_than_the_noise_and_the_legend_lists_passes_first():
+    steps = np.arange(1, 41)
+    noise = np.random.default_rng(0).normal(0, 0.3, steps.size)  # batch to batch: far above the gain
+    history = pd.DataFrame({"step": steps, "loss_pass1": 2.0 + noise, "loss_pass2": 1.92 + noise,
+                            "loss_pass3": np.where(steps % 10 == 0, 1.95 + noise, np.nan)})
+    runs = {"a": history, "b": history.assign(loss_pass3=np.nan)}
+    fig = plots.pass_losses(runs, floor=3.0, difference=True)
+    assert len(fig.axes) == 3 and fig.axes[0].get_ylim() == fig.axes[1].get_ylim()
+    gaps = fig.axes[2]
+    pass2 = [line for line in gaps.lines if line.get_label().startswith("a, pass 2")][0]
+    assert np.allclose(pass2.get_ydata(), -0.08) and "last 10: -0.080" in pass2.get_label()
+    assert not [line for line in gaps.lines if line.get_label().startswith("b, pass 3")]  # nothing logged: no entry
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["pass 1", "pass 2", "pass 3", "unigram 3.000"]
+    assert len(plots.pass_losses(runs).axes) == 2  # off by default
