@@ -24,8 +24,8 @@ from ..stats import bootstrap
 from ..tasks import Batch
 from ..tasks.text import BOS
 from ..validation import fail
-from .common import bar_figure, verdict_title
-from .core import Context, Gate, apply_gates
+from .common import verdict_title
+from .core import Context, Gate
 from .pool import map_jobs
 from .runs import spec_of
 
@@ -202,14 +202,17 @@ def unigram_bpb() -> float:
     return tasks.get("text", **TEXT).unigram_loss() / math.log(2)
 
 
-def bars(ctx: Context, long: pd.DataFrame, setup: str, floor: float, floor_label: str, verdict: str,
-         gate_values: Mapping[str, float] | None = None):
-    """The bar figure titled by the verdict its summary states (gates applied: a finding, not the setup, leads), with
-    its reference line; the bars saved as ``bars.csv`` so a redraw shows the same."""
-    said = apply_gates(ctx.recipe, gate_values or {}, verdict)[1]
-    long = long.assign(floor=floor, floor_label=floor_label)
-    write_csv(ctx.out / "bars.csv", long)
-    return bar_figure(long, f"{verdict_title(said)}\n{setup}")
+def interval_figure(results: pd.DataFrame, panels: Mapping[str, str], verdict: str, setup: str):
+    """A reading recipe's figure from its results table: per column of ``panels`` (its ``_low`` / ``_high`` beside
+    it), each arm's interval against zero, the paper's arm in bold, titled by the (gated) verdict over the setup. Drawn
+    from results.csv alone, so a redraw draws the same."""
+    from ..plots import difference_intervals
+
+    rows = [{"panel": title, "label": r["arm"], "mean": r[column], "low": r[f"{column}_low"],
+             "high": r[f"{column}_high"], "highlight": r["arm"] == PAPER_ARM}
+            for column, title in panels.items() for _, r in results.iterrows()]
+    return difference_intervals(pd.DataFrame(rows).dropna(subset=["mean", "low", "high"]),
+                                f"{verdict_title(verdict)}\n{setup}", "bits/byte")
 
 
 def specimen_continuations(root: Path, arms: list[str], seed: int = 0) -> pd.DataFrame:

@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from .common import bar_figure, verdict_title
+from .common import bar_figure
 from .pass_mix_study import STUDY_FIELDS, study_figure
-from .recipes import crosses, lrt_memory_sanity, reasoning_traces
+from .recipes import crosses, fbt_fixed_point_text, fbt_prefill_gain, fbt_regimes, lrt_memory_sanity, reasoning_traces
 from .recipes.causal_use import causal_use_figure
 from .recipes.fbt_text import intervals_figure
 from .recipes.layer0_probes import probe_figure
@@ -18,6 +18,9 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 
+# the text recipes that read fbt_text's specimens: their figure is drawn from their results table alone
+READING_FIGURES = {"fbt_regimes": fbt_regimes.regimes_figure, "fbt_prefill_gain": fbt_prefill_gain.gain_figure,
+                   "fbt_fixed_point_text": fbt_fixed_point_text.fixed_point_figure}
 # a recipe whose bar figure is titled by its takeaway, computed from its results table as its analyze does
 TAKEAWAYS = {"crosses": crosses.takeaway, "lrt_memory_sanity": lrt_memory_sanity.takeaway}
 
@@ -37,11 +40,12 @@ def experiment_figure(tables: Mapping[str, pd.DataFrame], title: str = "",
         return plots.trace_lengths(tables["traces"])
     if "intervals" in tables:  # fbt_text: the intervals its verdict reads
         return intervals_figure(tables["intervals"], title if summary is None else summary["verdict"])
-    if "bars" in tables:  # a wide results table with its bars saved beside it (fbt_language.bars)
-        return bar_figure(tables["bars"], title=title if summary is None else verdict_title(summary["verdict"]))
     if "results" not in tables:
         raise ValueError(f"tables holds {sorted(tables)}: expected 'results'")
     results = tables["results"]
+    recipe = (summary or {}).get("recipe")
+    if recipe in READING_FIGURES:  # a text reading recipe: the intervals in its results table, titled by its verdict
+        return READING_FIGURES[recipe](results, summary["verdict"])
     if {"condition", "layer", "label"} <= set(results.columns):  # layer0_probes: a colour per specimen
         said = None if summary is None else f"{summary.get('recipe', title)}: {summary['verdict']}"
         return probe_figure(results, said)
@@ -54,5 +58,4 @@ def experiment_figure(tables: Mapping[str, pd.DataFrame], title: str = "",
                                                                                                "positive control"))
         return causal_use_figure(swaps, controls, tables.get("distances", pd.DataFrame(
             columns=["distance", "position", "increase"])))
-    recipe = (summary or {}).get("recipe")
     return bar_figure(results, title=TAKEAWAYS[recipe](results) if recipe in TAKEAWAYS else title)

@@ -23,7 +23,7 @@ SUMMARY_COLUMNS = ["recipe", "kind", "claim", "setting", "number", "verdict", "g
 REQUIRED_FIELDS = ("claim", "setting", "number", "verdict", "scale")
 FINDING_COLUMNS = ["recipe", "kind", "paper", "ours", "verdict", "finding"]
 GATE_COLUMNS = ["recipe", "gate", "quantity", "value", "op", "threshold", "passed"]
-EXTRA_TABLES = ("pass_dynamics", "traces", "lines", "distances", "bars", "intervals")
+EXTRA_TABLES = ("pass_dynamics", "traces", "lines", "distances", "intervals")
 SPECIMEN_COLUMNS = ["recipe", "run", "task", "task_params", "mechanism", "shape", "params", "schedule", "steps", "seed",
                     "measure", "held_out", "held_out_schedule", "gate", "gate_value", "gate_passed"]
 COMPUTE_COLUMNS = ["run", "task", "seed", "schedule", "steps", "flops", "pass_flops", "mean_passes", "flops_per_step",

@@ -319,8 +319,10 @@ def difference_intervals(frame: pd.DataFrame, title: str = "", unit: str = "") -
         ax.set_ylim(-len(rows) + 0.5, 0.5)
         ax.set_title(panel, loc="left", fontsize=9)
         ax.set_xlabel(f"difference ({unit})" if unit else "difference")
-    handles, labels = shared_legend(list(axes))
-    fig.legend(handles, labels, fontsize=8, loc="outside lower center", ncols=len(labels), title="95 % interval")
+    keyed = dict(zip(*reversed(shared_legend(list(axes)))))  # label -> handle, in one order whatever came first
+    labels = [word for word in INTERVAL_WORDS.values() if word in keyed]
+    fig.legend([keyed[w] for w in labels], labels, fontsize=8, loc="outside lower center", ncols=len(labels),
+               title="95 % interval")
     if title:
         fig.suptitle(title, fontsize=10)
     return fig

@@ -231,18 +231,16 @@ def test_the_pass_mixes_budget_gives_every_run_the_multi_pass_batches_of_fbt_tex
 
 
 
-def test_a_text_recipes_bar_figure_leads_with_the_verdict_its_summary_will_state(tmp_path):
-    """The first line is the finding, gates applied (a failed gate reads "not tested"), the setup below it."""
-    recipe = fbt_regimes.RECIPE
-    ctx = Context(recipe, {}, {}, {}, tmp_path, 1.0)
-    long = pd.DataFrame({"arm": ["glu_full", "add_full"], "metric": "bits/byte", "value": [1.5, 1.4]})
-    passed = {g.name: (g.threshold + 1 if g.op in (">=", ">") else g.threshold - 1) for g in recipe.gates}
-    title = lang.bars(ctx, long, "the setup", 4.6, "unigram", "reproduces", passed).get_suptitle()
-    assert title.startswith("verdict: reproduces\nthe setup")
-    failed = {**passed, recipe.gates[0].name: math.nan}
-    title = lang.bars(ctx, long, "the setup", 4.6, "unigram", "reproduces", failed).get_suptitle()
-    assert title.startswith("verdict: not tested") and recipe.gates[0].name in title.replace("\n", " ")
-    assert (tmp_path / "bars.csv").is_file()
+def test_a_reading_recipes_figure_draws_its_results_intervals_and_leads_with_the_verdict():
+    """The figure comes from results.csv alone (so a redraw is the same), a panel per interval column, an arm a row."""
+    results = pd.DataFrame({"arm": ["add_full", fbt_regimes.PAPER_ARM], "soft_gap": [-0.01, 0.28],
+                            "soft_gap_low": [-0.02, 0.24], "soft_gap_high": [-0.002, 0.33], "fused1_gap": [-0.01, 0.29],
+                            "fused1_gap_low": [-0.02, 0.25], "fused1_gap_high": [-0.004, 0.34]})
+    fig = fbt_regimes.regimes_figure(results, "not tested: a gate failed")
+    assert fig.get_suptitle().startswith("verdict: not tested: a gate failed\n")
+    assert [len(ax.get_yticklabels()) for ax in fig.axes] == [2, 2]
+    bold = [t.get_text() for ax in fig.axes for t in ax.get_yticklabels() if t.get_fontweight() == "bold"]
+    assert bold == [fbt_regimes.PAPER_ARM] * 2
 
 
 def test_fbt_texts_figure_table_holds_every_interval_its_verdict_reads_and_the_positive_control():

@@ -255,3 +255,10 @@ def test_pass_losses_difference_panel_shows_a_gain_smaller_than_the_noise_and_th
     assert not [line for line in gaps.lines if line.get_label().startswith("b, pass 3")]  # nothing logged: no entry
     assert [t.get_text() for t in fig.legends[0].get_texts()] == ["pass 1", "pass 2", "pass 3", "unigram 3.000"]
     assert len(plots.pass_losses(runs).axes) == 2  # off by default
+
+
+def test_difference_intervals_key_the_sides_in_one_order_whatever_comes_first():
+    frame = pd.DataFrame({"panel": "a", "label": ["up", "down"], "mean": [0.1, -0.1], "low": [0.05, -0.2],
+                          "high": [0.2, -0.05]})
+    fig = plots.difference_intervals(frame)
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["wholly below 0", "wholly above 0"]

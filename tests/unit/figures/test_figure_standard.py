@@ -383,7 +383,7 @@ def test_bar_figure_splits_many_arms_names_bpb_and_keeps_the_floor_legend_off_th
     assert all(ax.get_legend() is None for ax in fig.axes) and legend_texts(fig) == ["unigram 4.590"]
     assert fig.axes[2].get_title() == "bits per byte (3/3)\n(lower is better)"
     assert fig.get_suptitle() == "t\nbest: arm_14 1.000 (lower is better)"  # over every panel, not one panel's
-    redrawn = experiment_figure({"bars": table})  # the recipe explorer's redraw from a saved bars.csv keeps the line
+    redrawn = experiment_figure({"results": table})  # the recipe explorer's redraw from results.csv keeps the line
     assert all(len(hlines(ax, 4.59)) == 1 for ax in redrawn.axes)
     accuracy = pd.DataFrame({"arm": ["a", "b"], "metric": "accuracy", "value": [0.4, 0.9]})
     assert bar_figure(accuracy, "").get_suptitle() == "best: b 0.900 (higher is better)"

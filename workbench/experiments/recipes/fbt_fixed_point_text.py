@@ -86,6 +86,14 @@ def verdict(table: pd.DataFrame) -> str:
     return "readable with: " + ", ".join(readable)
 
 
+def fixed_point_figure(results: pd.DataFrame, said: str):
+    """What the exact recurrence (the fixed point) costs over pass 2, and SOFT over STANDARD, per arm."""
+    return lang.interval_figure(results, {
+        "exact_minus_pass2": "exact recurrence - pass 2, same weights (near 0: the fixed point is read)",
+        "soft_minus_standard": "SOFT - STANDARD decoding, same weights (below 0: feedback helps)"}, said,
+        "The fixed point on language (held-out bytes, 95 % intervals over seeds)")
+
+
 def analyze(ctx: Context) -> Outcome:
     scores = lang.read_scores(ctx.out.parent)
     table = fixed_point_rows(scores).merge(pass_maps(ctx, scores), on="arm", how="left")
@@ -93,11 +101,7 @@ def analyze(ctx: Context) -> Outcome:
         f"{r.arm} exact - pass 2", {"mean": r.exact_minus_pass2, "low": r.exact_minus_pass2_low,
                                     "high": r.exact_minus_pass2_high}, "bits/byte")
         + ("" if r.uses_feedback else " (feedback unused)") for r in table.itertuples())
-    long = table.melt(id_vars=["arm"], value_vars=["exact_minus_pass2", "soft_minus_standard"], var_name="metric")
-    long["metric"] = long["metric"].map({"exact_minus_pass2": "exact - pass 2, bits/byte",
-                                         "soft_minus_standard": "SOFT - STANDARD, bits/byte"})
-    figure = lang.bars(ctx, long, "The fixed point on language: what the exact recurrence costs over pass 2",
-                       0.0, "no cost", verdict(table))
+    figure = fixed_point_figure(table, verdict(table))
     return Outcome(table, figure, number, verdict(table), chance="pass 2 of the same weights (the trained depth)")
 
 

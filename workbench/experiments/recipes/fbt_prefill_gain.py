@@ -9,7 +9,7 @@ import pandas as pd
 
 from .. import fbt_language as lang
 from ..common import describe
-from ..core import Context, Extension, Finding, Outcome, Recipe, RunSpec, lead, preregistered
+from ..core import Context, Extension, Finding, Outcome, Recipe, RunSpec, apply_gates, lead, preregistered
 from ..fbt_language import PAPER_ARM
 
 
@@ -44,6 +44,15 @@ def decide(found: dict[str, dict[str, float]]) -> str:
     return "inconclusive"
 
 
+def gain_figure(results: pd.DataFrame, verdict: str):
+    """The claim's decomposition per arm: the first fused pass's gain, the further passes', and their difference."""
+    return lang.interval_figure(results, {
+        "first": "first fused pass: STANDARD - FUSED 1 (above 0: it gains)",
+        "further": "further passes: FUSED 1 - FUSED P, the deepest P scored (above 0: they gain)",
+        "first_minus_further": "first minus further (above 0: most of the gain comes first)"}, verdict,
+        "FUSED's prefill gain (held-out code continuations, 95 % intervals over seeds)")
+
+
 def analyze(ctx: Context) -> Outcome:
     scores = lang.read_scores(ctx.out.parent)
     gate_values, control = lang.reading_gates(scores)
@@ -69,10 +78,7 @@ def analyze(ctx: Context) -> Outcome:
                                  "bits/byte"),
                         describe(f"{PAPER_ARM} pass 2 - pass 1", used, "bits/byte"),
                         describe("the positive control", control, "bits/byte")])
-    long = table.melt(id_vars=["arm"], value_vars=[f"gain{p}" for p in depths(scores)], var_name="metric")
-    long["metric"] = long["metric"].str.replace("gain", "STANDARD - FUSED, P = ", regex=False)
-    figure = lang.bars(ctx, long, "FUSED's prefill gain by extra fused passes P (held-out code continuations)",
-                       0.0, "no gain over STANDARD", decide(paper), gate_values)
+    figure = gain_figure(table, apply_gates(ctx.recipe, gate_values, decide(paper))[1])
     return Outcome(table, figure, number, decide(paper),
                    gate_values,
                    chance="STANDARD decoding of the same weights (a gain of 0)", extensions=extensions,

@@ -9,7 +9,7 @@ import pandas as pd
 from ...files import write_csv
 from .. import fbt_language as lang
 from ..common import describe
-from ..core import Context, Extension, Finding, Outcome, Recipe, RunSpec, lead, preregistered
+from ..core import Context, Extension, Finding, Outcome, Recipe, RunSpec, apply_gates, lead, preregistered
 from ..fbt_language import PAPER_ARM
 
 FUSED = "fused1"  # FUSED at the paper's training depth: one extra fused pass over the prompt
@@ -38,6 +38,13 @@ def decide(gaps: dict[str, dict[str, float]]) -> str:
             "weights)")
 
 
+def regimes_figure(results: pd.DataFrame, verdict: str):
+    """Each feedback regime minus STANDARD on the same weights, per arm (below 0: the regime predicts better)."""
+    return lang.interval_figure(results, {f"{r}_gap": f"{label} - STANDARD, same weights (below 0: better)"
+                                          for r, label in REGIMES.items()}, verdict,
+                                "FBT's decoding regimes (held-out code continuations, 95 % intervals over seeds)")
+
+
 def analyze(ctx: Context) -> Outcome:
     scores = lang.read_scores(ctx.out.parent)
     gate_values, control = lang.reading_gates(scores)
@@ -64,10 +71,7 @@ def analyze(ctx: Context) -> Outcome:
                           for r, label in REGIMES.items()),
                         describe(f"{PAPER_ARM} pass 2 - pass 1", used, "bits/byte"),
                         describe("the positive control", control, "bits/byte")])
-    long = table.melt(id_vars=["arm"], value_vars=["standard", *REGIMES], var_name="metric")
-    long["metric"] = "bits/byte of the continuation, " + long["metric"]
-    figure = lang.bars(ctx, long, "FBT's decoding regimes on the same weights (held-out code continuations)",
-                       lang.unigram_bpb(), "unigram", decide(paper), gate_values)
+    figure = regimes_figure(table, apply_gates(ctx.recipe, gate_values, decide(paper))[1])
     return Outcome(table, figure, number, decide(paper),
                    gate_values,
                    chance="STANDARD on the same weights (no memory)", extensions=extensions,
