@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import textwrap
+
 import numpy as np
 import pandas as pd
 
@@ -139,16 +141,12 @@ def best_takeaway(table: pd.DataFrame, keys: list[str]) -> str:
 
 def verdict_title(verdict: str) -> str:
     """A verdict as a figure's first lines."""
-    import textwrap
-
     return textwrap.fill(f"verdict: {verdict}", 100)
 
 
 def bar_figure(table: pd.DataFrame, title: str):
     """One bar per arm, a panel per task/metric; a ``floor`` column (kept in the table, so a redraw from the CSV
     shows it) is drawn as a labelled line."""
-    import textwrap
-
     from ..plots.base import panel_grid, require_columns, split_panels
 
     require_columns(table, ["arm", "metric", "value", *(["floor_label"] if "floor" in table else [])], "bar_figure")

@@ -18,6 +18,7 @@ from matplotlib.lines import Line2D
 from ..files import write_bytes_atomic
 from ..validation import check_int, fail
 from .base import (
+    STYLE,
     Runs,
     named_runs,
     new_figure,
@@ -297,7 +298,7 @@ def difference_intervals(frame: pd.DataFrame, title: str = "", unit: str = "") -
     require_columns(frame, ["panel", "label", "mean", "low", "high"], "difference_intervals")
     panels = list(dict.fromkeys(frame["panel"]))
     heights = [0.9 + 0.32 * int((frame["panel"] == p).sum()) for p in panels]
-    with sns.axes_style("whitegrid"):
+    with sns.axes_style(STYLE):
         fig = Figure(figsize=(9.0, sum(heights) + 0.6), layout="constrained")
         axes = fig.subplots(len(panels), 1, squeeze=False, height_ratios=heights)[:, 0]
     seen: set[str] = set()
