@@ -185,7 +185,7 @@ class Outcome:
     """A recipe's result."""
 
     table: pd.DataFrame
-    figure: Any  # matplotlib Figure
+    draw: Callable[[str], Any]  # gated verdict -> matplotlib Figure: a title that states a verdict states the gated one
     number: str  # our number with its interval, in words
     verdict: str  # what the decision rule says, before the gates are applied
     gate_values: dict[str, float] = field(default_factory=dict)  # Gate.name -> measured value

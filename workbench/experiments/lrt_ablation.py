@@ -134,7 +134,7 @@ def analyze(ctx: Context, comparisons: Mapping[str, str], rule: Rule) -> Outcome
            f"LRT trained with the {TREATMENT} treatment"])
     gates = {"baseline below unigram": unigram - float(table.loc[table["arm"] == "baseline", "value"].iloc[0]),
              "baseline flattened": flattened(ctx, arms["baseline"]), MEMORY_GATE.name: use["high"]}
-    return Outcome(table, outcome_figure(ctx, arms, ends), number, rule(intervals, steps), gates,
+    return Outcome(table, lambda _: outcome_figure(ctx, arms, ends), number, rule(intervals, steps), gates,
                    chance=f"unigram {unigram:.3f} bits/byte on the held-out bytes",
                    extra={"unigram_bpb": unigram, "treatment": TREATMENT, "memory_use": use,
                           "comparisons": {arm: {"vs": vs, "final_flop_mark": intervals[arm],

@@ -15,7 +15,7 @@ from .. import tasks
 from ..evaluation import hierarchical_difference
 from ..schedules import Multipass, PassMix
 from .common import FBT_MIX, config, eval_size, steps
-from .core import Context, Gate, Outcome, RunSpec, apply_gates, preregistered
+from .core import Context, Gate, Outcome, RunSpec, preregistered
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -305,9 +305,9 @@ def analyze_mixes(ctx: Context, setting: Setting) -> Outcome:
                    f"residual {r.residual_behaviour}")
     chance = f"{setting.baseline_name} {setting.baseline:.3f} nats per target"
     extra = {"rises": rises, "window_from": W, "passes": passes, "seq_len": T, "baseline": setting.baseline}
-    shown = apply_gates(ctx.recipe, gates, verdict)[1]  # the runner applies them again; the title must say it
-    figure = study_figure(stacked, {**extra, "recipe": ctx.recipe.name, "chance": chance, "verdict": shown})
-    return Outcome(table, figure, number, verdict, gates, chance=chance, extra=extra)
+    shown = {**extra, "recipe": ctx.recipe.name, "chance": chance}
+    return Outcome(table, lambda gated: study_figure(stacked, {**shown, "verdict": gated}), number, verdict, gates,
+                   chance=chance, extra=extra)
 
 
 STUDY_FIELDS = {"recipe", "seq_len", "passes", "window_from", "chance", "baseline", "verdict"}  # what it reads

@@ -73,7 +73,7 @@ def reproduce(name: str, root: str | Path | None = None, scale: float = 1.0, for
     outcome = recipe.analyze(Context(recipe, runs, models, per_example, out, scale, jobs))
     gates, outcome.verdict = apply_gates(recipe, outcome.gate_values, outcome.verdict)
     outcome.table.to_csv(out / "results.csv", index=False)
-    outcome.figure.savefig(out / "results.png", dpi=110, bbox_inches="tight")
+    outcome.draw(outcome.verdict).savefig(out / "results.png", dpi=110, bbox_inches="tight")
     train_seconds = sum(load_metrics(out / n)["train"]["seconds"] for n in runs)
     clock = try_json(out / TRAIN_CLOCK) or try_json(out / "summary.json") or {}  # older outputs: the last summary's
     wall = {k: clock.get(k) for k in ("jobs", "train_wall_minutes", "trained_runs", "quiet_wall_minutes")}

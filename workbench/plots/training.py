@@ -238,18 +238,7 @@ def pass_losses(histories: Runs, floor: float | None = None, floor_label: str = 
         ax.set(xlabel="optimiser step", ylabel="training loss (nats / token)")
         ax.set_title(f"{name}\nlogged steps: " + ", ".join(f"pass {k} {n}" for k, n in counts.items()), fontsize=9)
     if difference:
-        for (name, frame), marker in zip(runs.items(), "os^vD<>"):
-            for column in columns[1:]:
-                both = frame.dropna(subset=["loss_pass1", column]) if column in frame else frame.iloc[:0]
-                if len(both):
-                    gap = both[column] - both["loss_pass1"]
-                    gaps.plot(both["step"], gap, marker, ms=3, alpha=0.7, color=palette[column],
-                              label=f"{name}, pass {column[len('loss_pass'):]} (last {min(10, len(gap))}: "
-                                    f"{gap.tail(10).mean():+.3f})")
-        zero_line(gaps)
-        gaps.set(xlabel="optimiser step", ylabel="pass k - pass 1 (nats / token)")
-        gaps.set_title("same step, same batch: below 0, the feedback pays", fontsize=9)
-        gaps.legend(fontsize=7)
+        difference_panel(gaps, runs, columns, palette)
     handles, labels = shared_legend(axes)  # below the panels: inside, it sat on the floor line and the points
     order = sorted(range(len(labels)), key=lambda i: (not labels[i].startswith("pass "), labels[i]))  # passes first
     fig.legend([handles[i] for i in order], [labels[i] for i in order], fontsize=8, loc="outside lower center",
@@ -257,6 +246,41 @@ def pass_losses(histories: Runs, floor: float | None = None, floor_label: str = 
     if title:
         fig.suptitle(title, fontsize=10)
     return fig
+
+
+def difference_panel(ax: Axes, runs: Mapping[str, pd.DataFrame], columns: list[str], palette: Mapping) -> None:
+    """Pass k - pass 1 at each step that logged both, with a running mean of 10. The y range is that of the
+    second half of each series of 10 points or more (and zero): the jump just after the feedback starts (up to
+    a nat) would otherwise flatten the end-of-training gain of hundredths; the title counts the points outside."""
+    every, late = [], []
+    for (name, frame), marker in zip(runs.items(), "os^vD<>"):
+        for column in columns[1:]:
+            both = frame.dropna(subset=["loss_pass1", column]) if column in frame else frame.iloc[:0]
+            if len(both):
+                gap = both[column] - both["loss_pass1"]
+                running = gap.rolling(10, min_periods=min(10, len(gap))).mean()
+                colour = palette[column]
+                ax.plot(both["step"], gap, marker, ms=3, alpha=0.35, color=colour,
+                        label=f"{name}, pass {column[len('loss_pass'):]} (last {min(10, len(gap))}: "
+                              f"{gap.tail(10).mean():+.3f})")
+                ax.plot(both["step"], running, "-", lw=1.2, color=colour)
+                every.append(gap.to_numpy())
+                if len(gap) >= 10:
+                    late += [gap.to_numpy()[len(gap) // 2:], running.to_numpy()[len(gap) // 2:]]
+    zero_line(ax)
+    clipped = ""
+    if every:
+        points = np.concatenate(every)
+        shown = np.concatenate([*(late or every), [0.0]])
+        low, high = np.nanmin(shown), np.nanmax(shown)
+        pad = 0.15 * (high - low or 1.0)
+        low, high = low - pad, high + pad
+        ax.set_ylim(low, high)
+        outside = int(((points < low) | (points > high)).sum())
+        clipped = f" ({outside} of {points.size} points off the scale)" if outside else ""
+    ax.set(xlabel="optimiser step", ylabel="pass k - pass 1 (nats / token)")
+    ax.set_title(f"same step, same batch; line: mean of 10\nbelow 0, the feedback pays{clipped}", fontsize=9)
+    ax.legend(fontsize=7)
 
 
 class LossFigure:

@@ -33,8 +33,9 @@ def test_every_recipe_states_its_test_before_running():
             assert not re.search(r"\{[A-Za-z_][^}]*\}", getattr(r, field)), (r.name, field, getattr(r, field))
 
 
-def _tiny_recipe(threshold: float) -> E.Recipe:
-    """A recipe of one 2-step run whose single gate is its answer accuracy."""
+def _tiny_recipe(threshold: float, drawn: list | None = None) -> E.Recipe:
+    """A recipe of one 2-step run whose single gate is its answer accuracy; ``drawn`` collects what its figure
+    was titled by."""
 
     def build(scale: float) -> list[E.RunSpec]:
         return [E.RunSpec("run_s0", E.config("running_sum", E.SMALL_MODEL, 2, 0, {"p": 5, "length": 8}),
@@ -43,8 +44,12 @@ def _tiny_recipe(threshold: float) -> E.Recipe:
     def analyze(ctx: E.Context) -> E.Outcome:
         import matplotlib.pyplot as plt
 
+        def draw(verdict: str):
+            (drawn if drawn is not None else []).append(verdict)
+            return plt.figure()
+
         acc = float(ctx.per_example["run_s0"]["accuracy"].mean())
-        return E.Outcome(pd.DataFrame({"arm": ["run"], "value": [acc]}), plt.figure(), f"accuracy {acc:.3f}",
+        return E.Outcome(pd.DataFrame({"arm": ["run"], "value": [acc]}), draw, f"accuracy {acc:.3f}",
                          "reproduces", {"learned": acc})
 
     return E.Recipe("tiny", "a claim", "a setting", build, analyze,
@@ -54,9 +59,10 @@ def _tiny_recipe(threshold: float) -> E.Recipe:
 @pytest.mark.parametrize("threshold, expected", [(2.0, "not tested: learned = "), (-1.0, "reproduces")])
 def test_a_failed_gate_replaces_the_verdict(tmp_path, monkeypatch, threshold, expected):
     monkeypatch.setenv(E.ROOT_ENV, str(tmp_path / "ck"))
-    monkeypatch.setitem(E.RECIPES, "tiny", _tiny_recipe(threshold))
+    drawn = []
+    monkeypatch.setitem(E.RECIPES, "tiny", _tiny_recipe(threshold, drawn))
     outcome = E.reproduce("tiny")  # no root given: the checkpoint root, as load_run reads it
-    assert outcome.verdict.startswith(expected)
+    assert outcome.verdict.startswith(expected) and drawn == [outcome.verdict]  # the figure states the gated one
     if threshold > 1:
         assert outcome.verdict.endswith("(needs >= 2)")
     summary = json.loads((tmp_path / "ck" / "tiny" / "summary.json").read_text())
@@ -77,7 +83,7 @@ def test_parallel_jobs_train_the_same_runs(tmp_path, monkeypatch):
         import matplotlib.pyplot as plt
 
         losses = [float(ctx.per_example[n]["nats"].mean()) for n in sorted(ctx.per_example)]
-        return E.Outcome(pd.DataFrame({"loss": losses}), plt.figure(), " ".join(f"{x:.6f}" for x in losses),
+        return E.Outcome(pd.DataFrame({"loss": losses}), lambda _: plt.figure(), " ".join(f"{x:.6f}" for x in losses),
                          "reproduces", {"runs": len(losses)})
 
     recipe = E.Recipe("pair", "a claim", "a setting", build, analyze, gates=(E.Gate("runs", "runs", ">=", 2),),
@@ -233,7 +239,7 @@ def test_a_run_another_recipe_trained_is_reused_under_this_recipes_evaluation(tm
         def analyze(ctx: E.Context) -> E.Outcome:
             import matplotlib.pyplot as plt
 
-            return E.Outcome(pd.DataFrame({"x": [1]}), plt.figure(), "n", "exploratory", {})
+            return E.Outcome(pd.DataFrame({"x": [1]}), lambda _: plt.figure(), "n", "exploratory", {})
 
         return E.Recipe(name, "a claim", "a setting", build, analyze, kind="exploratory", rule="r", chance="0")
 

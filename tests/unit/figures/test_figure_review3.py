@@ -257,6 +257,19 @@ def test_pass_losses_difference_panel_shows_a_gain_smaller_than_the_noise_and_th
     assert len(plots.pass_losses(runs).axes) == 2  # off by default
 
 
+def test_pass_losses_difference_range_reads_the_late_gain_not_the_jump_where_feedback_starts():
+    steps = np.arange(1, 201)
+    noise = np.random.default_rng(1).normal(0, 0.01, steps.size)
+    gap = np.where(steps <= 3, 1.2, -0.08) + noise  # three steps of a 1.2-nat jump, then the gain
+    history = pd.DataFrame({"step": steps, "loss_pass1": 2.0, "loss_pass2": 2.0 + gap})
+    gaps = plots.pass_losses({"a": history}, difference=True).axes[-1]
+    low, high = gaps.get_ylim()
+    assert low < -0.08 and 0 < high < 0.5  # the gain and zero in view; the jump is not what sets the scale
+    assert "3 of 200 points off the scale" in gaps.get_title()
+    running = [line for line in gaps.lines if line.get_linestyle() == "-" and line.get_label().startswith("_")]
+    assert np.isclose(running[0].get_ydata()[-1], gap[-10:].mean())
+
+
 def test_difference_intervals_key_the_sides_in_one_order_whatever_comes_first():
     frame = pd.DataFrame({"panel": "a", "label": ["up", "down"], "mean": [0.1, -0.1], "low": [0.05, -0.2],
                           "high": [0.2, -0.05]})

@@ -363,10 +363,10 @@ def analyze(ctx: Context) -> Outcome:
     table = pd.concat([swaps.assign(part="swap"), controls.assign(part="positive control"),
                        summary.assign(part="lrt_distance")], ignore_index=True)
     distances.to_csv(ctx.out / "distances.csv", index=False)  # by position: what the figure's right panels read
-    figure = causal_use_figure(swaps, controls, distances)
     verdict = "; ".join(f"{task}: {v}" for task, v in verdicts.items())
     gated = float(gates["gated"].sum()) if not gates.empty else 0.0
-    return Outcome(table, figure, "; ".join(words), verdict, {"gated FBT specimens": gated},
+    return Outcome(table, lambda _: causal_use_figure(swaps, controls, distances), "; ".join(words), verdict,
+                   {"gated FBT specimens": gated},
                    chance="a control swap (same label) flips what the swap would without reading the label; the "
                           "untrained twin's probe accuracy is the architecture's free lift",
                    extra={"specimen_gates": gates.to_dict("records"), "task_verdicts": verdicts,

@@ -58,7 +58,7 @@ def analyze(ctx: Context) -> Outcome:
         words.append(describe(f"{mech}: {cross} - {native}", intervals[f"{mech}_{cross}"], "accuracy"))
         gates.update({k: v for k, v in learned_gates_values(ctx, arms, chance).items() if native in k})
     table = pd.concat(tables, ignore_index=True).assign(floor=chance, floor_label="chance")
-    return Outcome(table, bar_figure(table, takeaway(table)),
+    return Outcome(table, lambda _: bar_figure(table, takeaway(table)),
                    "; ".join(words), "exploratory (no paper claim)", gates, chance=f"chance accuracy {chance:.3f}")
 
 

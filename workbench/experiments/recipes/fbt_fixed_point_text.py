@@ -101,8 +101,8 @@ def analyze(ctx: Context) -> Outcome:
         f"{r.arm} exact - pass 2", {"mean": r.exact_minus_pass2, "low": r.exact_minus_pass2_low,
                                     "high": r.exact_minus_pass2_high}, "bits/byte")
         + ("" if r.uses_feedback else " (feedback unused)") for r in table.itertuples())
-    figure = fixed_point_figure(table, verdict(table))
-    return Outcome(table, figure, number, verdict(table), chance="pass 2 of the same weights (the trained depth)")
+    return Outcome(table, lambda gated: fixed_point_figure(table, gated), number, verdict(table),
+                   chance="pass 2 of the same weights (the trained depth)")
 
 
 def finding(summary: dict, results: pd.DataFrame) -> Finding:

@@ -9,7 +9,7 @@ import pandas as pd
 
 from .. import fbt_language as lang
 from ..common import describe
-from ..core import Context, Extension, Finding, Outcome, Recipe, RunSpec, apply_gates, lead, preregistered
+from ..core import Context, Extension, Finding, Outcome, Recipe, RunSpec, lead, preregistered
 from ..fbt_language import PAPER_ARM
 
 
@@ -78,8 +78,7 @@ def analyze(ctx: Context) -> Outcome:
                                  "bits/byte"),
                         describe(f"{PAPER_ARM} pass 2 - pass 1", used, "bits/byte"),
                         describe("the positive control", control, "bits/byte")])
-    figure = gain_figure(table, apply_gates(ctx.recipe, gate_values, decide(paper))[1])
-    return Outcome(table, figure, number, decide(paper),
+    return Outcome(table, lambda gated: gain_figure(table, gated), number, decide(paper),
                    gate_values,
                    chance="STANDARD decoding of the same weights (a gain of 0)", extensions=extensions,
                    extra={"positive_control": control, "depths": depths(scores),

@@ -9,7 +9,7 @@ import pandas as pd
 from ...files import write_csv
 from .. import fbt_language as lang
 from ..common import describe
-from ..core import Context, Extension, Finding, Outcome, Recipe, RunSpec, apply_gates, lead, preregistered
+from ..core import Context, Extension, Finding, Outcome, Recipe, RunSpec, lead, preregistered
 from ..fbt_language import PAPER_ARM
 
 FUSED = "fused1"  # FUSED at the paper's training depth: one extra fused pass over the prompt
@@ -71,8 +71,7 @@ def analyze(ctx: Context) -> Outcome:
                           for r, label in REGIMES.items()),
                         describe(f"{PAPER_ARM} pass 2 - pass 1", used, "bits/byte"),
                         describe("the positive control", control, "bits/byte")])
-    figure = regimes_figure(table, apply_gates(ctx.recipe, gate_values, decide(paper))[1])
-    return Outcome(table, figure, number, decide(paper),
+    return Outcome(table, lambda gated: regimes_figure(table, gated), number, decide(paper),
                    gate_values,
                    chance="STANDARD on the same weights (no memory)", extensions=extensions,
                    extra={"positive_control": control, "next_budget": lang.text_budget(ctx.out.parent)})

@@ -19,7 +19,7 @@ from ...schedules import PassMix, Single
 from ...train import TrainConfig
 from .. import fbt_language as lang
 from ..common import EXACT, curve_every, describe, eval_size, matched_steps, step_flops, steps, verdict_title
-from ..core import Context, Extension, Finding, Gate, Outcome, Recipe, RunSpec, apply_gates, lead, preregistered
+from ..core import Context, Extension, Finding, Gate, Outcome, Recipe, RunSpec, lead, preregistered
 from ..fbt_language import LONG, LONGS, MODEL, PAPER_ARM, STEPS, TEXT
 from ..pass_mix_study import FEEDBACK_START  # the paper's progressive schedule: the first 20 % of steps plain
 
@@ -267,8 +267,7 @@ def analyze(ctx: Context) -> Outcome:
     found = {arm: comparisons(scores, arm) for arm in arms_run(ctx) if arm in FBT_ARMS}
     intervals = interval_rows(found, control)
     write_csv(ctx.out / INTERVALS, intervals)
-    figure = intervals_figure(intervals, apply_gates(ctx.recipe, gates, verdict)[1])
-    return Outcome(table, figure, number, verdict, gates,
+    return Outcome(table, lambda gated: intervals_figure(intervals, gated), number, verdict, gates,
                    chance=f"unigram {unigram:.3f} bits/byte on the held-out bytes", extensions=extensions,
                    extra={"unigram_bpb": unigram, "positive_control": control,
                           "feedback_by_steps": feedback_by_steps(scores), "next_budget": next_budget(ctx),

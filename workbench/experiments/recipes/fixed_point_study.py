@@ -281,8 +281,8 @@ def analyze(ctx: Context) -> Outcome:
     specimens = specimen_runs(table, long_exact)
     table.to_csv(ctx.out / "runs.csv", index=False)
     arms.to_csv(ctx.out / "arms.csv", index=False)
-    figure = fixed_point_readability(table, readable=READABLE)
-    return Outcome(table, figure, number, verdict, gates, chance="0.5: the answer is one of two balanced values",
+    return Outcome(table, lambda _: fixed_point_readability(table, readable=READABLE), number, verdict, gates,
+                   chance="0.5: the answer is one of two balanced values",
                    extra={"arms": arms.to_dict(orient="records"), "readable_arms": readable, "specimen_runs": specimens,
                           "long_seq_len": int(long_batch.tokens.size(1))})
 

@@ -39,7 +39,6 @@ from ..core import (
     GateResult,
     Outcome,
     Recipe,
-    apply_gates,
     default_finding,
     lead,
     preregistered,
@@ -304,10 +303,11 @@ def analyze(ctx: Context) -> Outcome:
     verdict = (f"{claim} (over the {int(paper.sum())} of {len(paper)} FBT specimens of the paper's two tasks that "
                "passed their gate)")
     gates = {GATED_FBT: float(paper.sum())}
-    shown = apply_gates(ctx.recipe, gates, verdict)[1]  # the runner applies them again; the title must say it
-    figure = (probe_figure(results, f"{ctx.recipe.name}: {shown}") if not trained0.empty
-              else specimen_gates(table, COMPETENT, by="label"))
-    return Outcome(results, figure, _number(table, trained0, lifts, text_gate, outcomes), verdict, gates,
+    def draw(gated: str):
+        return (probe_figure(results, f"{ctx.recipe.name}: {gated}") if not trained0.empty
+                else specimen_gates(table, COMPETENT, by="label"))
+
+    return Outcome(results, draw, _number(table, trained0, lifts, text_gate, outcomes), verdict, gates,
                    chance="the majority label of each task (balanced by construction: 0.5), and the untrained twin",
                    extensions=extensions,
                    extra={"specimens": json.loads(table.to_json(orient="records")), "lift_source": lifts["fbt"],

@@ -59,7 +59,7 @@ def analyze(ctx: Context) -> Outcome:
     table["accuracy_without_memory"] = [float(sum(w.mean() for w in without) / len(without))]
     verdict = "passes" if use["low"] > 0 else "fails"
     table = table.assign(floor=chance, floor_label="chance")
-    return Outcome(table, bar_figure(table, takeaway(table)),
+    return Outcome(table, lambda _: bar_figure(table, takeaway(table)),
                    f"exact accuracy {table['value'].iloc[0]:.4f} (chance {chance:.3f}); "
                    + describe("exact - same weights without memory", use, "accuracy"),
                    verdict, learned_gates_values(ctx, arms, chance), chance=f"chance accuracy {chance:.3f}")

@@ -91,7 +91,7 @@ def analyze(ctx: Context) -> Outcome:
         f"LRT trained with the {TREATMENT} treatment"])
     gates = {"baseline below unigram": unigram - float(table.loc[table["arm"] == "baseline", "value"].iloc[0]),
              "baseline flattened": flattened(ctx, arms["baseline"])}
-    return Outcome(table, outcome_figure(ctx, arms, ends),
+    return Outcome(table, lambda _: outcome_figure(ctx, arms, ends),
                    number, verdict(iv, -1), gates, chance=f"unigram {unigram:.3f} bits/byte on the held-out bytes",
                    extra={"unigram_bpb": unigram, "treatment": TREATMENT, **cost, "ends": ends.to_dict("records"),
                           "equal_steps": steps_row})

@@ -167,7 +167,8 @@ def analyze(ctx: Context) -> Outcome:
         "SOFT's accuracy cost (its own finding, the paper's SOFT minus STANDARD): " + ", ".join(
             describe(d, interval("soft", "accuracy", d), "") for d in DECODINGS)])
     chance = chance_accuracy(task, n)
-    return Outcome(table, plot_traces(shown, lines, chance=chance), number, decisions[verdict_decoding, VERDICT_REGIME],
+    return Outcome(table, lambda _: plot_traces(shown, lines, chance=chance), number,
+                   decisions[verdict_decoding, VERDICT_REGIME],
                    {GATE: float(greedy_standard.groupby("run")["correct"].mean().min())},
                    chance=f"accuracy {chance:.3f}: always the most frequent held-out answer",
                    extra={"per_seed": per_seed.to_dict("records"), "first_gap": gaps[VERDICT_REGIME],

@@ -45,7 +45,7 @@ def analyze(ctx: Context) -> Outcome:
     gates = {"interleaved below unigram": unigram - float(table.loc[table["arm"] == "lrt_interleaved",
                                                                     "value"].iloc[0]),
              "interleaved flattened": flattened(ctx, arms["lrt_interleaved"])}
-    return Outcome(table, outcome_figure(ctx, arms, ends),
+    return Outcome(table, lambda _: outcome_figure(ctx, arms, ends),
                    number, verdict(iv, -1), gates, chance=f"unigram {unigram:.3f} bits/byte on the held-out bytes",
                    extra={"unigram_bpb": unigram, "treatment": TREATMENT, "ends": ends.to_dict("records")})
 
