@@ -21,12 +21,9 @@ def _write(table: pd.DataFrame, figure, out: str, stem: str) -> None:
 
 def _opened(args: argparse.Namespace):
     check_out_dir(args.out)
-    import torch
-
     from ..checkpoint import load_checkpoint
     from .runs import resolve_checkpoint
 
-    torch.set_num_threads(args.threads)
     path = resolve_checkpoint(args.checkpoint)
     return load_checkpoint(path), checkpoint_task(path, args.task, args.task_param)
 

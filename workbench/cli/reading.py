@@ -8,6 +8,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from .. import schedules
 from .options import (
     SCHEDULE_FORMS,
@@ -68,11 +70,8 @@ def eval_schedules(run: Run, given: schedules.Schedule | None) -> list[tuple[sch
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    import torch
-
     from ..evaluation import summarize
 
-    torch.set_num_threads(args.threads)
     run = load_run(args.run, args.device)
     task = heldout_task(run, args.task_params, args.text)
     batch = task.sample(args.n, args.seed, args.split)
@@ -131,11 +130,8 @@ def comparison_kind(counters: list[dict[str, Any]]) -> str:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    import torch
-
     from ..evaluation import hierarchical_difference, summarize
 
-    torch.set_num_threads(args.threads)
     if len(args.runs) < 2:
         raise ValueError(f"RUN {args.runs!r} is invalid: compare needs at least two runs")
     runs = [load_run(path, args.device) for path in args.runs]
@@ -197,11 +193,8 @@ def _interval(d: dict[str, float]) -> str:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    import torch
-
     from ..decode import generate
 
-    torch.set_num_threads(args.threads)
     flag = "--prompt" if args.prompt is not None else "--prompt-file"
     if args.prompt is not None:
         data = args.prompt.encode("utf-8")

@@ -201,8 +201,6 @@ def _cmd_tasks(args: argparse.Namespace) -> int:
 
 
 def _cmd_reproduce(args: argparse.Namespace) -> int:
-    import torch
-
     from .. import experiments
 
     if args.list:
@@ -218,7 +216,6 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
     for flag in ("out", "scratch"):
         if getattr(args, flag) is not None:
             check_out_dir(getattr(args, flag), f"--{flag}")
-    torch.set_num_threads(args.threads)
     names = list(experiments.RECIPES) if args.name == "all" else [args.name]
     for name in names:
         outcome = experiments.reproduce(name, root=args.out, scale=args.scale, force=args.force, scratch=args.scratch,
