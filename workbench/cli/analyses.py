@@ -9,7 +9,7 @@ import pandas as pd
 
 from ..files import write_csv
 from .options import check_out_dir, non_negative_int, positive_int
-from .runs import checkpoint_task
+from .runs import checkpoint_task, load_run
 
 
 def _write(table: pd.DataFrame, figure, out: str, stem: str) -> None:
@@ -21,11 +21,8 @@ def _write(table: pd.DataFrame, figure, out: str, stem: str) -> None:
 
 def _opened(args: argparse.Namespace):
     check_out_dir(args.out)
-    from ..checkpoint import load_checkpoint
-    from .runs import resolve_checkpoint
-
-    path = resolve_checkpoint(args.checkpoint)
-    return load_checkpoint(path), checkpoint_task(path, args.task, args.task_param)
+    run = load_run(args.checkpoint, what="CHECKPOINT")
+    return run.model, checkpoint_task(run, args.task, args.task_param)
 
 
 def _cmd_probe(args: argparse.Namespace) -> int:
