@@ -46,8 +46,7 @@ def _cmd_contraction(args: argparse.Namespace) -> int:
     from ..plots import contraction_curves
 
     batch = task.sample(args.n, args.seed, "val")
-    table = pass_dynamics(model, batch.tokens, passes=args.passes,
-                          targets=batch.targets, progress=True)
+    table = pass_dynamics(model, batch.tokens, passes=args.passes, targets=batch.targets, progress=True)
     rows = sorted({min(i, len(table) - 1) for i in (0, 1, batch.tokens.size(1), len(table) - 1)})
     print(table.iloc[rows].to_string(index=False))
     _write(table, contraction_curves(table), args.out, "pass_dynamics")

@@ -120,10 +120,8 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     model = parse_key_values(args.model_param, "--model-param")
     for flag, name, _ in _MODEL_FLAGS:
         value = getattr(args, f"model_{name}")
-        if value is not None and name in model and model[name] != value:
+        if value is not None and model.setdefault(name, value) != value:  # set, unless --model-param set it
             raise ValueError(f"{flag} {value!r} contradicts --model-param {name}={model[name]!r}")
-        if value is not None:
-            model[name] = value
     for name in ("progress", "compile"):
         if getattr(args, name) is not None:
             given[name] = getattr(args, name)
