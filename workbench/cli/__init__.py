@@ -6,6 +6,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+import torch
+
 from .._version import __version__
 from . import analyses, reading, training
 from .training import add_arguments, config_from_args
@@ -32,6 +34,8 @@ def _one_line(e: BaseException) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; a user's error exits 2 in one line (no traceback), Ctrl-C 130."""
     args = build_parser().parse_args(argv)
+    if getattr(args, "threads", None) is not None:  # every command that computes takes --threads
+        torch.set_num_threads(args.threads)
     try:
         return args.func(args)
     except (ValueError, OverflowError, OSError) as e:

@@ -9,7 +9,7 @@ import pandas as pd
 
 from ..files import write_csv
 from .options import check_out_dir, non_negative_int, positive_int
-from .runs import checkpoint_task
+from .runs import checkpoint_task, load_run
 
 
 def _write(table: pd.DataFrame, figure, out: str, stem: str) -> None:
@@ -21,14 +21,8 @@ def _write(table: pd.DataFrame, figure, out: str, stem: str) -> None:
 
 def _opened(args: argparse.Namespace):
     check_out_dir(args.out)
-    import torch
-
-    from ..checkpoint import load_checkpoint
-    from .runs import resolve_checkpoint
-
-    torch.set_num_threads(args.threads)
-    path = resolve_checkpoint(args.checkpoint)
-    return load_checkpoint(path), checkpoint_task(path, args.task, args.task_param)
+    run = load_run(args.checkpoint, what="CHECKPOINT")
+    return run.model, checkpoint_task(run, args.task, args.task_param)
 
 
 def _cmd_probe(args: argparse.Namespace) -> int:
@@ -52,8 +46,7 @@ def _cmd_contraction(args: argparse.Namespace) -> int:
     from ..plots import contraction_curves
 
     batch = task.sample(args.n, args.seed, "val")
-    table = pass_dynamics(model, batch.tokens, passes=args.passes,
-                          targets=batch.targets, progress=True)
+    table = pass_dynamics(model, batch.tokens, passes=args.passes, targets=batch.targets, progress=True)
     rows = sorted({min(i, len(table) - 1) for i in (0, 1, batch.tokens.size(1), len(table) - 1)})
     print(table.iloc[rows].to_string(index=False))
     _write(table, contraction_curves(table), args.out, "pass_dynamics")

@@ -28,26 +28,24 @@ def _int_at_least(lo: int) -> Callable[[str], int]:
 positive_int, non_negative_int = _int_at_least(1), _int_at_least(0)
 
 
-def finite_positive(text: str) -> float:
-    """A finite number > 0."""
+def _finite(text: str, bound: str) -> float:
     try:
         value = float(text)
     except ValueError:
         value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"{text!r} is invalid: must be a finite number > 0")
+    if not (math.isfinite(value) and (value > 0 or bound == ">= 0" and value == 0)):
+        raise argparse.ArgumentTypeError(f"{text!r} is invalid: must be a finite number {bound}")
     return value
+
+
+def finite_positive(text: str) -> float:
+    """A finite number > 0."""
+    return _finite(text, "> 0")
 
 
 def finite_non_negative(text: str) -> float:
     """A finite number >= 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"{text!r} is invalid: must be a finite number >= 0")
-    return value
+    return _finite(text, ">= 0")
 
 
 def check_out_dir(out: str, flag: str = "--out") -> None:

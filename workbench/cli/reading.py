@@ -8,6 +8,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from .. import schedules
 from .options import (
     SCHEDULE_FORMS,
@@ -41,13 +43,6 @@ REGIME_WORDS = {"standard": "no feedback: the model as a plain transformer",
                 "fused": "prompt refined by {p} fused pass{es}, then as soft"}
 
 
-def evaluate(run: Run, batch, schedule: schedules.Schedule):
-    """Per-example metrics under ``schedule``."""
-    from ..evaluation import per_example_metrics
-
-    return per_example_metrics(run.model, batch, schedule, batch_size=64)
-
-
 def schedule_label(value: schedules.Schedule) -> str:
     """A schedule's label, with the depth a pass mix runs at."""
     evaluated = getattr(value, "evaluated", None)
@@ -56,11 +51,8 @@ def schedule_label(value: schedules.Schedule) -> str:
 
 def eval_schedules(run: Run, given: schedules.Schedule | None) -> list[tuple[schedules.Schedule, str]]:
     """(schedule, role): ``given`` or the training schedule, then the exact one (alone without feedback)."""
-    if not run.feedback:
-        return [(EXACT, "exact")]
-    first = given if given is not None else run.training_schedule()
-    role = "given" if given is not None else "training"
-    if first is None:
+    first, role = (given, "given") if given is not None else (run.training_schedule(), "training")
+    if not run.feedback or first is None:
         return [(EXACT, "exact")]
     if first == EXACT:
         return [(EXACT, f"{role}, exact")]
@@ -68,18 +60,16 @@ def eval_schedules(run: Run, given: schedules.Schedule | None) -> list[tuple[sch
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    import torch
+    from ..evaluation import per_example_metrics, summarize
 
-    from ..evaluation import summarize
-
-    torch.set_num_threads(args.threads)
     run = load_run(args.run, args.device)
     task = heldout_task(run, args.task_params, args.text)
     batch = task.sample(args.n, args.seed, args.split)
     names = metric_names(task)
     rows = []
     for value, role in eval_schedules(run, args.schedule):
-        summary = summarize(evaluate(run, batch, value), getattr(task, "bytes_per_token", None))
+        frame = per_example_metrics(run.model, batch, value, batch_size=64)
+        summary = summarize(frame, getattr(task, "bytes_per_token", None))
         rows.append({"schedule": schedule_label(value), "role": role, "spec": value.to_dict(),
                      **{k: summary[k] for k in names}})
     counters = run.counters()
@@ -131,11 +121,8 @@ def comparison_kind(counters: list[dict[str, Any]]) -> str:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    import torch
+    from ..evaluation import hierarchical_difference, per_example_metrics, summarize
 
-    from ..evaluation import hierarchical_difference, summarize
-
-    torch.set_num_threads(args.threads)
     if len(args.runs) < 2:
         raise ValueError(f"RUN {args.runs!r} is invalid: compare needs at least two runs")
     runs = [load_run(path, args.device) for path in args.runs]
@@ -147,16 +134,17 @@ def cmd_compare(args: argparse.Namespace) -> int:
     task = run_tasks[0]
     batch = task.sample(args.n, args.seed, args.split)
     text = is_text(task)
+    cols = ("loss", "bpb") if text else ("loss", "accuracy")
     rows, values = [], []
     for r in runs:
         value = (r.training_schedule() or EXACT) if args.schedule == "training" else (args.schedule or EXACT)
-        frame = evaluate(r, batch, value)
+        frame = per_example_metrics(r.model, batch, value, batch_size=64)
         summary = summarize(frame, getattr(task, "bytes_per_token", None))
         # over the mean targets per example, so their mean is the pooled loss eval prints
         values.append(frame["nats"].to_numpy() / frame["targets"].mean())
         rows.append({"run": r.path, "checkpoint": str(r.checkpoint), "mechanism": r.model.config.mechanism,
                      "schedule": schedule_label(value), **r.counters(),
-                     **{k: summary[k] for k in (("loss", "bpb") if text else ("loss", "accuracy"))}})
+                     **{k: summary[k] for k in cols}})
     kind = comparison_kind(rows)
     diffs = []
     for r, v in zip(rows[1:], values[1:]):
@@ -174,7 +162,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
     print(f"comparison  {kind}\n")
     width = max(len(r["run"]) for r in rows) + 2
     sw = max(len(r["schedule"]) for r in rows) + 2
-    cols = ("loss", "bpb") if text else ("loss", "accuracy")
     print(f"{'run':<{width}}{'mechanism':>10}  {'schedule':<{sw}}{'steps':>8}{'tokens':>12}{'train FLOPs':>13}"
           + "".join(f"{HEADERS[k]:>11}" for k in cols))
     for r in rows:
@@ -197,11 +184,8 @@ def _interval(d: dict[str, float]) -> str:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    import torch
-
     from ..decode import generate
 
-    torch.set_num_threads(args.threads)
     flag = "--prompt" if args.prompt is not None else "--prompt-file"
     if args.prompt is not None:
         data = args.prompt.encode("utf-8")
@@ -249,13 +233,13 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _heldout_arguments(p: argparse.ArgumentParser, schedule_help: str, compare: bool = False, n: int = 256) -> None:
+def _heldout_arguments(p: argparse.ArgumentParser, schedule_help: str, compare: bool = False) -> None:
     data = p.add_mutually_exclusive_group()
     data.add_argument("--task-params", type=task_params_option, default=None, metavar="JSON",
                       help="override the run's task parameters")
     data.add_argument("--text", default=None, metavar="PATH",
                       help="a text file for a byte-level model (val: its last val_fraction)")
-    p.add_argument("--n", type=positive_int, default=n, help=f"held-out examples (default {n})")
+    p.add_argument("--n", type=positive_int, default=256, help="held-out examples (default 256)")
     p.add_argument("--seed", type=non_negative_int, default=0, help="example seed (default 0)")
     p.add_argument("--split", choices=("train", "val"), default="val", help="default val")
     p.add_argument("--schedule", type=compare_schedule_option if compare else schedule_option, default=None,

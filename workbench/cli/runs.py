@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
 
 from .. import schedules
 from ..files import write_csv
@@ -39,7 +43,7 @@ def resolve_checkpoint(path: str, what: str = "CHECKPOINT") -> Path:
     raise ValueError(f"{what} {path!r} is invalid: no such directory (missing file {p / CONFIG}); give {RUN_FORMS}")
 
 
-@dataclass
+@dataclasses.dataclass
 class Run:
     """A trained model and what its checkpoint recorded about its training."""
 
@@ -48,7 +52,7 @@ class Run:
     model: Any  # GPT
     header: dict[str, Any]
     metrics: dict[str, Any]
-    train_config: dict[str, Any] = field(default_factory=dict)
+    train_config: dict[str, Any]
 
     @property
     def feedback(self) -> bool:
@@ -76,8 +80,6 @@ class Run:
         for source in (self.metrics, self.metrics.get("train")):
             if isinstance(source, dict) and source.get("step") is not None and source.get("flops") is not None:
                 return {k: source.get(k) for k in ("step", "tokens", "flops")}
-        import pandas as pd
-
         for where in (self.checkpoint, self.checkpoint.parent):
             history = where / "history.csv"
             if history.is_file():
@@ -107,8 +109,6 @@ def load_run(path: str, device: str = "cpu", what: str = "RUN") -> Run:
 
 
 def device_named(name: str) -> str:
-    import torch
-
     if name == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if name.startswith("cuda") and not torch.cuda.is_available():
@@ -143,20 +143,17 @@ def heldout_task(run: Run, params: dict[str, Any] | None = None, text: str | Non
     return task
 
 
-def checkpoint_task(path: str, name: str | None, params: list[str] | None):
+def checkpoint_task(run: Run, name: str | None, params: list[str] | None):
     """The task a checkpoint recorded, unless named."""
     from .. import tasks
-    from ..checkpoint import load_config, load_metrics
 
     given = parse_key_values(params, "--task-param")
-    if name is not None:
-        return tasks.get(name, **given)
-    _, header = load_config(path)
-    recorded = header.get("train_config") or load_metrics(path).get("train_config") or {}
-    task = header.get("task") or recorded.get("task")
-    if task is None:
-        raise ValueError(f"{path} records no task: pass --task NAME")
-    return tasks.get(task, **{**(header.get("task_params") or recorded.get("task_params") or {}), **given})
+    if name is None:
+        name, recorded = run.recorded_task()
+        if name is None:
+            raise ValueError(f"{run.checkpoint} records no task: pass --task NAME")
+        given = {**recorded, **given}
+    return tasks.get(name, **given)
 
 
 def is_text(task) -> bool:
@@ -237,8 +234,6 @@ def read_labels(path: str) -> list[int]:
 
 def probe_source(task, n: int | None, labels_path: str | None, seed: int, out: str):
     """(task or batch, n, labels or None); text's windows go to ``OUT/probe_examples.csv`` to be labelled."""
-    import pandas as pd
-
     labels = None if labels_path is None else read_labels(labels_path)
     n = n if n is not None else len(labels) if labels is not None else 400
     if labels is not None and len(labels) != n:
@@ -254,19 +249,14 @@ def probe_source(task, n: int | None, labels_path: str | None, seed: int, out: s
     return batch, None, labels
 
 
-def text_windows(task, n: int, seed: int, split: str = "val"):
-    """``n`` non-overlapping windows of a text split, each its own CV group, read at its last token."""
-    import dataclasses
-
-    import numpy as np
-    import torch
-
+def text_windows(task, n: int, seed: int):
+    """``n`` non-overlapping windows of the val split, each its own CV group, read at its last token."""
     from ..tasks.base import make_rng
 
-    tokens, doc_starts = task.corpus(split)
+    tokens, doc_starts = task.corpus("val")
     count = max(len(tokens) - 1, 0) // task.seq_len  # whole windows: seq_len inputs and their targets
     if n > count:
-        raise ValueError(f"--n {n} is invalid: must be an int in [1, {count}], the {split} split's windows")
-    starts = np.sort(make_rng(seed, split).choice(count, size=n, replace=False)) * task.seq_len
+        raise ValueError(f"--n {n} is invalid: must be an int in [1, {count}], the val split's windows")
+    starts = np.sort(make_rng(seed, "val").choice(count, size=n, replace=False)) * task.seq_len
     batch = task._batch(tokens, doc_starts, starts, starts + task.seq_len + 1)  # the task's own windows
     return dataclasses.replace(batch, groups=torch.arange(n), label_positions=batch.lengths - 1)

@@ -120,10 +120,8 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     model = parse_key_values(args.model_param, "--model-param")
     for flag, name, _ in _MODEL_FLAGS:
         value = getattr(args, f"model_{name}")
-        if value is not None and name in model and model[name] != value:
+        if value is not None and model.setdefault(name, value) != value:  # set, unless --model-param set it
             raise ValueError(f"{flag} {value!r} contradicts --model-param {name}={model[name]!r}")
-        if value is not None:
-            model[name] = value
     for name in ("progress", "compile"):
         if getattr(args, name) is not None:
             given[name] = getattr(args, name)
@@ -201,8 +199,6 @@ def _cmd_tasks(args: argparse.Namespace) -> int:
 
 
 def _cmd_reproduce(args: argparse.Namespace) -> int:
-    import torch
-
     from .. import experiments
 
     if args.list:
@@ -218,7 +214,6 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
     for flag in ("out", "scratch"):
         if getattr(args, flag) is not None:
             check_out_dir(getattr(args, flag), f"--{flag}")
-    torch.set_num_threads(args.threads)
     names = list(experiments.RECIPES) if args.name == "all" else [args.name]
     for name in names:
         outcome = experiments.reproduce(name, root=args.out, scale=args.scale, force=args.force, scratch=args.scratch,

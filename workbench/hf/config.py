@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..validation import check_float, fail
+from ..validation import check_choice, check_float, fail
 
 FUSIONS = (None, "glu")
 INJECTIONS = (None, "residual")
@@ -28,10 +28,8 @@ class FeedbackConfig:
     document_token: int | None = None  # a position holding it reads no memory
 
     def __post_init__(self) -> None:
-        if self.fusion not in FUSIONS:
-            fail("fusion", self.fusion, f"must be one of {FUSIONS}")
-        if self.inject not in INJECTIONS:
-            fail("inject", self.inject, f"must be one of {INJECTIONS}")
+        check_choice("fusion", self.fusion, FUSIONS)
+        check_choice("inject", self.inject, INJECTIONS)
         if self.fusion is None and self.inject is None:
             raise ValueError("fusion=None and inject=None consume no memory: give fusion='glu' or inject='residual'")
         L = self.n_layer

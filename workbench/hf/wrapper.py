@@ -53,20 +53,6 @@ def decoder_layers(hf_model: nn.Module, n_layer: int) -> nn.ModuleList:
                      f"{len(found)} ModuleLists of num_hidden_layers={n_layer} modules")
 
 
-def _cache_keyword(hf_model: nn.Module) -> str:
-    return "cache" if "cache" in inspect.signature(hf_model.forward).parameters else "past_key_values"
-
-
-def _first_arg(args: tuple, kwargs: dict) -> torch.Tensor:
-    return args[0] if args else kwargs["hidden_states"]
-
-
-def _with_first_arg(args: tuple, kwargs: dict, x: torch.Tensor) -> tuple[tuple, dict]:
-    if args:
-        return (x, *args[1:]), kwargs
-    return args, {**kwargs, "hidden_states": x}
-
-
 class FeedbackLM(nn.Module):
     """An HF causal LM with latent feedback and ``GPT``'s interface; outside ``step`` its hooks on the HF model are
     idle, so the HF model stays usable on its own."""
@@ -95,7 +81,8 @@ class FeedbackLM(nn.Module):
         self.blocks = nn.ModuleList(BlockHooks() for _ in range(c.n_layer))
         self.hook_final, self.hook_memory = HookPoint(), HookPoint()
         name_hook_points(self)
-        self._cache_keyword = _cache_keyword(hf_model)
+        forward_args = inspect.signature(hf_model.forward).parameters
+        self._cache_keyword = "cache" if "cache" in forward_args else "past_key_values"
         # a learned position table (GPT-2's wpe) fails with a bare IndexError past seq_len; rotary models do not
         self._position_limit = c.seq_len if c.seq_len is not None and any(
             isinstance(m, nn.Embedding) and m is not embedding and m.num_embeddings == c.seq_len
@@ -118,8 +105,10 @@ class FeedbackLM(nn.Module):
     def _layer_input_hook(self, layer: int, module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
         if self._feedback is None:
             return None
-        x = self.mechanism.inject_residual(layer, _first_arg(args, kwargs), self._feedback)
-        return _with_first_arg(args, kwargs, self.blocks[layer].hook_resid_pre(x))
+        # HF hands a layer its hidden_states positionally or by keyword, by model and version
+        x = self.mechanism.inject_residual(layer, args[0] if args else kwargs["hidden_states"], self._feedback)
+        x = self.blocks[layer].hook_resid_pre(x)
+        return ((x, *args[1:]), kwargs) if args else (args, {**kwargs, "hidden_states": x})
 
     def _layer_output_hook(self, layer: int, module: nn.Module, args: tuple, output: Any) -> Any:
         if self._feedback is None:
