@@ -134,13 +134,9 @@ class ActivationCache:
         if not 0 <= stop <= self.n_layer:
             fail("layer", layer, f"must be None, -1 or in [0, {self.n_layer}]")
         names, labels = [], []
-        for depth in range(stop + 1):
-            if depth == self.n_layer:
-                names.append(f"blocks.{depth - 1}.hook_resid_post")
-                labels.append("final_post")
-                break
+        for depth in range(stop + 1):  # depth n_layer, the final stream, is the last block's output
             names.append("hook_input" if depth == 0 else f"blocks.{depth - 1}.hook_resid_post")
-            labels.append(f"{depth}_pre")
+            labels.append("final_post" if depth == self.n_layer else f"{depth}_pre")
             if incl_mid and depth < stop:
                 names.append(f"blocks.{depth}.hook_resid_mid")
                 labels.append(f"{depth}_mid")
@@ -179,23 +175,19 @@ class _Recorder:
         if name.endswith("hook_pattern") and t.size(-1) < self.seq_len:  # keys seen so far; pad to T
             t = torch.nn.functional.pad(t, (0, self.seq_len - t.size(-1)))
         store = self.passes[-1]
-        if self.per_example:  # one position per example: (B, ...) with the position dim removed
-            if name not in store:
-                shape = list(t.shape)
-                del shape[dim]
-                store[name] = torch.full(shape, float("nan"), dtype=t.dtype, device=t.device)
-            index = torch.full((self.seq_len,), -1, dtype=torch.long, device=pos.device)
-            index[pos] = torch.arange(pos.numel(), device=pos.device)
-            where = index[self.keep]  # (B,) each example's position in this forward, -1 if absent
-            picked = t.movedim(dim, 1)[torch.arange(t.size(0), device=t.device), where.clamp(min=0)]
-            found = (where >= 0).view(-1, *[1] * (picked.ndim - 1))
-            store[name] = torch.where(found, picked, store[name])
-            return
-        if name not in store:
+        if name not in store:  # one position per example: (B, ...) without the position dim; else a slot each
             shape = list(t.shape)
-            shape[dim] = self.kept + 1
+            shape[dim:dim + 1] = [] if self.per_example else [self.kept + 1]
             store[name] = torch.full(shape, float("nan"), dtype=t.dtype, device=t.device)
-        store[name].index_copy_(dim, self.slot_of[pos], t)
+        if not self.per_example:
+            store[name].index_copy_(dim, self.slot_of[pos], t)
+            return
+        index = torch.full((self.seq_len,), -1, dtype=torch.long, device=pos.device)
+        index[pos] = torch.arange(pos.numel(), device=pos.device)
+        where = index[self.keep]  # (B,) each example's position in this forward, -1 if absent
+        picked = t.movedim(dim, 1)[torch.arange(t.size(0), device=t.device), where.clamp(min=0)]
+        found = (where >= 0).view(-1, *[1] * (picked.ndim - 1))
+        store[name] = torch.where(found, picked, store[name])
 
     def finish(self) -> list[dict[str, torch.Tensor]]:
         """The passes, without the spare slot."""

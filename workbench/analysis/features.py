@@ -13,7 +13,6 @@ import torch
 from .. import schedules
 from ..evaluation import per_example_metrics
 from ..hooks import with_hooks
-from ..kv_cache import KVCache
 from ..model import GPT, eval_mode
 from ..tasks.base import Batch
 from ..validation import check_int, fail
@@ -51,27 +50,16 @@ def by_label_position(batch: Batch, batch_size: int | None = None) -> Iterator[t
 
 def subset(batch: Batch, rows: torch.Tensor) -> Batch:
     """The examples ``rows`` of ``batch``, every per-example field."""
-    fields = {}
-    for name, value in vars(batch).items():
-        if isinstance(value, torch.Tensor):
-            value = value[rows]
-        elif isinstance(value, list) and name != "label_names":
-            value = [value[i] for i in rows.tolist()]
-        fields[name] = value
-    return Batch(**fields)
+    tensors = {name: value[rows] for name, value in vars(batch).items() if isinstance(value, torch.Tensor)}
+    lists = {name: [value[i] for i in rows.tolist()] for name, value in vars(batch).items()
+             if isinstance(value, list) and name != "label_names"}
+    return dataclasses.replace(batch, **tensors, **lists)
 
 
 # ------------------------------------------------------------------------------------------ features
 def residual_names(n_layer: int) -> list[str]:
     """Hook names of depths 0..L: the fused input, then every block's output."""
     return ["hook_input"] + [f"blocks.{layer}.hook_resid_post" for layer in range(n_layer)]
-
-
-def _recurrent_suffix(model: GPT, idx: torch.Tensor, cache: KVCache, plain_memory: torch.Tensor, start: int) -> None:
-    """Recompute ``start..T-1`` as the exact recurrence over the plain pass's cache."""
-    cache.rewind(start)  # the entries beyond are overwritten before anything can read them
-    cache.state = plain_memory[:, start - 1]
-    schedules.recur(model, idx, cache, start)
 
 
 def _group_features(model: GPT, idx: torch.Tensor, values: dict[str, schedules.Schedule]) -> dict[str, torch.Tensor]:
@@ -103,10 +91,15 @@ def _group_features(model: GPT, idx: torch.Tensor, values: dict[str, schedules.S
         # Latest start first: each rewind then only overwrites cache entries that the later, longer
         # suffixes recompute before reading them.
         for condition in sorted(recurrent, key=recurrent.get, reverse=True):
-            if recurrent[condition] >= T:  # nothing recurs (standard, or the label at position 0)
+            start = recurrent[condition]
+            if start >= T:  # nothing recurs (standard, or the label at position 0)
                 result[condition] = standard
                 continue
-            _recurrent_suffix(model, idx, cache, plain.memory, recurrent[condition])
+            # start..T-1 as the exact recurrence over the plain pass's cache; the entries beyond the rewind are
+            # overwritten before anything can read them
+            cache.rewind(start)
+            cache.state = plain.memory[:, start - 1]
+            schedules.recur(model, idx, cache, start)
             result[condition] = snapshot()
         for condition in values.keys() - recurrent.keys():
             values[condition].run(model, idx)

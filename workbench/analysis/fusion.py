@@ -31,11 +31,6 @@ def feedback_bandwidth(config: ModelConfig, bits_per_value: int = 16) -> dict[st
             "bits_per_value": bits_per_value, "state_bits": state_bits, "ratio": state_bits / token_bits}
 
 
-def _check_fbt(model: GPT) -> None:
-    if model.config.mechanism != "fbt":
-        fail("model.config.mechanism", model.config.mechanism, "needs 'fbt'")
-
-
 def _cosine(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return F.cosine_similarity(a.double(), b.double(), dim=-1)
 
@@ -44,8 +39,8 @@ def _cosine(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 def fusion_parts(model: GPT, idx: torch.Tensor, plain_prefix: int = 0) -> pd.DataFrame:
     """Each position's fused input split into value path and gate: the GLU gives the token no route around the
     state."""
-
-    _check_fbt(model)
+    if model.config.mechanism != "fbt":
+        fail("model.config.mechanism", model.config.mechanism, "needs 'fbt'")
     check_tokens(model.config.vocab_size, idx)
     B, T = idx.shape
     check_prefix(plain_prefix, T)

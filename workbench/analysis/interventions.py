@@ -19,7 +19,7 @@ from ..hooks import with_hooks
 from ..mechanisms import MECHANISM_CLASSES
 from ..metrics import token_losses
 from ..model import GPT, eval_mode
-from ..validation import check_int, check_tokens, fail
+from ..validation import check_choice, check_int, check_tokens, fail
 
 KINDS = ("patch", "zero", "mean")
 EditFn = Callable[..., "torch.Tensor | None"]
@@ -316,8 +316,7 @@ def ablation_by_distance(model: GPT, idx: torch.Tensor, max_distance: int, *, ta
     B, T = idx.shape
     check_int("max_distance", max_distance, 1, T)
     check_int("batch_size", batch_size, 1)
-    if kind not in ("zero", "mean"):
-        fail("kind", kind, "must be 'zero' or 'mean'")
+    check_choice("kind", kind, ("zero", "mean"))
     targets = torch.nn.functional.pad(idx[:, 1:], (0, 1), value=-1) if targets is None else targets
     if targets.shape != idx.shape:
         raise ValueError(f"targets must have shape {tuple(idx.shape)}, got {tuple(targets.shape)}")

@@ -56,11 +56,10 @@ def _unit_directions(shape: tuple[int, int], seed: int, like: torch.Tensor) -> t
     return direction.to(device=like.device, dtype=like.dtype)
 
 
-def _orthonormal(B: int, D: int, k: int, seed: int, like: torch.Tensor) -> torch.Tensor:
-    """(B, D, k) random orthonormal columns per example."""
+def _orthonormal(B: int, D: int, k: int, seed: int) -> torch.Tensor:
+    """(B, D, k) float64 random orthonormal columns per example."""
     g = torch.Generator().manual_seed(seed)
-    q, _ = torch.linalg.qr(torch.randn(B, D, k, generator=g, dtype=torch.float64))
-    return q.to(like)
+    return torch.linalg.qr(torch.randn(B, D, k, generator=g, dtype=torch.float64))[0]
 
 
 # ---------------------------------------------------------------------------------------------- one step
@@ -197,7 +196,7 @@ def lyapunov(model: GPT, idx: torch.Tensor, t0: int, horizon: int | None = None,
     _check_window(T, t0, horizon)
     D = model.config.n_embd
     check_int("k", k, 1, D)
-    directions = _orthonormal(B, D, k, seed, torch.zeros((), dtype=torch.float64))
+    directions = _orthonormal(B, D, k, seed)
     if path == "full":
         tangents = tangent_map(model, idx, t0, horizon, directions)
         r = torch.linalg.qr(tangents.double())[1]

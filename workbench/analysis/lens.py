@@ -53,11 +53,11 @@ def fit_tuned_lens(model: GPT, idx: torch.Tensor, where: torch.Tensor, passes: i
     """An affine tuned lens by ridge least squares, pooled over passes; fit it on held-out prompts."""
     with eval_mode(model):
         resid, _, _ = _answer_streams(model, idx, where, passes)
-    final = resid[:, -1].reshape(-1, resid.size(-1)).double()
-    weights = []
     D = resid.size(-1)
+    final = resid[:, -1].reshape(-1, D).double()
+    weights = []
     for depth in range(resid.size(1) - 1):
-        x = resid[:, depth].reshape(-1, resid.size(-1)).double()
+        x = resid[:, depth].reshape(-1, D).double()
         x = torch.cat([x, torch.ones_like(x[:, :1])], dim=1)
         gram = x.T @ x + ridge * x.size(0) * torch.eye(x.size(1), dtype=torch.float64)
         weights.append(torch.linalg.solve(gram, x.T @ final))
@@ -65,11 +65,13 @@ def fit_tuned_lens(model: GPT, idx: torch.Tensor, where: torch.Tensor, passes: i
     return TunedLens(weights)
 
 
-def _rank_rows(model: GPT, logits: torch.Tensor, answer: torch.Tensor, **labels) -> dict:
+def _rank_row(model: GPT, stream: torch.Tensor, answer: torch.Tensor, k: int, depth: int, lens: str) -> dict:
+    """One ``LENS_COLUMNS`` row: where ``answer`` ranks in what ``stream`` reads out as, over the batch."""
+    logits = _readout(model, stream)
     probs = logits.float().softmax(-1)
-    answer_logit = logits.gather(-1, answer[:, None])
-    rank = (logits > answer_logit).sum(-1).float()
-    return {**labels, "answer_rank": float(rank.mean()), "answer_prob": float(probs.gather(-1, answer[:, None]).mean()),
+    rank = (logits > logits.gather(-1, answer[:, None])).sum(-1).float()
+    return {"pass": k, "depth": depth, "lens": lens, "answer_rank": float(rank.mean()),
+            "answer_prob": float(probs.gather(-1, answer[:, None]).mean()),
             "top1_is_answer": float((logits.argmax(-1) == answer).float().mean())}
 
 
@@ -87,14 +89,11 @@ def fed_back_lens(model: GPT, idx: torch.Tensor, where: torch.Tensor, answer: to
         rows, finals = [], []
         for k in range(passes):
             for depth in range(resid.size(1)):
-                rows.append(_rank_rows(model, _readout(model, resid[k, depth]), answer, **{
-                    "pass": k + 1, "depth": depth, "lens": "logit"}))
+                rows.append(_rank_row(model, resid[k, depth], answer, k + 1, depth, "logit"))
                 if tuned is not None:
-                    rows.append(_rank_rows(model, _readout(model, tuned.apply(depth, resid[k, depth])), answer, **{
-                        "pass": k + 1, "depth": depth, "lens": "tuned"}))
+                    rows.append(_rank_row(model, tuned.apply(depth, resid[k, depth]), answer, k + 1, depth, "tuned"))
             if k > 0:
-                rows.append(_rank_rows(model, _readout(model, memory[k]), answer, **{"pass": k + 1, "depth": -1,
-                                                                                     "lens": "memory"}))
+                rows.append(_rank_row(model, memory[k], answer, k + 1, -1, "memory"))
             finals.append(_readout(model, resid[k, -1]).argmax(-1))
     flips = pd.DataFrame({"pass": np.arange(2, passes + 1),
                           "flip_share": [float((finals[k] != finals[k - 1]).float().mean()) for k in range(1, passes)]})

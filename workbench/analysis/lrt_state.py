@@ -11,14 +11,10 @@ from ..validation import check_tokens, fail
 from .cache import run_with_cache
 
 
-def _check_lrt(model: GPT) -> None:
-    if model.config.mechanism != "lrt":
-        fail("model.config.mechanism", model.config.mechanism, "needs 'lrt'")
-
-
 def lrt_gates(model: GPT, idx: torch.Tensor) -> pd.DataFrame:
     """Mean LRT gates (``2 sigmoid(.)``, 1 at init) per (layer, position); empty without the KV injection."""
-    _check_lrt(model)
+    if model.config.mechanism != "lrt":
+        fail("model.config.mechanism", model.config.mechanism, "needs 'lrt'")
     check_tokens(model.config.vocab_size, idx)
     if "kv" not in model.config.lrt_inject:
         return pd.DataFrame(columns=["layer", "position", "gate_local", "gate_feedback"])
@@ -34,7 +30,7 @@ def lrt_gates(model: GPT, idx: torch.Tensor) -> pd.DataFrame:
 
 def lrt_layer_stats(model: GPT, idx: torch.Tensor) -> pd.DataFrame:
     """Per layer: ``alpha``, ``gamma`` and the mean gates over positions > 0 (NaN where not injected)."""
-    _check_lrt(model)
+    gates = lrt_gates(model, idx)  # first: it checks the model and idx
     L = model.config.n_layer
     mech = model.mechanism
     residual = "residual" in model.config.lrt_inject
@@ -42,6 +38,5 @@ def lrt_layer_stats(model: GPT, idx: torch.Tensor) -> pd.DataFrame:
                           "alpha": mech.alpha.detach().double().cpu().numpy() if residual else np.nan,
                           "gamma": mech.gamma.detach().double().cpu().numpy() if residual else np.nan,
                           "source": np.arange(L) == mech.source_layer % L})
-    gates = lrt_gates(model, idx)
     means = gates[gates["position"] > 0].groupby("layer")[["gate_local", "gate_feedback"]].mean()
     return frame.join(means.reindex(frame["layer"]).reset_index(drop=True))

@@ -17,7 +17,7 @@ from ..mechanisms import uniform_init_
 from ..model import GPT, build_model
 from ..stats import bootstrap
 from ..tasks.base import Batch, Task
-from ..validation import check_int, fail
+from ..validation import check_choice, check_int, fail
 from .features import DEFAULT_CONDITIONS, Condition, check_batch, condition_features, named_conditions, subset
 
 DEFAULT_N = 1600  # examples drawn from a task: 400 held out per fold; accuracy near chance has a ~1-point std error
@@ -28,11 +28,6 @@ _METRICS = {
     "classification": ("accuracy", "accuracy_std", "control_accuracy", "majority"),
     "regression": ("r2", "r2_std", "control_r2", "mean_baseline"),
 }
-
-
-def _check_kind(kind: str) -> None:
-    if kind not in KINDS:
-        fail("kind", kind, f"must be one of {KINDS}")
 
 
 # ------------------------------------------------------------------------------------------ probes
@@ -93,17 +88,21 @@ def _check_strengths(C: float | Sequence[float]) -> tuple[float, ...]:
     return tuple(float(c) for c in candidates)
 
 
+def _standardised(x: np.ndarray, train: np.ndarray, test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``x[train]`` and ``x[test]`` scaled by the training rows alone, so no test example informs the probe."""
+    from sklearn.preprocessing import StandardScaler
+    scaler = StandardScaler().fit(x[train])
+    return scaler.transform(x[train]), scaler.transform(x[test])
+
+
 def _choose_C(x: np.ndarray, y: np.ndarray, groups: np.ndarray, candidates: tuple[float, ...], inner_folds: int,
               max_iter: int) -> float:
     """Nested CV: the best inner-fold candidate (ties: the strongest penalty)."""
-    from sklearn.preprocessing import StandardScaler
-
     inner = fold_assignment(groups, min(inner_folds, len(np.unique(groups))))
     scores = np.zeros(len(candidates))
     for f in np.unique(inner):
         train, test = inner != f, inner == f
-        scaler = StandardScaler().fit(x[train])
-        x_train, x_test = scaler.transform(x[train]), scaler.transform(x[test])
+        x_train, x_test = _standardised(x, train, test)
         for i, c in enumerate(candidates):
             scores[i] += _fit_score(x_train, y[train], x_test, y[test], "classification", c, 1.0, max_iter)[0]
     return candidates[int(np.flatnonzero(scores >= scores.max() - 1e-12)[0])]  # candidates ascend: smallest C
@@ -118,9 +117,7 @@ def fit_probe(features: np.ndarray | torch.Tensor, labels: np.ndarray | torch.Te
 
     ``C``: one inverse L2 strength (0.1: too weak to memorise ~1,000 examples), or candidates of which **nested** CV
     picks one per outer fold, so the held-out score never saw the choice."""
-    from sklearn.preprocessing import StandardScaler
-
-    _check_kind(kind)
+    check_choice("kind", kind, KINDS)
     x = np.asarray(features, dtype=np.float64)
     y = np.asarray(labels)
     if x.ndim != 2 or y.shape != (len(x),):
@@ -159,8 +156,7 @@ def fit_probe(features: np.ndarray | torch.Tensor, labels: np.ndarray | torch.Te
             else:
                 c = candidates[0]
             used.append(c)
-            scaler = StandardScaler().fit(x[train])
-            x_train, x_test = scaler.transform(x[train]), scaler.transform(x[test])
+            x_train, x_test = _standardised(x, train, test)
             score, hits = _fit_score(x_train, y[train], x_test, y[test], kind, c, alpha, max_iter)
             scores.append(score)
             if hits is not None:
@@ -230,7 +226,7 @@ def control_position(batch: Batch) -> int | None:
 def control_labels(batch: Batch, position: int, labels: np.ndarray | torch.Tensor | None = None, *,
                    kind: str = "classification", seed: int = 0) -> np.ndarray:
     """Control labels: a fixed random function of the token at ``position``, in the real class proportions."""
-    _check_kind(kind)
+    check_choice("kind", kind, KINDS)
     check_int("position", position, 0, batch.tokens.size(1) - 1)
     real = np.asarray(batch.labels if labels is None else labels)
     tokens = batch.tokens[:, position].cpu().numpy()
@@ -274,7 +270,7 @@ def probe_layers(model: GPT, task_or_batch: Task | Batch, conditions: Sequence[C
                  alpha: float = 1.0, max_iter: int = 500, batch_size: int = 1024) -> pd.DataFrame:
     """Probe a task's label at every depth under every prefill condition; the twin and the control use the trained
     probe's strengths, fold by fold (a weaker penalty lifts them too)."""
-    _check_kind(kind)
+    check_choice("kind", kind, KINDS)
     names = list(named_conditions(conditions))
     if isinstance(task_or_batch, Task):
         batch = task_or_batch.sample(DEFAULT_N if n is None else n, seed=seed, split=split)

@@ -11,20 +11,16 @@ import torch.nn.functional as F
 
 from .. import schedules
 from ..metrics import per_position_loss
-from ..model import GPT, eval_mode
+from ..model import GPT
 from ..validation import check_tokens
-from .interventions import run_schedule
+from .interventions import run_logits
 
 
-@torch.no_grad()
 def regime_logits(model: GPT, tokens: torch.Tensor, prompt_len: int, regime: str = "standard",
                   prefill_passes: int = 1) -> torch.Tensor:
     """Logits (B, T, V) teacher-forced as ``generate`` computes them; position ``prompt_len - 1 + i`` chooses
     continuation token ``i``."""
-    check_tokens(model.config.vocab_size, tokens)
-    value = run_schedule(regime=regime, prompt_len=prompt_len, prefill_passes=prefill_passes, T=tokens.size(1))
-    with eval_mode(model):
-        return value.run(model, tokens).logits
+    return run_logits(model, tokens, regime=regime, prompt_len=prompt_len, prefill_passes=prefill_passes)
 
 
 def regime_losses(model: GPT, tokens: torch.Tensor, prompt_len: int, regimes: Sequence[str] = schedules.REGIMES,

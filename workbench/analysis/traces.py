@@ -128,10 +128,7 @@ def trace_lengths(model: GPT, task: Task, regimes: Regimes = REGIMES, *, n: int 
 
 def training_traces(task: Task, n: int = 2000, seed: int = 0) -> pd.DataFrame:
     """The task's training traces, read like generated ones, to set a regime's lengths beside."""
-    check_int("n", n, 1)
-    batch = task.sample(n, seed=seed, split="train")
-    if batch.prompts is None:
-        raise ValueError(f"task={task!r} gives no prompts")
+    batch, _, _ = _prompts(task, n, seed, "train")
     rows = []
     for i, (prompt, text) in enumerate(zip(batch.prompts, batch.texts)):
         row = read_trace(task, task.tokenizer.encode(text[len(prompt):]), int(batch.labels[i]))

@@ -40,11 +40,8 @@ class Batch:
 
     def to(self, device: torch.device | str) -> Batch:
         """A copy on ``device``."""
-        moved = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        for key, value in moved.items():
-            if isinstance(value, torch.Tensor):
-                moved[key] = value.to(device)
-        return Batch(**moved)
+        tensors = {k: v.to(device) for k, v in vars(self).items() if isinstance(v, torch.Tensor)}
+        return dataclasses.replace(self, **tensors)
 
 
 def fail(task: str, name: str, value: Any, allowed: str) -> NoReturn:

@@ -10,12 +10,15 @@ import torch
 TokenIds = Sequence[int] | np.ndarray | torch.Tensor
 
 
-def _as_array(ids: TokenIds) -> np.ndarray:
+def _as_array(ids: TokenIds, vocab_size: int) -> np.ndarray:
+    """``decode``'s ids as a 1-D int64 array, each in ``[0, vocab_size)``."""
     if isinstance(ids, torch.Tensor):
         ids = ids.detach().cpu().numpy()
     arr = np.asarray(ids, dtype=np.int64)
     if arr.ndim != 1:
         raise ValueError(f"decode expects 1-D ids, got shape {tuple(arr.shape)}")
+    if arr.size and (arr.min() < 0 or arr.max() >= vocab_size):
+        raise ValueError(f"token ids must be in [0, {vocab_size - 1}], got {arr.min()}..{arr.max()}")
     return arr
 
 
@@ -50,10 +53,7 @@ class CharTokenizer:
 
     def decode(self, ids: TokenIds) -> str:
         """Padding decodes to nothing."""
-        arr = _as_array(ids)
-        if arr.size and (arr.min() < 0 or arr.max() >= self.vocab_size):
-            raise ValueError(f"token ids must be in [0, {self.vocab_size - 1}], got {arr.min()}..{arr.max()}")
-        return "".join(self._chars[arr])
+        return "".join(self._chars[_as_array(ids, self.vocab_size)])
 
 
 class ByteTokenizer:
@@ -79,7 +79,5 @@ class ByteTokenizer:
 
     def decode(self, ids: TokenIds) -> str:
         """Specials dropped; broken UTF-8 (a window's cut edges) replaced."""
-        arr = _as_array(ids)
-        if arr.size and (arr.min() < 0 or arr.max() >= self.vocab_size):
-            raise ValueError(f"token ids must be in [0, {self.vocab_size - 1}], got {arr.min()}..{arr.max()}")
+        arr = _as_array(ids, self.vocab_size)
         return arr[arr < 256].astype(np.uint8).tobytes().decode("utf-8", errors="replace")

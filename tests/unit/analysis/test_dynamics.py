@@ -50,7 +50,7 @@ def test_tangent_map_matches_finite_differences_through_the_kv_path(mechanism):
     sequential recurrence itself (a perturbed carried state, continued through the KV cache) agree."""
     model, idx = _model(mechanism), _idx()
     t0, horizon, eps = 4, 6, 1e-6
-    direction = jacobians._orthonormal(B, model.config.n_embd, 1, 0, torch.zeros((), dtype=torch.float64))
+    direction = jacobians._orthonormal(B, model.config.n_embd, 1, 0)
     tangent = jacobians.tangent_map(model, idx, t0, horizon, direction)[..., 0]  # (B, n, D)
 
     def continued(sign: float) -> torch.Tensor:
