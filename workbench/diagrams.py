@@ -15,10 +15,9 @@ PLAIN, READS, EXACT, ACCENT = "#d9d9d9", "#9ecae1", "#74c476", "#d62728"
 SUBSET_COLOURS = ("#9ecae1", "#fdae6b", "#a1d99b", "#bcbddc", "#fdd0a2", "#c7e9c0", "#dadaeb", "#fcbba1")
 
 
-def _memory_arrow(ax: Axes, start: tuple[float, float], end: tuple[float, float], rad: float = 0.0,
-                  colour: str = ACCENT) -> None:
+def _memory_arrow(ax: Axes, start: tuple[float, float], end: tuple[float, float], rad: float = 0.0) -> None:
     """An arrow that carries memory (tests count them)."""
-    ax.add_patch(FancyArrowPatch(start, end, arrowstyle="-|>", mutation_scale=10, lw=1.2, color=colour,
+    ax.add_patch(FancyArrowPatch(start, end, arrowstyle="-|>", mutation_scale=10, lw=1.2, color=ACCENT,
                                  connectionstyle=f"arc3,rad={rad}", shrinkA=4, shrinkB=4, gid="memory", zorder=3))
 
 

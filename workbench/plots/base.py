@@ -3,6 +3,7 @@ log axes that show exact zeros, column checks."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -10,6 +11,11 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.ticker import FixedLocator, NullLocator, StrMethodFormatter
+
+from ..decode import REGIMES
+from ..validation import fail
 
 Runs = pd.DataFrame | Mapping[str, pd.DataFrame]
 
@@ -65,8 +71,6 @@ def panel_grid(n: int, panel: tuple[float, float], sharey: bool = False,
 def legend_rows(groups: Sequence[Sequence[tuple]], ncols: int) -> tuple[list, list[str]]:
     """(handle, label) groups for a legend of ``ncols`` columns read row by row, each group from a new row (the
     runs, then the reference lines and keys): never a run beside an unrelated key."""
-    from matplotlib.lines import Line2D
-
     entries: list[tuple] = []
     for group in groups:
         if not group:
@@ -124,11 +128,13 @@ def require_columns(df: pd.DataFrame, columns: Sequence[str], what: str) -> None
         raise ValueError(f"{what} got an empty DataFrame")
 
 
-def named_runs(results: Runs, what: str) -> dict[str, pd.DataFrame]:
-    """One DataFrame or a dict of them as {name: frame}; a lone frame is named ''."""
+def named_runs(results: Runs, what: str, columns: Sequence[str]) -> dict[str, pd.DataFrame]:
+    """One DataFrame or a dict of them as {name: frame}, each with ``columns``; a lone frame is named ''."""
     runs = {"": results} if isinstance(results, pd.DataFrame) else dict(results)
     if not runs:
         raise ValueError(f"{what} got no runs")
+    for frame in runs.values():
+        require_columns(frame, columns, what)
     return runs
 
 
@@ -156,13 +162,11 @@ def log_line(ax: Axes, x, y: pd.Series, *args, **kwargs) -> bool:
 LOG_TICKS = (1, 2, 3, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000)
 
 
-def log_count_axis(ax: Axes, last: float, first: float = 1) -> None:
-    """Log x axis over counts, integer ticks: passes 2-3 stay as wide as 50-100."""
-    from matplotlib.ticker import FixedLocator, NullLocator, StrMethodFormatter
-
+def log_count_axis(ax: Axes, last: float) -> None:
+    """Log x axis over counts from 1, integer ticks: passes 2-3 stay as wide as 50-100."""
     ax.set_xscale("log")
-    ax.set_xlim(first / 1.1, last * 1.1)
-    ax.xaxis.set_major_locator(FixedLocator([t for t in LOG_TICKS if first <= t <= last]))
+    ax.set_xlim(1 / 1.1, last * 1.1)
+    ax.xaxis.set_major_locator(FixedLocator([t for t in LOG_TICKS if t <= last]))
     ax.xaxis.set_major_formatter(StrMethodFormatter("{x:.0f}"))
     ax.xaxis.set_minor_locator(NullLocator())
 
@@ -183,15 +187,10 @@ def split_panels(name: str, items: Sequence) -> list[tuple[str, Sequence]]:
 
 def run_styles(names: Sequence[str]) -> dict[str, dict]:
     """A colour per arm, a line style per seed (``<arm>_s<seed>``)."""
-    import re
-
     arms = [re.sub(r"_s\d+$", "", name) for name in names]
-    colors = dict(zip(in_order(pd.Series(arms)), sns.color_palette("deep", n_colors=len(set(arms)))))
-    styles, seen = {}, {}
-    for name, arm in zip(names, arms):
-        k = seen[arm] = seen.get(arm, -1) + 1
-        styles[name] = {"color": colors[arm], "ls": ("-", "--", ":", "-.")[k % 4]}
-    return styles
+    colors = dict(zip(in_order(arms), sns.color_palette("deep", n_colors=len(set(arms)))))
+    return {name: {"color": colors[arm], "ls": ("-", "--", ":", "-.")[arms[:i].count(arm) % 4]}
+            for i, (name, arm) in enumerate(zip(names, arms))}
 
 
 def name_colours(names: Sequence) -> dict:
@@ -205,8 +204,12 @@ def probe_facets(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     keys = [c for c in ("task", "model") if c in df.columns and df[c].nunique() > 1]
     if not keys:
         return [(" / ".join(str(df[c].iloc[0]) for c in ("task", "model") if c in df.columns), df)]
-    return [(" / ".join(map(str, key if isinstance(key, tuple) else (key,))), group)
-            for key, group in df.groupby(keys, sort=False)]
+    return [(key_label(key), group) for key, group in df.groupby(keys, sort=False)]
+
+
+def key_label(key) -> str:
+    """A groupby key (one value or a tuple of them) as a panel or line label."""
+    return " / ".join(map(str, key if isinstance(key, tuple) else (key,)))
 
 
 def empty_panel(ax: Axes, text: str) -> None:
@@ -216,7 +219,28 @@ def empty_panel(ax: Axes, text: str) -> None:
     ax.set_yticks([])
 
 
-def in_order(values: pd.Series) -> list:
+def in_order(values: Sequence) -> list:
     """Unique values in order of first appearance (the caller's order is meaningful)."""
     return list(dict.fromkeys(values))
 
+
+
+def regime_order(values: Sequence[str]) -> list[str]:
+    """The regimes present, decode's in their fixed order first, then any other in order of appearance."""
+    present = in_order(values)
+    return [r for r in REGIMES if r in present] + [r for r in present if r not in REGIMES]
+
+
+def settled_from(close: np.ndarray) -> int | None:
+    """Index from which every ``close`` holds to the end (None: the last does not)."""
+    if not close[-1]:
+        return None
+    k = len(close) - 1
+    while k > 0 and close[k - 1]:
+        k -= 1
+    return k
+
+
+def check_chance(chance: float | None) -> None:
+    if chance is not None and not (isinstance(chance, (int, float)) and 0.0 <= chance <= 1.0):
+        fail("chance", chance, "must be an accuracy in [0, 1] or None")

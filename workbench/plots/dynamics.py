@@ -11,7 +11,7 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
-from matplotlib.ticker import MaxNLocator
+from matplotlib.ticker import FixedLocator, MaxNLocator
 
 from ..validation import fail
 from .base import (
@@ -21,6 +21,7 @@ from .base import (
     STYLE,
     ZERO_LABEL,
     Runs,
+    check_chance,
     legend_rows,
     log_count_axis,
     log_line,
@@ -28,6 +29,7 @@ from .base import (
     new_figure,
     require_columns,
     run_styles,
+    settled_from,
     shared_legend,
     split_panels,
 )
@@ -60,10 +62,9 @@ def _settled_in_float32(distance: np.ndarray, exact_below: float) -> bool:
 def contraction_takeaway(results: Runs, exact_below: float = 1e-9, dtype: str | None = None) -> str:
     """Pass from which each run stays below ``exact_below``, or at a lower ``dtype`` within ``PLATEAU`` x its
     floor and ``ROUNDING`` eps: a float32 run reads "within float32 rounding", not "never"."""
-    runs = named_runs(results, "contraction_takeaway")
+    runs = named_runs(results, "contraction_takeaway", ["pass", "fixed_point_distance"])
     reached, bounds, limits = {}, {}, []
     for name, frame in runs.items():
-        require_columns(frame, ["pass", "fixed_point_distance"], "contraction_takeaway")
         frame = frame.sort_values("pass")
         distance = frame["fixed_point_distance"].to_numpy(dtype=float)
         given = dtype if dtype is not None else frame["dtype"].iloc[0] if "dtype" in frame else None
@@ -74,14 +75,8 @@ def contraction_takeaway(results: Runs, exact_below: float = 1e-9, dtype: str | 
         limits.append(below)
         precision = str(given).removeprefix("torch.")
         bounds[name] = f"< {below:g}" if below == exact_below else f"within {precision} rounding"
-        close = distance <= below
-        if not close[-1]:
-            reached[name] = None
-            continue
-        k = len(close) - 1
-        while k > 0 and close[k - 1]:
-            k -= 1
-        reached[name] = int(frame["pass"].iloc[k])
+        k = settled_from(distance <= below)
+        reached[name] = None if k is None else int(frame["pass"].iloc[k])
     passes, said = set(reached.values()), set(bounds.values())
     bound = f" ({said.pop()})" if len(said) == 1 else ""
     if passes == {None}:
@@ -98,9 +93,7 @@ def contraction_curves(results: Runs, max_pass: int | None = None, depths: Mappi
                        note: str = "", chance: Mapping[str, float] | None = None) -> Figure:
     """Residual, fixed-point distance (log y) and loss against pass; ``depths``: label -> trained pass.
     Family rows share log ranges, not loss ranges: a diverging family must not flatten another."""
-    runs = named_runs(results, "contraction_curves")
-    for frame in runs.values():
-        require_columns(frame, ["pass", "delta", "fixed_point_distance"], "contraction_curves")
+    runs = named_runs(results, "contraction_curves", ["pass", "delta", "fixed_point_distance"])
     for label, value in (chance or {}).items():
         if not (isinstance(value, (int, float)) and np.isfinite(value)):
             fail("chance", dict(chance), f"{label!r} must map to a finite loss")
@@ -158,11 +151,10 @@ def contraction_curves(results: Runs, max_pass: int | None = None, depths: Mappi
 
 def sensitivity_decay(results: Runs, note: str = "") -> Figure:
     """Effect of perturbing the memory against distance (log y): below the dotted 1 it is forgotten."""
-    runs = named_runs(results, "sensitivity_decay")
+    runs = named_runs(results, "sensitivity_decay", ["distance", "effect"])
     fig, (ax,) = new_figure(1, panel=(8.0, 4.0))
     styles = run_styles(list(runs))
     for name, frame in runs.items():
-        require_columns(frame, ["distance", "effect"], "sensitivity_decay")
         unused = bool((frame["effect"] == 0).all())
         label = (name or "effect") + (" (exactly 0: memory unused)" if unused else "")
         log_line(ax, frame["distance"], frame["effect"], marker="o", ms=3, label=label, **styles[name])
@@ -215,12 +207,12 @@ def readable_takeaway(table: pd.DataFrame, readable: float = 0.95) -> str:
 SLOTS_PER_ROW = 8  # arms side by side in one row of the readability figure (families packed in order)
 
 
-def _pack_rows(chunks: list[tuple[str, list[str]]], slots: int = SLOTS_PER_ROW) -> list[list[tuple[str, list[str]]]]:
-    """Families in order, as many a row as fit ``slots`` arms: a family of 2 never leaves a row half empty."""
+def _pack_rows(chunks: list[tuple[str, list[str]]]) -> list[list[tuple[str, list[str]]]]:
+    """Families in order, as many a row as fit ``SLOTS_PER_ROW`` arms: a family of 2 never leaves a row half empty."""
     rows: list[list[tuple[str, list[str]]]] = []
-    used = slots
+    used = SLOTS_PER_ROW
     for chunk in chunks:
-        if used + len(chunk[1]) > slots:
+        if used + len(chunk[1]) > SLOTS_PER_ROW:
             rows.append([])
             used = 0
         rows[-1].append(chunk)
@@ -305,10 +297,8 @@ def _pass_and_exact(frame: pd.DataFrame) -> tuple[pd.Series, float]:
 
 def fixed_point_takeaway(results: Mapping[str, pd.DataFrame], margin: float = 0.05) -> str:
     """Models answering worse (by > ``margin``) at the fixed point than at their best pass."""
-    gaps = {}
-    for name, frame in results.items():
-        passes, exact = _pass_and_exact(frame)
-        gaps[name] = (float(passes.max()), exact)
+    curves = {name: _pass_and_exact(frame) for name, frame in results.items()}
+    gaps = {name: (float(passes.max()), exact) for name, (passes, exact) in curves.items()}
     worse = {name: best - exact for name, (best, exact) in gaps.items() if best - exact > margin}
     if not worse:
         return f"every model answers as well at its fixed point as at its best pass (within {margin:g})"
@@ -327,8 +317,7 @@ def fixed_point_accuracy(results: Mapping[str, pd.DataFrame], trained_depth: int
                          groups: Mapping[str, Sequence[str]] | None = None) -> Figure:
     """Accuracy against pass per model, and the exact recurrence as a ◆ in an "exact" column past the last pass
     (dashed from it, a model's ◆ beside the others'); ``groups``: title -> models."""
-    if chance is not None and not (isinstance(chance, (int, float)) and 0.0 <= chance <= 1.0):
-        fail("chance", chance, "must be an accuracy in [0, 1] or None")
+    check_chance(chance)
     panels = dict(groups) if groups else {"": list(results)}
     unknown = sorted({n for names in panels.values() for n in names} - set(results))
     if unknown:
@@ -354,8 +343,6 @@ def fixed_point_accuracy(results: Mapping[str, pd.DataFrame], trained_depth: int
         ax.set_ylim(-0.03, 1.03)
         if heading:
             ax.set_title(heading, fontsize=9)
-    from matplotlib.ticker import FixedLocator
-
     for ax in axes:
         log_count_axis(ax, last)
         ticks = [t for t in LOG_TICKS if t <= last]
@@ -455,9 +442,9 @@ def lens_by_pass(results: Mapping[str, pd.DataFrame], lens: str = "logit", value
         ax.set_xlabel("pass")
         ax.set_ylabel("depth (0 = input)")
     # one colour bar beside every panel: on the last one, a wrapped grid's columns would shift apart
-    fig.colorbar(axes[0].collections[0], ax=axes, label=LENS_VALUES.get(value, value.replace("_", " ")),
-                 shrink=0.9 if len(axes) > 1 else 1.0)
-    described = f"{lens} lens at the answer position: {LENS_VALUES.get(value, value.replace('_', ' '))}"
+    what = LENS_VALUES.get(value, value.replace("_", " "))
+    fig.colorbar(axes[0].collections[0], ax=axes, label=what, shrink=0.9 if len(axes) > 1 else 1.0)
+    described = f"{lens} lens at the answer position: {what}"
     if title is None:
         title = f"{described}\n{lens_takeaway(results, lens, value)}" if value == "top1_is_answer" else described
     if title:

@@ -13,6 +13,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure, SubFigure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
+from matplotlib.ticker import MaxNLocator
 
 from .base import (
     STYLE,
@@ -158,8 +159,6 @@ def ablation_distance(frame: pd.DataFrame, axes: Sequence[Axes] | None = None, t
         for ax in axes:
             empty_panel(ax, "no gated LRT text specimen")
         return fig
-    from matplotlib.ticker import MaxNLocator
-
     require_columns(frame, ["distance", "position", "increase"], "ablation_distance")
     frame = frame.reset_index(drop=True)
     runs = (frame["run"] if "run" in frame else pd.Series("", index=frame.index)).astype(str)

@@ -14,7 +14,9 @@ from matplotlib.lines import Line2D
 from ..validation import fail
 from .base import (
     MARKERS,
+    check_chance,
     in_order,
+    key_label,
     legend_rows,
     name_colours,
     new_figure,
@@ -46,17 +48,13 @@ def _profile_groups(df: pd.DataFrame):
     return df.groupby(group_keys, sort=False)
 
 
-def _group_label(key) -> str:
-    return " / ".join(map(str, key if isinstance(key, tuple) else (key,)))
-
-
 def profile_takeaway(df: pd.DataFrame, depth: int = 0) -> str:
     """Best and worst series at ``depth``; equal at 2 decimals tie, so order crowns none."""
     require_columns(df, ["condition", "layer", "accuracy"], "profile_takeaway")
     at = df[df["layer"] == depth]
     if at.empty:
         fail("depth", depth, f"the probes cover depths {sorted(df['layer'].unique())}")
-    means = {_group_label(key): round(float(group["accuracy"].mean()), 2) for key, group in _profile_groups(at)}
+    means = {key_label(key): round(float(group["accuracy"].mean()), 2) for key, group in _profile_groups(at)}
     high, low = max(means.values()), min(means.values())
     best, worst = ([name for name, value in means.items() if value == v] for v in (high, low))
     if len(best) == len(means) > 1:
@@ -86,7 +84,7 @@ def probe_profile(df: pd.DataFrame, highlight_depth: int | None = None, title: s
         for i, (color, (key, group)) in enumerate(zip(colours, chunk)):
             group = group.sort_values("layer")  # the first drawn widest: a later line on top leaves it a rim
             ax.plot(group["layer"], group["accuracy"], marker=MARKERS[i], ms=9 - i, lw=2.6 - 0.3 * i, color=color,
-                    label=_group_label(key))
+                    label=key_label(key))
             if "accuracy_std" in group:
                 ax.fill_between(group["layer"], group["accuracy"] - group["accuracy_std"],
                                 group["accuracy"] + group["accuracy_std"], color=color, alpha=0.2, lw=0)
@@ -255,11 +253,6 @@ def accuracy_vs_scratch(df: pd.DataFrame, condition: str = "suffix1", depth: int
     return fig
 
 
-def check_chance(chance: float | None, name: str = "chance") -> None:
-    if chance is not None and not (isinstance(chance, (int, float)) and 0.0 <= chance <= 1.0):
-        raise ValueError(f"{name}={chance!r} is invalid: must be an accuracy in [0, 1] or None")
-
-
 def specimen_gates(df: pd.DataFrame, threshold: float, by: str = "arm", chance: float | None = None,
                    title: str = "") -> Figure:
     """Answer accuracy per specimen against the gate ``threshold``: below it, never probed."""
@@ -310,19 +303,19 @@ def _path_takeaway(df: pd.DataFrame, threshold: float | None) -> str:
 def coinciding_lines(lines: Mapping[tuple[str, bool], pd.DataFrame], within: float = 0.005) -> list[str]:
     """Groups of (specimen, twin?) paths drawn on top of each other (every point within ``within``), in words:
     "3 lines at 1.00 (overlaid)" when flat, else "3 lines coincide"; twins' dashed lines apart from trained."""
-    groups: dict[tuple, list[str]] = {}
-    for (specimen, twin), rows in lines.items():
+    groups: dict[tuple, list[pd.Series]] = {}
+    for (_, twin), rows in lines.items():
         key = (twin, tuple(rows["C"].astype(float)), tuple(np.round(rows["accuracy"].to_numpy(dtype=float) / within)))
-        groups.setdefault(key, []).append(str(specimen))
+        groups.setdefault(key, []).append(rows["accuracy"])
     said = []
-    for (twin, _, _), names in groups.items():
-        if len(names) < 2:
+    for (twin, _, _), members in groups.items():
+        if len(members) < 2:
             continue
-        rows = lines[next(k for k in lines if str(k[0]) == names[0] and k[1] == twin)]["accuracy"]
+        rows = members[0]
         kind = "dashed" if twin else "lines"
         flat = float(rows.max() - rows.min()) <= within
-        said.append(f"{len(names)} {kind} at {rows.mean():.2f} (overlaid)" if flat
-                    else f"{len(names)} {kind} coincide (overlaid)")
+        said.append(f"{len(members)} {kind} at {rows.mean():.2f} (overlaid)" if flat
+                    else f"{len(members)} {kind} coincide (overlaid)")
     return said
 
 
@@ -335,8 +328,7 @@ def regularisation_paths(df: pd.DataFrame, threshold: float | None = None, chanc
     if chance is None and "majority" in df:
         chance = float(df["majority"].mean())
     keys = ["task"] + (["arm"] if "arm" in df.columns else [])
-    facets = [(" / ".join(map(str, key if isinstance(key, tuple) else (key,))), group)
-              for key, group in df.groupby(keys if len(keys) > 1 else keys[0], sort=False)]
+    facets = [(key_label(key), group) for key, group in df.groupby(keys, sort=False)]
     fig, axes = panel_grid(len(facets), panel=(3.8, 4.0))
     colors = name_colours(df["specimen"])
     for ax, (heading, sub) in zip(axes, facets):

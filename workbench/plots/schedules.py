@@ -19,7 +19,9 @@ from .base import (
     log_line,
     new_figure,
     positive_only,
+    regime_order,
     require_columns,
+    settled_from,
     with_difference,
     zero_line,
 )
@@ -54,8 +56,7 @@ def regime_losses(frame: pd.DataFrame, title: str = "", floor: float | None = No
     so a difference thinner than the lines still reads."""
     require_columns(frame, ["regime", "position", "loss"], "regime_losses")
     check_floor(floor)
-    regimes = in_order(frame["regime"])
-    order = [r for r in REGIMES if r in regimes] + [r for r in regimes if r not in REGIMES]
+    order = regime_order(frame["regime"])
     palette = dict(zip(REGIMES, sns.color_palette("deep", n_colors=len(REGIMES))))
     others = [r for r in order if r != reference] if reference in order else []
     fig, ax, below = with_difference(7.0, 3.6, bool(others))
@@ -103,13 +104,8 @@ def knob_symbol(schedule: str) -> str:
 def _first_exact(values: pd.Series, distances: pd.Series, exact_below: float) -> object | None:
     """Knob value from which every distance stays below ``exact_below`` (None: never)."""
     order = np.argsort(values.to_numpy(dtype=float))
-    values, close = values.to_numpy()[order], distances.to_numpy(dtype=float)[order] < exact_below
-    if not close[-1]:
-        return None
-    k = len(close) - 1
-    while k > 0 and close[k - 1]:
-        k -= 1
-    return values[k]
+    k = settled_from(distances.to_numpy(dtype=float)[order] < exact_below)
+    return None if k is None else values.to_numpy()[order][k]
 
 
 def schedule_takeaway(sweeps: pd.DataFrame, exact_below: float = 1e-5) -> str:

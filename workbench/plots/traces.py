@@ -9,16 +9,18 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
-from ..decode import REGIMES
 from ..validation import fail
 from .base import (
+    check_chance,
     in_order,
     new_figure,
+    regime_order,
     require_columns,
 )
-from .probes import check_chance
 
 REGIME_WORDS = {"soft_last": "soft_last: SOFT started at the prompt's last token (suffix1)",
                 "baseline": "baseline: a model without feedback",
@@ -50,7 +52,7 @@ def trace_lengths(df: pd.DataFrame, lines: pd.DataFrame | None = None, title: st
     if chance is None and "chance" in df and df["chance"].notna().any():
         chance = float(df["chance"].dropna().iloc[0])
     check_chance(chance)
-    order = [r for r in REGIMES if r in set(df["regime"])] + [r for r in in_order(df["regime"]) if r not in REGIMES]
+    order = regime_order(df["regime"])
     fig, axes = new_figure(2 if lines is None else 3)
     ax_len, ax_acc = axes[:2]
     palette = dict(zip(order, sns.color_palette("deep", n_colors=len(order))))
@@ -116,16 +118,13 @@ def _trace_lines(ax: Axes, lines: pd.DataFrame, palette: Mapping[str, object]) -
 
 def trace_example(df: pd.DataFrame, example: int, regime: str | None = None, title: str | None = None) -> Figure:
     """One example's trace length per regime against its median; ``regime`` outlined."""
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
-
     require_columns(df, ["regime", "example", "length", "correct"], "trace_example")
     if "run" in df and df["run"].nunique() > 1:
         raise ValueError(f"df holds runs {in_order(df['run'])}: select one")
     rows = df[df["example"] == example]
     if rows.empty:
         fail("example", example, f"the traces hold examples {int(df['example'].min())}..{int(df['example'].max())}")
-    order = [r for r in REGIMES if r in set(df["regime"])] + [r for r in in_order(df["regime"]) if r not in REGIMES]
+    order = regime_order(df["regime"])
     if regime is not None and regime not in order:
         fail("regime", regime, f"the traces hold {order}")
     rows = rows.set_index("regime").reindex(order)

@@ -43,9 +43,9 @@ def floor_line(ax: Axes, floor: float | None, label: str, autoscale: bool = True
                              lw=1.5, label=f"{label} {floor:.3f}"))
 
 
-def check_floor(floor: float | None, name: str = "floor") -> None:
+def check_floor(floor: float | None) -> None:
     if floor is not None and not (isinstance(floor, (int, float)) and np.isfinite(floor)):
-        raise ValueError(f"{name}={floor!r} is invalid: must be a finite number or None")
+        fail("floor", floor, "must be a finite number or None")
 
 
 def loss_curves(history: Runs, x: str = "step", title: str = "", floor: float | None = None,
@@ -56,9 +56,7 @@ def loss_curves(history: Runs, x: str = "step", title: str = "", floor: float | 
     if x not in LOSS_AXES:
         fail("x", x, f"must be one of {tuple(LOSS_AXES)}")
     check_floor(floor)
-    runs = named_runs(history, "loss_curves")
-    for frame in runs.values():
-        require_columns(frame, [x, "loss"], "loss_curves")
+    runs = named_runs(history, "loss_curves", [x, "loss"])
     if reference is not None and (len(runs) == 1 or reference not in runs):
         fail("reference", reference, f"must name one of several runs {list(runs)}")
     gaps = _loss_gaps(runs, x, reference) if difference else {}
@@ -70,11 +68,12 @@ def loss_curves(history: Runs, x: str = "step", title: str = "", floor: float | 
         colours = dict(zip(pass_cols, sns.color_palette("deep", n_colors=len(pass_cols))))
         if len(pass_cols) > 1:
             for col, color in colours.items():
-                ax.plot(frame[x], frame[col], lw=1, alpha=0.7, color=color, label=f"pass {col[len('loss_pass'):]}")
+                ax.plot(frame[x], frame[col], lw=1, alpha=0.7, color=color,
+                        label=f"pass {col.removeprefix('loss_pass')}")
         if "val_loss" in frame and frame["val_loss"].notna().any():
             val = frame.dropna(subset=["val_loss"])
             ax.plot(val[x], val["val_loss"], "o-", ms=4, color="tab:red", label="held-out")
-        colour_of = {f"pass {c[len('loss_pass'):]}": colour for c, colour in colours.items()}
+        colour_of = {f"pass {c.removeprefix('loss_pass')}": colour for c, colour in colours.items()}
     else:
         colour_of = dict(zip(runs, sns.color_palette("deep", n_colors=len(runs))))
         for name, frame in runs.items():
@@ -124,7 +123,7 @@ def _loss_gaps(runs: Mapping[str, pd.DataFrame], x: str, reference: str | None
         for column in columns[1:]:
             gap = minus(frame, column, frame, "loss_pass1")
             if len(gap):
-                name = f"pass {column[len('loss_pass'):]}"
+                name = f"pass {column.removeprefix('loss_pass')}"
                 gaps[name] = ("pass 1", "train", name, gap)
         return gaps
     base_name = reference if reference is not None else next(iter(runs))
@@ -215,25 +214,23 @@ def pass_losses(histories: Runs, floor: float | None = None, floor_label: str = 
     """Each pass's loss against step, a panel per run: pass-3 density is the 3-pass share. ``difference``: one more
     panel, pass k - pass 1 where a step logged both, so a gain smaller than the batch noise between steps shows."""
     check_floor(floor)
-    runs = named_runs(histories, "pass_losses")
-    for frame in runs.values():
-        require_columns(frame, ["step", "loss_pass1"], "pass_losses")
+    runs = named_runs(histories, "pass_losses", ["step", "loss_pass1"])
     fig, axes = panel_grid(len(runs) + difference, panel=(4.0, 3.2))
     if difference:
         gaps, axes = axes[-1], axes[:-1]
     for ax in axes[1:]:  # one loss scale for every run (not for the differences)
         ax.sharey(axes[0])
     columns = sorted({c for f in runs.values() for c in f.columns if c.startswith("loss_pass")},
-                     key=lambda c: int(c[len("loss_pass"):]))
+                     key=lambda c: int(c.removeprefix("loss_pass")))
     palette = dict(zip(columns, sns.color_palette("deep", n_colors=len(columns))))
     for ax, (name, frame) in zip(axes, runs.items()):
         counts = {}
         for column in columns:
             if column in frame and frame[column].notna().any():
                 rows = frame.dropna(subset=[column])
-                counts[column[len("loss_pass"):]] = len(rows)
+                counts[column.removeprefix("loss_pass")] = len(rows)
                 ax.plot(rows["step"], rows[column], "o", ms=3, alpha=0.7, color=palette[column],
-                        label=f"pass {column[len('loss_pass'):]}")
+                        label=f"pass {column.removeprefix('loss_pass')}")
         floor_line(ax, floor, floor_label)
         ax.set(xlabel="optimiser step", ylabel="training loss (nats / token)")
         ax.set_title(f"{name}\nlogged steps: " + ", ".join(f"pass {k} {n}" for k, n in counts.items()), fontsize=9)
@@ -261,7 +258,7 @@ def difference_panel(ax: Axes, runs: Mapping[str, pd.DataFrame], columns: list[s
                 running = gap.rolling(10, min_periods=min(10, len(gap))).mean()
                 colour = palette[column]
                 ax.plot(both["step"], gap, marker, ms=3, alpha=0.35, color=colour,
-                        label=f"{name}, pass {column[len('loss_pass'):]} (last {min(10, len(gap))}: "
+                        label=f"{name}, pass {column.removeprefix('loss_pass')} (last {min(10, len(gap))}: "
                               f"{gap.tail(10).mean():+.3f})")
                 ax.plot(both["step"], running, "-", lw=1.2, color=colour)
                 every.append(gap.to_numpy())

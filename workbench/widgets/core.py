@@ -4,6 +4,7 @@ PNG in an ``Image``, not an ``Output``, shows alike in Jupyter, VS Code and Voil
 from __future__ import annotations
 
 import base64
+import functools
 import html
 import io
 import struct
@@ -18,6 +19,7 @@ from matplotlib.figure import Figure
 from .. import plots
 from ..analysis.trajectory import memory_trajectory
 from ..model import GPT
+from ..validation import fail
 
 Render = Callable[..., tuple[Figure, str]]
 
@@ -143,8 +145,8 @@ def probe_explorer(compute: Callable[[str, str], pd.DataFrame], tasks: Sequence[
         raise ValueError(f"tasks={list(tasks)!r} and conditions={list(conditions)!r} must both be non-empty")
     for name, value, allowed in (("task", task, tasks), ("condition", condition, conditions)):
         if value is not None and value not in allowed:
-            raise ValueError(f"{name}={value!r} is invalid: must be one of {list(allowed)}")
-    computed: dict[tuple[str, str], pd.DataFrame] = {}
+            fail(name, value, f"must be one of {list(allowed)}")
+    computed = functools.cache(compute)
     controls = {
         "task": widgets.Dropdown(options=list(tasks), value=task or tasks[0], description="task"),
         "condition": widgets.Dropdown(options=list(conditions), value=condition or conditions[0],
@@ -154,9 +156,7 @@ def probe_explorer(compute: Callable[[str, str], pd.DataFrame], tasks: Sequence[
     }
 
     def render(task: str, condition: str, depth: int) -> tuple[Figure, str]:
-        if (task, condition) not in computed:
-            computed[task, condition] = compute(task, condition)
-        frame = computed[task, condition]
+        frame = computed(task, condition)
         if frame.empty or "layer" not in frame or "accuracy" not in frame:
             raise ValueError(f"compute({task!r}, {condition!r}) returned no 'layer' and 'accuracy' rows")
         deepest = int(frame["layer"].max())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import html
 import math
 import re
@@ -73,21 +74,19 @@ def probe_compute(models: Mapping[str, Mapping[str, GPT]], conditions: Sequence[
     for condition in conditions:
         schedules.condition(condition)
     check_int("n", n, 8)  # 4 grouped folds need several groups
-    kept: dict[str, pd.DataFrame] = {}
+
+    @functools.cache
+    def probed(task: str) -> pd.DataFrame:
+        return pd.concat([probe_layers(model, tasks.get(task), tuple(conditions), n=n, seed=seed,
+                                       random_baseline=False).assign(model=label)
+                          for label, model in models[task].items()], ignore_index=True)
 
     def compute(task: str, condition: str) -> pd.DataFrame:
         if task not in models:
             fail("task", task, f"models are given for {sorted(models)}")
         if condition not in conditions:
             fail("condition", condition, f"must be one of {list(conditions)}")
-        if task not in kept:
-            frames = []
-            for label, model in models[task].items():
-                frame = probe_layers(model, tasks.get(task), tuple(conditions), n=n, seed=seed,
-                                     random_baseline=False)
-                frames.append(frame.assign(model=label))
-            kept[task] = pd.concat(frames, ignore_index=True)
-        table = kept[task]
+        table = probed(task)
         return table[table["condition"] == condition].reset_index(drop=True)
 
     return compute
@@ -159,9 +158,8 @@ def pass_window_explorer(dynamics: pd.DataFrame, seq_len: int, from_position: in
             if pass_ not in by_pass.index:
                 lines.append(f"<b>{html.escape(name)}</b>: ends at pass {int(by_pass.index.max())}")
                 continue
-            row, rise = by_pass.loc[pass_], math.nan
-            if 2 in by_pass.index:
-                rise = row["loss"] - by_pass.loc[2, "loss"]
+            row = by_pass.loc[pass_]
+            rise = row["loss"] - by_pass.loc[2, "loss"] if 2 in by_pass.index else math.nan
             lines.append(f"<b>{html.escape(name)}</b>: residual {format_number(row['delta'])}, distance to fixed point "
                          f"{format_number(row['fixed_point_distance'])}, loss {format_number(row['loss'])} "
                          f"({'+' if rise >= 0 else ''}{format_number(rise)} since pass 2), "

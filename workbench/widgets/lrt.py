@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import html
 import time
 from collections.abc import Callable, Mapping
@@ -114,14 +115,15 @@ def lrt_run_explorer(models: Mapping[str, GPT], idx: torch.Tensor,
     """A trained LRT run's source, scales, gates (measured on first view) and ``metric``."""
     if not models:
         raise ValueError("models is empty")
-    computed: dict[str, tuple[pd.DataFrame, pd.DataFrame]] = {}
     controls = {"run": widgets.Dropdown(options=list(models), description="run")}
+
+    @functools.cache
+    def measured(run: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+        return lrt_layer_stats(models[run], idx), lrt_gates(models[run], idx)
 
     def render(run: str) -> tuple[Figure, str]:
         model = models[run]
-        if run not in computed:
-            computed[run] = (lrt_layer_stats(model, idx), lrt_gates(model, idx))
-        stats, gates = computed[run]
+        stats, gates = measured(run)
         c = model.config
         source = int(stats.loc[stats["source"], "layer"].iloc[0])
         where = "the top block (after the final norm)" if c.lrt_source_layer == -1 else f"block {source}"

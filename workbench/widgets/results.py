@@ -13,30 +13,25 @@ from matplotlib.figure import Figure
 
 from .. import experiments, plots
 from ..analysis.traces import TRACE_COLUMNS
-from ..decode import REGIMES
 from ..experiments.results_table import gates_table
+from ..plots.base import regime_order
 from .core import Explorer, format_number
 
 SUMMARY_FIELDS = ("claim", "setting", "number", "verdict")
-
-
-def _missing(frame: pd.DataFrame, columns: Sequence[str]) -> list[str]:
-    return [c for c in columns if c not in frame.columns]
 
 
 # ---------------------------------------------------------------------------------------------- traces
 def trace_explorer(traces: pd.DataFrame, prompts: Sequence[str] | None = None,
                    answers: Sequence[int] | None = None) -> Explorer:
     """Traces by regime and example; ``prompts``/``answers`` indexed like the traced batch."""
-    missing = _missing(traces, [c for c in TRACE_COLUMNS if c != "lines"])  # lines: shown when recorded
+    missing = [c for c in TRACE_COLUMNS if c != "lines" and c not in traces.columns]  # lines: shown when recorded
     if missing or traces.empty:
         raise ValueError(f"traces is empty or lacks {missing}")
     examples = sorted(int(e) for e in traces["example"].unique())
     for name, given in (("prompts", prompts), ("answers", answers)):
         if given is not None and len(given) <= examples[-1]:
             raise ValueError(f"{name} has {len(given)} entries; traces reach example {examples[-1]}")
-    present = list(dict.fromkeys(traces["regime"]))
-    regimes = [r for r in REGIMES if r in present] + [r for r in present if r not in REGIMES]
+    regimes = regime_order(traces["regime"])
     controls: dict[str, widgets.ValueWidget] = {
         "regime": widgets.Dropdown(options=regimes, description="regime"),
         "example": widgets.IntSlider(value=examples[0], min=examples[0], max=examples[-1], description="example",
