@@ -16,7 +16,7 @@ from ..train_config import TrainConfig
 from .common import step_flops
 from .core import default_finding, short_verdict
 from .recipes import RECIPES
-from .runner import ensure
+from .runner import check_recipe, ensure
 from .store import EVAL_FILE, checkpoints_root, load_results, run_metrics
 
 SUMMARY_COLUMNS = ["recipe", "kind", "claim", "setting", "number", "verdict", "gates_passed", "seeds", "scale"]
@@ -35,11 +35,6 @@ def _measured(value: float | None) -> float:
     return float("nan") if value is None else float(value)
 
 
-def _check_recipe(recipe: str) -> None:
-    if recipe not in RECIPES:
-        raise ValueError(f"recipe={recipe!r} is unknown: choose from {sorted(RECIPES)}")
-
-
 def _check_summaries(summaries: Mapping[str, Mapping[str, Any]]) -> None:
     if not summaries:
         raise ValueError("summaries is empty")
@@ -53,8 +48,7 @@ def load_summaries(recipes: Sequence[str] | None = None) -> tuple[dict[str, dict
     """``({recipe: summary}, [recipes without results])``."""
     summaries, missing = {}, []
     for recipe in RECIPES if recipes is None else recipes:
-        _check_recipe(recipe)
-        try:
+        try:  # ensure refuses an unknown recipe
             summaries[recipe] = ensure(recipe)
         except FileNotFoundError:
             missing.append(recipe)
@@ -80,7 +74,7 @@ def findings_table(summaries: Mapping[str, Mapping[str, Any]], root: str | Path 
     _check_summaries(summaries)
     rows = []
     for name, summary in summaries.items():
-        _check_recipe(name)
+        check_recipe(name)
         recipe = RECIPES[name]
         said = (recipe.finding or default_finding)(summary, pd.read_csv(root / name / "results.csv"))
         rows.append({"recipe": name, "kind": summary.get("kind", recipe.kind), "paper": recipe.paper,
@@ -103,7 +97,7 @@ def gates_table(summaries: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
 
 def recipe_tables(recipe: str) -> dict[str, pd.DataFrame]:
     """``results`` and those of ``EXTRA_TABLES`` a recipe wrote, by name."""
-    _check_recipe(recipe)
+    check_recipe(recipe)
     tables = {"results": load_results(recipe)}
     for name in EXTRA_TABLES:
         if (checkpoints_root() / recipe / f"{name}.csv").is_file():
@@ -113,7 +107,7 @@ def recipe_tables(recipe: str) -> dict[str, pd.DataFrame]:
 
 def per_example(recipe: str, run: str) -> pd.DataFrame:
     """A run's per-example evaluation (its metric and the paired intervals come from it)."""
-    _check_recipe(recipe)
+    check_recipe(recipe)
     path = checkpoints_root() / recipe / run / EVAL_FILE
     if not path.is_file():
         raise ValueError(f"run={run!r} of recipe {recipe!r} has no {EVAL_FILE} under {checkpoints_root()}")
@@ -131,7 +125,7 @@ def _step_flops(cfg: TrainConfig) -> tuple[float, float]:
 def run_compute(recipe: str, runs: Sequence[str] | None = None) -> pd.DataFrame:
     """Per run: recorded FLOPs, ``mean_passes = flops / (steps * pass_flops)`` and the recomputed
     ``expected_flops`` (NaN where the work varies per step)."""
-    _check_recipe(recipe)
+    check_recipe(recipe)
     if runs is None:
         runs = sorted(p.parent.name for p in (checkpoints_root() / recipe).glob("*/metrics.json"))
     if not runs:
