@@ -30,11 +30,6 @@ COMPUTE_COLUMNS = ["run", "task", "seed", "schedule", "steps", "flops", "pass_fl
                    "expected_flops"]
 
 
-def _measured(value: float | None) -> float:
-    """null (not measured) as NaN."""
-    return float("nan") if value is None else float(value)
-
-
 def _check_summaries(summaries: Mapping[str, Mapping[str, Any]]) -> None:
     if not summaries:
         raise ValueError("summaries is empty")
@@ -89,7 +84,8 @@ def findings_table(summaries: Mapping[str, Mapping[str, Any]], root: str | Path 
 def gates_table(summaries: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
     """One row per gate of every recipe."""
     _check_summaries(summaries)
-    rows = [{"recipe": name, "gate": g["name"], "quantity": g["quantity"], "value": _measured(g["value"]),
+    rows = [{"recipe": name, "gate": g["name"], "quantity": g["quantity"],
+             "value": np.nan if g["value"] is None else float(g["value"]),  # null: not measured
              "op": g["op"], "threshold": float(g["threshold"]), "passed": bool(g["passed"])}
             for name, summary in summaries.items() for g in summary.get("gates", [])]
     return pd.DataFrame(rows, columns=GATE_COLUMNS)
@@ -114,14 +110,6 @@ def per_example(recipe: str, run: str) -> pd.DataFrame:
     return pd.read_csv(path)
 
 
-def _step_flops(cfg: TrainConfig) -> tuple[float, float]:
-    """(one plain pass, the configured schedule; NaN where the work varies per step)."""
-    plain = step_flops(cfg, schedules.Single())
-    if "pass_mix" in cfg.schedule.to_dict() or cfg.feedback_start > 0:
-        return plain, float("nan")
-    return plain, step_flops(cfg)
-
-
 def run_compute(recipe: str, runs: Sequence[str] | None = None) -> pd.DataFrame:
     """Per run: recorded FLOPs, ``mean_passes = flops / (steps * pass_flops)`` and the recomputed
     ``expected_flops`` (NaN where the work varies per step)."""
@@ -134,7 +122,9 @@ def run_compute(recipe: str, runs: Sequence[str] | None = None) -> pd.DataFrame:
     for run in runs:
         metrics = run_metrics(recipe, run)
         cfg = TrainConfig.from_dict(metrics["train_config"])
-        plain, per_step = _step_flops(cfg)
+        plain = step_flops(cfg, schedules.Single())
+        varies = "pass_mix" in cfg.schedule.to_dict() or cfg.feedback_start > 0  # no one step's FLOPs to expect
+        per_step = float("nan") if varies else step_flops(cfg)
         steps, flops = int(metrics["train"]["step"]), float(metrics["train"]["flops"])
         rows.append({"run": run, "task": cfg.task, "seed": cfg.seed, "schedule": cfg.schedule.to_dict()["schedule"],
                      "steps": steps,
