@@ -105,14 +105,9 @@ def shipped_summaries(root: str | Path | None = None) -> dict[str, dict]:
 
 def findings_markdown(summaries: dict[str, dict], root: str | Path | None = None) -> str:
     """The README's findings: one line per recipe, linked to RESULTS.md."""
-    lines = []
-    for r in findings_table(summaries, root).itertuples():
-        if r.kind == "extension":
-            continue
-        paper = r.paper or f"(ours: {r.kind})"
-        lines.append(f"- [{r.recipe}](RESULTS.md#{r.recipe}) — {_cell(paper)}: "
-                     f"**{_cell(r.verdict)}** ({_cell(r.ours)})")
-    return "\n".join(lines)
+    return "\n".join(f"- [{r.recipe}](RESULTS.md#{r.recipe}) — {_cell(r.paper or f'(ours: {r.kind})')}: "
+                     f"**{_cell(r.verdict)}** ({_cell(r.ours)})"
+                     for r in findings_table(summaries, root).itertuples() if r.kind != "extension")
 
 
 def findings_text(summaries: Mapping[str, Mapping[str, Any]], width: int = 110) -> str:

@@ -94,11 +94,8 @@ def gates_table(summaries: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
 def recipe_tables(recipe: str) -> dict[str, pd.DataFrame]:
     """``results`` and those of ``EXTRA_TABLES`` a recipe wrote, by name."""
     check_recipe(recipe)
-    tables = {"results": load_results(recipe)}
-    for name in EXTRA_TABLES:
-        if (checkpoints_root() / recipe / f"{name}.csv").is_file():
-            tables[name] = load_results(recipe, f"{name}.csv")
-    return tables
+    return {"results": load_results(recipe), **{name: load_results(recipe, f"{name}.csv") for name in EXTRA_TABLES
+                                                 if (checkpoints_root() / recipe / f"{name}.csv").is_file()}}
 
 
 def per_example(recipe: str, run: str) -> pd.DataFrame:
