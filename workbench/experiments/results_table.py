@@ -107,12 +107,11 @@ def per_example(recipe: str, run: str) -> pd.DataFrame:
     return pd.read_csv(path)
 
 
-def run_compute(recipe: str, runs: Sequence[str] | None = None) -> pd.DataFrame:
-    """Per run: recorded FLOPs, ``mean_passes = flops / (steps * pass_flops)`` and the recomputed
+def run_compute(recipe: str) -> pd.DataFrame:
+    """Per trained run: recorded FLOPs, ``mean_passes = flops / (steps * pass_flops)`` and the recomputed
     ``expected_flops`` (NaN where the work varies per step)."""
     check_recipe(recipe)
-    if runs is None:
-        runs = sorted(p.parent.name for p in (checkpoints_root() / recipe).glob("*/metrics.json"))
+    runs = sorted(p.parent.name for p in (checkpoints_root() / recipe).glob("*/metrics.json"))
     if not runs:
         raise ValueError(f"runs is empty: recipe {recipe!r} has no trained runs under {checkpoints_root()}")
     rows = []
@@ -141,7 +140,7 @@ def compute_matching(compute: pd.DataFrame, by: str | Sequence[str] = "task") ->
         flops = group["flops"].to_numpy(dtype=float)
         largest_step = float(np.max(flops / group["steps"].to_numpy(dtype=float)))
         spread = float(flops.max() - flops.min())
-        rows.append({**dict(zip(keys, key if isinstance(key, tuple) else (key,))), "runs": len(group),
+        rows.append({**dict(zip(keys, key)), "runs": len(group),
                      "flops_min": float(flops.min()), "flops_max": float(flops.max()), "spread": spread,
                      "largest_step": largest_step, "ratio": float(flops.max() / flops.min()),
                      "matched": spread <= largest_step})
