@@ -129,7 +129,7 @@ def best_takeaway(table: pd.DataFrame, keys: list[str]) -> str:
         if g["arm"].nunique() > 1:
             lower = _lower(str(g["metric"].iloc[0]))
             row = g.loc[g["value"].idxmin() if lower else g["value"].idxmax()]
-            name = " / ".join(METRIC_WORDS.get(str(x), str(x)) for x in (k if isinstance(k, tuple) else (k,)))
+            name = " / ".join(METRIC_WORDS.get(str(x), str(x)) for x in k)  # a list's keys: tuples
             bests.append((name, row["arm"], float(row["value"]), lower))
     if len(bests) == 1:
         _, arm, value, lower = bests[0]
@@ -153,7 +153,7 @@ def bar_figure(table: pd.DataFrame, title: str):
     keys = [c for c in ("task", "metric") if c in table.columns]
     panels = []
     for k, g in table.groupby(keys, sort=False):
-        name = " / ".join(METRIC_WORDS.get(str(x), str(x)) for x in (k if isinstance(k, tuple) else (k,)))
+        name = " / ".join(METRIC_WORDS.get(str(x), str(x)) for x in k)
         panels += split_panels(name, g)
     widest = max(len(g) for _, g in panels)
     figure, axes = panel_grid(len(panels), panel=(max(3.4, 1.2 + 0.9 * widest), 3.6))
@@ -171,14 +171,13 @@ def bar_figure(table: pd.DataFrame, title: str):
         if "floor" in group:
             value, label = float(group["floor"].iloc[0]), str(group["floor_label"].iloc[0])
             ax.axhline(value, color="grey", ls=":", lw=1.5, label=f"{label} {value:.3f}")
-    handles, labels = axes[0].get_legend_handles_labels()
-    for ax in axes[1:]:
+    legend = {}  # each label once, from the first panel that draws it
+    for ax in axes:
         for handle, label in zip(*ax.get_legend_handles_labels()):
-            if label not in labels:
-                handles.append(handle)
-                labels.append(label)
-    if labels:  # below the panels: inside, a floor's legend sat on the bars
-        figure.legend(handles, labels, fontsize=8, loc="outside lower center", ncols=min(len(labels), 4))
+            legend.setdefault(label, handle)
+    if legend:  # below the panels: inside, a floor's legend sat on the bars
+        figure.legend(list(legend.values()), list(legend), fontsize=8, loc="outside lower center",
+                      ncols=min(len(legend), 4))
     lines = [*title.splitlines(), best_takeaway(table, keys)]  # each wrapped: a figure is at most MAX_WIDTH wide
     said = "\n".join(textwrap.fill(line, 110) for line in lines if line)
     if said:
@@ -196,10 +195,9 @@ def running_sum_chance(params: dict) -> float:
     return tasks.get("running_sum", **params).chance_accuracy()
 
 
-def learned_gates_values(ctx: Context, arms: dict[str, list[str]], floor: float, column: str = "accuracy"
-                         ) -> dict[str, float]:
-    """Each arm's worst-seed margin over the chance floor: its "learned" gate."""
-    return {f"{arm} learned": min(float(ctx.per_example[n][column].mean()) for n in names) - floor
+def learned_gates_values(ctx: Context, arms: dict[str, list[str]], floor: float) -> dict[str, float]:
+    """Each arm's worst-seed accuracy margin over the chance floor: its "learned" gate."""
+    return {f"{arm} learned": min(float(ctx.per_example[n]["accuracy"].mean()) for n in names) - floor
             for arm, names in arms.items()}
 
 

@@ -119,11 +119,10 @@ def failed_gates(summary: Mapping[str, Any]) -> str:
 def lead(summary: Mapping[str, Any]) -> str:
     """A finding's opening when a gate failed, so no number after it reads as a result (else "")."""
     verdict, failed = summary["verdict"], failed_gates(summary)
-    if verdict.startswith("not tested") and failed:
-        return f"Not tested: {failed}, so no verdict is drawn."
-    if verdict.startswith("not tested"):  # the design's own check (every competence check passed)
-        return verdict[0].upper() + verdict[1:] + "."
-    return ""
+    if not verdict.startswith("not tested"):
+        return ""
+    # no failed gate: the design's own check (every competence check passed)
+    return f"Not tested: {failed}, so no verdict is drawn." if failed else verdict[0].upper() + verdict[1:] + "."
 
 
 def short_verdict(verdict: str) -> str:

@@ -85,7 +85,7 @@ def label_tokens(batch: Batch) -> tuple[torch.Tensor, torch.Tensor | None]:
 
 
 def label_swap(model: GPT, batch: Batch, site: str = "memory", seed: int = 0,
-               kinds: Sequence[str] = ("swap", "control", "mean", "zero"), batch_size: int = 256, *,
+               kinds: Sequence[str] = ("swap", "control", "mean", "zero"), *,
                schedule: schedules.Schedule | None = None, span: str = "site") -> pd.DataFrame:
     """Edit the memory and see whether the answer follows; ``span="stream"`` edits every read (more power)."""
     _check_probe_batch(batch)
@@ -94,7 +94,6 @@ def label_swap(model: GPT, batch: Batch, site: str = "memory", seed: int = 0,
         fail("kinds", tuple(kinds), f"each must be one of {SWAP_KINDS}")
     if span not in SPANS:
         fail("span", span, f"must be one of {SPANS}")
-    check_int("batch_size", batch_size, 1)
     pairs = dict(zip(("swap", "control"), mate_rows(batch, seed)))  # kind -> the row each example copies from
     if {"cross", "cross_control"} & set(kinds):
         pairs.update(zip(("cross", "cross_control"), cross_rows(batch, seed)))

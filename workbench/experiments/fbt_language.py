@@ -151,7 +151,7 @@ READING_GATES = (
 
 def reading_gates(scores: pd.DataFrame) -> tuple[dict[str, float], dict[str, float]]:
     """``READING_GATES``' values, and the positive control's interval."""
-    control = continuation_control(scores)
+    control = difference(scores, CONTROL[0], "standard", CONTROL[1], "standard", seed=2)  # on the continuations
     return {SEED_GATE.name: seeds_trained(scores), READING_GATES[1].name: feedback_used(scores, PAPER_ARM)["high"],
             READING_GATES[2].name: control["high"]}, control
 
@@ -159,11 +159,6 @@ def reading_gates(scores: pd.DataFrame) -> tuple[dict[str, float], dict[str, flo
 def text_budget(root: Path) -> dict[str, Any]:
     """``fbt_text``'s ``next_budget`` under a checkpoint root."""
     return json.loads((root / SPECIMENS / "summary.json").read_text())["next_budget"]
-
-
-def continuation_control(scores: pd.DataFrame) -> dict[str, float]:
-    """``CONTROL``'s baselines under STANDARD on the continuations."""
-    return difference(scores, CONTROL[0], "standard", CONTROL[1], "standard", seed=2)
 
 
 def weights_id(run: Path) -> str:
@@ -215,11 +210,11 @@ def interval_figure(results: pd.DataFrame, panels: Mapping[str, str], verdict: s
                                 f"{verdict_title(verdict)}\n{setup}", "bits/byte")
 
 
-def specimen_continuations(root: Path, arms: list[str], seed: int = 0) -> pd.DataFrame:
-    """``greedy_continuations`` of each arm's seed-``seed`` specimen."""
+def specimen_continuations(root: Path, arms: list[str]) -> pd.DataFrame:
+    """``greedy_continuations`` of each arm's seed-0 specimen."""
     frames = []
     for arm in arms:
-        run = root / SPECIMENS / f"{arm}_s{seed}"
+        run = root / SPECIMENS / f"{arm}_s0"
         spec = spec_of(run)
         frames.append(greedy_continuations(load_checkpoint(run), spec.eval_batch(),
                                            spec.eval_task().tokenizer.decode).assign(arm=arm, run=run.name))
@@ -235,13 +230,12 @@ def read_scores(root: Path) -> pd.DataFrame:
 
 
 @torch.no_grad()
-def greedy_continuations(model: GPT, batch: Batch, decode, prefill: int = 1,
-                         prompt_len: int = PROMPT) -> pd.DataFrame:
-    """Each regime's greedy continuation of the first ``GREEDY_PROMPTS`` prompts."""
-    prompts = batch.tokens[:GREEDY_PROMPTS, :prompt_len]
+def greedy_continuations(model: GPT, batch: Batch, decode) -> pd.DataFrame:
+    """Each regime's greedy continuation of the first ``GREEDY_PROMPTS`` prompts of ``PROMPT`` bytes."""
+    prompts = batch.tokens[:GREEDY_PROMPTS, :PROMPT]
     rows = []
     for name in schedules.REGIMES:
-        out = generate(model, prompts, GREEDY_TOKENS, regime=name, prefill_passes=prefill)
+        out = generate(model, prompts, GREEDY_TOKENS, regime=name, prefill_passes=1)
         rows += [{"example": i, "regime": name, "prompt": decode(prompts[i].tolist()),
-                  "continuation": decode(out[i, prompt_len:].tolist())} for i in range(len(prompts))]
+                  "continuation": decode(out[i, PROMPT:].tolist())} for i in range(len(prompts))]
     return pd.DataFrame(rows)

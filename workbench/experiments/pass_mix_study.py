@@ -24,36 +24,26 @@ if TYPE_CHECKING:
 # that uses it must show pass 2 beating pass 1 (a deeper model can route around it).
 MODEL = {"n_layer": 1, "n_head": 2, "n_embd": 64, "mechanism": "fbt"}
 
-
 # The cross (beyond the paper): an LRT of the same shape trained under the same multipass mix and measured the
 # same way; it reads as its own row, never in the FBT rule or gates.
 LRT_MODEL = {"n_layer": 1, "n_head": 2, "n_embd": 64, "mechanism": "lrt", "lrt_gamma_init": 0.1,
              "lrt_kv_init": "uniform"}
 
-
 CROSS_MIX = "75_22_3"
-
 
 MIXES = {"1pass": {1: 1.0}, "75_25": {1: 0.75, 2: 0.25}, "75_22_3": FBT_MIX}
 
-
 FEEDBACK_MIXES = ("75_25", "75_22_3")  # the two arms the decision rule compares
-
 
 FEEDBACK_START = 0.2  # progressive schedule: the first 20 % of steps single-pass, then the mix
 
-
 PREFIX_MIXIN = 0.5  # half the sequences of a multi-pass batch get a random plain prefix
-
 
 BATCH = 16
 
-
 LATE_PASS = 30  # "passes >= 30": the band the claim is about starts here
 
-
 DYNAMICS_EXAMPLES = 16  # held-out sequences the pass map is iterated on (per-example losses for the rule)
-
 
 JACOBIAN_EXAMPLES = 2
 DECODE_EXAMPLES, DECODE_TOKENS = 4, 1000  # SOFT decoding far past the context: does the carried state stay bounded?
@@ -75,13 +65,6 @@ def mix_runs(prefix: str, task: str, task_params: dict, base_steps: int, scale: 
             suffix = f"_s{seed}" if len(mix_seeds) > 1 else ""
             runs.append(RunSpec(f"{prefix}{name}{suffix}", cfg, Multipass(2), eval_size(scale)))
     return runs
-
-
-def cross_run(prefix: str, task: str, task_params: dict, base_steps: int, scale: float, aux_weight: float = 1.0
-              ) -> RunSpec:
-    """The LRT cross: ``CROSS_MIX`` on an LRT of the same shape."""
-    spec = mix_runs(prefix, task, task_params, base_steps, scale, {CROSS_MIX: (0,)}, aux_weight, LRT_MODEL)[0]
-    return RunSpec(f"{prefix}lrt_{CROSS_MIX}", spec.train, spec.eval_schedule, spec.eval_size)
 
 
 def is_fbt(spec: RunSpec) -> bool:
@@ -109,9 +92,10 @@ STEPS = 28000
 
 
 def registers_runs(scale: float) -> list[RunSpec]:
-    """Every mix, 2 seeds each, and the LRT cross (``fixed_point_study`` reuses them)."""
+    """Every mix, 2 seeds each, and the LRT cross (``CROSS_MIX`` on an LRT of the same shape, ``reg_lrt_75_22_3``);
+    ``fixed_point_study`` reuses them."""
     return [*mix_runs("reg_", "multi_register", REGISTERS, STEPS, scale, {m: SEEDS for m in MIXES}, AUX_WEIGHT),
-            cross_run("reg_", "multi_register", REGISTERS, STEPS, scale, AUX_WEIGHT)]
+            *mix_runs("reg_lrt_", "multi_register", REGISTERS, STEPS, scale, {CROSS_MIX: (0,)}, AUX_WEIGHT, LRT_MODEL)]
 
 
 @dataclass(frozen=True)

@@ -41,14 +41,10 @@ def _train_saved(spec: RunSpec, path: Path, scratch: Path, force: bool) -> str:
     return spec.name
 
 
-def _training_flops(spec: RunSpec) -> float:
-    """A run's training FLOPs, to order runs."""
-    return step_flops(spec.train) * spec.train.steps
-
-
 def train_parallel(stale: list[RunSpec], out: Path, scratch: Path, force: bool, jobs: int) -> None:
     """Train stale runs ``jobs`` at a time, longest first."""
-    stale = sorted(stale, key=_training_flops, reverse=True)  # the last run to start is a short one
+    # by training FLOPs: the last run to start is a short one
+    stale = sorted(stale, key=lambda s: step_flops(s.train) * s.train.steps, reverse=True)
     map_jobs(_train_saved, [(s, out / s.name, scratch, force) for s in stale], jobs, desc="parallel runs")
 
 

@@ -34,11 +34,6 @@ def _value(value: float | None) -> str:
     return "not measured" if value is None else f"{value:.4g}"
 
 
-def _anchor(name: str) -> str:
-    """A recipe section's anchor, as GitHub and JupyterLab spell it."""
-    return f"#{name}"
-
-
 def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
     """A Markdown table; a cell over ``MAX_CELL`` becomes a numbered note, so it cannot stretch the table."""
     lines, notes = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"], []
@@ -110,14 +105,9 @@ def shipped_summaries(root: str | Path | None = None) -> dict[str, dict]:
 
 def findings_markdown(summaries: dict[str, dict], root: str | Path | None = None) -> str:
     """The README's findings: one line per recipe, linked to RESULTS.md."""
-    lines = []
-    for r in findings_table(summaries, root).itertuples():
-        if r.kind == "extension":
-            continue
-        paper = r.paper or f"(ours: {r.kind})"
-        lines.append(f"- [{r.recipe}](RESULTS.md{_anchor(r.recipe)}) — {_cell(paper)}: "
-                     f"**{_cell(r.verdict)}** ({_cell(r.ours)})")
-    return "\n".join(lines)
+    return "\n".join(f"- [{r.recipe}](RESULTS.md#{r.recipe}) — {_cell(r.paper or f'(ours: {r.kind})')}: "
+                     f"**{_cell(r.verdict)}** ({_cell(r.ours)})"
+                     for r in findings_table(summaries, root).itertuples() if r.kind != "extension")
 
 
 def findings_text(summaries: Mapping[str, Mapping[str, Any]], width: int = 110) -> str:
@@ -191,7 +181,7 @@ def results_markdown(root: str | Path | None = None, figures: str = "checkpoints
         gates, minutes = s.get("gates", []), float(s.get("train_minutes", 0.0))
         total += minutes
         short = "not tested (failed gates below)" if s["verdict"].startswith("not tested") else s["verdict"]
-        rows.append([f"[{name}]({_anchor(name)})", recipe.kind, f"**{short}**",
+        rows.append([f"[{name}](#{name})", recipe.kind, f"**{short}**",
                      f"{sum(g['passed'] for g in gates)} / {len(gates)}", len(s.get("seeds", [])), f"{minutes:.1f}"])
         sections += _section(name, s, found.loc[name], runs[runs["recipe"] == name], figures)
     head += _table(["recipe", "kind", "verdict", "gates passed", "seeds", "training minutes"], rows)
@@ -227,18 +217,17 @@ def specimens_markdown(root: str | Path | None = None, results: str = "../RESULT
     index, sections = [], []
     for name, s in summaries.items():
         mine, verdict = runs[runs["recipe"] == name], found.loc[name, "verdict"]
-        index.append([f"[{name}]({_anchor(name)})", _setting(name, mine), _seeds(s), _gates(s), RECIPES[name].claim,
+        index.append([f"[{name}](#{name})", _setting(name, mine), _seeds(s), _gates(s), RECIPES[name].claim,
                       verdict])
         sections += [f"## {name}", "", f"- **Claim**: {RECIPES[name].claim}", f"- **Verdict**: **{verdict}** "
-                     f"([in full]({results}{_anchor(name)}))",
+                     f"([in full]({results}#{name}))",
                      f"- **It shows**: {_first_sentence(found.loc[name, 'finding'])[0]}",
                      *(f"- **Gate** {g['name']}: {_value(g['value'])} (needs {g['op']} {g['threshold']:g}): "
                        f"{'pass' if g['passed'] else '**fail**'}" for g in s.get("gates", [])), ""]
         columns = ["run", "task", "task_params", "mechanism", "shape", "params", "schedule", "steps", "seed"]
-        shown = [[*row, f"{measure} {value:.3f} ({schedule})", _run_gate(gate, gate_value, passed)]
-                 for row, measure, value, schedule, gate, gate_value, passed in zip(
-                     mine[columns].values.tolist(), mine["measure"], mine["held_out"], mine["held_out_schedule"],
-                     mine["gate"], mine["gate_value"], mine["gate_passed"], strict=True)]
+        shown = [[*row, f"{r.measure} {r.held_out:.3f} ({r.held_out_schedule})",
+                  _run_gate(r.gate, r.gate_value, r.gate_passed)]
+                 for row, r in zip(mine[columns].values.tolist(), mine.itertuples(), strict=True)]
         sections += (_table([c.replace("_", " ") for c in columns] + ["held out (schedule)", "own gate"], shown)
                      if len(mine) else [f"No models of its own: {_setting(name, mine).split(': ', 1)[1]}."])
         sections.append("")

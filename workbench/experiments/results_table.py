@@ -16,7 +16,7 @@ from ..train_config import TrainConfig
 from .common import step_flops
 from .core import default_finding, short_verdict
 from .recipes import RECIPES
-from .runner import ensure
+from .runner import check_recipe, ensure
 from .store import EVAL_FILE, checkpoints_root, load_results, run_metrics
 
 SUMMARY_COLUMNS = ["recipe", "kind", "claim", "setting", "number", "verdict", "gates_passed", "seeds", "scale"]
@@ -28,16 +28,6 @@ SPECIMEN_COLUMNS = ["recipe", "run", "task", "task_params", "mechanism", "shape"
                     "measure", "held_out", "held_out_schedule", "gate", "gate_value", "gate_passed"]
 COMPUTE_COLUMNS = ["run", "task", "seed", "schedule", "steps", "flops", "pass_flops", "mean_passes", "flops_per_step",
                    "expected_flops"]
-
-
-def _measured(value: float | None) -> float:
-    """null (not measured) as NaN."""
-    return float("nan") if value is None else float(value)
-
-
-def _check_recipe(recipe: str) -> None:
-    if recipe not in RECIPES:
-        raise ValueError(f"recipe={recipe!r} is unknown: choose from {sorted(RECIPES)}")
 
 
 def _check_summaries(summaries: Mapping[str, Mapping[str, Any]]) -> None:
@@ -53,8 +43,7 @@ def load_summaries(recipes: Sequence[str] | None = None) -> tuple[dict[str, dict
     """``({recipe: summary}, [recipes without results])``."""
     summaries, missing = {}, []
     for recipe in RECIPES if recipes is None else recipes:
-        _check_recipe(recipe)
-        try:
+        try:  # ensure refuses an unknown recipe
             summaries[recipe] = ensure(recipe)
         except FileNotFoundError:
             missing.append(recipe)
@@ -80,7 +69,7 @@ def findings_table(summaries: Mapping[str, Mapping[str, Any]], root: str | Path 
     _check_summaries(summaries)
     rows = []
     for name, summary in summaries.items():
-        _check_recipe(name)
+        check_recipe(name)
         recipe = RECIPES[name]
         said = (recipe.finding or default_finding)(summary, pd.read_csv(root / name / "results.csv"))
         rows.append({"recipe": name, "kind": summary.get("kind", recipe.kind), "paper": recipe.paper,
@@ -95,7 +84,8 @@ def findings_table(summaries: Mapping[str, Mapping[str, Any]], root: str | Path 
 def gates_table(summaries: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
     """One row per gate of every recipe."""
     _check_summaries(summaries)
-    rows = [{"recipe": name, "gate": g["name"], "quantity": g["quantity"], "value": _measured(g["value"]),
+    rows = [{"recipe": name, "gate": g["name"], "quantity": g["quantity"],
+             "value": np.nan if g["value"] is None else float(g["value"]),  # null: not measured
              "op": g["op"], "threshold": float(g["threshold"]), "passed": bool(g["passed"])}
             for name, summary in summaries.items() for g in summary.get("gates", [])]
     return pd.DataFrame(rows, columns=GATE_COLUMNS)
@@ -103,44 +93,34 @@ def gates_table(summaries: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
 
 def recipe_tables(recipe: str) -> dict[str, pd.DataFrame]:
     """``results`` and those of ``EXTRA_TABLES`` a recipe wrote, by name."""
-    _check_recipe(recipe)
-    tables = {"results": load_results(recipe)}
-    for name in EXTRA_TABLES:
-        if (checkpoints_root() / recipe / f"{name}.csv").is_file():
-            tables[name] = load_results(recipe, f"{name}.csv")
-    return tables
+    check_recipe(recipe)
+    return {"results": load_results(recipe), **{name: load_results(recipe, f"{name}.csv") for name in EXTRA_TABLES
+                                                 if (checkpoints_root() / recipe / f"{name}.csv").is_file()}}
 
 
 def per_example(recipe: str, run: str) -> pd.DataFrame:
     """A run's per-example evaluation (its metric and the paired intervals come from it)."""
-    _check_recipe(recipe)
+    check_recipe(recipe)
     path = checkpoints_root() / recipe / run / EVAL_FILE
     if not path.is_file():
         raise ValueError(f"run={run!r} of recipe {recipe!r} has no {EVAL_FILE} under {checkpoints_root()}")
     return pd.read_csv(path)
 
 
-def _step_flops(cfg: TrainConfig) -> tuple[float, float]:
-    """(one plain pass, the configured schedule; NaN where the work varies per step)."""
-    plain = step_flops(cfg, schedules.Single())
-    if "pass_mix" in cfg.schedule.to_dict() or cfg.feedback_start > 0:
-        return plain, float("nan")
-    return plain, step_flops(cfg)
-
-
-def run_compute(recipe: str, runs: Sequence[str] | None = None) -> pd.DataFrame:
-    """Per run: recorded FLOPs, ``mean_passes = flops / (steps * pass_flops)`` and the recomputed
+def run_compute(recipe: str) -> pd.DataFrame:
+    """Per trained run: recorded FLOPs, ``mean_passes = flops / (steps * pass_flops)`` and the recomputed
     ``expected_flops`` (NaN where the work varies per step)."""
-    _check_recipe(recipe)
-    if runs is None:
-        runs = sorted(p.parent.name for p in (checkpoints_root() / recipe).glob("*/metrics.json"))
+    check_recipe(recipe)
+    runs = sorted(p.parent.name for p in (checkpoints_root() / recipe).glob("*/metrics.json"))
     if not runs:
         raise ValueError(f"runs is empty: recipe {recipe!r} has no trained runs under {checkpoints_root()}")
     rows = []
     for run in runs:
         metrics = run_metrics(recipe, run)
         cfg = TrainConfig.from_dict(metrics["train_config"])
-        plain, per_step = _step_flops(cfg)
+        plain = step_flops(cfg, schedules.Single())
+        varies = "pass_mix" in cfg.schedule.to_dict() or cfg.feedback_start > 0  # no one step's FLOPs to expect
+        per_step = float("nan") if varies else step_flops(cfg)
         steps, flops = int(metrics["train"]["step"]), float(metrics["train"]["flops"])
         rows.append({"run": run, "task": cfg.task, "seed": cfg.seed, "schedule": cfg.schedule.to_dict()["schedule"],
                      "steps": steps,
@@ -160,7 +140,7 @@ def compute_matching(compute: pd.DataFrame, by: str | Sequence[str] = "task") ->
         flops = group["flops"].to_numpy(dtype=float)
         largest_step = float(np.max(flops / group["steps"].to_numpy(dtype=float)))
         spread = float(flops.max() - flops.min())
-        rows.append({**dict(zip(keys, key if isinstance(key, tuple) else (key,))), "runs": len(group),
+        rows.append({**dict(zip(keys, key)), "runs": len(group),
                      "flops_min": float(flops.min()), "flops_max": float(flops.max()), "spread": spread,
                      "largest_step": largest_step, "ratio": float(flops.max() / flops.min()),
                      "matched": spread <= largest_step})

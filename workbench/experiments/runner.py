@@ -36,7 +36,8 @@ def _measured_or_null(value: Any) -> Any:
     return value
 
 
-def _check_name(name: str) -> None:
+def check_recipe(name: str) -> None:
+    """Refuse a name ``RECIPES`` does not hold."""
     if name not in RECIPES:
         raise ValueError(f"recipe {name!r} is unknown: choose from {sorted(RECIPES)}")
 
@@ -44,7 +45,7 @@ def _check_name(name: str) -> None:
 def reproduce(name: str, root: str | Path | None = None, scale: float = 1.0, force: bool = False,
               scratch: str | Path | None = None, jobs: int = 1) -> Outcome:
     """Run one recipe: train what is stale, analyse, apply its gates, write its results."""
-    _check_name(name)
+    check_recipe(name)
     if not (isinstance(scale, (int, float)) and scale > 0):
         fail("scale", scale, "must be > 0")
     if not (isinstance(jobs, int) and jobs >= 1):
@@ -90,12 +91,12 @@ def reproduce(name: str, root: str | Path | None = None, scale: float = 1.0, for
     return outcome
 
 
-def ensure(recipe: str, scale: float | None = None) -> dict[str, Any]:
+def ensure(recipe: str) -> dict[str, Any]:
     """A recipe's summary, retrained first under ``WORKBENCH_FULL=1``."""
-    _check_name(recipe)
+    check_recipe(recipe)
     root = checkpoints_root()
     if os.environ.get(FULL_ENV) == "1":
-        reproduce(recipe, root=root, scale=1.0 if scale is None else scale)
+        reproduce(recipe, root=root)
     path = root / recipe / "summary.json"
     if not path.is_file():
         raise FileNotFoundError(f"no results for recipe {recipe!r} under {root}: run "

@@ -40,12 +40,6 @@ def reference_metrics(model: GPT, spec: RunSpec) -> dict[str, float]:
     return summarize(evaluate_run(double, spec), getattr(spec.eval_task(), "bytes_per_token", None))
 
 
-def header_extra(path: Path, spec: RunSpec) -> dict[str, Any]:
-    """What config.json records, so the checkpoint alone says what it is for."""
-    return {"recipe": path.parent.name, "run": spec.name, "seed": spec.train.seed, "task": spec.train.task,
-            "task_params": dict(spec.train.task_params)}
-
-
 def spec_of(path: Path) -> RunSpec:
     """The ``RunSpec`` of a saved run, from its metrics.json."""
     m = load_metrics(path)
@@ -100,7 +94,10 @@ def train_run(spec: RunSpec, path: Path, scratch: Path, force: bool = False) -> 
     metrics = {**_evaluation(result.model, spec, per_example), "train": result.metrics,
                "train_config": spec.train.trajectory_dict(), "package_version": __version__,
                "recipe": path.parent.name, "run": spec.name, "seed": spec.train.seed}
-    save_checkpoint(result.model, path, metrics=metrics, extra=header_extra(path, spec))
+    # config.json records what the run is for, so the checkpoint alone says it
+    save_checkpoint(result.model, path, metrics=metrics, extra={
+        "recipe": path.parent.name, "run": spec.name, "seed": spec.train.seed, "task": spec.train.task,
+        "task_params": dict(spec.train.task_params)})
     shutil.copyfile(run_dir / "history.csv", path / "history.csv")
     per_example.to_csv(path / EVAL_FILE, index=False)
     return result.model, per_example

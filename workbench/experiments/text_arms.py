@@ -12,7 +12,7 @@ from typing import Any
 import pandas as pd
 from matplotlib.lines import Line2D
 
-from .. import schedules, tasks
+from .. import tasks
 from ..evaluation import hierarchical_difference, per_example_metrics
 from ..plots import ends_title, loss_vs_flops
 from ..schedules import Blockwise, Interleaved, Schedule, Single
@@ -73,15 +73,8 @@ FLAT = 0.05  # largest relative held-out BPB fall over the last quarter of the c
 KNOWN_DIFFERENCES = preregistered("text_arms")["caveat"]
 
 
-def lrt_model(treatment: str = TREATMENT) -> dict[str, Any]:
-    """The text LRT's ModelConfig fields under a treatment."""
-    if treatment not in TREATMENTS:
-        fail("treatment", treatment, f"must be one of {sorted(TREATMENTS)}")
-    return {**TEXT_MODEL, "mechanism": "lrt", **TREATMENTS[treatment][0]}
-
-
-def text_config(arm: str, seed: int, treatment: str = TREATMENT) -> TrainConfig:
-    """One text run's config; the budget sets its steps later."""
+def text_config(arm: str, seed: int) -> TrainConfig:
+    """One text run's config (the LRT arms under ``TREATMENT``); the budget sets its steps later."""
     common = dict(task="text", task_params=dict(TEXT), steps=1, seed=seed, batch_size=BATCH, progress=False,
                   log_every=10, eval_size=CURVE_EVAL_SIZE, lr_schedule=LR_SCHEDULE)
     if arm == "baseline":
@@ -89,18 +82,17 @@ def text_config(arm: str, seed: int, treatment: str = TREATMENT) -> TrainConfig:
     if arm not in ARMS:
         fail("arm", arm, f"must be 'baseline' or one of {sorted(ARMS)}")
     schedule, changes = ARMS[arm]
-    model = {**lrt_model(treatment), **changes}
+    model = {**TEXT_MODEL, "mechanism": "lrt", **TREATMENTS[TREATMENT][0], **changes}
     # a scale the arm's model does not have gets no learning rate of its own
-    scales = {k: v for k, v in TREATMENTS[treatment][1].items()
+    scales = {k: v for k, v in TREATMENTS[TREATMENT][1].items()
               if "residual" in model.get("lrt_inject", ("residual",))
               and (k != "lrt_gamma_lr" or model.get("lrt_memory") != "none")}
     return TrainConfig(model=model, schedule=schedule, **scales, **common)
 
 
-def text_runs(arms: tuple[str, ...], scale: float, seeds: tuple[int, ...] = SEEDS, treatment: str = TREATMENT
-              ) -> list[RunSpec]:
+def text_runs(arms: tuple[str, ...], scale: float) -> list[RunSpec]:
     """Runs ``text_{arm}_s{seed}`` at ``BASE_STEPS`` baseline steps' FLOPs, the same in every recipe."""
-    specs = [(f"{arm}_s{seed}", text_config(arm, seed, treatment), EXACT) for seed in seeds for arm in arms]
+    specs = [(f"{arm}_s{seed}", text_config(arm, seed), EXACT) for seed in SEEDS for arm in arms]
     runs = budget_runs("text_", specs, BASE_STEPS, scale, reference=text_config("baseline", 0))
     for run in runs:
         run.train = run.train.replace(eval_every=curve_every(run.train.steps, CURVE_MARKS))
@@ -109,11 +101,6 @@ def text_runs(arms: tuple[str, ...], scale: float, seeds: tuple[int, ...] = SEED
 
 def arm_runs(ctx: Context, arms: tuple[str, ...]) -> dict[str, list[str]]:
     return {arm: sorted(n for n in ctx.runs if n.startswith(f"text_{arm}_s")) for arm in arms}
-
-
-def own_schedule(spec: RunSpec) -> schedules.Schedule:
-    """A run's own training schedule."""
-    return spec.train.schedule
 
 
 def add_bpb(frame: pd.DataFrame) -> pd.DataFrame:
@@ -142,7 +129,7 @@ def both_ways(ctx: Context, arms: dict[str, list[str]]) -> tuple[pd.DataFrame, d
     for arm, names in arms.items():
         if not arm.startswith("lrt"):
             continue
-        own = [add_bpb(per_example_metrics(ctx.models[n], ctx.runs[n].eval_batch(), own_schedule(ctx.runs[n])))
+        own = [add_bpb(per_example_metrics(ctx.models[n], ctx.runs[n].eval_batch(), ctx.runs[n].train.schedule))
                ["bpb"].to_numpy() for n in names]
         exact = per_seed(ctx, names, "bpb")
         mismatch[arm] = hierarchical_difference(exact, own)
