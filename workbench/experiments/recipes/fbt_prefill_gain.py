@@ -11,7 +11,6 @@ from .. import fbt_language as lang
 from ..common import describe
 from ..core import Context, Extension, Finding, Outcome, Recipe, RunSpec, lead, preregistered
 from ..fbt_language import PAPER_ARM
-from .fbt_text import UNUSED
 
 
 def build(scale: float) -> list[RunSpec]:
@@ -66,7 +65,8 @@ def analyze(ctx: Context) -> Outcome:
                         for suffix, key in (("", "mean"), ("_low", "low"), ("_high", "high"))}})
         if arm != PAPER_ARM:
             extensions.append(Extension(
-                arm, decide(found) if used["high"] < 0 else UNUSED,
+                arm, decide(found) if used["high"] < 0 else "not tested: its feedback is not used (pass 2 - pass 1 "
+                                                            "reaches 0)",
                 "; ".join([describe(f"{arm} gain of the first pass", found["first"], "bits/byte"),
                            describe(f"{arm} gain of passes 2..{top}", found["further"], "bits/byte"),
                            describe(f"{arm} pass 2 - pass 1", used, "bits/byte")])))

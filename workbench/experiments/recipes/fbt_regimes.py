@@ -11,7 +11,6 @@ from .. import fbt_language as lang
 from ..common import describe
 from ..core import Context, Extension, Finding, Outcome, Recipe, RunSpec, lead, preregistered
 from ..fbt_language import PAPER_ARM
-from .fbt_text import HEADLINE, UNUSED, classify
 
 FUSED = "fused1"  # FUSED at the paper's training depth: one extra fused pass over the prompt
 REGIMES = {"soft": "SOFT", FUSED: "FUSED (1 extra pass)"}
@@ -27,10 +26,15 @@ def regime_gaps(scores: pd.DataFrame, arm: str) -> dict[str, dict[str, float]]:
     return {regime: lang.contrast(scores, arm, {regime: 1.0, "standard": -1.0}) for regime in REGIMES}
 
 
+def _word(interval: dict[str, float]) -> str:
+    return "better" if interval["high"] < 0 else "worse" if interval["low"] > 0 else "indistinguishable"
+
+
 def decide(gaps: dict[str, dict[str, float]]) -> str:
     """The rule: FUSED vs STANDARD decides, SOFT is read beside it."""
-    fused, soft = classify(gaps[FUSED]), classify(gaps["soft"])
-    return (f"{HEADLINE[fused]}: on code FUSED is {fused} and SOFT {soft} (against STANDARD decoding of the same "
+    head = {"better": "reproduces", "worse": "does not reproduce", "indistinguishable": "inconclusive"}
+    fused, soft = _word(gaps[FUSED]), _word(gaps["soft"])
+    return (f"{head[fused]}: on code FUSED is {fused} and SOFT {soft} (against STANDARD decoding of the same "
             "weights)")
 
 
@@ -54,7 +58,8 @@ def analyze(ctx: Context) -> Outcome:
                         (("", "mean"), ("_low", "low"), ("_high", "high"))}})
         if arm != PAPER_ARM:
             extensions.append(Extension(
-                arm, decide(gaps) if used["high"] < 0 else UNUSED,
+                arm, decide(gaps) if used["high"] < 0 else "not tested: its feedback is not used (pass 2 - pass 1 "
+                                                      "reaches 0)",
                 "; ".join(describe(f"{arm} {label} - STANDARD", gaps[r], "bits/byte") for r, label in REGIMES.items())
                 + "; " + describe(f"{arm} pass 2 - pass 1", used, "bits/byte")))
     table = pd.DataFrame(rows)

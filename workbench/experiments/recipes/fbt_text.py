@@ -146,19 +146,18 @@ def arm_of(run: str) -> str:
     return run.rsplit("_s", 1)[0]
 
 
-# the verdict each ``classify`` word heads; the text recipes that read these specimens share it, and ``UNUSED``
-HEADLINE = {"better": "reproduces", "worse": "does not reproduce", "indistinguishable": "inconclusive"}
-UNUSED = "not tested: its feedback is not used (pass 2 - pass 1 reaches 0)"
+UNUSED = "not tested: its feedback is not used (pass 2 - pass 1 reaches 0)"  # an extension's verdict, read both ways
 
 
 def classify(interval: Mapping[str, float]) -> str:
-    """A bits/byte difference's interval: below 0 'better', above 0 'worse', else 'indistinguishable'."""
+    """An (FBT - baseline) interval: below 0 'better', above 0 'worse', else 'indistinguishable'."""
     return "better" if interval["high"] < 0 else "worse" if interval["low"] > 0 else "indistinguishable"
 
 
 def decide(equal: Mapping[str, float], matched: Mapping[str, float]) -> str:
     """The rule: the headline at equal tokens, matched compute beside it."""
-    return (f"{HEADLINE[classify(equal)]}: at equal tokens FBT is {classify(equal)}; at matched compute "
+    head = {"better": "reproduces", "worse": "does not reproduce", "indistinguishable": "inconclusive"}
+    return (f"{head[classify(equal)]}: at equal tokens FBT is {classify(equal)}; at matched compute "
             f"(tokens x mean passes) {classify(matched)}")
 
 
