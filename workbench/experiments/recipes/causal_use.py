@@ -85,15 +85,10 @@ def probe_row(root: Path, task: str, scratch: int, seed: int = 0) -> dict[str, f
     return {f"probe_{c}": float(row[c].iloc[0]) for c in PROBE_COLUMNS} if len(row) else missing
 
 
-def current(path: Path, spec: RunSpec) -> bool:
-    """Whether the run at ``path`` was trained under ``spec`` as the specimen recipe stands now."""
-    return up_to_date(path, spec)
-
-
-def group_means(frame: pd.DataFrame, kind: str, column: str = "flipped") -> np.ndarray:
-    """Per-group mean of ``column``: groups share a context, so they are the resampled draws."""
+def group_means(frame: pd.DataFrame, kind: str) -> np.ndarray:
+    """Per-group share of flipped answers: groups share a context, so they are the resampled draws."""
     rows = frame[frame["intervention"] == kind]
-    return rows.groupby("group", sort=True)[column].mean().to_numpy(dtype=np.float64)
+    return rows.groupby("group", sort=True)["flipped"].mean().to_numpy(dtype=np.float64)
 
 
 def specimen_verdict(diff: dict[str, float], swap_rate: float, needed: dict[str, float] | None = None,
@@ -176,7 +171,7 @@ def _swap_table(root: Path, scale: float, jobs: int = 1) -> tuple[pd.DataFrame, 
     found = [(task, seed, s) for task in PROBE_TASKS for seed in ARM_SEEDS["fbt"] for s in SCRATCH
              if path(task, seed).is_dir()]
     stale = [(task, seed, s) for task, seed, s in found
-             if not current(path(task, seed), specs[run_name(task, "fbt", seed)])]
+             if not up_to_date(path(task, seed), specs[run_name(task, "fbt", seed)])]
     calls = [(str(path(task, seed)), task, s, seed, n, gate_n, i)
              for i, (task, seed, s) in enumerate(found) if (task, seed, s) not in stale]
     done = map_jobs(_specimen_rows, calls, jobs, desc="specimens")
@@ -202,7 +197,7 @@ def _control_table(root: Path, scale: float, jobs: int = 1) -> pd.DataFrame:
              and pass_mix_study.mix_of(spec) in pass_mix_study.FEEDBACK_MIXES]
     n = max(32, int(N * min(1.0, scale)))
     calls = [(str(root / CONTROLS / spec.name), spec.train.task, spec.train.task_params, spec.train.seed, spec.name,
-              n, i) for i, spec in enumerate([s for s in specs if current(root / CONTROLS / s.name, s)])]
+              n, i) for i, spec in enumerate([s for s in specs if up_to_date(root / CONTROLS / s.name, s)])]
     return pd.DataFrame([row for rows in map_jobs(_control_rows, calls, jobs, desc="positive control")
                          for row in rows])
 
@@ -260,7 +255,7 @@ def _distance_table(root: Path, scale: float, jobs: int = 1) -> tuple[pd.DataFra
     """``_distances`` of each current LRT text specimen past its gate, and every gate value."""
     specs = {spec.name: spec for spec in
              text_arms.text_runs(("baseline", "lrt_interleaved"), scale) if spec.name.startswith(TEXT_PREFIX)}
-    names = [name for name, spec in specs.items() if current(root / TEXT_SPECIMENS / name, spec)]
+    names = [name for name, spec in specs.items() if up_to_date(root / TEXT_SPECIMENS / name, spec)]
     gate_values = {name: text_gate_value(root / TEXT_SPECIMENS / name) for name in names}
     calls = [(str(root / TEXT_SPECIMENS / name), scale) for name in names if gate_values[name] >= TEXT_MARGIN]
     frames = map_jobs(_distances, calls, jobs, desc="text specimens")

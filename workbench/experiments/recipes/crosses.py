@@ -11,6 +11,7 @@ from ..common import (
     LEARNED_MARGIN,
     LRT_MODEL,
     RUNNING_SUM,
+    arms_by_prefix,
     bar_figure,
     budget_runs,
     compare,
@@ -21,20 +22,16 @@ from ..common import (
 )
 from ..core import Context, Gate, Outcome, Recipe, RunSpec, preregistered
 
-PAIRS = (("fbt", "multipass", "interleaved"), ("lrt", "interleaved", "multipass"))
+PAIRS = (("fbt", "multipass", "interleaved"), ("lrt", "interleaved", "multipass"))  # (mechanism, native, cross)
+MODELS = {"fbt": FBT_MODEL, "lrt": LRT_MODEL}
+SCHEDULES = {"multipass": Multipass, "interleaved": Interleaved}
 
 
 def build(scale: float) -> list[RunSpec]:
-    specs = []
-    for seed in (0, 1):
-        specs += [(f"fbt_multipass_s{seed}", config("running_sum", FBT_MODEL, 1, seed, RUNNING_SUM,
-                                                    schedule=Multipass(2)), EXACT),
-                  (f"fbt_interleaved_s{seed}", config("running_sum", FBT_MODEL, 1, seed, RUNNING_SUM,
-                                                      schedule=Interleaved(2)), EXACT),
-                  (f"lrt_interleaved_s{seed}", config("running_sum", LRT_MODEL, 1, seed, RUNNING_SUM,
-                                                      schedule=Interleaved(2)), EXACT),
-                  (f"lrt_multipass_s{seed}", config("running_sum", LRT_MODEL, 1, seed, RUNNING_SUM,
-                                                    schedule=Multipass(2)), EXACT)]
+    """Each mechanism under its native schedule, then the other's, on seeds 0 and 1."""
+    specs = [(f"{mech}_{s}_s{seed}", config("running_sum", MODELS[mech], 1, seed, RUNNING_SUM,
+                                            schedule=SCHEDULES[s](2)), EXACT)
+             for seed in (0, 1) for mech, *schedules in PAIRS for s in schedules]
     return budget_runs("cross_", specs, 300, scale)
 
 
@@ -52,7 +49,7 @@ def analyze(ctx: Context) -> Outcome:
     tables, words, gates = [], [], {}
     chance = running_sum_chance(RUNNING_SUM)
     for mech, native, cross in PAIRS:
-        arms = {f"{mech}_{s}": [n for n in ctx.runs if n.startswith(f"cross_{mech}_{s}_s")] for s in (native, cross)}
+        arms = arms_by_prefix(ctx, "cross_{arm}_s", (f"{mech}_{native}", f"{mech}_{cross}"))
         table, intervals = compare(ctx, arms, f"{mech}_{native}", "accuracy", False)
         tables.append(table)
         words.append(describe(f"{mech}: {cross} - {native}", intervals[f"{mech}_{cross}"], "accuracy"))

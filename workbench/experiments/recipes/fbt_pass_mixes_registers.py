@@ -12,7 +12,7 @@ import math
 import pandas as pd
 
 from ... import tasks
-from ..core import Context, Finding, Outcome, Recipe, RunSpec, lead, preregistered
+from ..core import Context, Finding, Outcome, Recipe, lead, preregistered
 from ..pass_mix_study import (
     CLAIM,
     FEEDBACK_MIXES,
@@ -30,10 +30,6 @@ from ..pass_mix_study import (
 
 CHANCE = math.log(2)  # the label is one of two values, balanced by construction
 CHANCE_MARGIN = 0.35  # nats: a feedback mix's label loss must be at most ln 2 - 0.35 = 0.34
-
-
-def build(scale: float) -> list[RunSpec]:
-    return registers_runs(scale)
 
 
 def analyze(ctx: Context) -> Outcome:
@@ -58,6 +54,6 @@ def finding(summary: dict, results: pd.DataFrame) -> Finding:
 
 
 RECIPE = Recipe(
-    "fbt_pass_mixes_registers", CLAIM, build=build, analyze=analyze,
+    "fbt_pass_mixes_registers", CLAIM, build=registers_runs, analyze=analyze,
     gates=gates("chance", CHANCE_MARGIN, FEEDBACK_MIXES), rule=RULE, paper=PAPER, finding=finding,
     **preregistered("fbt_pass_mixes_registers", T=_T, STEPS=STEPS, WINDOW=window(_T), LAST=_T - 1))

@@ -146,6 +146,9 @@ def arm_of(run: str) -> str:
     return run.rsplit("_s", 1)[0]
 
 
+UNUSED = "not tested: its feedback is not used (pass 2 - pass 1 reaches 0)"  # an extension's verdict, read both ways
+
+
 def classify(interval: Mapping[str, float]) -> str:
     """An (FBT - baseline) interval: below 0 'better', above 0 'worse', else 'indistinguishable'."""
     return "better" if interval["high"] < 0 else "worse" if interval["low"] > 0 else "indistinguishable"
@@ -211,7 +214,8 @@ def next_budget(ctx: Context) -> dict[str, Any]:
     return {"need": "three times the steps for it and its two baselines", "cpu_hours": 3 * hours}
 
 
-def table_rows(ctx: Context, scores: pd.DataFrame) -> pd.DataFrame:
+def table_rows(ctx: Context, scores: pd.DataFrame, found: Mapping[str, Mapping[str, dict]]) -> pd.DataFrame:
+    """A row per arm built: its bits/byte per measure and, for an FBT arm, its ``comparisons`` (``found``)."""
     rows = []
     for arm in arms_run(ctx):
         names = [n for n in ctx.runs if arm_of(n) == arm]
@@ -220,8 +224,8 @@ def table_rows(ctx: Context, scores: pd.DataFrame) -> pd.DataFrame:
                "train_flops": training_flops(ctx.runs[names[0]].train),
                **{m: float(means[m].mean()) for m in ("exact", *(f"pass{k}" for k in lang.PASSES)) if m in means},
                "exact_seed_std": float(means["exact"].std(ddof=0))}
-        if arm in FBT_ARMS:
-            for label, iv in comparisons(scores, arm).items():
+        if arm in found:
+            for label, iv in found[arm].items():
                 row.update({label: iv["mean"], f"{label}_low": iv["low"], f"{label}_high": iv["high"]})
         rows.append(row)
     return pd.DataFrame(rows)
@@ -230,8 +234,9 @@ def table_rows(ctx: Context, scores: pd.DataFrame) -> pd.DataFrame:
 def analyze(ctx: Context) -> Outcome:
     scores = lang.collect_scores(ctx, arm_of)
     unigram = lang.unigram_bpb()
-    table = table_rows(ctx, scores)
-    paper = comparisons(scores, PAPER_ARM)
+    found = {arm: comparisons(scores, arm) for arm in arms_run(ctx) if arm in FBT_ARMS}
+    table = table_rows(ctx, scores, found)
+    paper = found[PAPER_ARM]
     control = lang.difference(scores, lang.CONTROL[0], "exact", lang.CONTROL[1], "exact", seed=2)
     base_worst = max(float(a.mean()) for arm in references(PAPER_ARM)[:1] + ("base",)
                      for a in lang.per_seed(scores, arm, "exact"))
@@ -239,22 +244,19 @@ def analyze(ctx: Context) -> Outcome:
              f"{PAPER_ARM} uses its feedback": paper["feedback"]["high"],
              "instrument detects the claimed effect": control["high"]}
     extensions = []
-    for arm in (a for a in arms_run(ctx) if a in FBT_ARMS):
-        found = comparisons(scores, arm)
-        used = found["feedback"]["high"] < 0
+    for arm, exact in found.items():
+        used = exact["feedback"]["high"] < 0
         if arm != PAPER_ARM:
             extensions.append(Extension(
                 f"{arm} (exact recurrence)",
-                decide(found["equal_tokens"], found["matched_compute"]) if used else
-                "not tested: its feedback is not used (pass 2 - pass 1 reaches 0)",
+                decide(exact["equal_tokens"], exact["matched_compute"]) if used else UNUSED,
                 "; ".join(describe(label, iv, "bits/byte") for label, iv in zip(
                     (*(f"{arm} - {ref}" for ref in references(arm)), f"{arm} pass 2 - pass 1"),
-                    found.values()))))
+                    exact.values()))))
         at2 = comparisons(scores, arm, "pass2")
         extensions.append(Extension(
             f"{arm} read at pass 2 (its training forward, not what a decoder runs)",
-            decide(at2["equal_tokens"], at2["matched_compute"]) if used else
-            "not tested: its feedback is not used (pass 2 - pass 1 reaches 0)",
+            decide(at2["equal_tokens"], at2["matched_compute"]) if used else UNUSED,
             "; ".join(describe(f"{arm} pass 2 - {ref}", at2[k], "bits/byte")
                       for k, ref in (("equal_tokens", "base"), ("matched_compute", "matched-compute base")))))
     equal, matched = references(PAPER_ARM)
@@ -264,7 +266,6 @@ def analyze(ctx: Context) -> Outcome:
                         describe(f"{PAPER_ARM} pass 2 - pass 1", paper["feedback"], "bits/byte"),
                         describe(f"{matched} - {equal} (the positive control)", control, "bits/byte")])
     verdict = decide(paper["equal_tokens"], paper["matched_compute"])
-    found = {arm: comparisons(scores, arm) for arm in arms_run(ctx) if arm in FBT_ARMS}
     intervals = interval_rows(found, control)
     write_csv(ctx.out / INTERVALS, intervals)
     return Outcome(table, lambda gated: intervals_figure(intervals, gated), number, verdict, gates,

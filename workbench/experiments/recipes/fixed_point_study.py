@@ -9,6 +9,7 @@ path as LRT does), one-factor fine-tunes, longer, from the additive FBTs, and at
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -111,12 +112,9 @@ def _finetune_run(arm: str, change: dict, seed: int, family: Family, scale: floa
     if change.get("sequential"):  # the exact recurrence itself, backpropagated through every position
         schedule = {"schedule": Sequential(), "prefix_mixin": 0.0}
     elif "fixed_point" in change:
-        schedule = {"schedule": change["fixed_point"],
-                    "prefix_mixin": 0.0}
+        schedule = {"schedule": change["fixed_point"], "prefix_mixin": 0.0}
     else:
-        mix = change["pass_mix"]
-        schedule = {"schedule": PassMix.of(mix, AUX_WEIGHT),
-                    "prefix_mixin": PREFIX_MIXIN}
+        schedule = {"schedule": PassMix.of(change["pass_mix"], AUX_WEIGHT), "prefix_mixin": PREFIX_MIXIN}
     cfg = config("multi_register", model, steps(family.steps, scale), FINETUNE_SEED + seed, family.setting,
                  optimizer="adamw", lr=FINETUNE_LR, lr_schedule="constant",
                  init_from=family.specimen.format(seed=seed), **schedule).replace(batch_size=family.batch)
@@ -217,9 +215,8 @@ def readability_table(model: GPT, batch: tasks.Batch, dynamics_examples: int = 6
         fused_tokens = tokens[:long_fused_examples]
         with torch.no_grad(), eval_mode(model):
             exact_long = schedules.Sequential().run(model, tokens)
-            fused = None
-            for fused in schedules.iterate_passes(model, fused_tokens, 0, long_passes):  # noqa: B007
-                pass  # only the last pass is kept: 1,000 passes of logits would not fit in memory
+            # only the last pass is kept: 1,000 passes of logits would not fit in memory
+            fused = deque(schedules.iterate_passes(model, fused_tokens, 0, long_passes), maxlen=1)[0]
         row["long_accuracy_exact"] = float(example_scores(exact_long.logits, targets)[1].mean())
         row["long_accuracy_fused"] = float(example_scores(fused.logits, targets[:long_fused_examples])[1].mean())
     return pd.DataFrame([row])

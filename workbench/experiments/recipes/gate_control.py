@@ -6,12 +6,13 @@ baseline and (b) lose to the LRT at equal steps (at matched FLOPs it takes twice
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 
 import pandas as pd
 
 from ...stats import MIN_SEEDS
 from .. import lrt_ablation
-from ..core import Context, Finding, Outcome, Recipe, lead, preregistered
+from ..core import Finding, Recipe, lead, preregistered
 from ..lrt_ablation import Intervals
 from ..text_arms import text_runs
 
@@ -58,10 +59,6 @@ def decide(intervals: Intervals, steps: Intervals) -> str:
     return "inconclusive: " + "; ".join(undecided) if undecided else "reproduces"
 
 
-def analyze(ctx: Context) -> Outcome:
-    return lrt_ablation.analyze(ctx, COMPARISONS, decide)
-
-
 def finding(summary: dict, results: pd.DataFrame) -> Finding:
     """What the gates alone change, and what the memory adds over them at equal steps."""
     rows = results.set_index("arm")
@@ -73,6 +70,7 @@ def finding(summary: dict, results: pd.DataFrame) -> Finding:
 
 
 RECIPE = Recipe(
-    "gate_control", setting=lrt_ablation.setting(ARMS), build=lambda scale: text_runs(ARMS, scale), analyze=analyze,
-    gates=lrt_ablation.GATES, kind="paper", finding=finding,
+    "gate_control", setting=lrt_ablation.setting(ARMS), build=lambda scale: text_runs(ARMS, scale),
+    analyze=partial(lrt_ablation.analyze, comparisons=COMPARISONS, rule=decide), gates=lrt_ablation.GATES, kind="paper",
+    finding=finding,
     **preregistered("gate_control", HALF_A=HALF_A, HALF_B=HALF_B, MIN_SEEDS=MIN_SEEDS, CAVEAT=lrt_ablation.CAVEAT))

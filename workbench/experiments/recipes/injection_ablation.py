@@ -3,11 +3,13 @@ reference LRT) vs each alone, the baseline as no-injection control, at matched t
 
 from __future__ import annotations
 
+from functools import partial
+
 import pandas as pd
 
 from ...stats import MIN_SEEDS
 from .. import lrt_ablation
-from ..core import Context, Finding, Outcome, Recipe, lead, preregistered
+from ..core import Finding, Recipe, lead, preregistered
 from ..text_arms import text_runs
 
 ARMS = ("baseline", "lrt_interleaved", "lrt_kv_only", "lrt_residual_only")
@@ -18,10 +20,6 @@ RULED = ("lrt_kv_only", "lrt_residual_only")
 
 
 decide = lrt_ablation.every_ablation_worse(COMPARISONS, RULED)  # each of RULED worse than its reference
-
-
-def analyze(ctx: Context) -> Outcome:
-    return lrt_ablation.analyze(ctx, COMPARISONS, decide)
 
 
 def finding(summary: dict, results: pd.DataFrame) -> Finding:
@@ -36,5 +34,6 @@ def finding(summary: dict, results: pd.DataFrame) -> Finding:
 
 RECIPE = Recipe(
     "injection_ablation", setting=lrt_ablation.setting(ARMS), build=lambda scale: text_runs(ARMS, scale),
-    analyze=analyze, gates=lrt_ablation.GATES, kind="paper", finding=finding,
+    analyze=partial(lrt_ablation.analyze, comparisons=COMPARISONS, rule=decide), gates=lrt_ablation.GATES,
+    kind="paper", finding=finding,
     **preregistered("injection_ablation", MIN_SEEDS=MIN_SEEDS, CAVEAT=lrt_ablation.CAVEAT))

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
 from ... import schedules
@@ -26,7 +25,6 @@ from ..text_arms import (
     add_bpb,
     arm_runs,
     both_ways,
-    curves,
     flattened,
     outcome_figure,
     prepare,
@@ -37,18 +35,13 @@ from ..text_arms import (
 
 
 def equal_steps(ctx: Context, arms: dict[str, list[str]]) -> dict[str, float]:
-    """At equal steps (curves): each LRT seed's end vs its baseline's curve there, and what later steps bought."""
-    lrts, bases = curves(ctx.out, arms["lrt_interleaved"]), curves(ctx.out, arms["baseline"])
-    diffs, costs = [], []
-    for lrt, base in zip(lrts, bases):
-        step, bpb = float(lrt["step"].iloc[-1]), float(lrt["val_bpb"].iloc[-1])
-        at = float(np.interp(step, base["step"], base["val_bpb"]))
-        diffs.append(bpb - at)
-        costs.append(float(base["val_bpb"].iloc[-1]) - at)
-    return {"lrt_steps": float(np.mean([c["step"].iloc[-1] for c in lrts])),
-            "baseline_steps": float(np.mean([c["step"].iloc[-1] for c in bases])),
-            "diff_mean": float(np.mean(diffs)), "diff_min": float(np.min(diffs)), "diff_max": float(np.max(diffs)),
-            "missing_steps_mean": float(np.mean(costs)), "seeds": len(diffs)}
+    """At equal steps (curves): each LRT seed's end vs its baseline's curve there, and what later steps bought.
+    ``lrt_ablation.equal_steps`` under this recipe's names: at matched FLOPs the LRT run is the shorter."""
+    from ..lrt_ablation import equal_steps as at_equal_steps  # not at the top: lrt_ablation imports this module
+
+    found = at_equal_steps(ctx, arms["lrt_interleaved"], arms["baseline"])
+    return {"lrt_steps": found["arm_steps"], "baseline_steps": found["reference_steps"],
+            **{k: found[k] for k in ("diff_mean", "diff_min", "diff_max", "missing_steps_mean", "seeds")}}
 
 
 def memory_use(ctx: Context, names: list[str]) -> dict[str, float]:

@@ -3,11 +3,13 @@ vs m_{t-2} and an exponential average of all earlier ones, one forward pass per 
 
 from __future__ import annotations
 
+from functools import partial
+
 import pandas as pd
 
 from ...stats import MIN_SEEDS
 from .. import lrt_ablation
-from ..core import Context, Finding, Outcome, Recipe, lead, preregistered
+from ..core import Finding, Recipe, lead, preregistered
 from ..text_arms import text_runs
 
 ARMS = ("baseline", "lrt_interleaved", "lrt_older", "lrt_pooled")
@@ -17,10 +19,6 @@ RULED = ("lrt_older", "lrt_pooled")
 
 
 decide = lrt_ablation.every_ablation_worse(COMPARISONS, RULED)  # each of RULED worse than its reference
-
-
-def analyze(ctx: Context) -> Outcome:
-    return lrt_ablation.analyze(ctx, COMPARISONS, decide)
 
 
 def finding(summary: dict, results: pd.DataFrame) -> Finding:
@@ -35,6 +33,7 @@ def finding(summary: dict, results: pd.DataFrame) -> Finding:
 
 
 RECIPE = Recipe(
-    "memory_source", setting=lrt_ablation.setting(ARMS), build=lambda scale: text_runs(ARMS, scale), analyze=analyze,
-    gates=lrt_ablation.GATES, kind="paper", finding=finding,
+    "memory_source", setting=lrt_ablation.setting(ARMS), build=lambda scale: text_runs(ARMS, scale),
+    analyze=partial(lrt_ablation.analyze, comparisons=COMPARISONS, rule=decide), gates=lrt_ablation.GATES, kind="paper",
+    finding=finding,
     **preregistered("memory_source", MIN_SEEDS=MIN_SEEDS, CAVEAT=lrt_ablation.CAVEAT))

@@ -38,6 +38,7 @@ REGIMES = {"standard": regime("standard"), "soft": regime("soft"), VERDICT_REGIM
            "fused": regime("fused", PREFILL_PASSES)}
 TEMPERATURE = 1.0  # the verdict's decoding: sampling from the model's own distribution
 DECODINGS = {"sampled": TEMPERATURE, "greedy": 0.0}  # decoding -> temperature; the first is the verdict's
+VERDICT_DECODING = next(iter(DECODINGS))
 N_EXAMPLES = 200  # held-out questions decoded per run, regime and decoding at scale 1
 COMPETENT = 0.8  # held-out STANDARD accuracy (greedy) every FBT seed needs
 ACCURACY_MARGIN = 0.05  # SOFT may not be worse than STANDARD by more than this (accuracy, absolute)
@@ -84,7 +85,7 @@ def written_trivial(traces: pd.DataFrame, task: tasks.Task, n: int) -> pd.Series
 
 def shown_traces(traces: pd.DataFrame, task: tasks.Task) -> pd.DataFrame:
     """The figure's traces: the verdict decoding's FBT regimes, the baseline as a regime, the training mix."""
-    sampled = traces[traces["decoding"] == next(iter(DECODINGS))]
+    sampled = traces[traces["decoding"] == VERDICT_DECODING]
     return pd.concat([sampled[sampled["arm"] == "fbt"],
                       sampled[sampled["arm"] == "baseline"].assign(regime="baseline"),
                       training_traces(task, n=2000, seed=0)], ignore_index=True)
@@ -106,8 +107,6 @@ def traces_figure(traces: pd.DataFrame, lines: pd.DataFrame | None = None):
 
 
 def analyze(ctx: Context) -> Outcome:
-    from ...plots import trace_lengths as plot_traces
-
     task = tasks.get("arith_cot", **TASK)
     n = max(16, int(N_EXAMPLES * min(1.0, ctx.scale)))
     frames, firsts = [], []
@@ -127,7 +126,6 @@ def analyze(ctx: Context) -> Outcome:
     fbt = traces[traces["arm"] == "fbt"]
     table = pd.concat([compare_regimes(fbt[fbt["decoding"] == d]).assign(decoding=d) for d in DECODINGS],
                       ignore_index=True)
-    verdict_decoding = next(iter(DECODINGS))
     shown = shown_traces(traces, task)
     lines = line_distribution(shown)
     lines.to_csv(ctx.out / "lines.csv", index=False)
@@ -135,7 +133,7 @@ def analyze(ctx: Context) -> Outcome:
     per_seed.to_csv(ctx.out / "per_seed.csv", index=False)
     rows = table.set_index(["decoding", "regime", "quantity"])
 
-    def interval(regime: str, quantity: str, decoding: str = verdict_decoding) -> dict[str, float]:
+    def interval(regime: str, quantity: str, decoding: str = VERDICT_DECODING) -> dict[str, float]:
         row = rows.loc[(decoding, regime, quantity)]
         return {"mean": float(row["diff"]), "low": float(row["low"]), "high": float(row["high"]),
                 "seeds": int(row["seeds"])}
@@ -154,8 +152,8 @@ def analyze(ctx: Context) -> Outcome:
     greedy_standard = fbt[(fbt["decoding"] == "greedy") & (fbt["regime"] == "standard")]
     trivial = float(greedy_standard["written_trivial"].mean())
     number = "; ".join([
-        describe(f"median trace {VERDICT_REGIME} - standard ({verdict_decoding})", length, "tokens"),
-        describe(f"accuracy {VERDICT_REGIME} - standard ({verdict_decoding})", accuracy, ""),
+        describe(f"median trace {VERDICT_REGIME} - standard ({VERDICT_DECODING})", length, "tokens"),
+        describe(f"accuracy {VERDICT_REGIME} - standard ({VERDICT_DECODING})", accuracy, ""),
         *(f"{d}: " + ", ".join(f"{r} accuracy {rows.loc[(d, r, 'accuracy'), 'value']:.3f} median "
                                f"{rows.loc[(d, r, 'median_length'), 'value']:g} tokens" for r in REGIMES)
           for d in DECODINGS),
@@ -166,11 +164,9 @@ def analyze(ctx: Context) -> Outcome:
         f"STANDARD greedy traces that write a trivial line (never in training): {trivial:.3f}",
         "SOFT's accuracy cost (its own finding, the paper's SOFT minus STANDARD): " + ", ".join(
             describe(d, interval("soft", "accuracy", d), "") for d in DECODINGS)])
-    chance = chance_accuracy(task, n)
-    return Outcome(table, lambda _: plot_traces(shown, lines, chance=chance), number,
-                   decisions[verdict_decoding, VERDICT_REGIME],
+    return Outcome(table, lambda _: traces_figure(traces, lines), number, decisions[VERDICT_DECODING, VERDICT_REGIME],
                    {GATE: float(greedy_standard.groupby("run")["correct"].mean().min())},
-                   chance=f"accuracy {chance:.3f}: always the most frequent held-out answer",
+                   chance=f"accuracy {chance_accuracy(task, n):.3f}: always the most frequent held-out answer",
                    extra={"per_seed": per_seed.to_dict("records"), "first_gap": gaps[VERDICT_REGIME],
                           "first_gaps": gaps, "first_same_choice": same,
                           "decisions": {f"{r} {d}": v for (d, r), v in decisions.items()},
@@ -180,8 +176,7 @@ def analyze(ctx: Context) -> Outcome:
 
 def finding(summary: dict, results: pd.DataFrame) -> Finding:
     """The verdict's SOFT vs STANDARD under sampling: median trace and accuracy change."""
-    decoding = next(iter(DECODINGS))
-    rows = results[results["decoding"] == decoding].set_index(["regime", "quantity"])
+    rows = results[results["decoding"] == VERDICT_DECODING].set_index(["regime", "quantity"])
 
     def change(regime: str, quantity: str, digits: int) -> str:
         r = rows.loc[(regime, quantity)]
@@ -189,7 +184,8 @@ def finding(summary: dict, results: pd.DataFrame) -> Finding:
 
     length, accuracy = change(VERDICT_REGIME, "median_length", 1), change(VERDICT_REGIME, "accuracy", 3)
     base = {q: rows.loc[("standard", q), "value"] for q in ("median_length", "accuracy")}
-    return Finding(f"median trace {length} tokens, accuracy {accuracy} ({VERDICT_REGIME} minus STANDARD, {decoding})",
+    return Finding(f"median trace {length} tokens, accuracy {accuracy} ({VERDICT_REGIME} minus STANDARD, "
+                   f"{VERDICT_DECODING})",
                    lead(summary) or f"Sampling at temperature {TEMPERATURE:g}, SOFT started at the prompt's last "
                    f"token changes the median reasoning trace by {length} tokens and the accuracy by {accuracy}, "
                    f"against STANDARD's {base['median_length']:g} tokens and {base['accuracy']:.3f}.")

@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import pandas as pd
 
 from ...stats import MIN_SEEDS, verdict
 from .. import lrt_ablation
-from ..core import Context, Finding, Outcome, Recipe, lead, preregistered
+from ..core import Finding, Recipe, lead, preregistered
 from ..lrt_ablation import Intervals
 from ..text_arms import text_runs
 
@@ -21,10 +23,6 @@ def decide(intervals: Intervals, steps: Intervals) -> str:
     return verdict(intervals["lrt_src3"], -1)
 
 
-def analyze(ctx: Context) -> Outcome:
-    return lrt_ablation.analyze(ctx, COMPARISONS, decide)
-
-
 def finding(summary: dict, results: pd.DataFrame) -> Finding:
     """Block 3 and block 1 vs the top, at matched FLOPs and equal steps."""
     diff = results.set_index("arm").loc["lrt_src3", "diff"]
@@ -35,6 +33,7 @@ def finding(summary: dict, results: pd.DataFrame) -> Finding:
 
 
 RECIPE = Recipe(
-    "source_layer", setting=lrt_ablation.setting(ARMS), build=lambda scale: text_runs(ARMS, scale), analyze=analyze,
-    gates=lrt_ablation.GATES, kind="paper", finding=finding,
+    "source_layer", setting=lrt_ablation.setting(ARMS), build=lambda scale: text_runs(ARMS, scale),
+    analyze=partial(lrt_ablation.analyze, comparisons=COMPARISONS, rule=decide), gates=lrt_ablation.GATES, kind="paper",
+    finding=finding,
     **preregistered("source_layer", MIN_SEEDS=MIN_SEEDS, CAVEAT=lrt_ablation.CAVEAT))
