@@ -201,13 +201,17 @@ def interval_figure(results: pd.DataFrame, panels: Mapping[str, str], verdict: s
     """A reading recipe's figure from its results table: per column of ``panels`` (its ``_low`` / ``_high`` beside
     it), each arm's interval against zero, the paper's arm in bold, titled by the (gated) verdict over the setup. Drawn
     from results.csv alone, so a redraw draws the same."""
-    from ..plots import difference_intervals
-
     rows = [{"panel": title, "label": r["arm"], "mean": r[column], "low": r[f"{column}_low"],
              "high": r[f"{column}_high"], "highlight": r["arm"] == PAPER_ARM}
             for column, title in panels.items() for _, r in results.iterrows()]
-    return difference_intervals(pd.DataFrame(rows).dropna(subset=["mean", "low", "high"]),
-                                f"{verdict_title(verdict)}\n{setup}", "bits/byte")
+    return titled_intervals(pd.DataFrame(rows).dropna(subset=["mean", "low", "high"]), verdict, setup)
+
+
+def titled_intervals(intervals: pd.DataFrame, verdict: str, setup: str):
+    """Every text recipe's intervals in bits/byte, titled by the (gated) verdict over the setup."""
+    from ..plots import difference_intervals
+
+    return difference_intervals(intervals, f"{verdict_title(verdict)}\n{setup}", "bits/byte")
 
 
 def specimen_continuations(root: Path, arms: list[str]) -> pd.DataFrame:

@@ -18,7 +18,7 @@ from ...files import write_csv
 from ...schedules import PassMix, Single
 from ...train import TrainConfig
 from .. import fbt_language as lang
-from ..common import EXACT, curve_every, describe, eval_size, matched_steps, step_flops, steps, verdict_title
+from ..common import EXACT, curve_every, describe, eval_size, matched_steps, step_flops, steps
 from ..core import Context, Extension, Finding, Gate, Outcome, Recipe, RunSpec, lead, preregistered
 from ..fbt_language import LONG, LONGS, MODEL, PAPER_ARM, STEPS, TEXT
 from ..pass_mix_study import FEEDBACK_START  # the paper's progressive schedule: the first 20 % of steps plain
@@ -188,11 +188,9 @@ def interval_rows(found: Mapping[str, Mapping[str, dict]], control: Mapping[str,
 
 def intervals_figure(intervals: pd.DataFrame, verdict: str):
     """The intervals the verdict reads, titled by it (gates applied) over the setup; the redraw draws the same."""
-    from ...plots import difference_intervals
-
     setup = (f"FBT on text, {MODEL['n_layer']}x{MODEL['n_embd']} bytes, {STEPS} steps ("
              + ", ".join(f"_x{f}: {STEPS * f}" for f in LONGS) + "; held-out bytes, 95 % intervals over seeds)")
-    return difference_intervals(intervals, f"{verdict_title(verdict)}\n{setup}", "bits/byte")
+    return lang.titled_intervals(intervals, verdict, setup)
 
 
 def feedback_by_steps(scores: pd.DataFrame) -> dict[str, dict[str, float]]:
