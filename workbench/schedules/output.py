@@ -53,24 +53,28 @@ def shift_right(memory: torch.Tensor) -> torch.Tensor:
     return F.pad(memory[:, :-1], (0, 0, 1, 0))
 
 
+def _invalid_prefix(plain_prefix: object) -> str:
+    """The message for a bad ``plain_prefix``, composed only on failure: a compiled graph breaks on the f-string."""
+    return (f"plain_prefix={plain_prefix!r} is invalid: must be an int >= 0 or a (B,) integer tensor of them "
+            "(multipass: also (passes - 1, B))")
+
+
 def feedback_mask(batch: int, seq_len: int, plain_prefix: int | torch.Tensor = 0,
                   device: torch.device | str | None = None) -> torch.Tensor:
     """(B, T) bool: positions that read memory; ``plain_prefix`` is checked without a device sync."""
-    allowed = (f"plain_prefix={plain_prefix!r} is invalid: must be an int >= 0 or a (B,) integer tensor of them "
-               "(multipass: also (passes - 1, B))")
     positions = torch.arange(seq_len, device=device).expand(batch, seq_len)
     if not isinstance(plain_prefix, torch.Tensor):
         if isinstance(plain_prefix, bool) or not isinstance(plain_prefix, (int, np.integer)) or plain_prefix < 0:
-            raise ValueError(allowed)
+            raise ValueError(_invalid_prefix(plain_prefix))
         return positions >= max(int(plain_prefix), 1)
     if plain_prefix.is_floating_point() or plain_prefix.dtype == torch.bool or plain_prefix.ndim > 1:
-        raise ValueError(allowed)
+        raise ValueError(_invalid_prefix(plain_prefix))
     prefix = plain_prefix.to(device=device)
     if not torch.compiler.is_compiling():
         if plain_prefix.device.type == "cpu" and bool((plain_prefix < 0).any()):
-            raise ValueError(allowed)
+            raise ValueError(_invalid_prefix(plain_prefix))
         if prefix.device.type not in ("cpu", "meta"):
-            torch._assert_async((prefix >= 0).all(), allowed)
+            torch._assert_async((prefix >= 0).all(), _invalid_prefix(plain_prefix))
     return positions >= prefix.clamp(min=1).reshape(-1, 1)
 
 
