@@ -1,9 +1,8 @@
 """Decodability is not use: causal interventions on the feedback channel (ours, beyond the papers).
 
-arXiv 2608.08888's layer-0 probe (appendix F) shows the label decodable, not used. (a) On each gated ``layer0_probes``
-FBT, swap the memory (``site``: the read at the label under suffix1; ``stream``: every read of a 2-pass run) for an
-other-label group mate's vs a same-label control; (b) mean-ablate an LRT text specimen's memory d positions back;
-(c) positive control: (a) on ``fbt_pass_mixes_registers``' FBTs, which need their feedback."""
+arXiv 2608.08888's layer-0 probe (appendix F) shows the label decodable, not used: swap each gated ``layer0_probes``
+FBT's memory for an other-label group mate's vs a same-label control (``DESIGNS``), with ``CONTROLS``' FBTs, which
+need their feedback, as positive control; mean-ablate an LRT text specimen's memory d positions back."""
 
 from __future__ import annotations
 
@@ -63,7 +62,7 @@ RULE = PREREGISTERED["rule"]
 
 
 def build(scale: float) -> list[RunSpec]:
-    """Nothing to train: reads ``layer0_probes``' and ``lrt_vs_baseline``'s specimens."""
+    """Nothing to train: reads other recipes' specimens."""
     return []
 
 
@@ -71,7 +70,7 @@ PROBE_COLUMNS = ("accuracy", "accuracy_low", "accuracy_high", "twin_accuracy")
 
 
 def probe_row(root: Path, task: str, scratch: int, seed: int = 0) -> dict[str, float]:
-    """The specimen's layer-0 suffix1 probe accuracy, interval and twin's; NaN where not recorded."""
+    """The specimen's layer-0 suffix1 probe (``PROBE_COLUMNS``); NaN where not recorded."""
     results_path = root / SPECIMENS / "results.csv"
     missing = {f"probe_{c}": math.nan for c in PROBE_COLUMNS}
     if not results_path.is_file():
@@ -117,13 +116,13 @@ def memory_needed(model, batch: tasks.Batch, seed: int, condition: str = GATE_CO
 
 
 def power(interval: dict[str, float]) -> float:
-    """Smallest difference detected 80 % of the time (``POWER_Z`` SEs); NaN for a zero width."""
+    """Smallest difference detected 80 % of the time; NaN for a zero width."""
     width = interval["high"] - interval["low"]
     return POWER_Z * width / 3.92 if width > 0 else math.nan
 
 
 def design_row(model, batch: tasks.Batch, design: str, seed: int) -> dict[str, Any]:
-    """One specimen under one design: flip rates, intervals with power, verdict."""
+    """One specimen under one design, with its verdict."""
     condition, schedule, span = DESIGNS[design]
     frame = label_swap(model, batch, kinds=KINDS, schedule=schedule, span=span)
     per_seed = {kind: [group_means(frame, kind)] for kind in KINDS}  # one specimen seed so far
@@ -164,7 +163,7 @@ def _specimen_rows(path: str, task: str, scratch: int, seed: int, n: int, gate_n
 
 
 def _swap_table(root: Path, scale: float, jobs: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Design rows of every gated specimen, and every specimen's gate (a stale run reported, not read)."""
+    """Design rows of the gated specimens, and every gate (a stale run reported, not read)."""
     n, gate_n = max(32, int(N * min(1.0, scale))), max(32, int(GATE_N * min(1.0, scale)))
     specs = {spec.name: spec for spec in probe_specimens.build(scale)}
     path = lambda task, seed: root / SPECIMENS / run_name(task, "fbt", seed)  # noqa: E731
@@ -192,7 +191,7 @@ def _control_rows(path: str, task: str, params: dict, seed: int, name: str, n: i
 
 
 def _control_table(root: Path, scale: float, jobs: int = 1) -> pd.DataFrame:
-    """Every design on ``CONTROLS``' current FBT runs that need their feedback."""
+    """Every design on ``CONTROLS``' current feedback-mix FBTs."""
     specs = [spec for spec in pass_mix_study.registers_runs(scale) if pass_mix_study.is_fbt(spec)
              and pass_mix_study.mix_of(spec) in pass_mix_study.FEEDBACK_MIXES]
     n = max(32, int(N * min(1.0, scale)))
@@ -203,7 +202,7 @@ def _control_table(root: Path, scale: float, jobs: int = 1) -> pd.DataFrame:
 
 
 def control_detects(controls: pd.DataFrame) -> dict[str, bool]:
-    """Per design: did it detect use ('uses' or 'partly uses') on any positive-control specimen?"""
+    """Per design: did it detect use on any positive-control specimen?"""
     return {d: not controls.empty and bool(controls[controls["design"] == d]["verdict"]
                                            .isin(("uses", "partly uses")).any()) for d in DESIGNS}
 
@@ -219,7 +218,7 @@ def with_positive_control(swaps: pd.DataFrame, controls: pd.DataFrame) -> pd.Dat
 
 
 def task_verdict(rows: pd.DataFrame) -> str:
-    """Per design, its specimens' shared verdict (else each one's), merged when designs agree."""
+    """Per design, its specimens' verdict (each one's when they differ), merged when designs agree."""
     said = {}
     for design, mine in rows.groupby("design", sort=False):
         found = list(dict.fromkeys(mine["verdict"]))
@@ -252,7 +251,7 @@ def _distances(path: str, scale: float) -> pd.DataFrame:
 
 
 def _distance_table(root: Path, scale: float, jobs: int = 1) -> tuple[pd.DataFrame, dict[str, float]]:
-    """``_distances`` of each current LRT text specimen past its gate, and every gate value."""
+    """``_distances`` of each current, gated LRT text specimen, and every gate value."""
     specs = {spec.name: spec for spec in
              text_arms.text_runs(("baseline", "lrt_interleaved"), scale) if spec.name.startswith(TEXT_PREFIX)}
     names = [name for name, spec in specs.items() if up_to_date(root / TEXT_SPECIMENS / name, spec)]
@@ -266,7 +265,7 @@ DISTANCE_COLUMNS = ["distance", "increase", "low", "high", "seeds"]
 
 
 def distance_summary(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per distance: mean loss increase, hierarchical interval (seeds, then windows)."""
+    """Per distance: mean loss increase, interval over seeds, then windows."""
     rows = []
     for d, at in frame.groupby("distance"):
         per_example = at.groupby(["run", "example"])["increase"].mean()
@@ -282,13 +281,13 @@ DECIDING = ("swap", "control")  # the edits the verdict reads: a swap flips more
 
 
 def flip_means(rows: pd.DataFrame) -> str:
-    """Per design, the mean swap and control flip rates in words."""
+    """Per design, the mean swap and control flip rates."""
     return "; ".join(f"{d}: swap flips {g['swap_flip'].mean():.0%}, control {g['control_flip'].mean():.0%}"
                      for d, g in rows.groupby("design", sort=False))
 
 
 def causal_use_figure(swaps: pd.DataFrame, controls: pd.DataFrame, distances: pd.DataFrame):
-    """Specimens' and positive control's swap/control flip rates, and the LRT ablation by distance."""
+    """Swap/control flip rates (specimens, positive control) and the LRT ablation by distance."""
     import seaborn as sns
     from matplotlib.figure import Figure
 
@@ -370,7 +369,7 @@ def analyze(ctx: Context) -> Outcome:
 
 
 def finding(summary: dict, results: pd.DataFrame) -> Finding:
-    """Per design and verdict: the specimens covered and the flip rates that decided it."""
+    """Per design and verdict: the specimens and the flip rates that decided it."""
     swaps = results[results["part"] == "swap"]
     if swaps.empty:
         return default_finding(summary, results)

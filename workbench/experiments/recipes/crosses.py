@@ -28,7 +28,7 @@ SCHEDULES = {"multipass": Multipass, "interleaved": Interleaved}
 
 
 def build(scale: float) -> list[RunSpec]:
-    """Each mechanism under its native schedule, then the other's, on seeds 0 and 1."""
+    """Each mechanism under its native schedule, then the other's."""
     specs = [(f"{mech}_{s}_s{seed}", config("running_sum", MODELS[mech], 1, seed, RUNNING_SUM,
                                             schedule=SCHEDULES[s](2)), EXACT)
              for seed in (0, 1) for mech, *schedules in PAIRS for s in schedules]
@@ -36,7 +36,7 @@ def build(scale: float) -> list[RunSpec]:
 
 
 def takeaway(table: pd.DataFrame) -> str:
-    """Which mechanism leads under both schedules, each one's range, and chance."""
+    """Which mechanism leads under both schedules, with each one's range and chance."""
     value = table.set_index("arm")["value"]
     fbt, lrt = ([float(value[f"{mech}_{s}"]) for s in PAIRS[0][1:]] for mech in ("fbt", "lrt"))
     lead = ("FBT above LRT under both schedules" if min(fbt) > max(lrt) else

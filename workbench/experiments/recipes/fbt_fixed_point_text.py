@@ -2,7 +2,7 @@
 
 ``fixed_point_study`` found the paper's GLU converging, where feedback is needed, to a fixed point it cannot read. On
 ``fbt_text``'s scores (nothing trained), an arm that uses its feedback reads it when its exact recurrence costs at most
-``READ_TOLERANCE`` bits/byte over pass 2; Lyapunov exponents and a logit lens beside it."""
+``READ_TOLERANCE`` bits/byte over pass 2."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def build(scale: float) -> list[RunSpec]:
 
 
 def fixed_point_rows(scores: pd.DataFrame) -> pd.DataFrame:
-    """Per feedback arm: exact - pass 2, SOFT - STANDARD (intervals), and whether it reads its fixed point."""
+    """Per feedback arm: exact - pass 2, SOFT - STANDARD, and whether it reads its fixed point."""
     rows = []
     for arm in lang.feedback_arms(scores):
         used = lang.feedback_used(scores, arm)
@@ -65,7 +65,7 @@ def pass_map(run: Path, smoke: bool) -> dict[str, float | str]:
 
 
 def pass_maps(ctx: Context, scores: pd.DataFrame) -> pd.DataFrame:
-    """``pass_map`` of each feedback-arm run, averaged per arm, with the Lyapunov range."""
+    """``pass_map`` per feedback arm (run mean), with the Lyapunov range."""
     runs = sorted(scores.loc[scores["arm"].isin(lang.feedback_arms(scores)), "run"].unique())
     root = ctx.out.parent / lang.SPECIMENS
     per_run = pd.DataFrame(map_jobs(pass_map, [(root / r, ctx.scale < 1) for r in runs], ctx.jobs,
@@ -87,7 +87,7 @@ def verdict(table: pd.DataFrame) -> str:
 
 
 def fixed_point_figure(results: pd.DataFrame, said: str):
-    """What the exact recurrence (the fixed point) costs over pass 2, and SOFT over STANDARD, per arm."""
+    """Per arm, what the exact recurrence costs over pass 2, and SOFT over STANDARD."""
     return lang.interval_figure(results, {
         "exact_minus_pass2": "exact recurrence - pass 2, same weights (near 0: the fixed point is read)",
         "soft_minus_standard": "SOFT - STANDARD decoding, same weights (below 0: feedback helps)"}, said,

@@ -1,8 +1,7 @@
 """Pass mixes and contraction of the FBT pass map (arXiv 2608.08888), setting 1: byte-level text.
 
-Claim: under 75/25 1/2-pass batches the map diverges past its training depth, under 75/22/3 it stays flat. A causal
-Jacobi iteration is exact at t < k after k passes, so only t >= k is measured (``unsettled_only``). A contraction plot
-of a model that never used its feedback says nothing: the gates ask pass 2 below pass 1."""
+The claim is ``pass_mix_study``'s. A causal Jacobi iteration is exact at t < k after k passes, so only t >= k is
+measured. A contraction plot of a model that never used its feedback says nothing: the gates ask pass 2 below pass 1."""
 
 from __future__ import annotations
 
@@ -41,8 +40,8 @@ def text_setting() -> Setting:
 
 
 def next_budget(ctx: Context) -> dict[str, Any]:
-    """Steps giving the feedback mixes as many multi-pass batches as fbt_text's longest paper arm (a lower
-    bound), and their single-core CPU-hours."""
+    """Steps giving the feedback mixes the multi-pass batches of fbt_text's longest paper arm (a lower bound),
+    and their single-core CPU-hours."""
     fed = lang.STEPS * lang.LONG * (1 - study.FEEDBACK_START)
     # multi-pass batches per step: the plain phase is the same share of both recipes' steps
     share = min(1 - MIXES[m][1] for m in study.FEEDBACK_MIXES) * (1 - study.FEEDBACK_START)

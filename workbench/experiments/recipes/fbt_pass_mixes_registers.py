@@ -1,9 +1,9 @@
 """Pass mixes and contraction of the FBT pass map (arXiv 2608.08888), setting 2: an answer needing the carried state.
 
-``multi_register`` (appendix F): two binary registers written once each at random lines among 8 scratch updates. One
-layer cannot both move a line's register name onto its value digit and match on it, so one pass answers only by
-shortcuts; pass 2 reads the previous position's top state. 8 updates, not 32-256: a 464-token version's pass 2 still
-lost to pass 1, and ``window(_T)`` passes must fit before the measured positions."""
+On ``multi_register`` (appendix F) one layer cannot both move a line's register name onto its value digit and match
+on it, so one pass answers only by shortcuts; pass 2 reads the previous position's top state. 8 scratch updates, not
+32-256: a 464-token version's pass 2 still lost to pass 1, and ``window(_T)`` passes must fit before the measured
+positions."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ _T = tasks.get("multi_register", **REGISTERS).seq_len
 
 
 def finding(summary: dict, results: pd.DataFrame) -> Finding:
-    """The rule's two halves: each feedback mix's late-pass loss over pass 2, and how its residual ends."""
+    """The rule's two halves per feedback mix: late-pass loss over pass 2, and how the residual ends."""
     rises = {mix.replace("_", "/"): f"{r['mean']:+.2f} [{r['low']:+.2f}, {r['high']:+.2f}]"
              for mix, r in summary["rises"].items()}
     ends = {mix.replace("_", "/"): " / ".join(sorted(set(g["residual_behaviour"])))

@@ -19,7 +19,7 @@ def build(scale: float) -> list[RunSpec]:
 
 
 def depths(scores: pd.DataFrame) -> list[int]:
-    """The prefill depths P scored, ascending."""
+    """The prefill depths P scored."""
     return sorted(int(m[5:]) for m in scores["measure"].unique() if m.startswith("fused"))
 
 
@@ -34,7 +34,7 @@ def gains(scores: pd.DataFrame, arm: str) -> dict[str, dict[str, float]]:
 
 
 def decide(found: dict[str, dict[str, float]]) -> str:
-    """The rule: the first pass gains, and more than every further pass together."""
+    """The rule: the first pass gains more than every further pass together."""
     first, margin = found["first"], found["first_minus_further"]
     if first["high"] < 0 or margin["high"] < 0:
         return "does not reproduce: " + ("the first fused pass hurts" if first["high"] < 0 else
@@ -45,7 +45,7 @@ def decide(found: dict[str, dict[str, float]]) -> str:
 
 
 def gain_figure(results: pd.DataFrame, verdict: str):
-    """The claim's decomposition per arm: the first fused pass's gain, the further passes', and their difference."""
+    """Per arm, the first fused pass's gain, the further passes', and their difference."""
     return lang.interval_figure(results, {
         "first": "first fused pass: STANDARD - FUSED 1 (above 0: it gains)",
         "further": "further passes: FUSED 1 - FUSED P, the deepest P scored (above 0: they gain)",

@@ -1,6 +1,5 @@
 """FBT's decoding regimes on the same weights, on code (arXiv 2608.08888): "SOFT / FUSED beat STANDARD, FUSED
-best for code". On ``fbt_text``'s specimens (nothing trained): held-out continuations under STANDARD, SOFT and FUSED
-with one extra pass (the training depth)."""
+best for code", on ``fbt_text``'s specimens (nothing trained); FUSED runs one extra pass, the training depth."""
 
 from __future__ import annotations
 
@@ -22,7 +21,7 @@ def build(scale: float) -> list[RunSpec]:
 
 
 def regime_gaps(scores: pd.DataFrame, arm: str) -> dict[str, dict[str, float]]:
-    """Each feedback regime minus STANDARD on ``arm``'s weights (bits/byte)."""
+    """Each feedback regime minus STANDARD on ``arm``'s weights, bits/byte."""
     return {regime: lang.contrast(scores, arm, {regime: 1.0, "standard": -1.0}) for regime in REGIMES}
 
 
@@ -39,7 +38,7 @@ def decide(gaps: dict[str, dict[str, float]]) -> str:
 
 
 def regimes_figure(results: pd.DataFrame, verdict: str):
-    """Each feedback regime minus STANDARD on the same weights, per arm (below 0: the regime predicts better)."""
+    """Each feedback regime minus STANDARD, per arm (below 0: the regime predicts better)."""
     return lang.interval_figure(results, {f"{r}_gap": f"{label} - STANDARD, same weights (below 0: better)"
                                           for r, label in REGIMES.items()}, verdict,
                                 "FBT's decoding regimes (held-out code continuations, 95 % intervals over seeds)")

@@ -1,9 +1,8 @@
 """FBT on language (arXiv 2608.08888): text specimens whose feedback pays, and "FBT beats a standard
-transformer at equal tokens". Byte-level 2x128 models on stdlib Python (4x128 doubles the cost); arms in ``ARMS``.
+transformer at equal tokens". Byte-level 2x128 models on stdlib Python (4x128 doubles the cost).
 
 The claim is read on ``fbt_language.PAPER_ARM`` only: the ``full`` and longer arms, added after it failed its feedback
-gate, are extensions; an arm whose pass 2 is not below pass 1 gets no verdict. Unlike the reference, the plain prefix
-is drawn per window, not per packed document."""
+gate, are extensions; an arm whose pass 2 is not below pass 1 gets no verdict."""
 
 from __future__ import annotations
 
@@ -33,7 +32,7 @@ INTERVALS = "intervals.csv"  # the figure's table, so a redraw draws the same
 
 
 class Training(NamedTuple):
-    """An FBT training: pass mix, curve depth, prefix mix-in, and whose FLOPs baseline it shares."""
+    """An FBT training; ``flops`` names the training whose FLOPs baseline it shares."""
 
     mix: dict[int, float]
     depth: int
@@ -65,7 +64,7 @@ def parts(arm: str) -> tuple[str, int]:
 
 
 def references(arm: str) -> tuple[str, str]:
-    """An FBT arm's two baselines, as long as it: at equal steps, and given its training FLOPs."""
+    """An FBT arm's baselines, as long as it: at equal steps, and given its training FLOPs."""
     stem, factor = parts(arm)
     suffix = f"_x{factor}" if factor > 1 else ""
     return f"base{suffix}", f"base_{TRAININGS[stem.split('_')[1]].flops}_flops{suffix}"
@@ -78,7 +77,7 @@ def _config(model: dict[str, Any], n_steps: int, seed: int, **schedule: Any) -> 
 
 
 def fbt_config(arm: str, n_steps: int, seed: int) -> TrainConfig:
-    """An FBT arm's config from its stem's fusion and training."""
+    """An FBT arm's config."""
     fusion, training = parts(arm)[0].split("_")
     t = TRAININGS[training]
     return _config({**MODEL, "mechanism": "fbt", "fbt_fusion": FUSIONS[fusion]}, n_steps, seed,
@@ -99,7 +98,7 @@ def run_name(arm: str, seed: int) -> str:
 
 
 def config(arm: str, scale: float, seed: int) -> TrainConfig:
-    """One arm's config at its multiple of ``STEPS``; a FLOPs baseline gets its FBT training's FLOPs."""
+    """One arm's config; a FLOPs baseline gets its FBT training's FLOPs."""
     stem, factor = parts(arm)
     n = steps(STEPS * (factor if scale >= 1 else 1), scale)  # below full scale (a smoke run) every arm is as short
     if not stem.startswith("base"):
@@ -111,19 +110,19 @@ def config(arm: str, scale: float, seed: int) -> TrainConfig:
 
 
 def build(scale: float) -> list[RunSpec]:
-    """Every arm on its seeds; below full scale the smoke arms on ``SEEDS``."""
+    """Every arm on its seeds; below full scale only the smoke arms."""
     arms = ARMS if scale >= 1 else SMOKE_ARMS
     return [RunSpec(run_name(arm, seed), config(arm, scale, seed), EXACT, eval_size(scale))
             for arm in arms for seed in (seeds_of(arm) if scale >= 1 else SEEDS)]
 
 
 def seeds_of(arm: str) -> tuple[int, ...]:
-    """``lang.LONG_SEEDS`` for the paper's arm and its baselines, else ``SEEDS``."""
+    """More seeds for the paper's arm and its baselines."""
     return lang.LONG_SEEDS if arm in (PAPER_ARM, *lang.CONTROL) else SEEDS
 
 
 def arms_run(ctx: Context) -> list[str]:
-    """The arms of ``ARMS`` this invocation built."""
+    """The arms this invocation built."""
     built = {arm_of(name) for name in ctx.runs}
     return [arm for arm in ARMS if arm in built]
 
@@ -150,7 +149,7 @@ UNUSED = "not tested: its feedback is not used (pass 2 - pass 1 reaches 0)"  # a
 
 
 def classify(interval: Mapping[str, float]) -> str:
-    """An (FBT - baseline) interval: below 0 'better', above 0 'worse', else 'indistinguishable'."""
+    """An (FBT - baseline) interval in words."""
     return "better" if interval["high"] < 0 else "worse" if interval["low"] > 0 else "indistinguishable"
 
 
@@ -162,7 +161,7 @@ def decide(equal: Mapping[str, float], matched: Mapping[str, float]) -> str:
 
 
 def comparisons(scores: pd.DataFrame, arm: str, measure: str = "exact") -> dict[str, dict[str, float]]:
-    """``arm`` vs its equal-step and FLOP-matched baselines, and its feedback gate."""
+    """``arm`` vs its two baselines, and its feedback gate."""
     equal, matched = references(arm)
     return {"equal_tokens": lang.difference(scores, arm, measure, equal, "exact"),
             "matched_compute": lang.difference(scores, arm, measure, matched, "exact", seed=1),
@@ -170,8 +169,8 @@ def comparisons(scores: pd.DataFrame, arm: str, measure: str = "exact") -> dict[
 
 
 def interval_rows(found: Mapping[str, Mapping[str, dict]], control: Mapping[str, float]) -> pd.DataFrame:
-    """The intervals the verdict and its extensions read, a row each (the paper's arm highlighted), and the positive
-    control: the figure's table, written from analyze's own numbers (or a stored summary's)."""
+    """The figure's table: the intervals the verdict, its extensions and the positive control read, from analyze's
+    own numbers (or a stored summary's)."""
     rows = []
     for arm, found_arm in found.items():
         equal, matched = references(arm)
@@ -187,7 +186,7 @@ def interval_rows(found: Mapping[str, Mapping[str, dict]], control: Mapping[str,
 
 
 def intervals_figure(intervals: pd.DataFrame, verdict: str):
-    """The intervals the verdict reads, titled by it (gates applied) over the setup; the redraw draws the same."""
+    """The intervals the verdict reads, titled by it; the redraw draws the same."""
     setup = (f"FBT on text, {MODEL['n_layer']}x{MODEL['n_embd']} bytes, {STEPS} steps ("
              + ", ".join(f"_x{f}: {STEPS * f}" for f in LONGS) + "; held-out bytes, 95 % intervals over seeds)")
     return lang.titled_intervals(intervals, verdict, setup)
@@ -213,7 +212,7 @@ def next_budget(ctx: Context) -> dict[str, Any]:
 
 
 def table_rows(ctx: Context, scores: pd.DataFrame, found: Mapping[str, Mapping[str, dict]]) -> pd.DataFrame:
-    """A row per arm built: its bits/byte per measure and, for an FBT arm, its ``comparisons`` (``found``)."""
+    """A row per arm built: bits/byte per measure and, for an FBT arm, its ``comparisons``."""
     rows = []
     for arm in arms_run(ctx):
         names = [n for n in ctx.runs if arm_of(n) == arm]

@@ -1,10 +1,9 @@
 """What makes a fed-back fixed point readable? A designed study (ours, beyond both papers).
 
 ``fbt_pass_mixes_registers``' FBTs answer at pass 2 but fail under their exact recurrence though their map contracts;
-the LRT trained alike reads its fixed point. Families, 2 seeds each, each arm vs its family's first: mechanisms from
-scratch (with the additive fusion ``u = norm(e + (W_U m) * sigmoid(W_G e))``, ours, keeping the token on the value
-path as LRT does), one-factor fine-tunes, longer, from the additive FBTs, and at T > 1,000. An arm is "not tested"
-(``competence``) unless it needs its feedback and its reference answers at pass 2. Not run (budget): truncated BPTT."""
+the LRT trained alike reads its fixed point. Families of arms, each vs its family's first (the additive fusion, ours,
+keeps the token on the value path as LRT does); an arm is "not tested" (``competence``) unless it needs its feedback
+and its reference answers at pass 2. Not run (budget): truncated BPTT."""
 
 from __future__ import annotations
 
@@ -99,7 +98,7 @@ DYNAMICS_EXAMPLES, LONG_EXAMPLES, LONG_FUSED, LONG_PASSES = 64, 64, 16, 1000
 
 
 def _scratch_run(arm: str, model: dict, mix: dict[int, float], seed: int, scale: float) -> RunSpec:
-    """The registers recipe's run under its own name (a shipped specimen is reused), scored exactly."""
+    """The registers recipe's run under its own name, so a shipped specimen is reused."""
     cfg = config("multi_register", model, steps(SCRATCH_STEPS, scale), seed, REGISTERS,
                  schedule=PassMix.of(mix, AUX_WEIGHT, 3), feedback_start=FEEDBACK_START, prefix_mixin=PREFIX_MIXIN
                  ).replace(batch_size=BATCH)
@@ -139,7 +138,7 @@ def arm_of(spec: RunSpec) -> tuple[str, str]:
 
 
 def decide(arm: str, accuracies: list[float], interval: dict[str, float]) -> str:
-    """The rule for one arm against its family's reference (the recipe's rule)."""
+    """The rule for one arm against its family's reference."""
     if min(accuracies) >= READABLE and interval["low"] > 0:
         return "makes the fixed point readable"
     if interval["low"] > 0:
@@ -180,10 +179,8 @@ def readability_table(model: GPT, batch: tasks.Batch, dynamics_examples: int = 6
                       long_batch: tasks.Batch | None = None, long_passes: int = 1000,
                       lyapunov_examples: int = 8, window_passes: int | None = None,
                       lyapunov_from: int | None = None, long_fused_examples: int | None = None) -> pd.DataFrame:
-    """One study row for ``model``: passes 1-3, exact recurrence, fixed-point distance, Lyapunov, residual.
-
-    Long-prompt exact/fused columns stay NaN unless exact here and pass 2 there reach ``readable``: else they would
-    measure length generalisation, not the fixed point."""
+    """One study row for ``model``. Long-prompt exact/fused columns stay NaN unless exact here and pass 2 there
+    reach ``readable``: else they would measure length generalisation, not the fixed point."""
     idx, targets = batch.tokens, batch.targets
     T = idx.size(1)
     quality = fixed_point_quality(model, idx, targets, 3).per_example

@@ -1,7 +1,7 @@
 """Is the LRT gain the memory or the extra parameters, on language (arXiv 2605.26797)?
 
-``gates_only`` (LRT's gates and scales, no memory, single-pass) must (a) change held-out BPB negligibly over the
-baseline and (b) lose to the LRT at equal steps (at matched FLOPs it takes twice an interleaved run's steps)."""
+``gates_only`` (LRT's gates and scales, no memory, single-pass) must (a) barely move held-out BPB off the baseline's
+and (b) lose to the LRT at equal steps (at matched FLOPs it takes twice an interleaved run's steps)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ HALF_B = "(b) lrt_interleaved - gates_only below 0 at equal steps (curves, every
 
 
 def negligible(interval: Mapping[str, float]) -> str:
-    """Half (a): 'holds' within +-``NEGLIGIBLE``, 'fails' wholly outside, else 'inconclusive'."""
+    """Half (a) of the rule."""
     if -NEGLIGIBLE <= interval["low"] and interval["high"] <= NEGLIGIBLE:
         return "holds"
     if interval["low"] > NEGLIGIBLE or interval["high"] < -NEGLIGIBLE:
@@ -37,7 +37,7 @@ def negligible(interval: Mapping[str, float]) -> str:
 
 
 def memory_gain(steps: Mapping[str, float]) -> str:
-    """Half (b), per seed (curves keep no per-example values): all below 0 'holds', all above 'fails'."""
+    """Half (b), per seed: the curves keep no per-example values."""
     if steps["diff_max"] < 0:
         return "holds"
     if steps["diff_min"] > 0:
@@ -60,7 +60,7 @@ def decide(intervals: Intervals, steps: Intervals) -> str:
 
 
 def finding(summary: dict, results: pd.DataFrame) -> Finding:
-    """What the gates alone change, and what the memory adds over them at equal steps."""
+    """What the gates alone change, and what the memory adds at equal steps."""
     rows = results.set_index("arm")
     return Finding(f"{rows.loc['gates_only', 'diff']:+.3f} bits/byte (gates only minus baseline); "
                    f"{rows.loc['lrt_interleaved', 'diff_equal_steps']:+.3f} at equal steps (LRT minus gates only)",

@@ -1,9 +1,8 @@
 """Layer-0 accessibility of the fed-back state, on specimens that learned (arXiv 2608.08888, appendix F).
 
-Claim: the label is near chance at layer 0 under standard prefill, 99.6 % / 100 % after one recurrent step. A probe of
-a model that never learned its task measures nothing, so each specimen (trained on 0, 8 and 32 scratch lines at once)
-is gated per length and one that misses is never probed. Rules: (a) the paper's; (b) ours: is the lift learned, or the
-untrained twin's architecture? An outcome flipping among L2 strengths CV cannot tell apart is inconclusive."""
+A probe of a model that never learned its task measures nothing, so each specimen is gated per scratch length and one
+that misses is never probed. Rules: (a) the paper's; (b) ours: is the lift learned, or the untrained twin's
+architecture? An outcome flipping among L2 strengths CV cannot tell apart is inconclusive."""
 
 from __future__ import annotations
 
@@ -107,15 +106,15 @@ TEXT_GATE = Gate("text_fbt below unigram", "unigram loss - held-out loss (nats/b
 
 def answer_accuracies(model: GPT, task: str, arm: str, scratch: int, seed: int = EVAL_SEED, n: int = GATE_N,
                       conditions: tuple[str, ...] | None = None) -> dict[str, float]:
-    """Held-out answer accuracy under each condition the arm is read in (or ``conditions``)."""
+    """Held-out answer accuracy per condition the arm is read in (or ``conditions``)."""
     batch = gate_batch(task, scratch, seed, n)
     return {c: float(answer_correct(model, batch, c).mean()) for c in conditions or ANSWER_CONDITIONS[arm]}
 
 
 def upper_bound(model: GPT, batch: tasks.Batch, *, labels: np.ndarray | torch.Tensor | None = None, folds: int = 4,
                 C: float = 0.1, max_iter: int = 500, seed: int = 0, batch_size: int = 1024) -> dict[str, float]:
-    """Top-layer probe at the fed-back position (one before the label), plain pass: one recurrent step hands
-    layer 0 exactly that state, so it is the ceiling for ``suffix1`` layer 0."""
+    """Top-layer probe one before the label, plain pass: one recurrent step hands layer 0 exactly that state, so it
+    is the ceiling for ``suffix1`` layer 0."""
     check_batch(batch)
     if bool((batch.label_positions < 1).any()):
         raise ValueError("batch has a label at position 0: there is no fed-back position before it")
@@ -130,7 +129,7 @@ def upper_bound(model: GPT, batch: tasks.Batch, *, labels: np.ndarray | torch.Te
 
 
 def _probe(model: GPT, task: tasks.Task, n: int, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Every depth x condition with control, twin and upper bound; and the layer-0 suffix1 regularisation paths."""
+    """Every depth x condition with control, twin and upper bound; and the layer-0 suffix1 L2 paths."""
     batch = task.sample(n, seed, "val")
     frame = probe_layers(model, batch, CONDITIONS, seed=seed, random_baseline=True, C=PROBE_CS)
     twin = random_init_model(model, seed)
@@ -149,7 +148,7 @@ def _probe(model: GPT, task: tasks.Task, n: int, seed: int) -> tuple[pd.DataFram
 
 
 def lift_source(row: pd.Series) -> str:
-    """Rule (b) on one trained suffix1 layer-0 row (with its twin columns)."""
+    """Rule (b) on one trained suffix1 layer-0 row."""
     architectural = row["twin_accuracy_low"] > row["majority"] + NEAR_MAJORITY
     learned = row["twin_low"] > 0
     return {(True, True): "both", (True, False): "architectural", (False, True): "learned",
@@ -157,14 +156,14 @@ def lift_source(row: pd.Series) -> str:
 
 
 def lift_outcome(accuracy: float, high: float, standard_gap: float) -> str:
-    """Rule (a) on one specimen: "lifts", "fails" or "between"."""
+    """Rule (a) on one specimen."""
     if high < FAILS:
         return "fails"
     return "lifts" if accuracy >= LIFT and abs(standard_gap) <= NEAR_MAJORITY else "between"
 
 
 def specimen_outcomes(rows: pd.DataFrame, path: pd.DataFrame) -> pd.DataFrame:
-    """Rule (a) per (run, scratch length) at the chosen and every plausible L2 strength; does it flip?"""
+    """Rule (a) per specimen at the chosen and every plausible L2 strength; does it flip?"""
     out = []
     if rows.empty:
         return pd.DataFrame(columns=OUTCOME_COLUMNS)
@@ -224,7 +223,7 @@ def _gate_saved(path: str, task: str, arm: str, scratch: int, seed: int, n: int)
 
 
 def specimens(ctx: Context, n: int = GATE_N) -> pd.DataFrame:
-    """Per (task, arm, seed, scratch length): answer accuracy per condition, and the gate."""
+    """Per specimen and scratch length: answer accuracy per condition, and the gate."""
     calls = [(str(ctx.out / run_name(t, a, sd)), t, a, s, sd, n)
              for t in PROBE_TASKS for a in ARMS for sd in ARM_SEEDS[a] for s in SCRATCH]
     return pd.DataFrame(map_jobs(_gate_saved, calls, ctx.jobs, desc="gates"))
@@ -236,7 +235,7 @@ def _probe_saved(path: str, task: str, scratch: int, tokenizer: str, n: int) -> 
 
 def probes(ctx: Context, table: pd.DataFrame, text_gated: bool,
            n: int = PROBE_N) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Probe rows of every gated specimen (and the gated text model), and their layer-0 suffix1 paths."""
+    """Probe rows of every gated specimen (text model included), and their layer-0 suffix1 paths."""
     jobs = [(r.run, r.arm, r.seed, r.label, r.task, r.scratch_updates, "ascii")
             for r in table[table["gated"]].itertuples()]
     jobs += [("text_fbt", "text fbt", 0, "text fbt", "delayed_memory", s, "bytes") for s in TEXT_SCRATCH
@@ -268,7 +267,7 @@ PATH_COLUMNS = ["run", "arm", "seed", "task", "scratch_updates", "specimen", "mo
 
 
 def verdicts(trained0: pd.DataFrame, path: pd.DataFrame) -> tuple[str, list[Extension], pd.DataFrame]:
-    """Rule (a): the claim's verdict, one extension per ``EXTENSIONS`` entry, every specimen's outcome."""
+    """Rule (a): the claim's verdict, one per ``EXTENSIONS`` entry, every specimen's outcome."""
     outcomes = specimen_outcomes(trained0, path)
     claim = outcomes[(outcomes["arm"] == "fbt") & outcomes["task"].isin(PAPER_TASKS)]
     extensions = []
@@ -351,7 +350,7 @@ def _number(specimens: pd.DataFrame, trained0: pd.DataFrame, lifts: dict[str, di
 
 
 def probe_figure(results: pd.DataFrame, title: str | None = None) -> Figure:
-    """Trained specimens' layer-0 probes, a colour each: the recipe's figure and the explorer's redraw."""
+    """Trained specimens' layer-0 probes: the recipe's figure and the explorer's redraw."""
     from ...plots import layer0_comparison
 
     trained0 = results[(results["model"] == "trained") & (results["layer"] == 0)]

@@ -35,8 +35,7 @@ from ..text_arms import (
 
 
 def equal_steps(ctx: Context, arms: dict[str, list[str]]) -> dict[str, float]:
-    """At equal steps (curves): each LRT seed's end vs its baseline's curve there, and what later steps bought.
-    ``lrt_ablation.equal_steps`` under this recipe's names: at matched FLOPs the LRT run is the shorter."""
+    """``lrt_ablation.equal_steps`` under this recipe's names: at matched FLOPs the LRT run is the shorter."""
     from ..lrt_ablation import equal_steps as at_equal_steps  # not at the top: lrt_ablation imports this module
 
     found = at_equal_steps(ctx, arms["lrt_interleaved"], arms["baseline"])
@@ -52,7 +51,7 @@ def memory_use(ctx: Context, names: list[str]) -> dict[str, float]:
 
 
 def overhead() -> dict[str, float]:
-    """LRT's parameter and single-pass FLOP overhead over the baseline at the text shape."""
+    """LRT's parameter and single-pass FLOP overhead at the text shape."""
     cfg = text_config("lrt_interleaved", 0).model_config(256, TEXT["seq_len"])
     lrt, base = (build_model(c, device="meta") for c in (cfg, cfg.replace(mechanism="none")))
     flops = [schedules.Single().flops(m, BATCH, TEXT["seq_len"]) for m in (lrt, base)]

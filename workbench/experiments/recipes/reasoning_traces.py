@@ -1,9 +1,8 @@
 """Trace length under SOFT vs STANDARD decoding (arXiv 2608.08888): shorter traces at equal or better accuracy?
 
 Lengths mean something only when the model answers: an FBT trained on an easier ``arith_cot``, gated on STANDARD
-accuracy, beside a no-feedback baseline. Training traces are full or skipped (half each), skipping is predictable
-(operands <= ``TASK["skip_trivial"]``), the verdict samples at ``TEMPERATURE`` (greedy made every trace full) and reads
-``soft_last``: the paper's SOFT prefills plainly, so its first token is STANDARD's by construction."""
+accuracy. The verdict samples (greedy made every trace full) and reads ``soft_last``: the paper's SOFT prefills
+plainly, so its first token is STANDARD's by construction."""
 
 from __future__ import annotations
 
@@ -58,7 +57,7 @@ def build(scale: float) -> list[RunSpec]:
 
 
 def decide(length: dict[str, float], accuracy: dict[str, float], first_gap: float = float("inf")) -> str:
-    """The rule on SOFT - STANDARD intervals (median tokens, accuracy); not tested if the regimes cannot separate."""
+    """The rule on SOFT - STANDARD intervals; not tested if the regimes cannot separate."""
     if length["seeds"] < MIN_SEEDS:
         return f"not tested: seeds = {length['seeds']} (needs >= {MIN_SEEDS})"
     why = []
@@ -84,7 +83,7 @@ def written_trivial(traces: pd.DataFrame, task: tasks.Task, n: int) -> pd.Series
 
 
 def shown_traces(traces: pd.DataFrame, task: tasks.Task) -> pd.DataFrame:
-    """The figure's traces: the verdict decoding's FBT regimes, the baseline as a regime, the training mix."""
+    """The figure's traces: the verdict decoding's regimes (the baseline as one) and the training mix."""
     sampled = traces[traces["decoding"] == VERDICT_DECODING]
     return pd.concat([sampled[sampled["arm"] == "fbt"],
                       sampled[sampled["arm"] == "baseline"].assign(regime="baseline"),
@@ -92,13 +91,13 @@ def shown_traces(traces: pd.DataFrame, task: tasks.Task) -> pd.DataFrame:
 
 
 def chance_accuracy(task: tasks.Task, n: int) -> float:
-    """The accuracy of always giving the most frequent of the ``n`` held-out answers."""
+    """The accuracy of always giving the most frequent held-out answer."""
     answers = task.sample(n, seed=EVAL_SEED, split="val").labels
     return float(answers.bincount().max()) / len(answers)
 
 
 def traces_figure(traces: pd.DataFrame, lines: pd.DataFrame | None = None):
-    """The recipe's figure redrawn from ``traces.csv`` and ``lines.csv``, with the chance line."""
+    """The recipe's figure redrawn from its tables, with the chance line."""
     from ...plots import trace_lengths as plot_traces
 
     task = tasks.get("arith_cot", **TASK)
@@ -175,7 +174,7 @@ def analyze(ctx: Context) -> Outcome:
 
 
 def finding(summary: dict, results: pd.DataFrame) -> Finding:
-    """The verdict's SOFT vs STANDARD under sampling: median trace and accuracy change."""
+    """The verdict's SOFT vs STANDARD: median trace and accuracy change."""
     rows = results[results["decoding"] == VERDICT_DECODING].set_index(["regime", "quantity"])
 
     def change(regime: str, quantity: str, digits: int) -> str:
