@@ -40,7 +40,7 @@ def eval_size(scale: float) -> int:
 
 
 def step_flops(cfg: TrainConfig, schedule: schedules.Schedule | None = None) -> float:
-    """Training FLOPs of one step of ``cfg`` under ``schedule`` (default its own)."""
+    """Training FLOPs of one step of ``cfg`` (under its own schedule by default)."""
     task = tasks.get(cfg.task, **cfg.task_params)
     model = build_model(cfg.model_config(task.vocab_size, task.seq_len), device="meta")
     return (schedule or cfg.schedule).flops(model, cfg.batch_size, task.seq_len)
@@ -68,13 +68,13 @@ def budget_runs(prefix: str, specs: list[tuple[str, TrainConfig, dict]], base_st
 
 
 def per_seed(ctx: Context, names: list[str], column: str) -> list[np.ndarray]:
-    """One per-example array per seed (all on the same fixed batch)."""
+    """One per-example array per seed, all on the same fixed batch."""
     return [ctx.per_example[n][column].to_numpy(dtype=np.float64) for n in names]
 
 
 def compare(ctx: Context, arms: dict[str, list[str]], reference: str, column: str, lower_is_better: bool
             ) -> tuple[pd.DataFrame, dict[str, dict[str, float]]]:
-    """Per arm: mean, seed spread and the hierarchical interval of (arm - reference)."""
+    """Per arm: mean, seed spread and the interval of (arm - reference)."""
     rows, intervals = [], {}
     ref = per_seed(ctx, arms[reference], column)
     for arm, names in arms.items():
@@ -93,7 +93,7 @@ def compare(ctx: Context, arms: dict[str, list[str]], reference: str, column: st
 
 
 def arms_by_prefix(ctx: Context, template: str, arms: tuple[str, ...]) -> dict[str, list[str]]:
-    """``{arm: [run names]}`` by ``template.format(arm=arm)`` prefix."""
+    """Each arm's run names, by prefix."""
     return {arm: [n for n in ctx.runs if n.startswith(template.format(arm=arm))] for arm in arms}
 
 
@@ -108,7 +108,7 @@ ARM_COLOURS = {"baseline": 0, "lrt_interleaved": 1, "lrt_blockwise": 2, "lrt_src
 
 
 def arm_colour(arm: str) -> tuple[float, float, float]:
-    """``arm``'s colour (``ARM_COLOURS``, else fixed by its name's checksum)."""
+    """``arm``'s colour, fixed by its name: the same arm looks the same in every figure."""
     import zlib
 
     import seaborn as sns
@@ -145,8 +145,8 @@ def verdict_title(verdict: str) -> str:
 
 
 def bar_figure(table: pd.DataFrame, title: str):
-    """One bar per arm, a panel per task/metric; a ``floor`` column (kept in the table, so a redraw from the CSV
-    shows it) is drawn as a labelled line."""
+    """One bar per arm, a panel per task/metric; a ``floor`` column (in the table, so a redraw shows it) is a
+    labelled line."""
     from ..plots.base import panel_grid, require_columns, split_panels
 
     require_columns(table, ["arm", "metric", "value", *(["floor_label"] if "floor" in table else [])], "bar_figure")
@@ -196,7 +196,7 @@ def running_sum_chance(params: dict) -> float:
 
 
 def learned_gates_values(ctx: Context, arms: dict[str, list[str]], floor: float) -> dict[str, float]:
-    """Each arm's worst-seed accuracy margin over the chance floor: its "learned" gate."""
+    """Each arm's "learned" gate: its worst seed's accuracy over the chance floor."""
     return {f"{arm} learned": min(float(ctx.per_example[n]["accuracy"].mean()) for n in names) - floor
             for arm, names in arms.items()}
 

@@ -38,12 +38,10 @@ def _preregistrations() -> dict[str, dict[str, str]]:
 
 
 def preregistered(name: str, **values: Any) -> dict[str, str]:
-    """The texts of ``name``'s table in ``recipes/preregistered.toml`` (a recipe's, or a module's whose texts several
-    recipes share), each ``{NAME}`` filled from ``values`` (``str.format``).
+    """The texts of ``name``'s table in ``recipes/preregistered.toml``, each ``{NAME}`` filled from ``values``.
 
-    A pre-registration is a document, frozen once its recipe is trained (summary.json keeps it, and the specimen
-    tests demand it byte for byte), so it is kept as text, apart from code that may be refactored; the numbers it
-    states are the code's own constants, passed here, so the text and what the code decides with cannot disagree."""
+    Text apart from the code, because a pre-registration is frozen once trained (see the file's header); its
+    numbers are the code's own constants, passed here, so text and decision cannot disagree."""
     tables = _preregistrations()
     if name not in tables:
         fail("name", name, f"must be a table of {PREREGISTERED_FILE.name}, one of {sorted(tables)}")
@@ -58,7 +56,7 @@ def preregistered(name: str, **values: Any) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class Gate:
-    """A competence precondition ``quantity op threshold``, checked before the verdict."""
+    """A competence precondition, checked before the verdict."""
 
     name: str  # short id, e.g. "completion_tracking_fbt answer accuracy"
     quantity: str  # what is measured, in words (schedule, split, sample)
@@ -117,7 +115,7 @@ def failed_gates(summary: Mapping[str, Any]) -> str:
 
 
 def lead(summary: Mapping[str, Any]) -> str:
-    """A finding's opening when a gate failed, so no number after it reads as a result (else "")."""
+    """A finding's opening when a gate failed, so no number after it reads as a result."""
     verdict, failed = summary["verdict"], failed_gates(summary)
     if not verdict.startswith("not tested"):
         return ""
@@ -126,7 +124,7 @@ def lead(summary: Mapping[str, Any]) -> str:
 
 
 def short_verdict(verdict: str) -> str:
-    """"not tested" for a verdict that is (wholly or in every task's part), else the verdict."""
+    """"not tested" for a verdict that is, wholly or in every task's part."""
     untested = verdict.startswith("not tested") or all(": not tested" in part for part in verdict.split(";"))
     return "not tested" if untested else verdict
 
@@ -221,7 +219,7 @@ class Recipe:
 
 
 def apply_gates(recipe: Recipe, measured: Mapping[str, float], verdict: str) -> tuple[list[GateResult], str]:
-    """Each gate checked; the verdict, or ``not tested: ...``."""
+    """The gates checked, and the verdict they leave."""
     missing = [g.name for g in recipe.gates if g.name not in measured]
     if missing:
         raise ValueError(f"recipe {recipe.name!r}: no value measured for gates {missing}")

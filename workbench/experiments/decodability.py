@@ -23,7 +23,7 @@ def _check_probe_batch(batch: Batch) -> None:
 
 
 def mate_rows(batch: Batch, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per example, a swap row (a group mate of the other label) and a same-label control row."""
+    """Per example, a swap row (an other-label group mate) and a same-label control row."""
     _check_probe_batch(batch)
     rng = np.random.default_rng(seed)
     labels, groups = batch.labels.cpu().numpy(), batch.groups.cpu().numpy()
@@ -51,7 +51,7 @@ def mate_rows(batch: Batch, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def cross_rows(batch: Batch, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per example, a cross-group swap row (other label) and its same-label control."""
+    """Per example, a cross-group swap row and its control."""
     _check_probe_batch(batch)
     rng = np.random.default_rng(seed)
     labels, groups = batch.labels.cpu().numpy(), batch.groups.cpu().numpy()
@@ -73,7 +73,7 @@ SPANS = ("site", "stream")
 
 
 def label_tokens(batch: Batch) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Each example's answer token and, for a binary task, the foil (the other label's)."""
+    """Each example's answer token and, for a binary task, the other label's."""
     rows = torch.arange(len(batch))
     answers = batch.targets[rows, batch.label_positions]
     by_label = {int(label): int(token) for label, token in zip(batch.labels, answers)}

@@ -58,7 +58,7 @@ GREEDY_TOKENS = 96
 
 
 def continuation(batch: Batch, prompt_len: int = PROMPT) -> Batch:
-    """``batch`` with targets before ``prompt_len - 1`` set to -1."""
+    """``batch`` scored on the continuation only."""
     targets = batch.targets.clone()
     targets[:, : prompt_len - 1] = -1
     return dataclasses.replace(batch, targets=targets)
@@ -79,7 +79,7 @@ def measures(prefill: tuple[int, ...] = PREFILL_PASSES, feedback: bool = True, p
 
 def score_run(model: GPT, batch: Batch, prefill: tuple[int, ...] = PREFILL_PASSES,
               regime_windows: int = REGIME_WINDOWS, prompt_len: int = PROMPT) -> pd.DataFrame:
-    """Bits per byte per held-out window and measure; continuations on ``regime_windows`` windows."""
+    """Bits per byte per held-out window and measure; continuations on the first ``regime_windows``."""
     if not 1 <= prompt_len < batch.tokens.size(1):
         fail("prompt_len", prompt_len, f"must be in [1, {batch.tokens.size(1) - 1}]")
     if regime_windows < 1:
@@ -97,7 +97,7 @@ def score_run(model: GPT, batch: Batch, prefill: tuple[int, ...] = PREFILL_PASSE
 
 
 def per_seed(scores: pd.DataFrame, arm: str, measure: str) -> list[np.ndarray]:
-    """One per-window array per seed of ``arm`` under ``measure``, both in order."""
+    """One per-window array per seed of ``arm`` under ``measure``, both sorted."""
     rows = scores[(scores["arm"] == arm) & (scores["measure"] == measure)]
     return [g.sort_values("example")["bpb"].to_numpy(dtype=np.float64) for _, g in rows.groupby("seed", sort=True)]
 
@@ -114,7 +114,7 @@ def difference(scores: pd.DataFrame, arm: str, measure: str, reference_arm: str,
 
 
 def contrast(scores: pd.DataFrame, arm: str, weights: dict[str, float], seed: int = 0) -> dict[str, float]:
-    """Interval of ``sum(weight * measure)`` per window of one arm, seeds resampled whole."""
+    """Interval of ``sum(weight * measure)`` per window, seeds resampled whole."""
     parts = [[w * a for a in per_seed(scores, arm, m)] for m, w in weights.items()]
     combined = [np.sum(same_seed, axis=0) for same_seed in zip(*parts, strict=True)]
     return bootstrap(combined, unit="seeds", seed=seed)
@@ -126,7 +126,7 @@ def feedback_used(scores: pd.DataFrame, arm: str) -> dict[str, float]:
 
 
 def feedback_arms(scores: pd.DataFrame) -> list[str]:
-    """The arms with a pass-2 measure, in order."""
+    """The arms with a pass-2 measure."""
     return list(dict.fromkeys(scores.loc[scores["measure"] == "pass2", "arm"]))
 
 
@@ -135,7 +135,7 @@ SEED_GATE = Gate("pre-registered seeds trained", f"seeds of {PAPER_ARM} and both
 
 
 def seeds_trained(scores: pd.DataFrame) -> int:
-    """``SEED_GATE``'s value: the fewest seeds among the paper's arm and its baselines."""
+    """``SEED_GATE``'s value."""
     return min(scores.loc[scores["arm"] == arm, "seed"].nunique() for arm in (PAPER_ARM, *CONTROL))
 
 
@@ -173,7 +173,7 @@ def _score_saved(run: Path, prefill: tuple[int, ...]) -> pd.DataFrame:
 
 
 def collect_scores(ctx: Context, arm_of) -> pd.DataFrame:
-    """Every run's ``score_run`` table, written to ``SCORES``, reused where the weights are unchanged."""
+    """Every run's ``score_run`` table, reused where the weights are unchanged."""
     prefill = PREFILL_PASSES if ctx.scale >= 1 else SMOKE_PREFILL
     path = ctx.out / SCORES
     current = {n: weights_id(ctx.out / n) for n in ctx.runs}
@@ -198,9 +198,8 @@ def unigram_bpb() -> float:
 
 
 def interval_figure(results: pd.DataFrame, panels: Mapping[str, str], verdict: str, setup: str):
-    """A reading recipe's figure from its results table: per column of ``panels`` (its ``_low`` / ``_high`` beside
-    it), each arm's interval against zero, the paper's arm in bold, titled by the (gated) verdict over the setup. Drawn
-    from results.csv alone, so a redraw draws the same."""
+    """A reading recipe's figure: each arm's interval per column of ``panels``, from results.csv alone, so a redraw
+    draws the same."""
     rows = [{"panel": title, "label": r["arm"], "mean": r[column], "low": r[f"{column}_low"],
              "high": r[f"{column}_high"], "highlight": r["arm"] == PAPER_ARM}
             for column, title in panels.items() for _, r in results.iterrows()]
@@ -235,7 +234,7 @@ def read_scores(root: Path) -> pd.DataFrame:
 
 @torch.no_grad()
 def greedy_continuations(model: GPT, batch: Batch, decode) -> pd.DataFrame:
-    """Each regime's greedy continuation of the first ``GREEDY_PROMPTS`` prompts of ``PROMPT`` bytes."""
+    """Each regime's greedy continuation of the first ``GREEDY_PROMPTS`` prompts."""
     prompts = batch.tokens[:GREEDY_PROMPTS, :PROMPT]
     rows = []
     for name in schedules.REGIMES:

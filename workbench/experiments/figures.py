@@ -27,7 +27,7 @@ TAKEAWAYS = {"crosses": crosses.takeaway, "lrt_memory_sanity": lrt_memory_sanity
 
 def experiment_figure(tables: Mapping[str, pd.DataFrame], title: str = "",
                       summary: Mapping[str, Any] | None = None) -> Figure:
-    """Chosen by the tables' names and columns; ``summary`` (summary.json) adds a verdict, a baseline or a title."""
+    """Chosen by the tables' names and columns; ``summary`` adds a verdict, a baseline or a title."""
     from .. import plots  # on first use: ``import workbench.experiments`` loads no seaborn
 
     if "pass_dynamics" in tables:

@@ -54,7 +54,7 @@ def texts(arms: tuple[str, ...] = ()) -> dict[str, str]:
 
 
 def setting(arms: tuple[str, ...]) -> str:
-    """The recipes' setting, in one sentence."""
+    """The recipes' setting."""
     return texts(arms)["setting"]
 
 
@@ -98,7 +98,7 @@ def every_above(intervals: Intervals) -> str:
 
 
 def every_ablation_worse(comparisons: dict[str, str], ruled: tuple[str, ...]) -> Callable[[Intervals, Intervals], str]:
-    """A rule requiring each arm of ``ruled`` worse than its comparison at the final FLOP mark."""
+    """A rule requiring each arm of ``ruled`` worse than its comparison."""
     def decide(intervals: Intervals, steps: Intervals) -> str:
         return every_above({f"{a} - {comparisons[a]}": intervals[a] for a in ruled})
 
@@ -106,7 +106,7 @@ def every_ablation_worse(comparisons: dict[str, str], ruled: tuple[str, ...]) ->
 
 
 def analyze(ctx: Context, comparisons: Mapping[str, str], rule: Rule) -> Outcome:
-    """Each compared arm against its reference both ways; ``rule`` gives the verdict."""
+    """Each arm against its reference both ways; ``rule`` gives the verdict."""
     prepare(ctx)
     arms = arm_runs(ctx, tuple(dict.fromkeys(["baseline", *comparisons.values(), *comparisons])))
     rows, intervals, steps = [], {}, {}
@@ -143,7 +143,7 @@ def analyze(ctx: Context, comparisons: Mapping[str, str], rule: Rule) -> Outcome
 
 
 def said(results: pd.DataFrame, *arms: str) -> str:
-    """For a finding: each arm's difference at matched FLOPs (interval), then at equal steps."""
+    """For a finding: each arm's difference at matched FLOPs, then at equal steps."""
     rows = results.set_index("arm").loc[list(arms)]
     return (" and ".join(f"{r.diff:+.3f} [{r.ci_low:+.3f}, {r.ci_high:+.3f}]" for r in rows.itertuples())
             + f" bits/byte at matched FLOPs ({' and '.join(f'{d:+.3f}' for d in rows['diff_equal_steps'])} at equal "

@@ -92,8 +92,7 @@ STEPS = 28000
 
 
 def registers_runs(scale: float) -> list[RunSpec]:
-    """Every mix, 2 seeds each, and the LRT cross (``CROSS_MIX`` on an LRT of the same shape, ``reg_lrt_75_22_3``);
-    ``fixed_point_study`` reuses them."""
+    """Every mix and the LRT cross (``CROSS_MIX`` on an LRT of the same shape); ``fixed_point_study`` reuses them."""
     return [*mix_runs("reg_", "multi_register", REGISTERS, STEPS, scale, {m: SEEDS for m in MIXES}, AUX_WEIGHT),
             *mix_runs("reg_lrt_", "multi_register", REGISTERS, STEPS, scale, {CROSS_MIX: (0,)}, AUX_WEIGHT, LRT_MODEL)]
 
@@ -113,7 +112,7 @@ class Setting:
 
 
 def label_targets(batch: tasks.Batch) -> torch.Tensor:
-    """Only the label's target (after the final colon's space)."""
+    """Only the label's target."""
     targets = torch.full_like(batch.targets, -1)
     rows = torch.arange(batch.targets.size(0))
     where = batch.label_positions + 1
@@ -195,7 +194,7 @@ def decide(rises: dict[str, dict[str, float]], behaviours: dict[str, list[str]])
 
 
 def fixed_point_row(model, batch: tasks.Batch, targets: torch.Tensor, accuracy: bool) -> dict[str, float]:
-    """The exact recurrence's loss (and accuracy) against the best trained pass 1..3."""
+    """The exact recurrence's loss and accuracy against the best trained pass."""
     from ..analysis.fixed_point import fixed_point_quality
 
     per = fixed_point_quality(model, batch.tokens, targets, passes=3).per_example
@@ -208,7 +207,7 @@ def fixed_point_row(model, batch: tasks.Batch, targets: torch.Tensor, accuracy: 
 
 
 def analyze_mixes(ctx: Context, setting: Setting) -> Outcome:
-    """Iterate every pass map over the window, measure the gates, apply the rule."""
+    """Iterate every pass map over the window, then gate and rule."""
     from ..analysis.fixed_point import pass_dynamics, residual_behaviour
     from ..analysis.jacobians import jacobian_norm, pass_map_jacobian, sensitivity
     from ..analysis.trajectory import decoding_states

@@ -66,17 +66,17 @@ GATE_N = 512  # held-out examples per gate (a 0.95 gate has a ~1-point standard 
 
 
 def run_name(task: str, arm: str, seed: int = 0) -> str:
-    """``TASK_ARM`` for seed 0, ``TASK_ARM_sN`` else."""
+    """A specimen's run name."""
     return f"{task}_{arm}" + (f"_s{seed}" if seed else "")
 
 
 def specimen_label(arm: str, seed: int = 0) -> str:
-    """"fbt", or "fbt seed 1" for seeds other than 0."""
+    """An arm's label, naming seeds other than 0."""
     return arm + (f" seed {seed}" if seed else "")
 
 
 def specimen_key(task: str, scratch: int, seed: int = 0) -> str:
-    """"TASK sSCRATCH", plus " seed N" for seeds other than 0."""
+    """A specimen's key, naming seeds other than 0."""
     return " ".join(p for p in (task, f"s{scratch}", f"seed {seed}" if seed else "") if p)
 
 

@@ -35,7 +35,7 @@ def _value(value: float | None) -> str:
 
 
 def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
-    """A Markdown table; a cell over ``MAX_CELL`` becomes a numbered note, so it cannot stretch the table."""
+    """A Markdown table; a long cell becomes a numbered note, so it cannot stretch the table."""
     lines, notes = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"], []
     for row in rows:
         cells = []
@@ -68,7 +68,7 @@ def _seeds(summary: Mapping[str, Any]) -> str:
 
 
 def _gates(summary: Mapping[str, Any]) -> str:
-    """``k / n passed``, failures named, plus the specimen gates."""
+    """How many gates passed, failures named, plus the specimen gates."""
     gates = summary.get("gates", [])
     failed = [g["name"] for g in gates if not g["passed"]]
     text = f"{len(gates) - len(failed)} / {len(gates)} passed" + (f" (failed: {'; '.join(failed)})" if failed else "")
@@ -88,7 +88,7 @@ def _specimen_gates(specimens: list[dict]) -> list[str]:
 
 
 def _extensions(extensions: list[dict]) -> list[str]:
-    """One row per extension of the rule, apart from the verdict."""
+    """One row per extension of the rule."""
     if not extensions:
         return []
     return (["", "Extensions (the same rule beyond the paper's claim; they never change the verdict):", ""]
@@ -119,7 +119,7 @@ def findings_text(summaries: Mapping[str, Mapping[str, Any]], width: int = 110) 
 
 
 def write_readme_findings(readme: str | Path, root: str | Path | None = None) -> str:
-    """Rewrite the README's block between ``FINDINGS_BEGIN`` and ``FINDINGS_END``; returns it."""
+    """Rewrite the README's findings block; returns it."""
     readme = Path(readme)
     text = readme.read_text()
     if text.count(FINDINGS_BEGIN) != 1 or text.count(FINDINGS_END) != 1:
@@ -132,7 +132,7 @@ def write_readme_findings(readme: str | Path, root: str | Path | None = None) ->
 
 
 def _section(name: str, s: Mapping[str, Any], finding: Any, runs: pd.DataFrame, figures: str) -> list[str]:
-    """A recipe's section: its summary first, then what it rests on."""
+    """A recipe's section: its summary, then what it rests on."""
     recipe = RECIPES[name]
     sentence, rest = _first_sentence(finding.finding)
     lines = [f"## {name}", "", f"- **Claim**: {recipe.claim}",

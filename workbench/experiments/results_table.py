@@ -64,7 +64,7 @@ def summary_table(summaries: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
 
 
 def findings_table(summaries: Mapping[str, Mapping[str, Any]], root: str | Path | None = None) -> pd.DataFrame:
-    """What we found, one row per recipe and per extension; computed from the files under ``root``."""
+    """What we found, one row per recipe and per extension."""
     root = checkpoints_root() if root is None else Path(root)
     _check_summaries(summaries)
     rows = []
@@ -92,7 +92,7 @@ def gates_table(summaries: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
 
 
 def recipe_tables(recipe: str) -> dict[str, pd.DataFrame]:
-    """``results`` and those of ``EXTRA_TABLES`` a recipe wrote, by name."""
+    """The tables a recipe wrote, by name."""
     check_recipe(recipe)
     return {"results": load_results(recipe), **{name: load_results(recipe, f"{name}.csv") for name in EXTRA_TABLES
                                                  if (checkpoints_root() / recipe / f"{name}.csv").is_file()}}
@@ -108,8 +108,8 @@ def per_example(recipe: str, run: str) -> pd.DataFrame:
 
 
 def run_compute(recipe: str) -> pd.DataFrame:
-    """Per trained run: recorded FLOPs, ``mean_passes = flops / (steps * pass_flops)`` and the recomputed
-    ``expected_flops`` (NaN where the work varies per step)."""
+    """Per trained run: recorded FLOPs, mean passes and the recomputed ``expected_flops`` (NaN where the work
+    varies per step)."""
     check_recipe(recipe)
     runs = sorted(p.parent.name for p in (checkpoints_root() / recipe).glob("*/metrics.json"))
     if not runs:
@@ -159,7 +159,7 @@ def _schedule(cfg: TrainConfig) -> str:
 
 
 def specimens_table(summaries: Mapping[str, Mapping[str, Any]], root: str | Path | None = None) -> pd.DataFrame:
-    """One row per shipped run (a *specimen*); ``gate*``: its own gate where the recipe gates each, else None."""
+    """One row per shipped run (a *specimen*), with its own gate where the recipe gates each."""
     root = checkpoints_root() if root is None else Path(root)
     _check_summaries(summaries)
     rows = []

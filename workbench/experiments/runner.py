@@ -44,7 +44,7 @@ def check_recipe(name: str) -> None:
 
 def reproduce(name: str, root: str | Path | None = None, scale: float = 1.0, force: bool = False,
               scratch: str | Path | None = None, jobs: int = 1) -> Outcome:
-    """Run one recipe: train what is stale, analyse, apply its gates, write its results."""
+    """Run one recipe (see the module)."""
     check_recipe(name)
     if not (isinstance(scale, (int, float)) and scale > 0):
         fail("scale", scale, "must be > 0")
@@ -110,7 +110,7 @@ def smoke_scale() -> float:
 
 
 def list_recipes() -> pd.DataFrame:
-    """Each recipe's claim, gates and rule; ``runs`` counts those of the recipes it ``reads`` too."""
+    """Each recipe's claim, gates and rule; ``runs`` counts the recipes it ``reads`` too."""
     return pd.DataFrame([{"recipe": r.name, "kind": r.kind, "claim": r.claim, "setting": r.setting,
                           "gates": "; ".join(g.describe() for g in r.gates), "rule": r.rule, "chance": r.chance,
                           "runs": len(r.build(1.0)) + sum(len(RECIPES[o].build(1.0)) for o in r.reads)}

@@ -91,7 +91,7 @@ def text_config(arm: str, seed: int) -> TrainConfig:
 
 
 def text_runs(arms: tuple[str, ...], scale: float) -> list[RunSpec]:
-    """Runs ``text_{arm}_s{seed}`` at ``BASE_STEPS`` baseline steps' FLOPs, the same in every recipe."""
+    """Runs at ``BASE_STEPS`` baseline steps' FLOPs, named alike in every recipe so they are shared."""
     specs = [(f"{arm}_s{seed}", text_config(arm, seed), EXACT) for seed in SEEDS for arm in arms]
     runs = budget_runs("text_", specs, BASE_STEPS, scale, reference=text_config("baseline", 0))
     for run in runs:
@@ -154,7 +154,7 @@ def text_title(points: pd.DataFrame) -> str:
 
 
 def text_figure(curves: Mapping[str, list[pd.DataFrame]], points: pd.DataFrame, unigram: float, title: str):
-    """Held-out BPB against training FLOPs, and each run's end point, exact (o) and under its own schedule (x)."""
+    """Held-out BPB against training FLOPs, and each run's end point, exact and under its own schedule."""
     figure = loss_vs_flops(curves, floor=unigram, title=textwrap.fill(title, 110), extra_panel=True)
     lines, ax = figure.axes[0], figure.axes[1]
     bands = iter(lines.collections)  # a band per arm of several seeds, in the curves' order
