@@ -1,5 +1,5 @@
-"""The recipes, one module each; ``RECIPES`` in the order RESULTS.md shows them. Their pre-registered texts
-(claim, setting, rule, chance, caveat, paper) are in ``preregistered.toml``, read by ``core.preregistered``."""
+"""The recipes, one module each; ``RECIPES`` in the order RESULTS.md shows them. Their pre-registered texts are
+in ``preregistered.toml``."""
 
 from __future__ import annotations
 

@@ -147,7 +147,7 @@ def design_row(model, batch: tasks.Batch, design: str, seed: int) -> dict[str, A
 
 def _specimen_rows(path: str, task: str, scratch: int, seed: int, n: int, gate_n: int,
                    index: int) -> tuple[dict, list[dict]]:
-    """Gate row and design rows of one specimen; seeds from ``index``, so any worker count agrees."""
+    """Gate and design rows of one specimen; seeds from ``index``, so any worker count agrees."""
     model = load_checkpoint(path)
     accuracy = float(answer_correct(model, gate_batch(task, scratch, n=gate_n), GATE_CONDITION["fbt"]).mean())
     gate = {"task": task, "scratch_updates": scratch, "seed": seed, "answer_accuracy": accuracy,
@@ -239,7 +239,7 @@ def text_gate_value(path: Path) -> float:
 
 
 def _distances(path: str, scale: float) -> pd.DataFrame:
-    """One LRT text specimen's mean loss increase (nats) by ablated position and distance."""
+    """One LRT text specimen's loss increase (nats) by ablated position and distance."""
     model = load_checkpoint(path)
     metrics = load_metrics(path)
     batch = tasks.get("text", **metrics["train_config"]["task_params"]).sample(max(4, int(TEXT_N * min(1.0, scale))),

@@ -1,7 +1,5 @@
-"""Where FUSED's prefill gain arrives (arXiv 2608.08888): mostly with the first extra fused pass.
-
-On ``fbt_text``'s specimens (nothing trained): gain(P) = STANDARD - FUSED(P) on held-out continuations; the claim is
-gain(1) > gain(P_max) - gain(1)."""
+"""Where FUSED's prefill gain arrives (arXiv 2608.08888): mostly with the first extra fused pass. On ``fbt_text``'s
+specimens (nothing trained)."""
 
 from __future__ import annotations
 
@@ -24,7 +22,7 @@ def depths(scores: pd.DataFrame) -> list[int]:
 
 
 def gains(scores: pd.DataFrame, arm: str) -> dict[str, dict[str, float]]:
-    """On ``arm``'s weights: ``gain{P}``, ``first``, ``further``, ``first_minus_further`` (claim: above 0)."""
+    """The rule's intervals on ``arm``'s weights, gain(P) = STANDARD - FUSED(P)."""
     top = max(depths(scores))
     out = {f"gain{p}": lang.contrast(scores, arm, {"standard": 1.0, f"fused{p}": -1.0}) for p in depths(scores)}
     out["first"] = out["gain1"]

@@ -86,7 +86,7 @@ def fbt_config(arm: str, n_steps: int, seed: int) -> TrainConfig:
 
 
 def training_flops(cfg: TrainConfig) -> float:
-    """Training FLOPs as the trainer counts them: the plain phase at one pass, the rest at expected passes."""
+    """Training FLOPs as the trainer counts them: the plain phase at one pass."""
     plain = int(cfg.feedback_start * cfg.steps + 0.999999)  # the trainer's steps with step < start * steps
     single = step_flops(cfg.replace(schedule=Single(), feedback_start=0.0, prefix_mixin=0.0,
                                     prefix_draw="sequence"))
@@ -169,8 +169,7 @@ def comparisons(scores: pd.DataFrame, arm: str, measure: str = "exact") -> dict[
 
 
 def interval_rows(found: Mapping[str, Mapping[str, dict]], control: Mapping[str, float]) -> pd.DataFrame:
-    """The figure's table: the intervals the verdict, its extensions and the positive control read, from analyze's
-    own numbers (or a stored summary's)."""
+    """The figure's table, from analyze's own numbers (or a stored summary's)."""
     rows = []
     for arm, found_arm in found.items():
         equal, matched = references(arm)

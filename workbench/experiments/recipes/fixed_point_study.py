@@ -2,8 +2,7 @@
 
 ``fbt_pass_mixes_registers``' FBTs answer at pass 2 but fail under their exact recurrence though their map contracts;
 the LRT trained alike reads its fixed point. Families of arms, each vs its family's first (the additive fusion, ours,
-keeps the token on the value path as LRT does); an arm is "not tested" (``competence``) unless it needs its feedback
-and its reference answers at pass 2. Not run (budget): truncated BPTT."""
+keeps the token on the value path as LRT does). Not run (budget): truncated BPTT."""
 
 from __future__ import annotations
 
@@ -74,7 +73,7 @@ LONG_SPECIMEN = "checkpoints/fixed_point_study/add_ft_random_1_8_s{seed}"
 
 @dataclass(frozen=True)
 class Family:
-    """A fine-tune family: its arms (the first its reference), where they start, train and are scored."""
+    """A fine-tune family; its first arm is its reference."""
 
     arms: dict[str, dict]
     steps: int
@@ -162,7 +161,7 @@ def competence(rows: pd.DataFrame, arm: str, reference: bool, where: str = "") -
 
 
 def specimen_runs(table: pd.DataFrame, long_exact: dict[str, float]) -> list[str]:
-    """Runs that need their feedback and read their fixed point at both lengths and after ``LONG_PASSES``."""
+    """Runs that need their feedback and read their fixed point at both lengths."""
     ok = table.assign(long_exact=table["run"].map(long_exact).fillna(table["long_accuracy_exact"]))
     ok = ok[(ok[["accuracy_pass1", "long_accuracy_pass1"]].max(axis=1, skipna=False) < NEEDS_FEEDBACK)
             & (ok[["accuracy_exact", "long_exact", "long_accuracy_fused"]].min(axis=1, skipna=False) >= READABLE)]

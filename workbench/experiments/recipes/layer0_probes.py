@@ -2,7 +2,7 @@
 
 A probe of a model that never learned its task measures nothing, so each specimen is gated per scratch length and one
 that misses is never probed. Rules: (a) the paper's; (b) ours: is the lift learned, or the untrained twin's
-architecture? An outcome flipping among L2 strengths CV cannot tell apart is inconclusive."""
+architecture?"""
 
 from __future__ import annotations
 
@@ -129,7 +129,7 @@ def upper_bound(model: GPT, batch: tasks.Batch, *, labels: np.ndarray | torch.Te
 
 
 def _probe(model: GPT, task: tasks.Task, n: int, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Every depth x condition with control, twin and upper bound; and the layer-0 suffix1 L2 paths."""
+    """Every depth x condition, and the layer-0 suffix1 L2 paths."""
     batch = task.sample(n, seed, "val")
     frame = probe_layers(model, batch, CONDITIONS, seed=seed, random_baseline=True, C=PROBE_CS)
     twin = random_init_model(model, seed)
@@ -235,7 +235,7 @@ def _probe_saved(path: str, task: str, scratch: int, tokenizer: str, n: int) -> 
 
 def probes(ctx: Context, table: pd.DataFrame, text_gated: bool,
            n: int = PROBE_N) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Probe rows of every gated specimen (text model included), and their layer-0 suffix1 paths."""
+    """``_probe`` of every gated specimen, the text model included."""
     jobs = [(r.run, r.arm, r.seed, r.label, r.task, r.scratch_updates, "ascii")
             for r in table[table["gated"]].itertuples()]
     jobs += [("text_fbt", "text fbt", 0, "text fbt", "delayed_memory", s, "bytes") for s in TEXT_SCRATCH

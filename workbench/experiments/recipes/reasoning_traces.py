@@ -83,7 +83,7 @@ def written_trivial(traces: pd.DataFrame, task: tasks.Task, n: int) -> pd.Series
 
 
 def shown_traces(traces: pd.DataFrame, task: tasks.Task) -> pd.DataFrame:
-    """The figure's traces: the verdict decoding's regimes (the baseline as one) and the training mix."""
+    """The figure's traces: the verdict decoding's regimes and the training mix."""
     sampled = traces[traces["decoding"] == VERDICT_DECODING]
     return pd.concat([sampled[sampled["arm"] == "fbt"],
                       sampled[sampled["arm"] == "baseline"].assign(regime="baseline"),

@@ -19,7 +19,7 @@ COMPARISONS = {"lrt_src3": "lrt_interleaved", "lrt_src1": "lrt_interleaved", "lr
 
 
 def decide(intervals: Intervals, steps: Intervals) -> str:
-    """The rule: lrt_src3 - lrt_interleaved at the final FLOP mark below 0 (lower BPB is better)."""
+    """The rule: lrt_src3 - lrt_interleaved below 0."""
     return verdict(intervals["lrt_src3"], -1)
 
 
