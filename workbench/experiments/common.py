@@ -1,4 +1,4 @@
-"""Shared pieces of the recipes: shapes, configs at matched compute (the trainer's own FLOP accounting), comparisons."""
+"""Shared pieces of the recipes: configs at matched compute (the trainer's own FLOP accounting), comparisons."""
 
 from __future__ import annotations
 
@@ -145,8 +145,7 @@ def verdict_title(verdict: str) -> str:
 
 
 def bar_figure(table: pd.DataFrame, title: str):
-    """One bar per arm, a panel per task/metric; a ``floor`` column (in the table, so a redraw shows it) is a
-    labelled line."""
+    """One bar per arm, a panel per task/metric; a ``floor`` column (so a redraw shows it) is a line."""
     from ..plots.base import panel_grid, require_columns, split_panels
 
     require_columns(table, ["arm", "metric", "value", *(["floor_label"] if "floor" in table else [])], "bar_figure")

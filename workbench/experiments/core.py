@@ -38,10 +38,8 @@ def _preregistrations() -> dict[str, dict[str, str]]:
 
 
 def preregistered(name: str, **values: Any) -> dict[str, str]:
-    """The texts of ``name``'s table in ``recipes/preregistered.toml``, each ``{NAME}`` filled from ``values``.
-
-    Text apart from the code, because a pre-registration is frozen once trained (see the file's header); its
-    numbers are the code's own constants, passed here, so text and decision cannot disagree."""
+    """The texts of ``name``'s table in ``recipes/preregistered.toml`` (frozen once trained: see its header), each
+    ``{NAME}`` filled from ``values``: the code's own constants, so text and decision cannot disagree."""
     tables = _preregistrations()
     if name not in tables:
         fail("name", name, f"must be a table of {PREREGISTERED_FILE.name}, one of {sorted(tables)}")

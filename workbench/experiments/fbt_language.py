@@ -1,5 +1,5 @@
-"""FBT on language: ``fbt_text``'s specimens scored per held-out window in bits per byte; the decoding regimes on
-the continuation after ``PROMPT`` bytes."""
+"""FBT on language: ``fbt_text``'s specimens scored per held-out window in bits per byte, the decoding regimes on
+the continuation."""
 
 from __future__ import annotations
 
@@ -207,7 +207,7 @@ def interval_figure(results: pd.DataFrame, panels: Mapping[str, str], verdict: s
 
 
 def titled_intervals(intervals: pd.DataFrame, verdict: str, setup: str):
-    """Every text recipe's intervals in bits/byte, titled by the (gated) verdict over the setup."""
+    """Every text recipe's intervals, titled by the (gated) verdict over the setup."""
     from ..plots import difference_intervals
 
     return difference_intervals(intervals, f"{verdict_title(verdict)}\n{setup}", "bits/byte")

@@ -36,7 +36,7 @@ def map_jobs(fn: Callable[..., Any], calls: Sequence[tuple], jobs: int = 1, desc
 
 
 def _train_saved(spec: RunSpec, path: Path, scratch: Path, force: bool) -> str:
-    """Train and save one run; only its name comes back (the parent loads what was saved)."""
+    """Train and save one run; only its name comes back."""
     train_run(spec, path, scratch, force)
     return spec.name
 

@@ -99,7 +99,7 @@ def recipe_tables(recipe: str) -> dict[str, pd.DataFrame]:
 
 
 def per_example(recipe: str, run: str) -> pd.DataFrame:
-    """A run's per-example evaluation (its metric and the paired intervals come from it)."""
+    """A run's per-example evaluation, which its metric and paired intervals come from."""
     check_recipe(recipe)
     path = checkpoints_root() / recipe / run / EVAL_FILE
     if not path.is_file():

@@ -1,4 +1,4 @@
-"""The one checkpoint root of recipes' models and results, for `reproduce`, `load_run` and notebooks alike."""
+"""The one checkpoint root of recipes' models and results, for the CLI and notebooks alike."""
 
 from __future__ import annotations
 

@@ -140,7 +140,7 @@ def both_ways(ctx: Context, arms: dict[str, list[str]]) -> tuple[pd.DataFrame, d
 
 def end_points(per_example: Mapping[str, pd.DataFrame], arms: Mapping[str, list[str]], ends: pd.DataFrame
                ) -> pd.DataFrame:
-    """Per run: final held-out BPB, exact and under its own schedule (NaN for an arm without one)."""
+    """Per run: final held-out BPB, exact and under its own schedule (else NaN)."""
     own = dict(zip(ends["run"], ends["bpb_own_schedule"])) if len(ends) else {}
     return pd.DataFrame([{"arm": arm, "run": n, "exact": float(per_example[n]["bpb"].mean()),
                           "own": own.get(n, math.nan)} for arm, names in arms.items() for n in names])
@@ -154,7 +154,7 @@ def text_title(points: pd.DataFrame) -> str:
 
 
 def text_figure(curves: Mapping[str, list[pd.DataFrame]], points: pd.DataFrame, unigram: float, title: str):
-    """Held-out BPB against training FLOPs, and each run's end point, exact and under its own schedule."""
+    """Held-out BPB against training FLOPs, and each run's end points."""
     figure = loss_vs_flops(curves, floor=unigram, title=textwrap.fill(title, 110), extra_panel=True)
     lines, ax = figure.axes[0], figure.axes[1]
     bands = iter(lines.collections)  # a band per arm of several seeds, in the curves' order
