@@ -225,7 +225,7 @@ def in_order(values: Sequence) -> list:
 
 
 def regime_order(values: Sequence[str]) -> list[str]:
-    """The regimes present, decode's in their fixed order first, then any other in order of appearance."""
+    """The regimes present: decode's in their fixed order, then others as they appear."""
     present = in_order(values)
     return [r for r in REGIMES if r in present] + [r for r in present if r not in REGIMES]
 

@@ -60,8 +60,8 @@ def _settled_in_float32(distance: np.ndarray, exact_below: float) -> bool:
 
 
 def contraction_takeaway(results: Runs, exact_below: float = 1e-9, dtype: str | None = None) -> str:
-    """Pass from which each run stays below ``exact_below``, or at a lower ``dtype`` within ``PLATEAU`` x its
-    floor and ``ROUNDING`` eps: a float32 run reads "within float32 rounding", not "never"."""
+    """Pass from which each run stays below ``exact_below`` or, at a lower ``dtype``, near its floor (``PLATEAU``,
+    ``ROUNDING``): float32 reads "within float32 rounding", not "never"."""
     runs = named_runs(results, "contraction_takeaway", ["pass", "fixed_point_distance"])
     reached, bounds, limits = {}, {}, []
     for name, frame in runs.items():
