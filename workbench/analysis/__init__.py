@@ -1,4 +1,4 @@
-"""Measurements on a model; each returns plain data (tensors, DataFrames) for ``workbench.plots`` to draw."""
+"""Measurements on a model, as plain data (tensors, DataFrames) for ``workbench.plots`` to draw."""
 
 from .cache import ActivationCache, run_with_cache
 from .features import DEFAULT_CONDITIONS, condition_features, probe_features

@@ -37,7 +37,7 @@ def _norm(x: torch.Tensor) -> float:
 # ---------------------------------------------------------------------------------------------- passes
 def exact_by_causality(B: int, T: int, k: int, plain_prefix: int | torch.Tensor = 0,
                        device: torch.device | str = "cpu") -> torch.Tensor:
-    """(B, T) bool: positions pass k (from 1) has made exact by causality, t < max(plain_prefix, 1) + k - 1."""
+    """(B, T) bool: the positions pass k (from 1) has made exact by causality."""
     first_read = torch.as_tensor(plain_prefix, device=device).clamp(min=1).expand(B)
     return torch.arange(T, device=device)[None, :] < (first_read[:, None] + k - 1)
 

@@ -257,8 +257,7 @@ def intervention_effects(model: GPT, idx: torch.Tensor, positions: int | Sequenc
                          interventions: Mapping[str, Intervention] | Sequence[str] = ("zero", "mean"), *,
                          foils: torch.Tensor | None = None, answer_positions: int | torch.Tensor | None = None,
                          site: str = "memory", per_example: bool = False, **run: Any) -> pd.DataFrame:
-    """How each intervention at each position (None: the whole stream, as -1) moves ``answers`` against ``foils``
-    (default: the best other token)."""
+    """How each intervention at each position (None: the whole stream, as -1) moves ``answers`` against ``foils``."""
     check_tokens(model.config.vocab_size, idx)
     B, T = idx.shape
     named = {k: Intervention(k) for k in interventions} if not isinstance(interventions, Mapping) \

@@ -1,5 +1,4 @@
-"""Shared figure helpers: pyplot-free figures (nothing global; ``savefig`` on any backend), panel grids,
-log axes that show exact zeros, column checks."""
+"""Shared figure helpers: pyplot-free figures (``savefig`` on any backend), panel grids, log axes that show zeros."""
 
 from __future__ import annotations
 
@@ -33,8 +32,8 @@ SQUEEZE = 0.8  # a row too wide by at most this share narrows its panels; wider,
 
 
 def fit_row(ncols: int, width: float, wrap: bool = True) -> tuple[int, float]:
-    """Columns and panel width keeping a row of ``ncols`` panels ``width`` inches wide within ``MAX_WIDTH``: slightly
-    too wide, the panels narrow; far too wide (``wrap``), fewer columns; a lone panel never passes the cap."""
+    """(columns, panel width) fitting ``ncols`` panels ``width`` inches wide within ``MAX_WIDTH``: slightly too wide
+    narrows them, far too wide (``wrap``) drops columns."""
     if ncols * width <= MAX_WIDTH:
         return ncols, width
     if ncols * width * SQUEEZE <= MAX_WIDTH or not wrap:
@@ -45,8 +44,8 @@ def fit_row(ncols: int, width: float, wrap: bool = True) -> tuple[int, float]:
 
 def new_figure(ncols: int, nrows: int = 1, panel: tuple[float, float] = PANEL,
                sharey: bool = False) -> tuple[Figure, list[Axes]]:
-    """A pyplot-free figure with seaborn's style and a flat list of its ``ncols * nrows`` axes, at most
-    ``MAX_WIDTH`` wide: one row too wide wraps into more (``fig.axes`` still holds ``ncols``), a grid narrows."""
+    """A pyplot-free figure and a flat list of its ``ncols * nrows`` axes within ``MAX_WIDTH`` (``fit_row``): a row
+    too wide wraps (``fig.axes`` still holds ``ncols``), a grid narrows."""
     columns, width = fit_row(ncols, panel[0], wrap=nrows == 1)
     rows = -(-ncols // columns) if nrows == 1 else nrows
     with sns.axes_style(STYLE):
@@ -69,8 +68,8 @@ def panel_grid(n: int, panel: tuple[float, float], sharey: bool = False,
 
 
 def legend_rows(groups: Sequence[Sequence[tuple]], ncols: int) -> tuple[list, list[str]]:
-    """(handle, label) groups for a legend of ``ncols`` columns read row by row, each group from a new row (the
-    runs, then the reference lines and keys): never a run beside an unrelated key."""
+    """Legend entries in ``ncols`` columns read row by row, each (handle, label) group from a new row: never a run
+    beside an unrelated key."""
     entries: list[tuple] = []
     for group in groups:
         if not group:
@@ -101,8 +100,8 @@ def zero_line(ax: Axes, color="black", label: str | None = None) -> None:
 
 
 def row_major(handles: Sequence, labels: Sequence[str], ncols: int) -> tuple[list, list[str]]:
-    """Legend entries reordered so matplotlib's column-major fill of ``ncols`` columns reads row by row: entries
-    that belong together (given in order) stand side by side."""
+    """Legend entries reordered so matplotlib's column-major fill reads row by row: entries given together stand
+    side by side."""
     n = len(labels)
     if ncols <= 1 or n <= ncols:
         return list(handles), list(labels)
@@ -226,7 +225,7 @@ def in_order(values: Sequence) -> list:
 
 
 def regime_order(values: Sequence[str]) -> list[str]:
-    """The regimes present, decode's in their fixed order first, then any other in order of appearance."""
+    """The regimes present: decode's in their fixed order, then others as they appear."""
     present = in_order(values)
     return [r for r in REGIMES if r in present] + [r for r in present if r not in REGIMES]
 

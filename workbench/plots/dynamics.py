@@ -60,8 +60,8 @@ def _settled_in_float32(distance: np.ndarray, exact_below: float) -> bool:
 
 
 def contraction_takeaway(results: Runs, exact_below: float = 1e-9, dtype: str | None = None) -> str:
-    """Pass from which each run stays below ``exact_below``, or at a lower ``dtype`` within ``PLATEAU`` x its
-    floor and ``ROUNDING`` eps: a float32 run reads "within float32 rounding", not "never"."""
+    """Pass from which each run stays below ``exact_below`` or, at a lower ``dtype``, near its floor (``PLATEAU``,
+    ``ROUNDING``): float32 reads "within float32 rounding", not "never"."""
     runs = named_runs(results, "contraction_takeaway", ["pass", "fixed_point_distance"])
     reached, bounds, limits = {}, {}, []
     for name, frame in runs.items():
@@ -221,8 +221,8 @@ def _pack_rows(chunks: list[tuple[str, list[str]]]) -> list[list[tuple[str, list
 
 
 def fixed_point_readability(table: pd.DataFrame, title: str | None = None, readable: float = 0.95) -> Figure:
-    """Per arm accuracy at passes 1-3 and exact (a dot per seed), its top Lyapunov exponent in a strip under its
-    name; each family a panel as wide as its arms, families packed into rows (``SLOTS_PER_ROW`` arms each)."""
+    """Per arm: accuracy at passes 1-3 and exact (a dot per seed) over its top Lyapunov exponent; a panel per
+    family, as wide as its arms, ``SLOTS_PER_ROW`` arms a row."""
     require_columns(table, ["arm", "family", "accuracy_pass1", "accuracy_pass2", "accuracy_pass3", "accuracy_exact",
                      "lyapunov_top"], "fixed_point_readability")
     arms = list(dict.fromkeys(table["arm"]))
@@ -315,8 +315,8 @@ EXACT_DODGE = 0.035  # decades between the exact marks of the models of a panel:
 def fixed_point_accuracy(results: Mapping[str, pd.DataFrame], trained_depth: int | None = None,
                          chance: float | None = None, title: str = "",
                          groups: Mapping[str, Sequence[str]] | None = None) -> Figure:
-    """Accuracy against pass per model, and the exact recurrence as a ◆ in an "exact" column past the last pass
-    (dashed from it, a model's ◆ beside the others'); ``groups``: title -> models."""
+    """Accuracy against pass per model, the exact recurrence a ◆ in an "exact" column past the last pass;
+    ``groups``: title -> models, a panel each."""
     check_chance(chance)
     panels = dict(groups) if groups else {"": list(results)}
     unknown = sorted({n for names in panels.values() for n in names} - set(results))

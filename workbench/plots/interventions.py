@@ -96,8 +96,8 @@ def _short_label(row: pd.Series) -> str:
 
 def swap_flips(swaps: pd.DataFrame, title: str | None = None, kinds: Sequence[str] | None = None,
                figure: Figure | SubFigure | None = None) -> Figure | SubFigure:
-    """Flip rate per specimen and edit beside the layer-0 probe: decoded but not flipped is
-    decodability without use. Draws into ``figure`` when given."""
+    """Flip rate per specimen and edit beside the layer-0 probe: decoded but not flipped is decodability without
+    use."""
     kinds = [k for k in (INTERVENTION_COLORS if kinds is None else kinds) if f"{k}_flip" in swaps.columns]
     if swaps.empty:
         fig, axes = new_figure(1, panel=(7.0, 3.2)) if figure is None else (figure, [figure.subplots()])

@@ -124,8 +124,8 @@ def has_feedback(rows: pd.DataFrame, model: object) -> bool:
 
 def layer0_comparison(df: pd.DataFrame, depth: int = 0, title: str | None = None,
                       models: Sequence[str] | None = None) -> Figure:
-    """Probe accuracy at ``depth`` per condition, the FBT paper's headline: standard near the majority,
-    recurrent far above it and the twin. ``upper_bound`` only where it bounds (``BOUNDED``, depth 0)."""
+    """Probe accuracy at ``depth`` per condition (the FBT paper's headline figure); ``upper_bound`` only where it
+    bounds (``BOUNDED``, depth 0)."""
     require_columns(df, ["condition", "layer", "accuracy"], "layer0_comparison")
     at = df[df["layer"] == depth]
     if at.empty:
@@ -301,8 +301,8 @@ def _path_takeaway(df: pd.DataFrame, threshold: float | None) -> str:
 
 
 def coinciding_lines(lines: Mapping[tuple[str, bool], pd.DataFrame], within: float = 0.005) -> list[str]:
-    """Groups of (specimen, twin?) paths drawn on top of each other (every point within ``within``), in words:
-    "3 lines at 1.00 (overlaid)" when flat, else "3 lines coincide"; twins' dashed lines apart from trained."""
+    """Legend words for groups of (specimen, twin?) paths drawn on top of each other (every point within
+    ``within``); twins apart from trained."""
     groups: dict[tuple, list[pd.Series]] = {}
     for (_, twin), rows in lines.items():
         key = (twin, tuple(rows["C"].astype(float)), tuple(np.round(rows["accuracy"].to_numpy(dtype=float) / within)))

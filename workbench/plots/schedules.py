@@ -52,8 +52,7 @@ def jacobi_settling(frame: pd.DataFrame, exact_below: float = 1e-9) -> Figure:
 def regime_losses(frame: pd.DataFrame, title: str = "", floor: float | None = None,
                   floor_label: str = "unigram", reference: str | None = "standard") -> Figure:
     """Loss per position per regime: helping a few positions is told from helping throughout; ``floor`` in
-    nats. With ``reference`` among the regimes, a panel below draws each other regime minus it (0: no change),
-    so a difference thinner than the lines still reads."""
+    nats. With ``reference`` among the regimes, a panel below draws each other one minus it (``with_difference``)."""
     require_columns(frame, ["regime", "position", "loss"], "regime_losses")
     check_floor(floor)
     order = regime_order(frame["regime"])

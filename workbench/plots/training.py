@@ -51,8 +51,8 @@ def check_floor(floor: float | None) -> None:
 def loss_curves(history: Runs, x: str = "step", title: str = "", floor: float | None = None,
                 floor_label: str = "unigram", reference: str | None = None, difference: bool = True) -> Figure:
     """Training and held-out loss against ``x``; ``"flops"``: the matched-compute test a K-pass schedule must pass.
-    With ``difference``, a panel below draws each run minus ``reference`` (default the first run), or for one run
-    each pass minus pass 1: two curves 0.02 nats apart lie on one another, their difference does not."""
+    ``difference``: a panel below of each run minus ``reference`` (default the first; one run: each pass minus
+    pass 1), as in ``with_difference``."""
     if x not in LOSS_AXES:
         fail("x", x, f"must be one of {tuple(LOSS_AXES)}")
     check_floor(floor)
@@ -211,8 +211,8 @@ def loss_vs_flops(curves: Mapping[str, Sequence[pd.DataFrame]], floor: float | N
 
 def pass_losses(histories: Runs, floor: float | None = None, floor_label: str = "unigram",
                 title: str = "", difference: bool = False) -> Figure:
-    """Each pass's loss against step, a panel per run: pass-3 density is the 3-pass share. ``difference``: one more
-    panel, pass k - pass 1 where a step logged both, so a gain smaller than the batch noise between steps shows."""
+    """Each pass's loss against step, a panel per run: pass-3 density is the 3-pass share; ``difference`` adds a
+    ``difference_panel``."""
     check_floor(floor)
     runs = named_runs(histories, "pass_losses", ["step", "loss_pass1"])
     fig, axes = panel_grid(len(runs) + difference, panel=(4.0, 3.2))
@@ -246,9 +246,9 @@ def pass_losses(histories: Runs, floor: float | None = None, floor_label: str = 
 
 
 def difference_panel(ax: Axes, runs: Mapping[str, pd.DataFrame], columns: list[str], palette: Mapping) -> None:
-    """Pass k - pass 1 at each step that logged both, with a running mean of 10. The y range is that of the
-    second half of each series of 10 points or more (and zero): the jump just after the feedback starts (up to
-    a nat) would otherwise flatten the end-of-training gain of hundredths; the title counts the points outside."""
+    """Pass k - pass 1 at each step that logged both (one batch: a gain below the batch noise shows), running mean
+    of 10. The y range fits the second half of each series of >= 10 points, and 0: the jump as the feedback starts
+    (up to a nat) would flatten the final gain of hundredths; the title counts the points off the scale."""
     every, late = [], []
     for (name, frame), marker in zip(runs.items(), "os^vD<>"):
         for column in columns[1:]:
@@ -313,9 +313,8 @@ INTERVAL_COLOURS = {"below": "tab:blue", "above": "tab:red", "across": "grey"}
 
 
 def difference_intervals(frame: pd.DataFrame, title: str = "", unit: str = "") -> Figure:
-    """Paired differences as 95 % intervals, one row each and a panel per ``panel``, against a zero line: what a
-    verdict reads. Levels on a scale from 0 hide a 0.05 difference; its interval does not. ``highlight`` rows
-    (the claim's own) are labelled in bold."""
+    """Paired differences as 95 % intervals against zero, a row each and a panel per ``panel``: what a verdict
+    reads (levels on a scale from 0 hide a 0.05 difference). ``highlight`` rows, the claim's own, are bold."""
     require_columns(frame, ["panel", "label", "mean", "low", "high"], "difference_intervals")
     panels = list(dict.fromkeys(frame["panel"]))
     heights = [0.9 + 0.32 * int((frame["panel"] == p).sum()) for p in panels]
