@@ -83,7 +83,7 @@ class JSONMixin:
 
 @dataclass
 class ModelConfig(JSONMixin):
-    """Shape of the GPT backbone and its latent-feedback mechanism (checked again by ``GPT``).
+    """Shape of the GPT backbone and its latent-feedback mechanism.
 
     Attributes:
         vocab_size: Token ids, >= 2; a training run takes it from its task.
