@@ -1,4 +1,4 @@
-"""The package version, in a module of its own so ``checkpoint`` and the experiments runner need not import the whole
-package. Keep it equal to ``version`` in pyproject.toml."""
+"""The package version, alone so ``checkpoint`` and the experiments runner need not import the package; keep it equal
+to pyproject.toml's."""
 
 __version__ = "0.1.0"

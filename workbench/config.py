@@ -83,7 +83,7 @@ class JSONMixin:
 
 @dataclass
 class ModelConfig(JSONMixin):
-    """Shape of the GPT backbone and its latent-feedback mechanism (checked again by ``GPT``).
+    """Shape of the GPT backbone and its latent-feedback mechanism.
 
     Attributes:
         vocab_size: Token ids, >= 2; a training run takes it from its task.
@@ -207,6 +207,6 @@ class ModelConfig(JSONMixin):
         return min(32, self.n_embd) if self.lrt_gate_channels is None else self.lrt_gate_channels
 
     def replace(self, **changes: Any) -> ModelConfig:
-        """A validated copy with some fields changed."""
+        """A validated copy."""
         return dataclasses.replace(self, **changes)
 

@@ -1,5 +1,4 @@
-"""Diagrams of what schedules and decoder do (``plots`` draws measurements); memory arrows
-carry ``gid="memory"`` for tests."""
+"""Diagrams of what schedules and the decoder do (``plots`` draws measurements)."""
 
 from __future__ import annotations
 
@@ -16,7 +15,7 @@ SUBSET_COLOURS = ("#9ecae1", "#fdae6b", "#a1d99b", "#bcbddc", "#fdd0a2", "#c7e9c
 
 
 def _memory_arrow(ax: Axes, start: tuple[float, float], end: tuple[float, float], rad: float = 0.0) -> None:
-    """An arrow that carries memory (tests count them)."""
+    """An arrow that carries memory (``gid="memory"``: tests count them)."""
     ax.add_patch(FancyArrowPatch(start, end, arrowstyle="-|>", mutation_scale=10, lw=1.2, color=ACCENT,
                                  connectionstyle=f"arc3,rad={rad}", shrinkA=4, shrinkB=4, gid="memory", zorder=3))
 
@@ -81,7 +80,7 @@ def interleaved_reads(seq_len: int, subsets: int) -> dict[int, int]:
 
 
 def interleaved_sweep(seq_len: int = 8, subsets: int = 2) -> Figure:
-    """An interleaved sweep, each cell labelled with the pass whose memory it reads."""
+    """An interleaved sweep, each cell labelled as ``interleaved_reads`` says."""
     check_int("seq_len", seq_len, 2, 24)
     check_int("subsets", subsets, 1, min(seq_len, len(SUBSET_COLOURS)))
     reads = interleaved_reads(seq_len, subsets)

@@ -35,8 +35,7 @@ def per_head(table: torch.Tensor, heads: int) -> torch.Tensor:
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate the halves of x (B, T, H, hd): ``(x1, x2) -> (x1 cos + x2 sin, x2 cos - x1 sin)``, as
-    ``x * cos + swap(x) * sin``."""
+    """Rotate the halves of x (B, T, H, hd): ``(x1, x2) -> (x1 cos + x2 sin, x2 cos - x1 sin)``."""
     if cos.dim() == 2:
         cos, sin = cos[:, None, :], sin[:, None, :]
     x1, x2 = x.chunk(2, dim=-1)
@@ -58,6 +57,6 @@ def glu_state(memory: torch.Tensor, gate_input: torch.Tensor, W_U: torch.nn.Modu
 
 def residual_inject(x: torch.Tensor, alpha: torch.Tensor, gamma: torch.Tensor,
                     memory: torch.Tensor | None) -> torch.Tensor:
-    """LRT's residual injection ``alpha_l * x + gamma_l * m`` (no memory: ``alpha_l * x``; also the HF wrapper's)."""
+    """LRT's residual injection (no memory: ``alpha_l * x``); also the HF wrapper's."""
     x = x * alpha
     return x if memory is None else x + gamma * memory

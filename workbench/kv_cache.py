@@ -140,7 +140,7 @@ class PurePrefix:
 
 
 def interleave(groups: list[torch.Tensor], dim: int, length: int) -> torch.Tensor:
-    """Inverse of strided splitting: ``groups[s]`` holds positions s, s+S, ..."""
+    """Inverse of strided splitting (``groups[s]``: positions s, s+S, ...)."""
     longest = groups[0].size(dim)
     padded = []
     for g in groups:
@@ -163,7 +163,7 @@ class KVBuffer:
         self._mask: torch.Tensor | None = None  # (T_s, T) mask of the current group, shared by every layer
 
     def refine(self, group: int) -> torch.Tensor:
-        """Select ``group`` for the next forward; returns its absolute positions."""
+        """Select ``group`` for the next forward; its absolute positions."""
         if self.seq_len is None:
             raise ValueError("refine() needs the init pass first")
         if not 0 <= group < self.subsets:

@@ -23,14 +23,13 @@ def token_losses(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 
 def mean_token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """The differentiable training loss: mean cross-entropy over targets != -1."""
+    """The differentiable training loss."""
     return F.cross_entropy(_flat_logits(logits, targets), targets.reshape(-1), ignore_index=-1)
 
 
 def bits_per_byte(logits: torch.Tensor, targets: torch.Tensor,
                   token_bytes: torch.Tensor | None = None) -> float:
-    """Loss in bits per byte of target; ``token_bytes`` (vocab,) are byte lengths (zero-byte tokens skipped),
-    default 1."""
+    """Loss per target byte in bits; ``token_bytes`` (vocab,): byte lengths, default 1 (zero-byte tokens skipped)."""
     mask = targets >= 0
     losses = token_losses(logits, targets).double()
     if token_bytes is None:
@@ -45,7 +44,7 @@ def bits_per_byte(logits: torch.Tensor, targets: torch.Tensor,
 
 
 def per_position_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """(T,) mean loss in nats at each position over the examples with a target there; NaN where none."""
+    """(T,) mean loss in nats per position over the examples with a target there; NaN where none."""
     mask = (targets >= 0).double()
     total = (token_losses(logits, targets).double() * mask).sum(0)
     count = mask.sum(0)

@@ -1,5 +1,5 @@
 """Optimisers (Muon for hidden matrices, AdamW for the rest, as nanochat), the LR schedule and optimiser state.
-LRT's scales may get their own rates, as in the reference code (gamma: 0.5, ~170x faster than 3e-3)."""
+LRT's scales may get their own, much larger rates, as in the reference code (``TrainConfig.lrt_gamma_lr``)."""
 
 from __future__ import annotations
 

@@ -317,7 +317,7 @@ class _Run:
 
 
 def progress_losses(row: dict[str, Any]) -> dict[str, str]:
-    """Each pass's loss rather than their sum (13.2 at step 1 is five passes of 2.6)."""
+    """Each pass's loss rather than their sum, which scales with the pass count."""
     passes = {name.removeprefix("loss_"): value for name, value in row.items() if name.startswith("loss_pass")}
     if len(passes) <= 1:
         return {"loss": f"{row['loss']:.4f}"}

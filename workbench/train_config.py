@@ -209,7 +209,7 @@ class TrainConfig(JSONMixin):
         return {**data, "schedule": self.schedule.to_dict()}
 
     def replace(self, **changes: Any) -> TrainConfig:
-        """A validated copy with some fields changed."""
+        """A validated copy."""
         return dataclasses.replace(self, **changes)
 
     def trajectory_dict(self) -> dict[str, Any]:

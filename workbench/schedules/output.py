@@ -54,7 +54,7 @@ def shift_right(memory: torch.Tensor) -> torch.Tensor:
 
 
 def _invalid_prefix(plain_prefix: object) -> str:
-    """The message for a bad ``plain_prefix``, composed only on failure: a compiled graph breaks on the f-string."""
+    """A bad ``plain_prefix``'s message, composed only on failure: an f-string breaks a compiled graph."""
     return (f"plain_prefix={plain_prefix!r} is invalid: must be an int >= 0 or a (B,) integer tensor of them "
             "(multipass: also (passes - 1, B))")
 
@@ -81,8 +81,7 @@ def feedback_mask(batch: int, seq_len: int, plain_prefix: int | torch.Tensor = 0
 
 def pass_masks(batch: int, seq_len: int, plain_prefix: int | torch.Tensor, passes: int | None,
                device: torch.device | str | None = None) -> Callable[[int], torch.Tensor]:
-    """Pass k's feedback mask (k = 0 for pass 1); a (passes - 1, B) ``plain_prefix`` gives each reading pass its own
-    (FBT's mix-in drawn per pass)."""
+    """Pass k's feedback mask (k = 0 for pass 1); a (passes - 1, B) ``plain_prefix`` gives each reading pass its own."""
     if not (isinstance(plain_prefix, torch.Tensor) and plain_prefix.ndim == 2):
         mask = feedback_mask(batch, seq_len, plain_prefix, device)
         return lambda k: mask

@@ -46,8 +46,7 @@ def recur(model: GPT, idx: torch.Tensor, cache: DecodeCache, start: int = 0, sto
 
 def continuation(model: GPT, idx: torch.Tensor, cache: KVCache, start: int,
                  stop: int) -> Callable[[torch.Tensor], torch.Tensor]:
-    """The exact recurrence over ``start..stop-1`` as a pure function of the memory ``start`` reads (for
-    ``torch.func``)."""
+    """The exact recurrence over ``start..stop-1``, a pure function of the memory ``start`` reads (``torch.func``)."""
     check_int("start", start, 1, idx.size(1) - 1)
     check_int("stop", stop, start + 1, idx.size(1))
 

@@ -131,8 +131,7 @@ def window_takeaway(runs: Mapping[str, pd.DataFrame], pass_: int, decimals: int 
 
 def pass_window_explorer(dynamics: pd.DataFrame, seq_len: int, from_position: int,
                          depths: Mapping[str, int], chance: Mapping[str, float] | None = None) -> Explorer:
-    """Jacobi passes of stacked ``pass_dynamics`` runs over t >= ``from_position``; ``depths``: label ->
-    trained depth."""
+    """Jacobi passes of stacked ``pass_dynamics`` runs over t >= ``from_position``; ``depths``: label -> depth."""
     missing = sorted({"run", "pass", "delta", "fixed_point_distance", "loss", "exact_by_causality"}
                      - set(dynamics.columns))
     if missing or dynamics.empty:
