@@ -81,19 +81,22 @@ TIER_MARKS = {"specimens": "specimens", "e2e": "e2e"}
 
 # the files that hold a worker longest (minutes each on one core, from make test's --durations), longest first:
 # with --dist loadfile --no-loadscope-reorder (the Makefile's), pytest-xdist hands files to idle workers in
-# collection order, so these start first and the short files fill the end (xdist's default reorders files by
-# their number of tests, which sent the two browser halves, a handful of tests each, to the very end)
+# collection order, so these start first, the notebooks under nbval (20-60 s each) next, and the short files fill
+# the end, where the worker that finishes first waits for the other (xdist's default reorders files by their number
+# of tests, which sent the two browser halves, a handful of tests each, to the very end)
 LONGEST_FIRST = ("e2e/browser/test_notebooks_in_browser_05_on.py", "e2e/browser/test_notebooks_in_browser.py",
                  "specimens/test_specimens_layer0.py", "specimens/test_specimens_metrics.py",
                  "e2e/test_recipes_smoke.py", "e2e/test_recipes_smoke_fbt_text.py",
                  "e2e/test_recipes_smoke_fixed_point.py", "specimens/test_specimens_causal_use.py",
                  "e2e/test_recipes_smoke_lrt_ablation.py", "specimens/test_specimens_contraction.py",
-                 "e2e/test_recipes_smoke_fbt.py", "specimens/test_specimens_fbt_text.py")
+                 "e2e/test_recipes_smoke_fbt.py", "specimens/test_specimens_fbt_text.py",
+                 "unit/train/test_train.py", "unit/experiments/test_layer0_parallel.py",
+                 "invariants/test_functional.py")
 
 
 def pytest_collection_modifyitems(config, items) -> None:
     """Every test carries its tier's mark, read from its folder (the nbval cells of notebooks/ are ``notebooks``);
-    the ``LONGEST_FIRST`` files are collected first, in that order, the rest as they were."""
+    the ``LONGEST_FIRST`` files are collected first, in that order, then the notebooks, the rest as they were."""
     for item in items:
         path = Path(str(item.fspath)).resolve()
         if TESTS not in path.parents:
@@ -103,8 +106,10 @@ def pytest_collection_modifyitems(config, items) -> None:
 
     def rank(item) -> int:
         path = Path(str(item.fspath)).resolve()
-        name = path.relative_to(TESTS).as_posix() if TESTS in path.parents else ""
-        return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
+        if TESTS not in path.parents:
+            return len(LONGEST_FIRST)
+        name = path.relative_to(TESTS).as_posix()
+        return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST) + 1
 
     items.sort(key=rank)
 
