@@ -69,11 +69,11 @@ def loss_curves(history: Runs, x: str = "step", title: str = "", floor: float | 
         if len(pass_cols) > 1:
             for col, color in colours.items():
                 ax.plot(frame[x], frame[col], lw=1, alpha=0.7, color=color,
-                        label=f"pass {col.removeprefix('loss_pass')}")
+                        label=_pass_label(col))
         if "val_loss" in frame and frame["val_loss"].notna().any():
             val = frame.dropna(subset=["val_loss"])
             ax.plot(val[x], val["val_loss"], "o-", ms=4, color="tab:red", label="held-out")
-        colour_of = {f"pass {c.removeprefix('loss_pass')}": colour for c, colour in colours.items()}
+        colour_of = {_pass_label(c): colour for c, colour in colours.items()}
     else:
         colour_of = dict(zip(runs, sns.color_palette("deep", n_colors=len(runs))))
         for name, frame in runs.items():
@@ -105,6 +105,11 @@ def _pass_columns(frame: pd.DataFrame) -> list[str]:
     return [c for c in frame.columns if c.startswith("loss_pass")]
 
 
+def _pass_label(column: str) -> str:
+    """"pass k" for the history column ``loss_passk``."""
+    return f"pass {column.removeprefix('loss_pass')}"
+
+
 def _loss_gaps(runs: Mapping[str, pd.DataFrame], x: str, reference: str | None
                ) -> dict[str, tuple[str, str, str, pd.Series]]:
     """{label: (reference, "train" or "held-out", run or pass, it minus the reference by ``x``)} at the ``x``
@@ -123,7 +128,7 @@ def _loss_gaps(runs: Mapping[str, pd.DataFrame], x: str, reference: str | None
         for column in columns[1:]:
             gap = minus(frame, column, frame, "loss_pass1")
             if len(gap):
-                name = f"pass {column.removeprefix('loss_pass')}"
+                name = _pass_label(column)
                 gaps[name] = ("pass 1", "train", name, gap)
         return gaps
     base_name = reference if reference is not None else next(iter(runs))
@@ -230,7 +235,7 @@ def pass_losses(histories: Runs, floor: float | None = None, floor_label: str = 
                 rows = frame.dropna(subset=[column])
                 counts[column.removeprefix("loss_pass")] = len(rows)
                 ax.plot(rows["step"], rows[column], "o", ms=3, alpha=0.7, color=palette[column],
-                        label=f"pass {column.removeprefix('loss_pass')}")
+                        label=_pass_label(column))
         floor_line(ax, floor, floor_label)
         ax.set(xlabel="optimiser step", ylabel="training loss (nats / token)")
         ax.set_title(f"{name}\nlogged steps: " + ", ".join(f"pass {k} {n}" for k, n in counts.items()), fontsize=9)
@@ -258,7 +263,7 @@ def difference_panel(ax: Axes, runs: Mapping[str, pd.DataFrame], columns: list[s
                 running = gap.rolling(10, min_periods=min(10, len(gap))).mean()
                 colour = palette[column]
                 ax.plot(both["step"], gap, marker, ms=3, alpha=0.35, color=colour,
-                        label=f"{name}, pass {column.removeprefix('loss_pass')} (last {min(10, len(gap))}: "
+                        label=f"{name}, {_pass_label(column)} (last {min(10, len(gap))}: "
                               f"{gap.tail(10).mean():+.3f})")
                 ax.plot(both["step"], running, "-", lw=1.2, color=colour)
                 every.append(gap.to_numpy())

@@ -74,9 +74,9 @@ def feedback_mask(batch: int, seq_len: int, plain_prefix: int | torch.Tensor = 0
         if plain_prefix.device.type == "cpu" and bool((plain_prefix < 0).any()):
             raise ValueError(_invalid_prefix(plain_prefix))
         if prefix.device.type not in ("cpu", "meta"):
-            torch._assert_async((prefix >= 0).all(), _invalid_prefix(plain_prefix))
+            # no values in this message: the repr of a device tensor would copy it to the host, a sync per call
+            torch._assert_async((prefix >= 0).all(), "plain_prefix is invalid: must be >= 0")
     return positions >= prefix.clamp(min=1).reshape(-1, 1)
-
 
 
 def pass_masks(batch: int, seq_len: int, plain_prefix: int | torch.Tensor, passes: int | None,
